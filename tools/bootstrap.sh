@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# Set up .venv for eagle3lib on a machine that has only Python 3.10+ and pip.
+# - keeps a torch that the base interpreter already has (a GPU box: CUDA build);
+# - otherwise installs $TORCH_SPEC (default torch==2.13.0, the CPU wheel on these machines;
+#   set PIP_INDEX_URL / TORCH_SPEC yourself elsewhere to get a CPU build);
+# - then installs eagle3lib editable with its dependencies; torch is already satisfied,
+#   so the resolver never pulls a multi-GB CUDA build.
+set -euo pipefail
+PY=${PYTHON:-python3}
+VENV=${VENV:-.venv}
+TORCH_SPEC=${TORCH_SPEC:-torch==2.13.0}
+
+if [ ! -x "$VENV/bin/python" ]; then
+  if "$PY" -c "import torch" >/dev/null 2>&1; then
+    echo "bootstrap: keeping the base interpreter's torch $("$PY" -c 'import torch; print(torch.__version__)')"
+    "$PY" -m venv --system-site-packages "$VENV"
+  else
+    "$PY" -m venv "$VENV"
+  fi
+fi
+"$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
+if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
+  echo "bootstrap: installing $TORCH_SPEC"
+  "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
+fi
+"$VENV/bin/python" -m pip install -q -e ".[dev]"
+"$VENV/bin/python" - <<'PY'
+import torch, transformers, papermill
+print(f"bootstrap: torch {torch.__version__} (cuda={torch.cuda.is_available()}), "
+      f"transformers {transformers.__version__}, papermill {papermill.__version__}")
+PY
+touch "$VENV/.eagle3lib-installed"
