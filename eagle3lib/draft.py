@@ -1,0 +1,320 @@
+"""`Eagle3Draft`: the EAGLE-3 draft forward in plain PyTorch (eagle3-formats.md §3).
+
+    g_t   = fc(concat(aux slots at t))                 # once, for target-produced features
+    u     = concat(input_layernorm(E[x_{t+1}]), hidden_norm(h))     # embedding FIRST, hidden second
+    h1    = h + o_proj(Attn(q/k/v_proj(u)))            # RoPE position t (+k at TTT / chain step k)
+    h2    = h1 + MLP(post_attention_layernorm(h1))
+    logits = lm_head(norm(h2)); next h = h2 (pre-norm; post-norm under norm_output)
+Parameter names are the checkpoint's (`fc`, `midlayer.*`, `norm`, `lm_head`, buffers `d2t`, `t2d`), so a
+SpecForge/SGLang state dict loads as a direct copy; `target_id = draft_id + d2t[draft_id]`.
+"""
+from __future__ import annotations
+
+import math
+
+import torch
+import torch.nn.functional as F
+from torch import Tensor, nn
+
+from .config import DraftConfig
+
+
+class RMSNorm(nn.Module):
+    """Llama RMSNorm: normalise in fp32, scale in the input dtype."""
+
+    def __init__(self, dim: int, eps: float):
+        super().__init__()
+        self.weight = nn.Parameter(torch.ones(dim))
+        self.eps = eps
+
+    def forward(self, x: Tensor) -> Tensor:
+        dtype = x.dtype
+        x32 = x.float()
+        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
+        return self.weight * x32.to(dtype)
+
+
+def rope_inv_freq(head_dim: int, theta: float, scaling, max_pos: int) -> tuple[Tensor, float]:
+    """Inverse frequencies (head_dim/2,) and the attention scaling for default/linear/llama3/yarn RoPE."""
+    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
+    if not scaling:
+        return inv, 1.0
+    rtype, factor = scaling.get("rope_type", "default"), float(scaling.get("factor", 1.0))
+    if rtype == "linear":
+        return inv / factor, 1.0
+    if rtype == "llama3":
+        lo_f, hi_f = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
+        old = float(scaling.get("original_max_position_embeddings", 8192))
+        wavelen = 2 * math.pi / inv
+        inv_l = torch.where(wavelen > old / lo_f, inv / factor, inv)     # long waves: fully interpolated
+        smooth = (old / wavelen - lo_f) / (hi_f - lo_f)
+        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
+        medium = (wavelen >= old / hi_f) & (wavelen <= old / lo_f)
+        return torch.where(medium, smoothed, inv_l), 1.0
+    if rtype == "yarn":
+        old = float(scaling.get("original_max_position_embeddings") or max_pos)
+        mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
+
+        def get_mscale(s, m=1.0):
+            return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
+
+        attn = scaling.get("attention_factor")
+        if attn is None:
+            attn = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all)) if mscale and mscale_all \
+                else get_mscale(factor)
+        beta_fast, beta_slow = float(scaling.get("beta_fast") or 32), float(scaling.get("beta_slow") or 1)
+
+        def corr_dim(rot):
+            return (head_dim * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(theta))
+
+        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
+        if scaling.get("truncate", True):
+            low, high = math.floor(low), math.ceil(high)
+        low, high = max(low, 0), min(high, head_dim - 1)
+        if low == high:
+            high += 0.001
+        ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
+        extrap = 1 - ramp                                   # 1 = keep the original (high) frequency
+        return (inv / factor) * (1 - extrap) + inv * extrap, float(attn)
+    return inv, 1.0                                         # dynamic NTK equals default within max_pos
+
+
+class Rotary(nn.Module):
+    """cos/sin tables for given absolute positions."""
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        inv, self.scale = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
+        self.register_buffer("inv_freq", inv, persistent=False)
+
+    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
+        freqs = positions.float()[..., None] * self.inv_freq.float()   # (B, T) -> (B, T, hd/2)
+        emb = torch.cat([freqs, freqs], dim=-1)                        # (B, T, hd)
+        return (emb.cos() * self.scale).to(dtype), (emb.sin() * self.scale).to(dtype)
+
+
+def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
+    """Rotate-half RoPE on (B, nh, T, hd) with cos/sin (B, T, hd)."""
+    cos, sin = cos[:, None], sin[:, None]                   # (B, T, hd) -> (B, 1, T, hd)
+    x1, x2 = x.chunk(2, dim=-1)
+    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+
+
+class KVCache:
+    """Draft KV cache addressed by absolute position: slot p holds the key/value of position p.
+
+    Rolling back rejected draft tokens costs nothing: later writes overwrite them, and the mask only lets a
+    query at position q see slots <= q.
+    """
+
+    def __init__(self, batch: int, max_len: int, num_kv_heads: int, head_dim: int, dtype, device):
+        self.k = torch.zeros(batch, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
+        self.v = torch.zeros_like(self.k)
+        self.max_len = max_len
+
+    def update(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+        """Write k/v (B, nkv, S, hd) at positions (B, S); return the whole buffers."""
+        if int(positions.max()) >= self.max_len:
+            raise ValueError(f"draft KV cache holds {self.max_len} positions, asked to write {int(positions.max())}")
+        idx = positions[:, None, :, None].expand_as(k)      # (B, S) -> (B, nkv, S, hd)
+        self.k.scatter_(2, idx, k)
+        self.v.scatter_(2, idx, v)
+        return self.k, self.v
+
+
+def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, diag: list[tuple[Tensor, Tensor]]) -> Tensor:
+    """Softmax attention of q (B, nh, T, hd) over context keys k/v (B, nkv, S, hd) where `allowed` (B|1, 1, T, S),
+    plus 'diagonal' keys (B, nkv, T, hd) that each query sees only at its own position (TTT steps >= 1)."""
+    rep = q.shape[1] // k.shape[1]                          # GQA: nkv -> nh
+    if not diag:
+        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=rep > 1)
+    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
+    scale = 1.0 / math.sqrt(q.shape[-1])
+    scores = (q @ k.transpose(-1, -2)) * scale              # (B, nh, T, hd) x (B, nh, hd, S) -> (B, nh, T, S)
+    scores = scores.masked_fill(~allowed, float("-inf"))
+    dk = [kd.repeat_interleave(rep, dim=1) for kd, _ in diag]
+    dv = [vd.repeat_interleave(rep, dim=1) for _, vd in diag]
+    d_scores = torch.stack([(q * kd).sum(-1) for kd in dk], dim=-1) * scale   # (B, nh, T, j)
+    probs = torch.cat([scores, d_scores], dim=-1).float().softmax(-1).to(q.dtype)   # (B, nh, T, S + j)
+    S = k.shape[2]
+    out = probs[..., :S] @ v                                # (B, nh, T, S) x (B, nh, S, hd) -> (B, nh, T, hd)
+    for j, vd in enumerate(dv):
+        out = out + probs[..., S + j, None] * vd            # (B, nh, T, 1) * (B, nh, T, hd)
+    return out
+
+
+class DraftAttention(nn.Module):
+    """Llama attention whose q/k/v read `in_features` (2H in the EAGLE-3 layer) and o_proj writes H."""
+
+    def __init__(self, cfg: DraftConfig, in_features: int):
+        super().__init__()
+        nh, nkv, hd, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
+        self.nh, self.nkv, self.hd = nh, nkv, hd
+        self.q_proj = nn.Linear(in_features, nh * hd, bias=cfg.bias)
+        self.k_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
+        self.v_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
+        self.o_proj = nn.Linear(nh * hd, H, bias=False)
+
+    def qkv(self, u: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
+        """Projected, RoPE'd q (B, nh, T, hd) and k, v (B, nkv, T, hd)."""
+        B, T, _ = u.shape
+        q = self.q_proj(u).view(B, T, self.nh, self.hd).transpose(1, 2)    # (B, T, 2H) -> (B, nh, T, hd)
+        k = self.k_proj(u).view(B, T, self.nkv, self.hd).transpose(1, 2)   # (B, T, 2H) -> (B, nkv, T, hd)
+        v = self.v_proj(u).view(B, T, self.nkv, self.hd).transpose(1, 2)   # (B, T, 2H) -> (B, nkv, T, hd)
+        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
+
+    def out(self, o: Tensor) -> Tensor:
+        B, _, T, _ = o.shape
+        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))   # (B, nh, T, hd) -> (B, T, H)
+
+
+class DraftMLP(nn.Module):
+    """SwiGLU MLP (gate_proj, up_proj, down_proj)."""
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        H, I = cfg.hidden_size, cfg.intermediate_size
+        self.gate_proj = nn.Linear(H, I, bias=False)
+        self.up_proj = nn.Linear(H, I, bias=False)
+        self.down_proj = nn.Linear(I, H, bias=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # (B, T, H) -> (B, T, I) -> (B, T, H)
+
+
+class DraftLayer(nn.Module):
+    """The single EAGLE-3 decoder layer (`midlayer` in EAGLE/SpecForge, `layers.0` in speculators/vLLM)."""
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        H, eps = cfg.hidden_size, cfg.rms_norm_eps
+        self.hidden_norm = RMSNorm(H, eps)
+        self.input_layernorm = RMSNorm(H, eps)
+        self.self_attn = DraftAttention(cfg, 2 * H)
+        self.post_attention_layernorm = RMSNorm(H, eps)
+        self.mlp = DraftMLP(cfg)
+        self.norm_before_residual = cfg.norm_before_residual
+
+    def inputs(self, emb: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
+        """(attention input u (B, T, 2H), residual (B, T, H))."""
+        hn = self.hidden_norm(h)
+        u = torch.cat([self.input_layernorm(emb), hn], dim=-1)   # (B, T, H) + (B, T, H) -> (B, T, 2H)
+        return u, (hn if self.norm_before_residual else h)
+
+    def finish(self, attn_out: Tensor, residual: Tensor) -> Tensor:
+        h1 = residual + attn_out
+        return h1 + self.mlp(self.post_attention_layernorm(h1))
+
+
+class Eagle3Draft(nn.Module):
+    """EAGLE-3 draft: fc over k aux slots, one decoder layer, norm, lm_head over the draft vocab, d2t/t2d.
+
+    `embed_tokens` is the TARGET's embedding (V, H): drafts usually ship without it (load it from the target).
+    """
+
+    def __init__(self, cfg: DraftConfig):
+        super().__init__()
+        self.cfg = cfg
+        H, k, Ht = cfg.hidden_size, cfg.num_aux, cfg.target_hidden_size
+        self.embed_tokens = nn.Embedding(cfg.vocab_size, H)
+        if cfg.norm_before_fc:
+            self.input_norm = RMSNorm(k * Ht, cfg.rms_norm_eps)
+        if cfg.fc_norm:
+            self.fc_norm = nn.ModuleList(RMSNorm(Ht, cfg.rms_norm_eps) for _ in range(k))
+        self.fc = nn.Linear(k * Ht, H, bias=cfg.bias)
+        self.midlayer = DraftLayer(cfg)
+        self.norm = RMSNorm(H, cfg.rms_norm_eps)
+        self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
+        self.rotary = Rotary(cfg)
+        # OFFSETS: target_id = draft_id + d2t[draft_id]; t2d[target_id] is True iff the draft vocab has it
+        self.register_buffer("d2t", torch.zeros(cfg.draft_vocab_size, dtype=torch.long))
+        self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
+
+    # ---- pieces ---------------------------------------------------------------------------------------
+    def fuse(self, aux: Tensor) -> Tensor:
+        """Fuse concatenated aux slots: (B, T, k*Ht) -> (B, T, H)."""
+        if aux.shape[-1] != self.fc.in_features:
+            raise ValueError(f"aux hidden states are {aux.shape[-1]} wide but fc expects {self.fc.in_features} "
+                             f"= {self.cfg.num_aux} slots x {self.cfg.target_hidden_size}: the capture has "
+                             f"{aux.shape[-1] / self.cfg.target_hidden_size:g} slots")
+        if self.cfg.fc_norm:
+            slots = aux.unflatten(-1, (self.cfg.num_aux, -1))                # (B, T, k*Ht) -> (B, T, k, Ht)
+            aux = torch.cat([n(slots[..., i, :]) for i, n in enumerate(self.fc_norm)], dim=-1)
+        if self.cfg.norm_before_fc:
+            aux = self.input_norm(aux)
+        return self.fc(aux)                                                  # (B, T, k*Ht) -> (B, T, H)
+
+    def to_target_ids(self, draft_ids: Tensor) -> Tensor:
+        """Map draft-vocab ids to target ids: target_id = draft_id + d2t[draft_id]."""
+        return draft_ids + self.d2t[draft_ids]
+
+    def head(self, h: Tensor) -> tuple[Tensor, Tensor]:
+        """(draft-vocab logits (B, T, Vd), hidden to feed back (B, T, H))."""
+        normed = self.norm(h)
+        return self.lm_head(normed), (normed if self.cfg.norm_output else h)  # (B, T, H) -> (B, T, Vd)
+
+    # ---- training-style multi-step forward (TTT) / replay ------------------------------------------------
+    def ttt_forward(self, aux: Tensor, input_ids: Tensor, num_steps: int = 1, *, feed: str = "teacher",
+                    position_offset: int = 0, return_logits: bool = True) -> list[Tensor]:
+        """K-step forward at every position at once, as EAGLE/SpecForge train it (TTT).
+
+        Step k at position t consumes token t+1+k and predicts token t+2+k (valid where t+2+k < T). The hidden
+        input of step k >= 1 is the draft's own output of step k-1 at the same position; its query sees the
+        step-0 keys of positions <= t (causal) plus its own chain's keys of steps 1..k ("diagonal").
+        feed="teacher": tokens are ground truth (training, SpecForge accuracy); feed="draft": step k>=1 consumes
+        the draft's own step-(k-1) prediction mapped to a target id (chain drafting from every position).
+        Returns K tensors: logits (B, T, Vd), or draft top-1 ids (B, T) when return_logits=False.
+        """
+        if feed not in ("teacher", "draft"):
+            raise ValueError(f"feed must be 'teacher' or 'draft', got {feed!r}")
+        B, T = input_ids.shape
+        h = self.fuse(aux)                                                   # (B, T, k*Ht) -> (B, T, H)
+        pos = torch.arange(T, device=input_ids.device)[None].expand(B, T) + position_offset
+        causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()[None, None]  # (1, 1, T, T)
+        padded = F.pad(input_ids, (0, num_steps + 1))                        # ids past the end -> 0
+        outs: list[Tensor] = []
+        k0 = v0 = None
+        diag: list[tuple[Tensor, Tensor]] = []
+        tokens = padded[:, 1:T + 1]                                          # step 0: token t+1
+        for step in range(num_steps):
+            if step > 0:
+                tokens = padded[:, 1 + step:T + 1 + step] if feed == "teacher" else self.to_target_ids(top1)
+            cos, sin = self.rotary(pos + step, h.dtype)
+            u, residual = self.midlayer.inputs(self.embed_tokens(tokens), h)
+            q, k, v = self.midlayer.self_attn.qkv(u, cos, sin)
+            if step == 0:
+                k0, v0 = k, v
+            else:
+                diag.append((k, v))
+            o = _attend(q, k0, v0, causal, diag)
+            out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
+            logits, h = self.head(out)
+            top1 = logits.argmax(-1)                                         # (B, T, Vd) -> (B, T)
+            outs.append(logits if return_logits else top1)
+        return outs
+
+    # ---- incremental drafting with a KV cache (engines) ------------------------------------------------------
+    def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> KVCache:
+        """An empty draft KV cache for `max_len` positions."""
+        p = self.fc.weight
+        return KVCache(batch, max_len, self.cfg.num_key_value_heads, self.cfg.head_dim, dtype or p.dtype,
+                       device or p.device)
+
+    def step(self, hidden: Tensor, token_ids: Tensor, positions: Tensor, cache: KVCache,
+             fuse: bool = False) -> tuple[Tensor, Tensor]:
+        """Run S new positions through the draft layer, reading/writing `cache` by absolute position.
+
+        hidden: (B, S, H) fed-back states, or (B, S, k*Ht) aux states with fuse=True (target features);
+        token_ids: (B, S) TARGET ids of the next tokens; positions: (B, S) RoPE positions.
+        Returns (draft-vocab logits (B, S, Vd), hidden to feed back (B, S, H)).
+        """
+        h = self.fuse(hidden) if fuse else hidden
+        cos, sin = self.rotary(positions, h.dtype)
+        u, residual = self.midlayer.inputs(self.embed_tokens(token_ids), h)
+        q, k, v = self.midlayer.self_attn.qkv(u, cos, sin)
+        k_all, v_all = cache.update(positions, k, v)
+        slots = torch.arange(cache.max_len, device=positions.device)
+        allowed = slots[None, None, None, :] <= positions[:, None, :, None]  # (B, 1, S, max_len)
+        o = _attend(q, k_all, v_all, allowed, [])
+        out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
+        return self.head(out)
