@@ -124,9 +124,6 @@ class DraftConfig:
                             "fc width follows num_aux_hidden_states in SGLang, the id count elsewhere")
         if num_aux is None:
             num_aux = len(ids) if ids else 3
-        if ids is not None and list(ids) != sorted(ids):
-            warnings.append(f"{ids_key} {list(ids)} is not ascending: engines concatenate captured states in "
-                            "ascending layer order, SpecForge's HF hook in config order")
 
         rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings)
         layers = opt("num_hidden_layers", 1, body)
@@ -225,6 +222,11 @@ def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str]):
                                   not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             raise ConfigError(f"key '{key}'", "layer ids must be a list of integers", expected="[int, ...]",
                               found=repr(value))
+    for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
+                       ("eagle_aux_hidden_state_layer_ids", top)):
+        if value is not None and list(value) != sorted(value):
+            warnings.append(f"{key} {list(value)} is not ascending: engines concatenate captured states in "
+                            "ascending layer order, SpecForge's HF hook in config order")
     if nested is not None and top is not None:
         # nested = output-of-layer (SGLang), top = input-of-layer (vLLM): same tensors iff top == nested + 1
         if [v + 1 for v in nested] != list(top):
@@ -291,3 +293,46 @@ def load_config(path: str | Path) -> DraftConfig:
                           found=repr(text[max(0, e.pos - 20): e.pos + 20]),
                           cause="a truncated or hand-edited file") from None
     return DraftConfig.from_dict(raw, source=str(file))
+
+
+def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, Any]:
+    """A config.json dict for `dialect` (specforge, vllm, speculators, eagle) describing the same draft."""
+    llama = {
+        "model_type": "llama", "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim, "num_hidden_layers": cfg.num_hidden_layers, "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
+        "vocab_size": cfg.vocab_size, "hidden_act": cfg.hidden_act, "tie_word_embeddings": False,
+    }
+    if cfg.rope_scaling:
+        llama["rope_scaling"] = dict(cfg.rope_scaling)
+    flags = {"norm_before_residual": cfg.norm_before_residual, "fc_norm": cfg.fc_norm,
+             "norm_before_fc": cfg.norm_before_fc, "norm_output": cfg.norm_output}
+    ids = list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None
+    if ids is not None:      # express the ids in the dialect's own convention
+        out_conv = "output" if dialect == "specforge" else "input"
+        if cfg.aux_ids_convention != out_conv:
+            ids = [i + 1 for i in ids] if out_conv == "input" else [i - 1 for i in ids]
+    if dialect == "specforge":
+        d = {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+             "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux, **flags}
+        if ids is not None:
+            d["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+        return d
+    if dialect == "vllm":
+        return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+                "target_hidden_size": cfg.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids, **flags}
+    if dialect == "speculators":
+        return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}]},
+                "transformer_layer_config": {**llama, "architectures": ["LlamaForCausalLM"]},
+                "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
+                "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": False, **flags}
+    if dialect == "eagle":
+        if cfg.num_aux != 3:
+            raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts have exactly 3 aux slots",
+                              expected=3, found=cfg.num_aux, cause="EAGLE's fc is target_hidden_size * 3")
+        return {"architectures": ["LlamaForCausalLM"], **llama, "draft_vocab_size": cfg.draft_vocab_size}
+    raise ConfigError("config_to_dict", "unknown dialect", expected=("specforge", "vllm", "speculators", "eagle"),
+                      found=dialect)
