@@ -1,0 +1,106 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 00 · Checkpoint audit — is the draft what we think it is?
+#
+# Before blaming the server, check the artifact. A draft can load "fine" in an engine and still be broken:
+# old SGLang drops unknown tensor names silently, the speculators converter once saved random weights for
+# unmatched keys, d2t/t2d may be missing or stored as absolute ids, and the config's layer ids may be
+# written in a convention the engine reads differently. This notebook loads the draft **strictly** the way
+# eagle3lib does, and lists everything it finds.
+
+# %% tags=["parameters"]
+draft_path: str = ""        # draft checkpoint dir (config.json + weights); "" = the embedded demo world's draft
+target_path: str = ""       # target model dir (only its embedding/lm_head/tokenizer are read); "" = demo target
+sample_data: str = ""       # training data for a forward on real tokens; "" = demo training data (seed format)
+device: str = "cpu"         # "cuda" on a GPU box
+dtype: str = "float32"      # "bfloat16" to load as served
+num_steps: int = 3          # TTT steps shown in the forward preview
+
+# %%
+import torch
+
+import eagle3lib.demo
+from eagle3lib import audit, datasets, findings
+
+world = eagle3lib.demo.paths()
+if not (draft_path and target_path):
+    world = eagle3lib.demo.ensure_world()
+draft_path = draft_path or str(world.draft)
+target_path = target_path or str(world.target)
+sample_data = sample_data or str(world.seed_data)
+a = audit.audit_draft(draft_path, target_path, device=device, dtype=getattr(torch, dtype))
+print(a.findings["headline"])
+
+# %% [markdown]
+# ## 1. Config: what the draft declares
+# One frozen view of `config.json`, whatever tool wrote it (EAGLE, SpecForge/SGLang, vLLM, speculators,
+# ModelOpt). The number of aux slots comes from the config; the weights must agree (next section).
+# Warnings list unknown or contradictory fields — each is a way engines can disagree about this draft.
+
+# %%
+a.config_table
+
+# %%
+for w in a.warnings:
+    print("WARNING:", w)
+
+# %% [markdown]
+# ## 2. Layer ids: which target tensors the ids name, in each convention
+# SGLang/SpecForge write *output-of-layer* ids (and SGLang adds +1 internally); vLLM/speculators read
+# *input-of-layer* ids. The same numbers therefore name different tensors in different engines.
+
+# %%
+a.layer_reading
+
+# %% [markdown]
+# ## 3. Tensors: missing, unexpected, mis-shaped, odd dtypes
+# Every tensor the draft needs, under canonical names (`midlayer.*`); `from_target` marks what the draft
+# does not ship and the engine takes from the target (the embedding, as SGLang does).
+
+# %%
+a.report
+
+# %% [markdown]
+# ## 4. Vocab map: d2t / t2d
+# `target_id = draft_id + d2t[draft_id]`. A missing map, an `arange`/zeros default or absolute ids stored as
+# offsets all make the draft propose the wrong tokens while its logits are fine.
+
+# %%
+a.vocab
+
+# %% [markdown]
+# ## 5. Size
+
+# %%
+a.params
+
+# %% [markdown]
+# ## 6. A forward on real tokens
+# One training sample through the draft in its training layout: for each position, the next tokens and
+# the draft's guesses for steps 0..K-1 (✓ = matches the data). A sane draft gets most step-0 guesses right on
+# its own training data; if not, the problem is in the checkpoint, not the server.
+
+# %%
+sample = next(datasets.open_dataset(sample_data).sample(1, seed=0))
+audit.forward_preview(a.loaded, sample.input_ids, sample.aux_concat(), audit.target_tokenizer(target_path),
+                      num_steps=num_steps)
+
+# %% [markdown]
+# ## Findings recorded for the report index
+
+# %%
+for key, value in a.findings.items():
+    findings.record(key, value)
+a.findings
