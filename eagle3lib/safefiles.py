@@ -10,6 +10,7 @@ from __future__ import annotations
 import gzip
 import json
 import pickle
+import re
 import struct
 from pathlib import Path
 
@@ -104,15 +105,20 @@ def load_torch_file(path: str | Path) -> object:
         with opener(path, "rb") as f:
             return torch.load(f, map_location="cpu", weights_only=True)
     except pickle.UnpicklingError as e:
+        text = re.sub(r"\x1b\[[0-9;]*m", "", str(e))
+        detail = next((ln.strip() for ln in text.splitlines() if "GLOBAL" in ln), None)   # a class/function
+        if detail is None:      # not a pickle at all: garbage bytes, a text file...
+            raise CheckpointError(str(path), "not a torch.save file", expected="a torch pickle/zip archive",
+                                  found=next((ln.strip() for ln in text.splitlines() if "Unsupported" in ln), "unreadable bytes"),
+                                  cause="a corrupt or mis-named file") from None
         raise UnsafeFileError(str(path), "refused: the pickle needs more than tensors and plain containers",
-                              expected="tensors, dicts, lists, numbers (weights_only=True)",
-                              found=str(e).splitlines()[0][:160],
+                              expected="tensors, dicts, lists, numbers (weights_only=True)", found=detail[:200],
                               cause="a pickled Python object (it could run code); re-save it as safetensors "
                                     "from a trusted environment") from None
     except gzip.BadGzipFile:
         raise CheckpointError(str(path), "not a gzip file", expected="gzip data (.gz)", found="other bytes",
                               cause="a plain .ckpt renamed to .ckpt.gz") from None
-    except (EOFError, RuntimeError, OSError, ValueError) as e:
+    except (EOFError, RuntimeError, OSError, ValueError, KeyError, IndexError) as e:
         raise CheckpointError(str(path), f"cannot read ({type(e).__name__}: {str(e)[:120]})",
                               expected="a complete torch.save file", found="truncated or corrupt data") from None
 

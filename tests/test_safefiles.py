@@ -96,3 +96,17 @@ def test_weight_file_discovery_and_sharded_subset(tmp_path):
     empty.mkdir()
     with pytest.raises(MissingFileError, match="no weights"):
         weight_files(empty)
+
+
+def test_garbage_is_corrupt_not_unsafe(tmp_path):
+    """Random bytes are reported as a corrupt file, not as a refused pickle; the refusal names the global."""
+    f = tmp_path / "g.pt"
+    f.write_bytes(b"\x80\x02garbage-not-a-pickle" * 3)
+    with pytest.raises(CheckpointError) as e:
+        load_torch_file(f)
+    assert not isinstance(e.value, UnsafeFileError)
+    evil = tmp_path / "e.pt"
+    torch.save({"a": _Payload(tmp_path / "m")}, evil)
+    with pytest.raises(UnsafeFileError, match="GLOBAL") as e2:
+        load_torch_file(evil)
+    assert "\x1b[" not in str(e2.value)
