@@ -1,0 +1,174 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 04 · Throughput charts and the cost model — is speculation paying off, and what would?
+#
+# The seed measured 90 tok/s without speculation, 56.8 tok/s at accept length ~1.6 (16 draft tokens requested,
+# 2 run), 46.7 tok/s at ~1.9 after the steps fix, and 54.8 tok/s after the capture fix: still below baseline.
+# A better accept length alone does not decide it. Each speculative round costs more than a plain decode step,
+# so what counts is whether τ pays for that cost. This notebook
+# 1. puts every measured run on one set of axes,
+# 2. fits a two-number cost model, speed = τ / (1 + v + K·c) relative to baseline,
+# 3. says which accept length would break even and which `num_steps` is best.
+#
+# The default input is a sample SGLang log carrying the seed's numbers (`data/samples/sglang_seed_decode.log`)
+# and a sweep of the embedded demo engine with the correct and the seed's wrong capture.
+
+# %% tags=["parameters"]
+log_paths: list = ["data/samples/sglang_seed_decode.log"]  # server logs (SGLang or vLLM), relative to the repo root or absolute
+json_paths: list = []          # /server_info dumps, bench_serving / bench_one_batch_server / vllm bench JSON, RunRecord .jsonl
+server_url: str = ""           # live server to read (SGLang /server_info or vLLM /metrics); empty for none
+run_demo_sweep: bool = True    # measure the demo engine over num_steps, correct vs seed capture
+sweep_num_steps: list = [1, 2, 3, 4, 6]  # draft steps per round in the demo sweep (a baseline run is added)
+sweep_repeats: int = 3         # timed repeats per setting; the median is kept
+baseline_tok_s: float = 0.0    # tok/s without speculation for the served runs; 0 means take it from the records
+device: str = "cpu"            # device for the demo sweep ("cuda" on a GPU box)
+
+# %% [markdown]
+# ## 1. The served runs: what the logs and files say
+# Each file becomes one record per run. Logs are split at launch lines (`server_args=ServerArgs(...)`) and named
+# from `# run: <label>` comments. Settings are the **effective** ones (SGLang rewrites `num_draft_tokens` to
+# `num_steps + 1` when `topk == 1`). τ is recomputed from raw counters wherever the engine prints them. The
+# parse report lists every skipped line: garbage, binary, or cut mid-write.
+
+# %%
+# %matplotlib inline
+from pathlib import Path
+
+import eagle3lib.demo
+from eagle3lib import costmodel, findings, logparse, plots, records
+
+paths = [p if Path(p).is_absolute() or Path(p).exists() else eagle3lib.demo.REPO_ROOT / p
+         for p in list(log_paths) + list(json_paths)]
+parsed = [logparse.parse_file(p) for p in paths] + ([logparse.read_server(server_url)] if server_url else [])
+for res in parsed:
+    print(res.summary())
+served = [r for res in parsed for r in res.records]
+COLUMNS = ["label", "series", "num_steps", "topk", "num_draft_tokens", "batch_size", "accept_length", "tok_s",
+           "accept_rate", "accept_rate_definition", "source", "notes"]
+records.to_dataframe(served)[COLUMNS]
+
+# %% [markdown]
+# ## 2. The path so far, as a trajectory
+# The runs in the order they were measured, against the dashed no-speculation line. Red points are slower than
+# the baseline. Each label gives the effective settings and τ (`?` where the source gives none).
+
+# %%
+plots.trajectory(served, baseline=baseline_tok_s or None)
+
+# %% [markdown]
+# ## 3. Cost model fitted to the served runs
+# One round costs `1 + v + K·c` plain decode steps: `c` per draft step (it also absorbs the verify cost of one
+# more token) and `v` per round (scheduler, the verify pass, the draft extend). Both come from a least-squares
+# fit of `τ · baseline / tok_s` over the measured runs. The table shows each run's predicted and measured tok/s.
+# With as many runs as unknowns the fit is exact, so its error proves nothing; the notes say when this applies.
+
+# %%
+problem = costmodel.fit_problem(served, baseline=baseline_tok_s or None)
+rec = None if problem else costmodel.recommend(served, baseline=baseline_tok_s or None)
+for note in ([problem] if problem else list(rec.fit.notes)) + records.unit_problems(served):
+    print("NOTE:", note)
+if rec:
+    print(f"c = {rec.fit.c:.3f} target steps per draft step, overhead v = {rec.fit.overhead:.2f} per round, "
+          f"baseline {rec.fit.baseline_tok_s:.1f} tok/s; RMSE {rec.fit.rmse_tok_s:.2f} tok/s, "
+          f"max relative error {rec.fit.max_rel_error:.1%}")
+rec.fit.table if rec else "no fit"
+
+# %% [markdown]
+# ## 4. Throughput vs accept length, with the break-even
+# Each measured run is a point. Each model line gives the predicted tok/s at one `K` as τ grows, up to the chain's
+# ceiling of `K + 1`. Where a line crosses the baseline is its break-even accept length τ* = 1 + v + K·c (marked ×).
+# If τ* is above `K + 1`, no draft can break even at that `K`.
+
+# %%
+plots.tok_s_vs_accept_length(served, fit=rec.fit if rec else None, baseline=baseline_tok_s or None,
+                             title="Served runs: throughput vs accept length")
+
+# %% [markdown]
+# ## 5. Best num_steps and the accept length it needs
+# Using the fitted cost, the prediction scans `K = 1…16`. Per-position rates are used where the runs report them
+# (vLLM, the demo engine). Otherwise one i.i.d. α is fitted to the runs' (K, τ) pairs, with τ(α, K) =
+# (1 − α^(K+1)) / (1 − α). More draft steps add little τ once α^K is small, but every step costs `c`.
+
+# %%
+if rec:
+    print(f"acceptance basis: {rec.choice.basis}")
+    print(f"predicted best num_steps = {rec.choice.best_num_steps} at {rec.choice.best_speedup:.2f}x; "
+          f"it needs accept length >= {rec.choice.break_even:.2f} to beat the baseline")
+rec.choice.table if rec else "no prediction"
+
+# %%
+plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=baseline_tok_s or None,
+                           title="Served runs: speedup vs num_steps, measured and predicted")
+
+# %% [markdown]
+# ## 6. Own measurements: the demo engine, correct vs the seed's capture
+# A sweep over `num_steps` with warm-up and the median of repeats, plus a baseline without a draft. It uses the
+# demo engine's own counters, so τ and per-position rates are exact. The two captures share the engine's costs
+# (one `c`, one `v`) and differ only in acceptance. The demo runs on CPU, so its `c` is much larger than a GPU
+# server's. Use it for the shape of the curves, not for absolute speedups.
+
+# %%
+if run_demo_sweep:
+    import eagle3lib.sweep
+    sweep = eagle3lib.sweep.run_demo_sweep(list(sweep_num_steps), captures=("correct", "seed"),
+                                           repeats=sweep_repeats, device=device, progress=True)
+else:
+    sweep = []
+sweep_series = sorted({r.series for r in sweep if not r.is_baseline})
+sweep_recs = {s: costmodel.recommend(sweep, series=s) for s in sweep_series} if sweep else {}
+records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep else "demo sweep not run"
+
+# %% [markdown]
+# Cost fit over both captures (shared), and the best setting each capture's acceptance would call for:
+
+# %%
+for s, x in sweep_recs.items():
+    print(f"{s}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
+next(iter(sweep_recs.values())).fit.table if sweep_recs else "demo sweep not run"
+
+# %%
+(plots.tok_s_vs_accept_length(sweep, fit=next(iter(sweep_recs.values())).fit,
+                              title="Demo engine: throughput vs accept length") if sweep_recs else "demo sweep not run")
+
+# %%
+(plots.speedup_vs_num_steps(sweep, choice=sweep_recs[sweep_series[0]].choice,
+                            title=f"Demo engine: speedup vs num_steps (prediction for '{sweep_series[0]}')")
+ if sweep_recs else "demo sweep not run")
+
+# %% [markdown]
+# ## 7. Per-position acceptance
+# Unconditional rates `a_i` = P(first i drafts all accepted), and conditional rates `a_i / a_(i-1)`. A
+# conditional rate that falls fast with depth means the draft was trained with too few test-time steps, or is
+# asked to draft deeper than it learned. A low first position on every run points at the inputs (capture, vocab
+# map), not the depth.
+
+# %%
+plots.per_position_bars(served + sweep)  # per series, the run with the most positions
+
+# %% [markdown]
+# ## 8. Headline
+# The served runs (the deployment) decide the headline when they can be fitted, otherwise the demo engine's
+# correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
+
+# %%
+chosen = rec or sweep_recs.get("correct") or next(iter(sweep_recs.values()), None)
+findings.record("headline", chosen.headline if chosen else "no cost-model fit: " + str(problem))
+if chosen:
+    findings.record("cost_model", {"c": chosen.fit.c, "overhead": chosen.fit.overhead,
+                                   "baseline_tok_s": chosen.fit.baseline_tok_s, "rmse_tok_s": chosen.fit.rmse_tok_s,
+                                   "best_num_steps": chosen.choice.best_num_steps,
+                                   "break_even_accept_length": chosen.choice.break_even,
+                                   "from": "served runs" if chosen is rec else "demo sweep"})
+findings.current()
