@@ -51,10 +51,12 @@ class Capture:
 
     @property
     def hidden_size(self) -> int:
+        """H, the width of every state."""
         return int(next(iter(self.states.values())).shape[-1])
 
     @property
     def batched(self) -> bool:
+        """True for a (B, T, H) capture."""
         return self.input_ids.dim() == 2
 
     def __getitem__(self, name: str) -> Tensor:
@@ -307,10 +309,12 @@ class Slots:
 
     @property
     def k(self) -> int:
+        """Number of slots."""
         return len(self.tensors)
 
     @property
     def num_tokens(self) -> int:
+        """T, the rows of every slot."""
         return int(self.tensors[0].shape[0])
 
 

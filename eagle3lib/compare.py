@@ -121,6 +121,7 @@ class Comparison:
 
     @property
     def declared(self) -> tuple[str | None, ...]:
+        """The boundary each slot's writer claims it holds (None where undeclared)."""
         return tuple(self.slots["declared"])
 
     def heatmap(self, metric: str = "cos_mean", shift: int = 0) -> pd.DataFrame:
@@ -167,7 +168,7 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
     n_r = int(ref.input_ids.shape[0])
     s0, r0, n, notes = _align_tokens(slots.input_ids, ref.input_ids, slots.num_tokens, n_r)
     notes = list(slots.notes) + notes
-    refs = {b: ref[b][r0:r0 + n].double() for b in names}                  # (n, H) each
+    refs = {b: ref[b][r0:r0 + n] for b in names}                           # (n, H) each; float64 per pair only
     ref_ok = {b: v.isfinite().all(-1) for b, v in refs.items()}             # (n,)
     rows, summary = [], []
     declared = slots.layout or (None,) * slots.k
@@ -188,7 +189,6 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
             if not ok.any():
                 summary.append({**base, "status": "nan", "note": f"all {n} tokens non-finite"})
                 continue
-        xd = x.double()
         for b in names:
             for d in shifts:
                 lo, hi = max(0, -d), min(n, n - d)      # slot row t <-> reference row t + d
@@ -197,7 +197,7 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
                 keep = ok[lo:hi] & ref_ok[b][lo + d:hi + d]
                 if not keep.any():
                     continue
-                m = similarity(xd[lo:hi][keep], refs[b][lo + d:hi + d][keep])
+                m = similarity(x[lo:hi][keep], refs[b][lo + d:hi + d][keep])
                 rows.append({"slot": j, "boundary": b, "shift": d, **m})
         cand = sorted((r for r in rows if r["slot"] == j),
                       key=lambda r: (round(r["distance"], 12), r["rel_l2"], abs(r["shift"])))
@@ -262,13 +262,16 @@ class Diagnosis:
 
     @property
     def clean(self) -> bool:
+        """No error or warning finding (info findings, e.g. token notes or mislabels, allowed)."""
         return not any(f.severity in ("error", "warning") for f in self.findings)
 
     @property
     def kinds(self) -> set[str]:
+        """Kinds of the error and warning findings."""
         return {f.kind for f in self.findings if f.severity != "info"}
 
     def frame(self) -> pd.DataFrame:
+        """The findings as a DataFrame (kind, severity, slot, text)."""
         return pd.DataFrame([f.__dict__ for f in self.findings], columns=["kind", "severity", "slot", "text"])
 
 
