@@ -273,10 +273,9 @@ def _sg_record(scan, seg, idx, series, hardware, version, settings) -> RunRecord
 
 
 _VL_NUMS = {"mean_len": r"Mean acceptance length: ([\d.]+)", "accepted": r"Accepted: (\d+) tokens",
-            "drafted": r"Drafted: (\d+) tokens", "rate_pct": r"Draft acceptance rate: ([\d.]+)%",
-            "k": r"Number of speculative tokens: (\d+)", "v0_accepted": r"Number of accepted tokens: (\d+)",
-            "v0_drafted": r"Number of draft tokens: (\d+)", "emitted": r"Number of emitted tokens: (\d+)",
-            "v0_rate": r"Draft acceptance rate: (0?\.\d+|[01]\.\d+)(?:,|$)"}
+            "drafted": r"Drafted: (\d+) tokens", "k": r"Number of speculative tokens: (\d+)",
+            "v0_accepted": r"Number of accepted tokens: (\d+)", "v0_drafted": r"Number of draft tokens: (\d+)",
+            "emitted": r"Number of emitted tokens: (\d+)"}
 _VL_POS = re.compile(r"Per-position acceptance rate: ([0-9.]+(?:, [0-9.]+)*)")
 _VL_THR = re.compile(r"Avg generation throughput: ([\d.]+) tokens/s(?:, Running: (\d+) reqs)?")
 
@@ -336,10 +335,8 @@ def _vllm_record(scan, seg, idx, k_given, series, hardware, version) -> RunRecor
                                                   if d.get("k") or d.get("pos")), None)
     notes = list(seg.notes)
     if "emitted" in spec[0]:  # vLLM V0: counters are cumulative since start -> difference of last and first
-        first, last = spec[0], spec[-1]
-        cum = len(spec) > 1
-        acc, dra = last["accepted"] - (first["accepted"] if cum else 0), last["drafted"] - (first["drafted"] if cum else 0)
-        emi = last["emitted"] - (first["emitted"] if cum else 0)
+        first, last, cum = spec[0], spec[-1], len(spec) > 1
+        acc, dra, emi = (last[key] - (first[key] if cum else 0) for key in ("accepted", "drafted", "emitted"))
         rounds = dra // k if k and dra else None
         tau = emi / rounds if rounds else None
         notes.append("vLLM V0 cumulative counters" + (" (difference of first and last line)" if cum else ""))
@@ -415,6 +412,7 @@ def _bench_record(obj: dict, where: str, series: str, hardware: str, settings: d
         pos = obj.get("spec_decode_per_position_acceptance_rates")
         if pos and max(pos) > 1:
             pos = [p / 100 for p in pos]
+            warn.append(f"{where}: per-position acceptance given in percent; converted to fractions")
         drafts, dtoks, acc = (obj.get(f"spec_decode_{k}") for k in ("num_drafts", "draft_tokens", "accepted_tokens"))
         k = len(pos) if pos else (round(dtoks / drafts) if drafts and dtoks else None)
         st = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1} if k else st
@@ -517,11 +515,13 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
     series = series or Path(str(source)).stem
     note = "delta of two scrapes" if before else "lifetime counters since server start (include warm-up)"
     if drafts:
-        dtok, acc = val.get(("vllm:spec_decode_num_draft_tokens", None)), val.get(("vllm:spec_decode_num_accepted_tokens", None), 0)
+        dtok = val.get(("vllm:spec_decode_num_draft_tokens", None))
+        acc = val.get(("vllm:spec_decode_num_accepted_tokens", None), 0.0)
         per = sorted((p, v) for (n, p), v in val.items() if n == "vllm:spec_decode_num_accepted_tokens_per_pos")
         k = len(per) or (round(dtok / drafts) if dtok else None)
-        rec = RunRecord(engine="vllm", tok_s=tok_s, accept_length=1 + acc / drafts, num_steps=k, topk=1 if k else None,
-                        num_draft_tokens=k + 1 if k else None, per_position=[v / drafts for _, v in per] or None,
+        rec = RunRecord(engine="vllm", tok_s=tok_s, accept_length=1 + acc / drafts, num_steps=k,
+                        topk=1 if k else None, num_draft_tokens=k + 1 if k else None,
+                        per_position=[v / drafts for _, v in per] or None,
                         rounds=int(drafts), drafted=int(dtok) if dtok else None, accepted=int(acc), series=series,
                         hardware=hardware, source=str(source), label="vllm /metrics", notes=note)
     elif ("sglang:spec_accept_length", None) in now:
@@ -529,7 +529,8 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
         steps = g.get("sglang:spec_num_steps")
         rec = RunRecord(engine="sglang", tok_s=tok_s or g.get("sglang:gen_throughput"),
                         accept_length=g["sglang:spec_accept_length"] or None,
-                        num_steps=int(steps) if steps else None, batch_size=int(g.get("sglang:num_running_reqs", 0)) or None,
+                        num_steps=int(steps) if steps else None,
+                        batch_size=int(g.get("sglang:num_running_reqs", 0)) or None,
                         series=series, hardware=hardware, source=str(source), label="sglang /metrics",
                         notes="gauges hold the last decode-log window only")
     else:

@@ -26,8 +26,8 @@
 # and a sweep of the embedded demo engine with the correct and the seed's wrong capture.
 
 # %% tags=["parameters"]
-log_paths: list = ["data/samples/sglang_seed_decode.log"]  # server logs (SGLang or vLLM), relative to the repo root or absolute
-json_paths: list = []          # /server_info dumps, bench_serving / bench_one_batch_server / vllm bench JSON, RunRecord .jsonl
+log_paths: list = ["data/samples/sglang_seed_decode.log"]  # SGLang or vLLM server logs (repo-relative or absolute)
+json_paths: list = []          # /server_info dumps, bench_serving / one_batch / vllm bench JSON, RunRecord .jsonl
 server_url: str = ""           # live server to read (SGLang /server_info or vLLM /metrics); empty for none
 run_demo_sweep: bool = True    # measure the demo engine over num_steps, correct vs seed capture
 sweep_num_steps: list = [1, 2, 3, 4, 6]  # draft steps per round in the demo sweep (a baseline run is added)
@@ -45,6 +45,8 @@ device: str = "cpu"            # device for the demo sweep ("cuda" on a GPU box)
 # %%
 # %matplotlib inline
 from pathlib import Path
+
+from IPython.display import display
 
 import eagle3lib.demo
 from eagle3lib import costmodel, findings, logparse, plots, records
@@ -106,9 +108,7 @@ if rec:
     print(f"acceptance basis: {rec.choice.basis}")
     print(f"predicted best num_steps = {rec.choice.best_num_steps} at {rec.choice.best_speedup:.2f}x; "
           f"it needs accept length >= {rec.choice.break_even:.2f} to beat the baseline")
-rec.choice.table if rec else "no prediction"
-
-# %%
+    display(rec.choice.table)
 plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=baseline_tok_s or None,
                            title="Served runs: speedup vs num_steps, measured and predicted")
 
@@ -131,16 +131,23 @@ sweep_recs = {s: costmodel.recommend(sweep, series=s) for s in sweep_series} if 
 records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep else "demo sweep not run"
 
 # %% [markdown]
-# Cost fit over both captures (shared), and the best setting each capture's acceptance would call for:
+# ### 6a. One cost, two acceptances
+# Both captures run the same engine, so one fit of `c` and `v` covers them. Each capture's per-position rates
+# then predict its own best `num_steps`. With the correct capture the runs should sit above the baseline and
+# reach their break-even. The seed's capture should stay below it at every `K`, as the seed's server did.
 
 # %%
 for s, x in sweep_recs.items():
     print(f"{s}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
-next(iter(sweep_recs.values())).fit.table if sweep_recs else "demo sweep not run"
-
-# %%
+if sweep_recs:
+    display(next(iter(sweep_recs.values())).fit.table)
 (plots.tok_s_vs_accept_length(sweep, fit=next(iter(sweep_recs.values())).fit,
                               title="Demo engine: throughput vs accept length") if sweep_recs else "demo sweep not run")
+
+# %% [markdown]
+# ### 6b. Measured vs predicted speedup
+# The dotted curve is the model's prediction from the first capture's per-position rates. How far it sits from
+# the measured points shows how well two cost numbers describe the engine.
 
 # %%
 (plots.speedup_vs_num_steps(sweep, choice=sweep_recs[sweep_series[0]].choice,
@@ -172,3 +179,12 @@ if chosen:
                                    "break_even_accept_length": chosen.choice.break_even,
                                    "from": "served runs" if chosen is rec else "demo sweep"})
 findings.current()
+
+# %% [markdown]
+# ## Reading the result
+# - **Break-even above `K + 1`** (marked "unreachable" on the chart): no draft can pay for that many steps.
+#   Use fewer steps or cut the per-round overhead (CUDA graphs, the overlap scheduler, batch size).
+# - **Break-even reachable but the draft falls short:** the draft's acceptance is the problem. The replay and
+#   hidden-state notebooks say whether the cause is wiring (capture layout, vocab map) or generalization.
+# - **The fit error is large:** the runs differ in something the model leaves out (batch size, engine version,
+#   hardware). Compare runs only within one set of conditions (see the footer of each chart).

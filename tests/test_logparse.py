@@ -246,6 +246,7 @@ def test_bench_outputs_each_become_records(tmp_path):
     assert vllm.accept_length == pytest.approx(2.8) and vllm.per_position == pytest.approx((0.8, 0.6, 0.4))
     assert (spec.num_draft_tokens, spec.tok_s_scope) == (4, "per_request") and "requested" in spec.notes
     assert {r.series for r in res.records} == {"b"}
+    assert any("percent" in w for w in res.warnings)
 
 
 def test_json_bad_lines_and_unknown_objects(tmp_path):
