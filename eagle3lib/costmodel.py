@@ -1,10 +1,9 @@
 """Throughput cost model of chain speculative decoding, fitted to measured runs.
 
-tau(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha)  (Leviathan et al. 2023), or 1 + sum(a_i) from per-position rates.
-One round costs 1 + v + K*c target decode steps, so speedup = tau / (1 + v + K*c) and the break-even accept
-length is tau* = 1 + v + K*c. c = draft-step cost per draft token relative to a target step (it also absorbs
-the marginal verify cost of one more token); v = fixed per-round overhead. Usage:
-``fit = fit_cost(records); choice = best_num_steps(fit.c, fit.overhead, alpha=0.7)``.
+tau(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al. 2023), or 1 + sum(a_i) from per-position rates.
+A round costs 1 + v + K*c target steps: speedup = tau / (1 + v + K*c), break-even tau* = 1 + v + K*c; c = cost of
+a draft step (and one more verified token) relative to a target step, v = per-round overhead.
+Usage: ``fit = fit_cost(records); best_num_steps(fit.c, fit.overhead, alpha=0.7).best_num_steps``.
 """
 from __future__ import annotations
 

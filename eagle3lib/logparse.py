@@ -1,11 +1,9 @@
 """Parsers from SGLang / vLLM logs, /server_info, benchmark JSON and Prometheus text into ``RunRecord``s.
 
-Every parser returns a ``ParseResult``: the records it could read plus a report (lines read, lines used, bad
-lines with numbers and reasons, warnings). Nothing readable at all -> ``LogParseError`` naming the file and
-what was looked for. tau is recomputed from raw counters where they exist (vLLM accepted / drafted / drafts);
-the engines' printed "accept rate" is kept as printed, with the formula it matched in ``accept_rate_definition``.
-Logs are split into runs at launch lines (SGLang ``server_args=ServerArgs(...)``, a ``sglang.launch_server`` /
-``vllm serve`` command, vLLM ``Initializing a V1 LLM engine``) and at marker comments ``# run: <label>``.
+Each returns a ``ParseResult`` (records + lines used + bad lines with reasons + warnings); nothing readable at
+all raises ``LogParseError`` naming the file and what was looked for. tau is recomputed from raw counters where
+they exist; a printed "accept rate" is kept with the formula it matched. Logs split into runs at launch lines
+(``server_args=ServerArgs(...)``, ``sglang.launch_server`` / ``vllm serve``, vLLM engine init) and ``# run: <label>``.
 """
 from __future__ import annotations
 

@@ -1,10 +1,8 @@
 """One measured serving run as data: ``RunRecord``, JSON-lines I/O and a DataFrame view.
 
-Settings are the *effective* ones (what the engine ran, not what was requested). ``num_steps`` is the number of
-draft steps per round (SGLang ``speculative_num_steps``, vLLM ``num_speculative_tokens`` K); 0 means no
-speculation (a baseline run). ``accept_length`` is tau: tokens emitted per request per verify round, bonus
-token included (SGLang ``accept len``, vLLM ``Mean acceptance length`` since 2025-05-09).
-Usage: ``write_jsonl(records, "runs.jsonl"); df = to_dataframe(read_jsonl("runs.jsonl"))``.
+Settings are the *effective* ones. ``num_steps`` = draft steps per round (SGLang ``speculative_num_steps``, vLLM
+``num_speculative_tokens``), 0 = no speculation (baseline). ``accept_length`` = tau, tokens per request per verify
+round with the bonus token (SGLang ``accept len``). Usage: ``write_jsonl(recs, p); to_dataframe(read_jsonl(p))``.
 """
 from __future__ import annotations
 
