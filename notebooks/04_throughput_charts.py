@@ -49,11 +49,11 @@ from pathlib import Path
 from IPython.display import display
 
 import eagle3lib.demo
-from eagle3lib import costmodel, findings, logparse, plots, records
+from eagle3lib import benchparse, costmodel, findings, plots, records
 
 paths = [p if Path(p).is_absolute() or Path(p).exists() else eagle3lib.demo.REPO_ROOT / p
          for p in list(log_paths) + list(json_paths)]
-parsed = [logparse.parse_file(p) for p in paths] + ([logparse.read_server(server_url)] if server_url else [])
+parsed = [benchparse.parse_file(p) for p in paths] + ([benchparse.read_server(server_url)] if server_url else [])
 for res in parsed:
     print(res.summary())
 served = [r for res in parsed for r in res.records]
