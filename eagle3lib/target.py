@@ -104,5 +104,5 @@ def load_tokenizer(path: str | Path):
     if not any((path / n).exists() for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False)
+    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
 
