@@ -1,0 +1,454 @@
+"""One EAGLE-3 deployment seen by both engines: SGLang (steps, topk, ndt) ↔ vLLM K, accept-rate definitions,
+which target boundaries each engine feeds the draft (eagle3-formats.md §2, §4), a lint, and `discover`.
+
+SGLang chain: K = steps = ndt − 1; vLLM: K = num_speculative_tokens. `discover(...)` runs every reader and
+never raises on bad input: what failed is in `Discovery.problems`.
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from . import demo
+from .errors import ConfigError, Eagle3Error
+from .launch import LaunchArgs, parse_launch
+from .layout import from_ids
+from .serverinfo import read_server_info, read_startup_log, requested_vs_effective
+from .sglang_rules import DEFAULT_VERSION, KNOBS, RULES, parse_version, read_config, resolve
+from .target import load_target_info
+
+SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
+AUX_IDS_HEURISTIC_VERSION = "0.5.13"   # PR #25454 (2026-05-18): deepseek_v2.py adds +1 only when ids[0] == 1
+_DSV2_FILE = ("DeepseekV2", "DeepseekV3")  # targets served by SGLang's deepseek_v2.py model file
+
+
+def sglang_to_vllm(steps: int | None, topk: int | None, ndt: int | None) -> dict:
+    """The vLLM setting closest to an SGLang (steps, topk, ndt): K = steps; exact only for a chain."""
+    if steps is None:
+        return {"method": "eagle3", "num_speculative_tokens": None, "exact": False,
+                "note": "steps unset: SGLang auto-chooses them, resolve first"}
+    if topk == 1:
+        return {"method": "eagle3", "num_speculative_tokens": steps, "exact": ndt == steps + 1,
+                "note": f"chain: SGLang ndt {ndt} = vLLM K+1 = {steps + 1} verify tokens"}
+    return {"method": "eagle3", "num_speculative_tokens": steps, "exact": False,
+            "note": f"SGLang tree (topk {topk}, {ndt} verify nodes) has no vLLM equivalent; K={steps} is a chain "
+                    "of the same depth with fewer verify tokens"}
+
+
+def vllm_to_sglang(num_speculative_tokens: int) -> dict:
+    """The SGLang knobs for a vLLM chain of K drafts: (steps K, topk 1, ndt K+1)."""
+    k = int(num_speculative_tokens)
+    return {"speculative_num_steps": k, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k + 1}
+
+
+def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str:
+    """A `vllm serve` line with an explicit method (a path without 'eagle3' would otherwise load as draft_model)."""
+    spec = json.dumps({"method": method, "model": str(draft), "num_speculative_tokens": k})
+    return f"vllm serve {target} --speculative-config '{spec}'"
+
+
+def vllm_effective(launch: LaunchArgs) -> dict:
+    """What vLLM makes of a launch's speculative config: the method it infers, K, and the SGLang equivalent."""
+    spec, notes = dict(launch.speculative_config or {}), []
+    method, model = spec.get("method"), str(spec.get("model") or "")
+    if method is None and model:
+        low = model.lower()
+        method = "eagle3" if "eagle3" in low else "eagle" if "eagle-" in low else "draft_model"
+        notes.append(f"method not given: vLLM infers {method!r} from the path substring"
+                     + (" (an EAGLE-3 head then loads as a plain draft model)" if method == "draft_model" else ""))
+    k = spec.get("num_speculative_tokens")
+    if k is None and method in ("eagle", "eagle3"):
+        notes.append("num_speculative_tokens not provided: vLLM refuses to start for an EAGLE head")
+    return {"method": method, "model": model or None, "num_speculative_tokens": k,
+            "sglang": vllm_to_sglang(k) if isinstance(k, int) else None, "notes": notes}
+
+
+def accept_rate_definitions() -> pd.DataFrame:
+    """What each engine's 'accept length' / 'accept rate' means, by version (serving-and-throughput.md A.2, B.2)."""
+    rows = [
+        ("sglang", "accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
+         "avg_spec_accept_length is a lifetime average incl. warmup"),
+        ("sglang", "accept rate", "τ / steps", "2025-10-13 #11441 (no release)", "can exceed 1"),
+        ("sglang", "accept rate", "τ / (steps + 1)", "v0.5.3.post2 – v0.5.5.post2", ""),
+        ("sglang", "accept rate", "τ / NDT", "v0.5.5.post3 – ~v0.5.10", "τ=3 at NDT 4 logs 0.75"),
+        ("sglang", "accept rate", "(τ − 1) / (NDT − 1)", "≥ 2026-04-28 #23530 (~v0.5.11)",
+         "drafts only; τ=3 at NDT 4 logs 0.67; with topk>1 NDT−1 is the tree size"),
+        ("vllm", "Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
+         "2025-04-24 – 05-09 it left out the bonus token"),
+        ("vllm", "Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
+        ("vllm", "Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
+         "unconditional, non-increasing; τ = 1 + Σ rate_i"),
+    ]
+    return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
+
+
+def sglang_accept_rate_formula(version: str) -> str:
+    """The formula behind the `accept rate:` SGLang `version` logs."""
+    v = parse_version(version)
+    for lo, formula in (("0.5.11", "(τ − 1) / (NDT − 1)"), ("0.5.5.post3", "τ / NDT"), ("0.5.3.post2", "τ / (steps + 1)")):
+        if v >= parse_version(lo):
+            return formula
+    return "not logged (only accept len)"
+
+
+@dataclass(frozen=True)
+class EngineReading:
+    """Which target boundaries one engine feeds to the draft's aux slots, and what goes wrong."""
+
+    engine: str                          # "trained" (what the config says), "sglang" or "vllm"
+    key: str                             # the config key read, or "default (...)"
+    ids: tuple[int, ...]                 # ids as the engine reads them
+    capture: tuple[int, ...]             # capture-before indices it uses (0 = embed, L = final pre-norm)
+    boundaries: tuple[str | None, ...]   # eagle3lib.layout names; None = never captured
+    slot_problems: tuple[str | None, ...] = ()   # per slot: why it crashes or is missing
+    problems: tuple[str, ...] = ()       # about the whole reading (which key is ignored, heuristics)
+
+
+def _ids(value, where: str):
+    if value is None:
+        return None
+    if not isinstance(value, (list, tuple)) or not all(isinstance(i, int) and not isinstance(i, bool) for i in value):
+        raise ConfigError(where, "layer ids are not a list of integers", expected="[int, ...]", found=repr(value)[:80])
+    return tuple(value)
+
+
+def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str]) -> EngineReading:
+    names, slot_problems = [], []
+    for i in capture:
+        bad = None
+        if i < 0 or i > L:
+            names.append(None)
+            bad = f"capture index {i} is outside 0..{L}: never captured"
+        elif i == L and engine == "sglang":
+            names.append(None)
+            bad = f"index {L} (output of the last layer) is never captured by SGLang's layer loop"
+        else:
+            names.append(from_ids([i], "input", L)[0])
+            if i == 0 and engine != "trained":
+                bad = ("embedding at index 0: llama.py adds a None residual there and crashes (SGLang; older vLLM); "
+                       "only some model files guard it")
+        slot_problems.append(bad)
+    return EngineReading(engine, key, tuple(ids), tuple(capture), tuple(names), tuple(slot_problems),
+                         tuple(problems))
+
+
+def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_VERSION,
+                  target_arch: str | None = None) -> tuple[EngineReading, ...]:
+    """(trained, sglang, vllm) readings of a draft config.json dict (or path) for an L-layer target."""
+    raw = read_config(draft_config) if not isinstance(draft_config, dict) else draft_config
+    L = int(num_layers)
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    nested = _ids(ec.get("eagle_aux_hidden_state_layer_ids"), "eagle_config.eagle_aux_hidden_state_layer_ids")
+    top = _ids(raw.get("eagle_aux_hidden_state_layer_ids"), "eagle_aux_hidden_state_layer_ids")
+    out = []
+    if nested is not None:   # SpecForge/SGLang dialect: output-of-layer ids
+        out.append(_boundaries("trained", "eagle_config.eagle_aux_hidden_state_layer_ids (output-of-layer)", nested,
+                               [i + 1 for i in nested], L, []))
+    elif top is not None:
+        out.append(_boundaries("trained", "eagle_aux_hidden_state_layer_ids (input-of-layer)", top, top, L, []))
+    default = (2, L // 2, L - 3)
+    probs = []
+    if nested is None:
+        key, ids, cap = "default [2, L//2, L-3] (no eagle_config ids)", default, default
+        if top is not None:
+            probs.append("top-level eagle_aux_hidden_state_layer_ids is ignored by SGLang (it reads eagle_config)")
+    else:
+        key, ids = "eagle_config.eagle_aux_hidden_state_layer_ids", nested
+        heuristic = (parse_version(sglang_version) >= parse_version(AUX_IDS_HEURISTIC_VERSION)
+                     and bool(target_arch) and target_arch.startswith(_DSV2_FILE))
+        if heuristic and nested[:1] != (1,):
+            cap = nested
+            probs.append("PR #25454: first id != 1, so no +1: ids are used as capture-before indices")
+        else:
+            cap = tuple(i + 1 for i in nested)
+    out.append(_boundaries("sglang", key, ids, cap, L, probs))
+    probs = []
+    if top is None:
+        ids, key = default, "default (2, L//2, L-3) (no top-level ids)"
+        if nested is not None:
+            probs.append("eagle_config.eagle_aux_hidden_state_layer_ids is not read by vLLM (top level only)")
+    else:
+        ids, key = top, "eagle_aux_hidden_state_layer_ids (top level)"
+    out.append(_boundaries("vllm", key, ids, ids, L, probs))
+    return tuple(out)
+
+
+def draft_slots(raw: dict) -> int:
+    """Aux slots the draft's fc was built for: num_aux_hidden_states, else the id count, else 3."""
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    ids = ec.get("eagle_aux_hidden_state_layer_ids") or raw.get("eagle_aux_hidden_state_layer_ids")
+    return int(raw.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3))
+
+
+def layer_frame(readings) -> pd.DataFrame:
+    """One row per (engine, slot): id read, capture index, boundary fed, same as trained?"""
+    trained = next((r.boundaries for r in readings if r.engine == "trained"), None)
+    rows = []
+    for r in readings:
+        for slot, (i, cap, name, bad) in enumerate(zip(r.ids, r.capture, r.boundaries, r.slot_problems)):
+            same = None if trained is None or slot >= len(trained) else trained[slot] == name
+            rows.append({"engine": r.engine, "slot": slot, "id": i, "capture_index": cap, "boundary": name,
+                         "as_trained": same, "problem": bad or "", "key": r.key})
+    return pd.DataFrame(rows, columns=["engine", "slot", "id", "capture_index", "boundary", "as_trained", "problem",
+                                       "key"])
+
+
+@dataclass(frozen=True)
+class LintWarning:
+    """A setting or config that cannot help, or that the engines read differently."""
+
+    code: str
+    severity: str        # "error" (fails or feeds wrong layers), "warning", "info"
+    message: str
+
+
+def lint(launch: LaunchArgs | None = None, resolution=None, draft_config: dict | None = None,
+         readings=(), env: dict | None = None) -> tuple[LintWarning, ...]:
+    """Warnings on knobs, thresholds, env and layer ids (see LintWarning.code for the kind)."""
+    out, W = [], LintWarning
+    req = dict(launch.flags) if launch is not None and launch.engine == "sglang" else {}
+    steps, topk, ndt = (req.get(k) for k in KNOBS)
+    given = [k for k in KNOBS if req.get(k) is not None]
+    if 0 < len(given) < 3 and not req.get("speculative_adaptive"):
+        out.append(W("partial_knobs", "error", f"only {', '.join(given)} set: SGLang asserts or picks defaults; set "
+                                                "all three knobs or none"))
+    if all(isinstance(x, int) for x in (steps, topk, ndt)):
+        if steps * topk + 1 < ndt:
+            out.append(W("ndt_unfillable", "warning", f"num_draft_tokens {ndt} > steps·topk+1 = {steps * topk + 1}: "
+                                                       "the draft tree cannot fill it"))
+        if topk == 1 and ndt != steps + 1:
+            out.append(W("topk1_ndt", "warning", f"topk 1 with num_draft_tokens {ndt}: SGLang ≥ 0.4.6 runs "
+                                                  f"{steps + 1} (= steps + 1); raise --speculative-num-steps instead"))
+    for k in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+        if isinstance(req.get(k), (int, float)) and req[k] < 1:
+            out.append(W("lossy_threshold", "warning", f"{k}={req[k]} < 1: lossy acceptance (non-greedy requests)"))
+    env = {**(launch.env if launch is not None else {}), **(env or {})}
+    if env.get("SGLANG_SIMULATE_ACC_LEN", "-1") not in ("-1", "-1.0", ""):
+        out.append(W("simulated_acceptance", "error", "SGLANG_SIMULATE_ACC_LEN is set: accept length is faked"))
+    if launch is not None and launch.unknown:
+        out.append(W("unknown_flags", "info", f"flags this workbook does not know (kept): {', '.join(launch.unknown)}"))
+    if launch is not None and launch.engine == "vllm":
+        for note in vllm_effective(launch)["notes"]:
+            out.append(W("vllm_method", "warning", note))
+    if resolution is not None:
+        eff = resolution.effective
+        mrr, cg = eff.get("max_running_requests"), eff.get("cuda_graph_max_bs")
+        if req.get("max_running_requests") is None and mrr == 48:
+            out.append(W("max_running_48", "info", "max_running_requests is 48 (speculative default): at most 48 "
+                                                   "concurrent requests per DP rank"))
+        if isinstance(cg, int) and isinstance(mrr, int) and cg > mrr:
+            out.append(W("graph_bs_clipped", "info", f"cuda_graph_max_bs {cg} > max_running_requests {mrr}"))
+    ids = ((draft_config or {}).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or []
+    if isinstance(ids, list) and any(isinstance(i, int) and i < 0 for i in ids):
+        out.append(W("negative_layer_id", "error", f"layer ids {ids} contain -1 (embedding in output-of-layer "
+                                                   "convention): engines mishandle it (crash, or wrong layers)"))
+    by = {r.engine: r for r in readings}
+    if "sglang" in by and "vllm" in by and by["sglang"].boundaries != by["vllm"].boundaries:
+        out.append(W("engines_disagree", "error", f"SGLang feeds {list(by['sglang'].boundaries)}, vLLM feeds "
+                                                  f"{list(by['vllm'].boundaries)}: one config, two drafts"))
+    k = draft_slots(draft_config) if draft_config else None
+    for r in readings:
+        if r.engine != "trained" and "trained" in by and r.boundaries != by["trained"].boundaries:
+            out.append(W(f"{r.engine}_layers", "error", f"{r.engine} feeds {list(r.boundaries)} but the draft was "
+                                                        f"trained on {list(by['trained'].boundaries)}"))
+        for slot, bad in enumerate(r.slot_problems):
+            if bad and r.engine != "trained":
+                out.append(W(f"{r.engine}_capture", "error", f"{r.engine} slot {slot}: {bad}"))
+        out.extend(W(f"{r.engine}_ids_key", "info", p) for p in r.problems)
+        fed = sum(b is not None for b in r.boundaries)
+        if r.engine != "trained" and k is not None and fed != k:
+            out.append(W(f"{r.engine}_fc_width", "error", f"the draft's fc takes {k} aux slots; {r.engine} feeds {fed}"))
+    if k is not None and k != 3:
+        out.append(W("fc_width_3", "warning", f"a {k}-slot fc: older SGLang and vLLM llama_eagle3.py size fc as "
+                                              "3·Ht and refuse the weights"))
+    return tuple(out)
+
+
+def lint_frame(warnings) -> pd.DataFrame:
+    """Lint warnings as a table."""
+    return pd.DataFrame([vars(w) for w in warnings], columns=["code", "severity", "message"])
+
+
+def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path, Path, list[str]]:
+    """Target/draft config.json paths; empty = the demo world's, or the shipped samples when it is not built."""
+    out, notes = [], []
+    for given, demo_dir, sample, what in ((target_path, demo.paths().target, "demo_target_config.json", "target"),
+                                          (draft_path, demo.paths().draft, "demo_draft_config.json", "draft")):
+        p = Path(given) if given else Path(demo_dir)
+        cfg = p if p.suffix == ".json" else p / "config.json"
+        if not given and not cfg.is_file():
+            notes.append(f"demo world {what} not built ({p}): using the shipped sample data/samples/{sample}")
+            cfg = SAMPLES_DIR / sample
+        out.append(cfg)
+    return out[0], out[1], notes
+
+
+@dataclass(frozen=True, eq=False)
+class Discovery:
+    """Everything notebook 01 shows for one launch command; `problems` says what could not be read."""
+
+    launch: LaunchArgs | None
+    version: str
+    target_arch: str | None
+    num_layers: int | None
+    resolution: object | None            # sglang_rules.Resolution
+    server_info: object | None           # serverinfo.ServerInfo
+    log: object | None                   # serverinfo.LogReading
+    diff: pd.DataFrame
+    vllm: dict
+    readings: tuple[EngineReading, ...]
+    lint: tuple[LintWarning, ...]
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    target_config: Path | None = None
+    draft_config: Path | None = None
+
+    def summary(self) -> str:
+        """A few lines: engine, version, target, and every problem or caveat met on the way."""
+        eng = self.launch.engine if self.launch is not None else "none (unreadable command)"
+        lines = [f"engine: {eng} · SGLang version: {self.version} · target: {self.target_arch} "
+                 f"({self.num_layers} layers) from {self.target_config}", f"draft config: {self.draft_config}"]
+        lines += [f"PROBLEM: {p}" for p in self.problems] + [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def requested_frame(self) -> pd.DataFrame:
+        """The launch command's flags (empty when it could not be read)."""
+        return self.launch.frame() if self.launch is not None else pd.DataFrame(columns=["field", "value", "known"])
+
+    def hits_frame(self) -> pd.DataFrame:
+        """Every rule that fired (empty without an SGLang resolution)."""
+        return self.resolution.frame() if self.resolution is not None else pd.DataFrame()
+
+    def path_map(self) -> dict:
+        """Launch paths -> local config folders, for asking an installed SGLang (sglang_introspect)."""
+        out = {}
+        for given, cfg in ((getattr(self.launch, "model_path", None), self.target_config),
+                           (getattr(self.launch, "draft_path", None), self.draft_config)):
+            if given and cfg is not None and cfg.name == "config.json" and cfg.is_file():
+                out[given] = str(cfg.parent)
+        return out
+
+    def log_summary(self) -> str:
+        """How much of the startup log was read, skipped and garbled (or that none was given)."""
+        if self.log is None:
+            return "no startup log given"
+        return (f"{self.log.source}: {self.log.lines} lines, {len(self.log.events)} about settings, "
+                f"{self.log.skipped} skipped ({self.log.garbled} garbled)")
+
+    def log_proof(self) -> pd.DataFrame:
+        """The log lines that show the changed settings (adjustment warnings and the ServerArgs line)."""
+        if self.log is None:
+            return pd.DataFrame(columns=["line", "timestamp", "level", "kind", "rule", "field", "message"])
+        changed = set(self.diff.loc[self.diff["changed"].astype(bool), "field"]) if len(self.diff) else set()
+        frame = self.log.frame()
+        return frame[(frame["kind"] == "server_args") | frame["field"].isin(changed)].reset_index(drop=True)
+
+    def headline(self) -> str:
+        """One line: the first speculative knob SGLang changed, the rule and its first version."""
+        if self.launch is None:
+            return "launch command unreadable: " + next((p for p in self.problems if "launch" in p or "flag" in p),
+                                                        "see problems")
+        if self.launch.engine == "vllm":
+            k, notes = self.vllm.get("num_speculative_tokens"), self.vllm.get("notes") or ["method given explicitly"]
+            return f"vLLM {self.vllm.get('method')} with K={k} (SGLang steps {k}, topk 1, ndt K+1); {notes[0]}"
+        if self.resolution is None:
+            return "no SGLang resolution: " + (self.problems[0] if self.problems else "see problems")
+        if self.resolution.rejected:
+            return f"SGLang {self.version} refuses this command: {self.resolution.rejected[0]}"
+        rules = {r.id: r for r in RULES}
+        for k in ("speculative_num_draft_tokens", "speculative_eagle_topk", "speculative_num_steps"):
+            hit = next((h for h in self.resolution.hits if h.field == k and h.requested is not None
+                        and h.requested != h.effective), None)
+            if hit is not None:
+                lo = rules[hit.rule_id].min_version
+                short = k.replace("speculative_", "").replace("eagle_", "")
+                return (f"{short} {hit.requested} → {hit.effective} ({hit.label}, SGLang "
+                        f"{'≥ ' + lo if lo else 'all versions'})")
+        return f"speculative settings run as requested on SGLang {self.version}"
+
+    def findings(self) -> dict:
+        """Structured, JSON-ready findings for eagle3lib.findings.record."""
+        changed = {} if self.resolution is None else {
+            f: [req, eff] for f, (req, eff) in self.resolution.changed().items()}
+        return {"sglang_version": self.version, "target_arch": self.target_arch, "changed": changed,
+                "rejected": list(self.resolution.rejected) if self.resolution is not None else [],
+                "log_confirms": bool(len(self.diff) and self.diff["agrees"].dropna().all()
+                                     and self.diff["agrees"].notna().any()),
+                "vllm_num_speculative_tokens": self.vllm.get("num_speculative_tokens"),
+                "layers": {r.engine: [b for b in r.boundaries] for r in self.readings},
+                "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
+
+
+def repo_path(path: str) -> str:
+    """`path` as given when it exists, is absolute or a URL; else relative to the repository root."""
+    p = Path(path)
+    if not path or "://" in path or p.is_absolute() or p.exists():
+        return path
+    return str(demo.REPO_ROOT / p)
+
+
+def side_by_side(a: Discovery, b: Discovery, names=("seed", "fixed")) -> pd.DataFrame:
+    """Two commands' speculative knobs, requested and effective, in one table."""
+    rows = []
+    for f in KNOBS + ("max_running_requests", "disable_overlap_schedule"):
+        row = {"field": f}
+        for name, d in zip(names, (a, b)):
+            req = d.launch.flags.get(f) if d.launch is not None else None
+            row[f"{name} requested"] = req
+            row[f"{name} effective"] = d.resolution.effective.get(f, req) if d.resolution is not None else None
+        rows.append(row)
+    return pd.DataFrame(rows, dtype=object)
+
+
+def _try(problems: list[str], fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Eagle3Error as e:
+        problems.append(str(e))
+        return None
+
+
+def discover(launch_command, sglang_version: str = "", target_path: str = "", draft_path: str = "",
+             server_info: str | dict = "", server_log: str = "", timeout: float = 3.0) -> Discovery:
+    """Parse, resolve, read the server's answer, map to vLLM, read layer ids and lint; never raises on bad input."""
+    problems: list[str] = []
+    launch = _try(problems, parse_launch, launch_command, strict=False)
+    tcfg, dcfg, notes = config_paths(repo_path(target_path), repo_path(draft_path))
+    server_info = repo_path(server_info) if isinstance(server_info, str) else server_info
+    server_log = repo_path(server_log)
+    target = _try(problems, load_target_info, tcfg)      # reads text_config of VLM targets too
+    draft = _try(problems, read_config, dcfg)
+    arch = target.architecture if target is not None and target.architecture != "?" else None
+    L = target.num_layers if target is not None else None
+    info = _try(problems, read_server_info, server_info, timeout) if server_info else None
+    log = _try(problems, read_startup_log, server_log) if server_log else None
+    version = sglang_version or (info.version if info is not None and info.version else "") or DEFAULT_VERSION
+    if not sglang_version:
+        notes.append(f"SGLang version {version} taken from " + ("/server_info" if info is not None and info.version
+                                                                else "the library default"))
+    if _try(problems, parse_version, version) is None:
+        version = DEFAULT_VERSION
+    res = None
+    if launch is not None and launch.engine == "sglang":
+        res = _try(problems, resolve, launch, version, arch, strict=False)
+    observed = info if info is not None else log if (log is not None and log.server_args) else None
+    diff = requested_vs_effective(launch, observed, res) if res is not None else pd.DataFrame()
+    if res is not None:
+        vllm = sglang_to_vllm(*(res.effective.get(k) for k in KNOBS))
+        vllm["command"] = vllm_command(launch.model_path or "TARGET", launch.draft_path or "DRAFT",
+                                       vllm["num_speculative_tokens"] or 1)
+    else:
+        vllm = vllm_effective(launch) if launch is not None and launch.engine == "vllm" else {}
+    readings = ()
+    if draft is not None and L:
+        readings = _try(problems, layer_reading, draft, L, version, arch) or ()
+    for source in (info, log):
+        notes.extend(getattr(source, "warnings", ()) or ())
+    if launch is not None:
+        notes.extend(launch.notes)
+    warns = lint(launch, res, draft, readings)
+    return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
+                     tuple(notes), tcfg, dcfg)

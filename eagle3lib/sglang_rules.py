@@ -1,0 +1,468 @@
+"""How SGLang rewrites speculative settings at startup, as a table of rules (data) plus an offline resolver.
+
+Each `Rule` row holds the SGLang version range where it holds (min inclusive, max exclusive), its source (PR /
+commit from serving-and-throughput.md Part A), condition, effect and the line SGLang logs. E.g. topk == 1 ⇒
+num_draft_tokens := num_steps + 1 (≥ v0.4.6, PR #5318).
+    res = resolve(parse_launch(cmd), version="0.5.6", target_arch=target_arch_from_config("target/"))
+"""
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Callable, Mapping
+
+import pandas as pd
+from packaging.version import InvalidVersion, Version
+
+from .errors import ConfigError, MissingFileError, ServingArgsError
+
+DEFAULT_VERSION = "0.5.6"     # the version the shipped samples and the demo engine's log imitate
+LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
+EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN")
+KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
+_DEEPSEEK = ("DeepseekV2", "DeepseekV3")                       # prefixes; DeepseekV32 included
+_MOE_314 = ("Glm4Moe", "GlmMoeDsa", "BailingMoe", "MistralLarge3", "Pixtral", "MiMoV2")
+_MTP = ("DeepseekV3", "DeepseekV4", "Glm4Moe", "GlmMoeDsa", "BailingMoe", "MistralLarge3", "Pixtral", "HYV3")
+_TOPK1_MSG = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+_MRR_MSG = ("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
+            "setting --max-running-requests.")
+
+
+class _Reject(Exception):
+    def __init__(self, field: str, value, allowed: str, problem: str):
+        super().__init__(problem)
+        self.field, self.value, self.allowed, self.problem = field, value, allowed, problem
+
+
+class _Ctx:
+    """Settings being resolved (SGLang ServerArgs field names), plus what rules may look at."""
+
+    def __init__(self, settings: dict, arch: str | None, env: Mapping[str, str]):
+        self.s, self.arch, self.env = settings, arch, env
+
+    steps = property(lambda self: self.s.get("speculative_num_steps"))
+    topk = property(lambda self: self.s.get("speculative_eagle_topk"))
+    ndt = property(lambda self: self.s.get("speculative_num_draft_tokens"))
+    page = property(lambda self: self.s.get("page_size") or 1)
+    algo = property(lambda self: (self.s.get("speculative_algorithm") or "").upper() or None)
+
+    def arch_in(self, prefixes) -> bool:
+        return bool(self.arch) and self.arch.startswith(tuple(prefixes))
+
+    def backends(self) -> set:
+        return {self.s.get(k) for k in ("attention_backend", "decode_attention_backend",
+                                        "prefill_attention_backend")} - {None}
+
+
+@dataclass(frozen=True)
+class Rule:
+    """One documented SGLang startup rewrite / default / rejection, with where and when it holds."""
+
+    id: str
+    label: str                 # short name for headlines, e.g. "topk=1 rule"
+    min_version: str | None    # inclusive; None = from the first version with EAGLE
+    max_version: str | None    # exclusive; None = still at the reference HEAD
+    source: str                # PR / commit / file in the reference
+    kind: str                  # "rewrite" (changes a requested value), "default", "reject" or "note"
+    logged: str                # how SGLang reports it: "warning", "info", "silent", "error" or "not traced"
+    message: str | None        # the exact line SGLang prints (None when the reference does not quote it)
+    condition: str
+    effect: str
+    fields: tuple[str, ...]
+    when: Callable[[_Ctx], bool] = field(repr=False, compare=False)
+    apply: Callable[[_Ctx], dict] = field(repr=False, compare=False)
+    algos: tuple[str, ...] = EAGLE_FAMILY   # () = any server, speculative or not
+    traced: bool = True        # False: known at the reference HEAD only; the first version is not traced
+
+    def holds_in(self, version: str | Version) -> bool:
+        """Whether this rule applies to that SGLang version."""
+        v = parse_version(version)
+        return ((self.min_version is None or v >= parse_version(self.min_version))
+                and (self.max_version is None or v < parse_version(self.max_version)))
+
+
+def _rej(field_, value, allowed, problem):
+    raise _Reject(field_, value, allowed, problem)
+
+
+def _auto(rule_id, label, lo, hi, src, cond_text, triple, match, traced=True):
+    steps, topk, ndt = triple
+    return Rule(rule_id, label, lo, hi, src, "default", "silent", None,
+                f"all three knobs unset, not adaptive, {cond_text}", f"(steps, topk, ndt) := {triple}", KNOBS,
+                lambda c: c.steps is None and not c.s.get("speculative_adaptive") and match(c),
+                lambda c: dict(zip(KNOBS, triple)), traced=traced)
+
+
+def _hard(rule_id, lo, hi, src, triple):
+    return Rule(rule_id, f"argparse defaults {triple}", lo, hi, src, "default", "silent", None,
+                "a knob is unset", f"unset knobs take (steps, topk, ndt) = {triple}", KNOBS,
+                lambda c: None in (c.steps, c.topk, c.ndt),
+                lambda c: {k: d for k, d in zip(KNOBS, triple) if c.s.get(k) is None})
+
+
+RULES: tuple[Rule, ...] = (
+    Rule("eagle_not_available", "no EAGLE before v0.4.1", None, "0.4.1", "#2684 b0524c378 (2024-12-31)", "reject",
+         "error", None, "a speculative algorithm is set", "argparse refuses the speculative flags",
+         ("speculative_algorithm",), lambda c: True,
+         lambda c: _rej("speculative_algorithm", c.algo, "SGLang >= 0.4.1", "EAGLE arguments do not exist yet")),
+    Rule("standalone_not_available", "STANDALONE from v0.5.2", "0.4.1", "0.5.2", "#10090 8cda5a622 (2025-09-07)",
+         "reject", "error", None, "algorithm STANDALONE", "refused", ("speculative_algorithm",),
+         lambda c: c.algo == "STANDALONE",
+         lambda c: _rej("speculative_algorithm", "STANDALONE", "EAGLE, EAGLE3 or NEXTN before v0.5.2",
+                        "STANDALONE was added in v0.5.2")),
+    Rule("adaptive_not_available", "--speculative-adaptive from v0.5.13", "0.4.1", "0.5.13",
+         "#27493 3600a9ac5 (2026-06-11)", "reject", "error", None, "--speculative-adaptive given",
+         "argparse: unrecognized arguments", ("speculative_adaptive",), lambda c: bool(c.s.get("speculative_adaptive")),
+         lambda c: _rej("speculative_adaptive", True, "SGLang >= 0.5.13", "the flag does not exist before v0.5.13")),
+    Rule("rejection_sampling_not_available", "--speculative-use-rejection-sampling from v0.5.13", "0.4.1", "0.5.13",
+         "#26312 (2026-05-25)", "reject", "error", None, "--speculative-use-rejection-sampling given",
+         "argparse: unrecognized arguments", ("speculative_use_rejection_sampling",),
+         lambda c: bool(c.s.get("speculative_use_rejection_sampling")),
+         lambda c: _rej("speculative_use_rejection_sampling", True, "SGLang >= 0.5.13 (added 2026-05-25)",
+                        "the flag does not exist in this version")),
+    Rule("topk_choices", "topk in {1,2,4,8}", "0.4.1", "0.4.5", "#2684; choices removed 2025-03-13 #4329",
+         "reject", "error", None, "topk not in (1, 2, 4, 8)", "argparse: invalid choice", ("speculative_eagle_topk",),
+         lambda c: c.topk is not None and c.topk not in (1, 2, 4, 8),
+         lambda c: _rej("speculative_eagle_topk", c.topk, "one of 1, 2, 4, 8", "invalid choice"), traced=False),
+    Rule("nextn_alias", "NEXTN is EAGLE", "0.4.4", None, "#3986 d3d4d7675 (2025-03-05)", "rewrite", "silent", None,
+         "algorithm NEXTN", "speculative_algorithm := EAGLE", ("speculative_algorithm",),
+         lambda c: c.algo == "NEXTN", lambda c: {"speculative_algorithm": "EAGLE"}),
+    Rule("v043_eagle_disables", "v0.4.3 EAGLE restrictions", "0.4.3", "0.4.4", "v0.4.3 server_args.py", "rewrite",
+         "warning", "The radix cache, chunked prefill, and overlap scheduler are disabled because of using eagle "
+         "speculative decoding.", "algorithm EAGLE",
+         "prefill_only_one_req, disable_cuda_graph_padding, disable_radix_cache, disable_overlap_schedule := True; "
+         "chunked_prefill_size := -1",
+         ("disable_radix_cache", "disable_overlap_schedule", "chunked_prefill_size"), lambda c: c.algo == "EAGLE",
+         lambda c: {"prefill_only_one_req": True, "disable_cuda_graph_padding": True, "disable_radix_cache": True,
+                    "disable_overlap_schedule": True, "chunked_prefill_size": -1}),
+    _hard("hard_defaults_5_8_64", "0.4.1", "0.4.4", "#2684 b0524c378", (5, 8, 64)),
+    _hard("hard_defaults_5_4_8", "0.4.4", "0.4.5", "#3986 d3d4d7675", (5, 4, 8)),
+    Rule("partial_knobs_assert", "set all three knobs or none", "0.4.5", None, "#4908 b26bc86b3 (auto-choose assert)",
+         "reject", "error", None, "num_steps unset but topk or num_draft_tokens set, not adaptive",
+         "AssertionError at startup", KNOBS,
+         lambda c: c.steps is None and not c.s.get("speculative_adaptive") and (c.topk, c.ndt) != (None, None),
+         lambda c: _rej("speculative_num_steps", None, "set with topk and num_draft_tokens, or all three unset",
+                        "speculative_eagle_topk / speculative_num_draft_tokens given without speculative_num_steps")),
+    Rule("steps_without_topk", "topk unset with steps set", "0.4.5", None, "speculative_hook.py / v0.4.6 page check "
+         "(analysis)", "reject", "error", None, "num_steps set, topk unset, not adaptive",
+         "TypeError comparing None > 1", KNOBS,
+         lambda c: c.steps is not None and c.topk is None and not c.s.get("speculative_adaptive"),
+         lambda c: _rej("speculative_eagle_topk", None, "an integer >= 1 (set all three knobs, or none)",
+                        "speculative_num_steps is set but speculative_eagle_topk is not")),
+    Rule("mtp_draft_path_default", "MTP draft path := target", "0.4.9", None, "#7643 78700893e (DeepSeek-V3); other "
+         "architectures from the HEAD list", "default", "silent", None, "MTP architecture, no draft path",
+         "speculative_draft_model_path := model_path", ("speculative_draft_model_path",),
+         lambda c: c.arch_in(_MTP) and not c.s.get("speculative_draft_model_path"),
+         lambda c: {"speculative_draft_model_path": c.s.get("model_path")}),
+    Rule("mtp_draft_path_warning", "MTP ignores draft path", "0.4.9", None, "#7643 78700893e", "note", "warning",
+         "DeepSeek MTP does not require setting speculative_draft_model_path.", "MTP architecture with a draft path",
+         "warning only", ("speculative_draft_model_path",),
+         lambda c: c.arch_in(_MTP) and bool(c.s.get("speculative_draft_model_path")), lambda c: {}),
+    _auto("auto_params_all_548", "auto (5,4,8)", "0.4.5", "0.4.7", "#4908 b26bc86b3 (2025-03-30)",
+          "any architecture", (5, 4, 8), lambda c: True),
+    _auto("auto_params_standalone_314", "auto STANDALONE (3,1,4)", "0.5.2", None, "#10090 8cda5a622",
+          "algorithm STANDALONE", (3, 1, 4), lambda c: c.algo == "STANDALONE"),
+    _auto("auto_params_deepseek_314", "auto DeepSeek (3,1,4)", "0.4.7", None, "#6787 2d72fc47c (2025-05-31)",
+          "DeepseekV2/V3/V32 target", (3, 1, 4), lambda c: c.arch_in(_DEEPSEEK)),
+    _auto("auto_params_gptoss_314", "auto GptOss (3,1,4)", "0.5.1", None, "#9470 0f9318f7d (2025-08-21)",
+          "GptOss target", (3, 1, 4), lambda c: c.arch_in(("GptOss",))),
+    _auto("auto_params_moe_314", "auto MoE group (3,1,4)", "0.5.7", None, "_auto_choose_speculative_params (HEAD "
+          "list; when each joined is not traced)", "Glm4Moe/GlmMoeDsa/Bailing/MistralLarge3/Pixtral/MiMoV2 target",
+          (3, 1, 4), lambda c: c.arch_in(_MOE_314), traced=False),
+    _auto("auto_params_llama_548", "auto Llama (5,4,8)", "0.4.7", None, "#4908; kept by #16247",
+          "LlamaForCausalLM target", (5, 4, 8), lambda c: c.arch == "LlamaForCausalLM"),
+    _auto("auto_params_grok_548", "auto Grok (5,4,8)", "0.4.7", None, "_auto_choose_speculative_params (HEAD)",
+          "Grok1(V) target", (5, 4, 8), lambda c: c.arch_in(("Grok1",))),
+    _auto("auto_params_other_548", "auto fallback (5,4,8)", "0.4.7", "0.5.7", "#4908 b26bc86b3",
+          "any other architecture", (5, 4, 8), lambda c: True),
+    _auto("auto_params_other_314", "auto fallback (3,1,4)", "0.5.7", None, "#16247 e4c1e441a (2025-12-31)",
+          "any other architecture (e.g. Qwen2/Qwen3)", (3, 1, 4), lambda c: True),
+    Rule("max_running_requests_32", "max_running_requests 32", "0.4.4", "0.4.5", "#3986 d3d4d7675", "default",
+         "silent", None, "max_running_requests unset", "max_running_requests := 32", ("max_running_requests",),
+         lambda c: c.s.get("max_running_requests") is None, lambda c: {"max_running_requests": 32}),
+    Rule("max_running_requests_deepseek_v4", "DeepSeek-V4 hook 256", LATEST_TRACED, None, "issue #33199",
+         "default", "silent", None, "DeepseekV4 target, max_running_requests unset",
+         "model hook sets 256 first, so the reset to 48 never fires", ("max_running_requests",),
+         lambda c: c.arch_in(("DeepseekV4",)) and c.s.get("max_running_requests") is None,
+         lambda c: {"max_running_requests": 256}, traced=False),
+    Rule("max_running_requests_48_silent", "max_running_requests 48 (silent)", "0.4.5", "0.5.4", "#4908 b26bc86b3",
+         "default", "silent", None, "max_running_requests unset", "max_running_requests := 48",
+         ("max_running_requests",), lambda c: c.s.get("max_running_requests") is None,
+         lambda c: {"max_running_requests": 48}),
+    Rule("max_running_requests_48", "max_running_requests 48", "0.5.4", None, "#11835 cbb5fc2ed (first warning)",
+         "default", "warning", _MRR_MSG, "max_running_requests unset", "max_running_requests := 48",
+         ("max_running_requests",), lambda c: c.s.get("max_running_requests") is None,
+         lambda c: {"max_running_requests": 48}),
+    Rule("mixed_chunk_off", "mixed chunked prefill off", "0.4.7", None, "#6874 e1ce44cdb (2025-06-07)", "rewrite",
+         "warning", "Mixed chunked prefill is disabled because of using eagle speculative decoding.",
+         "--enable-mixed-chunk", "enable_mixed_chunk := False", ("enable_mixed_chunk",),
+         lambda c: bool(c.s.get("enable_mixed_chunk")), lambda c: {"enable_mixed_chunk": False}),
+    Rule("page_size_topk_to_1_info", "page>1 forces topk 1", "0.4.5", "0.4.6", "#4908 b26bc86b3", "rewrite", "info",
+         "speculative_eagle_topk is changed to 1 when page_size > 1", "topk > 1 and page_size > 1",
+         "speculative_eagle_topk := 1", ("speculative_eagle_topk",), lambda c: (c.topk or 0) > 1 and c.page > 1,
+         lambda c: {"speculative_eagle_topk": 1}),
+    Rule("page_size_topk_to_1", "page>1 forces topk 1", "0.4.6", "0.4.9", "#5318 188f0955f; removed by #7643",
+         "rewrite", "warning", "speculative_eagle_topk is adjusted to 1 when page_size > 1",
+         "topk > 1 and page_size > 1", "speculative_eagle_topk := 1", ("speculative_eagle_topk",),
+         lambda c: (c.topk or 0) > 1 and c.page > 1, lambda c: {"speculative_eagle_topk": 1}),
+    Rule("trtllm_mha_topk1", "trtllm_mha needs topk 1", "0.5.1", None, "#9331 9ec314c6a (2025-08-21)", "reject",
+         "error", "trtllm_mha backend only supports topk = 1 for speculative decoding.",
+         "trtllm_mha backend and topk > 1", "ValueError", ("speculative_eagle_topk",),
+         lambda c: "trtllm_mha" in c.backends() and (c.topk or 0) > 1,
+         lambda c: _rej("speculative_eagle_topk", c.topk, "1 with the trtllm_mha backend",
+                        "trtllm_mha backend only supports topk = 1 for speculative decoding")),
+    Rule("rejection_sampling_constraints", "rejection sampling constraints", "0.5.13", None, "#26312 (2026-05-25)",
+         "reject", "error", None, "--speculative-use-rejection-sampling with topk != 1, thresholds != 1.0, "
+         "deterministic inference or a non-EAGLE algorithm", "ValueError", ("speculative_use_rejection_sampling",),
+         lambda c: bool(c.s.get("speculative_use_rejection_sampling")) and (
+             c.algo not in ("EAGLE", "EAGLE3") or c.topk != 1 or bool(c.s.get("enable_deterministic_inference"))
+             or c.s.get("speculative_accept_threshold_single", 1.0) != 1.0
+             or c.s.get("speculative_accept_threshold_acc", 1.0) != 1.0),
+         lambda c: _rej("speculative_use_rejection_sampling", True, "EAGLE/EAGLE3, topk 1, both thresholds 1.0, no "
+                        "deterministic inference", "rejection sampling needs a lossless topk-1 chain")),
+    Rule("adaptive_chain", "--speculative-adaptive chain", "0.5.13", None, "#27493 3600a9ac5 (2026-06-11)",
+         "rewrite", "silent", None, "--speculative-adaptive",
+         "topk := 1, ndt := steps + 1; steps defaults to the middle candidate of the adaptive config", KNOBS,
+         lambda c: bool(c.s.get("speculative_adaptive")),
+         lambda c: {"speculative_eagle_topk": 1,
+                    "speculative_num_draft_tokens": None if c.steps is None else c.steps + 1}),
+    Rule("topk1_ndt", "topk=1 rule", "0.4.6", None, "#5318 188f0955f (2025-04-20, info); warning since #5769",
+         "rewrite", "warning", _TOPK1_MSG, "topk == 1 and num_draft_tokens != num_steps + 1",
+         "speculative_num_draft_tokens := speculative_num_steps + 1", ("speculative_num_draft_tokens",),
+         lambda c: c.topk == 1 and c.steps is not None and c.ndt != c.steps + 1,
+         lambda c: {"speculative_num_draft_tokens": c.steps + 1}),
+    Rule("page_tree_flashinfer_only", "topk>1 & page>1 needs flashinfer", "0.5.2", "0.5.13",
+         "#9784 a23c30205 (2025-08-29); widened to fa3 at a version not traced", "reject", "error", None,
+         "topk > 1, page_size > 1, attention_backend set and not flashinfer", "ValueError", ("speculative_eagle_topk",),
+         lambda c: (c.topk or 0) > 1 and c.page > 1 and bool(c.s.get("attention_backend"))
+         and c.s.get("attention_backend") not in ("flashinfer",),
+         lambda c: _rej("speculative_eagle_topk", c.topk, "1 when page_size > 1, or attention_backend flashinfer",
+                        f"speculative_eagle_topk > 1 with page_size {c.page} on {c.s.get('attention_backend')}")),
+    Rule("page_tree_backends", "topk>1 & page>1 backends", "0.5.13", None, "#26972 84ca0ffb8 (2026-06-06)", "reject",
+         "error", None, "topk > 1, page_size > 1, attention_backend set and not flashinfer/fa3/triton", "ValueError",
+         ("speculative_eagle_topk",),
+         lambda c: (c.topk or 0) > 1 and c.page > 1 and bool(c.s.get("attention_backend"))
+         and c.s.get("attention_backend") not in ("flashinfer", "fa3", "triton"),
+         lambda c: _rej("speculative_eagle_topk", c.topk, "1 when page_size > 1, or a flashinfer/fa3/triton backend",
+                        f"speculative_eagle_topk > 1 with page_size {c.page} on {c.s.get('attention_backend')}")),
+    Rule("overlap_off_v1", "overlap scheduler off", "0.4.4", "0.5.4", "#3986 era server_args.py (spec v1)",
+         "rewrite", "not traced", None, "EAGLE family", "disable_overlap_schedule := True",
+         ("disable_overlap_schedule",), lambda c: not c.s.get("disable_overlap_schedule"),
+         lambda c: {"disable_overlap_schedule": True}),
+    Rule("overlap_off_without_spec_v2", "overlap off without SGLANG_ENABLE_SPEC_V2", "0.5.4", "0.5.11",
+         "#12113 8491c794a (2025-10-26)", "rewrite", "warning",
+         "Overlap scheduler is disabled because of using eagle3 or standalone speculative decoding.",
+         "SGLANG_ENABLE_SPEC_V2 not set", "disable_overlap_schedule := True", ("disable_overlap_schedule",),
+         lambda c: not c.s.get("disable_overlap_schedule")
+         and str(c.env.get("SGLANG_ENABLE_SPEC_V2", "")).lower() not in ("1", "true", "yes", "on"),
+         lambda c: {"disable_overlap_schedule": True}),
+    Rule("spec_v1_for_tree", "topk>1 runs spec v1 (no overlap)", "0.5.11", "0.5.13", "#21062 79dbfe450 (2026-04-30)",
+         "rewrite", "warning", None, "topk > 1", "disable_overlap_schedule := True (spec v2 supports topk = 1 only)",
+         ("disable_overlap_schedule",), lambda c: (c.topk or 0) > 1 and not c.s.get("disable_overlap_schedule"),
+         lambda c: {"disable_overlap_schedule": True}),
+    Rule("spec_v2_env_removed", "SGLANG_ENABLE_SPEC_V2 removed", "0.5.13", None, "#27964 c0480a88b (2026-06-11)",
+         "note", "warning", None, "SGLANG_ENABLE_SPEC_V2 set", "warning 'has been removed'; no effect",
+         ("disable_overlap_schedule",), lambda c: "SGLANG_ENABLE_SPEC_V2" in c.env, lambda c: {}),
+    Rule("sync_spec_v2", "non-overlap spec v2", "0.5.13", None, "speculative_hook.py::_handle_eagle_family", "note",
+         "warning", "Non-overlap (synchronous) spec v2 is used for eagle/eagle3/standalone speculative decoding.",
+         "disable_overlap_schedule", "synchronous v2 worker", ("disable_overlap_schedule",),
+         lambda c: bool(c.s.get("disable_overlap_schedule")), lambda c: {}),
+    Rule("cpu_overlap_off", "CPU disables overlap", LATEST_TRACED, None, "speculative_hook.py::"
+         "_disable_overlap_schedule_for_cpu", "rewrite", "not traced", None, "device cpu",
+         "disable_overlap_schedule := True", ("disable_overlap_schedule",),
+         lambda c: c.s.get("device") == "cpu" and not c.s.get("disable_overlap_schedule"),
+         lambda c: {"disable_overlap_schedule": True}, traced=False),
+    Rule("draft_quant_inherits", "draft quantization inherits target", LATEST_TRACED, None, "server_args.py ~l.3376",
+         "default", "silent", None, "--quantization set, draft quantization unset",
+         "speculative_draft_model_quantization := quantization ('unquant' opts out)",
+         ("speculative_draft_model_quantization",),
+         lambda c: bool(c.s.get("quantization")) and c.s.get("speculative_draft_model_quantization") is None,
+         lambda c: {"speculative_draft_model_quantization": c.s.get("quantization")}, traced=False),
+    Rule("tensor_dump_disables_graphs", "tensor dump disables CUDA graphs", "0.4.4", None, "#3988 (2025-03-03)",
+         "rewrite", "warning", "Cuda graph and server warmup are disabled because of using tensor dump mode",
+         "--debug-tensor-dump-output-folder", "disable_cuda_graph, skip_server_warmup := True",
+         ("disable_cuda_graph", "skip_server_warmup"), lambda c: bool(c.s.get("debug_tensor_dump_output_folder")),
+         lambda c: {"disable_cuda_graph": True, "skip_server_warmup": True}, algos=()),
+    Rule("cuda_graph_bs_clipped", "graph batch sizes follow max_running_requests", "0.5.1", None,
+         "cuda_graph_runner.get_batch_sizes_to_capture (v0.5.1)", "note", "silent", None,
+         "cuda_graph_max_bs > max_running_requests", "batches above max_running_requests are never captured",
+         ("cuda_graph_max_bs",),
+         lambda c: (c.s.get("cuda_graph_max_bs") or 0) > (c.s.get("max_running_requests") or 10 ** 9), lambda c: {}),
+    Rule("mem_reserve_draft", "memory heuristic reserves draft room", "0.5.3", "0.5.7", "#10975 a17e70f5c",
+         "note", "silent", None, "mem_fraction_static unset",
+         "the auto mem_fraction_static reserves +2 GB (+6 GB for STANDALONE)", ("mem_fraction_static",),
+         lambda c: c.s.get("mem_fraction_static") is None, lambda c: {}),
+    Rule("attn_backend_by_shape", "default backend depends on topk", "0.5.4", None, "#12136 (2025-10-25), #14291",
+         "note", "silent", None, "attention_backend unset",
+         "Hopper: fa3 only when topk == 1 and page 1, else flashinfer; SM100: trtllm_mha only when topk == 1",
+         ("attention_backend",), lambda c: not c.s.get("attention_backend"), lambda c: {}),
+)
+
+
+@dataclass(frozen=True)
+class RuleHit:
+    """One rule that fired: which setting it touched, from what to what, and how SGLang reports it."""
+
+    rule_id: str
+    field: str
+    requested: Any             # what the launch command asked for (None = unset)
+    effective: Any             # what SGLang runs with after the rule
+    message: str               # what happened, in words
+    logged: str                # "warning", "info", "silent", "error", "not traced"
+    log_line: str | None       # the exact line SGLang prints, when known
+    source: str
+    kind: str
+    label: str = ""
+
+
+@dataclass(frozen=True)
+class Resolution:
+    """Requested vs effective SGLang settings for one version, with every rule that fired."""
+
+    version: str
+    target_arch: str | None
+    requested: dict
+    effective: dict
+    hits: tuple[RuleHit, ...]
+    rejected: tuple[str, ...] = ()   # SGLang would refuse to start (strict=False keeps going to show this)
+    warnings: tuple[str, ...] = ()   # caveats of the offline answer (unknown architecture, untraced versions)
+
+    def changed(self) -> dict:
+        """{field: (requested, effective)} for every setting a rule changed or filled in."""
+        out = {}
+        for h in self.hits:
+            if h.kind in ("rewrite", "default") and h.requested != self.effective.get(h.field):
+                out[h.field] = (h.requested, self.effective.get(h.field))
+        return out
+
+    def frame(self) -> pd.DataFrame:
+        """One row per rule hit: field, requested, effective, changed, rule, source, logged, message."""
+        rows = [{"field": h.field, "requested": h.requested, "effective": h.effective,
+                 "changed": h.requested != h.effective, "rule": h.rule_id, "label": h.label, "source": h.source,
+                 "logged": h.logged, "message": h.message} for h in self.hits]
+        return pd.DataFrame(rows, columns=["field", "requested", "effective", "changed", "rule", "label", "source",
+                                           "logged", "message"], dtype=object)
+
+
+def parse_version(version: str | Version) -> Version:
+    """An SGLang version string (``0.5.3.post3``, ``v0.5.6``, ``head``) as a comparable Version."""
+    if isinstance(version, Version):
+        return version
+    text = str(version).strip().lstrip("vV")
+    if text.lower() in ("head", "latest", "main"):
+        text = LATEST_TRACED
+    try:
+        return Version(text)
+    except InvalidVersion:
+        raise ServingArgsError("SGLang version", "cannot be read as a version", expected="e.g. 0.5.6 or 0.4.6.post1",
+                               found=repr(version)[:60]) from None
+
+
+def rules_frame(version: str | None = None, rules: tuple[Rule, ...] = RULES) -> pd.DataFrame:
+    """The rule table itself, one row per rule (only those holding in `version` when given)."""
+    cols = ["id", "label", "min_version", "max_version", "kind", "logged", "condition", "effect", "source", "traced"]
+    rows = [{c: getattr(r, c) for c in cols} for r in rules if version is None or r.holds_in(version)]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _requested_settings(requested) -> tuple[dict, dict]:
+    engine = getattr(requested, "engine", None)
+    if engine is not None:
+        if engine != "sglang":
+            raise ServingArgsError("sglang_rules.resolve", "the launch command is not an SGLang command",
+                                   expected="engine 'sglang'", found=engine,
+                                   cause="vLLM settings are mapped by eagle3lib.crossengine, not by SGLang's rules")
+        return dict(requested.flags), dict(requested.env)
+    if not isinstance(requested, Mapping):
+        raise ServingArgsError("sglang_rules.resolve", "requested settings of an unknown kind",
+                               expected="LaunchArgs or {ServerArgs field: value}", found=type(requested).__name__)
+    return dict(requested), {}
+
+
+def resolve(requested, version: str = DEFAULT_VERSION, target_arch: str | None = None,
+            env: Mapping[str, str] | None = None, strict: bool = True, rules: tuple[Rule, ...] = RULES) -> Resolution:
+    """Effective settings SGLang `version` runs for `requested`; strict=False records rejections instead of raising."""
+    v = parse_version(version)
+    settings, launch_env = _requested_settings(requested)
+    for k in KNOBS + ("speculative_algorithm",):
+        settings.setdefault(k, None)
+    ctx = _Ctx(dict(settings), target_arch, {**launch_env, **(env or {})})
+    hits, rejected, warnings = [], [], []
+    if v > parse_version(LATEST_TRACED):
+        warnings.append(f"SGLang {v} is newer than the rule table (traced up to {LATEST_TRACED}): HEAD behaviour "
+                        "assumed; ask SGLang itself (sglang_introspect) to be sure")
+    for rule in rules:
+        if not rule.holds_in(v) or (rule.algos and ctx.algo not in rule.algos):
+            continue
+        try:
+            if not rule.when(ctx):
+                continue
+            changes = rule.apply(ctx)
+        except _Reject as r:
+            err = ServingArgsError(f"SGLang {v} setting {r.field}", r.problem, expected=r.allowed, found=r.value,
+                                   cause=f"rule {rule.id} ({rule.source})")
+            if strict:
+                raise err from None
+            rejected.append(str(err))
+            hits.append(RuleHit(rule.id, r.field, settings.get(r.field), r.value, r.problem, "error",
+                                rule.message, rule.source, "reject", rule.label))
+            break
+        if not rule.traced:
+            warnings.append(f"rule {rule.id} is known at the reference HEAD only; whether SGLang {v} has it is "
+                            "not traced")
+        if rule.kind == "note":
+            f0 = rule.fields[0]
+            hits.append(RuleHit(rule.id, f0, settings.get(f0), ctx.s.get(f0), rule.effect, rule.logged,
+                                rule.message, rule.source, "note", rule.label))
+        for f, new in changes.items():
+            if ctx.s.get(f) == new:
+                continue
+            ctx.s[f] = new
+            line = rule.message if rule.logged in ("warning", "info") else None
+            hits.append(RuleHit(rule.id, f, settings.get(f), new, rule.effect, rule.logged, line, rule.source,
+                                rule.kind, rule.label))
+        if rule.id.startswith("auto_params_other") and target_arch is None and changes:
+            warnings.append("target architecture unknown: the auto-chosen (steps, topk, ndt) assume the generic "
+                            "fallback; pass target_arch (target_arch_from_config) to be sure")
+    return Resolution(str(v), target_arch, settings, ctx.s, tuple(hits), tuple(rejected), tuple(warnings))
+
+
+def normalize_speculative(num_steps: int | None, topk: int | None, num_draft_tokens: int | None,
+                          version: str = DEFAULT_VERSION, target_arch: str | None = None) -> tuple[dict, list[RuleHit]]:
+    """SGLang's (steps, topk, ndt) normalization alone -> ({num_steps, topk, num_draft_tokens}, hits on them)."""
+    res = resolve({"speculative_algorithm": "EAGLE3", "speculative_num_steps": num_steps,
+                   "speculative_eagle_topk": topk, "speculative_num_draft_tokens": num_draft_tokens},
+                  version=version, target_arch=target_arch)
+    eff = dict(zip(("num_steps", "topk", "num_draft_tokens"), (res.effective[k] for k in KNOBS)))
+    return eff, [h for h in res.hits if h.field in KNOBS]
+
+
+def adjustment_warning(hit: RuleHit) -> str:
+    """The line SGLang logs for this hit, word for word ('' when SGLang logs nothing for it)."""
+    return hit.log_line or ""
+
+
+def read_config(path_or_dir: str | Path) -> dict:
+    """A model's config.json (the file, or the folder holding it) as a raw dict."""
+    path = Path(path_or_dir)
+    path = path / "config.json" if path.is_dir() else path
+    if not path.is_file():
+        raise MissingFileError(str(path), "config.json not found", expected="a model folder or its config.json",
+                               found="nothing", cause="wrong path, or a hub id (not a local folder)")
+    try:
+        raw = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError(str(path), "not valid JSON", expected="a JSON object", found=str(e)[:120]) from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(path), "not a JSON object", expected="{...}", found=type(raw).__name__)
+    return raw
+
+
+def target_arch_from_config(path_or_dir: str | Path) -> str | None:
+    """``architectures[0]`` of a target's config.json (file or model folder); None when the key is absent."""
+    archs = read_config(path_or_dir).get("architectures")
+    if archs is not None and not (isinstance(archs, list) and all(isinstance(a, str) for a in archs)):
+        raise ConfigError(f"{path_or_dir}: 'architectures'", "not a list of class names",
+                          expected='["LlamaForCausalLM"]', found=repr(archs)[:80])
+    return archs[0] if archs else None

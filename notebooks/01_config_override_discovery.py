@@ -1,0 +1,157 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 01 · Config-override discovery — what the server really runs
+#
+# In the seed, hours went into tuning `--speculative-num-draft-tokens 16` while SGLang silently ran 2: with
+# `--speculative-eagle-topk 1` SGLang rewrites the number of draft tokens to `num_steps + 1`. This notebook
+# makes such rewrites impossible to miss. It
+# 1. reads the launch command as written and lists every setting it requests,
+# 2. resolves the effective settings with a rule table (one row per documented SGLang rewrite, with its version
+#    range and source PR) and sets them beside what the server itself reported (`/server_info` or its startup log),
+# 3. shows the corrected command, the vLLM-equivalent settings, which target layers each engine feeds this draft,
+#    and a lint of settings that cannot help.
+#
+# Defaults reproduce the seed on the demo world: its first command, its corrected command, and a sample SGLang
+# 0.5.6 startup log for the first command (`data/samples/sglang_seed_startup.log`). When the demo world is not
+# built, the shipped sample configs under `data/samples/` stand in for the target and the draft.
+
+# %% tags=["parameters"]
+launch_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # the command as it was launched (SGLang or vLLM)
+fixed_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 15 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # a corrected command to compare with
+sglang_version: str = "0.5.6"  # SGLang version the server ran; "" = the version /server_info reports, else the library default
+server_info_path: str = ""  # a saved GET /server_info JSON of that server; "" for none
+server_url: str = ""  # a live SGLang server to read /server_info from, e.g. "http://127.0.0.1:30000"; "" for none
+server_log_path: str = "data/samples/sglang_seed_startup.log"  # the server's startup log (relative to the repo root or absolute); "" for none
+target_path: str = ""  # target model folder (its config.json is read); "" = the demo world's target
+draft_path: str = ""  # draft folder (its config.json is read); "" = the demo world's draft
+
+# %% [markdown]
+# ## 1. What the command asks for
+# The command is split the way a shell would (quotes, `\` continuations, `VAR=value` prefixes) and every flag is
+# kept under the engine's own field name. Flags this workbook does not know are kept and marked `known=False`,
+# never dropped. The summary says where the SGLang version and the configs came from, and anything that could
+# not be read.
+
+# %%
+import pandas as pd
+from IPython.display import display
+
+from eagle3lib import crossengine, findings, sglang_introspect, sglang_rules
+
+seed = crossengine.discover(launch_command, sglang_version, target_path, draft_path,
+                            server_info=server_info_path or server_url, server_log=server_log_path)
+print(seed.summary())
+seed.requested_frame()
+
+# %% [markdown]
+# ## 2. Requested vs effective
+# One row per speculative setting and per flag given. `effective` is what the server reported when a
+# `/server_info` or a startup log is given (`evidence`), else the rule table's prediction. `rule` names the
+# table row that explains each change and `source` its PR or commit; `unexplained` means the server changed
+# something the table does not know. `agrees` compares the table's prediction with the server's answer
+# (empty where the table says nothing about that setting).
+
+# %%
+seed.diff
+
+# %% [markdown]
+# ## 3. The log lines that prove it
+# The warnings SGLang printed at startup about the settings that changed, and the `server_args=ServerArgs(...)`
+# line it logs after normalization. Note the version dependence: SGLang ≤ 0.5.3 reset `max_running_requests`
+# to 48 *without* a warning, so a log is not proof of absence; the rule table's `logged` column says which
+# rewrites are silent.
+
+# %%
+print(seed.log_summary())
+seed.log_proof()
+
+# %% [markdown]
+# ## 4. Which rules fired, and the whole table for this version
+# Each hit says what SGLang does, whether it logs it, and the exact line it prints. The table below it lists
+# every rule that holds in this SGLang version (`traced=False`: known at the reference's HEAD only).
+
+# %%
+display(seed.hits_frame())
+sglang_rules.rules_frame(seed.version)
+
+# %% [markdown]
+# ## 5. The corrected command
+# With `--speculative-num-steps 15` the chain drafts 15 tokens, so `num_draft_tokens 16` already equals
+# `num_steps + 1` and nothing is rewritten. Whether 15 steps *pays off* is a throughput question
+# (notebook 04): each step costs a draft forward.
+
+# %%
+fixed = crossengine.discover(fixed_command, seed.version, target_path, draft_path)
+print(fixed.headline())
+crossengine.side_by_side(seed, fixed)
+
+# %% [markdown]
+# ## 6. The same deployment on vLLM
+# SGLang's chain of `steps` drafts (`topk 1`, `ndt = steps + 1`) is vLLM's `num_speculative_tokens = K = steps`;
+# "SGLang ndt 4" is "vLLM K 3". A tree (`topk > 1`) has no vLLM equivalent. Give `method` explicitly: vLLM
+# guesses it from the path otherwise. The engines also mean different things by "accept rate": compare
+# τ (accept length, bonus token included), never the printed rates.
+
+# %%
+display(pd.DataFrame([seed.vllm, fixed.vllm], index=["seed", "fixed"]))
+print("SGLang", seed.version, "logs accept rate =", crossengine.sglang_accept_rate_formula(seed.version))
+crossengine.accept_rate_definitions()
+
+# %% [markdown]
+# ## 7. Which target layers each engine feeds this draft
+# SGLang reads only `eagle_config.eagle_aux_hidden_state_layer_ids` and adds +1 (output-of-layer ids; since
+# PR #25454 only when the first id is 1, in the DeepSeek model file). vLLM reads only the top-level
+# `eagle_aux_hidden_state_layer_ids`, as input-of-layer ids, without +1. Each falls back to its default
+# `[2, L/2, L-3]` when its key is absent, so one config can mean two different drafts. `trained` is what the
+# config says the draft was trained on; `as_trained=False` is a draft fed the wrong tensors.
+
+# %%
+crossengine.layer_frame(seed.readings)
+
+# %% [markdown]
+# ## 8. Lint: settings that cannot help, and configs the engines read differently
+# `error`: the server fails or feeds wrong tensors; `warning`: a setting is rewritten or cannot be filled;
+# `info`: worth knowing (for instance the 48-request cap speculative decoding sets).
+
+# %%
+crossengine.lint_frame(seed.lint)
+
+# %% [markdown]
+# ## 9. Ask SGLang itself (when it is installed here)
+# When `sglang` is importable, its own `ServerArgs` is built from the same arguments and its answer is shown
+# beside the rule table's; `agree=False` flags a disagreement (an SGLang version whose behaviour the table does
+# not know yet). CI never has SGLang; then this says so and the rule table's answer stands alone.
+
+# %%
+sglang_introspect.ask(seed.launch, seed.resolution, path_map=seed.path_map())
+
+# %% [markdown]
+# ## 10. Findings
+# The headline names the first speculative knob SGLang changed, the rule, and the first SGLang version that has
+# it. The structured findings keep every changed setting, the vLLM equivalent, the layers per engine and the
+# lint codes.
+
+# %%
+print(seed.headline())
+findings.record("headline", seed.headline())
+findings.record("config_override", seed.findings())
+findings.record("fixed_command", fixed.findings())
+
+# %% [markdown]
+# ## What next
+# If the table above shows a rewrite you did not intend, fix the command and re-read `/server_info` after the
+# restart. If the layers each engine feeds differ from what the draft was trained on, see notebook 00
+# (checkpoint audit) for the layout the weights expect; if the settings are right but speculation still does
+# not pay, notebook 04 (throughput and the cost model) says which accept length would break even.

@@ -1,0 +1,178 @@
+"""Tests for eagle3lib.sglang_introspect against small stand-in `sglang` packages (and the real one if present)."""
+from __future__ import annotations
+
+import importlib
+import json
+import os
+import sys
+import textwrap
+
+import pytest
+
+from eagle3lib import sglang_introspect as si
+from eagle3lib.errors import ServingArgsError
+from eagle3lib.launch import parse_launch
+from eagle3lib.sglang_rules import resolve
+
+SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 16")
+
+# A stand-in for sglang/srt/server_args.py: the real API shape (add_cli_args, from_cli_args, dataclass fields),
+# with {POST_INIT} filled per test. RECORD decides how a decision is kept: a field write (old SGLang) or a
+# declaration in _resolved_overrides (newer SGLang).
+SERVER_ARGS = '''
+import argparse, dataclasses, logging, os
+from typing import Optional
+logger = logging.getLogger(__name__)
+TOPK1 = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+
+@dataclasses.dataclass
+class ServerArgs:
+    model_path: str
+    speculative_algorithm: Optional[str] = None
+    speculative_draft_model_path: Optional[str] = None
+    speculative_num_steps: Optional[int] = None
+    speculative_eagle_topk: Optional[int] = None
+    speculative_num_draft_tokens: Optional[int] = None
+    max_running_requests: Optional[int] = None
+    attention_backend: Optional[str] = None
+    tp_size: int = 1
+    hub_offline_seen: Optional[str] = None
+
+    def record(self, source, **fields):
+        {RECORD}
+
+    def __post_init__(self):
+        self.hub_offline_seen = os.environ.get("HF_HUB_OFFLINE")
+        if self.speculative_algorithm in ("EAGLE", "EAGLE3"):
+            {POST_INIT}
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path", "--model", dest="model_path", required=True)
+        parser.add_argument("--speculative-algorithm", choices=["EAGLE", "EAGLE3", "NEXTN"])
+        parser.add_argument("--speculative-draft-model-path")
+        parser.add_argument("--speculative-num-steps", type=int)
+        parser.add_argument("--speculative-eagle-topk", type=int)
+        parser.add_argument("--speculative-num-draft-tokens", type=int)
+        parser.add_argument("--max-running-requests", type=int)
+        parser.add_argument("--attention-backend")
+        parser.add_argument("--tensor-parallel-size", "--tp-size", dest="tensor_parallel_size", type=int, default=1)
+
+    @classmethod
+    def from_cli_args(cls, args):
+        args.tp_size = args.tensor_parallel_size
+        return cls(**{f.name: getattr(args, f.name) for f in dataclasses.fields(cls) if hasattr(args, f.name)})
+'''
+REWRITES = '''if self.max_running_requests is None:
+                self.record("handle_speculative_decoding", max_running_requests=48)
+            if self.attention_backend == "trtllm_mha" and self.speculative_eagle_topk > 1:
+                raise ValueError("trtllm_mha backend only supports topk = 1 for speculative decoding.")
+            if self.speculative_eagle_topk == 1 and self.speculative_num_draft_tokens != self.speculative_num_steps + 1:
+                logger.warning(TOPK1)
+                self.record("_handle_eagle_family", speculative_num_draft_tokens=self.speculative_num_steps + 1)'''
+WRITE = "for k, v in fields.items(): setattr(self, k, v)"
+DECLARE = ("self.__dict__.setdefault('_resolved_overrides', []).append((source, dict(fields)))")
+
+
+@pytest.fixture
+def stand_in(tmp_path, monkeypatch):
+    """Install a stand-in `sglang` package (version, record style, __post_init__ body) on sys.path."""
+    def install(version="0.4.6", record=WRITE, post_init=REWRITES):
+        pkg = tmp_path / "sglang"
+        (pkg / "srt").mkdir(parents=True)
+        (pkg / "__init__.py").write_text(f"__version__ = {version!r}\n")
+        (pkg / "srt" / "__init__.py").write_text("")
+        (pkg / "srt" / "server_args.py").write_text(
+            textwrap.dedent(SERVER_ARGS).replace("{RECORD}", record).replace("{POST_INIT}", post_init))
+        for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+            monkeypatch.delitem(sys.modules, name)
+        monkeypatch.syspath_prepend(str(tmp_path))
+        importlib.invalidate_caches()
+    yield install
+    for name in [m for m in sys.modules if m == "sglang" or m.startswith("sglang.")]:
+        del sys.modules[name]
+
+
+def test_post_init_style_is_diffed(stand_in):
+    """Old SGLang mutates fields: the diff finds ndt 16 -> 2 and mrr -> 48, and the warning is captured."""
+    stand_in("0.4.6", WRITE)
+    assert si.available() and si.installed_version() == "0.4.6"
+    intro = si.introspect(parse_launch(SEED))
+    assert intro.style == "post_init diff" and intro.error is None
+    assert ("__post_init__", "speculative_num_draft_tokens", 16, 2) in intro.decisions
+    assert intro.effective["max_running_requests"] == 48 and intro.requested["speculative_num_draft_tokens"] == 16
+    assert any("is adjusted to speculative_num_steps + 1" in line for line in intro.log)
+    table = si.compare(intro, resolve(parse_launch(SEED), intro.version)).set_index("field")
+    assert table.loc["speculative_num_draft_tokens", "agree"] is True
+    assert table.loc["max_running_requests", "agree"] is True
+
+
+def test_declaration_style_reads_the_stash(stand_in):
+    """Newer SGLang records decisions and leaves fields alone: effective comes from the declarations."""
+    stand_in("0.5.16", DECLARE)
+    intro = si.introspect(parse_launch(SEED))
+    assert intro.style == "declarations"
+    assert ("_handle_eagle_family", "speculative_num_draft_tokens", 16, 2) in intro.decisions
+    assert intro.effective["speculative_num_draft_tokens"] == 2
+    assert list(intro.frame().columns) == ["source", "field", "before", "after"]
+
+
+def test_disagreement_is_flagged(stand_in):
+    """A SGLang that does not rewrite ndt disagrees with the rule table, and compare says so."""
+    stand_in("0.5.6", WRITE, post_init="pass")
+    intro = si.introspect(parse_launch(SEED))
+    table = si.compare(intro, resolve(parse_launch(SEED), "0.5.6")).set_index("field")
+    assert table.loc["speculative_num_draft_tokens", "sglang"] == 16
+    assert table.loc["speculative_num_draft_tokens", "rule_table"] == 2
+    assert table.loc["speculative_num_draft_tokens", "agree"] is False
+
+
+def test_rejection_is_reported_not_raised(stand_in):
+    """SGLang's own ValueError becomes Introspection.error; compare shows both sides refuse."""
+    stand_in("0.5.6")
+    cmd = SEED.replace("eagle-topk 1", "eagle-topk 4") + " --attention-backend trtllm_mha"
+    intro = si.introspect(parse_launch(cmd))
+    assert intro.error.startswith("ValueError: trtllm_mha")
+    table = si.compare(intro, resolve(parse_launch(cmd), "0.5.6", strict=False))
+    assert table.iloc[-1]["field"] == "(startup)" and table.iloc[-1]["agree"] is True
+
+
+def test_argparse_refusal_and_path_map(stand_in):
+    """An unknown choice is argparse's error; path_map points SGLang at local folders; env is restored."""
+    stand_in("0.5.6")
+    bad = si.introspect(parse_launch(SEED.replace("EAGLE3", "MEDUSA")))
+    assert "argparse" in bad.error and "MEDUSA" in bad.error
+    before = os.environ.get("HF_HUB_OFFLINE")
+    intro = si.introspect(parse_launch(SEED), path_map={"data/demo/target": "/local/target"})
+    assert intro.effective["model_path"] == "/local/target" and intro.effective["hub_offline_seen"] == "1"
+    assert os.environ.get("HF_HUB_OFFLINE") == before
+
+
+def test_refuses_without_sglang_or_for_vllm(monkeypatch):
+    """No sglang -> ServingArgsError naming the optional path; a vLLM command is refused too."""
+    monkeypatch.setattr(si, "available", lambda: False)
+    with pytest.raises(ServingArgsError, match="not importable"):
+        si.introspect(parse_launch(SEED))
+    with pytest.raises(ServingArgsError, match="not an SGLang launch"):
+        si.introspect(parse_launch("vllm serve m"))
+    assert si.installed_version() is None
+
+
+def test_real_sglang_agrees_with_the_rule_table(tmp_path):
+    """Against an installed SGLang (skipped when absent): the seed's ndt resolves to 2, like the rule table."""
+    pytest.importorskip("sglang.srt.server_args")
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({
+        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 352,
+        "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 3000,
+        "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}))
+    intro = si.introspect(parse_launch(SEED + " --device cpu"), path_map={"data/demo/target": str(target),
+                                                                         "data/demo/draft": str(target)})
+    if intro.error:
+        pytest.skip(f"this SGLang install cannot resolve arguments here: {intro.error[:200]}")
+    table = si.compare(intro, resolve(parse_launch(SEED), intro.version or "head", "LlamaForCausalLM"))
+    row = table.set_index("field").loc["speculative_num_draft_tokens"]
+    assert row["sglang"] == 2 and row["agree"] is True
