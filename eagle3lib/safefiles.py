@@ -54,12 +54,20 @@ def read_safetensors_header(path: str | Path) -> dict:
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
             raise CheckpointError(where, "malformed header entry", expected="dtype, shape, data_offsets",
                                   found=repr(info)[:80])
-        if info["dtype"] not in _DTYPE_BYTES:
+        if not isinstance(info["dtype"], str) or info["dtype"] not in _DTYPE_BYTES:
             raise CheckpointError(where, "unknown dtype", expected=sorted(_DTYPE_BYTES), found=info["dtype"])
-        start, end = info["data_offsets"]
+        offsets, shape = info["data_offsets"], info["shape"]
+        if not (isinstance(offsets, list) and len(offsets) == 2 and all(_is_count(o) for o in offsets)
+                and offsets[0] <= offsets[1]):
+            raise CheckpointError(where, "bad data_offsets", expected="[start, end] with 0 <= start <= end",
+                                  found=repr(offsets)[:80], cause="not a safetensors file, or a corrupt header")
+        if not (isinstance(shape, list) and all(_is_count(s) for s in shape)):
+            raise CheckpointError(where, "bad shape", expected="a list of non-negative integers",
+                                  found=repr(shape)[:80], cause="not a safetensors file, or a corrupt header")
+        start, end = offsets
         numel = 1
-        for s in info["shape"]:
-            numel *= int(s)
+        for s in shape:
+            numel *= s
         if end > data_len:
             raise CheckpointError(where, "tensor data runs past the end of the file",
                                   expected=f"end offset <= {data_len}", found=end,
@@ -68,6 +76,10 @@ def read_safetensors_header(path: str | Path) -> dict:
             raise CheckpointError(where, "byte range does not match shape x dtype",
                                   expected=numel * _DTYPE_BYTES[info["dtype"]], found=end - start)
     return header
+
+
+def _is_count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 0
 
 
 def load_safetensors(path: str | Path, keys=None, device: str = "cpu") -> dict[str, torch.Tensor]:
