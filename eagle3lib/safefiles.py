@@ -49,6 +49,10 @@ def read_safetensors_header(path: str | Path) -> dict:
     data_len = size - 8 - n
     for name, info in header.items():
         if name == "__metadata__":
+            if info is not None and not (isinstance(info, dict) and all(isinstance(v, str) for v in info.values())):
+                raise CheckpointError(f"{path}, '__metadata__'", "header metadata is not a string map",
+                                      expected="{name: string}", found=repr(info)[:80],
+                                      cause="not written by a safetensors library, or a corrupt header")
             continue
         where = f"{path}, tensor '{name}'"
         if not isinstance(info, dict) or not {"dtype", "shape", "data_offsets"} <= set(info):
