@@ -1,5 +1,5 @@
-"""One EAGLE-3 deployment seen by both engines: SGLang (steps, topk, ndt) ↔ vLLM K, accept-rate definitions,
-which target boundaries each engine feeds the draft (eagle3-formats.md §2, §4), a lint, and `discover`.
+"""One EAGLE-3 deployment seen by both engines: SGLang (steps, topk, ndt) ↔ vLLM K, which target boundaries
+each engine feeds the draft (eagle3-formats.md §2, §4), a lint, and `discover` (what notebook 01 shows).
 
 SGLang chain: K = steps = ndt − 1; vLLM: K = num_speculative_tokens. `discover(...)` runs every reader and
 never raises on bad input: what failed is in `Discovery.problems`.
@@ -64,34 +64,6 @@ def vllm_effective(launch: LaunchArgs) -> dict:
         notes.append("num_speculative_tokens not provided: vLLM refuses to start for an EAGLE head")
     return {"method": method, "model": model or None, "num_speculative_tokens": k,
             "sglang": vllm_to_sglang(k) if isinstance(k, int) else None, "notes": notes}
-
-
-def accept_rate_definitions() -> pd.DataFrame:
-    """What each engine's 'accept length' / 'accept rate' means, by version (serving-and-throughput.md A.2, B.2)."""
-    rows = [
-        ("sglang", "accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
-         "avg_spec_accept_length is a lifetime average incl. warmup"),
-        ("sglang", "accept rate", "τ / steps", "2025-10-13 #11441 (no release)", "can exceed 1"),
-        ("sglang", "accept rate", "τ / (steps + 1)", "v0.5.3.post2 – v0.5.5.post2", ""),
-        ("sglang", "accept rate", "τ / NDT", "v0.5.5.post3 – ~v0.5.10", "τ=3 at NDT 4 logs 0.75"),
-        ("sglang", "accept rate", "(τ − 1) / (NDT − 1)", "≥ 2026-04-28 #23530 (~v0.5.11)",
-         "drafts only; τ=3 at NDT 4 logs 0.67; with topk>1 NDT−1 is the tree size"),
-        ("vllm", "Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
-         "2025-04-24 – 05-09 it left out the bonus token"),
-        ("vllm", "Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
-        ("vllm", "Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
-         "unconditional, non-increasing; τ = 1 + Σ rate_i"),
-    ]
-    return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
-
-
-def sglang_accept_rate_formula(version: str) -> str:
-    """The formula behind the `accept rate:` SGLang `version` logs."""
-    v = parse_version(version)
-    for lo, formula in (("0.5.11", "(τ − 1) / (NDT − 1)"), ("0.5.5.post3", "τ / NDT"), ("0.5.3.post2", "τ / (steps + 1)")):
-        if v >= parse_version(lo):
-            return formula
-    return "not logged (only accept len)"
 
 
 @dataclass(frozen=True)
@@ -218,7 +190,12 @@ def lint(launch: LaunchArgs | None = None, resolution=None, draft_config: dict |
     if all(isinstance(x, int) for x in (steps, topk, ndt)):
         if steps * topk + 1 < ndt:
             out.append(W("ndt_unfillable", "warning", f"num_draft_tokens {ndt} > steps·topk+1 = {steps * topk + 1}: "
-                                                       "the draft tree cannot fill it"))
+                                                       "more verify slots than the kept beams fill (SGLang's "
+                                                       "bench_speculative skips such configs)"))
+        if topk > 1 and ndt - 1 > topk + (steps - 1) * topk ** 2:
+            out.append(W("ndt_exceeds_tree", "error", f"num_draft_tokens - 1 = {ndt - 1} > topk + (steps-1)·topk² = "
+                                                      f"{topk + (steps - 1) * topk ** 2}: SGLang starts, then fails in "
+                                                      "organize_draft_results (torch.topk)"))
         if topk == 1 and ndt != steps + 1:
             out.append(W("topk1_ndt", "warning", f"topk 1 with num_draft_tokens {ndt}: SGLang ≥ 0.4.6 runs "
                                                   f"{steps + 1} (= steps + 1); raise --speculative-num-steps instead"))
@@ -241,10 +218,19 @@ def lint(launch: LaunchArgs | None = None, resolution=None, draft_config: dict |
                                                    "concurrent requests per DP rank"))
         if isinstance(cg, int) and isinstance(mrr, int) and cg > mrr:
             out.append(W("graph_bs_clipped", "info", f"cuda_graph_max_bs {cg} > max_running_requests {mrr}"))
-    ids = ((draft_config or {}).get("eagle_config") or {}).get("eagle_aux_hidden_state_layer_ids") or []
+    ec = (draft_config or {}).get("eagle_config") or {}
+    ids, top = ec.get("eagle_aux_hidden_state_layer_ids") or [], (draft_config or {}).get(
+        "eagle_aux_hidden_state_layer_ids")
     if isinstance(ids, list) and any(isinstance(i, int) and i < 0 for i in ids):
         out.append(W("negative_layer_id", "error", f"layer ids {ids} contain -1 (embedding in output-of-layer "
                                                    "convention): engines mishandle it (crash, or wrong layers)"))
+    if ids and isinstance(top, list) and [i + 1 for i in ids if isinstance(i, int)] != top:
+        out.append(W("ids_keys_disagree", "error", f"eagle_config ids {ids} (output-of-layer) and top-level ids {top}"
+                                                   " (input-of-layer) name different layers: SGLang reads the first, "
+                                                   "vLLM the second"))
+    if ec.get("use_aux_hidden_state") is False:
+        out.append(W("aux_hidden_state_off", "warning", "use_aux_hidden_state is false: SGLang feeds no aux states; "
+                                                        "vLLM model-runner V2 ignored the flag before PR #40656"))
     by = {r.engine: r for r in readings}
     if "sglang" in by and "vllm" in by and by["sglang"].boundaries != by["vllm"].boundaries:
         out.append(W("engines_disagree", "error", f"SGLang feeds {list(by['sglang'].boundaries)}, vLLM feeds "
@@ -356,6 +342,8 @@ class Discovery:
             return f"vLLM {self.vllm.get('method')} with K={k} (SGLang steps {k}, topk 1, ndt K+1); {notes[0]}"
         if self.resolution is None:
             return "no SGLang resolution: " + (self.problems[0] if self.problems else "see problems")
+        if not self.resolution.effective.get("speculative_algorithm"):
+            return f"no speculative decoding in this command (SGLang {self.version})"
         if self.resolution.rejected:
             return f"SGLang {self.version} refuses this command: {self.resolution.rejected[0]}"
         rules = {r.id: r for r in RULES}
@@ -426,6 +414,9 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
     log = _try(problems, read_startup_log, server_log) if server_log else None
     version = sglang_version or (info.version if info is not None and info.version else "") or DEFAULT_VERSION
+    if sglang_version and info is not None and info.version and info.version != sglang_version:
+        notes.append(f"sglang_version {sglang_version} given, but /server_info says {info.version}: using "
+                     f"{sglang_version}")
     if not sglang_version:
         notes.append(f"SGLang version {version} taken from " + ("/server_info" if info is not None and info.version
                                                                 else "the library default"))

@@ -78,19 +78,19 @@ _V = {
     "attention-backend": ("attention_backend", "str"), "compilation-config O": ("compilation_config", "json"),
     "tokenizer": ("tokenizer", "str"), "chat-template": ("chat_template", "str"),
 }
-_SHORT = {"tp", "dp", "pp", "q", "O"}  # vLLM / SGLang spellings that also work with one dash
 
 
-def _table(spec: dict) -> dict[str, tuple[str, str]]:
+def _table(spec: dict, short=()) -> dict[str, tuple[str, str]]:
     out = {}
     for names, value in spec.items():
         for name in names.split():
-            out[("-" if name in _SHORT else "--") + name] = value
             out["--" + name] = value
+            if name in short:
+                out["-" + name] = value
     return out
 
 
-FLAGS = {"sglang": _table(_S), "vllm": _table(_V)}
+FLAGS = {"sglang": _table(_S), "vllm": _table(_V, short=("tp", "dp", "pp", "q", "O"))}  # vLLM's -tp etc.
 SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                "speculative_eagle_topk", "speculative_num_draft_tokens")
 _ENV = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*=")
@@ -267,6 +267,12 @@ def _read_flags(tokens: list[str], engine: str, strict: bool, notes: list[str]):
                 if isinstance(flags[table[head][0]], dict):
                     flags[table[head][0]][key.replace("-", "_")] = _maybe_number(value)
                 continue
+        if spec is None and name.startswith("--") and len(name) > 3:   # argparse accepts unique prefixes
+            hits = {table[k] for k in table if k.startswith(name)}
+            if len(hits) == 1:
+                spec = hits.pop()
+                notes.append(f"{name} read as an abbreviation of the {spec[0]} flag (argparse prefix matching; "
+                             "the real parser knows more flags and may find it ambiguous)")
         if spec is None:
             unknown.append(name)
             field_name = name.lstrip("-").replace("-", "_")

@@ -1,4 +1,5 @@
-"""What a live or past server says it runs: SGLang ``/server_info``, startup-log lines, vLLM's speculative config.
+"""What a live or past server says it runs: SGLang ``/server_info``, startup-log lines, vLLM's speculative config,
+and what each engine's logged accept length / accept rate means.
 
 ``/server_info`` is ``asdict(server_args)`` after SGLang's normalization, so diffing it (or the log's
 ``server_args=ServerArgs(...)`` line) against the launch command shows every silent rewrite:
@@ -366,3 +367,31 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return abs(float(a) - float(b)) < 1e-9
     return a == b
+
+
+def accept_rate_definitions() -> pd.DataFrame:
+    """What each engine's 'accept length' / 'accept rate' means, by version (serving-and-throughput.md A.2, B.2)."""
+    rows = [
+        ("sglang", "accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
+         "avg_spec_accept_length is a lifetime average incl. warmup"),
+        ("sglang", "accept rate", "τ / steps", "2025-10-13 #11441 (no release)", "can exceed 1"),
+        ("sglang", "accept rate", "τ / (steps + 1)", "v0.5.3.post2 – v0.5.5.post2", ""),
+        ("sglang", "accept rate", "τ / NDT", "v0.5.5.post3 – ~v0.5.10", "τ=3 at NDT 4 logs 0.75"),
+        ("sglang", "accept rate", "(τ − 1) / (NDT − 1)", "≥ 2026-04-28 #23530 (~v0.5.11)",
+         "drafts only; τ=3 at NDT 4 logs 0.67; with topk>1 NDT−1 is the tree size"),
+        ("vllm", "Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
+         "2025-04-24 – 05-09 it left out the bonus token"),
+        ("vllm", "Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
+        ("vllm", "Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
+         "unconditional, non-increasing; τ = 1 + Σ rate_i"),
+    ]
+    return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
+
+
+def sglang_accept_rate_formula(version: str) -> str:
+    """The formula behind the `accept rate:` SGLang `version` logs."""
+    v = parse_version(version)
+    for lo, formula in (("0.5.11", "(τ − 1) / (NDT − 1)"), ("0.5.5.post3", "τ / NDT"), ("0.5.3.post2", "τ / (steps + 1)")):
+        if v >= parse_version(lo):
+            return formula
+    return "not logged (only accept len)"

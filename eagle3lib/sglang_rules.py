@@ -101,6 +101,9 @@ def _hard(rule_id, lo, hi, src, triple):
                 lambda c: {k: d for k, d in zip(KNOBS, triple) if c.s.get(k) is None})
 
 
+# Application order matters (it is SGLang's): aliases and refusals, defaults / auto-choice, then rewrites of topk and
+# ndt, then what depends on the final topk. Releases after v0.5.6 use setuptools-scm, so the 2026 version edges
+# (0.5.7 … 0.5.15) are the reference's approximate release mapping of each commit date.
 RULES: tuple[Rule, ...] = (
     Rule("eagle_not_available", "no EAGLE before v0.4.1", None, "0.4.1", "#2684 b0524c378 (2024-12-31)", "reject",
          "error", None, "a speculative algorithm is set", "argparse refuses the speculative flags",

@@ -48,7 +48,7 @@ draft_path: str = ""  # draft folder (its config.json is read); "" = the demo wo
 import pandas as pd
 from IPython.display import display
 
-from eagle3lib import crossengine, findings, sglang_introspect, sglang_rules
+from eagle3lib import crossengine, findings, serverinfo, sglang_introspect, sglang_rules
 
 seed = crossengine.discover(launch_command, sglang_version, target_path, draft_path,
                             server_info=server_info_path or server_url, server_log=server_log_path)
@@ -106,8 +106,8 @@ crossengine.side_by_side(seed, fixed)
 
 # %%
 display(pd.DataFrame([seed.vllm, fixed.vllm], index=["seed", "fixed"]))
-print("SGLang", seed.version, "logs accept rate =", crossengine.sglang_accept_rate_formula(seed.version))
-crossengine.accept_rate_definitions()
+print("SGLang", seed.version, "logs accept rate =", serverinfo.sglang_accept_rate_formula(seed.version))
+serverinfo.accept_rate_definitions()
 
 # %% [markdown]
 # ## 7. Which target layers each engine feeds this draft

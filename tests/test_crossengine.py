@@ -5,9 +5,8 @@ import json
 
 import pytest
 
-from eagle3lib.crossengine import (SAMPLES_DIR, accept_rate_definitions, config_paths, discover, draft_slots,
-                                   layer_frame, layer_reading, lint, sglang_accept_rate_formula, sglang_to_vllm,
-                                   vllm_command, vllm_effective, vllm_to_sglang)
+from eagle3lib.crossengine import (SAMPLES_DIR, config_paths, discover, draft_slots, layer_frame, layer_reading,
+                                   lint, sglang_to_vllm, vllm_command, vllm_effective, vllm_to_sglang)
 from eagle3lib.errors import ConfigError
 from eagle3lib.launch import parse_launch
 from eagle3lib.sglang_rules import resolve
@@ -46,18 +45,6 @@ def test_vllm_method_inference_from_the_path():
     ok = vllm_effective(parse_launch('vllm serve m --speculative-config '
                                      '\'{"method": "eagle3", "model": "/d", "num_speculative_tokens": 2}\''))
     assert ok["notes"] == [] and ok["sglang"]["speculative_num_draft_tokens"] == 3
-
-
-def test_accept_rate_definitions_by_version():
-    """The SGLang accept-rate formula changes at 0.5.3.post2, 0.5.5.post3 and ~0.5.11."""
-    assert sglang_accept_rate_formula("0.5.3") == "not logged (only accept len)"
-    assert sglang_accept_rate_formula("0.5.3.post2") == "τ / (steps + 1)"
-    assert sglang_accept_rate_formula("0.5.6") == "τ / NDT"
-    assert sglang_accept_rate_formula("0.5.11") == "(τ − 1) / (NDT − 1)"
-    table = accept_rate_definitions()
-    assert (table["engine"] == "sglang").sum() == 5 and (table["engine"] == "vllm").sum() == 3
-    mean_len = table.set_index("metric").loc["Mean acceptance length"]
-    assert mean_len["formula"].startswith("1 +") and "bonus" in mean_len["note"]
 
 
 def test_layer_reading_of_the_sample_draft():
@@ -115,6 +102,22 @@ def test_lint_knobs_thresholds_env_and_vllm():
     assert [w.code for w in guess] == ["vllm_method"]
 
 
+def test_lint_tree_capacity_and_id_keys():
+    """A tree whose ndt exceeds topk + (steps-1)·topk² is an error; nested vs top-level ids must agree."""
+    big = lint(parse_launch("python -m sglang.launch_server --model-path m --speculative-num-steps 2 "
+                            "--speculative-eagle-topk 2 --speculative-num-draft-tokens 8"))
+    assert {"ndt_unfillable", "ndt_exceeds_tree"} <= {w.code for w in big}
+    ok = lint(parse_launch("python -m sglang.launch_server --model-path m --speculative-num-steps 3 "
+                           "--speculative-eagle-topk 4 --speculative-num-draft-tokens 13"))
+    assert not {"ndt_unfillable", "ndt_exceeds_tree"} & {w.code for w in ok}
+    both = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5], "use_aux_hidden_state": False},
+            "eagle_aux_hidden_state_layer_ids": [1, 3, 5]}
+    codes = {w.code for w in lint(draft_config=both)}
+    assert {"ids_keys_disagree", "aux_hidden_state_off"} <= codes
+    both["eagle_aux_hidden_state_layer_ids"] = [2, 4, 6]
+    assert "ids_keys_disagree" not in {w.code for w in lint(draft_config=both)}
+
+
 def test_config_paths_fall_back_to_samples(tmp_path, monkeypatch):
     """An unbuilt demo world falls back to the shipped samples; an explicit path never does."""
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
@@ -158,3 +161,6 @@ def test_discover_never_raises_on_bad_input(tmp_path, monkeypatch):
     assert rej.headline().startswith("SGLang 0.5.6 refuses")
     info = discover(SEED, server_info=str(SAMPLES_DIR / "sglang_server_info_seed.json"))
     assert info.version == "0.5.6" and any("/server_info" in n for n in info.notes)
+    clash = discover(SEED, "0.5.13", server_info="data/samples/sglang_server_info_seed.json")   # repo-relative
+    assert clash.server_info is not None and any("/server_info says 0.5.6" in n for n in clash.notes)
+    assert discover("python -m sglang.launch_server --model-path m").headline().startswith("no speculative")

@@ -120,6 +120,13 @@ def test_repeated_flag_keeps_the_last_and_notes_it():
     assert a.num_steps == 5 and any("given twice" in n for n in a.notes)
 
 
+def test_argparse_abbreviations_are_read_with_a_note():
+    """A unique prefix (argparse allow_abbrev) maps to its flag, with a note; an ambiguous one stays unknown."""
+    a = parse_launch("python -m sglang.launch_server --model-path m --speculative-num-d 8 --speculative-draft x")
+    assert a.num_draft_tokens == 8 and any("abbreviation" in n for n in a.notes)
+    assert "--speculative-draft" in a.unknown       # draft-model-path, -revision, -quantization: ambiguous
+
+
 def test_get_by_flag_or_field():
     """get() accepts a flag spelling or a field name."""
     a = parse_launch(SEED + " --max-running-requests 8")

@@ -8,8 +8,8 @@ import pytest
 from eagle3lib.crossengine import SAMPLES_DIR
 from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.launch import parse_launch
-from eagle3lib.serverinfo import (parse_call_kwargs, read_server_info, read_startup_log, read_vllm_spec_config,
-                                  requested_vs_effective)
+from eagle3lib.serverinfo import (accept_rate_definitions, parse_call_kwargs, read_server_info, read_startup_log,
+                                  read_vllm_spec_config, requested_vs_effective, sglang_accept_rate_formula)
 from eagle3lib.sglang_rules import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -150,3 +150,15 @@ def test_requested_vs_effective_flags_disagreement_and_unexplained():
     assert predicted.loc["speculative_num_draft_tokens", "evidence"] == "rule table"
     with pytest.raises(ServingArgsError):
         requested_vs_effective(launch, 42, res)
+
+
+def test_accept_rate_definitions_by_version():
+    """The SGLang accept-rate formula changes at 0.5.3.post2, 0.5.5.post3 and ~0.5.11."""
+    assert sglang_accept_rate_formula("0.5.3") == "not logged (only accept len)"
+    assert sglang_accept_rate_formula("0.5.3.post2") == "τ / (steps + 1)"
+    assert sglang_accept_rate_formula("0.5.6") == "τ / NDT"
+    assert sglang_accept_rate_formula("0.5.11") == "(τ − 1) / (NDT − 1)"
+    table = accept_rate_definitions()
+    assert (table["engine"] == "sglang").sum() == 5 and (table["engine"] == "vllm").sum() == 3
+    mean_len = table.set_index("metric").loc["Mean acceptance length"]
+    assert mean_len["formula"].startswith("1 +") and "bonus" in mean_len["note"]
