@@ -94,9 +94,10 @@ def load_safetensors(path: str | Path, keys=None, device: str = "cpu") -> dict[s
     try:
         with safe_open(str(path), framework="pt", device=device) as f:
             for k in names:
-                if k not in header:
+                if k not in header or k == "__metadata__":
+                    names = sorted(n for n in header if n != "__metadata__")
                     raise CheckpointError(f"{path}", f"tensor '{k}' not in file", expected=k,
-                                          found=f"{len(header) - 1} other tensors")
+                                          found=f"{len(names)} other tensors {names[:5]}")
                 out[k] = f.get_tensor(k)
     except CheckpointError:
         raise
