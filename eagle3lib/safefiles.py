@@ -167,6 +167,13 @@ def shard_map(index_path: str | Path) -> dict[str, Path]:
     except (json.JSONDecodeError, KeyError, TypeError) as e:
         raise CheckpointError(str(index_path), "unreadable shard index", expected="JSON with 'weight_map'",
                               found=type(e).__name__) from None
+    if not isinstance(wm, dict):
+        raise CheckpointError(f"{index_path}, key 'weight_map'", "not an object", expected="{tensor name: shard file}",
+                              found=type(wm).__name__, cause="a hand-written or corrupt index")
+    bad = next(((k, v) for k, v in wm.items() if not isinstance(v, str) or not v), None)
+    if bad is not None:
+        raise CheckpointError(f"{index_path}, weight_map['{bad[0]}']", "shard is not a file name",
+                              expected="a shard file name (str)", found=repr(bad[1])[:80])
     out = {k: index_path.parent / v for k, v in wm.items()}
     for shard in sorted(set(out.values())):
         if not shard.exists():
