@@ -13,6 +13,7 @@ from pathlib import Path
 import pandas as pd
 
 from . import demo
+from .capturespec import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION
 from .errors import ConfigError, Eagle3Error
 from .launch import LaunchArgs, parse_launch
 from .layout import from_ids
@@ -21,8 +22,6 @@ from .sglang_rules import DEFAULT_VERSION, KNOBS, RULES, parse_version, read_con
 from .target import load_target_info
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
-AUX_IDS_HEURISTIC_VERSION = "0.5.13"   # PR #25454 (2026-05-18): deepseek_v2.py adds +1 only when ids[0] == 1
-_DSV2_FILE = ("DeepseekV2", "DeepseekV3")  # targets served by SGLang's deepseek_v2.py model file
 
 
 def sglang_to_vllm(steps: int | None, topk: int | None, ndt: int | None) -> dict:
@@ -88,6 +87,11 @@ def _ids(value, where: str):
 
 
 def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str]) -> EngineReading:
+    if engine != "trained":   # engines test `i in layers_to_capture` inside the layer loop: ascending, once each
+        pairs = sorted(dict(zip(capture, ids)).items())
+        if [c for c, _ in pairs] != list(capture):
+            problems.append(f"ids {list(ids)} are not ascending and unique: the engine concatenates in layer order")
+        capture, ids = [c for c, _ in pairs], [i for _, i in pairs]
     names, slot_problems = [], []
     for i in capture:
         bad = None
@@ -129,8 +133,8 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
             probs.append("top-level eagle_aux_hidden_state_layer_ids is ignored by SGLang (it reads eagle_config)")
     else:
         key, ids = "eagle_config.eagle_aux_hidden_state_layer_ids", nested
-        heuristic = (parse_version(sglang_version) >= parse_version(AUX_IDS_HEURISTIC_VERSION)
-                     and bool(target_arch) and target_arch.startswith(_DSV2_FILE))
+        heuristic = (parse_version(sglang_version) >= parse_version(FIRST_ID_RULE_VERSION)   # same rule as capturespec
+                     and (target_arch is None or target_arch.startswith(FIRST_ID_RULE_ARCHS)))
         if heuristic and nested[:1] != (1,):
             cap = nested
             probs.append("PR #25454: first id != 1, so no +1: ids are used as capture-before indices")

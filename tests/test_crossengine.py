@@ -60,7 +60,7 @@ def test_layer_reading_of_the_sample_draft():
 
 
 def test_layer_reading_conventions_and_versions():
-    """Top-level ids are vLLM's only; the PR #25454 heuristic applies to DeepSeek targets from 0.5.13 only."""
+    """Top-level ids are vLLM's only; the PR #25454 heuristic applies to DeepSeek targets from ~0.5.12 only."""
     top = {"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}
     trained, sgl, vll = layer_reading(top, 8)
     assert vll.boundaries == trained.boundaries == ("layer_in.2", "layer_in.4", "layer_in.5")
@@ -68,8 +68,10 @@ def test_layer_reading_conventions_and_versions():
     ds = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3, 5]}}
     _, new, _ = layer_reading(ds, 8, "0.5.13", "DeepseekV3ForCausalLM")
     assert new.capture == (-1, 1, 3, 5) and new.boundaries[0] is None and "never captured" in new.slot_problems[0]
-    assert layer_reading(ds, 8, "0.5.12", "DeepseekV3ForCausalLM")[1].capture == (0, 2, 4, 6)
+    assert layer_reading(ds, 8, "0.5.11", "DeepseekV3ForCausalLM")[1].capture == (0, 2, 4, 6)
     assert layer_reading(ds, 8, "0.5.13", "LlamaForCausalLM")[1].capture == (0, 2, 4, 6)
+    unsorted = layer_reading({"eagle_config": {"eagle_aux_hidden_state_layer_ids": [5, 1, 3]}}, 8)[1]
+    assert unsorted.capture == (2, 4, 6) and unsorted.ids == (1, 3, 5) and "ascending" in unsorted.problems[0]
     one = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 7]}}
     assert layer_reading(one, 8, "0.5.13", "DeepseekV3ForCausalLM")[1].capture == (2, 4, 8)
     assert layer_reading(one, 8)[1].boundaries[2] is None     # output of the last layer: never captured by SGLang
