@@ -160,6 +160,17 @@ def test_refuses_without_sglang_or_for_vllm(monkeypatch):
     assert si.installed_version() is None
 
 
+def test_ask_compares_or_explains(stand_in, monkeypatch):
+    """ask() returns SGLang's answer beside the table's, or one row saying why it could not ask."""
+    stand_in("0.5.6")
+    launch, res = parse_launch(SEED), resolve(parse_launch(SEED), "0.5.6")
+    table = si.ask(launch, res).set_index("field")
+    assert table.loc["speculative_num_draft_tokens", "agree"] is True
+    assert si.ask(None, None).iloc[0]["field"] == "(not asked)"
+    monkeypatch.setattr(si, "available", lambda: False)
+    assert "not installed" in si.ask(launch, res).iloc[0]["sglang"]
+
+
 def test_real_sglang_agrees_with_the_rule_table(tmp_path):
     """Against an installed SGLang (skipped when absent): the seed's ndt resolves to 2, like the rule table."""
     pytest.importorskip("sglang.srt.server_args")
