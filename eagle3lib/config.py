@@ -93,6 +93,9 @@ class DraftConfig:
             value = where[key]
             if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
                 raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="an integer", found=repr(value))
+            if typ is int and value <= 0:
+                raise ConfigError(f"{source}, key '{key}'", "must be positive", expected="an integer > 0",
+                                  found=value)
             if typ is float and not isinstance(value, (int, float)):
                 raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="a number", found=repr(value))
             return value
@@ -101,24 +104,35 @@ class DraftConfig:
             value = where.get(key, default)
             return default if value is None else value
 
+        def opt_int(key: str, default, where: Mapping[str, Any] = raw):
+            value = opt(key, default, where)    # None only when the default is None (key optional)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ConfigError(f"{source}, key '{key}'", "wrong type or value", expected="an integer > 0",
+                                  found=repr(value), cause="a hand-edited config")
+            return value
+
         archs = raw.get("architectures") or body.get("architectures") or ["?"]
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ConfigError(f"{source}, key 'architectures'", "wrong type", expected="a list of class names",
+                              found=repr(archs)[:80])
+
         hidden = req("hidden_size")
         nh = req("num_attention_heads")
-        nkv = opt("num_key_value_heads", nh, body)
+        nkv = opt_int("num_key_value_heads", nh, body)
         if nh % nkv:
             raise ConfigError(f"{source}, key 'num_key_value_heads'", "must divide num_attention_heads (GQA)",
                               expected=f"a divisor of {nh}", found=nkv)
-        head_dim = opt("head_dim", None, body) or hidden // nh
+        head_dim = opt_int("head_dim", max(hidden // nh, 1), body)
         vocab = req("vocab_size")
-        draft_vocab = raw.get("draft_vocab_size") or body.get("draft_vocab_size")
+        draft_vocab = opt_int("draft_vocab_size", opt("draft_vocab_size", None, body))
         if draft_vocab is None:
             warnings.append("no draft_vocab_size: assuming a full-vocab draft (Vd = V); SGLang then takes lm_head "
                             "from the target")
             draft_vocab = vocab
-        target_hidden = raw.get("target_hidden_size") or body.get("target_hidden_size") or hidden
+        target_hidden = opt_int("target_hidden_size", opt("target_hidden_size", hidden, body))
 
         ids, convention, ids_key = _read_layer_ids(raw, dialect, warnings)
-        num_aux = raw.get("num_aux_hidden_states")
+        num_aux = opt_int("num_aux_hidden_states", None)
         if num_aux is not None and ids is not None and num_aux != len(ids):
             warnings.append(f"num_aux_hidden_states={num_aux} but {ids_key} has {len(ids)} ids {list(ids)}: "
                             "fc width follows num_aux_hidden_states in SGLang, the id count elsewhere")
@@ -126,7 +140,11 @@ class DraftConfig:
             num_aux = len(ids) if ids else 3
 
         rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings)
-        layers = opt("num_hidden_layers", 1, body)
+        eps = opt("rms_norm_eps", 1e-6, body)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+            raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
+                              found=repr(eps))
+        layers = opt_int("num_hidden_layers", 1, body)
         if layers != 1:
             warnings.append(f"num_hidden_layers={layers}: only the first (EAGLE-3) layer is modelled; later "
                             "layers are plain Llama layers in vLLM")
@@ -150,9 +168,9 @@ class DraftConfig:
             intermediate_size=req("intermediate_size"), num_attention_heads=nh, num_key_value_heads=nkv,
             head_dim=head_dim, vocab_size=vocab, draft_vocab_size=int(draft_vocab),
             target_hidden_size=int(target_hidden), num_aux=int(num_aux), aux_layer_ids=ids,
-            aux_ids_convention=convention, aux_ids_key=ids_key, rms_norm_eps=float(opt("rms_norm_eps", 1e-6, body)),
+            aux_ids_convention=convention, aux_ids_key=ids_key, rms_norm_eps=float(eps),
             rope_theta=rope_theta, rope_scaling=rope_scaling,
-            max_position_embeddings=int(opt("max_position_embeddings", 2048, body)),
+            max_position_embeddings=opt_int("max_position_embeddings", 2048, body),
             norm_before_residual=bool(opt("norm_before_residual", False)),
             fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
             norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
@@ -197,7 +215,7 @@ class DraftConfig:
 def detect_dialect(raw: Mapping[str, Any]) -> str:
     """Which tool wrote this config: eagle, specforge, vllm, speculators or modelopt."""
     archs = raw.get("architectures") or []
-    arch = archs[0] if archs else ""
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
     eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
     if "speculators_config" in raw or "transformer_layer_config" in raw or arch == "Eagle3Speculator":
         return "speculators"
