@@ -131,7 +131,7 @@ class DraftConfig:
             draft_vocab = vocab
         target_hidden = opt_int("target_hidden_size", opt("target_hidden_size", hidden, body))
 
-        ids, convention, ids_key = _read_layer_ids(raw, dialect, warnings)
+        ids, convention, ids_key = _read_layer_ids(raw, dialect, warnings, source)
         num_aux = opt_int("num_aux_hidden_states", None)
         if num_aux is not None and ids is not None and num_aux != len(ids):
             warnings.append(f"num_aux_hidden_states={num_aux} but {ids_key} has {len(ids)} ids {list(ids)}: "
@@ -139,7 +139,7 @@ class DraftConfig:
         if num_aux is None:
             num_aux = len(ids) if ids else 3
 
-        rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings)
+        rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings, source)
         eps = opt("rms_norm_eps", 1e-6, body)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
@@ -229,7 +229,7 @@ def detect_dialect(raw: Mapping[str, Any]) -> str:
     return "eagle"
 
 
-def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str]):
+def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], source: str = "<dict>"):
     """(ids, convention, key) from wherever this dialect writes them; warns when two places disagree."""
     eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
     nested = eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
@@ -238,7 +238,7 @@ def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str]):
                        ("eagle_aux_hidden_state_layer_ids", top)):
         if value is not None and (not isinstance(value, list) or
                                   not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
-            raise ConfigError(f"key '{key}'", "layer ids must be a list of integers", expected="[int, ...]",
+            raise ConfigError(f"{source}, key '{key}'", "layer ids must be a list of integers", expected="[int, ...]",
                               found=repr(value))
     for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
                        ("eagle_aux_hidden_state_layer_ids", top)):
@@ -265,7 +265,7 @@ def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str]):
     return None, None, None
 
 
-def _read_rope(raw, body, dialect: str, warnings: list[str]):
+def _read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dict>"):
     """(rope_theta, normalized rope_scaling) from legacy keys or transformers-5 `rope_parameters`."""
     params = body.get("rope_parameters") or raw.get("rope_parameters")
     theta = body.get("rope_theta", raw.get("rope_theta"))
@@ -281,10 +281,10 @@ def _read_rope(raw, body, dialect: str, warnings: list[str]):
         else:
             warnings.append("no rope_theta: assuming 10000 (the LlamaConfig default)")
     if not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
-        raise ConfigError("key 'rope_theta'", "must be a positive number", expected="> 0", found=repr(theta))
+        raise ConfigError(f"{source}, key 'rope_theta'", "must be a positive number", expected="> 0", found=repr(theta))
     if scaling is not None:
         if not isinstance(scaling, Mapping):
-            raise ConfigError("key 'rope_scaling'", "must be an object", expected="{rope_type, factor, ...}",
+            raise ConfigError(f"{source}, key 'rope_scaling'", "must be an object", expected="{rope_type, factor, ...}",
                               found=repr(scaling))
         scaling = dict(scaling)
         rtype = scaling.get("rope_type", scaling.get("type", "default"))
