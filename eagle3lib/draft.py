@@ -273,7 +273,7 @@ class Eagle3Draft(nn.Module):
         causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()[None, None]  # (1, 1, T, T)
         padded = F.pad(input_ids, (0, num_steps + 1))                        # ids past the end -> 0
         outs: list[Tensor] = []
-        k0 = v0 = None
+        k0 = v0 = top1 = None
         diag: list[tuple[Tensor, Tensor]] = []
         tokens = padded[:, 1:T + 1]                                          # step 0: token t+1
         for step in range(num_steps):

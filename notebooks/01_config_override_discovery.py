@@ -48,9 +48,9 @@ draft_path: str = ""  # draft folder (its config.json is read); "" = the demo wo
 import pandas as pd
 from IPython.display import display
 
-from eagle3lib import crossengine, findings, serverinfo, sglang_introspect, sglang_rules
+from eagle3lib import crossengine, discovery, findings, serverinfo, sglang_introspect, sglang_rules
 
-seed = crossengine.discover(launch_command, sglang_version, target_path, draft_path,
+seed = discovery.discover(launch_command, sglang_version, target_path, draft_path,
                             server_info=server_info_path or server_url, server_log=server_log_path)
 print(seed.summary())
 seed.requested_frame()
@@ -93,9 +93,9 @@ sglang_rules.rules_frame(seed.version)
 # (notebook 04): each step costs a draft forward.
 
 # %%
-fixed = crossengine.discover(fixed_command, seed.version, target_path, draft_path)
+fixed = discovery.discover(fixed_command, seed.version, target_path, draft_path)
 print(fixed.headline())
-crossengine.side_by_side(seed, fixed)
+discovery.side_by_side(seed, fixed)
 
 # %% [markdown]
 # ## 6. The same deployment on vLLM

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle3lib.crossengine import SAMPLES_DIR
+from eagle3lib.discovery import SAMPLES_DIR
 from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.launch import parse_launch
 from eagle3lib.serverinfo import (accept_rate_definitions, parse_call_kwargs, read_server_info, read_startup_log,
