@@ -111,7 +111,6 @@ def test_conditional_from_joint_inverts_the_product():
 
 def test_score_alignment_masks_oov_and_chain():
     """Step k at t is scored against next_ref[t+1+k] under loss_mask[t+k] (or [t+1+k]); chain run is leading."""
-    T, K = 6, 2
     next_ref = torch.tensor([10, 11, 12, 13, 14, -1])             # data: ref of token p+1 = p+10
     mask = torch.tensor([1, 1, 1, 0, 1, 1])
     in_vocab = torch.ones(20, dtype=torch.bool)
