@@ -296,13 +296,13 @@ def _read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dic
     return float(theta), (MappingProxyType(scaling) if scaling else None)
 
 
-def load_config(path: str | Path) -> DraftConfig:
-    """Read `path` (a config.json or a directory holding one) into a DraftConfig."""
+def read_config_json(path: str | Path, what: str = "model") -> tuple[dict, Path]:
+    """(raw dict, file) of a config.json given as the file or the folder holding it; errors name file and line."""
     path = Path(path)
     file = path / "config.json" if path.is_dir() else path
-    if not file.exists():
-        raise MissingFileError(str(file), "no config.json", expected="a draft config.json",
-                               found="no such file", cause="wrong draft path, or a checkpoint saved without config")
+    if not file.is_file():
+        raise MissingFileError(str(file), f"{what} config.json not found", expected=f"a {what} folder or its "
+                               "config.json", found="no such file", cause="wrong path, or a hub id (not a local folder)")
     text = file.read_text(encoding="utf-8", errors="replace")
     try:
         raw = json.loads(text)
@@ -310,6 +310,14 @@ def load_config(path: str | Path) -> DraftConfig:
         raise ConfigError(f"{file}, line {e.lineno} column {e.colno}", "not valid JSON", expected="JSON",
                           found=repr(text[max(0, e.pos - 20): e.pos + 20]),
                           cause="a truncated or hand-edited file") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(file), "not a JSON object", expected="{...}", found=type(raw).__name__)
+    return raw, file
+
+
+def load_config(path: str | Path) -> DraftConfig:
+    """Read `path` (a config.json or a directory holding one) into a DraftConfig."""
+    raw, file = read_config_json(path, "draft")
     return DraftConfig.from_dict(raw, source=str(file))
 
 

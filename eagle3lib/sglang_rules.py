@@ -7,7 +7,6 @@ num_draft_tokens := num_steps + 1 (≥ v0.4.6, PR #5318).
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Callable, Mapping
@@ -15,7 +14,8 @@ from typing import Any, Callable, Mapping
 import pandas as pd
 from packaging.version import InvalidVersion, Version
 
-from .errors import ConfigError, MissingFileError, ServingArgsError
+from .config import read_config_json
+from .errors import ConfigError, ServingArgsError
 
 DEFAULT_VERSION = "0.5.6"     # the version the shipped samples and the demo engine's log imitate
 LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
@@ -448,18 +448,7 @@ def adjustment_warning(hit: RuleHit) -> str:
 
 def read_config(path_or_dir: str | Path) -> dict:
     """A model's config.json (the file, or the folder holding it) as a raw dict."""
-    path = Path(path_or_dir)
-    path = path / "config.json" if path.is_dir() else path
-    if not path.is_file():
-        raise MissingFileError(str(path), "config.json not found", expected="a model folder or its config.json",
-                               found="nothing", cause="wrong path, or a hub id (not a local folder)")
-    try:
-        raw = json.loads(path.read_text(encoding="utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError(str(path), "not valid JSON", expected="a JSON object", found=str(e)[:120]) from None
-    if not isinstance(raw, dict):
-        raise ConfigError(str(path), "not a JSON object", expected="{...}", found=type(raw).__name__)
-    return raw
+    return read_config_json(path_or_dir)[0]
 
 
 def target_arch_from_config(path_or_dir: str | Path) -> str | None:

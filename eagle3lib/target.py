@@ -6,7 +6,6 @@ a 1T-parameter target costs only its embedding. Usage:
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -14,6 +13,7 @@ from typing import Any, Mapping
 
 import torch
 
+from .config import read_config_json
 from .errors import CheckpointError, ConfigError, Eagle3Error, MissingFileError
 from .safefiles import INDEX_NAMES, load_state_dict, read_safetensors_header, shard_map, weight_files
 
@@ -38,15 +38,7 @@ class TargetInfo:
 
 def load_target_info(path: str | Path) -> TargetInfo:
     """TargetInfo from a target dir (or its config.json); VLM configs use their `text_config`."""
-    path = Path(path)
-    file = path / "config.json" if path.is_dir() else path
-    if not file.exists():
-        raise MissingFileError(str(file), "target config.json not found", expected="the target model directory",
-                               found="no such file", cause="wrong target path")
-    try:
-        raw = json.loads(file.read_text())
-    except json.JSONDecodeError as e:
-        raise ConfigError(f"{file}, line {e.lineno}", "not valid JSON", expected="JSON", found=e.msg) from None
+    raw, file = read_config_json(path, "target")
     text = raw.get("text_config") if isinstance(raw.get("text_config"), dict) else raw
     missing = [k for k in ("num_hidden_layers", "hidden_size", "vocab_size") if k not in text]
     if missing:
