@@ -45,6 +45,10 @@ def load_target_info(path: str | Path) -> TargetInfo:
         raise ConfigError(f"{file}, key '{missing[0]}'", "required target field missing",
                           expected="num_hidden_layers, hidden_size, vocab_size", found=f"missing {missing}",
                           cause="not a causal-LM config")
+    for k in ("num_hidden_layers", "hidden_size", "vocab_size"):
+        if isinstance(text[k], bool) or not isinstance(text[k], int) or text[k] <= 0:
+            raise ConfigError(f"{file}, key '{k}'", "wrong type or value", expected="an integer > 0",
+                              found=repr(text[k]))
     archs = raw.get("architectures") or ["?"]
     return TargetInfo(str(path), str(archs[0]), str(text.get("model_type", raw.get("model_type", "?"))),
                       int(text["num_hidden_layers"]), int(text["hidden_size"]), int(text["vocab_size"]),
