@@ -16,6 +16,7 @@ Layer-id conventions (eagle3-formats.md §4):
 """
 from __future__ import annotations
 
+import operator
 import re
 
 from .errors import LayoutError
@@ -32,6 +33,11 @@ def boundary_names(num_layers: int) -> list[str]:
 
 def normalize(name: str, num_layers: int | None = None) -> str:
     """Canonical boundary name: accepts ``layer_in.0`` (-> embed), ``layer_out.j`` / ``out.j`` (-> input of j+1)."""
+    if not isinstance(name, str):
+        raise LayoutError(f"boundary {name!r}", "a boundary name must be a string",
+                          expected="embed, layer_in.<i>, layer_out.<j>, final_prenorm or final_postnorm",
+                          found=f"{type(name).__name__} {name!r}", cause="layer ids given where names are expected "
+                          "(use from_ids)" if isinstance(name, int) else None)
     name = name.strip()
     m = _ALIASES.match(name)
     if m:
@@ -70,7 +76,11 @@ def from_ids(ids, convention: str, num_layers: int) -> tuple[str, ...]:
         raise LayoutError("layer-id convention", "unknown convention", expected=CONVENTIONS, found=convention)
     out = []
     for raw in ids:
-        i = int(raw)
+        try:
+            i = int(raw) if isinstance(raw, str) else operator.index(raw)   # numpy/torch ints too, not 2.5
+        except (TypeError, ValueError):
+            raise LayoutError(f"layer id {raw!r}", "not an integer", expected="an integer layer id",
+                              found=f"{type(raw).__name__} {raw!r}") from None
         idx = i + 1 if convention == "output" else i
         if idx < 0 or idx > num_layers:
             lo, hi = (-1, num_layers - 1) if convention == "output" else (0, num_layers)
