@@ -78,6 +78,10 @@ def _as_ids(x, where: str, key: str) -> Tensor:
     if isinstance(x, list):
         if not all(isinstance(v, int) for v in x):
             raise DataError(where, f"'{key}' holds non-integers", expected="a list of ints", found=x[:8])
+        big = next((v for v in x if not -2**63 <= v < 2**63), None)
+        if big is not None:
+            raise DataError(where, f"'{key}' holds an integer too large for int64", expected="token ids < 2**63",
+                            found=big, cause="a corrupt or hand-edited index")
         return torch.tensor(x, dtype=torch.long)
     t = _squeeze_batch(x, where, key, 1)
     if t.dtype.is_floating_point or t.is_complex():
