@@ -111,7 +111,8 @@ def _build(sid: str, source: str, input_ids: Tensor, loss_mask: Tensor, aux: Ten
     T = int(input_ids.shape[0])
     if seq_len is not None and seq_len != T:
         raise DataError(where, "seq_len disagrees with input_ids", expected=f"seq_len == len(input_ids) == {T}",
-                        found=seq_len, cause="the index was written for other (e.g. truncated) token ids")
+                        found=repr(seq_len), cause="the index was written for other (e.g. truncated) token ids"
+                        if isinstance(seq_len, int) else "seq_len is not an integer")
     if loss_mask.shape[0] != T:
         raise DataError(where, "loss_mask length disagrees with input_ids", expected=T, found=loss_mask.shape[0])
     if aux.shape[0] != T:
