@@ -121,6 +121,17 @@ def decide(train: ReplayResult, heldout: Mapping[str, ReplayResult] | ReplayResu
     return Verdict("healthy", why, a, recorded_acc, held_acc, th, evidence)
 
 
+def headline(verdicts: Mapping[str, Verdict], search: LayoutSearch | None = None) -> str:
+    """One line for the report index: the serving layout's verdict (else the last one) and the restoring fix."""
+    key = "serving" if "serving" in verdicts else list(verdicts)[-1]
+    v = verdicts[key]
+    rec = "no recorded accuracy" if v.recorded_acc is None else f"recorded {v.recorded_acc:.3f}"
+    line = f"{key} layout: {v.verdict} (training-sample acc_0 {v.train_acc:.3f}, {rec})"
+    if search is not None and search.restored:
+        line += f"; fix: {search.best} -> acc_0 {float(search.table.acc_0[0]):.3f}"
+    return line
+
+
 # ---------------------------------------------------------------- the layout search
 
 class Recapture:

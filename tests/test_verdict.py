@@ -51,6 +51,16 @@ def test_generalization_and_healthy():
     assert json.dumps(v.summary(), allow_nan=False)
 
 
+def test_headline_names_the_serving_verdict_and_the_fix():
+    """The headline reports the serving layout's verdict with its numbers, and the search's fix when restored."""
+    vs = {"training": V.decide(fake(0.7), recorded_acc=0.7), "serving": V.decide(fake(0.02), recorded_acc=0.7)}
+    line = V.headline(vs)
+    assert line.startswith("serving layout: wiring") and "0.020" in line and "recorded 0.700" in line
+    s = V.LayoutSearch(pd.DataFrame({"acc_0": [0.69]}), "add embedding slot", True, 0.7, 0.5, "")
+    assert V.headline(vs, s).endswith("fix: add embedding slot -> acc_0 0.690")
+    assert V.headline({"training": vs["training"]}).startswith("training layout: healthy")
+
+
 def test_bad_threshold_and_empty_replay():
     """Unknown threshold names raise; a replay with no scored position is inconclusive."""
     with pytest.raises(DataError):

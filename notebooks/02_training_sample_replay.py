@@ -1,0 +1,166 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 02 · Training-sample replay: wiring bug or generalization gap?
+#
+# The seed's decisive experiment: run the draft **outside the server** on samples it was trained on.
+# If it predicts its own training data about as well as training reported, the draft and its inputs are fine,
+# and a poor served accept length is a generalization gap (or a server setting). If it is wrong on data it was
+# trained on, the draft is not being fed what it was trained on, or was loaded wrong: a wiring bug.
+#
+# Here the draft is fed two ways: the **training layout** (the aux slots its `fc` was trained on) and the
+# **serving layout** (what the server captures, e.g. the seed's `[L3, L31, L59]` without the embedding; a
+# missing slot is fed as zeros, as a server padding its capture would). Held-out and new-prompt samples separate
+# a generalization gap from a healthy draft, and a layout search names the wiring that restores the accuracy.
+
+# %% tags=["parameters"]
+draft_path: str = ""            # draft checkpoint dir (config.json + weights); empty: the embedded demo world
+target_path: str = ""           # target dir: embedding, lm_head (reference), tokenizer, model (recapture); empty: demo
+train_data_path: str = ""       # samples the draft was TRAINED on; empty: demo training split (seed format)
+train_data_format: str = ""     # empty: detect; or "specforge", "seed", "speculators", "modelopt"
+heldout_data_path: str = ""     # in-domain held-out samples; empty: demo held-out split (none for a real draft)
+new_prompt_data_path: str = ""  # samples of new / served prompts; empty: demo shifted-domain split (none if real)
+layouts: list = ["training", "serving"]  # "training" (draft config ids), "serving", or "embed,layer_in.4,..."
+serving_layout: str = ""        # what the server feeds, e.g. "layer_in.4,layer_in.32"; empty: training minus embed
+n_samples: int = 64             # samples per replay, drawn reproducibly with `seed`
+n_search: int = 12              # samples per candidate in the layout search
+recorded_val_acc: float = -1.0  # step-0 validation accuracy training reported; -1: read training_log_path
+training_log_path: str = ""     # jsonl training log with val_acc_step0 (or eval/acc_0); empty: demo log / none
+num_steps: int = 3              # draft steps per round (serving --speculative-num-steps)
+recapture: bool = True          # let the search run the full target to capture other layers (false for huge targets)
+device: str = "cpu"             # "cuda" on a GPU box
+dtype: str = "float32"          # "bfloat16" on GPU
+seed: int = 0                   # sample draw
+
+# %%
+from eagle3lib import findings, replay, tokenview, verdict
+
+inp = verdict.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
+                             new_prompt_data_path, recorded_val_acc, training_log_path, serving_layout)
+setup = replay.load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
+compare = verdict.compare_layouts(layouts, setup, serving=inp.serving_layout)
+print("draft:", inp.draft_path, "| target:", inp.target_path, "| demo world:", inp.demo)
+print("recorded validation accuracy:", inp.recorded_acc, f"({inp.recorded_from})")
+print("training layout (draft config):", setup.training_layout)
+for note in setup.notes:
+    print("NOTE:", note)
+
+# %% [markdown]
+# ## 1. What is compared, and how accuracy is counted
+# Accuracy here is SpecForge's `acc_k`: at step k the draft at position t consumes token t+1+k and its top-1,
+# mapped through d2t, must equal the **target's own greedy token** (argmax of the target lm_head over the stored
+# final hidden state) for token t+2+k; positions count where `loss_mask[t+k] = 1` (the mask of token t+k, SpecForge's
+# convention); a reference outside the draft vocab counts as a miss. Without a stored final state the data's next
+# token is the reference (the `reference` column says which). That is the number training logs, so the
+# training-layout replay should land within a few points of the recorded accuracy.
+
+# %%
+{label: list(lay) for label, lay in compare.items()}
+
+# %% [markdown]
+# ## 2. Replay on the training samples, under each layout
+# Per step: `acc` (teacher-forced, as training counts it), `joint_acc` (steps 0..k all right), `cond_acc`
+# (step k right given steps < k right: the paper's n-α), `oov_rate` (reference not in the draft vocab), and the
+# accept length that chain drafting with k+1 steps would reach from those conditional rates.
+
+# %%
+train = {label: replay.replay(setup, inp.train_data, layout=lay, label=label, n=n_samples, seed=seed,
+                              data_format=inp.train_format, num_steps=num_steps, fill="zeros")
+         for label, lay in compare.items()}
+verdict.replay_table(train)
+
+# %%
+for label, r in train.items():
+    print(f"--- {label}: fc fed {list(r.layout)}, reference = {r.reference}, skipped {len(r.skipped)}")
+    display(r.per_step.round(4))
+    for where, why in r.skipped[:5]:
+        print("  skipped", where, "->", why)
+
+# %% [markdown]
+# ## 3. Accept length: from the conditional rates, and simulated
+# `E[accept]` = 1 + Σ_{k=1..n} Π_{j<k} p_j with the conditional rates p_j (the bonus token counted, as SGLang's
+# `accept len` does). The simulation chain-drafts from every position with the draft's **own** tokens and states
+# (not teacher-forced) and counts what a greedy verifier whose continuation is the reference would accept. With
+# the data (or the target's greedy tokens on the true prefix) as reference, accepted tokens equal the reference
+# tokens, so the count is exact for such a verifier; `target_agreement` says how often the target's greedy
+# token equals the data's. The histogram covers positions with all `num_steps` drafts inside the answer.
+
+# %%
+verdict.plot_replay(train)
+
+# %% [markdown]
+# ## 4. Held-out and new prompts, under the training layout
+# Same draft, same (training) layout, samples it was not trained on. A large drop from the training samples is
+# a generalization gap; similar numbers mean the draft carries over.
+
+# %%
+held = {name: replay.replay(setup, path, label=name, n=n_samples, seed=seed, num_steps=num_steps)
+        for name, path in inp.heldout.items()}
+verdict.replay_table({**{"training": train[next(iter(train))]}, **held})
+
+# %% [markdown]
+# ## 5. Verdict
+# `wiring` when the training-sample accuracy is far below the recorded validation accuracy (or very low without
+# one); `generalization` when it is fine on training samples but clearly lower on held-out / new prompts;
+# `healthy` otherwise. One verdict per layout: the served layout's verdict is the answer to "is the server
+# feeding the draft right?", the training layout's to "does the draft itself hold up?".
+
+# %%
+verdicts = {label: verdict.decide(r, held, recorded_acc=inp.recorded_acc) for label, r in train.items()}
+for label, v in verdicts.items():
+    print(f"[{label}] {v.verdict.upper()}: {v.reason}")
+print("thresholds:", dict(next(iter(verdicts.values())).thresholds))
+
+# %%
+verdicts[list(verdicts)[-1]].evidence
+
+# %% [markdown]
+# ## 6. Layout search: which wiring restores the accuracy?
+# Starting from the served layout, replay the plausible wirings: the missing embedding slot, layer ids off by
+# one (output- vs input-of-layer), other slot orders, the other final norm, then d2t read as absolute ids or
+# ignored and hidden states paired one token off. Candidates need boundaries the samples carry; with
+# `recapture` the target model captures the others on the samples' tokens. "Restores" means no longer `wiring`.
+
+# %%
+served = compare.get("serving", list(compare.values())[-1])
+target_acc = inp.recorded_acc if inp.recorded_acc is not None else train[next(iter(train))].acc0
+rc = verdict.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
+search = verdict.search_layouts(setup, inp.train_data, served, target_acc=target_acc, n=n_search, seed=seed,
+                                recapture=rc)
+print(search.message)
+search.table.head(12)
+
+# %% [markdown]
+# ## 7. Token view
+# Each token coloured by what the draft did for it at the chosen step (green accepted by the chain, red
+# rejected, grey not scored); hover for the draft's top-k against the reference. In JupyterLab the browser above
+# the static view lets you pick sample, step and position; the exported HTML keeps the static view.
+
+# %%
+details = {label: tokenview.collect(setup, inp.train_data, layout=lay, n=3, seed=seed, num_steps=num_steps,
+                                    fill="zeros") for label, lay in compare.items()}
+for label, d in details.items():
+    print(f"--- {label}")
+    tokenview.show(d, setup.tokenizer, n_static=2)
+
+# %% [markdown]
+# ## 8. Findings
+
+# %%
+headline = verdict.headline(verdicts, search)
+findings.record("headline", headline)
+findings.record("verdicts", {label: x.summary() for label, x in verdicts.items()})
+findings.record("replays", {label: r.summary() for label, r in {**train, **held}.items()})
+findings.record("layout_search", {"best": search.best, "restored": search.restored, "message": search.message})
+print(headline)
