@@ -340,6 +340,15 @@ def _read_info(root: Path) -> dict:
         raise DataError(str(p), "unreadable dataset_info.json", expected="a JSON object", found=str(e)[:120]) from None
     if not isinstance(info, dict):
         raise DataError(str(p), "dataset_info.json is not an object", found=type(info).__name__)
+    for key in ("num_target_layers", "target_hidden_size"):
+        v = info.get(key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, int) or v <= 0):
+            raise DataError(f"{p}, key '{key}'", "wrong type or value", expected="an integer > 0", found=repr(v))
+    lay = info.get("layout")
+    if lay is not None and not isinstance(lay, str) and not (isinstance(lay, list) and
+                                                              all(isinstance(x, str) for x in lay)):
+        raise DataError(f"{p}, key 'layout'", "wrong type", expected="boundary names (a list or a comma-separated "
+                        "string)", found=repr(lay)[:80])
     return info
 
 
