@@ -29,6 +29,7 @@ from torch import Tensor
 
 from .errors import CheckpointError, ConfigError, DataError, LayoutError, MissingFileError
 from .layout import boundary_names, input_index, normalize, parse_layout
+from .safefiles import load_torch_file
 
 _FINALS = ("final_prenorm", "final_postnorm")
 DUMP_FORMAT = "eagle3lib-dump/1"
@@ -268,7 +269,11 @@ def load_sglang_dump(path, *, num_layers: int | None = None, passes=None, decode
             continue
         d: dict = {}
         for f in files[n]:  # pipeline-parallel ranks hold different layers of the same pass
-            d.update(torch.load(f, map_location="cpu", weights_only=True))
+            obj = load_torch_file(f)  # weights_only=True; a code-carrying pickle raises UnsafeFileError
+            if not isinstance(obj, dict):
+                raise DataError(str(f), "not an SGLang tensor-dump pass", expected="a dict {module name: output}",
+                                found=type(obj).__name__)
+            d.update(obj)
         ids = d.get("model.forward_batch_info.input_ids")
         seq_lens = d.get("model.forward_batch_info.seq_lens")
         if ids is None:
