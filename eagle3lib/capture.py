@@ -412,9 +412,10 @@ def load_dump(path) -> Dump:
         man = json.loads(mf.read_text())
     except json.JSONDecodeError as e:
         raise DataError(f"dump manifest {mf}", "not valid JSON", found=str(e)) from None
-    if man.get("format") != DUMP_FORMAT or not isinstance(man.get("files"), list):
+    if not isinstance(man, dict) or man.get("format") != DUMP_FORMAT or not isinstance(man.get("files"), list):
         raise DataError(f"dump manifest {mf}", "not an eagle3lib dump manifest",
-                        expected=f'"format": "{DUMP_FORMAT}" and a "files" list', found=man.get("format"))
+                        expected=f'"format": "{DUMP_FORMAT}" and a "files" list',
+                        found=man.get("format") if isinstance(man, dict) else type(man).__name__)
     reqs, notes = [], []
     for name in man["files"]:
         f = root / name
