@@ -212,7 +212,7 @@ def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "au
     if why:
         if want == "target":
             return data, "data", f"target reference impossible ({why}): data token used"
-        return data, "data", why
+        return data, "data", f"data reference where {why}"
     fh = sample.final_hidden
     out = torch.empty(T, dtype=torch.long)
     for s in range(0, T, chunk):
