@@ -23,13 +23,12 @@ from pathlib import Path
 
 import torch
 import tqdm
-from safetensors import safe_open
 from safetensors.torch import save_file
 from torch import Tensor
 
-from .errors import CheckpointError, ConfigError, DataError, LayoutError, MissingFileError
+from .errors import CheckpointError, ConfigError, DataError, Eagle3Error, LayoutError, MissingFileError
 from .layout import boundary_names, input_index, normalize, parse_layout
-from .safefiles import load_torch_file
+from .safefiles import load_safetensors, load_torch_file
 
 _FINALS = ("final_prenorm", "final_postnorm")
 DUMP_FORMAT = "eagle3lib-dump/1"
@@ -420,13 +419,12 @@ def load_dump(path) -> Dump:
     for name in man["files"]:
         f = root / name
         try:
-            with safe_open(str(f), framework="pt") as st:
-                d = {k: st.get_tensor(k) for k in st.keys()}
+            d = load_safetensors(f)  # header checked first: a corrupt file is a CheckpointError, not a Rust panic
             if "aux" not in d:
                 raise DataError(str(f), "no 'aux' tensor", expected="aux (T, k*H)", found=sorted(d))
             reqs.append(as_slots(d["aux"], man.get("slots"), hidden_size=man.get("hidden_size"),
                                  input_ids=d.get("input_ids"), source=str(f)))
-        except (OSError, DataError, LayoutError, RuntimeError) as e:   # safetensors raises OSError-like errors
+        except (OSError, Eagle3Error) as e:
             notes.append(f"{name}: skipped ({'missing file' if not f.exists() else e})")
     if not reqs:
         raise DataError(f"dump {root}", "no request file could be read", expected=man["files"][:4], found=notes[:4])
