@@ -17,6 +17,9 @@ from tests.test_bad_inputs import Case, Skipped, Warned, ids, run_case
 SG = "python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3"
 DECODE = ("[2026-02-03 09:43:{s:02d} TP0] Decode batch, #running-req: 1, #token: 452, token usage: 0.00, "
           "accept len: 2.10, cuda graph: True, gen throughput (token/s): 89.60, #queue-req: 0, ")
+VLLM = ("INFO 07-01 10:00:10 [metrics.py:90] SpecDecoding metrics: Mean acceptance length: {m}, Accepted "
+        "throughput: 90.00 tokens/s, Drafted throughput: 150.00 tokens/s, Accepted: 900 tokens, Drafted: 1500 tokens, "
+        "Per-position acceptance rate: {pos}, Avg Draft acceptance rate: 60.0%")
 GARBAGE = "\x00\x01\x02\x89PNG\x1a"
 
 
@@ -111,6 +114,17 @@ CASES = [
     Case("vllm_log_without_metrics", "logparse", _text("vllm.log", "INFO 07-01 10:00:00 starting\n"),
          lambda c: logparse.parse_vllm_log(c["path"]), LogParseError,
          ("{path}", "no vLLM speculative-decoding metrics", "SpecDecoding metrics", "1 lines")),
+    Case("vllm_log_malformed_number", "logparse",
+         _text("vllm.log", "\n".join([VLLM.format(m="2.80", pos="0.800, 0.600, 0.400"),
+                                      VLLM.format(m="2.8.0", pos="0.800, 0.600, 0.400")])),
+         _parsed(logparse.parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
+    Case("vllm_log_malformed_per_position", "logparse",
+         _text("vllm.log", "\n".join([VLLM.format(m="2.80", pos="0.800, 0.600, 0.400"),
+                                      VLLM.format(m="2.80", pos="0.800, 0.6.00, 0.400")])),
+         _parsed(logparse.parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
+    Case("sglang_log_launch_line_bad_number", "logparse",
+         _text("server.log", _sglang_log([SG + " --speculative-num-steps x", DECODE.format(s=1)])),
+         _parsed(logparse.parse_sglang_log), Skipped(1, 1), ("{path} line 1",)),
     Case("log_file_missing", "logparse", lambda tmp: {"path": str(tmp / "gone.log")},
          lambda c: logparse.parse_sglang_log(c["path"]), MissingFileError,
          ("{path}", "log file not found", "found nothing")),
@@ -128,8 +142,12 @@ CASES = [
     Case("prometheus_nan_counter", "benchparse",
          _text("metrics.prom", "vllm:spec_decode_num_drafts_total 5\nvllm:spec_decode_num_draft_tokens_total NaN\n"
                                "vllm:spec_decode_num_accepted_tokens_total 7\n"),
-         lambda c: benchparse.parse_prometheus(c["path"]), LogParseError,
-         ("{path}", "vllm:spec_decode_num_draft_tokens", "NaN")),
+         _parsed(benchparse.parse_prometheus), Skipped(1, 1), ("{path} line 2",)),
+    Case("prometheus_per_position_without_label", "benchparse",
+         _text("metrics.prom", "vllm:spec_decode_num_drafts_total 5\nvllm:spec_decode_num_draft_tokens_total 15\n"
+                               "vllm:spec_decode_num_accepted_tokens_per_pos_total 3\n"
+                               'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4\n'),
+         lambda c: benchparse.parse_prometheus(c["path"]).warnings, Warned(), ("position",)),
     Case("records_jsonl_broken_line", "records",
          _text("runs.jsonl", json.dumps(_RECORD) + "\n" + json.dumps(_RECORD)[:30] + "\n"),
          lambda c: records.read_jsonl(c["path"]), DataError,
@@ -143,6 +161,11 @@ CASES = [
 
 # cases that fail in modules still being written by their owners (strict: the mark must go once they pass)
 PENDING = {
+    "prometheus_per_position_without_label": "benchparse.parse_prometheus sorts None with int positions: TypeError "
+                                             "(owner still writing it)",
+    "vllm_log_malformed_number": "logparse._num: float('2.8.0') raises ValueError (owner still writing it)",
+    "vllm_log_malformed_per_position": "logparse._vllm_line: float('0.6.00') raises ValueError (owner still writing it)",
+    "sglang_log_launch_line_bad_number": "logparse._int_or_none: int('x') raises ValueError (owner still writing it)",
     "json_nested_too_deep": "benchparse.parse_json lets RecursionError out of json.loads (owner still writing it)",
     "prometheus_nan_counter": "benchparse.parse_prometheus: int(NaN) raises ValueError (owner still writing it)",
 }
