@@ -12,11 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib import capture, datasets
+from eagle3lib import capture, datasets, verdict
 from eagle3lib.datasets import Sample
 from eagle3lib.datawriters import write_seed_dataset, write_specforge_sample, write_speculators_sample
 from eagle3lib.errors import CheckpointError, DataError, MissingFileError, UnsafeFileError
-from tests.test_bad_inputs import Case, Skipped, ids, payload_not_run, run_case, write_hostile
+from tests.test_bad_inputs import Case, Skipped, ids, payload_not_run, pending, run_case, write_hostile
 
 H, K, T = 4, 3, 6
 LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")
@@ -174,6 +174,13 @@ def _sglang_dump_truncated(tmp: Path) -> dict:
     return {"root": str(tmp / "dump"), "path": str(p)}
 
 
+def _bytes(name: str, data: bytes):
+    def build(tmp: Path) -> dict:
+        (tmp / name).write_bytes(data)
+        return {"path": str(tmp / name)}
+    return build
+
+
 open_ds = datasets.open_dataset
 
 CASES = [
@@ -229,6 +236,9 @@ CASES = [
          DataError, ("{root}", "no training data found", "*.jsonl", "none of these")),
     Case("dataset_unknown_format", "datasets", _seed(), lambda c: open_ds(c["root"], format="arrow"), DataError,
          ("format", "unknown format", "'specforge'", "arrow")),
+    Case("training_log_only_binary_garbage", "verdict", _bytes("train_log.jsonl", b"\xff\xfe\x00\x89garbage\n"),
+         lambda c: verdict.read_recorded_accuracy(c["path"]), DataError,
+         ("{path}", "no validation accuracy", "val_acc_step0")),
     Case("dump_manifest_not_json", "capture", _dump('{"format": '), lambda c: capture.load_dump(c["root"]),
          DataError, ("{path}", "not valid JSON", "found")),
     Case("dump_manifest_json_array", "capture", _dump("[]"), lambda c: capture.load_dump(c["root"]), DataError,
@@ -246,7 +256,14 @@ CASES = [
 ]
 
 
-@pytest.mark.parametrize("case", CASES, ids=ids(CASES))
+# cases that fail in modules still being written by their owners (strict: the mark must go once they pass)
+PENDING = {
+    "training_log_only_binary_garbage": "verdict.read_recorded_accuracy reads with strict UTF-8: UnicodeDecodeError "
+                                        "(owner still writing it)",
+}
+
+
+@pytest.mark.parametrize("case", pending(CASES, PENDING), ids=ids(CASES))
 def test_training_data_and_dumps(case, tmp_path):
     """Each bad sample is skipped and counted (or raised, naming sample and file/line); dataset-level errors raise."""
     run_case(case, tmp_path)

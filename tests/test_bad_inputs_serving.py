@@ -10,9 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib import benchparse, launch, logparse, records, serverinfo
-from eagle3lib.errors import DataError, LogParseError, MissingFileError, ServingArgsError
-from tests.test_bad_inputs import Case, Skipped, Warned, ids, run_case
+from eagle3lib import benchparse, findings, launch, logparse, records, serverinfo, sglang_rules
+from eagle3lib.errors import DataError, LogParseError, MissingFileError, ReportError, ServingArgsError
+from tests.test_bad_inputs import Case, Skipped, Warned, ids, pending, run_case
 
 SG = "python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3"
 DECODE = ("[2026-02-03 09:43:{s:02d} TP0] Decode batch, #running-req: 1, #token: 452, token usage: 0.00, "
@@ -61,11 +61,6 @@ _SERVER_ARGS = ("[2025-12-04 09:12:31] server_args=ServerArgs(model_path='m', sp
                 "speculative_num_steps=3, speculative_eagle_topk=1, speculative_num_draft_tokens=4)")
 
 
-def _xfail(reason: str):
-    """The case fails in a module whose owner is still writing it: expected to fail until they fix it."""
-    return pytest.mark.xfail(strict=True, reason=reason)
-
-
 CASES = [
     Case("launch_unbalanced_quote", "launch", lambda tmp: {},
          lambda c: launch.parse_launch(SG + " --speculative-draft-model-path 'my draft"), ServingArgsError,
@@ -87,6 +82,9 @@ CASES = [
                             "docker run")),
     Case("launch_binary_garbage", "launch", lambda tmp: {}, lambda c: launch.parse_launch(GARBAGE + "'\x00"),
          ServingArgsError, ("launch command", "balanced quotes")),
+    Case("sglang_version_unreadable", "sglang_rules", lambda tmp: {},
+         lambda c: sglang_rules.resolve({"speculative_algorithm": "EAGLE3"}, version="v0.5-latest"),
+         ServingArgsError, ("SGLang version", "0.5.6", "'v0.5-latest'")),
     Case("server_info_unknown_version", "serverinfo", _text("server_info.json", json.dumps(_INFO_FUTURE)),
          _server_info_warnings, Warned(), ("SGLang 0.9.1 is newer than the rule table", "speculative_hyper_tree")),
     Case("server_info_unreadable_version", "serverinfo",
@@ -148,6 +146,8 @@ CASES = [
                                "vllm:spec_decode_num_accepted_tokens_per_pos_total 3\n"
                                'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4\n'),
          lambda c: benchparse.parse_prometheus(c["path"]).warnings, Warned(), ("position",)),
+    Case("findings_file_not_json", "findings", _text("findings.json", b'\xff{"tau": 2.1'),
+         lambda c: findings.read(c["path"]), ReportError, ("{path}", "not valid JSON", "a JSON object", "0xff")),
     Case("records_jsonl_broken_line", "records",
          _text("runs.jsonl", json.dumps(_RECORD) + "\n" + json.dumps(_RECORD)[:30] + "\n"),
          lambda c: records.read_jsonl(c["path"]), DataError,
@@ -171,8 +171,7 @@ PENDING = {
 }
 
 
-@pytest.mark.parametrize("case", [pytest.param(c, marks=_xfail(PENDING[c.id])) if c.id in PENDING else c
-                                  for c in CASES], ids=ids(CASES))
+@pytest.mark.parametrize("case", pending(CASES, PENDING), ids=ids(CASES))
 def test_serving_inputs(case, tmp_path):
     """Each bad launch command, server answer, log or record file: documented error, or lines skipped and counted."""
     run_case(case, tmp_path)
