@@ -41,7 +41,7 @@ def read_recorded_accuracy(path, keys: Iterable[str] = LOG_KEYS) -> tuple[float,
         raise MissingFileError(str(path), "training log not found", expected="a jsonl written during training",
                                found="no such file", cause="wrong path, or pass the recorded accuracy directly")
     found = None
-    for lineno, line in enumerate(path.read_text().splitlines(), 1):
+    for lineno, line in enumerate(path.read_text(errors="replace").splitlines(), 1):   # garbage lines are skipped
         try:
             rec = json.loads(line) if line.strip() else None
         except json.JSONDecodeError:
