@@ -8,15 +8,23 @@ callers may catch ``Eagle3Error`` for anything eagle3lib refuses.
 from __future__ import annotations
 
 
+_UNSET = object()   # expected/found not given (None is a value a message may need to show)
+
+
 class Eagle3Error(ValueError):
     """Base class: bad input that eagle3lib detected and explains."""
 
-    def __init__(self, where: str, problem: str, *, expected: object = None, found: object = None,
+    def __init__(self, where: str, problem: str, *, expected: object = _UNSET, found: object = _UNSET,
                  cause: str | None = None):
+        # "expected None" never helps, so expected=None counts as not given; found=None is printed when passed
+        # explicitly (a setting whose value is None), and left out when not given
+        parts = [] if expected is _UNSET or expected is None else [f"expected {expected}"]
+        parts += [] if found is _UNSET else [f"found {found}"]
+        expected, found = (None if v is _UNSET else v for v in (expected, found))
         self.where, self.problem, self.expected, self.found, self.cause = where, problem, expected, found, cause
         msg = f"{where}: {problem}"
-        if expected is not None or found is not None:
-            msg += f" (expected {expected}, found {found})"
+        if parts:
+            msg += f" ({', '.join(parts)})"
         if cause:
             msg += f". Likely cause: {cause}"
         super().__init__(msg)
