@@ -19,7 +19,8 @@ from .capture import Capture, Slots
 from .errors import DataError, LayoutError
 from .layout import boundary_names, normalize, parse_layout
 
-_IDENTIFIED = ("match", "scaled", "rescaled", "dtype")
+_IDENTIFIED = ("match", "scaled", "rescaled", "dtype", "zeros")   # "zeros": an all-zero padding slot
+ZERO = "zeros"
 
 
 @dataclass(frozen=True)
@@ -189,6 +190,9 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
             if not ok.any():
                 summary.append({**base, "status": "nan", "note": f"all {n} tokens non-finite"})
                 continue
+        if not bool(x[ok].any()):            # exactly zero everywhere: padding a server added, not a boundary
+            summary.append({**base, "best": ZERO, "status": "zeros", "note": "all values are 0: a padding slot"})
+            continue
         for b in names:
             for d in shifts:
                 lo, hi = max(0, -d), min(n, n - d)      # slot row t <-> reference row t + d
@@ -245,7 +249,7 @@ def plot_similarity(cmp: Comparison, metric: str = "cos_mean", shift: int = 0):
 @dataclass(frozen=True)
 class Finding:
     """One difference between the expected and the actual slots, in words."""
-    kind: str       # missing_slot, extra_slot, shift, permutation, postnorm, other_boundary, alignment, scale,
+    kind: str       # missing_slot, extra_slot, padding, shift, permutation, postnorm, other_boundary, alignment, scale,
                     # dtype, unidentified, nan, width, mislabel, tokens
     severity: str   # "error" (the draft gets the wrong tensor), "warning" (degraded), "info"
     slot: int | None
@@ -276,7 +280,7 @@ class Diagnosis:
 
 
 def _index(name: str | None, L: int | None) -> int | None:
-    if name is None:
+    if name is None or name == ZERO:
         return None
     if name in ("final_prenorm", "final_postnorm"):
         return L
@@ -311,6 +315,9 @@ def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Findin
             e, a = E[i], A[j]
             if a is None or e is None:
                 continue   # an unidentified slot: reported with its numbers by _damage_findings
+            if a == ZERO:
+                out.append(Finding("padding", "error", j, f"{who} fills slot {j} with zeros where training fed {e}"))
+                continue
             if {e, a} == {"final_prenorm", "final_postnorm"}:
                 out.append(Finding("postnorm", "error", j, f"{who} slot {j} holds the final {a.split('_')[1]} state "
                                    f"where training used {e.split('_')[1]} (HF hidden_states[L] is post-norm; engines "
@@ -324,12 +331,16 @@ def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Findin
         n = len(pairs)
         for i in range(i1 + n, i2) if tag in ("delete", "replace") else ():
             later = " The slots after it move one place left, so each fc block reads another tensor." \
-                if i < len(E) - 1 and len(A) < len(E) else ""
+                if i < len(E) - 1 and len([a for a in A if a != ZERO]) < len(E) else ""
             out.append(Finding("missing_slot", "error", i, f"slot {i} of the trained layout ({E[i]}) is not fed "
                                f"by {who}.{later}"))
         for j in range(j1 + n, j2) if tag in ("insert", "replace") else ():
-            out.append(Finding("extra_slot", "error", j, f"{who} feeds {A[j]} at slot {j}, which the trained "
-                               "layout does not have"))
+            if A[j] == ZERO:
+                out.append(Finding("padding", "error", j, f"{who} fills slot {j} with zeros: it captured fewer "
+                                   "states than the draft's fc has slots and padded the rest"))
+            else:
+                out.append(Finding("extra_slot", "error", j, f"{who} feeds {A[j]} at slot {j}, which the trained "
+                                   "layout does not have"))
     if len(E) != len(A):
         out.append(Finding("width", "error", None, f"the draft's fc expects {len(E)} slots x H; {who} supplies "
                            f"{len(A)} x H"))

@@ -77,6 +77,15 @@ def test_missing_embedding_is_named(ref):
     assert len(miss) == 1 and miss[0].slot == 0 and "(embed)" in miss[0].text
 
 
+def test_zero_padded_serving_capture_is_named(ref):
+    """A 3-state capture zero-padded into a 4-slot fc: the embedding is missing and slot 3 is padding."""
+    slots = as_slots([ref[n].clone() for n in TRAIN[1:]] + [torch.zeros(T, H)], None, input_ids=ref.input_ids)
+    cmp, d = diagnose(ref, slots)
+    assert cmp.identified == TRAIN[1:] + ("zeros",) and cmp.slots["status"].iloc[3] == "zeros"
+    assert d.kinds == {"missing_slot", "padding"}
+    assert "move one place left" in next(f.text for f in d.findings if f.kind == "missing_slot")
+
+
 def test_shift_by_one_is_named(ref):
     """Every slot one layer deeper (or shallower): a convention mismatch, not three unrelated errors."""
     trained = ("layer_in.1", "layer_in.3", "layer_in.4")
