@@ -358,6 +358,9 @@ def plot_replay(results: Iterable[ReplayResult] | Mapping[str, ReplayResult]):
                 label=f"{r.label} cond.")
         a2.bar(r.histogram.accepted + (i - (len(res) - 1) / 2) * width, r.histogram.fraction, width=width,
                color=line.get_color(), label=f"{r.label} (mean {r.simulated_accept_length:.2f})")
+    if res:                                                  # integer ticks: steps and accepted counts
+        a1.set_xticks(list(res[0].per_step.step))
+        a2.set_xticks(list(res[0].histogram.accepted))
     a1.set(xlabel="TTT step k", ylabel="accuracy", ylim=(0, 1.02), title="per-step top-1 vs reference")
     a2.set(xlabel="accepted tokens per round (bonus counted)", ylabel="fraction of positions",
            title="simulated chain acceptance")
