@@ -410,7 +410,8 @@ def load_dump(path) -> Dump:
     try:
         man = json.loads(mf.read_text())
     except json.JSONDecodeError as e:
-        raise DataError(f"dump manifest {mf}", "not valid JSON", found=str(e)) from None
+        raise DataError(f"dump manifest {mf}", "not valid JSON", expected="a JSON object (eagle3lib dump manifest)",
+                        found=str(e), cause="an interrupted write, or not an eagle3lib dump") from None
     if not isinstance(man, dict) or man.get("format") != DUMP_FORMAT or not isinstance(man.get("files"), list):
         raise DataError(f"dump manifest {mf}", "not an eagle3lib dump manifest",
                         expected=f'"format": "{DUMP_FORMAT}" and a "files" list',
