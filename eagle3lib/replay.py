@@ -1,11 +1,9 @@
 """Replay a draft on training samples: per-step accuracy, conditional rates, accept length, simulated acceptance.
 
-Alignment and mask (SpecForge, training-and-eval.md §1.3, §2.1): step k at position t consumes token t+1+k and is
-scored against the reference for token t+2+k, counted where loss_mask[t+k] = 1 (the mask of token x_{t+k}, i.e.
-SpecForge's mask shifted left k times; ``mask="next"`` uses loss_mask[t+1+k] as speculators/ModelOpt do). The
-reference is the target's greedy token argmax(lm_head(final_hidden[t+1+k])) when the sample stores the final
-post-norm state and the target lm_head is loaded (SpecForge's accuracy: out-of-draft-vocab counts as a miss), else
-the data token x_{t+2+k}. Accept lengths count the bonus token (SGLang): E[accepted] = 1 + Σ_{k=1..n} Π_{j<k} p_j.
+Step k at position t consumes token t+1+k and is scored against the reference for token t+2+k where
+loss_mask[t+k] = 1 (SpecForge, training-and-eval.md §1.3; ``mask="next"``: loss_mask[t+1+k], speculators/ModelOpt).
+Reference: the target's greedy token argmax(lm_head(final_hidden[t+1+k])) when the sample stores the final post-norm
+state and the lm_head is loaded (SpecForge: OOV is a miss), else the data token. E[accept] = 1 + Σ_k Π_{j<k} p_j.
 """
 from __future__ import annotations
 
@@ -454,7 +452,8 @@ class _Agg:
                                  "acc": div(self.correct, self.valid), "oov_rate": div(self.oov, self.valid),
                                  "joint_positions": self.prefix.tolist(), "joint_acc": div(self.joint, self.prefix),
                                  "cond_acc": cond})
-        per_step["accept_length_if_steps"] = [expected_accept_length(_nan0(cond[:k + 1])) for k in range(self.K)]
+        no_nan = [0.0 if math.isnan(x) else x for x in cond]          # a step nothing reached adds nothing
+        per_step["accept_length_if_steps"] = [expected_accept_length(no_nan[:k + 1]) for k in range(self.K)]
         h = self.hist[1:].tolist()
         tot = sum(h)
         hist = pd.DataFrame({"accepted": range(1, self.K + 2), "count": h,
@@ -465,6 +464,3 @@ class _Agg:
                             float(sim), self.agree / self.agree_n if self.agree_n else float("nan"), skipped,
                             notes)
 
-
-def _nan0(xs):
-    return [0.0 if math.isnan(x) else x for x in xs]
