@@ -23,7 +23,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3lib import safefiles
-from eagle3lib.errors import ALL_ERRORS, CheckpointError, MissingFileError, UnsafeFileError
+from eagle3lib.errors import ALL_ERRORS, CheckpointError, MissingFileError, UnsafeFileError, VocabError
 
 AREAS = ("tests.test_bad_inputs", "tests.test_bad_inputs_config", "tests.test_bad_inputs_data",
          "tests.test_bad_inputs_serving")
@@ -66,6 +66,8 @@ def run_case(case: Case, tmp_path: Path) -> str:
         err = info.value
         assert type(err) in ALL_ERRORS, f"{case.id}: undocumented {type(err).__name__}: {err}"
         assert type(err) is case.expect, f"{case.id}: {type(err).__name__} instead of {case.expect.__name__}: {err}"
+        if not isinstance(err, VocabError):   # vocab findings state both values in their sentence (see says)
+            assert err.expected is not None and err.found is not None, f"{case.id}: no expected/found: {err}"
         message = str(err)
     elif isinstance(case.expect, Skipped):
         kept, reasons = case.call(ctx)
