@@ -5,6 +5,7 @@ content (including the text logs of eagle3lib.logparse) and `read_server` asks a
 from __future__ import annotations
 
 import json
+import math
 import re
 import statistics
 import urllib.error
@@ -93,8 +94,8 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
     body = "\n".join(scan.lines).strip()
     try:
         objs = [(1, json.loads(body))] if body.startswith(("{", "[")) else None
-    except json.JSONDecodeError:
-        objs = None  # JSON lines, or a broken file: go line by line
+    except (json.JSONDecodeError, RecursionError):
+        objs = None  # JSON lines, or a broken (or absurdly nested) file: go line by line
     if objs and isinstance(objs[0][1], list):
         objs = [(1, o) for o in objs[0][1]]
     if objs is None:
@@ -105,6 +106,8 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
                     objs.append((n, json.loads(line)))
                 except json.JSONDecodeError:
                     scan.bad_line(n, "not valid JSON (truncated?)")
+                except RecursionError:
+                    scan.bad_line(n, "JSON nested too deeply to read")
     series = series or Path(str(source)).stem
     records = []
     for n, obj in objs:
@@ -134,20 +137,27 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
 _PROM = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
 
 
-def _prom_values(text: str) -> dict:
-    """Prometheus exposition text -> {(name without _total, position label or None): summed value}."""
+def _prom_values(lines, scan=None) -> dict:
+    """Prometheus exposition lines -> {(name without _total, position label or None): summed value}.
+
+    A sample whose value is not a finite number is skipped (and counted on `scan` when given)."""
     out = {}
-    for line in text.splitlines():
+    for n, line in enumerate(lines, 1):
         m = _PROM.match(line.strip())
         if not m or line.startswith("#"):
             continue
         name, labels = re.sub(r"_total$", "", m.group(1)), m.group(2) or ""
         pos = re.search(r'position="(\d+)"', labels)
         try:
-            key = (name, int(pos.group(1)) if pos else None)
-            out[key] = out.get(key, 0.0) + float(m.group(3))
+            value = float(m.group(3))
         except ValueError:
+            value = float("nan")
+        if not math.isfinite(value):
+            if scan is not None:
+                scan.bad_line(n, f"{m.group(1)}: value {m.group(3)!r} is not a finite number")
             continue
+        key = (name, int(pos.group(1)) if pos else None)
+        out[key] = out.get(key, 0.0) + value
     return out
 
 
@@ -155,7 +165,7 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
                      hardware: str = "", tok_s: float | None = None) -> ParseResult:
     """vLLM ``vllm:spec_decode_*`` counters (delta against `before` text when given) or SGLang spec gauges."""
     scan = _Scan(str(source), text)
-    now, then = _prom_values("\n".join(scan.lines)), _prom_values(before or "")
+    now, then = _prom_values(scan.lines, scan), _prom_values((before or "").splitlines())
     val = {key: v - then.get(key, 0.0) for key, v in now.items()}
     drafts = val.get(("vllm:spec_decode_num_drafts", None))
     series = series or Path(str(source)).stem
@@ -163,7 +173,11 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
     if drafts:
         dtok = val.get(("vllm:spec_decode_num_draft_tokens", None))
         acc = val.get(("vllm:spec_decode_num_accepted_tokens", None), 0.0)
-        per = sorted((p, v) for (n, p), v in val.items() if n == "vllm:spec_decode_num_accepted_tokens_per_pos")
+        per_all = [(p, v) for (n, p), v in val.items() if n == "vllm:spec_decode_num_accepted_tokens_per_pos"]
+        per = sorted((p, v) for p, v in per_all if p is not None)
+        if len(per) < len(per_all):
+            scan.warnings.append("a vllm:spec_decode_num_accepted_tokens_per_pos sample without a position label "
+                                 "was ignored")
         k = len(per) or (round(dtok / drafts) if dtok else None)
         rec = RunRecord(engine="vllm", tok_s=tok_s, accept_length=1 + acc / drafts, num_steps=k,
                         topk=1 if k else None, num_draft_tokens=k + 1 if k else None,

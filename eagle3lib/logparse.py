@@ -175,9 +175,19 @@ def parse_sglang_log(source: str | Path, *, text: str | None = None, series: str
         if m:
             scan.boundary(label=m.group(1))
         elif "server_args=ServerArgs(" in line and not comment:
-            scan.boundary(settings=_sg_settings(_settings_from_kv(line, _SG_NAMES)))
+            try:
+                effective = _sg_settings(_settings_from_kv(line, _SG_NAMES))
+            except ValueError as e:
+                scan.bad_line(n, f"server_args line with an unreadable speculative setting ({e})")
+                effective = {}
+            scan.boundary(settings=effective)
         elif "sglang.launch_server" in line or re.search(r"\bsglang serve\b", line):
-            scan.boundary(requested=_sg_settings(_settings_from_kv(line, _SG_NAMES)))
+            try:
+                requested = _sg_settings(_settings_from_kv(line, _SG_NAMES))
+            except ValueError as e:
+                scan.bad_line(n, f"launch line with an unreadable speculative setting ({e})")
+                requested = {}
+            scan.boundary(requested=requested)
         elif comment:
             continue
         elif "is adjusted to speculative_num_steps + 1" in line:
@@ -305,7 +315,10 @@ def parse_vllm_log(source: str | Path, *, text: str | None = None, series: str =
             k = re.search(r"num_spec(?:ulative)?_tokens['\"]?[=:]\s*(\d+)", line)
             scan.boundary(settings={"k": int(k.group(1))} if k else {}, version=ver.group(1) if ver else "")
         elif "SpecDecoding metrics:" in line or "Speculative metrics:" in line:
-            d = _vllm_line(line)
+            try:
+                d = _vllm_line(line)
+            except ValueError:                 # a malformed number (e.g. '2.8.0')
+                d = None
             if d is None:
                 scan.bad_line(n, "truncated or malformed spec-decode metrics line")
             elif d["drafted"]:

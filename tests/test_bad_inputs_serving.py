@@ -160,15 +160,7 @@ CASES = [
 ]
 
 # cases that fail in modules still being written by their owners (strict: the mark must go once they pass)
-PENDING = {
-    "prometheus_per_position_without_label": "benchparse.parse_prometheus sorts None with int positions: TypeError "
-                                             "(owner still writing it)",
-    "vllm_log_malformed_number": "logparse._num: float('2.8.0') raises ValueError (owner still writing it)",
-    "vllm_log_malformed_per_position": "logparse._vllm_line: float('0.6.00') raises ValueError (owner still writing it)",
-    "sglang_log_launch_line_bad_number": "logparse._int_or_none: int('x') raises ValueError (owner still writing it)",
-    "json_nested_too_deep": "benchparse.parse_json lets RecursionError out of json.loads (owner still writing it)",
-    "prometheus_nan_counter": "benchparse.parse_prometheus: int(NaN) raises ValueError (owner still writing it)",
-}
+PENDING: dict[str, str] = {}
 
 
 @pytest.mark.parametrize("case", pending(CASES, PENDING), ids=ids(CASES))
