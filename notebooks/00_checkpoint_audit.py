@@ -21,9 +21,9 @@
 # eagle3lib does, and lists everything it finds.
 
 # %% tags=["parameters"]
-draft_path: str = ""        # draft checkpoint dir (config.json + weights); "" = the embedded demo world's draft
-target_path: str = ""       # target model dir (only its embedding/lm_head/tokenizer are read); "" = demo target
-sample_data: str = ""       # training data for a forward on real tokens; "" = demo training data (seed format)
+draft_path: str = ""        # draft checkpoint dir (config.json + weights); empty: the embedded demo world's draft
+target_path: str = ""       # target model dir (only its embedding/lm_head/tokenizer are read); empty: demo target
+sample_data: str = ""       # training data for a forward on real tokens; empty: demo training data (seed format)
 device: str = "cpu"         # "cuda" on a GPU box
 dtype: str = "float32"      # "bfloat16" to load as served
 num_steps: int = 3          # TTT steps shown in the forward preview

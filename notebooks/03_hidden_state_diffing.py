@@ -1,0 +1,110 @@
+# ---
+# jupyter:
+#   jupytext:
+#     formats: ipynb,py:percent
+#     text_representation:
+#       extension: .py
+#       format_name: percent
+#   kernelspec:
+#     display_name: Python 3
+#     language: python
+#     name: python3
+# ---
+
+# %% [markdown]
+# # 03 · Hidden-state diffing — which tensors does the server really feed the draft?
+#
+# When replay (notebook 02) says *wiring*, the next question is which tensor is wrong. Layer ids mean different
+# things in HF (`hidden_states[i]` = input of layer i), SGLang/SpecForge (output of layer i, with a +1 inside
+# SGLang), vLLM/speculators (input of layer i) and EAGLE (hard-coded), so missing, shifted and re-ordered slots
+# are the usual silent bugs. Here we run the target ourselves, keep **every** residual-stream boundary
+# (`embed`, `layer_in.i`, `final_prenorm`, `final_postnorm`), and match each slot of the training data and of
+# a serving dump against all of them — numbers first, then a diagnosis in words, then the ids to write.
+
+# %% tags=["parameters"]
+target_path: str = ""       # target model dir; empty: the embedded demo world's target
+draft_path: str = ""        # draft dir (for the proof-of-fix replay); empty: demo draft
+training_data: str = ""     # training data with the slots the draft was trained on; empty: demo training data
+serving_dump: str = ""      # eagle3lib dump dir of what serving fed the draft; empty: demo engine, seed's capture
+sample_index: int = 0       # which training sample to compare
+dump_request: int = 0       # which dumped request to compare
+replay_samples: int = 16    # training samples replayed for the proof of fix
+device: str = "cpu"         # "cuda" on a GPU box
+dtype: str = "float32"      # target dtype for the reference capture ("bfloat16" to match serving)
+
+# %%
+# %matplotlib inline
+import torch
+
+from eagle3lib import advice, compare, diffing, findings
+
+inp = diffing.inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
+                     getattr(torch, dtype))
+for note in inp.notes:
+    print("NOTE:", note)
+print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sample.num_slots} slots "
+      f"declared {inp.sample.layout}; dump: {len(inp.dump)} request(s) from {inp.dump.manifest.get('source')}")
+
+# %% [markdown]
+# ## 1. Training side: what the draft was trained on
+# Each slot of the training sample against every boundary of a fresh reference capture on the same tokens.
+# A healthy data pipeline shows one bright cell per row (cosine ≈ 1) at the declared boundary.
+
+# %%
+s = diffing.sides(inp, request=dump_request)
+s.training.slots[["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]]
+
+# %%
+compare.plot_similarity(s.training)
+
+# %% [markdown]
+# ## 2. Serving side: what the server fed the draft
+# The same comparison for the dumped request (reference captured on the dump's own tokens). A slot that
+# matches another boundary, or none, or is all zeros, is what the draft saw in production.
+
+# %%
+s.serving.slots[["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]]
+
+# %%
+compare.plot_similarity(s.serving)
+
+# %% [markdown]
+# ## 3. Diagnosis in words
+# The identified training layout against the identified serving layout: missing or extra slots, padding,
+# shifts by a layer (a convention mismatch), permutations, post- vs pre-norm, token alignment, scale or dtype
+# damage.
+
+# %%
+print(s.diagnosis.summary)
+s.diagnosis.frame()
+
+# %% [markdown]
+# ## 4. What to write in each engine's config
+# The layer ids that make each engine capture the trained layout, and whether it can at all (the embedding
+# slot and the final post-norm state are not expressible everywhere).
+
+# %%
+adv = advice.advise(s.training.identified, s.reference.num_layers)
+adv[["engine", "variant", "key", "ids", "expressible", "why"]]
+
+# %% [markdown]
+# ## 5. Proof of fix
+# Replay training samples twice: as served (the identified serving layout, zero-filled where the server fed
+# nothing) and with the identified training layout. If the diagnosis is right, the second restores the
+# draft's training accuracy.
+
+# %%
+proof = diffing.proof_of_fix(inp, s.serving.identified, s.training.identified, n=replay_samples, device=device)
+proof
+
+# %% [markdown]
+# ## Findings recorded for the report index
+
+# %%
+findings.record("trained_layout", list(s.training.identified))
+findings.record("served_layout", list(s.serving.identified))
+findings.record("diagnosis_kinds", sorted(s.diagnosis.kinds))
+findings.record("advice", {r.engine: r.ids for r in adv.itertuples()})
+findings.record("fix_accuracy", diffing.proof_summary(proof))
+findings.record("headline", diffing.headline(s, proof))
+findings.current()
