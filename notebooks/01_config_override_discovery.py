@@ -30,12 +30,12 @@
 # %% tags=["parameters"]
 launch_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # the command as it was launched (SGLang or vLLM)
 fixed_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 15 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # a corrected command to compare with
-sglang_version: str = "0.5.6"  # SGLang version the server ran; "" = the version /server_info reports, else the library default
+sglang_version: str = "0.5.6"  # SGLang version the server ran; empty: the version /server_info reports, else the library default
 server_info_path: str = ""  # a saved GET /server_info JSON of that server; "" for none
 server_url: str = ""  # a live SGLang server to read /server_info from, e.g. "http://127.0.0.1:30000"; "" for none
 server_log_path: str = "data/samples/sglang_seed_startup.log"  # the server's startup log (relative to the repo root or absolute); "" for none
-target_path: str = ""  # target model folder (its config.json is read); "" = the demo world's target
-draft_path: str = ""  # draft folder (its config.json is read); "" = the demo world's draft
+target_path: str = ""  # target model folder (its config.json is read); empty: the demo world's target
+draft_path: str = ""  # draft folder (its config.json is read); empty: the demo world's draft
 
 # %% [markdown]
 # ## 1. What the command asks for
