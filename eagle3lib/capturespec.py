@@ -3,8 +3,9 @@
 A spec is explicit boundary names (`from_layout`, any order), raw ids in a convention (`from_ids`), or ids read the
 way an engine reads them (`sglang`: +1 rule by version; `vllm`: input-of-layer ids; both concatenate in ascending
 layer order; rule in `advice.captured_by`). `pad_policy` says what feeding k captured slots to an fc trained on m > k
-does: "error" (default) refuses; "zeros" / "repeat_last" fill slots k..m-1, as a patched server that passes the
-states it has (the seed: [low, mid, high] into an fc trained on [embed, low, mid, high]) does.
+does: "error" (default) refuses; "zeros" / "repeat_last" fill slots k..m-1. "zeros" equals an fc cut to its first k
+column blocks, i.e. a patched server that passes the states it has (the seed: [low, mid, high] into an fc trained
+on [embed, low, mid, high]): fc slot 0 (trained on embed) then reads low, slot 1 mid, slot 2 high, slot 3 nothing.
 """
 from __future__ import annotations
 

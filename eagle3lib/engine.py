@@ -186,12 +186,13 @@ class SpecEngine:
 
     def __init__(self, target, draft: Eagle3Draft | None = None, capture: CaptureSpec | None = None, *,
                  model_path: str = "", draft_path: str = "", max_total_tokens: int = 131072, log=None,
-                 stop_at_eos: bool = True):
+                 stop_at_eos: bool = True, clock=time.perf_counter):
         self.target, self.draft, self.capture = target.eval(), draft, capture
         layers, _ = decoder_parts(target)
         self.num_layers, self.hidden = len(layers), int(target.config.hidden_size)
         self.vocab = int(target.config.vocab_size)
         self.model_path, self.draft_path, self.log = model_path, draft_path, log
+        self.clock = clock        # seconds for timings: wall (perf_counter) or this thread's CPU (thread_time)
         self.max_total_tokens = max_total_tokens          # the KV pool size 'token usage' is printed against
         eos = getattr(target.config, "eos_token_id", None) if stop_at_eos else None
         self.eos = set(eos if isinstance(eos, (list, tuple)) else [] if eos is None else [eos])
@@ -336,17 +337,17 @@ class SpecEngine:
             ("token usage", f"{n / self.max_total_tokens:.2f}"), ("#running-req", "0"), ("#queue-req", "0")]))
 
     def _baseline_loop(self, eff: Effective, st: _Req, cache, lines: list[str]):
-        t0 = time.perf_counter()
+        t0 = self.clock()
         x = self._forward(st.ids, cache, last_only=True)[0, -1].argmax()
         self._sync()
-        st.prefill_s = time.perf_counter() - t0
+        st.prefill_s = self.clock() - t0
         self._prefill_line(eff, lines, st.ids.shape[1])
         st.push([int(x)])
         while not st.done:
-            t0 = time.perf_counter()
+            t0 = self.clock()
             x = self._forward(x.view(1, 1), cache, last_only=True)[0, -1].argmax()
             self._sync()
-            dt = time.perf_counter() - t0
+            dt = self.clock() - t0
             st.decode_s += dt
             st.push([int(x)])
             self._decode_tick(eff, lines, 1, cache.get_seq_length() + 1, dt)
@@ -357,13 +358,13 @@ class SpecEngine:
         m = eff.num_draft_tokens - 1                                   # drafts verified per round
         dcache = draft.new_cache(1, n + st.max_new + eff.num_steps + 2)
         st.per_pos = [0] * m
-        t0 = time.perf_counter()
+        t0 = self.clock()
         x = int(self._forward(st.ids, cache, last_only=True)[0, -1].argmax())
         aux = self._aux(tap)                                           # (1, n, k*H), k = fc slots
         nxt = torch.cat([st.ids[:, 1:], torch.tensor([[x]], device=dev)], dim=1)     # token t+1 for row t
         logits, h = draft.step(aux, nxt, torch.arange(n, device=dev)[None], dcache, fuse=True)
         self._sync()
-        st.prefill_s = time.perf_counter() - t0
+        st.prefill_s = self.clock() - t0
         self._prefill_line(eff, lines, n)
         if keep_aux:
             st.aux_rows.append(aux[0].cpu()), st.aux_ids.append(st.ids[0].cpu())
@@ -371,7 +372,7 @@ class SpecEngine:
         p = n                                                          # position of x (not yet in the target cache)
         logits, h = logits[:, -1], h[:, -1:]                           # (1, Vd), (1, 1, H)
         while not st.done:
-            t0 = time.perf_counter()
+            t0 = self.clock()
             drafts = []
             for k in range(eff.num_steps):                             # chain: top-1 of each step, k = 0..K-1
                 d = draft.to_target_ids(logits.argmax(-1))             # (1, Vd) -> (1,) target id
@@ -380,7 +381,7 @@ class SpecEngine:
                     logits, h = draft.step(h, d.view(1, 1), torch.tensor([[p + k]], device=dev), dcache)
                     logits = logits[:, -1]
             self._sync()
-            t1 = time.perf_counter()
+            t1 = self.clock()
             verify = torch.tensor([[x] + drafts[:m]], device=dev)      # (1, m+1) at positions p..p+m
             y = self._forward(verify, cache, last_only=False)[0].argmax(-1).tolist()   # y[i] = target's token p+i+1
             a = 0
@@ -390,12 +391,12 @@ class SpecEngine:
             self._crop(cache, p + a + 1)                               # keep x, d_1..d_a; drop rejected positions
             aux = self._aux(tap)[:, :a + 1]                            # (1, m+1, k*H) -> (1, a+1, k*H)
             self._sync()
-            t2 = time.perf_counter()
+            t2 = self.clock()
             logits, h = draft.step(aux, torch.tensor([new], device=dev),        # draft extend over the kept rows:
                                    torch.arange(p, p + a + 1, device=dev)[None], dcache, fuse=True)  # overwrites KV
             logits, h = logits[:, -1], h[:, -1:]
             self._sync()
-            t3 = time.perf_counter()
+            t3 = self.clock()
             if keep_aux:
                 st.aux_rows.append(aux[0].cpu()), st.aux_ids.append(verify[0, :a + 1].cpu())
             st.taus.append(a + 1)
