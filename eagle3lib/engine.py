@@ -20,14 +20,11 @@ from .capture import save_dump
 from .capturespec import CaptureSpec, HiddenTap, decoder_parts
 from .draft import Eagle3Draft
 from .errors import DataError, LayoutError, ServingArgsError, VocabError
-from .sglang_rules import DEFAULT_VERSION, adjustment_warning, parse_version, resolve
+from .sglang_rules import DEFAULT_VERSION, accept_rate_formula, adjustment_warning, parse_version, resolve
 
 _V = parse_version
 # Decode-line format by SGLang version (A.2): '[cuda graph: B, ]' from #6201 (2025-05-12, first in v0.4.7); 'accept
 # rate' from #11572 (v0.5.3.post2); 'Decode batch,' prefix from #12116 (v0.5.4); trailing ', ' seen v0.5.1-v0.5.10.
-_RATE_DEFS = (("0.5.3.post2", "tau/(num_steps+1)", lambda t, s, n: t / (s + 1)),     # first version, formula
-              ("0.5.5.post3", "tau/num_draft_tokens", lambda t, s, n: t / n),
-              ("0.5.11", "(tau-1)/(num_draft_tokens-1)", lambda t, s, n: (t - 1) / (n - 1)))
 
 
 @dataclass(frozen=True)
@@ -106,8 +103,8 @@ def resolve_settings(settings: SpecSettings, target_arch: str | None = None, dev
 
 def accept_rate(version: str, tau: float, num_steps: int, num_draft_tokens: int) -> tuple[float | None, str]:
     """SGLang `version`'s logged 'accept rate' for tau and its formula name ((None, '') before v0.5.3.post2)."""
-    hits = [(name, fn) for start, name, fn in _RATE_DEFS if _V(version) >= _V(start)]
-    return (hits[-1][1](tau, num_steps, num_draft_tokens), hits[-1][0]) if hits else (None, "")
+    f = accept_rate_formula(version)
+    return (f[1](tau, num_steps, num_draft_tokens), f[0]) if f else (None, "")
 
 
 def batch_line(kind: str, version: str, fields: list[tuple[str, str]]) -> str:

@@ -14,6 +14,7 @@ from pathlib import Path
 
 from .errors import DataError, LogParseError, MissingFileError
 from .records import RunRecord
+from .sglang_rules import ACCEPT_RATE_FORMULAS, UNRELEASED_ACCEPT_RATE
 
 MAX_BAD_SHOWN = 10
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -22,12 +23,10 @@ _MARKER = re.compile(r"^\s*#+\s*run:\s*(.*?)\s*$")
 _KV = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,()\s]+)")
 _FLAG = re.compile(r"--([a-z][\w-]*)[ =]('[^']*'|\"[^\"]*\"|\S+)")
 _SG_DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,]\s+(#running-req.*)$")
-_SG_RATE_DEFS = {  # SGLang's logged `accept rate` by period (serving-and-throughput.md A.2)
-    "tau/num_steps (2025-10-13 #11441)": lambda t, s, n: t / s if s else None,
-    "tau/(num_steps+1) (v0.5.3.post2-v0.5.5.post2)": lambda t, s, n: t / (s + 1) if s is not None else None,
-    "tau/num_draft_tokens (v0.5.5.post3-~v0.5.10)": lambda t, s, n: t / n if n else None,
-    "(tau-1)/(num_draft_tokens-1) (2026-04-28 onwards)": lambda t, s, n: (t - 1) / (n - 1) if n and n > 1 else None,
-}
+# every `accept rate` formula SGLang ever logged, labelled with its versions (one table: sglang_rules)
+_SG_RATE_DEFS = {f"{name} ({start})": fn for start, name, fn, _ in (UNRELEASED_ACCEPT_RATE,) + tuple(
+    (f"v{lo}" + (f"-before v{nxt[0]}" if nxt else " onwards"), name, fn, pretty)
+    for (lo, name, fn, pretty), nxt in zip(ACCEPT_RATE_FORMULAS, ACCEPT_RATE_FORMULAS[1:] + (None,)))}
 _UNIT_SCALE = {"token/s": 1.0, "tokens/s": 1.0, "tok/s": 1.0, "token/ms": 1000.0, "tokens/ms": 1000.0}
 
 

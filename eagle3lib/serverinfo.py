@@ -21,7 +21,7 @@ import pandas as pd
 
 from .errors import LogParseError, MissingFileError, ServingArgsError
 from .launch import FLAGS, LaunchArgs, SPEC_FIELDS
-from .sglang_rules import LATEST_TRACED, RULES, Resolution, parse_version
+from .sglang_rules import LATEST_TRACED, RULES, Resolution, accept_rate_formula, parse_version
 
 _EXTRA_FIELDS = {"tokenizer_mode", "skip_tokenizer_init", "load_format", "revision", "prefill_only_one_req",
                  "speculative_draft_model_revision", "cuda_graph_config", "enable_dp_lm_head", "nnodes", "node_rank",
@@ -390,8 +390,5 @@ def accept_rate_definitions() -> pd.DataFrame:
 
 def sglang_accept_rate_formula(version: str) -> str:
     """The formula behind the `accept rate:` SGLang `version` logs."""
-    v = parse_version(version)
-    for lo, formula in (("0.5.11", "(τ − 1) / (NDT − 1)"), ("0.5.5.post3", "τ / NDT"), ("0.5.3.post2", "τ / (steps + 1)")):
-        if v >= parse_version(lo):
-            return formula
-    return "not logged (only accept len)"
+    f = accept_rate_formula(version)
+    return f[2] if f else "not logged (only accept len)"

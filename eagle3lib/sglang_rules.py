@@ -441,6 +441,25 @@ def normalize_speculative(num_steps: int | None, topk: int | None, num_draft_tok
     return eff, [h for h in res.hits if h.field in KNOBS]
 
 
+# SGLang's logged `accept rate` by version (serving-and-throughput.md A.2): (first version, name, formula(tau, steps,
+# ndt), pretty form). Before v0.5.3.post2 only `accept len` is logged; tau/num_steps lived on main for a while
+# (2025-10-13, #11441) without a release.
+ACCEPT_RATE_FORMULAS = (
+    ("0.5.3.post2", "tau/(num_steps+1)", lambda t, s, n: t / (s + 1) if s is not None else None, "τ / (steps + 1)"),
+    ("0.5.5.post3", "tau/num_draft_tokens", lambda t, s, n: t / n if n else None, "τ / NDT"),
+    ("0.5.11", "(tau-1)/(num_draft_tokens-1)", lambda t, s, n: (t - 1) / (n - 1) if n and n > 1 else None,
+     "(τ − 1) / (NDT − 1)"),
+)
+UNRELEASED_ACCEPT_RATE = ("2025-10-13 #11441", "tau/num_steps", lambda t, s, n: t / s if s else None, "τ / steps")
+
+
+def accept_rate_formula(version: str):
+    """(name, formula(tau, steps, ndt), pretty form) of the `accept rate` SGLang `version` logs, or None."""
+    v = parse_version(version)
+    hits = [row[1:] for row in ACCEPT_RATE_FORMULAS if v >= parse_version(row[0])]
+    return hits[-1] if hits else None
+
+
 def adjustment_warning(hit: RuleHit) -> str:
     """The line SGLang logs for this hit, word for word ('' when SGLang logs nothing for it)."""
     return hit.log_line or ""
