@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import argparse
 import ast
-import contextlib
 import copy
 import dataclasses
 import datetime as dt
@@ -21,6 +20,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
+from unittest import mock
 
 import yaml
 
@@ -182,20 +182,6 @@ def ensure_kernel(name: str = KERNEL) -> None:
                           "(jupyter kernelspec list) or set JUPYTER_PREFER_ENV_PATH=1")
 
 
-@contextlib.contextmanager
-def _environ(**values: str):
-    old = {k: os.environ.get(k) for k in values}
-    os.environ.update(values)
-    try:
-        yield
-    finally:
-        for k, v in old.items():
-            if v is None:
-                os.environ.pop(k, None)
-            else:
-                os.environ[k] = v
-
-
 def _kernel_config(socket_dir: str):
     """Kernel manager config: on Linux, IPC sockets in a private temp folder (no localhost TCP ports)."""
     from traitlets.config import Config
@@ -218,7 +204,7 @@ def _execute(nb, tmp_nb: Path, params: dict, timeout: float | None, cwd: Path, f
     env = {findings_mod.ENV_VAR: str(findings_path), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
     socket_dir = tempfile.mkdtemp(prefix="eagle3lib-kernel-")  # mode 0700: only this user can connect
     try:
-        with _environ(**env):
+        with mock.patch.dict(os.environ, env):
             papermill.execute_notebook(nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, language="python",
                                        progress_bar=bar, log_output=False, cwd=str(cwd), start_timeout=180,
                                        execution_timeout=timeout, request_save_on_cell_execute=True,
