@@ -53,3 +53,65 @@ def paths(root: str | os.PathLike | None = None) -> DemoPaths:
     """Where the demo world lives (argument, else $EAGLE3LIB_DEMO_DIR, else data/demo in the repo)."""
     root = root or os.environ.get("EAGLE3LIB_DEMO_DIR") or REPO_ROOT / "data" / "demo"
     return DemoPaths(Path(root))
+
+
+BUILDER_VERSION = "demo-world-2"   # bump when the builder changes what it writes: ensure_world() then rebuilds
+
+
+def _is_current(p: DemoPaths) -> bool:
+    """True when world.json exists and was written by this builder version."""
+    import json
+    try:
+        return json.loads(p.world_json.read_text()).get("builder_version") == BUILDER_VERSION
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def ensure_world(root: str | os.PathLike | None = None, force: bool = False, progress: bool = True) -> DemoPaths:
+    """The demo world's paths, building it first when missing, outdated or `force` (a few minutes on 2 cores).
+
+    Builds into a sibling temp directory under a file lock, then renames it into place, so concurrent callers
+    (pytest-xdist, a report next to the tests) wait for one build instead of corrupting it.
+    """
+    import shutil
+    import tempfile
+    p = paths(root)
+    if not force and _is_current(p):
+        return p
+    from .build import build_world
+    p.root.parent.mkdir(parents=True, exist_ok=True)
+    with _locked(p.root.parent / f".{p.root.name}.lock"):
+        if not force and _is_current(p):       # built by another process while we waited
+            return p
+        tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}.building-", dir=p.root.parent))
+        try:
+            build_world(tmp, progress=progress)
+            if p.root.exists():
+                old = Path(tempfile.mkdtemp(prefix=f".{p.root.name}.old-", dir=p.root.parent))
+                p.root.rename(old / "world")
+                shutil.rmtree(old, ignore_errors=True)
+            tmp.rename(p.root)
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+    return p
+
+
+class _locked:
+    """Exclusive advisory lock on a file (fcntl; a no-op where fcntl does not exist)."""
+
+    def __init__(self, path: Path):
+        self.path = path
+
+    def __enter__(self):
+        self.f = open(self.path, "a")
+        try:
+            import fcntl
+            fcntl.flock(self.f, fcntl.LOCK_EX)
+        except ImportError:
+            pass
+        return self
+
+    def __exit__(self, *exc):
+        self.f.close()                           # closing releases the lock
+        return False

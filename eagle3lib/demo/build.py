@@ -1,0 +1,167 @@
+"""Build the demo world from a seed: corpus, tokenizer, target, captured training data, vocab map, draft.
+
+Stages are timed (wall and CPU seconds) into world.json. The draft uses the seed's 4-slot layout
+[embedding output, out L1, out L3, out L5] of an 8-layer target (analogue of [embed, L3, L31, L59] of 61);
+the seed's serving capture [out L1, out L3, out L5] is recorded as data. Usage: ``build_world(root, seed=0)``
+(normally through ``eagle3lib.demo.ensure_world()``, which builds into a temp dir and renames it in place).
+"""
+from __future__ import annotations
+
+import json
+import platform
+import random
+import time
+from contextlib import contextmanager
+from pathlib import Path
+
+import torch
+
+from ..datasets import SEED_FORMAT, Sample
+from ..datawriters import specforge_sample_path, write_seed_dataset, write_specforge_sample
+from ..layout import to_ids
+from ..vocab import build_vocab_map, coverage
+from . import BUILDER_VERSION, DemoPaths
+from . import corpus as C
+from .train_draft import ACC_DEFINITION, Captured, capture, draft_config_dict, evaluate, train_draft
+from .train_target import eval_loss, greedy_reply, target_config, train_target
+
+TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
+SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot
+SIZES = {"target_kitchen": 3200, "target_nature": 1200, "draft_train": 512, "heldout": 128, "shifted": 128,
+         "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "draft_steps": 100,
+         "draft_batch": 32, "draft_lr": 3e-3, "ttt_steps": 3, "threads": 2}
+SAMPLE_QUESTIONS = ("How do I make pancakes?", "What is the weather like in Oslo in July?",
+                    "Hi, I am Maren. What can I use instead of butter?", "Tell me about the otter.")
+
+
+class _Timer:
+    """Wall and CPU seconds per stage, printed as they finish when `progress`."""
+
+    def __init__(self, progress: bool):
+        self.rows, self.progress = [], progress
+
+    @contextmanager
+    def stage(self, name: str):
+        w, c = time.perf_counter(), time.process_time()
+        if self.progress:
+            print(f"[demo] {name} ...", flush=True)
+        yield
+        row = {"stage": name, "wall_s": round(time.perf_counter() - w, 1), "cpu_s": round(time.process_time() - c, 1)}
+        self.rows.append(row)
+        if self.progress:
+            print(f"[demo] {name}: {row['wall_s']} s wall, {row['cpu_s']} s CPU", flush=True)
+
+
+def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], shifted: list[Captured],
+                num_layers: int) -> None:
+    """Training split in SpecForge .ckpt files and the seed format; held-out and shifted splits in the seed format."""
+    for i, s in enumerate(train):
+        T, k, Ht = s.aux.shape
+        write_specforge_sample(specforge_sample_path(p.specforge_data, i), s.input_ids, s.loss_mask,
+                               hidden_state=s.final, aux_hidden_state=s.aux.reshape(T, k * Ht))  # (T,k,Ht)->(T,k*Ht)
+    for split, rows, d, domain in (("train", train, p.seed_data, "kitchen"), ("heldout", heldout, p.heldout_data,
+                                   "kitchen"), ("shifted", shifted, p.shifted_data, "nature")):
+        samples = (Sample(s.id, s.input_ids, s.loss_mask, s.aux, TRAINING_LAYOUT, s.final) for s in rows)
+        info = {"format": SEED_FORMAT, "layout": list(TRAINING_LAYOUT), "num_target_layers": num_layers,
+                "target": "../../target", "split": split, "domain": domain}
+        write_seed_dataset(d, samples, layout=TRAINING_LAYOUT, info=info, index_name=f"{split}.jsonl")
+
+
+def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
+    """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict."""
+    from transformers import AutoTokenizer
+
+    from ..draft import Eagle3Draft
+    from ..checkpoint import save_draft
+    from ..config import DraftConfig
+    p = DemoPaths(Path(root))
+    timer, threads = _Timer(progress), torch.get_num_threads()
+    torch.set_num_threads(SIZES["threads"])
+    t_all = time.perf_counter()
+    try:
+        with timer.stage("corpus + tokenizer"):
+            kitchen = C.conversations("kitchen", SIZES["target_kitchen"], seed)
+            target_recs = kitchen + C.conversations("nature", SIZES["target_nature"], seed)
+            random.Random(seed).shuffle(target_recs)
+            splits = {"target_train": target_recs, "draft_train": kitchen[:SIZES["draft_train"]],
+                      "heldout": C.conversations("kitchen", SIZES["heldout"], seed, split="heldout"),
+                      "shifted": C.conversations("nature", SIZES["shifted"], seed, split="heldout")}
+            (p.root / "corpus").mkdir(parents=True, exist_ok=True)
+            for name, recs in splits.items():       # SpecForge input format: {"id", "conversations": [...]}
+                (p.root / "corpus" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+            tok = C.train_tokenizer([m["content"] for r in target_recs for m in r["conversations"]],
+                                    SIZES["tokenizer_vocab"])
+            C.save_tokenizer(tok, p.target, model_max_length=512)
+            hf_tok = AutoTokenizer.from_pretrained(p.target)
+            enc = {name: [(r["id"], *C.encode_with_mask(hf_tok, r)) for r in recs] for name, recs in splits.items()}
+        with timer.stage("target training"):
+            cfg = target_config(len(hf_tok), hf_tok)
+            target, tstats = train_target([e[1] for e in enc["target_train"]], cfg, SIZES["target_steps"],
+                                          SIZES["target_batch"], lr=SIZES["target_lr"], seed=seed,
+                                          progress=progress)
+            tstats["heldout_loss"] = round(eval_loss(target, [e[1] for e in enc["heldout"]]), 4)
+            tstats["shifted_loss"] = round(eval_loss(target, [e[1] for e in enc["shifted"]]), 4)
+            tstats["samples"] = {q: greedy_reply(target, hf_tok, q) for q in SAMPLE_QUESTIONS}
+            target.save_pretrained(p.target)                        # tokenizer files are already there
+        with timer.stage("capture hidden states"):
+            cap = {name: capture(target, enc[name], TRAINING_LAYOUT, progress=progress)
+                   for name in ("draft_train", "heldout", "shifted")}
+        with timer.stage("write training data"):
+            _write_data(p, cap["draft_train"], cap["heldout"], cap["shifted"], cfg.num_hidden_layers)
+        with timer.stage("vocab map"):
+            V = cfg.vocab_size
+            counts = torch.zeros(V, dtype=torch.long)
+            for s in cap["draft_train"]:
+                counts += torch.bincount(s.input_ids[s.loss_mask.bool()], minlength=V)
+            Vd = round(V / 4)
+            d2t, t2d = build_vocab_map(counts, Vd)
+            shifted_counts = sum(torch.bincount(s.input_ids[s.loss_mask.bool()], minlength=V) for s in cap["shifted"])
+            vocab = {"vocab_size": V, "draft_vocab_size": Vd, "distinct_train_tokens": int((counts > 0).sum()),
+                     "coverage_train": round(coverage(counts, d2t), 4),
+                     "coverage_shifted": round(coverage(shifted_counts, d2t), 4)}
+        with timer.stage("draft training"):
+            dcfg_dict = draft_config_dict(cfg, Vd, TRAINING_LAYOUT)
+            torch.manual_seed(seed)
+            draft = Eagle3Draft(DraftConfig.from_dict(dcfg_dict, source="demo"))
+            lm_head = target.lm_head.weight.detach()
+            with torch.no_grad():
+                draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+                draft.lm_head.weight.copy_(lm_head[t2d])     # start from the target's rows of the draft vocab
+                draft.d2t.copy_(d2t)
+                draft.t2d.copy_(t2d)
+            log = train_draft(draft, cap["draft_train"], cap["heldout"], lm_head, steps=SIZES["draft_steps"],
+                              num_steps=SIZES["ttt_steps"], batch_size=SIZES["draft_batch"],
+                              lr=SIZES["draft_lr"], eval_every=SIZES["draft_steps"] // 4, seed=seed, progress=progress)
+            shifted_ev = evaluate(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
+            train_ev = evaluate(draft, cap["draft_train"], lm_head, SIZES["ttt_steps"])
+            save_draft(draft, dcfg_dict, p.draft)
+            with open(p.training_log, "w") as f:
+                for rec in log:
+                    f.write(json.dumps(rec) + "\n")
+        world = {
+            "builder_version": BUILDER_VERSION, "seed": seed, "sizes": SIZES,
+            "layouts": {"training": list(TRAINING_LAYOUT), "serving": list(SERVING_LAYOUT)},
+            "training_layout": list(TRAINING_LAYOUT), "serving_layout": list(SERVING_LAYOUT),
+            "layout_note": "training slots = [embedding output, out L1, out L3, out L5] of 8 layers (draft config "
+                           f"ids {to_ids(TRAINING_LAYOUT, 'output', 8)}, output-of-layer; HF hidden_states "
+                           f"{to_ids(TRAINING_LAYOUT, 'hf', 8)}); the seed's serving capture has 3 slots "
+                           "[out L1, out L3, out L5] while fc expects 4: whoever serves must express that mismatch",
+            "target": {"num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "vocab_size": V,
+                       "params": sum(t.numel() for t in target.parameters()), "dtype": "float32", **tstats},
+            "vocab": vocab,
+            "draft": {"recorded_val_acc_step0": log[-1]["val_acc_step0"], "val_acc": log[-1]["val_acc"],
+                      "train_acc": train_ev["acc"], "shifted_acc": shifted_ev["acc"], "ttt_steps": SIZES["ttt_steps"],
+                      "loss_decay": 0.8, "lm_head_init": "target lm_head rows of the draft vocab",
+                      "acc_definition": ACC_DEFINITION},
+            "data": {"specforge": "data/specforge", "seed": "data/seed/train.jsonl",
+                     "heldout": "data/heldout/heldout.jsonl", "shifted": "data/shifted/shifted.jsonl",
+                     "corpus": {n: f"corpus/{n}.jsonl" for n in splits}, "hidden_dtype": "float32",
+                     "final_hidden": "final_postnorm"},
+            "timings": timer.rows, "build_seconds": round(time.perf_counter() - t_all, 1),
+            "environment": {"torch": torch.__version__, "threads": SIZES["threads"], "python": platform.python_version(),
+                            "transformers": __import__("transformers").__version__},
+        }
+        p.world_json.write_text(json.dumps(world, indent=2) + "\n")
+        return world
+    finally:
+        torch.set_num_threads(threads)

@@ -1,0 +1,119 @@
+"""Train the demo world's target: a small transformers `LlamaForCausalLM` on the chat corpus.
+
+Plain next-token loss over whole conversations (prompt and answer), right-padded length-bucketed batches,
+AdamW with warmup + cosine. ``model, stats = train_target(encoded, target_config(V), steps=220)``; then
+``greedy_reply(model, tokenizer, "How do I make pancakes?")`` shows whether it is fluent.
+"""
+from __future__ import annotations
+
+import math
+import random
+import time
+
+import torch
+import tqdm
+from torch import Tensor
+
+from .corpus import BOS, EOT, PAD
+
+
+def target_config(vocab_size: int, tokenizer=None):
+    """The demo target's LlamaConfig: 8 layers, hidden 128, 4 heads / 2 KV heads (GQA), rope_theta 10000."""
+    from transformers import LlamaConfig
+    ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
+    if tokenizer is not None:
+        ids = {"bos_token_id": tokenizer.convert_tokens_to_ids(BOS), "eos_token_id": tokenizer.convert_tokens_to_ids(EOT),
+               "pad_token_id": tokenizer.convert_tokens_to_ids(PAD)}
+    return LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=8,
+                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
+                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
+                       attn_implementation="sdpa", **ids)
+
+
+def pad_batch(seqs: list[list[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
+    """Right-padded (input_ids (B, T), attention_mask (B, T)) of token lists."""
+    T = max(len(s) for s in seqs)
+    ids = torch.full((len(seqs), T), pad_id, dtype=torch.long)
+    mask = torch.zeros((len(seqs), T), dtype=torch.long)
+    for i, s in enumerate(seqs):
+        ids[i, :len(s)] = torch.tensor(s, dtype=torch.long)
+        mask[i, :len(s)] = 1
+    return ids, mask
+
+
+def length_batches(lengths: list[int], batch_size: int, rng: random.Random):
+    """Endless shuffled batches of indices, similar lengths together (less padding)."""
+    while True:
+        order = list(range(len(lengths)))
+        rng.shuffle(order)
+        pool = batch_size * 16
+        batches = []
+        for i in range(0, len(order), pool):
+            chunk = sorted(order[i:i + pool], key=lambda j: lengths[j])
+            batches += [chunk[j:j + batch_size] for j in range(0, len(chunk), batch_size)]
+        rng.shuffle(batches)
+        yield from batches
+
+
+def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
+    """Linear warmup then cosine decay to 10% of the peak."""
+    if step < warmup:
+        return peak * (step + 1) / warmup
+    frac = (step - warmup) / max(1, total - warmup)
+    return peak * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * frac)))
+
+
+def train_target(encoded: list[list[int]], config, steps: int, batch_size: int = 32, lr: float = 3e-3,
+                 seed: int = 0, progress: bool = False):
+    """(trained LlamaForCausalLM in eval mode, stats dict) after `steps` AdamW steps on the token lists."""
+    from transformers import LlamaForCausalLM
+    torch.manual_seed(seed)
+    model = LlamaForCausalLM(config)
+    opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
+    batches = length_batches([len(s) for s in encoded], batch_size, random.Random(seed))
+    losses, n_tok, t0 = [], 0, time.perf_counter()
+    bar = tqdm.tqdm(range(steps), desc="target", disable=not progress, mininterval=2.0)
+    model.train()
+    for step in bar:
+        ids, mask = pad_batch([encoded[i] for i in next(batches)], config.pad_token_id)
+        for g in opt.param_groups:
+            g["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 12))
+        out = model(input_ids=ids, attention_mask=mask, labels=ids.masked_fill(mask == 0, -100))
+        out.loss.backward()
+        torch.nn.utils.clip_grad_norm_(model.parameters(), 1.0)
+        opt.step()
+        opt.zero_grad(set_to_none=True)
+        losses.append(out.loss.item())
+        n_tok += int(mask.sum())
+        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+    model.eval()
+    tail = losses[-max(1, steps // 10):]
+    stats = {"steps": steps, "batch_size": batch_size, "peak_lr": lr, "tokens_seen": n_tok,
+             "epochs": round(steps * batch_size / len(encoded), 2), "first_loss": round(losses[0], 4),
+             "final_loss": round(sum(tail) / len(tail), 4), "seconds": round(time.perf_counter() - t0, 1)}
+    return model, stats
+
+
+@torch.no_grad()
+def greedy_reply(model, tokenizer, question: str, max_new_tokens: int = 60) -> str:
+    """The target's greedy answer to a one-turn chat (decoded, special tokens kept)."""
+    enc = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
+                                        return_tensors="pt", return_dict=True)
+    eot = tokenizer.convert_tokens_to_ids(EOT)
+    out = model.generate(**enc, max_new_tokens=max_new_tokens, do_sample=False, eos_token_id=eot,
+                         pad_token_id=tokenizer.pad_token_id)
+    return tokenizer.decode(out[0, enc["input_ids"].shape[1]:])
+
+
+@torch.no_grad()
+def eval_loss(model, encoded: list[list[int]], batch_size: int = 64) -> float:
+    """Mean next-token loss (nats/token) of the target on token lists."""
+    tot, n = 0.0, 0
+    for i in range(0, len(encoded), batch_size):
+        ids, mask = pad_batch(encoded[i:i + batch_size], model.config.pad_token_id)
+        logits = model(input_ids=ids, attention_mask=mask).logits[:, :-1]     # (B, T, V) -> (B, T-1, V)
+        tgt = ids[:, 1:].masked_fill(mask[:, 1:] == 0, -100)
+        loss = torch.nn.functional.cross_entropy(logits.reshape(-1, logits.shape[-1]), tgt.reshape(-1),
+                                                 ignore_index=-100, reduction="sum")
+        tot, n = tot + float(loss), n + int((tgt != -100).sum())
+    return tot / max(n, 1)
