@@ -319,46 +319,43 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     `simulate`, chain drafting from every position (draft's own tokens and states fed back) scored like a greedy
     verifier whose continuation is the reference. Bad samples are skipped with a reason naming them.
     """
-    if reference not in REFERENCES or mask not in ("token", "next") or fill not in ("error", "zeros"):
-        raise LayoutError("replay()", "bad option", expected=f"reference in {REFERENCES}, mask token|next, "
-                          "fill error|zeros", found=(reference, mask, fill))
-    model, cfg = setup.model, setup.cfg
-    want = tuple(layout) if layout is not None else setup.training_layout
-    if want is not None:                                 # a bad layout argument raises here, not per sample
-        want = tuple(n if n == ZERO else parse_layout([n], setup.num_layers)[0] for n in want)
+    counts = ReplayCounts(setup, layout, num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask,
+                          reference=reference, simulate=simulate)
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
-    agg = _Agg(num_steps)
-    skipped, notes, effective = [], set(setup.notes), None
-    with torch.inference_mode(), d2t_reading(model, d2t) as hot:
-        in_vocab = torch.zeros(cfg.vocab_size, dtype=torch.bool)
+    with tqdm.tqdm(total=total, desc=f"replay {label or ''}".strip(), disable=not progress) as bar:
+        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar)
+    if ds is not None:
+        counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
+    return counts.result(label)
+
+
+def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: int = 8192, recapture=None,
+          bar=None) -> "ReplayCounts":
+    """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips)."""
+    model, o = setup.model, counts.opts
+    with torch.inference_mode(), d2t_reading(model, o["d2t"]) as hot:
+        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
         in_vocab[hot.cpu()] = True
-        hot = hot.to(setup.device)
-        batch, bar = [], tqdm.tqdm(total=total, desc=f"replay {label or ''}".strip(), disable=not progress)
-        for s in samples:
-            bar.update(1)
+        hot, batch = hot.to(setup.device), []
+        for key, s in items:
+            if bar is not None:
+                bar.update(1)
             try:
-                item = prepare_sample(s, setup, want, fill=fill, recapture=recapture, align=align,
-                                      reference=reference)
+                item = prepare_sample(s, setup, counts.requested, fill=o["fill"], recapture=recapture,
+                                      align=o["align"], reference=o["reference"])
             except Eagle3Error as e:
-                skipped.append((f"sample '{s.id}' ({s.source})", str(e)))
+                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(e)))
                 continue
-            effective = effective or item["layout"]
-            notes.update([item["note"]] if item["note"] else [])
+            item["key"] = key
             padded = (len(batch) + 1) * max([len(item["ids"])] + [len(b["ids"]) for b in batch])   # B x T_max
             if batch and padded > batch_tokens:
-                _run(batch, model, hot, in_vocab, num_steps, simulate, mask, agg)
+                _run(batch, model, hot, in_vocab, counts)
                 batch = []
             batch.append(item)
         if batch:
-            _run(batch, model, hot, in_vocab, num_steps, simulate, mask, agg)
-        bar.close()
-    if ds is not None:
-        skipped = list(ds.skipped[skipped0:]) + skipped
-    kinds = set(agg.kinds)
-    return agg.result(label or ",".join(effective or want or ()), effective or tuple(want or ()),
-                      tuple(want or ()), d2t, align, fill, "mixed" if len(kinds) > 1 else (kinds.pop() if kinds
-                      else "none"), mask, simulate, tuple(skipped), tuple(sorted(notes)))
+            _run(batch, model, hot, in_vocab, counts)
+    return counts
 
 
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
@@ -387,7 +384,7 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
             "aux": shift_positions(aux, align).flatten(1), "ref": ref, "kind": kind, "note": note}
 
 
-def _run(batch, model, hot, in_vocab, K, simulate, mask, agg):
+def _run(batch, model, hot, in_vocab, counts):
     """One padded batch through ttt_forward (teacher, and draft-fed chain), scored sample by sample."""
     B, T = len(batch), max(len(b["ids"]) for b in batch)
     dev, dt = hot.device, model.fc.weight.dtype
@@ -396,26 +393,54 @@ def _run(batch, model, hot, in_vocab, K, simulate, mask, agg):
     for i, b in enumerate(batch):                               # right padding: causal attention never sees it
         ids[i, :len(b["ids"])], aux[i, :len(b["ids"])] = b["ids"], b["aux"].to(dt)
     ids, aux = ids.to(dev), aux.to(dev)
+    K, simulate = counts.K, counts.opts["simulate"]
     teach = torch.stack(model.ttt_forward(aux, ids, K, feed="teacher", return_logits=False))   # (K, B, T)
     chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False)) if simulate else None
     for i, b in enumerate(batch):
         t = len(b["ids"])
         sc = score(hot[teach[:, i, :t]].cpu(), b["ref"], b["mask"], in_vocab,
-                   hot[chain[:, i, :t]].cpu() if simulate else None, mask)
-        agg.add(b, sc)
+                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts["mask"])
+        counts.add(b, sc)
 
 
-class _Agg:
-    """Running counts over samples -> the result tables."""
+class ReplayCounts:
+    """Raw integer counts of a replay: `merge` adds another shard's (exact), `result` builds the ReplayResult."""
 
-    def __init__(self, K: int):
-        z = lambda: torch.zeros(K, dtype=torch.long)  # noqa: E731
-        self.K, self.valid, self.correct, self.oov = K, z(), z(), z()
-        self.prefix, self.joint, self.cond_den = z(), z(), z()
-        self.hist = torch.zeros(K + 2, dtype=torch.long)
-        self.rows, self.kinds, self.agree, self.agree_n = [], [], 0, 0
+    def __init__(self, setup: ReplaySetup, layout=None, *, num_steps: int = 3, fill: str = "error",
+                 d2t: str = "offsets", align: int = 0, mask: str = "token", reference: str = "auto",
+                 simulate: bool = True):
+        if reference not in REFERENCES or mask not in ("token", "next") or fill not in ("error", "zeros"):
+            raise LayoutError("replay()", "bad option", expected=f"reference in {REFERENCES}, mask token|next, "
+                              "fill error|zeros", found=(reference, mask, fill))
+        want = tuple(layout) if layout is not None else setup.training_layout
+        if want is not None:                             # a bad layout argument raises here, not per sample
+            want = tuple(n if n == ZERO else parse_layout([n], setup.num_layers)[0] for n in want)
+        self.requested, self.K = want, num_steps
+        self.opts = {"d2t": d2t, "align": align, "fill": fill, "mask": mask, "reference": reference,
+                     "simulate": simulate}
+        self.valid, self.correct, self.oov, self.prefix, self.joint, self.cond_den = (
+            torch.zeros(num_steps, dtype=torch.long) for _ in range(6))
+        self.hist = torch.zeros(num_steps + 2, dtype=torch.long)
+        self.agree, self.agree_n, self.kinds, self.notes = 0, 0, set(), set(setup.notes)
+        self.rows, self.skipped, self.read_skipped = [], [], []    # (key, row) / (key, where, reason)
+        self.effective = None                                      # (key, layout fed) of the first replayed sample
+
+    def merge(self, other: "ReplayCounts") -> "ReplayCounts":
+        """Add another shard's counts (same draft options) into these; integer sums, so the merge is exact."""
+        if (other.requested, other.K, other.opts) != (self.requested, self.K, self.opts):
+            raise ValueError("ReplayCounts.merge: counts of replays with different options")
+        for name in ("valid", "correct", "oov", "prefix", "joint", "cond_den", "hist"):
+            setattr(self, name, getattr(self, name) + getattr(other, name))
+        self.agree, self.agree_n = self.agree + other.agree, self.agree_n + other.agree_n
+        self.kinds, self.notes = self.kinds | other.kinds, self.notes | other.notes
+        self.rows, self.skipped = self.rows + other.rows, self.skipped + other.skipped
+        self.read_skipped = self.read_skipped + other.read_skipped
+        if other.effective is not None and (self.effective is None or other.effective[0] < self.effective[0]):
+            self.effective = other.effective
+        return self
 
     def add(self, b: dict, sc: Scored):
+        """Count one scored sample (`b`: its prepare_sample item, with the "key" that orders it)."""
         v, c = sc.valid, sc.correct
         pv, pc = v.long().cumprod(0).bool(), c.long().cumprod(0).bool()        # valid / right at all steps <= k
         self.valid += v.sum(1)
@@ -428,7 +453,10 @@ class _Agg:
         full = sc.horizon == self.K
         if sc.accepted is not None:
             self.hist += torch.bincount(sc.accepted[full], minlength=self.K + 2)[:self.K + 2]
-        self.kinds.append(b["kind"])
+        self.kinds.add(b["kind"])
+        self.notes.update([b["note"]] if b["note"] else [])
+        if self.effective is None or b["key"] < self.effective[0]:
+            self.effective = (b["key"], b["layout"])
         if b["kind"] == "target":                                 # does the target's greedy token equal the data?
             data = torch.full_like(b["ref"], -1)
             data[:-1] = b["ids"][1:]
@@ -438,15 +466,19 @@ class _Agg:
         n0 = int(v[0].sum())
         acc = (c.sum(1).float() / v.sum(1).clamp(min=1)).tolist()
         rate = lambda x, d: float(x) / d if d else float("nan")  # noqa: E731
-        self.rows.append({"id": b["id"], "source": b["source"], "tokens": len(b["ids"]), "positions": n0,
-                          "reference": b["kind"], "acc_0": acc[0] if n0 else float("nan"),
-                          f"acc_{self.K - 1}": acc[-1] if int(v[-1].sum()) else float("nan"),
-                          "oov_rate": rate(sc.oov[0].sum(), n0),
-                          "simulated_accept": float(sc.accepted[full].float().mean()) if
-                          (sc.accepted is not None and bool(full.any())) else float("nan")})
+        self.rows.append((b["key"], {
+            "id": b["id"], "source": b["source"], "tokens": len(b["ids"]), "positions": n0, "reference": b["kind"],
+            "acc_0": acc[0] if n0 else float("nan"), f"acc_{self.K - 1}": acc[-1] if int(v[-1].sum()) else float("nan"),
+            "oov_rate": rate(sc.oov[0].sum(), n0), "simulated_accept": float(sc.accepted[full].float().mean())
+            if (sc.accepted is not None and bool(full.any())) else float("nan")}))
 
-    def result(self, label, layout, requested, d2t, align, fill, ref, mask, simulate, skipped, notes):
+    def result(self, label: str | None = None) -> ReplayResult:
+        """The ReplayResult of these counts: per-sample rows and skips in key order, reader skips first."""
+        first = lambda x: x[0]  # noqa: E731
         div = lambda a, b: [float(x) / float(y) if y else float("nan") for x, y in zip(a, b)]  # noqa: E731
+        want, o = tuple(self.requested or ()), self.opts
+        eff = self.effective[1] if self.effective is not None else want
+        skipped = tuple((w, r) for _, w, r in sorted(self.read_skipped, key=first) + sorted(self.skipped, key=first))
         cond = div(self.joint, self.cond_den)
         per_step = pd.DataFrame({"step": range(self.K), "positions": self.valid.tolist(),
                                  "acc": div(self.correct, self.valid), "oov_rate": div(self.oov, self.valid),
@@ -458,9 +490,10 @@ class _Agg:
         tot = sum(h)
         hist = pd.DataFrame({"accepted": range(1, self.K + 2), "count": h,
                              "fraction": [x / tot if tot else float("nan") for x in h]})
-        sim = sum(a * c for a, c in zip(hist.accepted, h)) / tot if (simulate and tot) else float("nan")
-        return ReplayResult(label, layout, requested, d2t, align, fill, ref, mask, self.K, per_step,
-                            pd.DataFrame(self.rows), hist, float(per_step.accept_length_if_steps.iloc[-1]),
-                            float(sim), self.agree / self.agree_n if self.agree_n else float("nan"), skipped,
-                            notes)
-
+        sim = sum(a * c for a, c in zip(hist.accepted, h)) / tot if (o["simulate"] and tot) else float("nan")
+        ref = "mixed" if len(self.kinds) > 1 else next(iter(self.kinds), "none")
+        return ReplayResult(label or ",".join(eff), eff, want, o["d2t"], o["align"], o["fill"], ref, o["mask"],
+                            self.K, per_step, pd.DataFrame([r for _, r in sorted(self.rows, key=first)]), hist,
+                            float(per_step.accept_length_if_steps.iloc[-1]), float(sim),
+                            self.agree / self.agree_n if self.agree_n else float("nan"), skipped,
+                            tuple(sorted(self.notes)))
