@@ -173,7 +173,7 @@ class _SeedIndex:
 
 # ---------------------------------------------------------------- Dataset
 
-def _permutation(n: int, seed: int) -> Iterator[int]:
+def sample_order(n: int, seed: int) -> Iterator[int]:
     """Lazy Fisher-Yates shuffle of range(n): a prefix of it is the same for every length drawn."""
     rng, swapped = random.Random(seed), {}
     for i in range(n):
@@ -267,7 +267,7 @@ class Dataset:
         if n <= 0:
             return
         view = self.view
-        for j in _permutation(len(view), seed):
+        for j in sample_order(len(view), seed):
             s = self._guard(lambda: self._load(view[j]), lambda: self._source(view[j]))
             if s is not None:
                 yield s

@@ -21,7 +21,7 @@ import torch
 import torch.distributed as dist
 import tqdm
 
-from .datasets import Dataset, _permutation, open_dataset
+from .datasets import Dataset, sample_order, open_dataset
 from .errors import DataError, Eagle3Error, MissingFileError
 from .replay import ReplayCounts, ReplayResult, ReplaySetup, count, load_setup
 
@@ -87,7 +87,7 @@ def _sampled(ds: Dataset, n: int, seed: int, w: World, skips: list):
     Round r shares out the next permutation positions one process would load (as many as good samples are still
     missing) among the ranks; a bad one is recorded in `skips` at its position and replaced in the next round.
     """
-    perm, start, good = _permutation(len(ds), seed), 0, 0
+    perm, start, good = sample_order(len(ds), seed), 0, 0
     while good < n:
         block = list(itertools.islice(perm, n - good))
         if not block:
