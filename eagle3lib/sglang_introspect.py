@@ -1,6 +1,7 @@
 """Ask an installed SGLang how it resolves a launch command, and set its answer beside the rule table's.
 
-Builds ``ServerArgs`` from the same argv (``add_cli_args`` + ``from_cli_args``). Newer SGLang records each
+Builds ``ServerArgs`` from the same argv (``add_cli_args`` + ``from_cli_args``), then runs ``resolve_once()`` where
+that version has it (0.5.2x: a msgspec record whose resolution is a separate pipeline). Newer SGLang records each
 decision in ``server_args._resolved_overrides`` (source, {field: value}); older ones mutate fields in
 ``__post_init__``, so we diff before/after. Optional: nothing here runs unless ``sglang`` is importable.
     intro = introspect(parse_launch(cmd), path_map={"data/demo/target": "/local/target"}); compare(intro, res)
@@ -23,8 +24,9 @@ import pandas as pd
 
 from .errors import ServingArgsError
 from .launch import LaunchArgs
-from .sglang_rules import KNOBS, Resolution
+from .sglang_rules import KNOBS, RULES, Resolution
 
+_RULE_FIELDS = frozenset({f for r in RULES for f in r.fields} | {"page_size", "device", "speculative_algorithm"})
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}   # never let SGLang reach the hub from here
 
 
@@ -93,8 +95,25 @@ def _argv(launch: LaunchArgs, path_map: Mapping[str, str] | None) -> list[str]:
 
 
 def introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None = None,
-               env: Mapping[str, str] | None = None) -> Introspection:
-    """Build SGLang's ServerArgs from the launch's argv and report what that version resolved."""
+               env: Mapping[str, str] | None = None, cpu_fallback: bool = True) -> Introspection:
+    """Build SGLang's ServerArgs from the launch's argv and report what that version resolved.
+
+    With no ``--device`` and no accelerator here, SGLang >= 0.5.2x refuses ("No accelerator ..."); cpu_fallback
+    then asks again with ``--device cpu`` and says so in the log (CPU-only decisions, e.g. the default attention
+    backend and disable_overlap_schedule, are then SGLang's answer for a CPU server).
+    """
+    intro = _introspect(launch, path_map, env)
+    if (cpu_fallback and intro.error and "No accelerator" in intro.error and launch.flags.get("device") is None
+            and "--device" not in launch.argv):
+        retry = _introspect(dataclasses.replace(launch, argv=(*launch.argv, "--device", "cpu")), path_map, env)
+        note = ("eagle3lib: no accelerator here, so SGLang was asked again with --device cpu (first answer: "
+                f"{intro.error[:120]})")
+        return dataclasses.replace(retry, log=(*retry.log, note))
+    return intro
+
+
+def _introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None, env: Mapping[str, str] | None
+                ) -> Introspection:
     if launch.engine != "sglang":
         raise ServingArgsError("sglang_introspect.introspect", "not an SGLang launch command", expected="sglang",
                                found=launch.engine)
@@ -125,17 +144,20 @@ def introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None = None,
                                      f"SGLang's argparse refused the command: {stderr.getvalue().strip()[-300:]}")
             if unknown:
                 handler.lines.append(f"argparse: unrecognized arguments {unknown}")
-            names = [f.name for f in dataclasses.fields(ServerArgs)]
+            names = _field_names(ServerArgs)
             try:
                 sa = ServerArgs.from_cli_args(ns)
+                if callable(getattr(sa, "resolve_once", None)):
+                    sa.resolve_once()      # resolution is its own step since ServerArgs became a sealed record
             except Exception as e:   # noqa: BLE001 - SGLang's own rejection (ValueError, AssertionError, ...)
                 error = f"{type(e).__name__}: {e}"
             before = {n: getattr(ns, n) for n in names if hasattr(ns, n)}
     finally:
         logger.removeHandler(handler)
         logger.setLevel(old_level)
-    if sa is None:
-        return Introspection(version, "post_init diff", before, dict(before), (), tuple(handler.lines), error)
+    if sa is None or error:
+        style = "declarations" if sa is not None and hasattr(sa, "resolve_once") else "post_init diff"
+        return Introspection(version, style, before, dict(before), (), tuple(handler.lines), error)
     stash = getattr(sa, "_resolved_overrides", None)
     if isinstance(stash, list):
         effective = {n: getattr(sa, n, None) for n in names}
@@ -145,11 +167,35 @@ def introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None = None,
             for f, v in dict(fields).items():
                 decisions.append((str(source), f, before.get(f), v))
                 effective[f] = v               # last declaration wins, as SGLang's resolution_result reads it
+        reader = getattr(_optional_module("sglang.srt.arg_groups.overrides"), "resolution_result", None)
+        if callable(reader):                   # that version's own reader (it also applies declared fallbacks)
+            effective = {n: _read_or(reader, sa, n, effective[n]) for n in names}
         return Introspection(version, "declarations", before, effective, tuple(decisions), tuple(handler.lines))
     effective = {n: getattr(sa, n, None) for n in names}
     decisions = tuple(("__post_init__", n, before.get(n), effective[n]) for n in names
                       if n in before and not _equal(before[n], effective[n]))
     return Introspection(version, "post_init diff", before, effective, decisions, tuple(handler.lines))
+
+
+def _field_names(server_args_cls) -> list[str]:
+    """ServerArgs field names: a dataclass (SGLang <= 0.5.1x) or a msgspec Struct (0.5.2x)."""
+    if dataclasses.is_dataclass(server_args_cls):
+        return [f.name for f in dataclasses.fields(server_args_cls)]
+    return list(getattr(server_args_cls, "__struct_fields__", ()))
+
+
+def _optional_module(name: str):
+    try:
+        return importlib.import_module(name)
+    except Exception:   # noqa: BLE001 - older SGLang without that module
+        return None
+
+
+def _read_or(reader, sa, name, fallback):
+    try:
+        return reader(sa, name)
+    except Exception:   # noqa: BLE001 - a field that version's reader refuses: keep our own reading
+        return fallback
 
 
 def _equal(a, b) -> bool:
@@ -160,20 +206,32 @@ def _equal(a, b) -> bool:
 
 
 def compare(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
-    """SGLang's own answer beside the rule table's, one row per setting either side touched; `agree` flags."""
+    """SGLang's own answer beside the rule table's, one row per setting either side touched; `agree` flags.
+
+    Rows: the three knobs, every field a rule changed, and every field SGLang decided that the rule table knows of
+    or that is speculative (``speculative_*``); SGLang's other decisions (tokenizer path, seed, ...) stay in
+    ``intro.frame()``. ``agree`` is None where the rule table does not decide the field (neither requested nor set
+    by a rule): that is a gap of the table, not a disagreement.
+    """
     decided = {f for _, f, _, _ in intro.decisions}
     hit_fields = {h.field for h in resolution.hits if h.kind != "note"}
+    ours_decides = set(KNOBS) | {"speculative_algorithm"} | hit_fields | {
+        f for f, v in resolution.requested.items() if v is not None}
+    shown = [f for f in sorted(decided) if f in ours_decides or f in _RULE_FIELDS or f.startswith("speculative_")]
     rows = []
-    for f in dict.fromkeys([*KNOBS, *sorted(hit_fields), *sorted(decided)]):
+    for f in dict.fromkeys([*KNOBS, *sorted(hit_fields), *shown]):
         ours = resolution.effective.get(f, resolution.requested.get(f))
         theirs = intro.effective.get(f) if f in intro.effective else None
         rules = ", ".join(h.rule_id for h in resolution.hits if h.field == f and h.kind != "note")
-        agree = None if intro.error or f not in intro.effective else _equal(ours, theirs)
+        agree = (None if intro.error or resolution.rejected or f not in intro.effective or f not in ours_decides
+                 else _equal(ours, theirs))
         rows.append({"field": f, "sglang": theirs, "rule_table": ours, "agree": agree, "rule": rules,
                      "sglang_source": ", ".join(s for s, g, _, _ in intro.decisions if g == f)})
-    if intro.error:
-        rows.append({"field": "(startup)", "sglang": intro.error, "rule_table": "; ".join(resolution.rejected) or
-                     "starts", "agree": bool(resolution.rejected), "rule": "", "sglang_source": "exception"})
+    if intro.error or resolution.rejected:     # either side refusing to start is a row, agreeing or not
+        rows.append({"field": "(startup)", "sglang": intro.error or "starts",
+                     "rule_table": "; ".join(resolution.rejected) or "starts",
+                     "agree": bool(intro.error) == bool(resolution.rejected), "rule": "",
+                     "sglang_source": "exception" if intro.error else ""})
     return pd.DataFrame(rows, columns=["field", "sglang", "rule_table", "agree", "rule", "sglang_source"], dtype=object)
 
 

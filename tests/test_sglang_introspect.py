@@ -6,6 +6,7 @@ import json
 import os
 import sys
 import textwrap
+from pathlib import Path
 
 import pytest
 
@@ -171,19 +172,119 @@ def test_ask_compares_or_explains(stand_in, monkeypatch):
     assert "not installed" in si.ask(launch, res).iloc[0]["sglang"]
 
 
+# SGLang 0.5.2x shape: ServerArgs is a sealed record (msgspec Struct: __struct_fields__, no dataclass) and resolution
+# is a separate resolve_once() that only declares; arg_groups/overrides.py reads the result with resolution_result.
+RECORD_ARGS = '''
+import logging
+from sglang.srt.arg_groups.overrides import declare_resolution
+logger = logging.getLogger(__name__)
+FIELDS = ("model_path", "speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
+          "speculative_num_draft_tokens", "max_running_requests", "tokenizer_path", "speculative_draft_model_revision",
+          "served_model_name", "device")
+
+class ServerArgs:
+    __struct_fields__ = FIELDS
+
+    def __init__(self, **kw):
+        for f in FIELDS:
+            setattr(self, f, kw.get(f))
+
+    def resolve_once(self):
+        if self.device is None:
+            raise RuntimeError("No accelerator (CUDA, XPU, HPU, NPU, MUSA, MPS) or platform plugin is available.")
+        declare_resolution(self, "_handle_missing_default_values", tokenizer_path=self.model_path)
+        declare_resolution(self, "handle_speculative_decoding", speculative_draft_model_revision="main")
+        if self.max_running_requests is None:
+            declare_resolution(self, "_handle_eagle_family", max_running_requests=48)
+        if self.speculative_eagle_topk == 1 and self.speculative_num_draft_tokens != self.speculative_num_steps + 1:
+            logger.warning("speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when "
+                           "speculative_eagle_topk == 1")
+            declare_resolution(self, "_handle_eagle_family",
+                               speculative_num_draft_tokens=self.speculative_num_steps + 1)
+        if self.speculative_num_steps == 7:
+            raise ValueError("--speculative-num-steps=7 is not in the adaptive config candidate_steps [1, 3]")
+
+    @staticmethod
+    def add_cli_args(parser):
+        parser.add_argument("--model-path", dest="model_path", required=True)
+        parser.add_argument("--speculative-algorithm")
+        parser.add_argument("--speculative-draft-model-path")
+        for name in ("num-steps", "eagle-topk", "num-draft-tokens"):
+            parser.add_argument(f"--speculative-{name}", type=int)
+        parser.add_argument("--max-running-requests", type=int)
+        parser.add_argument("--device")
+
+    @classmethod
+    def from_cli_args(cls, args):
+        return cls(**{f: getattr(args, f) for f in FIELDS if hasattr(args, f)})
+'''
+OVERRIDES = '''
+def declare_resolution(sa, source, **fields):
+    sa.__dict__.setdefault("_resolved_overrides", []).append((source, dict(fields)))
+
+def resolution_result(sa, field, default=None):
+    for _source, declared in reversed(getattr(sa, "_resolved_overrides", None) or ()):
+        if field in declared:
+            return declared[field]
+    value = getattr(sa, field, default)
+    return "default-name" if field == "served_model_name" and value is None else value   # a declared fallback
+'''
+
+
+def test_sealed_record_is_resolved_with_resolve_once(stand_in, tmp_path):
+    """0.5.2x shape: __struct_fields__, resolve_once(), that version's reader; no accelerator -> asked with cpu."""
+    stand_in("0.5.23")
+    srt = tmp_path / "sglang" / "srt"
+    (srt / "arg_groups").mkdir()
+    (srt / "arg_groups" / "__init__.py").write_text("")
+    (srt / "arg_groups" / "overrides.py").write_text(OVERRIDES)
+    (srt / "server_args.py").write_text(RECORD_ARGS)
+    intro = si.introspect(parse_launch(SEED))
+    assert intro.style == "declarations" and intro.error is None
+    assert ("_handle_eagle_family", "speculative_num_draft_tokens", 16, 2) in intro.decisions
+    assert intro.effective["speculative_num_draft_tokens"] == 2 and intro.requested["speculative_num_draft_tokens"] == 16
+    assert intro.effective["served_model_name"] == "default-name"                # read through resolution_result
+    assert intro.effective["device"] == "cpu" and "asked again with --device cpu" in intro.log[-1]
+    assert "No accelerator" in si.introspect(parse_launch(SEED), cpu_fallback=False).error
+    table = si.compare(intro, resolve(parse_launch(SEED), "0.5.23", "LlamaForCausalLM")).set_index("field")
+    assert table.loc["speculative_num_draft_tokens", "agree"] is True
+    assert table.loc["max_running_requests", "agree"] is True
+    assert table.loc["speculative_draft_model_revision", "sglang"] == "main"     # speculative: shown ...
+    assert table.loc["speculative_draft_model_revision", "agree"] is None        # ... but the table does not decide it
+    assert "tokenizer_path" not in table.index                                    # SGLang's other decisions stay out
+    refused = si.introspect(parse_launch(SEED.replace("num-steps 1", "num-steps 7")))
+    assert refused.style == "declarations" and refused.error.startswith("ValueError: --speculative-num-steps=7")
+
+
+def test_a_rejection_on_one_side_only_is_a_disagreement(stand_in):
+    """The rule table refusing a command SGLang starts (or the reverse) is a (startup) row with agree False."""
+    stand_in("0.5.6", post_init="pass")
+    cmd = SEED.replace("eagle-topk 1", "eagle-topk 4") + " --attention-backend trtllm_mha"
+    table = si.compare(si.introspect(parse_launch(cmd)), resolve(parse_launch(cmd), "0.5.6", strict=False))
+    startup = table.set_index("field").loc["(startup)"]
+    assert startup["sglang"] == "starts" and "trtllm_mha" in startup["rule_table"] and startup["agree"] is False
+    assert table.set_index("field").loc["speculative_num_draft_tokens", "agree"] is None   # no field verdicts then
+
+
 def test_real_sglang_agrees_with_the_rule_table(tmp_path):
-    """Against an installed SGLang (skipped when absent): the seed's ndt resolves to 2, like the rule table."""
+    """Against an installed SGLang (skipped when absent): the seed's ndt 16 -> 2, and every field both decide agrees."""
     pytest.importorskip("sglang.srt.server_args")
-    target = tmp_path / "target"
-    target.mkdir()
-    (target / "config.json").write_text(json.dumps({
-        "architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128, "intermediate_size": 352,
-        "num_hidden_layers": 8, "num_attention_heads": 4, "num_key_value_heads": 2, "vocab_size": 3000,
-        "max_position_embeddings": 512, "rms_norm_eps": 1e-5, "torch_dtype": "float32"}))
-    intro = si.introspect(parse_launch(SEED + " --device cpu"), path_map={"data/demo/target": str(target),
-                                                                         "data/demo/draft": str(target)})
-    if intro.error:
-        pytest.skip(f"this SGLang install cannot resolve arguments here: {intro.error[:200]}")
-    table = si.compare(intro, resolve(parse_launch(SEED), intro.version or "head", "LlamaForCausalLM"))
-    row = table.set_index("field").loc["speculative_num_draft_tokens"]
-    assert row["sglang"] == 2 and row["agree"] is True
+    samples = Path(__file__).resolve().parents[1] / "data" / "samples"
+    paths = {}
+    for name, sample in (("target", "demo_target_config.json"), ("draft", "demo_draft_config.json")):
+        (tmp_path / name).mkdir()
+        (tmp_path / name / "config.json").write_text((samples / sample).read_text())
+        paths[f"data/demo/{name}"] = str(tmp_path / name)
+    launch = parse_launch(SEED + " --device cpu")          # CPU: no GPU is needed to resolve the arguments
+    intro = si.introspect(launch, path_map=paths)
+    assert intro.error is None, intro.error
+    assert intro.requested["speculative_num_draft_tokens"] == 16
+    table = si.compare(intro, resolve(launch, intro.version, "LlamaForCausalLM")).set_index("field")
+    row = table.loc["speculative_num_draft_tokens"]
+    assert row["sglang"] == 2 and row["rule_table"] == 2 and row["agree"] is True and row["rule"] == "topk1_ndt"
+    assert any("is adjusted to speculative_num_steps + 1" in line for line in intro.log)
+    decided = table[table["agree"].notna()]
+    assert {"speculative_num_steps", "speculative_eagle_topk", "max_running_requests"} <= set(decided.index)
+    assert decided["agree"].all(), decided[decided["agree"] == False].to_dict("index")   # noqa: E712
+    plain = si.introspect(parse_launch(SEED), path_map=paths)   # no --device: asked again on cpu when no GPU here
+    assert plain.error is None and plain.effective["speculative_num_draft_tokens"] == 2
