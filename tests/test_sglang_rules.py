@@ -49,6 +49,8 @@ TRIGGERS = {
     "max_running_requests_48_silent": (CHAIN, None, {}),
     "max_running_requests_48": (CHAIN, None, {}),
     "mixed_chunk_off": ({**CHAIN, "enable_mixed_chunk": True}, None, {}),
+    "mixed_chunk_off_standalone": ({**CHAIN, "speculative_algorithm": "STANDALONE", "enable_mixed_chunk": True}, None,
+                                   {}),
     "page_size_topk_to_1_info": ({**TREE, "page_size": 16}, None, {}),
     "page_size_topk_to_1": ({**TREE, "page_size": 16}, None, {}),
     "trtllm_mha_topk1": ({**TREE, "attention_backend": "trtllm_mha"}, None, {}),
@@ -173,6 +175,15 @@ def test_adaptive_forces_a_chain():
     """--speculative-adaptive (>= 0.5.13) forces topk 1 and ndt = steps + 1."""
     eff = resolve({**TREE, "speculative_adaptive": True}, "0.5.13").effective
     assert (eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"]) == (1, 4)
+
+
+def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
+    """--enable-mixed-chunk is forced off for EAGLE3 up to 0.5.18 and kept from 0.5.19; STANDALONE still loses it."""
+    mixed = {**CHAIN, "enable_mixed_chunk": True}
+    assert resolve(mixed, "0.5.18").effective["enable_mixed_chunk"] is False
+    assert resolve(mixed, "0.5.23").effective["enable_mixed_chunk"] is True
+    assert resolve({**mixed, "speculative_algorithm": "NEXTN"}, "0.5.23").effective["enable_mixed_chunk"] is True
+    assert resolve({**mixed, "speculative_algorithm": "STANDALONE"}, "0.5.23").effective["enable_mixed_chunk"] is False
 
 
 def test_spec_v2_env_keeps_overlap_in_0_5_4():
