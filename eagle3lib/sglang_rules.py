@@ -25,6 +25,9 @@ _DEEPSEEK = ("DeepseekV2", "DeepseekV3")                       # prefixes; Deeps
 _MOE_314 = ("Glm4Moe", "GlmMoeDsa", "BailingMoe", "MistralLarge3", "Pixtral", "MiMoV2")
 _MTP = ("DeepseekV3", "DeepseekV4", "Glm4Moe", "GlmMoeDsa", "BailingMoe", "MistralLarge3", "Pixtral", "HYV3")
 _TOPK1_MSG = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"
+# union of candidate_steps over DEFAULT_ADAPTIVE_CONFIG's batch-size slots, by first version (read from the wheels)
+_ADAPTIVE_CANDIDATES = (("0.5.13", (1, 3, 7)), ("0.5.14", (0, 1, 3, 7)), ("0.5.20", (0, 1, 3, 5, 7)))
+_ADAPTIVE_OFF_MSG = None   # "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
 _MRR_MSG = ("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
             "setting --max-running-requests.")
 
@@ -38,14 +41,30 @@ class _Reject(Exception):
 class _Ctx:
     """Settings being resolved (SGLang ServerArgs field names), plus what rules may look at."""
 
-    def __init__(self, settings: dict, arch: str | None, env: Mapping[str, str]):
-        self.s, self.arch, self.env = settings, arch, env
+    def __init__(self, settings: dict, arch: str | None, env: Mapping[str, str], version: Version):
+        self.s, self.arch, self.env, self.version = settings, arch, env, version
 
     steps = property(lambda self: self.s.get("speculative_num_steps"))
     topk = property(lambda self: self.s.get("speculative_eagle_topk"))
     ndt = property(lambda self: self.s.get("speculative_num_draft_tokens"))
     page = property(lambda self: self.s.get("page_size") or 1)
     algo = property(lambda self: (self.s.get("speculative_algorithm") or "").upper() or None)
+    adaptive = property(lambda self: bool(self.s.get("speculative_adaptive")))
+    # >= 0.5.14 adaptive is settled before _handle_eagle_family, which then skips its auto-choice and assert
+    adaptive_first = property(lambda self: self.adaptive and self.version >= Version("0.5.14"))
+
+    def adaptive_candidates(self) -> tuple[int, ...] | None:
+        """Steps the default adaptive config allows in this version (None: a custom config file was given)."""
+        if self.s.get("speculative_adaptive_config"):
+            return None
+        return [steps for first, steps in _ADAPTIVE_CANDIDATES if self.version >= Version(first)][-1]
+
+    def adaptive_unsupported(self) -> bool:
+        """adaptive_unsupported_reason(): only EAGLE/EAGLE3 chains, no DP attention / multi-layer / TBO / PDMux."""
+        return (self.algo not in ("EAGLE", "EAGLE3") or (self.topk is not None and self.topk != 1)
+                or any(self.s.get(k) for k in ("enable_dp_attention", "enable_multi_layer_eagle",
+                                                "enable_two_batch_overlap", "enable_pdmux"))
+                or (self.s.get("attn_dp_size") or 1) > 1)
 
     def arch_in(self, prefixes) -> bool:
         return bool(self.arch) and self.arch.startswith(tuple(prefixes))
@@ -86,11 +105,20 @@ def _rej(field_, value, allowed, problem):
     raise _Reject(field_, value, allowed, problem)
 
 
+def _adaptive_chain(c: _Ctx) -> dict:
+    """_init_adaptive_speculative_params: topk 1, steps the middle default candidate when unset, ndt = steps + 1."""
+    steps, candidates = c.steps, c.adaptive_candidates()
+    if steps is None and candidates is not None:      # a custom --speculative-adaptive-config is not read offline
+        steps = candidates[len(candidates) // 2]
+    return {"speculative_eagle_topk": 1 if c.topk is None else c.topk, "speculative_num_steps": steps,
+            "speculative_num_draft_tokens": None if steps is None else steps + 1}
+
+
 def _auto(rule_id, label, lo, hi, src, cond_text, triple, match, traced=True):
     steps, topk, ndt = triple
     return Rule(rule_id, label, lo, hi, src, "default", "silent", None,
                 f"all three knobs unset, not adaptive, {cond_text}", f"(steps, topk, ndt) := {triple}", KNOBS,
-                lambda c: c.steps is None and not c.s.get("speculative_adaptive") and match(c),
+                lambda c: c.steps is None and not c.adaptive_first and match(c),
                 lambda c: dict(zip(KNOBS, triple)), traced=traced)
 
 
@@ -141,16 +169,35 @@ RULES: tuple[Rule, ...] = (
                     "disable_overlap_schedule": True, "chunked_prefill_size": -1}),
     _hard("hard_defaults_5_8_64", "0.4.1", "0.4.4", "#2684 b0524c378", (5, 8, 64)),
     _hard("hard_defaults_5_4_8", "0.4.4", "0.4.5", "#3986 d3d4d7675", (5, 4, 8)),
+    Rule("adaptive_unsupported", "--speculative-adaptive falls back to static", "0.5.14", None,
+         "0.5.14 wheel: _maybe_disable_adaptive runs before _handle_eagle_family; SGLang 0.5.23 checked", "rewrite",
+         "warning", _ADAPTIVE_OFF_MSG, "--speculative-adaptive with topk set and != 1, an algorithm other than "
+         "EAGLE/EAGLE3, DP attention, multi-layer EAGLE, two-batch overlap or PDMux",
+         "speculative_adaptive := False; the knobs resolve as without it", ("speculative_adaptive",),
+         lambda c: c.adaptive and c.adaptive_unsupported(), lambda c: {"speculative_adaptive": False}),
+    Rule("adaptive_chain", "--speculative-adaptive chain", "0.5.14", None,
+         "#27493 3600a9ac5; _init_adaptive_speculative_params from the 0.5.14 wheel; SGLang 0.5.23 checked",
+         "rewrite", "silent", None, "--speculative-adaptive (still on)",
+         "topk := 1 if unset; steps := middle default candidate (3) if unset; ndt := steps + 1", KNOBS,
+         lambda c: c.adaptive, lambda c: _adaptive_chain(c)),
+    Rule("adaptive_steps_not_candidate", "adaptive steps must be a candidate", "0.5.14", None,
+         "_init_adaptive_speculative_params (0.5.14 wheel); SGLang 0.5.23 checked", "reject", "error", None,
+         "--speculative-adaptive with num_steps outside the default config's candidate_steps",
+         "ValueError '--speculative-num-steps=N is not in the adaptive config candidate_steps [...]'",
+         ("speculative_num_steps",),
+         lambda c: c.adaptive and c.adaptive_candidates() is not None and c.steps not in c.adaptive_candidates(),
+         lambda c: _rej("speculative_num_steps", c.steps, f"one of {list(c.adaptive_candidates())}",
+                        "not in the adaptive config candidate_steps")),
     Rule("partial_knobs_assert", "set all three knobs or none", "0.4.5", None, "#4908 b26bc86b3 (auto-choose assert)",
          "reject", "error", None, "num_steps unset but topk or num_draft_tokens set, not adaptive",
          "AssertionError at startup", KNOBS,
-         lambda c: c.steps is None and not c.s.get("speculative_adaptive") and (c.topk, c.ndt) != (None, None),
+         lambda c: c.steps is None and not c.adaptive_first and (c.topk, c.ndt) != (None, None),
          lambda c: _rej("speculative_num_steps", None, "set with topk and num_draft_tokens, or all three unset",
                         "speculative_eagle_topk / speculative_num_draft_tokens given without speculative_num_steps")),
     Rule("steps_without_topk", "topk unset with steps set", "0.4.5", None, "speculative_hook.py / v0.4.6 page check "
          "(analysis)", "reject", "error", None, "num_steps set, topk unset, not adaptive",
          "TypeError comparing None > 1", KNOBS,
-         lambda c: c.steps is not None and c.topk is None and not c.s.get("speculative_adaptive"),
+         lambda c: c.steps is not None and c.topk is None and not c.adaptive_first,
          lambda c: _rej("speculative_eagle_topk", None, "an integer >= 1 (set all three knobs, or none)",
                         "speculative_num_steps is set but speculative_eagle_topk is not")),
     Rule("mtp_draft_path_default", "MTP draft path := target", "0.4.9", None, "#7643 78700893e (DeepSeek-V3); other "
@@ -232,17 +279,25 @@ RULES: tuple[Rule, ...] = (
              or c.s.get("speculative_accept_threshold_acc", 1.0) != 1.0),
          lambda c: _rej("speculative_use_rejection_sampling", True, "EAGLE/EAGLE3, topk 1, both thresholds 1.0, no "
                         "deterministic inference", "rejection sampling needs a lossless topk-1 chain")),
-    Rule("adaptive_chain", "--speculative-adaptive chain", "0.5.13", None, "#27493 3600a9ac5 (2026-06-11)",
-         "rewrite", "silent", None, "--speculative-adaptive",
-         "topk := 1, ndt := steps + 1; steps defaults to the middle candidate of the adaptive config", KNOBS,
-         lambda c: bool(c.s.get("speculative_adaptive")),
-         lambda c: {"speculative_eagle_topk": 1,
-                    "speculative_num_draft_tokens": None if c.steps is None else c.steps + 1}),
     Rule("topk1_ndt", "topk=1 rule", "0.4.6", None, "#5318 188f0955f (2025-04-20, info); warning since #5769",
          "rewrite", "warning", _TOPK1_MSG, "topk == 1 and num_draft_tokens != num_steps + 1",
          "speculative_num_draft_tokens := speculative_num_steps + 1", ("speculative_num_draft_tokens",),
          lambda c: c.topk == 1 and c.steps is not None and c.ndt != c.steps + 1,
          lambda c: {"speculative_num_draft_tokens": c.steps + 1}),
+    Rule("adaptive_unsupported_0513", "--speculative-adaptive falls back to static", "0.5.13", "0.5.14",
+         "0.5.13 wheel: _maybe_disable_adaptive runs after _handle_eagle_family (its auto-choice included)",
+         "rewrite", "warning", _ADAPTIVE_OFF_MSG, "--speculative-adaptive and the resolved topk != 1, an algorithm "
+         "other than EAGLE/EAGLE3, DP attention, multi-layer EAGLE, two-batch overlap or PDMux",
+         "speculative_adaptive := False", ("speculative_adaptive",),
+         lambda c: c.adaptive and (c.topk != 1 or c.adaptive_unsupported()),
+         lambda c: {"speculative_adaptive": False}),
+    Rule("adaptive_steps_not_candidate_0513", "adaptive steps must be a candidate", "0.5.13", "0.5.14",
+         "validate_adaptive_initial_steps (0.5.13 wheel)", "reject", "error", None,
+         "--speculative-adaptive on a chain whose num_steps is not in (1, 3, 7)", "ValueError",
+         ("speculative_num_steps",),
+         lambda c: c.adaptive and c.adaptive_candidates() is not None and c.steps not in c.adaptive_candidates(),
+         lambda c: _rej("speculative_num_steps", c.steps, f"one of {list(c.adaptive_candidates())}",
+                        "not in the adaptive config candidate_steps")),
     Rule("page_tree_flashinfer_only", "topk>1 & page>1 needs flashinfer", "0.5.2", "0.5.13",
          "#9784 a23c30205 (2025-08-29); widened to fa3 at a version not traced", "reject", "error", None,
          "topk > 1, page_size > 1, attention_backend set and not flashinfer", "ValueError", ("speculative_eagle_topk",),
@@ -398,7 +453,7 @@ def resolve(requested, version: str = DEFAULT_VERSION, target_arch: str | None =
     settings, launch_env = _requested_settings(requested)
     for k in KNOBS + ("speculative_algorithm",):
         settings.setdefault(k, None)
-    ctx = _Ctx(dict(settings), target_arch, {**launch_env, **(env or {})})
+    ctx = _Ctx(dict(settings), target_arch, {**launch_env, **(env or {})}, v)
     hits, rejected, warnings = [], [], []
     if v > parse_version(LATEST_TRACED):
         warnings.append(f"SGLang {v} is newer than the rule table (traced up to {LATEST_TRACED}): HEAD behaviour "

@@ -55,7 +55,12 @@ TRIGGERS = {
     "page_size_topk_to_1": ({**TREE, "page_size": 16}, None, {}),
     "trtllm_mha_topk1": ({**TREE, "attention_backend": "trtllm_mha"}, None, {}),
     "rejection_sampling_constraints": ({**TREE, "speculative_use_rejection_sampling": True}, None, {}),
+    "adaptive_unsupported": ({**TREE, "speculative_adaptive": True}, None, {}),
     "adaptive_chain": ({**NONE, "speculative_adaptive": True, "speculative_num_steps": 3}, None, {}),
+    "adaptive_steps_not_candidate": ({**CHAIN, "speculative_adaptive": True, "speculative_num_steps": 2}, None, {}),
+    "adaptive_unsupported_0513": ({**TREE, "speculative_adaptive": True}, None, {}),
+    "adaptive_steps_not_candidate_0513": ({**CHAIN, "speculative_adaptive": True, "speculative_num_steps": 2,
+                                           "speculative_num_draft_tokens": 3}, None, {}),
     "topk1_ndt": ({**CHAIN, "speculative_num_draft_tokens": 16}, None, {}),
     "page_tree_flashinfer_only": ({**TREE, "page_size": 16, "attention_backend": "fa3"}, None, {}),
     "page_tree_backends": ({**TREE, "page_size": 16, "attention_backend": "torch_native"}, None, {}),
@@ -172,9 +177,34 @@ def test_non_strict_records_the_rejection():
 
 
 def test_adaptive_forces_a_chain():
-    """--speculative-adaptive (>= 0.5.13) forces topk 1 and ndt = steps + 1."""
-    eff = resolve({**TREE, "speculative_adaptive": True}, "0.5.13").effective
-    assert (eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"]) == (1, 4)
+    """--speculative-adaptive (>= 0.5.14): topk 1, steps default 3 (middle candidate), ndt = steps + 1."""
+    adaptive = {**NONE, "speculative_adaptive": True}
+    for version in ("0.5.14", "0.5.23"):
+        res = resolve(adaptive, version, "LlamaForCausalLM")
+        assert [res.effective[k] for k in KNOBS] == [3, 1, 4] and res.effective["speculative_adaptive"] is True
+    eff = resolve({**adaptive, "speculative_num_steps": 7}, "0.5.23").effective
+    assert (eff["speculative_eagle_topk"], eff["speculative_num_draft_tokens"]) == (1, 8)
+
+
+def test_adaptive_falls_back_to_static_settings():
+    """A tree (topk > 1) turns adaptive off and keeps its knobs; in 0.5.13 that follows the auto-choice."""
+    tree = resolve({**TREE, "speculative_adaptive": True}, "0.5.23")
+    assert tree.effective["speculative_adaptive"] is False
+    assert [tree.effective[k] for k in KNOBS] == [3, 4, 8]
+    llama = resolve({**NONE, "speculative_adaptive": True}, "0.5.13", "LlamaForCausalLM").effective
+    assert llama["speculative_adaptive"] is False and [llama[k] for k in KNOBS] == [5, 4, 8]
+    qwen = resolve({**NONE, "speculative_adaptive": True}, "0.5.13", "Qwen3ForCausalLM").effective
+    assert qwen["speculative_adaptive"] is True and [qwen[k] for k in KNOBS] == [3, 1, 4]
+
+
+def test_adaptive_steps_must_be_a_default_candidate():
+    """Steps 5 joined the default candidates in 0.5.20; before, SGLang refuses it; a custom config is not judged."""
+    five = {**CHAIN, "speculative_adaptive": True, "speculative_num_steps": 5}
+    with pytest.raises(ServingArgsError, match="candidate_steps"):
+        resolve(five, "0.5.19")
+    assert resolve(five, "0.5.20").effective["speculative_num_draft_tokens"] == 6
+    custom = resolve({**NONE, "speculative_adaptive": True, "speculative_adaptive_config": "a.json"}, "0.5.23")
+    assert custom.effective["speculative_num_steps"] is None and custom.effective["speculative_eagle_topk"] == 1
 
 
 def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
