@@ -114,6 +114,13 @@ def _adaptive_chain(c: _Ctx) -> dict:
             "speculative_num_draft_tokens": None if steps is None else steps + 1}
 
 
+def _tree_backend(c: _Ctx) -> str | None:
+    """The attention backend SGLang checks a page>1 tree against (None: a CUDA GPU's default, flashinfer/triton)."""
+    if c.s.get("attention_backend"):
+        return c.s["attention_backend"]
+    return "intel_amx or torch_native (CPU default)" if c.s.get("device") == "cpu" else None
+
+
 def _auto(rule_id, label, lo, hi, src, cond_text, triple, match, traced=True):
     steps, topk, ndt = triple
     return Rule(rule_id, label, lo, hi, src, "default", "silent", None,
@@ -305,13 +312,14 @@ RULES: tuple[Rule, ...] = (
          and c.s.get("attention_backend") not in ("flashinfer",),
          lambda c: _rej("speculative_eagle_topk", c.topk, "1 when page_size > 1, or attention_backend flashinfer",
                         f"speculative_eagle_topk > 1 with page_size {c.page} on {c.s.get('attention_backend')}")),
-    Rule("page_tree_backends", "topk>1 & page>1 backends", "0.5.13", None, "#26972 84ca0ffb8 (2026-06-06)", "reject",
-         "error", None, "topk > 1, page_size > 1, attention_backend set and not flashinfer/fa3/triton", "ValueError",
-         ("speculative_eagle_topk",),
-         lambda c: (c.topk or 0) > 1 and c.page > 1 and bool(c.s.get("attention_backend"))
-         and c.s.get("attention_backend") not in ("flashinfer", "fa3", "triton"),
+    Rule("page_tree_backends", "topk>1 & page>1 backends", "0.5.13", None, "#26972 84ca0ffb8 (2026-06-06); the check "
+         "reads the resolved backend (0.5.13 wheel; SGLang 0.5.23 run on --device cpu)", "reject", "error", None,
+         "topk > 1, page_size > 1 and the backend SGLang ends up with is not flashinfer/fa3/triton: the one given, "
+         "or on --device cpu the CPU default (intel_amx, torch_native without AMX); a CUDA GPU's default for a tree "
+         "(flashinfer or triton) passes", "ValueError", ("speculative_eagle_topk",),
+         lambda c: (c.topk or 0) > 1 and c.page > 1 and _tree_backend(c) not in (None, "flashinfer", "fa3", "triton"),
          lambda c: _rej("speculative_eagle_topk", c.topk, "1 when page_size > 1, or a flashinfer/fa3/triton backend",
-                        f"speculative_eagle_topk > 1 with page_size {c.page} on {c.s.get('attention_backend')}")),
+                        f"speculative_eagle_topk > 1 with page_size {c.page} on {_tree_backend(c)}")),
     Rule("overlap_off_v1", "overlap scheduler off", "0.4.4", "0.5.4", "#3986 era server_args.py (spec v1)",
          "rewrite", "not traced", None, "EAGLE family", "disable_overlap_schedule := True",
          ("disable_overlap_schedule",), lambda c: not c.s.get("disable_overlap_schedule"),

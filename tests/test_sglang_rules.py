@@ -207,6 +207,15 @@ def test_adaptive_steps_must_be_a_default_candidate():
     assert custom.effective["speculative_num_steps"] is None and custom.effective["speculative_eagle_topk"] == 1
 
 
+def test_page_tree_on_cpu_default_backend_is_refused():
+    """A page>1 tree passes on a GPU's default backend but not on the CPU default; an allowed backend given passes."""
+    tree = {**TREE, "page_size": 16}
+    assert resolve(tree, "0.5.23").effective["speculative_eagle_topk"] == 4
+    with pytest.raises(ServingArgsError, match="CPU default"):
+        resolve({**tree, "device": "cpu"}, "0.5.23")
+    assert resolve({**tree, "device": "cpu", "attention_backend": "triton"}, "0.5.23").effective["page_size"] == 16
+
+
 def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
     """--enable-mixed-chunk is forced off for EAGLE3 up to 0.5.18 and kept from 0.5.19; STANDALONE still loses it."""
     mixed = {**CHAIN, "enable_mixed_chunk": True}
