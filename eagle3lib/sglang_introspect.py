@@ -16,7 +16,7 @@ import importlib.util
 import io
 import logging
 import os
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from unittest import mock
 from typing import Any, Mapping
 
@@ -64,6 +64,7 @@ class Introspection:
     decisions: tuple[tuple[str, str, Any, Any], ...]   # (source, field, before, after)
     log: tuple[str, ...]                        # what SGLang logged while resolving
     error: str | None = None                    # SGLang refused the settings (its exception), or could not run
+    path_map: dict = field(default_factory=dict)   # launch path -> local folder SGLang was pointed at
 
     def frame(self) -> pd.DataFrame:
         """The decisions as a table (source, field, before, after)."""
@@ -102,13 +103,13 @@ def introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None = None,
     then asks again with ``--device cpu`` and says so in the log (CPU-only decisions, e.g. the default attention
     backend and disable_overlap_schedule, are then SGLang's answer for a CPU server).
     """
-    intro = _introspect(launch, path_map, env)
+    intro = dataclasses.replace(_introspect(launch, path_map, env), path_map=dict(path_map or {}))
     if (cpu_fallback and intro.error and "No accelerator" in intro.error and launch.flags.get("device") is None
             and "--device" not in launch.argv):
         retry = _introspect(dataclasses.replace(launch, argv=(*launch.argv, "--device", "cpu")), path_map, env)
         note = ("eagle3lib: no accelerator here, so SGLang was asked again with --device cpu (first answer: "
                 f"{intro.error[:120]})")
-        return dataclasses.replace(retry, log=(*retry.log, note))
+        return dataclasses.replace(retry, log=(*retry.log, note), path_map=dict(path_map or {}))
     return intro
 
 
@@ -218,13 +219,15 @@ def compare(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
     ours_decides = set(KNOBS) | {"speculative_algorithm"} | hit_fields | {
         f for f, v in resolution.requested.items() if v is not None}
     shown = [f for f in sorted(decided) if f in ours_decides or f in _RULE_FIELDS or f.startswith("speculative_")]
+    local_to_launch = {local: given for given, local in intro.path_map.items()}
     rows = []
     for f in dict.fromkeys([*KNOBS, *sorted(hit_fields), *shown]):
         ours = resolution.effective.get(f, resolution.requested.get(f))
         theirs = intro.effective.get(f) if f in intro.effective else None
+        as_launched = local_to_launch.get(theirs, theirs) if isinstance(theirs, str) else theirs   # path_map undone
         rules = ", ".join(h.rule_id for h in resolution.hits if h.field == f and h.kind != "note")
         agree = (None if intro.error or resolution.rejected or f not in intro.effective or f not in ours_decides
-                 else _equal(ours, theirs))
+                 else _equal(ours, as_launched))
         rows.append({"field": f, "sglang": theirs, "rule_table": ours, "agree": agree, "rule": rules,
                      "sglang_source": ", ".join(s for s, g, _, _ in intro.decisions if g == f)})
     if intro.error or resolution.rejected:     # either side refusing to start is a row, agreeing or not

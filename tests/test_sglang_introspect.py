@@ -151,6 +151,17 @@ def test_argparse_refusal_and_path_map(stand_in):
     assert os.environ.get("HF_HUB_OFFLINE") == before
 
 
+def test_path_map_is_undone_before_comparing(stand_in):
+    """SGLang's MTP draft path := the local target folder agrees with the table's launch path (path_map undone)."""
+    stand_in("0.5.6", WRITE, post_init='''if self.speculative_draft_model_path is None:
+                self.record("_handle_eagle_family", speculative_draft_model_path=self.model_path)''')
+    cmd = SEED.replace(" --speculative-draft-model-path data/demo/draft", "")
+    intro = si.introspect(parse_launch(cmd), path_map={"data/demo/target": "/local/target"})
+    table = si.compare(intro, resolve(parse_launch(cmd), "0.5.6", "DeepseekV3ForCausalLM")).set_index("field")
+    row = table.loc["speculative_draft_model_path"]
+    assert row["sglang"] == "/local/target" and row["rule_table"] == "data/demo/target" and row["agree"] is True
+
+
 def test_refuses_without_sglang_or_for_vllm(monkeypatch):
     """No sglang -> ServingArgsError naming the optional path; a vLLM command is refused too."""
     monkeypatch.setattr(si, "available", lambda: False)
