@@ -28,6 +28,7 @@ _TOPK1_MSG = "speculative_num_draft_tokens is adjusted to speculative_num_steps 
 # union of candidate_steps over DEFAULT_ADAPTIVE_CONFIG's batch-size slots, by first version (read from the wheels)
 _ADAPTIVE_CANDIDATES = (("0.5.13", (1, 3, 7)), ("0.5.14", (0, 1, 3, 7)), ("0.5.20", (0, 1, 3, 5, 7)))
 _ADAPTIVE_OFF_MSG = None   # "speculative_adaptive disabled: {reason}. Falling back to static speculative params."
+_DUMP_MSG = "Cuda graph and server warmup are disabled because of using tensor dump mode"
 _MRR_MSG = ("Max running requests is reset to 48 for speculative decoding. You can override this by explicitly "
             "setting --max-running-requests.")
 
@@ -353,11 +354,18 @@ RULES: tuple[Rule, ...] = (
          ("speculative_draft_model_quantization",),
          lambda c: bool(c.s.get("quantization")) and c.s.get("speculative_draft_model_quantization") is None,
          lambda c: {"speculative_draft_model_quantization": c.s.get("quantization")}, traced=False),
-    Rule("tensor_dump_disables_graphs", "tensor dump disables CUDA graphs", "0.4.4", None, "#3988 (2025-03-03)",
-         "rewrite", "warning", "Cuda graph and server warmup are disabled because of using tensor dump mode",
-         "--debug-tensor-dump-output-folder", "disable_cuda_graph, skip_server_warmup := True",
+    Rule("tensor_dump_disables_graphs", "tensor dump disables CUDA graphs", "0.4.4", "0.5.14", "#3988 (2025-03-03); "
+         "last in the 0.5.13 wheel", "rewrite", "warning", _DUMP_MSG, "--debug-tensor-dump-output-folder",
+         "disable_cuda_graph, skip_server_warmup := True",
          ("disable_cuda_graph", "skip_server_warmup"), lambda c: bool(c.s.get("debug_tensor_dump_output_folder")),
          lambda c: {"disable_cuda_graph": True, "skip_server_warmup": True}, algos=()),
+    Rule("tensor_dump_disables_graph_backends", "tensor dump disables CUDA graphs", "0.5.14", None,
+         "0.5.14 wheel (cuda_graph_config phases); SGLang 0.5.23 run", "rewrite", "warning", _DUMP_MSG,
+         "--debug-tensor-dump-output-folder",
+         "cuda_graph_config decode and prefill backend := disabled (disable_cuda_graph is left alone); "
+         "skip_server_warmup := True", ("cuda_graph_config", "skip_server_warmup"),
+         lambda c: bool(c.s.get("debug_tensor_dump_output_folder")), lambda c: {"skip_server_warmup": True},
+         algos=()),
     Rule("cuda_graph_bs_clipped", "graph batch sizes follow max_running_requests", "0.5.1", None,
          "cuda_graph_runner.get_batch_sizes_to_capture (v0.5.1)", "note", "silent", None,
          "cuda_graph_max_bs > max_running_requests", "batches above max_running_requests are never captured",

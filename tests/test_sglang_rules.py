@@ -72,6 +72,7 @@ TRIGGERS = {
     "cpu_overlap_off": ({**CHAIN, "device": "cpu"}, None, {}),
     "draft_quant_inherits": ({**CHAIN, "quantization": "fp8"}, None, {}),
     "tensor_dump_disables_graphs": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
+    "tensor_dump_disables_graph_backends": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
     "cuda_graph_bs_clipped": ({**CHAIN, "cuda_graph_max_bs": 64}, None, {}),
     "mem_reserve_draft": (CHAIN, None, {}),
     "attn_backend_by_shape": (CHAIN, None, {}),
@@ -214,6 +215,14 @@ def test_page_tree_on_cpu_default_backend_is_refused():
     with pytest.raises(ServingArgsError, match="CPU default"):
         resolve({**tree, "device": "cpu"}, "0.5.23")
     assert resolve({**tree, "device": "cpu", "attention_backend": "triton"}, "0.5.23").effective["page_size"] == 16
+
+
+def test_tensor_dump_disables_graphs_by_field_then_by_graph_config():
+    """Tensor dump: disable_cuda_graph := True up to 0.5.13; from 0.5.14 the graph config's phases are disabled."""
+    dump = {"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}
+    assert resolve(dump, "0.5.13").changed() == {"disable_cuda_graph": (None, True), "skip_server_warmup": (None, True)}
+    later = resolve(dump, "0.5.23")
+    assert later.changed() == {"skip_server_warmup": (None, True)} and "cuda_graph_config" in later.hits[0].message
 
 
 def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
