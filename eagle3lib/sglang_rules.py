@@ -122,6 +122,15 @@ def _tree_backend(c: _Ctx) -> str | None:
     return "intel_amx or torch_native (CPU default)" if c.s.get("device") == "cpu" else None
 
 
+def _graph_max_bs(c: _Ctx) -> int:
+    """The decode CUDA-graph batch-size ceiling asked for (0 when unset or unreadable)."""
+    value = c.s.get("cuda_graph_max_bs_decode") or c.s.get("cuda_graph_max_bs")
+    try:
+        return int(value or 0)
+    except (TypeError, ValueError):
+        return 0
+
+
 def _auto(rule_id, label, lo, hi, src, cond_text, triple, match, traced=True):
     steps, topk, ndt = triple
     return Rule(rule_id, label, lo, hi, src, "default", "silent", None,
@@ -160,6 +169,20 @@ RULES: tuple[Rule, ...] = (
          lambda c: bool(c.s.get("speculative_use_rejection_sampling")),
          lambda c: _rej("speculative_use_rejection_sampling", True, "SGLang >= 0.5.13 (added 2026-05-25)",
                         "the flag does not exist in this version")),
+    Rule("cuda_graph_max_bs_alias", "--cuda-graph-max-bs is an alias", "0.5.14", "0.5.20",
+         "DeprecatedAliasStoreAction in the 0.5.14-0.5.19 wheels", "rewrite", "warning",
+         "'--cuda-graph-max-bs' is deprecated and will be removed in a future release. Use "
+         "'--cuda-graph-max-bs-decode' instead.", "--cuda-graph-max-bs given",
+         "cuda_graph_max_bs_decode := cuda_graph_max_bs", ("cuda_graph_max_bs_decode",),
+         lambda c: c.s.get("cuda_graph_max_bs") is not None,
+         lambda c: {"cuda_graph_max_bs_decode": c.s.get("cuda_graph_max_bs")}, algos=()),
+    Rule("cuda_graph_max_bs_removed", "--cuda-graph-max-bs removed", "0.5.20", None,
+         "absent from the 0.5.20 wheel's argparse; SGLang 0.5.23 run", "reject", "error", None,
+         "--cuda-graph-max-bs given", "argparse error: ambiguous option (could match --cuda-graph-max-bs-decode, "
+         "--cuda-graph-max-bs-prefill)", ("cuda_graph_max_bs",),
+         lambda c: c.s.get("cuda_graph_max_bs") is not None,
+         lambda c: _rej("cuda_graph_max_bs", c.s.get("cuda_graph_max_bs"), "--cuda-graph-max-bs-decode",
+                        "the flag was removed in 0.5.20"), algos=()),
     Rule("topk_choices", "topk in {1,2,4,8}", "0.4.1", "0.4.5", "#2684; choices removed 2025-03-13 #4329",
          "reject", "error", None, "topk not in (1, 2, 4, 8)", "argparse: invalid choice", ("speculative_eagle_topk",),
          lambda c: c.topk is not None and c.topk not in (1, 2, 4, 8),
@@ -368,9 +391,9 @@ RULES: tuple[Rule, ...] = (
          algos=()),
     Rule("cuda_graph_bs_clipped", "graph batch sizes follow max_running_requests", "0.5.1", None,
          "cuda_graph_runner.get_batch_sizes_to_capture (v0.5.1)", "note", "silent", None,
-         "cuda_graph_max_bs > max_running_requests", "batches above max_running_requests are never captured",
-         ("cuda_graph_max_bs",),
-         lambda c: (c.s.get("cuda_graph_max_bs") or 0) > (c.s.get("max_running_requests") or 10 ** 9), lambda c: {}),
+         "cuda_graph_max_bs (_decode from 0.5.14) > max_running_requests",
+         "batches above max_running_requests are never captured", ("cuda_graph_max_bs",),
+         lambda c: _graph_max_bs(c) > (c.s.get("max_running_requests") or 10 ** 9), lambda c: {}),
     Rule("mem_reserve_draft", "memory heuristic reserves draft room", "0.5.3", "0.5.7", "#10975 a17e70f5c",
          "note", "silent", None, "mem_fraction_static unset",
          "the auto mem_fraction_static reserves +2 GB (+6 GB for STANDALONE)", ("mem_fraction_static",),

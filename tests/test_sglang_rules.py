@@ -73,7 +73,9 @@ TRIGGERS = {
     "draft_quant_inherits": ({**CHAIN, "quantization": "fp8"}, None, {}),
     "tensor_dump_disables_graphs": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
     "tensor_dump_disables_graph_backends": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
-    "cuda_graph_bs_clipped": ({**CHAIN, "cuda_graph_max_bs": 64}, None, {}),
+    "cuda_graph_bs_clipped": ({**CHAIN, "cuda_graph_max_bs_decode": "64"}, None, {}),
+    "cuda_graph_max_bs_alias": ({**CHAIN, "cuda_graph_max_bs": 64}, None, {}),
+    "cuda_graph_max_bs_removed": ({**CHAIN, "cuda_graph_max_bs": 64}, None, {}),
     "mem_reserve_draft": (CHAIN, None, {}),
     "attn_backend_by_shape": (CHAIN, None, {}),
 }
@@ -223,6 +225,17 @@ def test_tensor_dump_disables_graphs_by_field_then_by_graph_config():
     assert resolve(dump, "0.5.13").changed() == {"disable_cuda_graph": (None, True), "skip_server_warmup": (None, True)}
     later = resolve(dump, "0.5.23")
     assert later.changed() == {"skip_server_warmup": (None, True)} and "cuda_graph_config" in later.hits[0].message
+
+
+def test_cuda_graph_max_bs_alias_then_removed():
+    """--cuda-graph-max-bs: the flag up to 0.5.13, an alias of --cuda-graph-max-bs-decode to 0.5.19, refused after."""
+    launch = parse_launch(SEED + " --cuda-graph-max-bs 64")
+    assert resolve(launch, "0.5.13").effective.get("cuda_graph_max_bs_decode") is None
+    alias = resolve(launch, "0.5.19")
+    assert alias.effective["cuda_graph_max_bs_decode"] == 64
+    assert any(h.rule_id == "cuda_graph_bs_clipped" for h in alias.hits)      # 64 > the 48 requests it can run
+    with pytest.raises(ServingArgsError, match="removed in 0.5.20"):
+        resolve(launch, "0.5.20")
 
 
 def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
