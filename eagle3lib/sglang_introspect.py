@@ -141,8 +141,10 @@ def _introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None, env: Map
                 with contextlib.redirect_stderr(stderr):
                     ns, unknown = parser.parse_known_args(_argv(launch, path_map))
             except SystemExit:
+                said = stderr.getvalue().strip()
+                said = next((ln for ln in reversed(said.splitlines()) if ": error:" in ln), said[-300:])
                 return Introspection(version, "unavailable", {}, {}, (), tuple(handler.lines),
-                                     f"SGLang's argparse refused the command: {stderr.getvalue().strip()[-300:]}")
+                                     f"SGLang's argparse refused the command: {said}")
             if unknown:
                 handler.lines.append(f"argparse: unrecognized arguments {unknown}")
             names = _field_names(ServerArgs)
