@@ -71,6 +71,8 @@ TRIGGERS = {
     "sync_spec_v2": ({**CHAIN, "disable_overlap_schedule": True}, None, {}),
     "cpu_overlap_off": ({**CHAIN, "device": "cpu"}, None, {}),
     "draft_quant_inherits": ({**CHAIN, "quantization": "fp8"}, None, {}),
+    "draft_unquant_is_none": ({**CHAIN, "quantization": "fp8", "speculative_draft_model_quantization": "unquant"}, None,
+                              {}),
     "tensor_dump_disables_graphs": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
     "tensor_dump_disables_graph_backends": ({"model_path": "m", "debug_tensor_dump_output_folder": "/tmp/d"}, None, {}),
     "cuda_graph_bs_clipped": ({**CHAIN, "cuda_graph_max_bs_decode": "64"}, None, {}),
@@ -236,6 +238,14 @@ def test_cuda_graph_max_bs_alias_then_removed():
     assert any(h.rule_id == "cuda_graph_bs_clipped" for h in alias.hits)      # 64 > the 48 requests it can run
     with pytest.raises(ServingArgsError, match="removed in 0.5.20"):
         resolve(launch, "0.5.20")
+
+
+def test_draft_quantization_inherits_unless_unquant():
+    """A quantized target gives a quantized draft; 'unquant' opts out and resolves to no quantization (None)."""
+    quant = {**CHAIN, "quantization": "fp8"}
+    assert resolve(quant, "0.5.23").effective["speculative_draft_model_quantization"] == "fp8"
+    opt_out = resolve({**quant, "speculative_draft_model_quantization": "unquant"}, "0.5.23")
+    assert opt_out.changed()["speculative_draft_model_quantization"] == ("unquant", None)
 
 
 def test_mixed_chunk_kept_for_eagle3_from_0_5_19():
