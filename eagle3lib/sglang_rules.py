@@ -19,6 +19,7 @@ from .errors import ConfigError, ServingArgsError
 
 DEFAULT_VERSION = "0.5.6"     # the version the shipped samples and the demo engine's log imitate
 LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
+CHECKED_AGAINST = "0.5.23"    # newest SGLang whose own ServerArgs resolution was compared with this table (grid)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN")
 KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 _DEEPSEEK = ("DeepseekV2", "DeepseekV3")                       # prefixes; DeepseekV32 included
@@ -500,9 +501,14 @@ def resolve(requested, version: str = DEFAULT_VERSION, target_arch: str | None =
         settings.setdefault(k, None)
     ctx = _Ctx(dict(settings), target_arch, {**launch_env, **(env or {})}, v)
     hits, rejected, warnings = [], [], []
-    if v > parse_version(LATEST_TRACED):
-        warnings.append(f"SGLang {v} is newer than the rule table (traced up to {LATEST_TRACED}): HEAD behaviour "
-                        "assumed; ask SGLang itself (sglang_introspect) to be sure")
+    if v > parse_version(CHECKED_AGAINST):
+        warnings.append(f"SGLang {v} is newer than the rule table (traced up to {LATEST_TRACED}, run against "
+                        f"{CHECKED_AGAINST}): the newest behaviour known is assumed; ask SGLang itself "
+                        "(sglang_introspect) to be sure")
+    elif v > parse_version(LATEST_TRACED):
+        warnings.append(f"SGLang {v} is newer than the rule table's trace ({LATEST_TRACED}); its speculative rules "
+                        f"were compared with the real SGLang {CHECKED_AGAINST} on a grid of launch commands, the "
+                        "others assume HEAD behaviour")
     for rule in rules:
         if not rule.holds_in(v) or (rule.algos and ctx.algo not in rule.algos):
             continue

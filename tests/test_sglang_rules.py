@@ -285,6 +285,8 @@ def test_versions_and_engine_checks():
     with pytest.raises(ServingArgsError, match="not an SGLang command"):
         resolve(parse_launch("vllm serve m"), DEFAULT_VERSION)
     assert any("newer than the rule table" in w for w in resolve(CHAIN, "0.6.0").warnings)
+    assert any("compared with the real SGLang 0.5.23" in w for w in resolve(CHAIN, "0.5.20").warnings)
+    assert not any("newer" in w for w in resolve(CHAIN, LATEST_TRACED).warnings)
 
 
 def test_rules_frame_lists_the_table():
