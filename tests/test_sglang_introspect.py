@@ -277,8 +277,9 @@ def test_a_rejection_on_one_side_only_is_a_disagreement(stand_in):
     assert table.set_index("field").loc["speculative_num_draft_tokens", "agree"] is None   # no field verdicts then
 
 
-def test_real_sglang_agrees_with_the_rule_table(tmp_path):
-    """Against an installed SGLang (skipped when absent): the seed's ndt 16 -> 2, and every field both decide agrees."""
+@pytest.fixture
+def real_sglang(tmp_path):
+    """The installed SGLang (skip when absent) and a path_map to the demo target / draft configs written in tmp_path."""
     pytest.importorskip("sglang.srt.server_args")
     samples = Path(__file__).resolve().parents[1] / "data" / "samples"
     paths = {}
@@ -286,6 +287,12 @@ def test_real_sglang_agrees_with_the_rule_table(tmp_path):
         (tmp_path / name).mkdir()
         (tmp_path / name / "config.json").write_text((samples / sample).read_text())
         paths[f"data/demo/{name}"] = str(tmp_path / name)
+    return paths
+
+
+def test_real_sglang_agrees_with_the_rule_table(real_sglang):
+    """Against an installed SGLang (skipped when absent): the seed's ndt 16 -> 2, and every field both decide agrees."""
+    paths = real_sglang
     launch = parse_launch(SEED + " --device cpu")          # CPU: no GPU is needed to resolve the arguments
     intro = si.introspect(launch, path_map=paths)
     assert intro.error is None, intro.error
@@ -299,3 +306,29 @@ def test_real_sglang_agrees_with_the_rule_table(tmp_path):
     assert decided["agree"].all(), decided[decided["agree"] == False].to_dict("index")   # noqa: E712
     plain = si.introspect(parse_launch(SEED), path_map=paths)   # no --device: asked again on cpu when no GPU here
     assert plain.error is None and plain.effective["speculative_num_draft_tokens"] == 2
+
+
+GRID_BASE = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
+             "--speculative-draft-model-path data/demo/draft --device cpu")
+GRID = [f"{knobs} {page}".strip() for knobs in (
+    "", "--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16",
+    "--speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8",
+    "--speculative-num-steps 1 --speculative-eagle-topk 4 --speculative-num-draft-tokens 2",
+    "--speculative-eagle-topk 1", "--speculative-num-steps 3") for page in ("", "--page-size 16")] + [
+    "--speculative-adaptive", "--speculative-adaptive --speculative-num-steps 2",
+    "--speculative-adaptive --speculative-num-steps 3 --speculative-eagle-topk 4 --speculative-num-draft-tokens 8",
+    "--enable-mixed-chunk", "--page-size 16 --attention-backend triton", "--debug-tensor-dump-output-folder /tmp/d",
+    "--cuda-graph-max-bs 64", "--quantization fp8 --speculative-draft-model-quantization unquant"]
+
+
+def test_real_sglang_grid_agrees_with_the_rule_table(real_sglang):
+    """Against an installed SGLang: knobs x page size x adaptive/mixed/dump flags, no disagreement on CPU."""
+    disagreements = {}
+    for args in GRID:
+        launch = parse_launch(f"{GRID_BASE} {args}")
+        intro = si.introspect(launch, path_map=real_sglang)
+        table = si.compare(intro, resolve(launch, intro.version, "LlamaForCausalLM", strict=False))
+        bad = table[table["agree"] == False]   # noqa: E712
+        if len(bad):
+            disagreements[args] = bad[["field", "sglang", "rule_table"]].values.tolist()
+    assert not disagreements, disagreements
