@@ -67,8 +67,12 @@ def _is_current(p: DemoPaths) -> bool:
         return False
 
 
-def ensure_world(root: str | os.PathLike | None = None, force: bool = False, progress: bool = True) -> DemoPaths:
-    """The demo world's paths, building it first when missing, outdated or `force` (a few minutes on 2 cores).
+def ensure_world(root: str | os.PathLike | None = None, force: bool = False, progress: bool = True,
+                 from_scratch: bool = False) -> DemoPaths:
+    """The demo world's paths, building it first when missing, outdated or `force`.
+
+    By default the trained target and draft shipped in data/demo_artifacts are restored and the training data
+    recaptured (seconds); `from_scratch` (or no current artifacts) trains everything (minutes on 2 cores).
 
     Builds into a sibling temp directory under a file lock, then renames it into place, so concurrent callers
     (pytest-xdist, a report next to the tests) wait for one build instead of corrupting it.
@@ -78,14 +82,17 @@ def ensure_world(root: str | os.PathLike | None = None, force: bool = False, pro
     p = paths(root)
     if not force and _is_current(p):
         return p
-    from .build import build_world
+    from .build import artifacts_current, build_world, restore_world
     p.root.parent.mkdir(parents=True, exist_ok=True)
     with _locked(p.root.parent / f".{p.root.name}.lock"):
         if not force and _is_current(p):       # built by another process while we waited
             return p
         tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}.building-", dir=p.root.parent))
         try:
-            build_world(tmp, progress=progress)
+            if from_scratch or not artifacts_current():
+                build_world(tmp, progress=progress)
+            else:
+                restore_world(tmp, progress=progress)
             if p.root.exists():
                 old = Path(tempfile.mkdtemp(prefix=f".{p.root.name}.old-", dir=p.root.parent))
                 p.root.rename(old / "world")

@@ -12,8 +12,15 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="python -m eagle3lib.demo", description=__doc__)
     ap.add_argument("--force", action="store_true", help="rebuild even when an up-to-date world exists")
     ap.add_argument("--root", default=None, help="where to build (default data/demo or $EAGLE3LIB_DEMO_DIR)")
+    ap.add_argument("--from-scratch", action="store_true",
+                    help="train target and draft instead of restoring the shipped ones in data/demo_artifacts")
+    ap.add_argument("--export", action="store_true",
+                    help="after building, copy the trained target and draft to data/demo_artifacts")
     args = ap.parse_args(argv)
-    p = ensure_world(args.root, force=args.force, progress=True)
+    p = ensure_world(args.root, force=args.force, progress=True, from_scratch=args.from_scratch)
+    if args.export:
+        from .build import export_artifacts
+        print(f"exported the trained target and draft to {export_artifacts(p.root)}")
     world = json.loads(p.world_json.read_text())
     print(f"\ndemo world at {p.root} (builder {world['builder_version']}, seed {world['seed']}, "
           f"{world['environment']['threads']} torch threads)")
@@ -21,6 +28,10 @@ def main(argv: list[str] | None = None) -> int:
     for row in world["timings"]:
         print(f"{row['stage']:<24}{row['wall_s']:>9.1f}{row['cpu_s']:>9.1f}")
     print(f"{'total':<24}{world['build_seconds']:>9.1f}")
+    if "restored" in world:
+        print(f"restored from {world['restored']['from']} in {world['restored']['seconds']} s:")
+        for row in world["restored"]["timings"]:
+            print(f"  {row['stage']:<22}{row['wall_s']:>9.1f}{row['cpu_s']:>9.1f}")
     t, d, v = world["target"], world["draft"], world["vocab"]
     print(f"\ntarget: {t['params']:,} params, train loss {t['final_loss']}, held-out loss {t['heldout_loss']}, "
           f"shifted loss {t['shifted_loss']}")

@@ -4,6 +4,8 @@ Stages are timed (wall and CPU seconds) into world.json. The draft uses the seed
 [embedding output, out L1, out L3, out L5] of an 8-layer target (analogue of [embed, L3, L31, L59] of 61);
 the seed's serving capture [out L1, out L3, out L5] is recorded as data. Usage: ``build_world(root, seed=0)``
 (normally through ``eagle3lib.demo.ensure_world()``, which builds into a temp dir and renames it in place).
+The trained target and draft are also shipped in ``data/demo_artifacts/`` (about 10 MB): `restore_world` rebuilds
+the corpus and the captured training data from them in seconds; `export_artifacts` writes them after a build.
 """
 from __future__ import annotations
 
@@ -67,10 +69,84 @@ def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], sh
         write_seed_dataset(d, samples, layout=TRAINING_LAYOUT, info=info, index_name=f"{split}.jsonl")
 
 
+ARTIFACTS = Path(__file__).resolve().parents[2] / "data" / "demo_artifacts"
+_SHIPPED = ("target", "draft")       # trained models; corpus, tokenizer inputs and hidden-state data are rebuilt
+
+
+def _corpus(p: DemoPaths, seed: int):
+    """The corpus splits (written under corpus/) and their token ids + loss masks with the target's tokenizer."""
+    from transformers import AutoTokenizer
+    kitchen = C.conversations("kitchen", SIZES["target_kitchen"], seed)
+    target_recs = kitchen + C.conversations("nature", SIZES["target_nature"], seed)
+    random.Random(seed).shuffle(target_recs)
+    splits = {"target_train": target_recs, "draft_train": kitchen[:SIZES["draft_train"]],
+              "heldout": C.conversations("kitchen", SIZES["heldout"], seed, split="heldout"),
+              "shifted": C.conversations("nature", SIZES["shifted"], seed, split="heldout")}
+    (p.root / "corpus").mkdir(parents=True, exist_ok=True)
+    for name, recs in splits.items():       # SpecForge input format: {"id", "conversations": [...]}
+        (p.root / "corpus" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
+    if not (p.target / "tokenizer.json").exists():
+        tok = C.train_tokenizer([m["content"] for r in target_recs for m in r["conversations"]],
+                                SIZES["tokenizer_vocab"])
+        C.save_tokenizer(tok, p.target, model_max_length=512)
+    hf_tok = AutoTokenizer.from_pretrained(p.target)
+    return splits, hf_tok, {name: [(r["id"], *C.encode_with_mask(hf_tok, r)) for r in recs]
+                            for name, recs in splits.items()}
+
+
+def artifacts_current(artifacts: Path = ARTIFACTS) -> bool:
+    """True when shipped artifacts exist and were exported by this builder version."""
+    try:
+        return json.loads((artifacts / "world.json").read_text()).get("builder_version") == BUILDER_VERSION
+    except (OSError, ValueError):
+        return False
+
+
+def restore_world(root: str | Path, artifacts: Path = ARTIFACTS, progress: bool = True) -> dict:
+    """The world from shipped artifacts: copy the trained target and draft, regenerate the corpus and recapture
+    the training data with the shipped target (deterministic; seconds instead of minutes)."""
+    import shutil
+
+    from transformers import AutoModelForCausalLM
+    p = DemoPaths(Path(root))
+    world = json.loads((artifacts / "world.json").read_text())
+    timer, threads = _Timer(progress), torch.get_num_threads()
+    torch.set_num_threads(SIZES["threads"])
+    t_all = time.perf_counter()
+    try:
+        with timer.stage("copy shipped target + draft"):
+            for name in _SHIPPED:
+                shutil.copytree(artifacts / name, p.root / name, dirs_exist_ok=True)
+        with timer.stage("corpus"):
+            splits, _, enc = _corpus(p, world["seed"])
+        with timer.stage("capture hidden states"):
+            target = AutoModelForCausalLM.from_pretrained(p.target, trust_remote_code=False).eval()
+            cap = {name: capture(target, enc[name], TRAINING_LAYOUT, progress=progress)
+                   for name in ("draft_train", "heldout", "shifted")}
+        with timer.stage("write training data"):
+            _write_data(p, cap["draft_train"], cap["heldout"], cap["shifted"], target.config.num_hidden_layers)
+        world["restored"] = {"from": "data/demo_artifacts (trained target + draft shipped with the repo)",
+                             "timings": timer.rows, "seconds": round(time.perf_counter() - t_all, 1)}
+        p.world_json.write_text(json.dumps(world, indent=2) + "\n")
+        return world
+    finally:
+        torch.set_num_threads(threads)
+
+
+def export_artifacts(root: str | Path, artifacts: Path = ARTIFACTS) -> Path:
+    """Copy a freshly built world's trained target and draft (and world.json) to the shipped artifacts."""
+    import shutil
+    p = DemoPaths(Path(root))
+    for name in _SHIPPED:
+        if (artifacts / name).exists():
+            shutil.rmtree(artifacts / name)
+        shutil.copytree(p.root / name, artifacts / name)
+    shutil.copy2(p.world_json, artifacts / "world.json")
+    return artifacts
+
+
 def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
     """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict."""
-    from transformers import AutoTokenizer
-
     from ..draft import Eagle3Draft
     from ..checkpoint import save_draft
     from ..config import DraftConfig
@@ -80,20 +156,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
     t_all = time.perf_counter()
     try:
         with timer.stage("corpus + tokenizer"):
-            kitchen = C.conversations("kitchen", SIZES["target_kitchen"], seed)
-            target_recs = kitchen + C.conversations("nature", SIZES["target_nature"], seed)
-            random.Random(seed).shuffle(target_recs)
-            splits = {"target_train": target_recs, "draft_train": kitchen[:SIZES["draft_train"]],
-                      "heldout": C.conversations("kitchen", SIZES["heldout"], seed, split="heldout"),
-                      "shifted": C.conversations("nature", SIZES["shifted"], seed, split="heldout")}
-            (p.root / "corpus").mkdir(parents=True, exist_ok=True)
-            for name, recs in splits.items():       # SpecForge input format: {"id", "conversations": [...]}
-                (p.root / "corpus" / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in recs))
-            tok = C.train_tokenizer([m["content"] for r in target_recs for m in r["conversations"]],
-                                    SIZES["tokenizer_vocab"])
-            C.save_tokenizer(tok, p.target, model_max_length=512)
-            hf_tok = AutoTokenizer.from_pretrained(p.target)
-            enc = {name: [(r["id"], *C.encode_with_mask(hf_tok, r)) for r in recs] for name, recs in splits.items()}
+            splits, hf_tok, enc = _corpus(p, seed)
         with timer.stage("target training"):
             cfg = target_config(len(hf_tok), hf_tok)
             target, tstats = train_target([e[1] for e in enc["target_train"]], cfg, SIZES["target_steps"],
