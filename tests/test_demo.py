@@ -94,6 +94,7 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
         demo.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": demo.BUILDER_VERSION}))
 
     monkeypatch.setattr(build, "build_world", fake_build)
+    monkeypatch.setattr(build, "restore_world", lambda root, progress=True: fake_build(root, progress=progress))
     root = tmp_path / "w"
     p = demo.ensure_world(root, progress=False)
     assert p.world_json.is_file() and len(calls) == 1 and calls[0] != root   # built elsewhere, then renamed
