@@ -143,6 +143,19 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, diag: list[tuple[T
     return out
 
 
+def top1(logits: Tensor) -> Tensor:
+    """argmax over the last dim (first index of the max, as Tensor.argmax), computed blockwise: ATen's argmax is
+    a scalar loop (4-7x slower than this on CPU, worst on bf16) while amax is vectorised (benchmarks/NOTES.md)."""
+    V = logits.shape[-1]
+    blk = next((b for b in (256, 128, 64, 32) if V % b == 0 and V >= 4 * b), 0)
+    if not blk or logits.device.type != "cpu":                         # GPU argmax is already a fast reduction
+        return logits.argmax(-1)
+    blocks = logits.unflatten(-1, (V // blk, blk))                     # (..., V) -> (..., V/blk, blk)
+    b = blocks.amax(-1).max(-1).indices                                # first block holding the max (...)
+    inner = blocks.gather(-2, b[..., None, None].expand(*b.shape, 1, blk)).squeeze(-2)   # (..., blk)
+    return b * blk + inner.max(-1).indices
+
+
 class DraftAttention(nn.Module):
     """Llama attention whose q/k/v read `in_features` (2H in the EAGLE-3 layer) and o_proj writes H."""
 
@@ -273,12 +286,12 @@ class Eagle3Draft(nn.Module):
         causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()[None, None]  # (1, 1, T, T)
         padded = F.pad(input_ids, (0, num_steps + 1))                        # ids past the end -> 0
         outs: list[Tensor] = []
-        k0 = v0 = top1 = None
+        k0 = v0 = ids1 = None
         diag: list[tuple[Tensor, Tensor]] = []
         tokens = padded[:, 1:T + 1]                                          # step 0: token t+1
         for step in range(num_steps):
             if step > 0:
-                tokens = padded[:, 1 + step:T + 1 + step] if feed == "teacher" else self.to_target_ids(top1)
+                tokens = padded[:, 1 + step:T + 1 + step] if feed == "teacher" else self.to_target_ids(ids1)
             cos, sin = self.rotary(pos + step, h.dtype)
             u, residual = self.midlayer.inputs(self.embed_tokens(tokens), h)
             q, k, v = self.midlayer.self_attn.qkv(u, cos, sin)
@@ -289,8 +302,9 @@ class Eagle3Draft(nn.Module):
             o = _attend(q, k0, v0, causal, diag)
             out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
             logits, h = self.head(out)
-            top1 = logits.argmax(-1)                                         # (B, T, Vd) -> (B, T)
-            outs.append(logits if return_logits else top1)
+            if feed == "draft" or not return_logits:
+                ids1 = top1(logits)                                          # (B, T, Vd) -> (B, T)
+            outs.append(logits if return_logits else ids1)
         return outs
 
     # ---- incremental drafting with a KV cache (engines) ------------------------------------------------------

@@ -7,7 +7,7 @@ from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama as ml
 
 from eagle3lib.config import DraftConfig
-from eagle3lib.draft import DraftMLP, Eagle3Draft, RMSNorm, Rotary, _attend, apply_rope
+from eagle3lib.draft import DraftMLP, Eagle3Draft, RMSNorm, Rotary, _attend, apply_rope, top1
 
 
 def rel_err(a, b):
@@ -173,3 +173,27 @@ def test_bf16_forward_runs_and_is_close(tiny_cfg_dict):
         out = d.to(torch.bfloat16).ttt_forward(aux.bfloat16(), ids, 2)
     assert out[0].dtype == torch.bfloat16
     assert rel_err(out[1].float(), ref[1]) < 0.05
+
+
+@pytest.mark.parametrize("V", [32000, 4096, 384, 1000, 96])
+@pytest.mark.parametrize("dtype", [torch.float32, torch.bfloat16])
+def test_top1_equals_argmax_with_ties(V, dtype):
+    """Blockwise top1 returns exactly argmax's first index of the max, ties across and within blocks included."""
+    x = torch.randn(3, 7, V).to(dtype)
+    big = float(x.float().max()) + 1
+    x[0, 0, [V - 1, 3]] = big                       # tie across blocks: the first one wins
+    x[0, 1, [5, 6]] = big                           # tie inside a block
+    x[1, 2] = float("-inf")                         # all equal: index 0
+    x[2, 3, V - 1] = big                            # the very last column
+    assert torch.equal(top1(x), x.argmax(-1))
+
+
+def test_ttt_top1_ids_equal_logits_argmax(tiny_cfg_dict):
+    """return_logits=False gives argmax of the logits at every step (draft vocab large enough for blocks)."""
+    d = _random_draft(DraftConfig.from_dict(dict(tiny_cfg_dict, draft_vocab_size=512, vocab_size=600)))
+    aux, ids = torch.randn(2, 9, 128), torch.randint(0, 600, (2, 9))
+    with torch.no_grad():
+        for feed in ("teacher", "draft"):
+            logits = d.ttt_forward(aux, ids, 3, feed=feed)
+            top = d.ttt_forward(aux, ids, 3, feed=feed, return_logits=False)
+            assert all(torch.equal(t, lg.argmax(-1)) for t, lg in zip(top, logits))
