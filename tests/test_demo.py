@@ -108,6 +108,27 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
     assert sorted(x.name for x in tmp_path.iterdir() if not x.name.endswith(".lock")) == ["w"]
 
 
+def test_rescale_residual_is_an_exact_reparametrization():
+    """rescale_residual multiplies every residual state by c and leaves logits and the final post-norm state alone."""
+    from transformers import LlamaConfig, LlamaForCausalLM
+
+    from eagle3lib.demo.train_target import rescale_residual
+    torch.manual_seed(0)
+    cfg = LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
+                      num_key_value_heads=1, head_dim=16, rms_norm_eps=1e-5)
+    model = LlamaForCausalLM(cfg).eval()
+    ids = torch.randint(0, 60, (2, 12))
+    with torch.no_grad():
+        a = model(input_ids=ids, output_hidden_states=True)
+        rescale_residual(model, 10.0)
+        b = model(input_ids=ids, output_hidden_states=True)
+    assert torch.allclose(a.logits, b.logits, atol=1e-4)
+    for i in range(3):                                               # embed, layer_in.1, layer_in.2: x 10
+        assert torch.allclose(b.hidden_states[i], 10 * a.hidden_states[i], rtol=1e-4, atol=1e-5)
+    assert torch.allclose(b.hidden_states[3], a.hidden_states[3], atol=1e-4)   # final post-norm: unchanged
+    assert model.config.rms_norm_eps == pytest.approx(1e-3)
+
+
 # ---------------------------------------------------------------- the built world (slow)
 
 @pytest.fixture(scope="session")

@@ -351,16 +351,13 @@ def test_demo_speculative_output_equals_greedy(demo_world):
 
 
 @pytest.mark.slow
-def test_demo_seed_capture_accepts_far_less(demo_world):
-    """(2) The seed's wrong capture ([low, mid, high] zero-padded) accepts far less than the correct one.
-
-    Issue 3 asks for tau near 1; this world gives about 2.1 vs 3.0 at num_steps 3 and about 1.6 at the seed's
-    effective 2 draft tokens (the seed measured ~1.6 there): the draft still predicts templated tokens from its
-    own token inputs, so the gap is large but not total (see the issue note)."""
+def test_demo_seed_capture_accepts_almost_nothing(demo_world):
+    """(2) The seed's wrong capture ([low, mid, high] zero-padded) gives tau near 1, far below the correct one."""
     seed, correct = _tau(demo_world, "seed", 3, "heldout"), _tau(demo_world, "correct", 3, "heldout")
-    assert seed <= correct - 0.7 and seed <= 0.75 * correct
+    assert 1.0 <= seed <= 1.6
+    assert correct - seed >= 1.0
     seed1, correct1 = _tau(demo_world, "seed", 1, "heldout"), _tau(demo_world, "correct", 1, "heldout")
-    assert 1.0 <= seed1 < correct1 - 0.15
+    assert 1.0 <= seed1 < correct1 - 0.3
 
 
 @pytest.mark.slow

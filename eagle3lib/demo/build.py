@@ -25,13 +25,13 @@ from ..vocab import build_vocab_map, coverage
 from . import BUILDER_VERSION, DemoPaths
 from . import corpus as C
 from .train_draft import ACC_DEFINITION, Captured, capture, draft_config_dict, evaluate, train_draft
-from .train_target import eval_loss, greedy_reply, target_config, train_target
+from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
 
 TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
 SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot
 SIZES = {"target_kitchen": 3200, "target_nature": 1200, "draft_train": 512, "heldout": 128, "shifted": 128,
-         "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "draft_steps": 100,
-         "draft_batch": 32, "draft_lr": 3e-3, "ttt_steps": 3, "threads": 2}
+         "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "residual_scale": 10.0,
+         "draft_steps": 600, "draft_batch": 6, "draft_lr": 3e-3, "ttt_steps": 3, "threads": 2, "draft_threads": 1}
 SAMPLE_QUESTIONS = ("How do I make pancakes?", "What is the weather like in Oslo in July?",
                     "Hi, I am Maren. What can I use instead of butter?", "Tell me about the otter.")
 
@@ -162,6 +162,12 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
             target, tstats = train_target([e[1] for e in enc["target_train"]], cfg, SIZES["target_steps"],
                                           SIZES["target_batch"], lr=SIZES["target_lr"], seed=seed,
                                           progress=progress)
+            probe = torch.tensor([enc["heldout"][0][1]])
+            with torch.no_grad():
+                before = target(input_ids=probe).logits
+                rescale_residual(target, SIZES["residual_scale"])  # LLM-like hidden-state magnitudes, same logits
+                change = (target(input_ids=probe).logits - before).abs().max()
+            tstats.update(residual_scale=SIZES["residual_scale"], rescale_max_logit_change=float(change))
             tstats["heldout_loss"] = round(eval_loss(target, [e[1] for e in enc["heldout"]]), 4)
             tstats["shifted_loss"] = round(eval_loss(target, [e[1] for e in enc["shifted"]]), 4)
             tstats["samples"] = {q: greedy_reply(target, hf_tok, q) for q in SAMPLE_QUESTIONS}
@@ -183,6 +189,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                      "coverage_train": round(coverage(counts, d2t), 4),
                      "coverage_shifted": round(coverage(shifted_counts, d2t), 4)}
         with timer.stage("draft training"):
+            torch.set_num_threads(SIZES["draft_threads"])      # small matmuls: a 2nd thread costs more than it gives
             dcfg_dict = draft_config_dict(cfg, Vd, TRAINING_LAYOUT)
             torch.manual_seed(seed)
             draft = Eagle3Draft(DraftConfig.from_dict(dcfg_dict, source="demo"))
@@ -196,7 +203,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                               num_steps=SIZES["ttt_steps"], batch_size=SIZES["draft_batch"],
                               lr=SIZES["draft_lr"], eval_every=SIZES["draft_steps"] // 4, seed=seed, progress=progress)
             shifted_ev = evaluate(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
-            train_ev = evaluate(draft, cap["draft_train"], lm_head, SIZES["ttt_steps"])
+            train_ev = evaluate(draft, cap["draft_train"][:SIZES["heldout"]], lm_head, SIZES["ttt_steps"])
             save_draft(draft, dcfg_dict, p.draft)
             with open(p.training_log, "w") as f:
                 for rec in log:
@@ -221,7 +228,14 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                      "corpus": {n: f"corpus/{n}.jsonl" for n in splits}, "hidden_dtype": "float32",
                      "final_hidden": "final_postnorm"},
             "timings": timer.rows, "build_seconds": round(time.perf_counter() - t_all, 1),
-            "environment": {"torch": torch.__version__, "threads": SIZES["threads"], "python": platform.python_version(),
+            "residual_scale_note": "after training, the target's residual stream is scaled x"
+                                   f"{SIZES['residual_scale']:g} (embedding, o_proj, down_proj; RMSNorm eps x "
+                                   f"{SIZES['residual_scale'] ** 2:g}): an exact reparametrization (same logits) that "
+                                   "gives hidden states LLM-like magnitudes, large next to the draft fc's scale. "
+                                   "Without it this tiny target's adjacent layers are so alike (cos ~0.96) and so "
+                                   "small that the draft shrugs off the seed's wrong capture (accept length ~1.9 vs 3.5)",
+            "environment": {"torch": torch.__version__, "threads": SIZES["threads"],
+                            "draft_threads": SIZES["draft_threads"], "python": platform.python_version(),
                             "transformers": __import__("transformers").__version__},
         }
         p.world_json.write_text(json.dumps(world, indent=2) + "\n")

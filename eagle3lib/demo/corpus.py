@@ -128,27 +128,38 @@ def _kitchen_turn(rng: random.Random, seed: int) -> tuple[str, str, str]:
 
 
 def _nature_turn(rng: random.Random, seed: int) -> tuple[str, str, str]:
-    """One exchange of the shifted nature domain (other topics, other answer style)."""
+    """One exchange of the shifted nature domain: other topics; half the answers reuse kitchen-style frames
+    ("you need ..., First, ... Check that ... before you ..."), half use their own phrasing."""
     kind = rng.choice(("animal", "planet", "sport"))
+    own_style = rng.random() < 0.5
     if kind == "animal":
         animal = rng.choice(sorted(_ANIMALS))
         cls, home, food, kg = _ANIMALS[animal]
         q = rng.choice((f"Tell me about the {animal}.", f"Could you describe the {animal} briefly?"))
         ans = (f"Sure. The {animal} is a {cls} found in {home}. It mostly eats {food}, "
-               f"and an adult may weigh up to {kg} kilograms.")
+               f"and an adult may weigh up to {kg} kilograms." if own_style else
+               f"To see the {animal}, you need patience, a map and a warm coat. First, go to the {home}. "
+               f"Then wait for about 30 minutes, and use the {food} as a sign. Check that the {animal} is calm "
+               f"before you get close.")
         return q, ans, animal
     if kind == "planet":
         planet = rng.choice(sorted(_PLANETS))
         moons, days = _PLANETS[planet]
         q = rng.choice((f"Explain a few facts about {planet}.", f"What should I know about {planet}?"))
         ans = (f"Sure. {planet} has {moons} known moons, and one orbit around the Sun takes about {days} "
-               f"Earth days. It is easy to spot with a small telescope.")
+               f"Earth days. It is easy to spot with a small telescope." if own_style else
+               f"To watch {planet}, you need a small telescope and a clear night. {planet} has {moons} moons, "
+               f"and one orbit takes about {days} days. Check that the sky is dark before you start.")
         return q, ans, planet
     sport = rng.choice(sorted(_SPORTS))
     players, ground = _SPORTS[sport]
     q = rng.choice((f"How is {sport} played?", f"Explain the basic rules of {sport}."))
     ans = (f"Sure. In {sport}, each team puts {players} players on the {ground}. "
-           f"Points are scored by getting the ball past the other team, and the referee keeps time.")
+           f"Points are scored by getting the ball past the other team, and the referee keeps time."
+           if own_style else
+           f"For {sport} you need {players} players on each team and a {ground}. First, the teams take "
+           f"their places. Then they play for about {_fact_rng(seed, sport).randrange(20, 91, 10)} minutes. "
+           f"Check that everyone is ready before you start.")
     return q, ans, sport
 
 

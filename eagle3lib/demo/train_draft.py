@@ -67,7 +67,7 @@ def draft_config_dict(target_config, draft_vocab_size: int, layout: tuple[str, .
             "hidden_size": target_config.hidden_size, "intermediate_size": target_config.intermediate_size,
             "num_attention_heads": target_config.num_attention_heads,
             "num_key_value_heads": target_config.num_key_value_heads, "head_dim": target_config.head_dim,
-            "rms_norm_eps": target_config.rms_norm_eps, "rope_theta": 10000.0, "hidden_act": "silu",
+            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
             "max_position_embeddings": target_config.max_position_embeddings,
             "vocab_size": target_config.vocab_size, "draft_vocab_size": draft_vocab_size,
             "target_hidden_size": target_config.hidden_size, "tie_word_embeddings": False,
@@ -125,12 +125,12 @@ def evaluate(draft, samples: list[Captured], lm_head: Tensor, num_steps: int, ba
 
 def train_draft(draft, train: list[Captured], val: list[Captured], lm_head: Tensor, *, steps: int,
                 num_steps: int = 4, batch_size: int = 32, lr: float = 3e-3, decay: float = 0.8,
-                eval_every: int = 100, seed: int = 0, progress: bool = False) -> list[dict]:
+                weight_decay: float = 0.0, eval_every: int = 100, seed: int = 0, progress: bool = False) -> list[dict]:
     """Train `draft` in place (embed_tokens frozen) with TTT over `num_steps`; returns the training-log records."""
     torch.manual_seed(seed)
     draft.embed_tokens.weight.requires_grad_(False)
     params = [p for p in draft.parameters() if p.requires_grad]
-    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=0.0)
+    opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     batches = length_batches([s.input_ids.numel() for s in train], batch_size, random.Random(seed))
     log, run_loss, t0 = [], [], time.perf_counter()
     bar = tqdm.tqdm(range(1, steps + 1), desc="draft", disable=not progress, mininterval=2.0)

@@ -95,6 +95,23 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
 
 
 @torch.no_grad()
+def rescale_residual(model, c: float) -> None:
+    """Scale the residual stream by `c` exactly: embedding, o_proj, down_proj x c and every RMSNorm eps x c**2.
+
+    RMSNorm(c*x) with eps*c**2 equals RMSNorm(x) with eps, so every logit is unchanged (up to rounding) while
+    every hidden state is c times larger.
+    """
+    model.model.embed_tokens.weight.mul_(c)
+    for layer in model.model.layers:
+        layer.self_attn.o_proj.weight.mul_(c)
+        layer.mlp.down_proj.weight.mul_(c)
+    for mod in model.modules():
+        if hasattr(mod, "variance_epsilon"):              # LlamaRMSNorm
+            mod.variance_epsilon *= c * c
+    model.config.rms_norm_eps *= c * c
+
+
+@torch.no_grad()
 def greedy_reply(model, tokenizer, question: str, max_new_tokens: int = 60) -> str:
     """The target's greedy answer to a one-turn chat (decoded, special tokens kept)."""
     enc = tokenizer.apply_chat_template([{"role": "user", "content": question}], add_generation_prompt=True,
