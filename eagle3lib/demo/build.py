@@ -233,7 +233,8 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                                    f"{SIZES['residual_scale'] ** 2:g}): an exact reparametrization (same logits) that "
                                    "gives hidden states LLM-like magnitudes, large next to the draft fc's scale. "
                                    "Without it this tiny target's adjacent layers are so alike (cos ~0.96) and so "
-                                   "small that the draft shrugs off the seed's wrong capture (accept length ~1.9 vs 3.5)",
+                                   "small that the draft shrugs off the seed's wrong capture (accept length ~1.9 "
+                                   "vs 3.5)",
             "environment": {"torch": torch.__version__, "threads": SIZES["threads"],
                             "draft_threads": SIZES["draft_threads"], "python": platform.python_version(),
                             "transformers": __import__("transformers").__version__},

@@ -212,7 +212,8 @@ def save_tokenizer(tok, out_dir: str | Path, model_max_length: int) -> None:
     tok.save(str(out / "tokenizer.json"))
     special = {"bos_token": BOS, "eos_token": EOT, "pad_token": PAD,
                "additional_special_tokens": [USER, ASSISTANT, SYSTEM]}
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE, "clean_up_tokenization_spaces": False,
+    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE,
+           "clean_up_tokenization_spaces": False,
            "model_max_length": model_max_length, "add_bos_token": False, "add_eos_token": False, **special}
     (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
     (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2))

@@ -11,7 +11,6 @@ import time
 from dataclasses import dataclass
 
 import torch
-import torch.nn.functional as F
 import tqdm
 from torch import Tensor
 
@@ -76,7 +75,7 @@ def draft_config_dict(target_config, draft_vocab_size: int, layout: tuple[str, .
 
 
 def _batch(samples: list[Captured]) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-    """Right-padded (ids (B, T), loss_mask (B, T) with each last real token zeroed, aux (B, T, k*Ht), final (B, T, Ht))."""
+    """Right-padded ids (B, T), loss_mask (B, T) (last real token zeroed), aux (B, T, k*Ht), final (B, T, Ht)."""
     B, T = len(samples), max(s.input_ids.numel() for s in samples)
     k, Ht = samples[0].aux.shape[1:]
     ids = torch.zeros(B, T, dtype=torch.long)

@@ -22,8 +22,8 @@ def target_config(vocab_size: int, tokenizer=None):
     from transformers import LlamaConfig
     ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
     if tokenizer is not None:
-        ids = {"bos_token_id": tokenizer.convert_tokens_to_ids(BOS), "eos_token_id": tokenizer.convert_tokens_to_ids(EOT),
-               "pad_token_id": tokenizer.convert_tokens_to_ids(PAD)}
+        ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in
+               (("bos_token_id", BOS), ("eos_token_id", EOT), ("pad_token_id", PAD))}
     return LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=8,
                        num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
                        rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
