@@ -55,7 +55,7 @@ def paths(root: str | os.PathLike | None = None) -> DemoPaths:
     return DemoPaths(Path(root))
 
 
-BUILDER_VERSION = "demo-world-3"   # bump when the builder changes what it writes: ensure_world() then rebuilds
+BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
 
 
 def _is_current(p: DemoPaths) -> bool:

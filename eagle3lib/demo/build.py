@@ -30,7 +30,7 @@ from .train_target import eval_loss, greedy_reply, rescale_residual, target_conf
 TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
 SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot
 SIZES = {"target_kitchen": 3200, "target_nature": 1200, "draft_train": 512, "heldout": 128, "shifted": 128,
-         "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "residual_scale": 10.0,
+         "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "residual_scale": 30.0,
          "draft_steps": 600, "draft_batch": 6, "draft_lr": 3e-3, "ttt_steps": 3, "threads": 2, "draft_threads": 1}
 SAMPLE_QUESTIONS = ("How do I make pancakes?", "What is the weather like in Oslo in July?",
                     "Hi, I am Maren. What can I use instead of butter?", "Tell me about the otter.")
@@ -233,8 +233,9 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                                    f"{SIZES['residual_scale'] ** 2:g}): an exact reparametrization (same logits) that "
                                    "gives hidden states LLM-like magnitudes, large next to the draft fc's scale. "
                                    "Without it this tiny target's adjacent layers are so alike (cos ~0.96) and so "
-                                   "small that the draft shrugs off the seed's wrong capture (accept length ~1.9 "
-                                   "vs 3.5)",
+                                   "small that the draft shrugs off the seed's wrong capture (engine accept length "
+                                   "~1.9 vs ~3.5 correct at scale 1; step-0 acc under it 0.49 / 0.33 / 0.23 at "
+                                   "scale 3 / 10 / 30, measured while tuning)",
             "environment": {"torch": torch.__version__, "threads": SIZES["threads"],
                             "draft_threads": SIZES["draft_threads"], "python": platform.python_version(),
                             "transformers": __import__("transformers").__version__},
