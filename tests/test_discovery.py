@@ -58,3 +58,13 @@ def test_discover_never_raises_on_bad_input(tmp_path, monkeypatch):
     clash = discover(SEED, "0.5.13", server_info="data/samples/sglang_server_info_seed.json")   # repo-relative
     assert clash.server_info is not None and any("/server_info says 0.5.6" in n for n in clash.notes)
     assert discover("python -m sglang.launch_server --model-path m").headline().startswith("no speculative")
+
+
+def test_shipped_sample_configs_match_the_shipped_world():
+    """The fallback samples are the shipped demo world's configs (a rebuilt world must refresh them too)."""
+    from eagle3lib.demo.build import ARTIFACTS
+    for what in ("draft", "target"):
+        sample = json.loads((SAMPLES_DIR / f"demo_{what}_config.json").read_text())
+        world = json.loads((ARTIFACTS / what / "config.json").read_text())
+        sample.pop("_name_or_path"), world.pop("_name_or_path", None)
+        assert sample == world, f"data/samples/demo_{what}_config.json differs from {ARTIFACTS / what}/config.json"

@@ -70,6 +70,7 @@ def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], sh
 
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "data" / "demo_artifacts"
+SAMPLES = ARTIFACTS.parent / "samples"
 _SHIPPED = ("target", "draft")       # trained models; corpus, tokenizer inputs and hidden-state data are rebuilt
 
 
@@ -142,6 +143,13 @@ def export_artifacts(root: str | Path, artifacts: Path = ARTIFACTS) -> Path:
             shutil.rmtree(artifacts / name)
         shutil.copytree(p.root / name, artifacts / name)
     shutil.copy2(p.world_json, artifacts / "world.json")
+    if artifacts == ARTIFACTS:                # notebook 01's fallback when no world is built: the same configs
+        for name in ("draft", "target"):
+            cfg = json.loads((artifacts / name / "config.json").read_text())
+            cfg = {"_name_or_path": f"eagle3lib-sample/demo_{name} (copy of data/demo_artifacts/{name}/config.json,"
+                                    f" written by export_artifacts)", **{k: v for k, v in cfg.items()
+                                                                          if k != "_name_or_path"}}
+            (SAMPLES / f"demo_{name}_config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     return artifacts
 
 
