@@ -12,7 +12,8 @@ from pathlib import Path
 import pandas as pd
 
 from .capture import Capture, Dump, as_slots, capture, load_dump, load_target_model
-from .compare import Comparison, Diagnosis, compare, explain
+from .compare import Comparison, compare
+from .diagnosis import Diagnosis, explain
 from .datasets import Sample, open_dataset
 from .replay import load_setup, replay
 

@@ -7,8 +7,9 @@ import torch
 import transformers
 
 from eagle3lib.capture import as_slots, capture, load_dump, save_dump
-from eagle3lib.compare import (TOLERANCES, Comparison, assert_close, compare, explain, identify_fc_input,
-                               plot_similarity, similarity, tolerance_for)
+from eagle3lib.compare import (TOLERANCES, Comparison, assert_close, compare, identify_fc_input, plot_similarity,
+                               similarity, tolerance_for)
+from eagle3lib.diagnosis import explain
 from eagle3lib.errors import DataError, LayoutError
 
 matplotlib.use("Agg")
@@ -222,17 +223,6 @@ def test_similarity_numbers_and_tolerances():
     with pytest.raises(AssertionError, match="rel L2 1.00e"):
         assert_close(a * 2, a, what="slot 0")
     assert assert_close(a.bfloat16(), a)["rel_l2"] == 0
-
-
-def test_explain_plain_layouts_seed_case():
-    """The seed in names only: trained [embed, out3, out31, out59] of 61 layers, served [out3, out31, out59]."""
-    d = explain(["embed", "layer_out.3", "layer_out.31", "layer_out.59"], ["layer_out.3", "layer_out.31",
-                                                                          "layer_out.59"], num_layers=61)
-    assert d.expected == ("embed", "layer_in.4", "layer_in.32", "layer_in.60")
-    assert d.kinds == {"missing_slot", "width"} and "expects 4 slots" in d.summary
-    assert explain(["layer_in.2", "final_prenorm"], ["layer_in.2", "final_prenorm"], num_layers=61).clean
-    assert explain(["layer_in.2"], ["layer_in.2", "layer_in.9"], num_layers=61).kinds == {"extra_slot", "width"}
-    assert list(d.frame().columns) == ["kind", "severity", "slot", "text"]
 
 
 def test_training_side_damage_is_reported_as_warning(ref):
