@@ -11,7 +11,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from .capture import Capture, Dump, as_slots, capture, load_dump, load_target_model
+from .capture import Capture, as_slots, capture, load_target_model
+from .dumps import Dump, load_dump
 from .compare import Comparison, compare
 from .diagnosis import Diagnosis, explain
 from .datasets import Sample, open_dataset

@@ -16,7 +16,7 @@ from types import SimpleNamespace
 import torch
 from torch import Tensor
 
-from .capture import save_dump
+from .dumps import save_dump
 from .capturespec import CaptureSpec, HiddenTap, decoder_parts
 from .draft import Eagle3Draft
 from .errors import DataError, LayoutError, ServingArgsError, VocabError

@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib import capture, datasets, verdict
+from eagle3lib import datasets, dumps, verdict
 from eagle3lib.datasets import Sample
 from eagle3lib.datawriters import write_seed_dataset, write_specforge_sample, write_speculators_sample
 from eagle3lib.errors import CheckpointError, DataError, MissingFileError, UnsafeFileError
@@ -150,11 +150,11 @@ def _dump(manifest, files=None):
 
 
 def _dump_kept_and_notes(c):
-    dump = capture.load_dump(c["root"])
+    dump = dumps.load_dump(c["root"])
     return len(dump), dump.notes
 
 
-_MANIFEST = {"format": capture.DUMP_FORMAT, "source": "test", "hidden_size": H, "slots": list(LAYOUT),
+_MANIFEST = {"format": dumps.DUMP_FORMAT, "source": "test", "hidden_size": H, "slots": list(LAYOUT),
              "num_layers": 8, "files": ["req_00000.safetensors", "req_00001.safetensors"]}
 _REQ = {"aux": torch.randn(T, K * H), "input_ids": torch.arange(T)}
 
@@ -239,19 +239,19 @@ CASES = [
     Case("training_log_only_binary_garbage", "verdict", _bytes("train_log.jsonl", b"\xff\xfe\x00\x89garbage\n"),
          lambda c: verdict.read_recorded_accuracy(c["path"]), DataError,
          ("{path}", "no validation accuracy", "val_acc_step0")),
-    Case("dump_manifest_not_json", "capture", _dump('{"format": '), lambda c: capture.load_dump(c["root"]),
+    Case("dump_manifest_not_json", "dumps", _dump('{"format": '), lambda c: dumps.load_dump(c["root"]),
          DataError, ("{path}", "not valid JSON", "expected a JSON object", "found Expecting value")),
-    Case("dump_manifest_json_array", "capture", _dump("[]"), lambda c: capture.load_dump(c["root"]), DataError,
+    Case("dump_manifest_json_array", "dumps", _dump("[]"), lambda c: dumps.load_dump(c["root"]), DataError,
          ("{path}", "eagle3lib dump manifest", "list")),
-    Case("dump_request_file_corrupt", "capture",
+    Case("dump_request_file_corrupt", "dumps",
          _dump(_MANIFEST, {"req_00000.safetensors": b"\x08\x00\x00\x00\x00\x00\x00\x00{}garbage",
                            "req_00001.safetensors": _REQ}),
          _dump_kept_and_notes, Skipped(1, 1), ("req_00000.safetensors", "skipped")),
-    Case("sglang_dump_pickle_that_would_run_code", "capture", _sglang_dump_hostile,
-         lambda c: capture.load_sglang_dump(c["root"]), UnsafeFileError, ("{path}", "refused", "mkdir"),
+    Case("sglang_dump_pickle_that_would_run_code", "dumps", _sglang_dump_hostile,
+         lambda c: dumps.load_sglang_dump(c["root"]), UnsafeFileError, ("{path}", "refused", "mkdir"),
          after=payload_not_run),
-    Case("sglang_dump_truncated_pass", "capture", _sglang_dump_truncated,
-         lambda c: capture.load_sglang_dump(c["root"]), CheckpointError,
+    Case("sglang_dump_truncated_pass", "dumps", _sglang_dump_truncated,
+         lambda c: dumps.load_sglang_dump(c["root"]), CheckpointError,
          ("{path}", "truncated")),
 ]
 

@@ -6,7 +6,8 @@ import pytest
 import torch
 import transformers
 
-from eagle3lib.capture import as_slots, capture, load_dump, save_dump
+from eagle3lib.capture import as_slots, capture
+from eagle3lib.dumps import load_dump, save_dump
 from eagle3lib.compare import (TOLERANCES, Comparison, assert_close, compare, identify_fc_input, plot_similarity,
                                similarity, tolerance_for)
 from eagle3lib.diagnosis import explain

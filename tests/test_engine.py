@@ -11,7 +11,8 @@ import pytest
 import torch
 from transformers import LlamaConfig, LlamaForCausalLM
 
-from eagle3lib.capture import capture_for_layout, load_dump
+from eagle3lib.capture import capture_for_layout
+from eagle3lib.dumps import load_dump
 from eagle3lib.capturespec import CaptureSpec
 from eagle3lib.config import DraftConfig
 from eagle3lib.draft import Eagle3Draft
