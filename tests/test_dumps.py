@@ -9,17 +9,7 @@ import torch
 from eagle3lib.capture import Capture, capture
 from eagle3lib.dumps import load_dump, load_sglang_dump, save_dump
 from eagle3lib.errors import DataError, MissingFileError
-from tests.test_capture import H, L, tiny_llama
-
-
-@pytest.fixture(scope="module")
-def model():
-    return tiny_llama()
-
-
-@pytest.fixture(scope="module")
-def ids():
-    return torch.randint(0, 100, (16,), generator=torch.Generator().manual_seed(1))
+from tests.test_capture import H, L, ids, model  # noqa: F401  (module-scoped fixtures shared with test_capture)
 
 
 def _write_sglang_pass(d, n, cap: Capture, norm_module, decode=False):
