@@ -35,7 +35,8 @@ class DiffInputs:
 def demo_serving_dump(out_dir: str | Path, capture_name: str = "seed", prompts: str = "train", n: int = 2,
                       max_new_tokens: int = 32, device: str = "cpu") -> Path:
     """Serve demo prompts with the demo engine under `capture_name` and dump what it fed the draft."""
-    from .engine import SpecEngine, SpecSettings
+    from .engine import SpecEngine
+    from .servesettings import SpecSettings
     from .sweep import demo_capture, demo_prompts, load_demo
 
     world = load_demo(device)

@@ -144,7 +144,8 @@ def run_demo_sweep(num_steps, captures=("correct", "seed"), repeats: int = 3, de
 
 def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_prompts, version, root, clock,
            progress) -> list[RunRecord]:
-    from .engine import SpecEngine, SpecSettings, accept_rate
+    from .engine import SpecEngine
+    from .servesettings import SpecSettings, accept_rate
 
     world = load_demo(device, root)
     ids = demo_prompts(prompts, num_prompts, world)

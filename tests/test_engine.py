@@ -16,8 +16,9 @@ from eagle3lib.dumps import load_dump
 from eagle3lib.capturespec import CaptureSpec
 from eagle3lib.config import DraftConfig
 from eagle3lib.draft import Eagle3Draft
-from eagle3lib.engine import SpecEngine, SpecSettings, accept_rate, decode_line
+from eagle3lib.engine import SpecEngine
 from eagle3lib.errors import DataError, LayoutError, ServingArgsError, VocabError
+from eagle3lib.servesettings import SpecSettings
 from eagle3lib.logparse import parse_sglang_log
 
 V, H, L = 64, 32, 4
@@ -197,23 +198,6 @@ def test_decode_lines_parse_with_the_real_format(target, prompt, reference):
         assert float(m.group(5)) == pytest.approx(tau / 4, abs=0.005)          # v0.5.6: tau / num_draft_tokens
         assert m.group(1) == "1" and m.group(8) == "0"
     assert any("Prefill batch, #new-seq: 1, #new-token: 12," in ln for ln in r.log_lines)
-
-
-@pytest.mark.parametrize("version, prefix, has_rate, has_graph, rate", [
-    ("0.4.6", "Decode batch. ", False, False, None),
-    ("0.5.3.post3", "Decode batch. ", True, True, 3.0 / 4),
-    ("0.5.6", "Decode batch, ", True, True, 3.0 / 4),
-    ("0.5.15", "Decode batch, ", True, True, 2.0 / 3),
-])
-def test_decode_line_format_by_version(version, prefix, has_rate, has_graph, rate):
-    """Prefix punctuation, 'accept rate' (and its formula) and 'cuda graph' follow the emulated version."""
-    line = decode_line(version, tokens=100, usage=0.0, throughput=12.5,
-                       accept_len=3.0, rate=accept_rate(version, 3.0, 3, 4)[0])
-    assert line.startswith(prefix + "#running-req: 1, #token: 100, token usage: 0.00, accept len: 3.00, ")
-    assert ("accept rate: " in line) == has_rate and ("cuda graph: " in line) == has_graph
-    if rate is not None:
-        assert f"accept rate: {rate:.2f}, " in line
-    assert "gen throughput (token/s): 12.50, #queue-req: 0" in line
 
 
 def test_baseline_lines_have_no_accept_len(target, prompt):

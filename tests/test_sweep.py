@@ -15,7 +15,8 @@ from eagle3lib.config import DraftConfig
 from eagle3lib.datasets import Sample
 from eagle3lib.datawriters import write_seed_dataset
 from eagle3lib.draft import Eagle3Draft
-from eagle3lib.engine import SpecEngine, SpecSettings
+from eagle3lib.engine import SpecEngine
+from eagle3lib.servesettings import SpecSettings
 from eagle3lib.errors import DataError
 from eagle3lib.records import read_jsonl, write_jsonl
 from eagle3lib.sweep import demo_capture, demo_prompts, load_demo, run_demo_sweep
