@@ -288,3 +288,8 @@ def _run(batch, model, hot, in_vocab, counts):
         sc = score(hot[teach[:, i, :t]].cpu(), b["ref"], b["mask"], in_vocab,
                    hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts["mask"])
         counts.add(b, sc)
+
+
+if __name__ == "__main__":   # `torchrun --nproc-per-node 8 -m eagle3lib.replay ...` is the replay_cli command
+    from eagle3lib.replay_cli import main
+    raise SystemExit(main())

@@ -124,12 +124,12 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-def _torchrun(root: Path, out: Path, *extra: str) -> R.ReplayResult:
+def _torchrun(root: Path, out: Path, *extra: str, module: str = "eagle3lib.replay_cli") -> R.ReplayResult:
     """Run the CLI on 2 gloo ranks over loopback; the result rank 0 wrote."""
     port = free_port()
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "eagle3lib.replay_cli", "--draft", str(root / "draft"),
+           "--master-port", str(port), "-m", module, "--draft", str(root / "draft"),
            "--target", str(root / "target"), "--data", str(root / "seed"), "--out", str(out),
            "--quiet", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent, timeout=120)
@@ -150,8 +150,8 @@ def test_two_gloo_ranks_under_torchrun_equal_one_process(world, tmp_path):
     assert_same(_torchrun(root, tmp_path / "all.json"), one)
     assert len(one.skipped) == 3 and len(one.per_sample) == 7 and one.histogram["count"].sum() > 0
     drawn = R.replay(setup, root / "seed", n=6, seed=0, batch_tokens=1, progress=False)
-    assert_same(_torchrun(root, tmp_path / "n6.json", "--num-samples", "6", "--seed", "0", "--batch-tokens", "1"),
-                drawn)
+    assert_same(_torchrun(root, tmp_path / "n6.json", "--num-samples", "6", "--seed", "0", "--batch-tokens", "1",
+                          module="eagle3lib.replay"), drawn)     # `-m eagle3lib.replay` is the same command
     reasons = " ".join(why for _, why in drawn.skipped)     # 2 bad draws among the first 6: a second round ran
     assert "missing" in reasons and "NaN" in reasons and len(drawn.per_sample) == 5
 
