@@ -13,7 +13,8 @@ from pathlib import Path
 
 import torch
 
-RESULTS = Path(__file__).resolve().parent / "results"
+# where result records go; EAGLE3LIB_BENCH_RESULTS redirects them (the smoke tests do, so they never touch results/)
+RESULTS = Path(os.environ.get("EAGLE3LIB_BENCH_RESULTS") or Path(__file__).resolve().parent / "results")
 
 
 def machine() -> dict:

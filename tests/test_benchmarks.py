@@ -1,0 +1,58 @@
+"""The benchmark scripts run end to end at tiny sizes and write the record they print (numbers not judged here:
+speed and memory goals live in the scripts' own output, see benchmarks/NOTES.md)."""
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
+
+
+def run_script(name: str, tmp_path: Path, *args: str) -> dict:
+    """Run benchmarks/<name> with results redirected to tmp_path; the record printed last == the record saved."""
+    env = {**os.environ, "EAGLE3LIB_BENCH_RESULTS": str(tmp_path / "results"), "OMP_NUM_THREADS": "1"}
+    p = subprocess.run([sys.executable, name, *args], cwd=BENCH, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-3000:]
+    record = json.loads(p.stdout.strip().splitlines()[-1])
+    saved = json.loads((tmp_path / "results" / f"{record['benchmark']}.json").read_text())
+    assert saved == record and record["machine"]["cores"] >= 1 and record["machine"]["torch"]
+    assert not (BENCH / "results" / "tiny.json").exists()
+    return record
+
+
+def test_forward_benchmark_matches_the_reference(tmp_path):
+    """Benchmarks 1-2 at Ht=256: our forward and the EAGLE-style reference give the same logits (fp32)."""
+    rec = run_script("bench_forward.py", tmp_path, "--sizes", "256", "--repeats", "1", "--tokens", "64",
+                     "--name", "tiny")
+    (row,) = rec["rows"]
+    assert (row["Ht"], row["dtype"], rec["T"], rec["K"]) == (256, "float32", 64, 3)
+    assert row["max |diff|"] < 1e-4 and row["top1 agree"] == 1.0
+    assert row["ref work ratio"] > 1 and 0 < row["of peak"] and row["GFLOP/s"] > 0 and row["tokens/s"] > 0
+
+
+def test_load_benchmark_counts_the_weights(tmp_path):
+    """Benchmark 3 at hidden 256: both cache states measured in fresh processes, weight bytes = the two files."""
+    rec = run_script("bench_load.py", tmp_path, "--hidden", "256", "--repeats", "1", "--workdir",
+                     str(tmp_path / "work"))
+    files = [tmp_path / "work" / "h256" / "draft" / "model.safetensors",
+             tmp_path / "work" / "h256" / "target" / "model.safetensors"]
+    assert [r["cache"] for r in rec["rows"]] == ["cold", "warm"]
+    for r in rec["rows"]:
+        assert r["weights MB"] == pytest.approx(sum(f.stat().st_size for f in files) / 1e6)
+        assert r["read s"] > 0 and r["load+touch s"] >= r["load_draft s"] > 0 and r["peak RSS MB"] > 0
+
+
+def test_replay_benchmark_streams_every_sample(tmp_path):
+    """Benchmark 4 on 3 and 6 samples: every sample of each prefix dataset is streamed and replayed."""
+    rec = run_script("bench_replay.py", tmp_path, "--samples", "3,6", "--workdir", str(tmp_path / "work"))
+    lines = (tmp_path / "work" / "data" / "train.jsonl").read_text().splitlines()
+    assert [r["samples"] for r in rec["rows"]] == [3, 6] and len(lines) == 6
+    lengths = [len(json.loads(x)["input_ids"]) for x in lines]
+    assert [r["tokens"] for r in rec["rows"]] == [sum(lengths[:3]), sum(lengths)]
+    assert rec["peak_rss_ratio"] > 0 and rec["data_ratio"] == pytest.approx(2, rel=0.5)
