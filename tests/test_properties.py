@@ -210,6 +210,7 @@ def test_safetensors_headers(header, data, fake_len):
             _documented(safefiles.safetensors_metadata, p)
 
 
+@pytest.mark.filterwarnings("ignore:Detected pickle protocol")   # random bytes claim any protocol: expected
 @SETTINGS
 @given(blob=st.binary(max_size=120))
 def test_weight_file_bytes(blob):
