@@ -91,7 +91,7 @@ def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, 
     """The (T, k, Ht) aux a draft gets under `layout`: the sample's slots picked by boundary name.
 
     A boundary the sample lacks comes from `recapture` (anything with `.states(sample, names)`, e.g.
-    verdict.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
+    layoutsearch.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
     A layout shorter than the draft's k slots is completed with zero slots at the end under fill="zeros" (the
     served states first, as a server padding its capture to fc's width would).
     """

@@ -44,7 +44,7 @@ dtype: str = "float32"          # "bfloat16" on GPU
 seed: int = 0                   # sample draw
 
 # %%
-from eagle3lib import findings, replay, tokenview, verdict
+from eagle3lib import findings, layoutsearch, replay, tokenview, verdict
 
 inp = verdict.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                              new_prompt_data_path, recorded_val_acc, training_log_path, serving_layout)
@@ -135,9 +135,9 @@ verdicts[list(verdicts)[-1]].evidence
 # %%
 served = compare.get("serving", list(compare.values())[-1])
 target_acc = inp.recorded_acc if inp.recorded_acc is not None else train[next(iter(train))].acc0
-rc = verdict.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
-search = verdict.search_layouts(setup, inp.train_data, served, target_acc=target_acc, n=n_search, seed=seed,
-                                recapture=rc)
+rc = layoutsearch.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
+search = layoutsearch.search_layouts(setup, inp.train_data, served, target_acc=target_acc, n=n_search, seed=seed,
+                                     recapture=rc)
 print(search.message)
 search.table.head(12)
 
