@@ -22,8 +22,8 @@ import torch
 import torch.nn.functional as F
 
 from _common import RESULTS, finish
-from eagle3lib.config import DraftConfig
-from eagle3lib.draft import Eagle3Draft, apply_rope
+from eagle3lib.model.config import DraftConfig
+from eagle3lib.model.draft import Eagle3Draft, apply_rope
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear"}
 # wall clock by default; --clock thread (with --threads 1) counts only the CPU time this thread got, which other
@@ -136,7 +136,7 @@ def reference_ttt(d: Eagle3Draft, aux: torch.Tensor, ids: torch.Tensor, K: int) 
 def components(d: Eagle3Draft, fwd) -> dict[str, float]:
     """Inclusive wall seconds of one forward by component: each nn.Linear by name, the norms, embedding, and
     the draft module's attention / RoPE / top-1 functions (timed by wrapping them for this one call)."""
-    import eagle3lib.draft as draft_mod
+    import eagle3lib.model.draft as draft_mod
     spent: dict[str, float] = {}
     starts: dict[int, float] = {}
 

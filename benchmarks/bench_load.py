@@ -26,7 +26,7 @@ mode, path, target, temp = sys.argv[1:5]
 def hwm():   # this process's own peak RSS (ru_maxrss is inherited across fork+exec on Linux)
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 import torch
-from eagle3lib.checkpoint import load_draft
+from eagle3lib.model.checkpoint import load_draft
 if mode == "load":   # warm the code paths (imports, meta-device dispatch) on the tiny draft
     load_draft(sys.argv[5], target=sys.argv[6])
 if temp == "cold":
@@ -55,8 +55,8 @@ def build(workdir: Path, hidden: int) -> tuple[Path, Path, int]:
     """A bf16 SpecForge-format draft of the given width (3 aux slots, 32k vocab) and a tiny target."""
     from safetensors.torch import save_file
 
-    from eagle3lib.checkpoint import save_draft
-    from eagle3lib.config import config_to_dict
+    from eagle3lib.model.checkpoint import save_draft
+    from eagle3lib.model.config import config_to_dict
     from bench_forward import make_cfg
     cfg = make_cfg(hidden)
     draft, target = workdir / "draft", workdir / "target"

@@ -38,8 +38,8 @@ for name in os.listdir(os.path.join(root, "hidden_states")):     # stream from d
     os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
     os.close(fd)
 import torch
-from eagle3lib.datasets import Sample
-from eagle3lib.replay import load_setup, replay
+from eagle3lib.samples.sample import Sample
+from eagle3lib.replay.run import load_setup, replay
 setup = load_setup(draft, target)
 warm = [Sample(f"w{i}", torch.randint(0, 4096, (256,)), torch.ones(256, dtype=torch.long),
                torch.randn(256, 4, 256), ("embed", "layer_in.4", "layer_in.8", "layer_in.12")) for i in range(2)]
@@ -58,11 +58,11 @@ def build(workdir: Path, n: int) -> tuple[Path, Path, Path]:
     """The random draft, its target dir and the seed dataset of n samples (kept between runs)."""
     from safetensors.torch import save_file
 
-    from eagle3lib.checkpoint import save_draft
-    from eagle3lib.datasets import Sample
-    from eagle3lib.datawriters import write_seed_dataset
-    from eagle3lib.draft import Eagle3Draft
-    from eagle3lib.config import DraftConfig
+    from eagle3lib.model.checkpoint import save_draft
+    from eagle3lib.samples.readers import Sample
+    from eagle3lib.samples.writers import write_seed_dataset
+    from eagle3lib.model.draft import Eagle3Draft
+    from eagle3lib.model.config import DraftConfig
 
     draft, target, data = workdir / "draft", workdir / "target", workdir / "data"
     raw = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "hidden_size": HT,

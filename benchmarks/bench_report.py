@@ -33,7 +33,7 @@ def main() -> None:
         tmp = tempfile.TemporaryDirectory(prefix="e3bench_world_")
         env["EAGLE3LIB_DEMO_DIR"] = tmp.name
     t0 = time.perf_counter()
-    subprocess.run([sys.executable, "-c", "from eagle3lib import demo; demo.ensure_world(progress=False)"],
+    subprocess.run([sys.executable, "-c", "from eagle3lib.demo import world; world.ensure_world(progress=False)"],
                    check=True, cwd=REPO, env=env)
     world_s = time.perf_counter() - t0
     t0 = time.perf_counter()

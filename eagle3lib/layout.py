@@ -121,3 +121,16 @@ def parse_layout(spec, num_layers: int | None = None) -> tuple[str, ...]:
     if isinstance(spec, str):
         spec = [s for s in spec.split(",") if s.strip()]
     return tuple(normalize(s, num_layers) for s in spec)
+
+
+def engine_default_ids(num_layers: int) -> list[int]:
+    """The capture engines fall back to when a draft config names no layer ids: input-of-layer indices
+    [2, L//2, L-3] (SGLang `LlamaForCausalLMEagle3.set_eagle3_layers_to_capture`, vLLM `get_eagle3_aux_hidden_state_layers`,
+    SafeAILab EAGLE's hard-coded capture); the same boundaries as SpecForge's output-of-layer [1, L//2-1, L-4]."""
+    L = int(num_layers)
+    return [2, L // 2, L - 3]
+
+
+def engine_default_layout(num_layers: int) -> tuple[str, ...]:
+    """`engine_default_ids` as boundary names (three `layer_in.*` slots)."""
+    return from_ids(engine_default_ids(num_layers), "input", num_layers)

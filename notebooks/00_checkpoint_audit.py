@@ -31,16 +31,13 @@ num_steps: int = 3          # TTT steps shown in the forward preview
 # %%
 import torch
 
-import eagle3lib.demo
-from eagle3lib import audit, datasets, findings
+from eagle3lib.model import audit
+from eagle3lib.report import findings
+from eagle3lib.steps import checkpoint_audit
 
-world = eagle3lib.demo.paths()
-if not (draft_path and target_path):
-    world = eagle3lib.demo.ensure_world()
-draft_path = draft_path or str(world.draft)
-target_path = target_path or str(world.target)
-sample_data = sample_data or str(world.seed_data)
-a = audit.audit_draft(draft_path, target_path, device=device, dtype=getattr(torch, dtype))
+inp = checkpoint_audit.resolve_inputs(draft_path, target_path, sample_data)
+print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
+a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])
 
 # %% [markdown]
@@ -93,9 +90,7 @@ a.params
 # its own training data; if not, the problem is in the checkpoint, not the server.
 
 # %%
-sample = next(datasets.open_dataset(sample_data).sample(1, seed=0))
-audit.forward_preview(a.loaded, sample.input_ids, sample.aux_concat(), audit.target_tokenizer(target_path),
-                      num_steps=num_steps)
+checkpoint_audit.forward_preview(a, inp, num_steps=num_steps)
 
 # %% [markdown]
 # ## Findings recorded for the report index

@@ -48,7 +48,9 @@ draft_path: str = ""  # draft folder (its config.json is read); empty: the demo 
 import pandas as pd
 from IPython.display import display
 
-from eagle3lib import crossengine, discovery, findings, serverinfo, sglang_introspect, sglang_rules
+from eagle3lib.serving import crossengine, serverinfo, sglang_introspect, sglang_rules
+from eagle3lib.steps import discovery
+from eagle3lib.report import findings
 
 seed = discovery.discover(launch_command, sglang_version, target_path, draft_path,
                             server_info=server_info_path or server_url, server_log=server_log_path)

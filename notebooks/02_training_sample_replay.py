@@ -44,9 +44,13 @@ dtype: str = "float32"          # "bfloat16" on GPU
 seed: int = 0                   # sample draw
 
 # %%
-from eagle3lib import findings, layoutsearch, replay, tokenview, verdict
+from IPython.display import display
 
-inp = verdict.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
+from eagle3lib.report import findings
+from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
+from eagle3lib.steps import sample_replay
+
+inp = sample_replay.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                              new_prompt_data_path, recorded_val_acc, training_log_path, serving_layout)
 setup = replay.load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
 compare = verdict.compare_layouts(layouts, setup, serving=inp.serving_layout)
@@ -107,7 +111,7 @@ verdict.plot_replay(train)
 # %%
 held = {name: replay.replay(setup, path, label=name, n=n_samples, seed=seed, num_steps=num_steps)
         for name, path in inp.heldout.items()}
-verdict.replay_table({**{"training": train[next(iter(train))]}, **held})
+verdict.replay_table({layouts[0]: train[layouts[0]], **held})   # the first layout asked for: "training" by default
 
 # %% [markdown]
 # ## 5. Verdict
@@ -120,7 +124,7 @@ verdict.replay_table({**{"training": train[next(iter(train))]}, **held})
 verdicts = {label: verdict.decide(r, held, recorded_acc=inp.recorded_acc) for label, r in train.items()}
 for label, v in verdicts.items():
     print(f"[{label}] {v.verdict.upper()}: {v.reason}")
-print("thresholds:", dict(next(iter(verdicts.values())).thresholds))
+print("thresholds:", dict(verdicts[layouts[0]].thresholds))
 
 # %%
 verdicts[list(verdicts)[-1]].evidence
@@ -134,7 +138,7 @@ verdicts[list(verdicts)[-1]].evidence
 
 # %%
 served = compare.get("serving", list(compare.values())[-1])
-target_acc = inp.recorded_acc if inp.recorded_acc is not None else train[next(iter(train))].acc0
+target_acc = inp.recorded_acc if inp.recorded_acc is not None else train[layouts[0]].acc0
 rc = layoutsearch.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
 search = layoutsearch.search_layouts(setup, inp.train_data, served, target_acc=target_acc, n=n_search, seed=seed,
                                      recapture=rc)

@@ -36,7 +36,10 @@ dtype: str = "float32"      # target dtype for the reference capture ("bfloat16"
 # %matplotlib inline
 import torch
 
-from eagle3lib import advice, compare, diffing, findings
+from eagle3lib.serving import advice
+from eagle3lib.hidden import compare
+from eagle3lib.steps import diffing
+from eagle3lib.report import findings
 
 inp = diffing.inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
                      getattr(torch, dtype))

@@ -44,16 +44,14 @@ device: str = "cpu"            # device for the demo sweep ("cuda" on a GPU box)
 
 # %%
 # %matplotlib inline
-from pathlib import Path
 
 from IPython.display import display
 
-import eagle3lib.demo
-from eagle3lib import benchparse, costmodel, findings, plots, records
+from eagle3lib.throughput import costmodel, plots, records
+from eagle3lib.report import findings
+from eagle3lib.steps import throughput_runs
 
-paths = [p if Path(p).is_absolute() or Path(p).exists() else eagle3lib.demo.REPO_ROOT / p
-         for p in list(log_paths) + list(json_paths)]
-parsed = [benchparse.parse_file(p) for p in paths] + ([benchparse.read_server(server_url)] if server_url else [])
+parsed = throughput_runs.read_runs(list(log_paths) + list(json_paths), server_url)
 for res in parsed:
     print(res.summary())
 served = [r for res in parsed for r in res.records]
@@ -121,9 +119,7 @@ plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=
 
 # %%
 if run_demo_sweep:
-    import eagle3lib.sweep
-    sweep = eagle3lib.sweep.run_demo_sweep(list(sweep_num_steps), captures=("correct", "seed"),
-                                           repeats=sweep_repeats, device=device, progress=True)
+    sweep = throughput_runs.demo_sweep(list(sweep_num_steps), repeats=sweep_repeats, device=device)
 else:
     sweep = []
 sweep_series = sorted({r.series for r in sweep if not r.is_baseline})
@@ -140,8 +136,8 @@ records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep 
 for s, x in sweep_recs.items():
     print(f"{s}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
 if sweep_recs:
-    display(next(iter(sweep_recs.values())).fit.table)
-(plots.tok_s_vs_accept_length(sweep, fit=next(iter(sweep_recs.values())).fit,
+    display(sweep_recs["correct"].fit.table)        # one engine, one fit: the captures share it
+(plots.tok_s_vs_accept_length(sweep, fit=sweep_recs["correct"].fit,
                               title="Demo engine: throughput vs accept length") if sweep_recs else "demo sweep not run")
 
 # %% [markdown]
@@ -170,7 +166,7 @@ plots.per_position_bars(served + sweep)  # per series, the run with the most pos
 # correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
 
 # %%
-chosen = rec or sweep_recs.get("correct") or next(iter(sweep_recs.values()), None)
+chosen = rec or sweep_recs.get("correct")
 findings.record("headline", chosen.headline if chosen else "no cost-model fit: " + str(problem))
 if chosen:
     findings.record("cost_model", {"c": chosen.fit.c, "overhead": chosen.fit.overhead,

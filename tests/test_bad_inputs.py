@@ -22,7 +22,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib import safefiles
+from eagle3lib.model import safefiles
 from eagle3lib.errors import ALL_ERRORS, CheckpointError, MissingFileError, UnsafeFileError, VocabError
 
 AREAS = ("tests.test_bad_inputs", "tests.test_bad_inputs_config", "tests.test_bad_inputs_data",

@@ -9,9 +9,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib import checkpoint, config, layout, target, vocab
-from eagle3lib.config import DraftConfig
-from eagle3lib.draft import Eagle3Draft
+from eagle3lib.model import checkpoint, config, target, vocab
+from eagle3lib import layout
+from eagle3lib.model.config import DraftConfig
+from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.errors import CheckpointError, ConfigError, LayoutError, MissingFileError, VocabError
 from tests.conftest import TINY_SPECFORGE
 from tests.test_bad_inputs import Case, ids, run_case

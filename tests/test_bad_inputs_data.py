@@ -12,9 +12,11 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib import datasets, dumps, verdict
-from eagle3lib.datasets import Sample
-from eagle3lib.datawriters import write_seed_dataset, write_specforge_sample, write_speculators_sample
+from eagle3lib.samples import readers as datasets
+from eagle3lib.hidden import dumps
+from eagle3lib.replay import verdict
+from eagle3lib.samples.readers import Sample
+from eagle3lib.samples.writers import write_seed_dataset, write_specforge_sample, write_speculators_sample
 from eagle3lib.errors import CheckpointError, DataError, MissingFileError, UnsafeFileError
 from tests.test_bad_inputs import Case, Skipped, ids, payload_not_run, pending, run_case, write_hostile
 

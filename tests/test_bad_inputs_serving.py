@@ -10,7 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib import benchparse, findings, launch, logparse, records, serverinfo, sglang_rules
+from eagle3lib.throughput import benchparse, logparse, records
+from eagle3lib.report import findings
+from eagle3lib.serving import launch, serverinfo, sglang_rules
 from eagle3lib.errors import DataError, LogParseError, MissingFileError, ReportError, ServingArgsError
 from tests.test_bad_inputs import Case, Skipped, Warned, ids, pending, run_case
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import nbformat
 import pytest
 
-from eagle3lib import findings, report
+from eagle3lib.report import findings, runner as report
 
 ROOT = Path(__file__).resolve().parents[1]
 EXPECTED = ("00", "01", "02", "03", "04")  # the workbook's notebooks (issues 2, 4, 5, 6, 7)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 import yaml
 
-from eagle3lib import report
+from eagle3lib.report import runner as report
 
 tomllib = pytest.importorskip("tomllib")
 

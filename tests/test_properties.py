@@ -16,7 +16,11 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from safetensors.torch import save_file
 
-from eagle3lib import benchparse, config, datasets, launch, layout, logparse, records, safefiles, serverinfo, vocab
+from eagle3lib.throughput import benchparse, logparse, records
+from eagle3lib.model import config, safefiles, vocab
+from eagle3lib.samples import readers as datasets
+from eagle3lib.serving import launch, serverinfo
+from eagle3lib import layout
 from eagle3lib.errors import ALL_ERRORS, VocabError
 
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.too_slow])

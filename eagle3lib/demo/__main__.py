@@ -4,7 +4,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from . import ensure_world
+from .world import ensure_world
 
 
 def main(argv: list[str] | None = None) -> int:

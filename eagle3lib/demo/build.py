@@ -18,11 +18,12 @@ from pathlib import Path
 
 import torch
 
-from ..datasets import SEED_FORMAT, Sample
-from ..datawriters import specforge_sample_path, write_seed_dataset, write_specforge_sample
+from ..samples.readers import SEED_FORMAT
+from ..samples.sample import Sample
+from ..samples.writers import specforge_sample_path, write_seed_dataset, write_specforge_sample
 from ..layout import to_ids
-from ..vocab import build_vocab_map, coverage
-from . import BUILDER_VERSION, DemoPaths
+from ..model.vocab import build_vocab_map, coverage
+from .world import BUILDER_VERSION, DemoPaths
 from . import corpus as C
 from .train_draft import ACC_DEFINITION, Captured, capture, draft_config_dict, evaluate, train_draft
 from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
@@ -155,9 +156,9 @@ def export_artifacts(root: str | Path, artifacts: Path = ARTIFACTS) -> Path:
 
 def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
     """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict."""
-    from ..draft import Eagle3Draft
-    from ..checkpoint import save_draft
-    from ..config import DraftConfig
+    from ..model.draft import Eagle3Draft
+    from ..model.checkpoint import save_draft
+    from ..model.config import DraftConfig
     p = DemoPaths(Path(root))
     timer, threads = _Timer(progress), torch.get_num_threads()
     torch.set_num_threads(SIZES["threads"])

@@ -1,0 +1,7 @@
+"""Hidden states: which target tensors a draft is fed, captured, dumped, compared and explained.
+
+- `capture`  reference captures of every residual boundary of an HF target; `Slots` (what a draft is fed).
+- `dumps`    serving dumps in: SGLang debug tensor dumps and the eagle3lib dump format (`save_dump` / `load_dump`).
+- `compare`  slot-vs-boundary similarity and identification; which layout a dumped fc input was fed.
+- `explain`  `explain(expected, actual)`: how two slot layouts differ, in words (`Diagnosis`).
+"""

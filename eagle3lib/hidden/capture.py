@@ -1,0 +1,274 @@
+"""Hidden states in: reference captures of a target's residual boundaries, and the slots a draft is fed.
+
+`capture(model, input_ids)` runs an HF causal LM with plain forward (pre-)hooks and keeps `embed`, `layer_in.i`,
+`final_prenorm`, `final_postnorm` (layout.py names; or only those asked for, stopping after the deepest).
+`Slots` are the k tensors a draft receives; `as_slots` builds them from training samples or any tensors.
+Serving dumps (SGLang tensor dumps, eagle3lib dumps) are read in `dumps.py`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import tqdm
+from torch import Tensor
+
+from ..errors import CheckpointError, ConfigError, LayoutError, MissingFileError
+from ..layout import boundary_names, input_index, normalize, parse_layout
+
+_FINALS = ("final_prenorm", "final_postnorm")
+
+
+@dataclass(frozen=True)
+class Capture:
+    """Residual-stream states of one target run: boundary name -> (T, H), or (B, T, H) for a batch."""
+    states: dict[str, Tensor]   # boundary name (layout.py) -> (T, H) or (B, T, H), on CPU
+    input_ids: Tensor           # (T,) or (B, T) int64
+    num_layers: int             # L, the target's decoder layers
+    dtype: torch.dtype          # dtype the target computed in
+    source: str = "transformers"
+
+    @property
+    def names(self) -> list[str]:
+        """Captured boundary names, in stream order."""
+        order = boundary_names(self.num_layers)
+        return [n for n in order if n in self.states]
+
+    @property
+    def hidden_size(self) -> int:
+        """H, the width of every state."""
+        return int(next(iter(self.states.values())).shape[-1])
+
+    @property
+    def batched(self) -> bool:
+        """True for a (B, T, H) capture."""
+        return self.input_ids.dim() == 2
+
+    def __getitem__(self, name: str) -> Tensor:
+        key = normalize(name, self.num_layers)
+        if key not in self.states:
+            raise LayoutError(f"capture ({self.source})", f"boundary '{key}' was not captured",
+                              expected=self.names, found=name,
+                              cause="capture(..., only=...) left it out, or the dump did not hold it")
+        return self.states[key]
+
+    def stack(self, layout) -> Tensor:
+        """States of `layout` stacked on a slot axis: (T, k, H) or (B, T, k, H)."""
+        names = parse_layout(layout, self.num_layers)
+        return torch.stack([self[n] for n in names], dim=-2)  # k x (.., T, H) -> (.., T, k, H)
+
+    def concat(self, layout) -> Tensor:
+        """States of `layout` concatenated as a draft's fc takes them: (T, k*H) or (B, T, k*H)."""
+        return torch.cat([self[n] for n in parse_layout(layout, self.num_layers)], dim=-1)  # -> (.., T, k*H)
+
+    def sample(self, b: int) -> Capture:
+        """The b-th sequence of a batched capture, as an unbatched Capture."""
+        if not self.batched:
+            return self
+        return Capture({k: v[b] for k, v in self.states.items()}, self.input_ids[b], self.num_layers,
+                       self.dtype, f"{self.source}[{b}]")
+
+
+def _parts(model):
+    """(embed_tokens, layers, norm) of a Llama-style causal LM (or of its bare decoder)."""
+    base = model.model if hasattr(model, "model") and hasattr(model.model, "layers") else model
+    missing = [a for a in ("embed_tokens", "layers", "norm") if not hasattr(base, a)]
+    if missing:
+        raise LayoutError(f"target model {type(model).__name__}", "not a Llama-style decoder",
+                          expected="model.model.{embed_tokens, layers, norm}", found=f"missing {missing}",
+                          cause="an architecture whose decoder stack is named differently")
+    return base, base.layers, base.norm
+
+
+def _requested(only, num_layers: int) -> list[str]:
+    if only is None:
+        return boundary_names(num_layers)
+    names = list(parse_layout(only, num_layers))
+    if any(n in _FINALS for n in names):   # both come from the same hook: keep the pair
+        names += [n for n in _FINALS if n not in names]
+    return names
+
+
+class _Stop(Exception):
+    """Raised from a hook once every requested boundary is captured."""
+
+
+def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None, device=None, dtype=None,
+            progress: bool = False) -> Capture:
+    """Run the target on (T,) or (B, T) ids and keep every (or each `only`) residual boundary."""
+    base, layers, norm = _parts(model)
+    L = len(layers)
+    ids = torch.as_tensor(input_ids, dtype=torch.long)
+    if ids.dim() not in (1, 2) or ids.numel() == 0:
+        raise LayoutError("capture input_ids", "token ids must be (T,) or (B, T) and non-empty",
+                          expected="(T,) or (B, T)", found=tuple(ids.shape))
+    if device is not None or dtype is not None:  # moves / casts the model in place
+        model.to(device=device, dtype=dtype)
+    p = next(model.parameters())
+    wanted = _requested(only, L)
+    deepest = max(input_index(n, L) for n in wanted)   # L when a final state is asked for
+    got: dict[str, Tensor] = {}
+    bar = tqdm.tqdm(total=deepest, desc="capture", disable=not progress)
+
+    def keep(name, t):
+        t = t.detach().to("cpu", copy=True)
+        got[name] = t[0] if ids.dim() == 1 else t   # (1, T, H) -> (T, H)
+
+    def pre_hook(i):
+        def hook(module, args, kwargs):
+            x = args[0] if args else kwargs["hidden_states"]
+            name = "embed" if i == 0 else f"layer_in.{i}"
+            if name in wanted:
+                keep(name, x)
+            bar.update(1 if i else 0)
+            if i == deepest:
+                raise _Stop
+        return hook
+
+    def norm_pre(module, args):
+        keep("final_prenorm", args[0])
+
+    def norm_out(module, args, out):
+        keep("final_postnorm", out)
+        raise _Stop
+
+    handles = [layers[i].register_forward_pre_hook(pre_hook(i), with_kwargs=True) for i in range(min(deepest + 1, L))]
+    if deepest == L:
+        handles += [norm.register_forward_pre_hook(norm_pre), norm.register_forward_hook(norm_out)]
+    batch = ids if ids.dim() == 2 else ids[None]                     # (T,) -> (1, T)
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(p.device)
+    if mask is not None and mask.dim() == 1:
+        mask = mask[None]
+    try:
+        with torch.inference_mode():
+            base(input_ids=batch.to(p.device), attention_mask=mask, use_cache=False)
+    except _Stop:
+        pass
+    finally:
+        for h in handles:
+            h.remove()
+        bar.update(bar.total - bar.n)
+        bar.close()
+    missing = [n for n in wanted if n not in got]
+    if missing:
+        raise LayoutError(f"capture of {type(model).__name__}", "hooks did not fire for some boundaries",
+                          expected=wanted, found=sorted(got), cause="the model skips layers or its forward "
+                          "does not call model.layers[i] / model.norm")
+    return Capture({n: got[n] for n in wanted}, ids.clone(), L, p.dtype)
+
+
+def capture_batch(model, sequences, *, only=None, batch_size: int = 8, pad_id: int = 0, device=None, dtype=None,
+                  progress: bool = False) -> list[Capture]:
+    """Capture many token sequences of different lengths (right-padded in batches); one Capture per sequence."""
+    seqs = [torch.as_tensor(s, dtype=torch.long).reshape(-1) for s in sequences]
+    out: list[Capture] = []
+    for start in tqdm.tqdm(range(0, len(seqs), batch_size), desc="capture", disable=not progress):
+        chunk = seqs[start:start + batch_size]
+        T = max(len(s) for s in chunk)
+        ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)
+        mask = torch.zeros((len(chunk), T), dtype=torch.long)
+        for b, s in enumerate(chunk):
+            ids[b, :len(s)], mask[b, :len(s)] = s, 1
+        cap = capture(model, ids, only=only, attention_mask=mask, device=device, dtype=dtype)
+        for b, s in enumerate(chunk):
+            n = len(s)  # right padding: the first n positions are the real tokens
+            out.append(Capture({k: v[b, :n] for k, v in cap.states.items()}, s.clone(), cap.num_layers, cap.dtype))
+    return out
+
+
+def capture_for_layout(model, input_ids, layout, **kwargs) -> Tensor:
+    """The aux tensor a draft trained on `layout` takes: (T, k*H) (or (B, T, k*H)), slots in layout order."""
+    L = len(_parts(model)[1])
+    names = parse_layout(layout, L)
+    return capture(model, input_ids, only=names, **kwargs).concat(names)
+
+
+def load_target_model(path, device="cpu", dtype=None):
+    """`AutoModelForCausalLM.from_pretrained(path)` (no remote code), on `device` in `dtype`, in eval mode."""
+    import transformers
+
+    p = Path(path)
+    if not p.exists():
+        raise MissingFileError(f"target model {path}", "no such directory",
+                               expected="a local HF model folder with config.json and weights", found="nothing")
+    if p.is_dir() and not (p / "config.json").exists():
+        raise MissingFileError(f"target model {path}", "config.json is missing", expected="config.json",
+                               found=sorted(x.name for x in p.iterdir())[:10])
+    if isinstance(dtype, str) and dtype != "auto":
+        dtype = getattr(torch, dtype.replace("torch.", ""), None) or dtype
+    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    try:
+        model = transformers.AutoModelForCausalLM.from_pretrained(str(p), trust_remote_code=False,
+                                                                  **({key: dtype} if dtype is not None else {}))
+    except ValueError as e:
+        raise ConfigError(f"target model {path}/config.json", "transformers cannot build this architecture",
+                          expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],
+                          cause="a custom modeling file (trust_remote_code is refused) or a too-old transformers")
+    except (OSError, RuntimeError) as e:
+        raise CheckpointError(f"target model {path}", "weights could not be loaded", found=str(e)[:200],
+                              cause="missing or truncated weight shards, or shapes that disagree with config.json")
+    return model.to(device).eval()
+
+
+@dataclass(frozen=True)
+class Slots:
+    """The k tensors a draft receives (or was trained on), each (T, H), with the layout their writer declares."""
+    tensors: tuple[Tensor, ...]          # k x (T, H), slot order
+    layout: tuple[str, ...] | None       # declared boundary of each slot (layout.py names), None = unknown
+    input_ids: Tensor | None = None      # (T,) token of each row
+    source: str = ""
+    notes: tuple[str, ...] = ()
+
+    @property
+    def k(self) -> int:
+        """Number of slots."""
+        return len(self.tensors)
+
+    @property
+    def num_tokens(self) -> int:
+        """T, the rows of every slot."""
+        return int(self.tensors[0].shape[0])
+
+
+def as_slots(x, layout=None, *, k: int | None = None, hidden_size: int | None = None, input_ids=None,
+             source: str | None = None) -> Slots:
+    """Slots from a datasets.Sample, a (T, k, H) / (T, k*H) / (1, T, k*H) tensor, or a list of (T, H) tensors."""
+    notes: list[str] = []
+    if hasattr(x, "aux"):   # datasets.Sample
+        layout = layout if layout is not None else x.layout
+        input_ids = x.input_ids if input_ids is None else input_ids
+        source, x = source or x.source, x.aux
+    names = parse_layout(layout) if layout is not None else None
+    k = k or (len(names) if names else None)
+    where = f"aux slots ({source or 'tensors'})"
+    if isinstance(x, (list, tuple)):
+        parts = [t.reshape(t.shape[-2], t.shape[-1]) for t in x]          # (1, T, H) -> (T, H)
+    else:
+        t = torch.as_tensor(x)
+        if t.dim() == 4 and t.shape[0] == 1:
+            t = t[0]                                                       # (1, T, k, H) -> (T, k, H)
+        if t.dim() == 3 and t.shape[0] == 1 and (k is None or t.shape[1] != k):
+            t = t[0]                                                       # (1, T, k*H) -> (T, k*H)
+        if t.dim() == 2:
+            W = t.shape[1]
+            k = k or (W // hidden_size if hidden_size else None)
+            if not k or W % k:
+                raise LayoutError(where, "cannot split the concatenated aux width into slots",
+                                  expected=f"a width divisible by the slot count ({k or 'unknown'})", found=W,
+                                  cause="declare the layout or hidden_size; or the dump holds a different k")
+            t = t.reshape(t.shape[0], k, W // k)                           # (T, k*H) -> (T, k, H)
+        if t.dim() != 3:
+            raise LayoutError(where, "unrecognised aux shape", expected="(T, k, H), (T, k*H) or (1, T, k*H)",
+                              found=tuple(t.shape))
+        parts = list(t.unbind(1))                                          # (T, k, H) -> k x (T, H)
+    if names is not None and len(names) != len(parts):
+        notes.append(f"declared layout has {len(names)} slots but the tensors hold {len(parts)}: declaration ignored")
+        names = None
+    lens = {p.shape[0] for p in parts}
+    if len(lens) > 1:
+        n = min(lens)
+        notes.append(f"slots have different token counts {sorted(lens)}: cut to the first {n}")
+        parts = [p[:n] for p in parts]
+    ids = None if input_ids is None else torch.as_tensor(input_ids).reshape(-1).long()
+    return Slots(tuple(parts), names, ids, source or "tensors", tuple(notes))

@@ -1,0 +1,11 @@
+"""The draft and the target as files and as a model: formats, loading, validation, the draft forward.
+
+- `config`     `DraftConfig`: one frozen view of a draft's config.json, whatever tool wrote it (EAGLE, SpecForge /
+               SGLang, vLLM, speculators, ModelOpt); ids and their convention, slots, variant flags, RoPE.
+- `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.
+- `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
+- `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.
+- `draft`      `Eagle3Draft`, the forward in plain PyTorch: step 0, TTT steps, KV-cached chain drafting.
+- `target`     target-model facts, its embedding / lm_head read alone, its tokenizer.
+- `audit`      the checkpoint audit tables notebook 00 shows.
+"""

@@ -1,0 +1,246 @@
+"""Draft checkpoints: declarative key maps between formats, a validation report, strict loading, saving.
+
+Canonical names are the EAGLE/SpecForge/SGLang on-disk names (`fc.weight`, `midlayer.*`, `norm.weight`,
+`lm_head.weight`, `d2t`, `t2d`, optional `embed_tokens.weight`, `fc_norm.{i}.weight`, `input_norm.weight`).
+Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
+Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a DataFrame)
+"""
+from __future__ import annotations
+
+import json
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+import torch
+from safetensors.torch import save_file
+
+from .config import DraftConfig, config_to_dict, load_config
+from .draft import Eagle3Draft, Rotary
+from ..errors import CheckpointError
+from .safefiles import load_state_dict, weight_files
+from .target import load_target_tensor
+from .vocab import VocabFinding, check_vocab, t2d_from_d2t
+
+# (pattern, replacement, who writes it) applied in order: any format -> canonical names.
+TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
+    (r"^eagle_module\.", "", "ModelOpt (internal prefix)"),
+    (r"^model\.", "", "SGLang in-memory / HF-prefixed"),
+    (r"^layers\.0\.", "midlayer.", "speculators / vLLM / ModelOpt 2026"),
+    (r"^hidden_norm\.weight$", "midlayer.hidden_norm.weight", "ModelOpt Dec-2025"),
+    (r"^input_embeds_norm\.weight$", "midlayer.input_layernorm.weight", "ModelOpt Dec-2025"),
+    (r"^eagle_lm_head\.weight$", "lm_head.weight", "ModelOpt Dec-2025"),
+    (r"^aux_norm_low\.", "fc_norm.0.", "SGLang legacy"),
+    (r"^aux_norm_mid\.", "fc_norm.1.", "SGLang legacy"),
+    (r"^aux_norm_high\.", "fc_norm.2.", "SGLang legacy"),
+    (r"^draft_id_to_target_id$", "d2t", "vLLM in-memory"),
+)
+# canonical -> on-disk names per format, and keys the format does not store
+SAVE_MAPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
+    "specforge": ((), ()),
+    "eagle": ((), ()),
+    "speculators": (((r"^midlayer\.", "layers.0."),), ()),
+    "modelopt": (((r"^midlayer\.", "layers.0."),), ("t2d",)),
+}
+_FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
+
+
+def canonicalize(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[tuple[str, str, str]]]:
+    """(state dict under canonical names, [(old, new, rule source)] for every rename)."""
+    out, renames = {}, []
+    for key, t in sd.items():
+        new, who = key, None
+        for pattern, repl, source in TO_CANONICAL:
+            if re.search(pattern, new):
+                new, who = re.sub(pattern, repl, new), source
+        if new in out:
+            raise CheckpointError(f"key '{key}'", "two checkpoint keys map to the same canonical name",
+                                  expected="one tensor per name", found=new,
+                                  cause="a checkpoint mixing midlayer.* and layers.0.* copies")
+        out[new] = t
+        if new != key:
+            renames.append((key, new, who))
+    return out, renames
+
+
+def detect_format(keys) -> str:
+    """Which writer produced these keys: specforge (midlayer.*), speculators (layers.0.*), modelopt, sglang."""
+    keys = list(keys)
+    if any(k.startswith("eagle_module.") for k in keys):
+        return "modelopt"
+    if any(k.startswith("layers.0.") for k in keys):
+        return "speculators"
+    if any(k.startswith("model.midlayer.") for k in keys):
+        return "sglang"
+    if "input_embeds_norm.weight" in keys:
+        return "modelopt"
+    return "specforge"
+
+
+def expected_tensors(cfg: DraftConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
+    """{canonical name: (shape, dtype)} of a draft built from cfg (built on the meta device: no memory)."""
+    with torch.device("meta"):
+        model = Eagle3Draft(cfg)
+    return {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
+
+
+def validate(sd: dict[str, torch.Tensor], cfg: DraftConfig) -> pd.DataFrame:
+    """One row per tensor: status ok / missing / from_target / unexpected / shape_mismatch / dtype_odd."""
+    rows = []
+    exp = expected_tensors(cfg)
+    for key, (shape, dtype) in exp.items():
+        t = sd.get(key)
+        row = {"key": key, "expected_shape": list(shape), "found_shape": None, "dtype": None, "note": ""}
+        if t is None:
+            if key == "embed_tokens.weight":
+                row.update(status="from_target", note="drafts usually ship without it; taken from the target")
+            elif key == "lm_head.weight" and cfg.draft_vocab_size == cfg.vocab_size:
+                row.update(status="from_target", note="full-vocab draft: lm_head from the target (SGLang)")
+            elif key in ("d2t", "t2d"):
+                row.update(status="missing", note="vocab map absent: see the vocab checks")
+            else:
+                row.update(status="missing", note="engines would keep a random init for this tensor")
+        else:
+            row.update(found_shape=list(t.shape), dtype=str(t.dtype).replace("torch.", ""))
+            if tuple(t.shape) != shape:
+                row.update(status="shape_mismatch", note=_shape_hint(key, tuple(t.shape), shape, cfg))
+            elif dtype.is_floating_point and t.dtype not in _FLOAT_OK:
+                row.update(status="dtype_odd", note=f"expected a float dtype, found {t.dtype}")
+            elif key == "d2t" and t.dtype != torch.int64 or key == "t2d" and t.dtype != torch.bool:
+                row.update(status="dtype_odd", note=f"expected {'int64' if key == 'd2t' else 'bool'}")
+            else:
+                row.update(status="ok")
+        rows.append(row)
+    for key in sorted(set(sd) - set(exp)):
+        t = sd[key]
+        rows.append({"key": key, "expected_shape": None, "found_shape": list(t.shape),
+                     "dtype": str(t.dtype).replace("torch.", ""), "status": "unexpected",
+                     "note": "old SGLang drops unknown names silently; vLLM refuses them"})
+    cols = ["key", "status", "expected_shape", "found_shape", "dtype", "note"]
+    return pd.DataFrame(rows, columns=cols)
+
+
+def _shape_hint(key: str, found: tuple, expected: tuple, cfg: DraftConfig) -> str:
+    if key == "fc.weight" and len(found) == 2 and found[1] % cfg.target_hidden_size == 0:
+        return (f"fc reads {found[1] // cfg.target_hidden_size} aux slots of {cfg.target_hidden_size}, the config "
+                f"says {cfg.num_aux}: set num_aux_hidden_states / the layer-id list to match the trained fc")
+    if key == "lm_head.weight":
+        return f"lm_head has {found[0]} rows, draft_vocab_size is {cfg.draft_vocab_size}"
+    if key == "d2t":
+        return f"d2t has {found} entries, the draft vocab has {cfg.draft_vocab_size}"
+    return "config and weights disagree"
+
+
+@dataclass(frozen=True)
+class LoadedDraft:
+    """A draft loaded strictly, with everything the audit shows."""
+    model: Eagle3Draft
+    cfg: DraftConfig
+    report: pd.DataFrame
+    vocab: list[VocabFinding]
+    files: list[str]
+    format: str
+    renames: list[tuple[str, str, str]] = field(default_factory=list)
+    taken_from_target: tuple[str, ...] = ()
+
+
+def load_draft(path: str | Path, target: str | Path | None = None, device: str = "cpu",
+               dtype: torch.dtype | None = None) -> LoadedDraft:
+    """Load a draft of any format; embedding (and lm_head if absent) from `target`. Raises CheckpointError on
+    missing or mis-shaped tensors, naming the key, the expected and the found shape."""
+    path = Path(path)
+    cfg = load_config(path)
+    files = weight_files(path)
+    raw_sd = load_state_dict(path)
+    sd, renames = canonicalize(raw_sd)
+    report = validate(sd, cfg)
+    bad = report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])]
+    if len(bad):
+        r = bad.iloc[0]
+        raise CheckpointError(f"{files[0]}, key '{r.key}'", f"tensor {r.status.replace('_', ' ')}",
+                              expected=r.expected_shape, found=r.found_shape or "nothing", cause=r.note)
+    from_target = []
+    if "embed_tokens.weight" not in sd:
+        if target is None:
+            raise CheckpointError(f"{path}", "the draft has no embed_tokens.weight and no target was given",
+                                  expected="a target directory", found="target=None",
+                                  cause="SpecForge/EAGLE save drafts without the (frozen) target embedding")
+        emb = load_target_tensor(target, "embed")
+        want = (cfg.vocab_size, cfg.hidden_size)
+        if tuple(emb.shape) != want:
+            raise CheckpointError(f"{target}, target embedding", "shape does not fit the draft", expected=list(want),
+                                  found=list(emb.shape), cause="draft and target vocab/hidden sizes differ "
+                                  "(wrong target, or a draft with target_hidden_size != hidden_size)")
+        sd["embed_tokens.weight"] = emb
+        from_target.append("embed_tokens.weight")
+    if "lm_head.weight" not in sd:
+        if target is None:
+            raise CheckpointError(f"{path}", "full-vocab draft without lm_head.weight and no target was given",
+                                  expected="a target directory", found="target=None")
+        sd["lm_head.weight"] = load_target_tensor(target, "lm_head")
+        from_target.append("lm_head.weight")
+    d2t, t2d = sd.get("d2t"), sd.get("t2d")
+    vocab = check_vocab(d2t, t2d, cfg.vocab_size, cfg.draft_vocab_size, where=str(path))
+    if d2t is not None and (d2t.dim() != 1 or d2t.numel() != cfg.draft_vocab_size):
+        raise CheckpointError(f"{files[0]}, key 'd2t'", "wrong length", expected=[cfg.draft_vocab_size],
+                              found=list(d2t.shape), cause="a vocab map from another draft vocab size")
+    if d2t is None:
+        sd["d2t"] = torch.zeros(cfg.draft_vocab_size, dtype=torch.long)
+    sd["d2t"] = sd["d2t"].long()
+    if t2d is None or t2d.numel() != cfg.vocab_size:
+        sd["t2d"] = t2d_from_d2t(sd["d2t"].clamp(max=cfg.vocab_size - 1), cfg.vocab_size)
+    sd["t2d"] = sd["t2d"].bool()
+    with torch.device("meta"):
+        model = Eagle3Draft(cfg)
+    model.load_state_dict({k: v for k, v in sd.items() if k in dict(model.state_dict())}, strict=True, assign=True)
+    model.rotary = Rotary(cfg)                       # non-persistent buffer: rebuild off the meta device
+    model = model.to(device)
+    if dtype is not None:
+        model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool
+    return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files], detect_format(raw_sd),
+                       renames, tuple(from_target))
+
+
+def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: str | Path,
+               format: str = "specforge", include_embed: bool = False) -> Path:
+    """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt)."""
+    if format not in SAVE_MAPS:
+        raise CheckpointError("save_draft", "unknown format", expected=sorted(SAVE_MAPS), found=format)
+    sd = state.state_dict() if isinstance(state, torch.nn.Module) else dict(state)
+    sd, _ = canonicalize(sd)
+    rules, dropped = SAVE_MAPS[format]
+    out = {}
+    for k, t in sd.items():
+        if k in dropped or (k == "embed_tokens.weight" and not include_embed):
+            continue
+        for pattern, repl in rules:
+            k = re.sub(pattern, repl, k)
+        out[k] = t.detach().contiguous().cpu()
+    out_dir = Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    if isinstance(config, DraftConfig):    # write the config in the dialect that goes with the weights
+        raw = config_to_dict(config, {"speculators": "speculators", "eagle": "eagle"}.get(format, "specforge"))
+    else:
+        raw = dict(config)
+    tmp = out_dir / "model.safetensors.tmp"
+    save_file(out, str(tmp), metadata={"format": "pt", "writer": "eagle3lib", "layout": format})
+    tmp.replace(out_dir / "model.safetensors")
+    (out_dir / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
+    return out_dir
+
+
+def param_table(model: torch.nn.Module) -> pd.DataFrame:
+    """Parameter counts and bytes per top-level module."""
+    rows: dict[str, dict] = {}
+    for name, t in list(model.named_parameters()) + list(model.named_buffers()):
+        if name.startswith("rotary."):
+            continue
+        top = name.split(".")[0]
+        r = rows.setdefault(top, {"module": top, "tensors": 0, "numel": 0, "bytes": 0})
+        r["tensors"] += 1
+        r["numel"] += t.numel()
+        r["bytes"] += t.numel() * t.element_size()
+    df = pd.DataFrame(list(rows.values()))
+    total = {"module": "total", "tensors": df.tensors.sum(), "numel": df.numel.sum(), "bytes": df.bytes.sum()}
+    return pd.concat([df, pd.DataFrame([total])], ignore_index=True)

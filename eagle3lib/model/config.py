@@ -1,0 +1,363 @@
+"""`DraftConfig`: one frozen view of an EAGLE-3 draft's config.json, whatever tool wrote it.
+
+Dialects (eagle3-formats.md §2): EAGLE `traineagle3` (LlamaForCausalLM + draft_vocab_size, no layer ids),
+SpecForge/SGLang (`LlamaForCausalLMEagle3`, ids nested in `eagle_config`, output-of-layer), vLLM (top-level
+`eagle_aux_hidden_state_layer_ids`, input-of-layer), speculators (`Eagle3Speculator`, `transformer_layer_config`)
+and ModelOpt exports (nested `eagle_config` with `use_last_layernorm` & co). Usage:
+    cfg = load_config("path/to/draft")   # or DraftConfig.from_dict(d, source="...")
+"""
+from __future__ import annotations
+
+import json
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from .. import layout as _layout
+from ..errors import ConfigError, MissingFileError
+
+# Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning).
+_KNOWN_KEYS = {
+    "architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
+    "num_key_value_heads", "head_dim", "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling",
+    "rope_parameters", "max_position_embeddings", "vocab_size", "draft_vocab_size", "target_hidden_size",
+    "tie_word_embeddings", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states",
+    "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "hidden_act", "bias",
+    "attention_bias", "mlp_bias", "attention_dropout", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
+    "pad_token_id", "initializer_range", "pretraining_tp", "use_cache", "transformers_version",
+    "speculators_config", "speculators_model_type", "speculators_version", "transformer_layer_config",
+    "embed_requires_grad", "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id",
+    "eagle_architecture_config", "has_lm_head", "layer_types", "output_router_logits",
+}
+_DIALECTS = ("eagle", "specforge", "vllm", "speculators", "modelopt")
+
+
+@dataclass(frozen=True)
+class DraftConfig:
+    """What the draft is: sizes, aux slots and the convention of their layer ids, variant flags, RoPE."""
+
+    dialect: str                      # one of _DIALECTS: which tool's config.json this is
+    architecture: str
+    hidden_size: int                  # H, the draft's width
+    intermediate_size: int
+    num_attention_heads: int
+    num_key_value_heads: int          # GQA: nkv divides nh
+    head_dim: int
+    vocab_size: int                   # V, the TARGET vocab (t2d length, embedding rows)
+    draft_vocab_size: int             # Vd, lm_head rows (== V for a full-vocab draft)
+    target_hidden_size: int           # Ht, width of one aux slot
+    num_aux: int                      # k, aux slots fused by fc: fc.weight is [H, k*Ht]
+    aux_layer_ids: tuple[int, ...] | None   # as written in the config (None: not in the config)
+    aux_ids_convention: str | None    # "output" (SGLang/SpecForge/ModelOpt) or "input" (vLLM/speculators/EAGLE)
+    aux_ids_key: str | None           # where the ids were read, e.g. "eagle_config.eagle_aux_hidden_state_layer_ids"
+    rms_norm_eps: float
+    rope_theta: float
+    rope_scaling: Mapping[str, Any] | None   # normalized: has "rope_type" (linear/dynamic/llama3/yarn)
+    max_position_embeddings: int
+    norm_before_residual: bool        # vLLM/speculators: residual = hidden_norm(h) instead of h
+    fc_norm: bool                     # EAGLE-3.1: per-slot RMSNorm before fc (fc_norm.{i})
+    norm_before_fc: bool              # gpt-oss drafts: RMSNorm over the concatenation (input_norm)
+    norm_output: bool                 # EAGLE-3.1: feed back the post-norm hidden state
+    hidden_act: str = "silu"
+    bias: bool = False                # fc / attention bias (EAGLE `bias`)
+    num_hidden_layers: int = 1
+    source: str = "<dict>"
+    warnings: tuple[str, ...] = ()
+    raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
+
+    # ---- construction -------------------------------------------------------------------------------
+    @classmethod
+    def from_dict(cls, raw: Mapping[str, Any], source: str = "<dict>") -> "DraftConfig":
+        """Build from a parsed config.json of any dialect; unknown or contradictory fields become warnings."""
+        if not isinstance(raw, Mapping):
+            raise ConfigError(source, "config is not a JSON object", expected="an object {...}",
+                              found=type(raw).__name__)
+        warnings: list[str] = []
+        dialect = detect_dialect(raw)
+        # speculators keeps the Llama fields in a nested transformer_layer_config
+        body: Mapping[str, Any] = raw
+        if dialect == "speculators":
+            body = raw.get("transformer_layer_config") or {}
+            if not isinstance(body, Mapping):
+                raise ConfigError(source, "key 'transformer_layer_config' is not an object",
+                                  expected="an object of Llama fields", found=type(body).__name__)
+
+        def req(key: str, typ=int, where: Mapping[str, Any] = body):
+            if key not in where or where[key] is None:
+                prefix = "transformer_layer_config." if where is not raw and dialect == "speculators" else ""
+                raise ConfigError(f"{source}, key '{prefix}{key}'", "required field missing",
+                                  expected=f"a {typ.__name__}", found="nothing",
+                                  cause=f"not a complete {dialect} draft config (was it truncated or hand-edited?)")
+            value = where[key]
+            if typ is int and (isinstance(value, bool) or not isinstance(value, int)):
+                raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="an integer", found=repr(value))
+            if typ is int and value <= 0:
+                raise ConfigError(f"{source}, key '{key}'", "must be positive", expected="an integer > 0",
+                                  found=value)
+            if typ is float and not isinstance(value, (int, float)):
+                raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="a number", found=repr(value))
+            return value
+
+        def opt(key: str, default, where: Mapping[str, Any] = raw):
+            value = where.get(key, default)
+            return default if value is None else value
+
+        def opt_int(key: str, default, where: Mapping[str, Any] = raw):
+            value = opt(key, default, where)    # None only when the default is None (key optional)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value <= 0):
+                raise ConfigError(f"{source}, key '{key}'", "wrong type or value", expected="an integer > 0",
+                                  found=repr(value), cause="a hand-edited config")
+            return value
+
+        archs = raw.get("architectures") or body.get("architectures") or ["?"]
+        if not isinstance(archs, list) or not all(isinstance(a, str) for a in archs):
+            raise ConfigError(f"{source}, key 'architectures'", "wrong type", expected="a list of class names",
+                              found=repr(archs)[:80])
+
+        hidden = req("hidden_size")
+        nh = req("num_attention_heads")
+        nkv = opt_int("num_key_value_heads", nh, body)
+        if nh % nkv:
+            raise ConfigError(f"{source}, key 'num_key_value_heads'", "must divide num_attention_heads (GQA)",
+                              expected=f"a divisor of {nh}", found=nkv)
+        head_dim = opt_int("head_dim", max(hidden // nh, 1), body)
+        vocab = req("vocab_size")
+        draft_vocab = opt_int("draft_vocab_size", opt("draft_vocab_size", None, body))
+        if draft_vocab is None:
+            warnings.append("no draft_vocab_size: assuming a full-vocab draft (Vd = V); SGLang then takes lm_head "
+                            "from the target")
+            draft_vocab = vocab
+        target_hidden = opt_int("target_hidden_size", opt("target_hidden_size", hidden, body))
+
+        ids, convention, ids_key = _read_layer_ids(raw, dialect, warnings, source)
+        num_aux = opt_int("num_aux_hidden_states", None)
+        if num_aux is not None and ids is not None and num_aux != len(ids):
+            warnings.append(f"num_aux_hidden_states={num_aux} but {ids_key} has {len(ids)} ids {list(ids)}: "
+                            "fc width follows num_aux_hidden_states in SGLang, the id count elsewhere")
+        if num_aux is None:
+            num_aux = len(ids) if ids else 3
+
+        rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings, source)
+        eps = opt("rms_norm_eps", 1e-6, body)
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
+            raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
+                              found=repr(eps))
+        layers = opt_int("num_hidden_layers", 1, body)
+        if layers != 1:
+            warnings.append(f"num_hidden_layers={layers}: only the first (EAGLE-3) layer is modelled; later "
+                            "layers are plain Llama layers in vLLM")
+        if opt("tie_word_embeddings", False, body):
+            warnings.append("tie_word_embeddings is true: EAGLE-3 drafts have their own lm_head (expected false)")
+        norm_output = bool(opt("norm_output", False))
+        if norm_output:
+            warnings.append("norm_output=true: SGLang/vLLM feed back the post-norm state (EAGLE-3.1); a SpecForge "
+                            "draft trained before PR #879 with norm_output=true is a plain EAGLE-3 draft")
+        if dialect == "speculators" and "norm_before_residual" not in raw:
+            warnings.append("speculators config without norm_before_residual: vLLM defaults it to True")
+        eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
+        if eagle_cfg.get("use_aux_hidden_state") is False:
+            warnings.append("eagle_config.use_aux_hidden_state is false: engines then skip fc (not an EAGLE-3 draft)")
+        unknown = sorted(set(raw) - _KNOWN_KEYS)
+        if unknown:
+            warnings.append(f"unknown fields ignored: {unknown}")
+
+        return cls(
+            dialect=dialect, architecture=str(archs[0]), hidden_size=hidden,
+            intermediate_size=req("intermediate_size"), num_attention_heads=nh, num_key_value_heads=nkv,
+            head_dim=head_dim, vocab_size=vocab, draft_vocab_size=int(draft_vocab),
+            target_hidden_size=int(target_hidden), num_aux=int(num_aux), aux_layer_ids=ids,
+            aux_ids_convention=convention, aux_ids_key=ids_key, rms_norm_eps=float(eps),
+            rope_theta=rope_theta, rope_scaling=rope_scaling,
+            max_position_embeddings=opt_int("max_position_embeddings", 2048, body),
+            norm_before_residual=bool(opt("norm_before_residual", False)),
+            fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
+            norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
+            hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
+            num_hidden_layers=int(layers), source=source, warnings=tuple(warnings),
+            raw=MappingProxyType(dict(raw)),
+        )
+
+    # ---- derived views ------------------------------------------------------------------------------
+    @property
+    def fc_in_features(self) -> int:
+        """Width of fc's input: k aux slots of Ht each."""
+        return self.num_aux * self.target_hidden_size
+
+    def aux_layout(self, num_target_layers: int) -> tuple[str, ...] | None:
+        """The boundaries the config's layer ids name, in config order (None when the config has no ids)."""
+        if self.aux_layer_ids is None:
+            return None
+        return _layout.from_ids(self.aux_layer_ids, self.aux_ids_convention or "output", num_target_layers)
+
+    def default_layout(self, num_target_layers: int) -> tuple[str, ...]:
+        """Engines' default 3-slot capture (inputs of [2, L//2, L-3]) = SpecForge's outputs of [1, L//2-1, L-4]."""
+        return _layout.engine_default_layout(num_target_layers)
+
+    def summary(self) -> dict[str, Any]:
+        """Flat dict for a table: the fields a user checks first."""
+        return {
+            "dialect": self.dialect, "architecture": self.architecture, "H": self.hidden_size,
+            "Ht": self.target_hidden_size, "aux slots": self.num_aux, "fc in": self.fc_in_features,
+            "layer ids": list(self.aux_layer_ids) if self.aux_layer_ids is not None else None,
+            "id convention": self.aux_ids_convention, "ids read from": self.aux_ids_key,
+            "V (target)": self.vocab_size, "Vd (draft)": self.draft_vocab_size,
+            "heads / kv heads / head_dim": f"{self.num_attention_heads} / {self.num_key_value_heads} / {self.head_dim}",
+            "intermediate": self.intermediate_size, "rope_theta": self.rope_theta,
+            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None, "eps": self.rms_norm_eps,
+            "norm_before_residual": self.norm_before_residual, "fc_norm": self.fc_norm,
+            "norm_before_fc": self.norm_before_fc, "norm_output": self.norm_output,
+        }
+
+
+def detect_dialect(raw: Mapping[str, Any]) -> str:
+    """Which tool wrote this config: eagle, specforge, vllm, speculators or modelopt."""
+    archs = raw.get("architectures") or []
+    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
+    eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
+    if "speculators_config" in raw or "transformer_layer_config" in raw or arch == "Eagle3Speculator":
+        return "speculators"
+    if "eagle_architecture_config" in raw or any(
+            k in eagle_cfg for k in ("use_last_layernorm", "use_input_layernorm_in_first_layer", "use_mtp_layernorm")):
+        return "modelopt"
+    if raw.get("eagle_aux_hidden_state_layer_ids") is not None:
+        return "vllm"
+    if arch.endswith("Eagle3") or arch.startswith("Eagle3") or eagle_cfg:
+        return "specforge"
+    return "eagle"
+
+
+def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], source: str = "<dict>"):
+    """(ids, convention, key) from wherever this dialect writes them; warns when two places disagree."""
+    eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
+    nested = eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
+    top = raw.get("eagle_aux_hidden_state_layer_ids")
+    for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
+                       ("eagle_aux_hidden_state_layer_ids", top)):
+        if value is not None and (not isinstance(value, list) or
+                                  not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
+            raise ConfigError(f"{source}, key '{key}'", "layer ids must be a list of integers", expected="[int, ...]",
+                              found=repr(value))
+    for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
+                       ("eagle_aux_hidden_state_layer_ids", top)):
+        if value is not None and list(value) != sorted(value):
+            warnings.append(f"{key} {list(value)} is not ascending: engines concatenate captured states in "
+                            "ascending layer order, SpecForge's HF hook in config order")
+    if nested is not None and top is not None:
+        # nested = output-of-layer (SGLang), top = input-of-layer (vLLM): same tensors iff top == nested + 1
+        if [v + 1 for v in nested] != list(top):
+            warnings.append(f"eagle_config ids {nested} (SGLang, output-of-layer) and top-level ids {top} (vLLM, "
+                            "input-of-layer) name different tensors: SGLang and vLLM will feed different layers")
+    if dialect in ("vllm", "speculators") and top is not None:
+        return tuple(top), "input", "eagle_aux_hidden_state_layer_ids"
+    if nested is not None:
+        return tuple(nested), "output", "eagle_config.eagle_aux_hidden_state_layer_ids"
+    if top is not None:
+        return tuple(top), "input", "eagle_aux_hidden_state_layer_ids"
+    if dialect == "eagle":
+        warnings.append("EAGLE (SafeAILab) configs carry no layer ids: its target wrapper captures the inputs of "
+                        "layers [2, L//2, L-3]")
+        return None, "input", None
+    warnings.append("no aux layer ids in the config: each engine falls back to its default "
+                    "(inputs of [2, L//2, L-3]); pin them explicitly")
+    return None, None, None
+
+
+def _read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dict>"):
+    """(rope_theta, normalized rope_scaling) from legacy keys or transformers-5 `rope_parameters`."""
+    params = body.get("rope_parameters") or raw.get("rope_parameters")
+    theta = body.get("rope_theta", raw.get("rope_theta"))
+    scaling = body.get("rope_scaling", raw.get("rope_scaling"))
+    if isinstance(params, Mapping):
+        theta = params.get("rope_theta", theta)
+        if params.get("rope_type", "default") != "default":
+            scaling = params
+    if theta is None:
+        theta = 10000.0
+        if dialect == "eagle":
+            warnings.append("no rope_theta: EAGLE's training code uses 10000 whatever the target's theta; keep it")
+        else:
+            warnings.append("no rope_theta: assuming 10000 (the LlamaConfig default)")
+    if not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
+        raise ConfigError(f"{source}, key 'rope_theta'", "must be a positive number", expected="> 0", found=repr(theta))
+    if scaling is not None:
+        if not isinstance(scaling, Mapping):
+            raise ConfigError(f"{source}, key 'rope_scaling'", "must be an object", expected="{rope_type, factor, ...}",
+                              found=repr(scaling))
+        scaling = dict(scaling)
+        rtype = scaling.get("rope_type", scaling.get("type", "default"))
+        scaling["rope_type"] = rtype
+        if rtype not in ("default", "linear", "dynamic", "llama3", "yarn"):
+            warnings.append(f"rope_scaling type {rtype!r} is not modelled: the forward uses plain RoPE")
+        if rtype == "default":
+            scaling = None
+    return float(theta), (MappingProxyType(scaling) if scaling else None)
+
+
+def read_config_json(path: str | Path, what: str = "model") -> tuple[dict, Path]:
+    """(raw dict, file) of a config.json given as the file or the folder holding it; errors name file and line."""
+    path = Path(path)
+    file = path / "config.json" if path.is_dir() else path
+    if not file.is_file():
+        raise MissingFileError(str(file), f"{what} config.json not found", expected=f"a {what} folder or its "
+                               "config.json", found="no such file", cause="wrong path, or a hub id (not a local folder)")
+    text = file.read_text(encoding="utf-8", errors="replace")
+    try:
+        raw = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError(f"{file}, line {e.lineno} column {e.colno}", "not valid JSON", expected="JSON",
+                          found=repr(text[max(0, e.pos - 20): e.pos + 20]),
+                          cause="a truncated or hand-edited file") from None
+    if not isinstance(raw, dict):
+        raise ConfigError(str(file), "not a JSON object", expected="{...}", found=type(raw).__name__)
+    return raw, file
+
+
+def load_config(path: str | Path) -> DraftConfig:
+    """Read `path` (a config.json or a directory holding one) into a DraftConfig."""
+    raw, file = read_config_json(path, "draft")
+    return DraftConfig.from_dict(raw, source=str(file))
+
+
+def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, Any]:
+    """A config.json dict for `dialect` (specforge, vllm, speculators, eagle) describing the same draft."""
+    llama = {
+        "model_type": "llama", "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
+        "head_dim": cfg.head_dim, "num_hidden_layers": cfg.num_hidden_layers, "rms_norm_eps": cfg.rms_norm_eps,
+        "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
+        "vocab_size": cfg.vocab_size, "hidden_act": cfg.hidden_act, "tie_word_embeddings": False,
+    }
+    if cfg.rope_scaling:
+        llama["rope_scaling"] = dict(cfg.rope_scaling)
+    flags = {"norm_before_residual": cfg.norm_before_residual, "fc_norm": cfg.fc_norm,
+             "norm_before_fc": cfg.norm_before_fc, "norm_output": cfg.norm_output}
+    ids = list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None
+    if ids is not None:      # express the ids in the dialect's own convention
+        out_conv = "output" if dialect == "specforge" else "input"
+        if cfg.aux_ids_convention != out_conv:
+            ids = [i + 1 for i in ids] if out_conv == "input" else [i - 1 for i in ids]
+    if dialect == "specforge":
+        d = {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+             "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux, **flags}
+        if ids is not None:
+            d["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
+        return d
+    if dialect == "vllm":
+        return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+                "target_hidden_size": cfg.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids, **flags}
+    if dialect == "speculators":
+        return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+                "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
+                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}]},
+                "transformer_layer_config": {**llama, "architectures": ["LlamaForCausalLM"]},
+                "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
+                "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": False, **flags}
+    if dialect == "eagle":
+        if cfg.num_aux != 3:
+            raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts have exactly 3 aux slots",
+                              expected=3, found=cfg.num_aux, cause="EAGLE's fc is target_hidden_size * 3")
+        return {"architectures": ["LlamaForCausalLM"], **llama, "draft_vocab_size": cfg.draft_vocab_size}
+    raise ConfigError("config_to_dict", "unknown dialect", expected=("specforge", "vllm", "speculators", "eagle"),
+                      found=dialect)

@@ -1,0 +1,10 @@
+"""Replay: the draft run outside the server on its own training samples (wiring bug or generalization gap?).
+
+- `run`          `load_setup`, `replay`: layouts applied, reference tokens, the batched draft forward, scoring.
+- `stats`        per-step / conditional accuracy, accept-length arithmetic, mergeable `ReplayCounts`, `ReplayResult`.
+- `verdict`      the verdict (wiring / generalization / healthy), replay tables and plot, notebook 02's inputs.
+- `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
+- `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports).
+- `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.
+- `cli`          the command line behind `python -m eagle3lib.replay` / `torchrun ... -m eagle3lib.replay`.
+"""

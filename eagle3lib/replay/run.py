@@ -1,0 +1,313 @@
+"""Replay a draft on training samples: per-step accuracy, conditional rates, accept length, simulated acceptance.
+
+Step k at position t consumes token t+1+k and is scored against the reference for token t+2+k where
+loss_mask[t+k] = 1 (SpecForge, training-and-eval.md §1.3; ``mask="next"``: loss_mask[t+1+k], speculators/ModelOpt).
+Reference: the target's greedy token argmax(lm_head(final_hidden[t+1+k])) when the sample stores the final post-norm
+state and the lm_head is loaded (SpecForge: OOV is a miss), else the data token. E[accept] = 1 + Σ_k Π_{j<k} p_j.
+"""
+from __future__ import annotations
+
+import contextlib
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import torch
+import tqdm
+from torch import Tensor
+
+from ..model.checkpoint import load_draft
+from ..model.config import DraftConfig
+from ..samples.readers import Dataset, open_dataset
+from ..samples.sample import Sample
+from ..model.draft import Eagle3Draft
+from ..errors import Eagle3Error, LayoutError
+from ..layout import parse_layout
+from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score
+from ..model.target import load_target_info, load_target_tensor, load_tokenizer
+
+D2T_MODES = ("offsets", "absolute", "identity")
+
+
+@dataclass(frozen=True, eq=False)
+class ReplaySetup:
+    """A loaded draft plus what replay needs from the target: lm_head (reference), tokenizer, layer count."""
+    model: Eagle3Draft
+    cfg: DraftConfig
+    draft_path: str
+    target_path: str | None
+    num_layers: int | None                       # target decoder layers (None without a target)
+    training_layout: tuple[str, ...] | None      # the boundaries the draft's config says its fc was trained on
+    lm_head: Tensor | None                       # (V, Ht) target lm_head, for the SpecForge reference
+    tokenizer: object | None
+    notes: tuple[str, ...] = ()
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.fc.weight.dtype
+
+
+def resolve_dtype(dtype, device: str) -> torch.dtype:
+    """"auto" -> bf16 on CUDA, fp32 elsewhere; strings like "bfloat16" -> torch dtypes."""
+    if isinstance(dtype, torch.dtype):
+        return dtype
+    if dtype in (None, "", "auto"):
+        return torch.bfloat16 if str(device).startswith("cuda") else torch.float32
+    got = getattr(torch, str(dtype).replace("torch.", ""), None)
+    if not isinstance(got, torch.dtype):
+        raise LayoutError("replay dtype", "unknown dtype", expected="float32, bfloat16, float16 or auto", found=dtype)
+    return got
+
+
+def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") -> ReplaySetup:
+    """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count."""
+    dt = resolve_dtype(dtype, device)
+    loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt)
+    notes, lm_head, tok, L, lay = [], None, None, None, None
+    if target_path:
+        L = load_target_info(target_path).num_layers
+        lay = loaded.cfg.aux_layout(L)
+        tok = load_tokenizer(target_path)
+        try:
+            lm_head = load_target_tensor(target_path, "lm_head").to(device=device, dtype=dt)
+        except Eagle3Error as e:
+            notes.append(f"no target lm_head ({e}): the reference is the data's next token")
+    else:
+        notes.append("no target given: the reference is the data's next token, the layout is the data's own")
+    if lay is None and target_path:
+        notes.append("the draft config names no aux layer ids: the training layout is the data's declared layout")
+    return ReplaySetup(loaded.model, loaded.cfg, str(draft_path), str(target_path) if target_path else None, L,
+                       lay, lm_head, tok, tuple(notes))
+
+
+# ---------------------------------------------------------------- sample -> draft inputs
+
+def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, fill: str = "error",
+                 recapture=None, num_layers: int | None = None) -> tuple[Tensor, tuple[str, ...]]:
+    """The (T, k, Ht) aux a draft gets under `layout`: the sample's slots picked by boundary name.
+
+    A boundary the sample lacks comes from `recapture` (anything with `.states(sample, names)`, e.g.
+    layoutsearch.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
+    A layout shorter than the draft's k slots is completed with zero slots at the end under fill="zeros" (the
+    served states first, as a server padding its capture to fc's width would).
+    """
+    where = f"sample '{sample.id}' ({sample.source})"
+    have = sample.layout or (tuple(sample_layout) if sample_layout is not None else None)
+    if have is None or len(have) != sample.num_slots:
+        raise LayoutError(where, "cannot tell which boundary each aux slot holds",
+                          expected=f"a layout of {sample.num_slots} names (declared, in the data or the draft "
+                          "config)", found=have, cause="data without layout metadata and no layout declared")
+    want = [n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout]
+    if len(want) > num_slots or (len(want) < num_slots and fill != "zeros"):
+        raise LayoutError(where, "layout length does not fit the draft's fc", expected=f"{num_slots} slots",
+                          found=f"{len(want)} {want}", cause="a serving layout with fewer slots needs fill='zeros'"
+                          " to emulate what the server feeds")
+    want += [ZERO] * (num_slots - len(want))
+    missing = [n for n in want if n != ZERO and n not in have]
+    captured = recapture.states(sample, missing) if (missing and recapture is not None) else {}
+    T, _, Ht = sample.aux.shape
+    slots, effective = [], []
+    for n in want:
+        if n in have:
+            slots.append(sample.aux[:, have.index(n)])
+        elif n in captured:
+            slots.append(captured[n].to(sample.aux.dtype))
+        elif n == ZERO or fill == "zeros":
+            slots.append(torch.zeros(T, Ht, dtype=sample.aux.dtype))
+            n = ZERO
+        else:
+            raise LayoutError(where, f"the sample does not carry boundary '{n}'", expected=f"one of {list(have)}",
+                              found=n, cause="give a target (recapture) or fill='zeros' to emulate a missing slot")
+        effective.append(n)
+    return torch.stack(slots, dim=1), tuple(effective)  # k x (T, Ht) -> (T, k, Ht)
+
+
+def shift_positions(aux: Tensor, align: int) -> Tensor:
+    """Aux of position t+align fed at t (zeros past the ends): a token/hidden-state off-by-one, for the search."""
+    if align == 0:
+        return aux
+    out = torch.zeros_like(aux)
+    if align > 0:
+        out[:-align] = aux[align:]
+    else:
+        out[-align:] = aux[:align]
+    return out
+
+
+def draft_target_ids(model: Eagle3Draft, mode: str = "offsets") -> Tensor:
+    """Target id of each draft id under a d2t reading: offsets (i + d2t[i]), absolute (d2t[i]) or identity (i)."""
+    if mode not in D2T_MODES:
+        raise LayoutError("d2t interpretation", "unknown mode", expected=D2T_MODES, found=mode)
+    ar = torch.arange(model.d2t.numel(), device=model.d2t.device)
+    ids = {"offsets": ar + model.d2t, "absolute": model.d2t, "identity": ar}[mode]
+    return ids.clamp(0, model.cfg.vocab_size - 1)
+
+
+@contextlib.contextmanager
+def d2t_reading(model: Eagle3Draft, mode: str):
+    """Temporarily make the model's d2t buffer mean `mode` (so chain drafting feeds those target ids)."""
+    old = model.d2t
+    model.d2t = draft_target_ids(model, mode) - torch.arange(old.numel(), device=old.device)
+    try:
+        yield model.d2t + torch.arange(old.numel(), device=old.device)
+    finally:
+        model.d2t = old
+
+
+def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "auto",
+                         chunk: int = 512) -> tuple[Tensor, str, str]:
+    """(ref (T,), kind, note): ref[p] = reference for token p+1 (-1 where none), kind "target" or "data"."""
+    T = sample.num_tokens
+    data = torch.full((T,), -1, dtype=torch.long)
+    data[:-1] = sample.input_ids[1:]
+    if want == "data":
+        return data, "data", ""
+    why = ("no final hidden state in the sample" if sample.final_hidden is None else
+           "no target lm_head loaded" if lm_head is None else
+           "the stored final state is pre-norm (speculators)" if sample.final_boundary == "final_prenorm" else
+           f"final hidden width {sample.hidden_size} != lm_head width {lm_head.shape[1]}"
+           if lm_head.shape[1] != sample.final_hidden.shape[1] else "")
+    if why:
+        if want == "target":
+            return data, "data", f"target reference impossible ({why}): data token used"
+        return data, "data", f"data reference where {why}"
+    fh = sample.final_hidden
+    out = torch.empty(T, dtype=torch.long)
+    for s in range(0, T, chunk):
+        h = fh[s:s + chunk].to(device=lm_head.device, dtype=lm_head.dtype)
+        out[s:s + chunk] = (h @ lm_head.T).argmax(-1).cpu()  # (c, Ht) x (Ht, V) -> (c, V) -> (c,)
+    return out, "target", ""
+
+
+# ---------------------------------------------------------------- scoring one sample
+
+def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
+    """(iterable of Samples, dataset or None, total for the progress bar) from a Dataset, path or iterable."""
+    if isinstance(data, (str, os.PathLike)):
+        data = open_dataset(Path(data), format=data_format or None, hidden_size=None)
+    if isinstance(data, Dataset):
+        it = data.sample(n, seed) if n else iter(data)
+        return it, data, (min(n, len(data)) if n else len(data))
+    data = list(data)
+    return data[:n] if n else data, None, len(data[:n] if n else data)
+
+
+def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n: int | None = None, seed: int = 0,
+           data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
+           align: int = 0, mask: str = "token", reference: str = "auto", simulate: bool = True,
+           batch_tokens: int = 8192, recapture=None, progress: bool = True) -> ReplayResult:
+    """Run the draft on samples (Dataset, path or list) under `layout` (default: the training layout) and score it.
+
+    Per step k: teacher-forced top-1 (SpecForge accuracy), joint and conditional rates, OOV rate; with
+    `simulate`, chain drafting from every position (draft's own tokens and states fed back) scored like a greedy
+    verifier whose continuation is the reference. Bad samples are skipped with a reason naming them.
+    """
+    options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
+                             simulate=simulate)
+    counts = ReplayCounts(setup, requested_layout(setup, layout), options)
+    samples, ds, total = as_samples(data, n, seed, data_format)
+    skipped0 = len(ds.skipped) if ds is not None else 0
+    with tqdm.tqdm(total=total, desc=f"replay {label or ''}".strip(), disable=not progress) as bar:
+        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar)
+    if ds is not None:
+        counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
+    return counts.result(label)
+
+
+def replay_options(**kw) -> ReplayOptions:
+    """`ReplayOptions` checked once, where a replay starts (a bad option names itself and the allowed values)."""
+    o = ReplayOptions(**kw)
+    allowed = {"fill": ("error", "zeros"), "d2t": D2T_MODES, "mask": ("token", "next"), "reference": REFERENCES}
+    for name, ok in allowed.items():
+        if getattr(o, name) not in ok:
+            raise LayoutError("replay()", f"bad option {name}", expected=ok, found=getattr(o, name))
+    if not (isinstance(o.num_steps, int) and o.num_steps >= 1):
+        raise LayoutError("replay()", "bad option num_steps", expected="an int >= 1", found=o.num_steps)
+    if not isinstance(o.align, int):
+        raise LayoutError("replay()", "bad option align", expected="an int (token shift)", found=o.align)
+    return o
+
+
+def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
+    """The layout a replay asks for, as boundary names (default: the training layout); a bad name raises here."""
+    want = tuple(layout) if layout is not None else setup.training_layout
+    if want is None:
+        return None
+    return tuple(n if n == ZERO else parse_layout([n], setup.num_layers)[0] for n in want)
+
+
+def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: int = 8192, recapture=None,
+          bar=None) -> "ReplayCounts":
+    """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips)."""
+    model, o = setup.model, counts.opts
+    with torch.inference_mode(), d2t_reading(model, o.d2t) as hot:
+        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
+        in_vocab[hot.cpu()] = True
+        hot, batch = hot.to(setup.device), []
+        for key, s in items:
+            if bar is not None:
+                bar.update(1)
+            try:
+                item = prepare_sample(s, setup, counts.requested, fill=o.fill, recapture=recapture, align=o.align,
+                                      reference=o.reference, key=key)
+            except Eagle3Error as e:
+                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(e)))
+                continue
+            padded = (len(batch) + 1) * max([len(item.ids)] + [len(b.ids) for b in batch])   # B x T_max
+            if batch and padded > batch_tokens:
+                _run(batch, model, hot, in_vocab, counts)
+                batch = []
+            batch.append(item)
+        if batch:
+            _run(batch, model, hot, in_vocab, counts)
+    return counts
+
+
+def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
+                   reference: str = "auto", key=None) -> ReplayItem:
+    """Check one sample against the draft (width, layout, ids) and build its inputs and reference."""
+    cfg, where = setup.cfg, f"sample '{s.id}' ({s.source})"
+    if s.hidden_size != cfg.target_hidden_size:
+        raise LayoutError(where, "hidden states of the wrong width for the draft", expected=cfg.target_hidden_size,
+                          found=s.hidden_size, cause="data captured from another target than the draft's")
+    if int(s.input_ids.max()) >= cfg.vocab_size or int(s.input_ids.min()) < 0:
+        raise LayoutError(where, "token id outside the target vocab", expected=f"0..{cfg.vocab_size - 1}",
+                          found=int(s.input_ids.max()), cause="data tokenized for another target")
+    if not bool(s.loss_mask.any()):
+        raise LayoutError(where, "loss mask is all zero", expected="at least one supervised position",
+                          found=f"{s.num_tokens} positions, none with mask 1", cause="no assistant turn in the sample")
+    lay = layout if layout is not None else s.layout
+    if lay is None:
+        raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
+                          " and a target, or data that declares its layout", found=None)
+    aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
+                            recapture=recapture, num_layers=setup.num_layers)
+    if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
+        raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
+    ref, kind, note = next_token_reference(s, setup.lm_head, reference)
+    return ReplayItem(key, s.id, s.source, s.input_ids, s.loss_mask, eff,
+                      shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
+
+
+def _run(batch, model, hot, in_vocab, counts):
+    """One padded batch through ttt_forward (teacher, and draft-fed chain), scored sample by sample."""
+    B, T = len(batch), max(len(b.ids) for b in batch)
+    dev, dt = hot.device, model.fc.weight.dtype
+    ids = torch.zeros(B, T, dtype=torch.long)
+    aux = torch.zeros(B, T, batch[0].aux.shape[1], dtype=dt)
+    for i, b in enumerate(batch):                               # right padding: causal attention never sees it
+        ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
+    ids, aux = ids.to(dev), aux.to(dev)
+    K, simulate = counts.K, counts.opts.simulate
+    teach = torch.stack(model.ttt_forward(aux, ids, K, feed="teacher", return_logits=False))   # (K, B, T)
+    chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False)) if simulate else None
+    for i, b in enumerate(batch):
+        t = len(b.ids)
+        sc = score(hot[teach[:, i, :t]].cpu(), b.ref, b.mask, in_vocab,
+                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts.mask)
+        counts.add(b, sc)
+

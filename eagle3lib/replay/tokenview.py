@@ -1,0 +1,176 @@
+"""Token view of a replay: each token marked accepted / rejected, with the draft's top-k against the reference.
+
+At step k, the token at index p is what the draft drafts from position t = p-2-k (eagle3-formats.md §3.4):
+green = the chain from t reached and accepted it, red = rejected, grey = not scored (mask / end). `collect` runs
+the draft on a few samples keeping top-k; `render_html` / `static_view` give HTML (for exported reports),
+`browser` an ipywidgets browser (sample, position, step) for JupyterLab; `show` displays both.
+"""
+from __future__ import annotations
+
+import html
+from dataclasses import dataclass
+
+import pandas as pd
+import torch
+from torch import Tensor
+
+from ..errors import Eagle3Error
+from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample
+from .stats import score
+
+_COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
+
+
+@dataclass(frozen=True, eq=False)
+class SampleDetail:
+    """One sample's replay kept position by position: top-k per step vs the reference, chain and acceptance."""
+    id: str
+    source: str
+    input_ids: Tensor          # (T,)
+    loss_mask: Tensor          # (T,)
+    reference: Tensor          # (K, T) reference target id of token t+2+k, -1 where none
+    valid: Tensor              # (K, T) scored positions
+    correct: Tensor            # (K, T) teacher-forced top-1 == reference
+    topk_ids: Tensor           # (K, T, topk) target ids, teacher-forced
+    topk_probs: Tensor         # (K, T, topk)
+    chain_ids: Tensor          # (K, T) target ids the chain drafted from position t
+    accepted: Tensor           # (T,) accept length of the chain from t, bonus counted (0 = nothing scored)
+    reference_kind: str        # "target" or "data"
+
+    @property
+    def num_steps(self) -> int:
+        return int(self.reference.shape[0])
+
+    def status(self, step: int) -> list[str]:
+        """Per token index p: accepted / rejected / unscored as drafted at `step` from position p-2-step."""
+        T, out = len(self.input_ids), []
+        for p in range(T):
+            t = p - 2 - step
+            if t < 0 or not bool(self.valid[step, t]):
+                out.append("unscored")
+            else:
+                out.append("accepted" if int(self.accepted[t]) >= step + 2 else "rejected")
+        return out
+
+
+def collect(setup: ReplaySetup, data, *, layout=None, n: int = 3, seed: int = 0, num_steps: int = 3,
+            topk: int = 5, fill: str = "error", d2t: str = "offsets", reference: str = "auto",
+            data_format: str | None = None, recapture=None) -> list[SampleDetail]:
+    """Replay `n` samples one at a time keeping top-k per step and the chain (skips bad samples silently)."""
+    model, layout = setup.model, tuple(layout) if layout is not None else setup.training_layout
+    samples, _, _ = as_samples(data, n, seed, data_format)
+    out = []
+    with torch.inference_mode(), d2t_reading(model, d2t) as hot:
+        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
+        in_vocab[hot.cpu()] = True
+        for s in samples:
+            try:
+                b = prepare_sample(s, setup, layout, fill=fill, recapture=recapture, reference=reference)
+            except Eagle3Error:
+                continue
+            aux, ids = b.aux[None].to(setup.device, setup.dtype), b.ids[None].to(setup.device)
+            logits = model.ttt_forward(aux, ids, num_steps, feed="teacher")               # K x (1, T, Vd)
+            chain = torch.stack(model.ttt_forward(aux, ids, num_steps, feed="draft", return_logits=False))[:, 0]
+            probs = torch.stack([lg[0].float().softmax(-1) for lg in logits])             # (K, T, Vd)
+            p, i = probs.topk(min(topk, probs.shape[-1]), dim=-1)                         # (K, T, topk)
+            sc = score(hot[i[..., 0]].cpu(), b.ref, b.mask, in_vocab, hot[chain].cpu())
+            out.append(SampleDetail(b.id, b.source, b.ids, b.mask, sc.reference, sc.valid, sc.correct,
+                                    hot[i].cpu(), p.cpu(), hot[chain].cpu(), sc.accepted, b.kind))
+            if len(out) >= n:
+                break
+    return out
+
+
+def token_strings(tokenizer, ids) -> list[str]:
+    """Display string of each token id (the tokenizer's decoding, else '#id')."""
+    ids = [int(i) for i in ids]
+    if tokenizer is None:
+        return [f"#{i}" for i in ids]
+    return [tokenizer.decode([i]) if i >= 0 else "—" for i in ids]
+
+
+def _show(s: str) -> str:
+    return html.escape(s.replace("\n", "⏎").replace("\t", "⇥")) or "∅"
+
+
+def render_html(detail: SampleDetail, tokenizer=None, step: int = 0, position: int | None = None,
+                max_tokens: int = 600) -> str:
+    """HTML of one sample's text, each token coloured by its status at `step`, hover = top-k vs reference."""
+    toks = token_strings(tokenizer, detail.input_ids[:max_tokens])
+    status = detail.status(step)
+    spans = []
+    window = range(position + 1, position + 2 + detail.num_steps) if position is not None else range(0)
+    for p, tok in enumerate(toks):
+        st, t = status[p], p - 2 - step
+        tip = ""
+        if st != "unscored":
+            cands = ", ".join(f"{_show(s)} {float(q):.2f}" for s, q in
+                              zip(token_strings(tokenizer, detail.topk_ids[step, t]), detail.topk_probs[step, t]))
+            ref = _show(token_strings(tokenizer, [detail.reference[step, t]])[0])
+            tip = f"from t={t}, step {step}: draft {cands} | reference {ref} | accept length {int(detail.accepted[t])}"
+        border = "border-bottom:2px solid #2060c0;" if p in window else ""
+        spans.append(f'<span title="{html.escape(tip, quote=True)}" style="background:{_COLORS[st]};{border}'
+                     f'white-space:pre-wrap">{_show(tok)}</span>')
+    legend = " ".join(f'<span style="background:{c};padding:0 4px">{k}</span>' for k, c in _COLORS.items()
+                      if k != "input")
+    return (f'<div style="font-family:monospace;font-size:12px;line-height:1.7"><b>{html.escape(detail.id)}</b> '
+            f'(step {step}, reference: {detail.reference_kind}) {legend}<br>{"".join(spans)}</div>')
+
+
+def position_table(detail: SampleDetail, position: int, tokenizer=None) -> pd.DataFrame:
+    """For one position t: per step, the reference token, the draft's top-k (teacher-forced) and the chain token."""
+    rows = []
+    for k in range(detail.num_steps):
+        ok = bool(detail.valid[k, position])
+        ref = token_strings(tokenizer, [detail.reference[k, position]])[0]
+        top = token_strings(tokenizer, detail.topk_ids[k, position])
+        rows.append({"step": k, "predicts token": position + 2 + k, "reference": ref if ok else "(not scored)",
+                     "draft top-k": ", ".join(f"{s!r} {float(q):.2f}" for s, q in
+                                              zip(top, detail.topk_probs[k, position])),
+                     "top-1 right": bool(detail.correct[k, position]) if ok else None,
+                     "chain token": token_strings(tokenizer, [detail.chain_ids[k, position]])[0],
+                     "accepted in chain": ok and int(detail.accepted[position]) >= k + 2})
+    return pd.DataFrame(rows)
+
+
+def static_view(details, tokenizer=None, step: int = 0, n: int = 3):
+    """IPython HTML of the first `n` samples at `step` (what the exported report shows)."""
+    from IPython.display import HTML
+    return HTML("<hr>".join(render_html(d, tokenizer, step) for d in list(details)[:n]))
+
+
+def browser(details, tokenizer=None):
+    """An ipywidgets browser over samples, positions and steps (live in JupyterLab)."""
+    import ipywidgets as w
+    details = list(details)
+    if not details:
+        return w.HTML("<i>no sample to show</i>")
+    sample = w.Dropdown(options=[(d.id, i) for i, d in enumerate(details)], description="sample")
+    step = w.IntSlider(0, 0, details[0].num_steps - 1, description="step")
+    pos = w.IntSlider(0, 0, max(len(details[0].input_ids) - 1, 0), description="position t")
+    text, tab = w.HTML(), w.Output()
+
+    def redraw(*_):
+        d = details[sample.value]
+        pos.max = max(len(d.input_ids) - 1, 0)
+        text.value = render_html(d, tokenizer, step.value, pos.value)
+        with tab:
+            tab.clear_output(wait=True)
+            from IPython.display import display
+            display(position_table(d, pos.value, tokenizer))
+
+    for c in (sample, step, pos):
+        c.observe(redraw, names="value")
+    redraw()
+    return w.VBox([w.HBox([sample, step, pos]), text, tab])
+
+
+def show(details, tokenizer=None, n_static: int = 3, step: int = 0) -> None:
+    """Display the widget browser (JupyterLab) and the static HTML of the first samples (exported HTML)."""
+    from IPython.display import display
+    try:
+        display(browser(details, tokenizer))
+    except ImportError:
+        pass
+    display(static_view(details, tokenizer, step, n_static))
+

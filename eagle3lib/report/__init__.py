@@ -1,0 +1,7 @@
+"""Reports: notebooks -> executed notebooks and HTML -> one index a team reads.
+
+- `runner`    `python -m eagle3lib.report`: jupytext -> papermill -> nbconvert per notebook, atomic writes,
+              partial output kept on failure; parameters from YAML.
+- `index`     `reports/index.json` (data) and `reports/index.html`.
+- `findings`  `record(key, value)`: the headline findings a notebook leaves for the index.
+"""

@@ -1,0 +1,54 @@
+"""Headline findings a notebook records for the report index, stored as one flat JSON object.
+
+``record("headline", "num_draft_tokens 16 -> 2")`` writes to the file named by ``$EAGLE3LIB_FINDINGS`` (the
+report runner sets it per notebook); with the variable unset (interactive use) findings stay in memory only,
+see ``current()``. Every notebook records a one-line ``"headline"``; the index shows it first.
+"""
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+from ..errors import MissingFileError, ReportError
+from ..jsonfiles import atomic_write, to_json_value
+
+ENV_VAR = "EAGLE3LIB_FINDINGS"
+
+_memory: dict[str, object] = {}
+
+
+def record(key: str, value) -> None:
+    """Record one headline finding (JSON-serialisable; numpy/torch scalars and small arrays are converted)."""
+    if not isinstance(key, str) or not key.strip():
+        raise ReportError("findings.record", "the key must be a non-empty string", expected="a str such as "
+                          "'headline'", found=repr(key))
+    clean = to_json_value(value, where=f"finding '{key}'")
+    _memory[key] = clean
+    path = os.environ.get(ENV_VAR)
+    if path:
+        found = read(path) if os.path.exists(path) else {}
+        found[key] = clean
+        atomic_write(path, json.dumps(found, indent=2, allow_nan=False) + "\n")
+
+
+def current() -> dict:
+    """The findings recorded in this process so far (a copy)."""
+    return dict(_memory)
+
+
+def read(path: str | os.PathLike) -> dict:
+    """The findings stored in a JSON file written by ``record``."""
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(str(path), "findings file not found", expected="a JSON file written by "
+                               "eagle3lib.findings.record", found="nothing", cause="the notebook recorded no finding")
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ReportError(str(path), "findings file is not valid JSON", expected="a JSON object",
+                          found=str(e), cause="a write that was interrupted, or a file edited by hand") from None
+    if not isinstance(data, dict):
+        raise ReportError(str(path), "findings file does not hold a JSON object", expected="{key: value}",
+                          found=type(data).__name__)
+    return data

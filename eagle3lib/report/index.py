@@ -1,0 +1,78 @@
+"""The report index: ``reports/index.json`` (data) and ``reports/index.html`` (one table row per notebook).
+
+Rows are the report runner's per-notebook results (status, time, error, findings, links). Rows of notebooks
+not run this time are carried over from the previous index.json, so ``--only 02`` keeps the others' rows.
+"""
+from __future__ import annotations
+
+import datetime as dt
+import html
+import json
+from pathlib import Path
+
+from ..jsonfiles import atomic_write_all
+
+_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;width:100%}
+th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;text-align:left}th{background:#f3f3f3}
+.ok{color:#176f2c;font-weight:bold}.failed,.timeout{color:#b00020;font-weight:bold}
+.err{font-family:monospace;font-size:.9em;white-space:pre-wrap}ul{margin:.2em 0;padding-left:1.2em}
+.meta{color:#666;font-size:.9em}.stale{color:#666;font-style:italic}"""
+
+
+def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
+    """Rows of the previous ``index.json`` for the notebooks in `keep` (marked as from an earlier run)."""
+    path = Path(out_dir) / "index.json"
+    try:
+        rows = json.loads(path.read_text(encoding="utf-8")).get("notebooks", [])
+    except (OSError, ValueError, AttributeError):  # no index yet, or an unreadable one: start afresh
+        return []
+    kept = [dict(r, earlier_run=True) for r in rows if isinstance(r, dict) and r.get("notebook") in keep]
+    return kept
+
+
+def _short(value, limit: int = 160) -> str:
+    text = value if isinstance(value, str) else json.dumps(value)
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+def _row_html(r: dict) -> str:
+    esc = html.escape
+    status = r.get("status", "?")
+    stale = ' <span class="stale">(earlier run)</span>' if r.get("earlier_run") else ""
+    found = dict(r.get("findings") or {})
+    headline = found.pop("headline", None)
+    cells = [f"<b>{esc(str(headline))}</b>" if headline is not None else ""]
+    if found:
+        cells.append("<ul>" + "".join(f"<li>{esc(k)}: {esc(_short(v))}</li>" for k, v in found.items()) + "</ul>")
+    links = []
+    if r.get("html"):
+        links.append(f'<a href="{esc(r["html"])}">{"report" if status == "ok" else "failed run"}</a>')
+    if r.get("previous_html"):
+        links.append(f'<a href="{esc(r["previous_html"])}">last good report</a>')
+    if r.get("ipynb"):
+        links.append(f'<a href="{esc(r["ipynb"])}">notebook</a>')
+    notes = [r["error"]] if r.get("error") else []
+    notes += list(r.get("warnings") or [])
+    return (f'<tr><td>{esc(r.get("notebook", "?"))}{stale}</td><td class="{esc(status)}">{esc(status)}</td>'
+            f'<td>{float(r.get("seconds") or 0):.1f} s</td><td>{"".join(cells)}</td>'
+            f'<td class="err">{esc(chr(10).join(notes))}</td><td>{" · ".join(links)}</td></tr>')
+
+
+def render_html(rows: list[dict], meta: dict) -> str:
+    """The index page: run conditions, then one row per notebook."""
+    n_ok = sum(r.get("status") == "ok" for r in rows)
+    info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, ""))
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
+            f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
+            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p><table>"
+            "<tr><th>notebook</th><th>status</th><th>time</th><th>headline findings</th><th>error / warnings</th>"
+            "<th>files</th></tr>" + "".join(_row_html(r) for r in rows) + "</table></body></html>\n")
+
+
+def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
+    """Write ``index.json`` and ``index.html`` atomically into `out_dir`."""
+    meta = {"generated_at": dt.datetime.now().isoformat(timespec="seconds"), **meta}
+    data = {**meta, "notebooks": rows}
+    out_dir = Path(out_dir)
+    atomic_write_all({out_dir / "index.json": json.dumps(data, indent=2) + "\n",
+                      out_dir / "index.html": render_html(rows, meta)})

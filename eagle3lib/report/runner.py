@@ -1,0 +1,419 @@
+"""Report runner: each ``notebooks/NN_topic.py`` -> executed notebook + HTML in ``reports/``, then an index.
+
+jupytext (percent .py -> notebook) -> papermill (parameters from a YAML file, kernel ``python3``, per-cell
+timeout, cwd = the folder above notebooks/) -> nbconvert HTML. Files are staged then ``os.replace``d: a failed
+run never overwrites the last good ``NN_topic.html``; it is written as ``NN_topic.failed.html`` beside it.
+Usage: ``python -m eagle3lib.report [-f params.yaml] [--only 02,03] [--timeout S] [--out reports]``.
+"""
+from __future__ import annotations
+
+import argparse
+import ast
+import contextlib
+import copy
+import dataclasses
+import datetime as dt
+import json
+import os
+import re
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+import yaml
+
+from .. import __version__
+from . import findings as findings_mod
+from ..errors import Eagle3Error, MissingFileError, ReportError
+from ..jsonfiles import atomic_write_all
+from .index import load_rows, write_index
+
+KERNEL = "python3"
+DEFAULT_TIMEOUT_S = 1800.0  # per cell; demo cells take seconds, real targets on a GPU box minutes
+NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.py$")
+STATUSES = ("ok", "failed", "timeout")
+
+
+@dataclasses.dataclass(frozen=True)
+class NotebookResult:
+    """One notebook's run: status is ok / failed / timeout; file names are relative to the output folder."""
+    notebook: str
+    source: str
+    status: str
+    seconds: float
+    error: str | None
+    findings: dict
+    html: str | None  # this run's report (NN.html when ok, NN.failed.html otherwise)
+    ipynb: str | None  # this run's executed notebook
+    previous_html: str | None  # the last good NN.html, kept when this run failed
+    warnings: tuple[str, ...]
+    finished_at: str
+
+
+def discover(notebooks_dir: str | os.PathLike) -> list[Path]:
+    """The ``NN_topic.py`` notebook sources of a folder, in name order."""
+    folder = Path(notebooks_dir)
+    if not folder.is_dir():
+        raise MissingFileError(str(folder), "notebooks folder not found", expected="a folder of NN_topic.py files",
+                               found="nothing", cause="run from the repository root or pass --notebooks")
+    return sorted(p for p in folder.iterdir() if NOTEBOOK_NAME.match(p.name))
+
+
+def select(sources: list[Path], only: str | None) -> list[Path]:
+    """Sources picked by ``--only`` ("02,03" or full stems); all when `only` is empty."""
+    if not only:
+        return list(sources)
+    picked = []
+    for want in (w.strip() for w in only.split(",") if w.strip()):
+        hits = [p for p in sources if p.stem == want or p.stem.startswith(want + "_")]
+        if not hits:
+            raise ReportError("--only", f"no notebook matches '{want}'",
+                              expected=[p.stem for p in sources], found=want)
+        picked += [p for p in hits if p not in picked]
+    return sorted(picked)
+
+
+def read_source(source: Path):
+    """The notebook of a jupytext percent ``.py`` file, with the ``python3`` kernel set."""
+    import jupytext
+
+    try:
+        nb = jupytext.read(source, fmt="py:percent")
+    except Exception as e:  # jupytext raises many types on a broken file
+        raise ReportError(str(source), "jupytext cannot read the notebook source", expected="a percent-format "
+                          ".py notebook", found=f"{type(e).__name__}: {e}") from None
+    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
+    return nb
+
+
+def parameters_cells(nb) -> list[int]:
+    """Indices of the cells tagged ``parameters``."""
+    return [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
+
+
+def declared_parameters(nb, where: str = "parameters cell") -> dict[str, tuple[str, str]]:
+    """Names in the ``parameters`` cell -> (default as written, help comment)."""
+    cells = parameters_cells(nb)
+    if not cells:
+        return {}
+    src = nb.cells[cells[0]].source
+    lines = src.splitlines()
+    try:
+        body = ast.parse(src).body
+    except SyntaxError as e:
+        raise ReportError(where, "not valid Python", found=f"line {e.lineno}: {e.msg}") from None
+    out = {}
+    for stmt in body:
+        target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
+            stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None)
+        if not isinstance(target, ast.Name) or stmt.value is None:
+            continue
+        rest = lines[stmt.end_lineno - 1].encode()[stmt.end_col_offset:].decode(errors="replace")  # after the value
+        comment = rest.split("#", 1)[1].strip() if "#" in rest else ""
+        out[target.id] = (ast.get_source_segment(src, stmt.value) or "", comment)
+    return out
+
+
+def load_params(path: str | os.PathLike | None, stems: list[str]) -> tuple[dict, dict[str, dict]]:
+    """(top-level parameters, {notebook stem: section}) from a YAML file; a section overrides the top level."""
+    if path is None:
+        return {}, {}
+    path = Path(path)
+    if not path.is_file():
+        raise MissingFileError(str(path), "parameters file not found", expected="a YAML file", found="nothing")
+    try:
+        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
+    except yaml.YAMLError as e:
+        raise ReportError(str(path), "parameters file is not valid YAML", found=str(e).replace("\n", " ")) from None
+    if not isinstance(data, dict):
+        raise ReportError(str(path), "parameters file must be a mapping", expected="name: value lines and "
+                          "notebook sections", found=type(data).__name__)
+    common, sections = {}, {}
+    for key, value in data.items():
+        key = str(key)
+        if key in stems:
+            if value is not None and not isinstance(value, dict):
+                raise ReportError(f"{path}, section '{key}'", "a notebook section must be a mapping",
+                                  expected="name: value lines", found=type(value).__name__)
+            sections[key] = value or {}
+        elif re.match(r"^\d\d_", key):
+            raise ReportError(f"{path}, section '{key}'", "no notebook of that name", expected=stems, found=key,
+                              cause="a typo, or a notebook that was renamed")
+        else:
+            common[key] = value
+    return common, sections
+
+
+def params_for(stem: str, declared: dict, common: dict, section: dict) -> tuple[dict, list[str]]:
+    """Parameters to inject into one notebook, and warnings for section keys the notebook does not declare."""
+    params = {k: v for k, v in common.items() if k in declared}
+    warnings = []
+    for k, v in section.items():
+        if k in declared:
+            params[k] = v
+        else:
+            warnings.append(f"parameter '{k}' of section '{stem}' is not declared by the notebook; ignored")
+    return params, warnings
+
+
+def ensure_kernel(name: str = KERNEL) -> None:
+    """Make kernel `name` run this interpreter; install its spec into ``sys.prefix`` when it is missing."""
+    from jupyter_client.kernelspec import KernelSpecManager, NoSuchKernel
+
+    here = {"python", f"python{sys.version_info[0]}", "python{}.{}".format(*sys.version_info[:2]),
+            os.path.abspath(sys.executable)}
+
+    def spec_argv0():
+        try:
+            return KernelSpecManager().get_kernel_spec(name).argv[0]
+        except (NoSuchKernel, IndexError):
+            return None
+
+    if spec_argv0() in here:
+        return
+    from ipykernel.kernelspec import install
+
+    install(kernel_name=name, prefix=sys.prefix)
+    found = spec_argv0()
+    if found not in here:
+        raise ReportError(f"Jupyter kernel '{name}'", "the kernel runs another Python", expected=sys.executable,
+                          found=found, cause="a user-level kernel spec shadows this environment's; remove it "
+                          "(jupyter kernelspec list) or set JUPYTER_PREFER_ENV_PATH=1")
+
+
+def _kernel_config(socket_dir: str):
+    """Kernel manager config: on Linux, IPC sockets in a private temp folder (no localhost TCP ports)."""
+    from traitlets.config import Config
+
+    config = Config()
+    if sys.platform.startswith("linux") and len(socket_dir) < 90:  # AF_UNIX paths must stay under 108 bytes
+        config.KernelManager.transport = "ipc"
+        config.KernelManager.ip = os.path.join(socket_dir, "kernel")  # sockets kernel-1 .. kernel-5
+    return config
+
+
+@contextlib.contextmanager
+def environment(values: dict[str, str]):
+    """Set environment variables for the duration of a block (the kernel inherits them), then restore them."""
+    old = {k: os.environ.get(k) for k in values}
+    os.environ.update(values)
+    try:
+        yield
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+def _execute(nb, tmp_nb: Path, params: dict, timeout: float | None, cwd: Path, findings_path: Path):
+    """Run papermill; returns (status, error summary or None). The partial notebook is left in `tmp_nb`."""
+    import papermill
+    from nbclient.exceptions import CellTimeoutError, DeadKernelError
+    from papermill.exceptions import PapermillExecutionError
+
+    # a plain text per-cell bar in a terminal only; logs and tests get the runner's one line per notebook
+    bar = {"desc": "    cells", "unit": "cell", "leave": False} if sys.stderr.isatty() else False
+    env = {findings_mod.ENV_VAR: str(findings_path), "MPLBACKEND": "module://matplotlib_inline.backend_inline"}
+    socket_dir = tempfile.mkdtemp(prefix="eagle3lib-kernel-")  # mode 0700: only this user can connect
+    try:
+        with environment(env):
+            papermill.execute_notebook(nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, language="python",
+                                       progress_bar=bar, log_output=False, cwd=str(cwd), start_timeout=180,
+                                       execution_timeout=timeout, request_save_on_cell_execute=True,
+                                       config=_kernel_config(socket_dir))
+    except PapermillExecutionError as e:
+        return "failed", f"{e.ename}: {e.evalue} (In [{e.exec_count}])"
+    except CellTimeoutError as e:
+        preview = str(e).split("contents:", 1)[-1].strip("-\n ").splitlines()
+        first = next((ln.strip() for ln in preview if ln.strip() and not ln.startswith("---")), "?")
+        return "timeout", f"a cell ran past the per-cell timeout of {timeout:g} s (cell starting: {first[:120]})"
+    except DeadKernelError as e:
+        return "failed", f"the kernel died: {e}".splitlines()[0]
+    except Exception as e:  # kernel start, parameter injection, ...: a row in the index, not a crash
+        return "failed", f"{type(e).__name__}: {e}".strip().splitlines()[0]
+    finally:
+        shutil.rmtree(socket_dir, ignore_errors=True)
+    return "ok", None
+
+
+def to_html(nb, title: str, banner: str | None = None) -> bytes:
+    """Static HTML of a notebook (PNG figures inline, widget state kept), with an optional banner cell on top."""
+    import nbformat
+    from nbconvert import HTMLExporter
+
+    if banner:
+        nb = copy.deepcopy(nb)
+        nb.cells.insert(0, nbformat.v4.new_markdown_cell(banner))
+    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb, resources={"metadata": {"name": title}})
+    return body.encode("utf-8")
+
+
+def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
+                 cwd: Path | None = None, warnings: tuple[str, ...] = ()) -> NotebookResult:
+    """Execute one notebook source and publish its executed notebook, HTML and findings into `out_dir`."""
+    import nbformat
+
+    stem, out_dir = source.stem, Path(out_dir)
+    out_dir.mkdir(parents=True, exist_ok=True)
+    cwd = Path(cwd) if cwd is not None else source.resolve().parent.parent
+    fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{stem}.running.", suffix=".ipynb")
+    os.close(fd)
+    tmp_nb, tmp_findings = Path(tmp_name), Path(tmp_name[: -len(".ipynb")] + ".findings.json")
+    warnings, executed, found, wrote = list(warnings), None, {}, False
+    t0 = time.monotonic()
+    try:
+        try:
+            nb = read_source(source)
+            status, error = _execute(nb, tmp_nb, params or {}, timeout, cwd, tmp_findings)
+        except Eagle3Error as e:
+            status, error = "failed", str(e)
+        seconds = time.monotonic() - t0
+        try:
+            executed = nbformat.read(tmp_nb, as_version=4) if tmp_nb.stat().st_size else None
+        except Exception as e:  # a notebook papermill could not finish writing
+            warnings.append(f"partial notebook unreadable: {type(e).__name__}: {e}")
+        if tmp_findings.exists():
+            try:
+                found = findings_mod.read(tmp_findings)
+            except Eagle3Error as e:
+                warnings.append(str(e))
+        try:
+            _publish(out_dir, stem, executed, found, status, error)
+            wrote = True
+        except Exception as e:  # disk full, read-only folder, an export that breaks: this row fails, not the run
+            status, error = "failed", f"could not write the report files: {type(e).__name__}: {e}" + (
+                f" (after: {error})" if error else "")
+    finally:
+        for p in (tmp_nb, tmp_findings):
+            p.unlink(missing_ok=True)
+    base = stem if status == "ok" else f"{stem}.failed"
+    good = out_dir / f"{stem}.html"
+    return NotebookResult(
+        notebook=stem, source=str(source), status=status, seconds=round(seconds, 2), error=error, findings=found,
+        html=f"{base}.html" if wrote else None, ipynb=f"{base}.ipynb" if wrote else None,
+        previous_html=good.name if status != "ok" and good.exists() else None,
+        warnings=tuple(warnings), finished_at=dt.datetime.now().isoformat(timespec="seconds"))
+
+
+def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error: str | None) -> None:
+    """Stage then replace NN[.failed].{findings.json,ipynb,html}; raises OSError when a write fails."""
+    import nbformat
+
+    ok = status == "ok"
+    base = stem if ok else f"{stem}.failed"
+    if executed is None:  # nothing ran (unreadable source, kernel did not start): an HTML page with the error
+        executed = nbformat.v4.new_notebook()
+    banner = None if ok else (f"**This run {'timed out' if status == 'timeout' else 'failed'}.** The last good "
+                              f"report, if any, is kept as `{stem}.html`.\n\n```text\n{error}\n```")
+    files = {out_dir / f"{base}.findings.json": json.dumps(found, indent=2) + "\n",
+             out_dir / f"{base}.ipynb": nbformat.writes(executed),
+             out_dir / f"{base}.html": to_html(executed, stem, banner)}  # html last: replaced only if all else was
+    atomic_write_all(files)
+    if ok:  # a good run retires the failure files of earlier runs
+        for suffix in (".failed.html", ".failed.ipynb", ".failed.findings.json"):
+            (out_dir / f"{stem}{suffix}").unlink(missing_ok=True)
+
+
+def params_template(sources: list[Path]) -> str:
+    """A YAML parameters file listing every notebook's parameters, commented out, with defaults and help."""
+    lines = ["# Parameters for `make report PARAMS=<this file>` (python -m eagle3lib.report -f <this file>).",
+             "# Top-level keys apply to every notebook that declares them; a section named after a notebook",
+             "# overrides them for that notebook. Uncomment and edit what you need; the values shown are the",
+             "# defaults (the embedded demo world). On a GPU box: device and dtype at the top level, then the",
+             "# artifact paths per notebook. Regenerate: python -m eagle3lib.report --params-template", ""]
+    declared = {p.stem: declared_parameters(read_source(p), f"{p}, parameters cell") for p in sources}
+    first: dict[str, str] = {}
+    counts: dict[str, int] = {}
+    for stem, names in declared.items():
+        for name, (default, comment) in names.items():
+            counts[name] = counts.get(name, 0) + 1
+            first.setdefault(name, _template_line(name, default, comment))
+    shared = [first[n] for n in sorted(n for n, c in counts.items() if c > 1)]
+    if shared:
+        lines += ["# Shared by several notebooks (top level):"] + shared + [""]
+    for stem, names in declared.items():
+        lines.append(f"{stem}:")
+        lines += ["  " + _template_line(name, *spec) for name, spec in names.items()]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def _template_line(name: str, default: str, comment: str) -> str:
+    try:  # a Python literal as JSON, which YAML reads as the same value
+        default = json.dumps(ast.literal_eval(default))
+    except (ValueError, SyntaxError, TypeError):
+        comment = f"{comment} (default written in Python: {default})".strip()
+        default = "..."
+    return f"# {name}: {default}" + (f"  # {comment}" if comment else "")
+
+
+def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, timeout: float | None =
+            DEFAULT_TIMEOUT_S, cwd: Path | None = None, all_stems: list[str] | None = None) -> list[NotebookResult]:
+    """Run `sources` in order (one failure does not stop the others) and write the index; returns the results."""
+    out_dir = Path(out_dir)
+    stems = all_stems or [p.stem for p in sources]
+    common, sections = load_params(params_file, stems)
+    ensure_kernel()
+    results, declared_any = [], set()
+    for i, src in enumerate(sources, 1):
+        print(f"[{i}/{len(sources)}] {src.stem}: running", flush=True)
+        try:
+            declared = declared_parameters(read_source(src), f"{src}, parameters cell")
+        except Eagle3Error:
+            declared = {}  # run_notebook reports the problem as this notebook's failure
+        declared_any |= set(declared)
+        params, warns = params_for(src.stem, declared, common, sections.get(src.stem, {}))
+        r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
+        results.append(r)
+        where = r.html or "no report written"
+        print(f"[{i}/{len(sources)}] {src.stem}: {r.status} in {r.seconds:.1f} s -> {out_dir / where}", flush=True)
+        for line in ([r.error] if r.error else []) + list(r.warnings):
+            print(f"    {line}", flush=True)
+    for k in sorted(set(common) - declared_any):
+        print(f"warning: parameter '{k}' in {params_file} is declared by no notebook that ran", flush=True)
+    rows = load_rows(out_dir, keep=set(stems) - {r.notebook for r in results})
+    rows += [dataclasses.asdict(r) for r in results]
+    meta = {"params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
+            "eagle3lib": __version__}
+    try:
+        write_index(out_dir, sorted(rows, key=lambda r: r["notebook"]), meta)
+    except OSError as e:
+        raise ReportError(str(out_dir / "index.html"), "could not write the index", found=str(e),
+                          cause="disk full or a read-only output folder; the notebook reports above were kept") from e
+    return results
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Command line entry point: 0 when every notebook ran ok, 1 when one did not, 2 when the run itself failed."""
+    ap = argparse.ArgumentParser(prog="python -m eagle3lib.report", description=__doc__.splitlines()[0])
+    ap.add_argument("-f", "--params", help="YAML parameters file (top-level keys + per-notebook sections)")
+    ap.add_argument("--only", help="comma-separated notebook numbers or names, e.g. 02,03")
+    ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-cell timeout in s (0: none)")
+    ap.add_argument("--out", default="reports", help="output folder (default: reports)")
+    ap.add_argument("--notebooks", default="notebooks", help="folder of NN_topic.py sources (default: notebooks)")
+    ap.add_argument("--cwd", help="working directory of the notebooks (default: the folder above --notebooks)")
+    ap.add_argument("--params-template", action="store_true", help="print a parameters YAML template and exit")
+    args = ap.parse_args(argv)
+    try:
+        sources = discover(args.notebooks)
+        if args.params_template:
+            print(params_template(sources))
+            return 0
+        picked = select(sources, args.only)
+        if not picked:
+            raise ReportError(args.notebooks, "no notebooks to run", expected="NN_topic.py files", found="none")
+        t0 = time.monotonic()
+        results = run_all(picked, Path(args.out), args.params, args.timeout or None,
+                          Path(args.cwd) if args.cwd else None, [p.stem for p in sources])
+    except Eagle3Error as e:
+        print(f"error: {e}", file=sys.stderr)
+        return 2
+    bad = [r.notebook for r in results if r.status != "ok"]
+    print(f"{len(results) - len(bad)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
+          f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else ""), flush=True)
+    return 1 if bad else 0
+

@@ -1,0 +1,14 @@
+"""Serving: what a server is asked to run, what it really runs, and what it feeds the draft; the offline engine.
+
+- `launch`            parse SGLang / vLLM launch commands into the settings they request.
+- `sglang_rule`       what one rule is (`Rule`, the `RuleContext` it reads), SGLang version facts.
+- `sglang_table`      the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
+- `sglang_rules`      the offline resolver over that table; SGLang's accept-rate formulas by version.
+- `sglang_introspect` ask an installed SGLang (`ServerArgs`) for its own resolution.
+- `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
+- `crossengine`       one deployment seen by SGLang and vLLM; which boundaries each feeds a draft config; lint.
+- `advice`            which layer ids to write per engine for a trained layout; what an engine captures for ids.
+- `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
+- `engine_settings`   the emulated SGLang server: launch settings -> effective settings -> its log lines.
+- `engine`            `SpecEngine`: offline greedy EAGLE-3 speculative decoding on an HF target, SGLang-format logs.
+"""

@@ -1,0 +1,151 @@
+"""Which layer ids to write for each engine so it feeds the draft the boundaries it was trained on.
+
+`advise(layout, num_layers)` gives one row per engine (and SGLang rule): the ids in that engine's convention, where
+they go, whether the engine can express the layout ("yes" / "conditional" / "no") and why, the JSON to paste into
+the draft config and the CLI flag where one exists. `captured_by(engine, ids, num_layers)` is the reverse: what a
+config's ids (or their absence) make an engine capture. Version behaviour and sources: eagle3-formats.md §2, §4.
+"""
+from __future__ import annotations
+
+import json
+
+import pandas as pd
+
+from ..errors import LayoutError
+from ..layout import engine_default_ids, engine_default_layout, from_ids, input_index, parse_layout
+
+ENGINES = ("sglang", "sglang-first-id", "vllm", "specforge", "speculators", "eagle")
+_VARIANT = {
+    "sglang": "+1 on every configured id (llama.py set_eagle3_layers_to_capture)",
+    "sglang-first-id": "+1 only when the first id == 1 (PR #25454; DeepseekV2 model file)",
+    "vllm": "input-of-layer ids, no +1",
+    "specforge": "output-of-layer ids, exactly 3 non-negative (HF hook on layers[id])",
+    "speculators": "vLLM semantics (datagen and serving through vLLM)",
+    "eagle": "SafeAILab EAGLE: capture hard-coded to inputs of [2, L//2, L-3]",
+}
+_KEY = {
+    "sglang": "eagle_config.eagle_aux_hidden_state_layer_ids (nested; a top-level key is ignored)",
+    "sglang-first-id": "eagle_config.eagle_aux_hidden_state_layer_ids (nested)",
+    "vllm": "eagle_aux_hidden_state_layer_ids (TOP LEVEL; older vLLM ignores the nested eagle_config one)",
+    "specforge": "--aux-hidden-states-layers a,b,c / draft config eagle_config.eagle_aux_hidden_state_layer_ids",
+    "speculators": "eagle_aux_hidden_state_layer_ids (top level; convert: --algorithm-kwargs)",
+    "eagle": "none: edit modeling_llama_kv.py",
+}
+_RANK = {"yes": 0, "conditional": 1, "no": 2}
+
+
+def _nested(ids: list[int], k: int) -> dict:
+    snip = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    if k != 3:
+        snip["num_aux_hidden_states"] = k   # newer SGLang sizes fc from this (or from len(ids))
+    return snip
+
+
+def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tuple[list[int] | None, list, dict]:
+    """(ids to write, [(verdict, reason)], snippet) for one engine; idx = capture-before indices of the slots."""
+    k, out = len(idx), []
+    out_ids = [i - 1 for i in idx]          # output-of-layer ids (embed -> -1, final pre-norm -> L-1)
+    if post:
+        out.append(("no", "final_postnorm: engines capture the raw (pre-norm) residual stream; the post-norm final "
+                    "state needs an engine patch, or retrain on final_prenorm"))
+    if not ordered and engine != "specforge":
+        out.append(("no", "slots are not in strictly ascending layer order, but the engine concatenates captures in "
+                    "ascending order: permute the fc.weight column blocks to ascending order instead"))
+    if engine == "sglang":
+        if 0 in idx:
+            out.append(("no", "embed needs id -1 -> +1 -> capture index 0, where hidden_states + residual has "
+                        "residual None (TypeError in llama.py; only some model files guard it)"))
+        if L in idx:
+            out.append(("no", f"final pre-norm = capture index {L}, which the layer loop never reaches "
+                        "(cf. sglang#32334)"))
+        if k != 3:
+            out.append(("conditional", f"older llama_eagle3.py builds fc as 3*Ht, so a {k}-slot fc.weight will not "
+                        "load; newer SGLang sizes fc from num_aux_hidden_states / len(ids)"))
+        return out_ids, out, _nested(out_ids, k)
+    if engine == "sglang-first-id":
+        if idx[0] == 1:
+            out.append(("no", "first slot layer_in.1: writing 0 gets no +1 (-> embed), writing 1 gets +1 (-> "
+                        "layer_in.2); the first-id rule cannot express it"))
+            return out_ids, out, {}
+        ids = out_ids if idx[0] == 2 else list(idx)   # first id 1 -> +1 on all; otherwise used as capture indices
+        if 0 in idx:
+            out.append(("conditional", "capture index 0 (embed) needs a model file that handles residual None"))
+        if L in idx:
+            out.append(("conditional", f"capture index {L} (final pre-norm) needs a model file that captures the "
+                        "final boundary (special-cased for GPT-OSS in sglang#32334)"))
+        out.append(("yes", "the first-id rule exists only in model files that carry PR #25454; others add +1 "
+                    "unconditionally (see the sglang row)"))
+        return ids, out, _nested(ids, k)
+    if engine in ("vllm", "speculators"):
+        via = "served through vLLM: " if engine == "speculators" else ""
+        if 0 in idx:
+            out.append(("conditional", f"{via}id 0 (embed) works in models using EagleModelMixin; older llama.py "
+                        "appends hidden_states + residual with residual None and crashes"))
+        if L in idx:
+            out.append(("conditional", f"{via}id {L} (final pre-norm) is captured only by newer models "
+                        "(EagleModelMixin)"))
+        if k != 3:
+            out.append(("conditional", f"{via}llama_eagle3.py (version read) builds fc as 3*Ht; check that your vLLM "
+                        "sizes fc from len(eagle_aux_hidden_state_layer_ids)" + (" (speculators training does)"
+                                                                                   if via else "")))
+        return list(idx), out, {"eagle_aux_hidden_state_layer_ids": list(idx)}
+    if engine == "specforge":
+        if k != 3:
+            out.append(("no", f"SpecForge needs exactly three capture layers and a 3*Ht fc ({k} slots given)"))
+        if 0 in idx:
+            out.append(("no", "embed would be output id -1; SpecForge ids must be non-negative"))
+        if not ordered:
+            out.append(("yes", "SpecForge concatenates in config order, but serving engines use ascending order"))
+        return out_ids, out, _nested(out_ids, k)
+    default = engine_default_ids(L)
+    if list(idx) != default:
+        out.append(("no", f"capture is hard-coded to inputs of {default} (3 slots); other layers need a code edit"))
+    return list(idx), out, {}
+
+
+def advise(layout, num_layers: int) -> pd.DataFrame:
+    """Per engine: the layer ids that reproduce `layout`, where to write them, and whether it can at all."""
+    names = parse_layout(layout, num_layers)
+    if not names:
+        raise LayoutError("advise", "empty layout", expected="the boundaries the draft was trained on", found=names)
+    idx = [input_index(n, num_layers) for n in names]
+    ordered = all(a < b for a, b in zip(idx, idx[1:]))
+    rows = []
+    for eng in ENGINES:
+        ids, verdicts, snip = _judge(eng, idx, num_layers, "final_postnorm" in names, ordered)
+        worst = max((v for v, _ in verdicts), key=_RANK.get, default="yes")
+        ok = bool(snip) and worst != "no"
+        cli = {"specforge": f"--aux-hidden-states-layers {','.join(map(str, ids))}",
+               "speculators": f"--algorithm-kwargs '{json.dumps(snip)}'"}.get(eng, "")
+        rows.append({"engine": eng, "variant": _VARIANT[eng], "key": _KEY[eng], "ids": ids, "expressible": worst,
+                     "why": "; ".join(r for _, r in verdicts), "snippet": json.dumps(snip) if ok else "",
+                     "cli": cli if ok else ""})
+    return pd.DataFrame(rows)
+
+
+def config_snippet(layout, num_layers: int, engine: str = "sglang") -> dict:
+    """The dict to merge into the draft's config.json for `engine` (empty when the engine cannot express it)."""
+    if engine not in ENGINES:
+        raise LayoutError("config_snippet", "unknown engine", expected=ENGINES, found=engine)
+    row = advise(layout, num_layers).set_index("engine").loc[engine]
+    return json.loads(row["snippet"]) if row["snippet"] else {}
+
+
+def captured_by(engine: str, ids, num_layers: int) -> tuple[str, ...]:
+    """Boundaries `ids` ask `engine` to capture, in the order it concatenates them (None = its default).
+
+    Whether the model file can actually capture index 0 or L is `advise`'s `why`; ids that are no capture index
+    for that engine (e.g. -1 where no +1 is applied) raise LayoutError.
+    """
+    L = num_layers
+    if engine not in ENGINES:
+        raise LayoutError("captured_by", "unknown engine", expected=ENGINES, found=engine)
+    if ids is None:
+        return engine_default_layout(L)   # SpecForge's own default [1, L//2-1, L-4] names the same boundaries
+    ids = [int(i) for i in ids]
+    out = engine in ("sglang", "specforge") or (engine == "sglang-first-id" and bool(ids) and ids[0] == 1)
+    names = from_ids(ids, "output" if out else "input", L)
+    if engine == "specforge":
+        return names            # HF hooks concatenate in config order
+    # the engines test `i in layers_to_capture` inside the layer loop: ascending order, duplicates once
+    return tuple(sorted(set(names), key=lambda n: input_index(n, L)))

@@ -1,0 +1,403 @@
+"""What a live or past server says it runs: SGLang ``/server_info``, startup-log lines, vLLM's speculative config,
+and what each engine's logged accept length / accept rate means.
+
+``/server_info`` is ``asdict(server_args)`` after SGLang's normalization, so diffing it (or the log's
+``server_args=ServerArgs(...)`` line) against the launch command shows every silent rewrite:
+    diff = requested_vs_effective(parse_launch(cmd), read_server_info("http://host:30000"), resolve(...))
+"""
+from __future__ import annotations
+
+import ast
+import json
+import re
+import urllib.error
+import urllib.parse
+import urllib.request
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Mapping
+
+import pandas as pd
+
+from ..errors import LogParseError, MissingFileError, ServingArgsError
+from .launch import FLAGS, LaunchArgs, SPEC_FIELDS
+from .sglang_rule import LATEST_TRACED
+from .sglang_table import RULES
+from .sglang_rule import parse_version
+from .sglang_rules import Resolution, accept_rate_formula, accept_rate_versions
+
+_EXTRA_FIELDS = {"tokenizer_mode", "skip_tokenizer_init", "load_format", "revision", "prefill_only_one_req",
+                 "speculative_draft_model_revision", "cuda_graph_config", "enable_dp_lm_head", "nnodes", "node_rank",
+                 "dist_init_addr", "max_loaded_loras", "lora_paths", "disable_chunked_prefix_cache", "nccl_port",
+                 "model_impl", "is_embedding", "enable_multimodal", "schedule_conservativeness", "cpu_offload_gb"}
+KNOWN_FIELDS = {spec[0] for spec in FLAGS["sglang"].values()} | _EXTRA_FIELDS
+_SCHEDULER_KEYS = {"max_total_num_tokens", "max_req_input_len", "status", "internal_states", "version"}
+CHECKLIST = SPEC_FIELDS + ("speculative_accept_threshold_single", "speculative_accept_threshold_acc",
+                           "max_running_requests", "disable_overlap_schedule", "page_size", "attention_backend",
+                           "speculative_draft_model_quantization", "cuda_graph_max_bs", "enable_mixed_chunk")
+_MESSAGES = {r.message: r for r in RULES if r.message}
+_TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[ T][\d:.,]+)(?P<rank>[^\]]*)\]\s*")
+_LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:[\w./-]+\.py:\d+:?\s*)?")
+_VLLM = re.compile(r"^(?:\([^)]*\)\s*)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+                   r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+\[[^\]]*\]\s*")
+_ADJUST = re.compile(r"\b(?:is|are) (?:adjusted|reset|changed|disabled|forced|overridden|turned off)\b|"
+                     r"\b[Oo]verriding\b|not specified\. Use \w+ backend by default")
+_FIELD_ADJ = re.compile(r"^(?P<field>[a-z]+(?:_[a-z0-9]+)+) is (?:adjusted|changed|reset) to ")
+_ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (?P<value>\w+) backend by default")
+_GARBLED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd]")
+_VERSION = re.compile(r"vLLM API server version (?P<v>\S+)|Initializing a V1 LLM engine \(v(?P<v1>[^)]+)\)")
+
+
+@dataclass(frozen=True)
+class ServerInfo:
+    """An SGLang /server_info answer: settings after normalization, scheduler facts, per-DP internal states."""
+
+    source: str
+    version: str | None
+    settings: dict                    # every ServerArgs-like key -> value (nothing dropped)
+    scheduler: dict                   # max_total_num_tokens, max_req_input_len, ...
+    internal_states: tuple[dict, ...]
+    unrecognised: tuple[str, ...]     # setting keys this workbook does not know (kept in `settings`)
+    warnings: tuple[str, ...]
+
+    @property
+    def avg_spec_accept_length(self) -> float | None:
+        """Lifetime τ of DP rank 0 (includes warmup; only completed 40-iteration windows are folded in)."""
+        for state in self.internal_states:
+            if isinstance(state.get("avg_spec_accept_length"), (int, float)):
+                return float(state["avg_spec_accept_length"])
+        value = self.scheduler.get("avg_spec_accept_length", self.settings.get("avg_spec_accept_length"))
+        return float(value) if isinstance(value, (int, float)) else None
+
+
+@dataclass(frozen=True)
+class LogEvent:
+    """One log line that says something about the settings the server runs."""
+
+    line_no: int
+    timestamp: str | None
+    level: str | None
+    kind: str                 # "adjustment", "server_args" or "vllm_spec"
+    message: str
+    rule_id: str | None       # the sglang_rules row whose exact line this is
+    field: str | None
+
+
+@dataclass(frozen=True)
+class LogReading:
+    """What a startup log proves: adjustment warnings, the normalized ServerArgs, vLLM's speculative config."""
+
+    source: str
+    engine: str | None
+    events: tuple[LogEvent, ...]
+    server_args: dict | None          # SGLang `server_args=ServerArgs(...)`: settings after normalization
+    vllm_spec: dict | None            # vLLM SpeculativeConfig(...) / non-default args
+    version: str | None
+    lines: int
+    skipped: int                      # non-empty lines that say nothing about settings
+    garbled: int                      # lines with binary or undecodable bytes (skipped too)
+    warnings: tuple[str, ...]
+
+    def frame(self) -> pd.DataFrame:
+        """The events as a table (line, timestamp, level, kind, rule, field, message)."""
+        cols = ["line", "timestamp", "level", "kind", "rule", "field", "message"]
+        rows = [[e.line_no, e.timestamp, e.level, e.kind, e.rule_id, e.field,
+                 e.message if len(e.message) < 160 else e.message[:157] + "..."] for e in self.events]
+        return pd.DataFrame(rows, columns=cols, dtype=object)
+
+
+def _load_json_source(src, timeout: float):
+    if isinstance(src, Mapping):
+        return dict(src), "<dict>"
+    text = str(src)
+    if text.startswith(("http://", "https://")):
+        return _fetch(text, timeout), text
+    path = Path(text)
+    if not path.is_file():
+        raise MissingFileError(text, "server info file not found", expected="a saved /server_info JSON, a dict "
+                               "or a URL", found="nothing")
+    try:
+        return json.loads(path.read_text(encoding="utf-8", errors="replace")), text
+    except json.JSONDecodeError as e:
+        raise ServingArgsError(text, "not valid JSON", expected="the body of GET /server_info",
+                               found=str(e)[:120], cause="a truncated save, or HTML from a proxy") from None
+
+
+def _fetch(url: str, timeout: float):
+    parts = urllib.parse.urlsplit(url)
+    paths = [parts.path] if parts.path not in ("", "/") else ["/server_info", "/get_server_info"]
+    last = None
+    for p in paths:
+        full = urllib.parse.urlunsplit((parts.scheme, parts.netloc, p, parts.query, ""))
+        try:
+            with urllib.request.urlopen(full, timeout=timeout) as resp:  # noqa: S310 (user-given server URL)
+                return json.loads(resp.read().decode("utf-8", errors="replace"))
+        except urllib.error.HTTPError as e:
+            last = f"HTTP {e.code} from {full}"
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            last = f"{type(e).__name__}: {e}"
+            break
+    raise ServingArgsError(url, "could not read server info", expected="a running SGLang server answering GET "
+                           "/server_info", found=last, cause="server down, wrong port, or not an SGLang server")
+
+
+def read_server_info(src, timeout: float = 3.0) -> ServerInfo:
+    """Read /server_info (or /get_server_info) from a dict, a saved JSON file or a URL; never drops a key."""
+    data, where = _load_json_source(src, timeout)
+    if not isinstance(data, dict):
+        raise ServingArgsError(where, "server info is not a JSON object", expected="{ServerArgs fields..., "
+                               "'version': ...}", found=type(data).__name__)
+    warnings, version = [], data.get("version")
+    version = str(version) if version is not None else None
+    if version is None:
+        warnings.append("no 'version' key: pass sglang_version yourself for rule-table predictions")
+    else:
+        try:
+            v = parse_version(version)
+            if v > parse_version(LATEST_TRACED):
+                warnings.append(f"SGLang {version} is newer than the rule table (traced up to {LATEST_TRACED})")
+        except ServingArgsError:
+            warnings.append(f"version {version!r} is not a version this workbook can read")
+    states = data.get("internal_states", [])
+    if not isinstance(states, list) or not all(isinstance(s, dict) for s in states):
+        warnings.append(f"internal_states is not a list of objects ({type(states).__name__}): ignored")
+        states = []
+    settings = {k: v for k, v in data.items() if k not in _SCHEDULER_KEYS and not str(k).startswith("_eagle3lib")
+                and k not in ("avg_spec_accept_length",)}
+    scheduler = {k: data[k] for k in _SCHEDULER_KEYS - {"internal_states", "version"} if k in data}
+    if "avg_spec_accept_length" in data:
+        scheduler["avg_spec_accept_length"] = data["avg_spec_accept_length"]
+    unknown = tuple(sorted(k for k in settings if k not in KNOWN_FIELDS))
+    if not any(k in settings for k in SPEC_FIELDS):
+        warnings.append("no speculative_* settings: not an SGLang /server_info, or speculative decoding is off")
+    if unknown and any("newer" in w or "not a version" in w or "no 'version'" in w for w in warnings):
+        warnings.append(f"{len(unknown)} keys not recognised (kept in .settings): {', '.join(unknown[:15])}"
+                        + (" ..." if len(unknown) > 15 else ""))
+    return ServerInfo(where, version, settings, scheduler, tuple(states), unknown, tuple(warnings))
+
+
+def parse_call_kwargs(text: str) -> dict:
+    """``Name(a=1, b='x', c=Other(...))`` (a dataclass repr) -> {a: 1, b: 'x', c: "Other(...)"}; tolerant."""
+    start = text.find("(")
+    body = text[start + 1:] if start >= 0 else text
+    parts, depth, quote, cur = [], 0, None, []
+    for ch in body:
+        if quote:
+            quote = None if ch == quote and (not cur or cur[-1] != "\\") else quote
+        elif ch in "'\"":
+            quote = ch
+        elif ch in "([{":
+            depth += 1
+        elif ch in ")]}":
+            if depth == 0:
+                break
+            depth -= 1
+        elif ch == "," and depth == 0:
+            parts.append("".join(cur))
+            cur = []
+            continue
+        cur.append(ch)
+    parts.append("".join(cur))
+    out = {}
+    for part in parts:
+        key, eq, raw = part.partition("=")
+        key = key.strip()
+        if not eq or not key.isidentifier():
+            continue
+        try:
+            out[key] = ast.literal_eval(raw.strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            out[key] = raw.strip()
+    return out
+
+
+SERVER_ARGS_MARK = "server_args=ServerArgs("
+
+
+def server_args_from_line(line: str) -> dict | None:
+    """The fields of SGLang's startup ``server_args=ServerArgs(...)`` log line (None when `line` is not one)."""
+    at = line.find(SERVER_ARGS_MARK)
+    return None if at < 0 else parse_call_kwargs(line[at + len(SERVER_ARGS_MARK) - 1:])
+
+
+def _read_lines(source) -> tuple[list[str], str]:
+    if isinstance(source, (list, tuple)):
+        return [str(x) for x in source], "<lines>"
+    if isinstance(source, str) and "\n" in source:
+        return source.splitlines(), "<text>"
+    path = Path(source)
+    if not path.is_file():
+        raise MissingFileError(str(path), "log file not found", expected="a server log file or its text",
+                               found="nothing")
+    return path.read_text(encoding="utf-8", errors="replace").splitlines(), str(path)
+
+
+def read_startup_log(source) -> LogReading:
+    """Read an SGLang or vLLM log (path, text or lines): adjustment warnings, ServerArgs, speculative config."""
+    lines, where = _read_lines(source)
+    events, server_args, vllm_spec, version, engine = [], None, None, None, None
+    skipped = garbled = 0
+    warnings = []
+    for no, raw in enumerate(lines, start=1):
+        if not raw.strip():
+            continue
+        if _GARBLED.search(raw):
+            garbled += 1
+            skipped += 1
+            continue
+        ts = level = None
+        msg = raw.strip()
+        m = _VLLM.match(msg)
+        if m:
+            level, ts, msg = m["level"], m["ts"], msg[m.end():]
+        else:
+            m = _TS.match(msg)
+            if m:
+                ts, msg = m["ts"], msg[m.end():]
+            m = _LEVEL.match(msg)
+            if m:
+                level, msg = m["level"], msg[m.end():]
+        vm = _VERSION.search(msg)
+        if vm:
+            version, engine = vm["v"] or vm["v1"], "vllm"
+        if SERVER_ARGS_MARK in msg:
+            server_args, engine = server_args_from_line(msg), "sglang"
+            if not msg.rstrip().endswith(")"):
+                warnings.append(f"line {no}: the server_args line looks truncated; later fields are missing")
+            events.append(LogEvent(no, ts, level, "server_args", msg, None, None))
+            continue
+        spec = _vllm_spec_in(msg)
+        if spec is not None:
+            vllm_spec, engine = spec, "vllm"
+            events.append(LogEvent(no, ts, level, "vllm_spec", msg, None, "speculative_config"))
+            continue
+        rule = next((r for text, r in _MESSAGES.items() if msg.startswith(text)), None)
+        if rule is not None or _ADJUST.search(msg):
+            fm, am = _FIELD_ADJ.match(msg), _ATTN_DEFAULT.search(msg)
+            field = (rule.fields[0] if rule else fm["field"] if fm else "attention_backend" if am else None)
+            events.append(LogEvent(no, ts, level, "adjustment", msg, rule.id if rule else None, field))
+            engine = engine or "sglang"
+            continue
+        skipped += 1
+    if not any(ln.strip() for ln in lines):
+        raise LogParseError(where, "log is empty", expected="an SGLang or vLLM server log", found="no text")
+    if not events:
+        warnings.append("no settings-related line found (no adjustment warning, no server_args=ServerArgs(...), no "
+                        "SpeculativeConfig): is this a startup log?")
+    launches = sum(e.kind == "server_args" for e in events)
+    if launches > 1:
+        warnings.append(f"{launches} launches in this log: the last server_args line is the one read")
+    if garbled:
+        warnings.append(f"{garbled} garbled line(s) skipped (binary or undecodable bytes)")
+    return LogReading(where, engine, tuple(events), server_args, vllm_spec, version, len(lines), skipped, garbled,
+                      tuple(warnings))
+
+
+def _vllm_spec_in(msg: str) -> dict | None:
+    if "SpeculativeConfig(" in msg:
+        kw = parse_call_kwargs(msg[msg.index("SpeculativeConfig("):])
+        if "num_spec_tokens" in kw:
+            kw["num_speculative_tokens"] = kw.pop("num_spec_tokens")
+        return kw
+    if "non-default args:" in msg and "speculative_config" in msg:
+        try:
+            args = ast.literal_eval(msg[msg.index("non-default args:") + 17:].strip())
+        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
+            return None
+        spec = args.get("speculative_config") if isinstance(args, dict) else None
+        return dict(spec) if isinstance(spec, dict) else None
+    return None
+
+
+def read_vllm_spec_config(src) -> dict:
+    """vLLM's speculative config from a dict, a JSON file (engine args or the config itself) or a log."""
+    if isinstance(src, LaunchArgs):
+        data = src.speculative_config
+    elif isinstance(src, Mapping):
+        data = src.get("speculative_config", src)
+    elif str(src).endswith(".json") and Path(str(src)).is_file():
+        data, _ = _load_json_source(src, 3.0)
+        data = data.get("speculative_config", data) if isinstance(data, dict) else data
+    else:
+        data = read_startup_log(src).vllm_spec
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError:
+            data = None
+    if not isinstance(data, dict) or not data:
+        raise ServingArgsError(str(src)[:120], "no vLLM speculative config found", expected="speculative_config "
+                               "{method, model, num_speculative_tokens}", found=type(data).__name__)
+    return dict(data)
+
+
+def _observed(observed) -> tuple[dict, str]:
+    if observed is None:
+        return {}, ""
+    if isinstance(observed, ServerInfo):
+        return observed.settings, "/server_info"
+    if isinstance(observed, LogReading):
+        return observed.server_args or {}, "log: server_args"
+    if isinstance(observed, Resolution):
+        return observed.effective, "rule table"
+    if isinstance(observed, Mapping):
+        return dict(observed), "given"
+    raise ServingArgsError("requested_vs_effective(observed=...)", "unknown kind of server answer",
+                           expected="ServerInfo, LogReading, Resolution or dict", found=type(observed).__name__)
+
+
+def requested_vs_effective(requested, observed=None, resolution: Resolution | None = None) -> pd.DataFrame:
+    """Requested vs effective per setting, with the rule (and its source) that explains each change."""
+    req = dict(requested.flags) if isinstance(requested, LaunchArgs) else dict(requested or {})
+    seen, evidence = _observed(observed)
+    predicted = resolution.effective if resolution is not None else {}
+    hits = {}
+    for h in (resolution.hits if resolution is not None else ()):
+        if h.kind != "note":
+            hits.setdefault(h.field, []).append(h)
+    fields = list(dict.fromkeys([*SPEC_FIELDS, *[k for k in req if k in KNOWN_FIELDS], *hits,
+                                 *[k for k in CHECKLIST if k in seen]]))
+    rows = []
+    for f in fields:
+        r = req.get(f)
+        pred = predicted.get(f, r)
+        eff = seen[f] if f in seen else pred
+        fired = [h for h in hits.get(f, []) if h.requested != h.effective]
+        changed = (r is not None or bool(fired)) and not _same(r, eff)
+        rule = ", ".join(dict.fromkeys(h.rule_id for h in fired)) or ("unexplained" if changed else "")
+        source = "; ".join(dict.fromkeys(h.source for h in fired))
+        modelled = resolution is not None and (pred is not None or f in hits)
+        agrees = _same(pred, seen[f]) if (f in seen and modelled) else None   # None: the table says nothing
+        rows.append({"field": f, "requested": r, "effective": eff, "changed": changed, "rule": rule,
+                     "source": source, "predicted": pred, "agrees": agrees,
+                     "evidence": evidence if f in seen else ("rule table" if resolution is not None else "")})
+    return pd.DataFrame(rows, columns=["field", "requested", "effective", "changed", "rule", "source", "predicted",
+                                       "agrees", "evidence"], dtype=object)
+
+
+def _same(a: Any, b: Any) -> bool:
+    if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
+        return abs(float(a) - float(b)) < 1e-9
+    return a == b
+
+
+def accept_rate_definitions() -> pd.DataFrame:
+    """What each engine's 'accept length' / 'accept rate' means, by version (serving-and-throughput.md A.2, B.2)."""
+    rows = [
+        ("sglang", "accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
+         "avg_spec_accept_length is a lifetime average incl. warmup"),
+        ("vllm", "Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
+         "2025-04-24 – 05-09 it left out the bonus token"),
+        ("vllm", "Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
+        ("vllm", "Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
+         "unconditional, non-increasing; τ = 1 + Σ rate_i"),
+    ]
+    rows[1:1] = [("sglang", "accept rate", f.pretty, versions + (f" {f.source}" if f.source else ""), f.note)
+                 for versions, f in accept_rate_versions()]     # one home: sglang_rules.ACCEPT_RATE_FORMULAS
+    return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
+
+
+def sglang_accept_rate_formula(version: str) -> str:
+    """The formula behind the `accept rate:` SGLang `version` logs."""
+    f = accept_rate_formula(version)
+    return f.pretty if f else "not logged (only accept len)"

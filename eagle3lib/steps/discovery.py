@@ -1,0 +1,213 @@
+"""`discover`: everything notebook 01 shows for one launch command, read from every source that is given.
+
+Parses the command, resolves SGLang's rewrites offline, reads /server_info and the startup log when given, maps
+the settings to vLLM, reads the layer ids per engine and lints; never raises on bad input — what could not be
+read is in `Discovery.problems`.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import pandas as pd
+
+from ..demo import world as demo
+from ..serving.crossengine import (EngineReading, LintWarning, layer_reading, lint, sglang_to_vllm, vllm_command,
+    vllm_effective)
+from ..errors import Eagle3Error
+from ..serving.launch import LaunchArgs, parse_launch
+from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
+from ..serving.sglang_rule import DEFAULT_VERSION, parse_version
+from ..serving.sglang_table import RULES
+from ..serving.sglang_rule import KNOBS
+from ..serving.sglang_rules import read_config, resolve
+from ..model.target import load_target_info
+
+SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
+
+
+def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path, Path, list[str]]:
+    """Target/draft config.json paths; empty = the demo world's, or the shipped samples when it is not built."""
+    out, notes = [], []
+    for given, demo_dir, sample, what in ((target_path, demo.paths().target, "demo_target_config.json", "target"),
+                                          (draft_path, demo.paths().draft, "demo_draft_config.json", "draft")):
+        p = Path(given) if given else Path(demo_dir)
+        cfg = p if p.suffix == ".json" else p / "config.json"
+        if not given and not cfg.is_file():
+            notes.append(f"demo world {what} not built ({p}): using the shipped sample data/samples/{sample}")
+            cfg = SAMPLES_DIR / sample
+        out.append(cfg)
+    return out[0], out[1], notes
+
+
+@dataclass(frozen=True, eq=False)
+class Discovery:
+    """Everything notebook 01 shows for one launch command; `problems` says what could not be read."""
+
+    launch: LaunchArgs | None
+    version: str
+    target_arch: str | None
+    num_layers: int | None
+    resolution: object | None            # sglang_rules.Resolution
+    server_info: object | None           # serverinfo.ServerInfo
+    log: object | None                   # serverinfo.LogReading
+    diff: pd.DataFrame
+    vllm: dict
+    readings: tuple[EngineReading, ...]
+    lint: tuple[LintWarning, ...]
+    problems: tuple[str, ...] = ()
+    notes: tuple[str, ...] = field(default_factory=tuple)
+    target_config: Path | None = None
+    draft_config: Path | None = None
+
+    def summary(self) -> str:
+        """A few lines: engine, version, target, and every problem or caveat met on the way."""
+        eng = self.launch.engine if self.launch is not None else "none (unreadable command)"
+        lines = [f"engine: {eng} · SGLang version: {self.version} · target: {self.target_arch} "
+                 f"({self.num_layers} layers) from {self.target_config}", f"draft config: {self.draft_config}"]
+        lines += [f"PROBLEM: {p}" for p in self.problems] + [f"note: {n}" for n in self.notes]
+        return "\n".join(lines)
+
+    def requested_frame(self) -> pd.DataFrame:
+        """The launch command's flags (empty when it could not be read)."""
+        return self.launch.frame() if self.launch is not None else pd.DataFrame(columns=["field", "value", "known"])
+
+    def hits_frame(self) -> pd.DataFrame:
+        """Every rule that fired (empty without an SGLang resolution)."""
+        return self.resolution.frame() if self.resolution is not None else pd.DataFrame()
+
+    def path_map(self) -> dict:
+        """Launch paths -> local config folders, for asking an installed SGLang (sglang_introspect)."""
+        out = {}
+        for given, cfg in ((getattr(self.launch, "model_path", None), self.target_config),
+                           (getattr(self.launch, "draft_path", None), self.draft_config)):
+            if given and cfg is not None and cfg.name == "config.json" and cfg.is_file():
+                out[given] = str(cfg.parent)
+        return out
+
+    def log_summary(self) -> str:
+        """How much of the startup log was read, skipped and garbled (or that none was given)."""
+        if self.log is None:
+            return "no startup log given"
+        return (f"{self.log.source}: {self.log.lines} lines, {len(self.log.events)} about settings, "
+                f"{self.log.skipped} skipped ({self.log.garbled} garbled)")
+
+    def log_proof(self) -> pd.DataFrame:
+        """The log lines that show the changed settings (adjustment warnings and the ServerArgs line)."""
+        if self.log is None:
+            return pd.DataFrame(columns=["line", "timestamp", "level", "kind", "rule", "field", "message"])
+        changed = set(self.diff.loc[self.diff["changed"].astype(bool), "field"]) if len(self.diff) else set()
+        frame = self.log.frame()
+        return frame[(frame["kind"] == "server_args") | frame["field"].isin(changed)].reset_index(drop=True)
+
+    def headline(self) -> str:
+        """One line: the first speculative knob SGLang changed, the rule and its first version."""
+        if self.launch is None:
+            return "launch command unreadable: " + next((p for p in self.problems if "launch" in p or "flag" in p),
+                                                        "see problems")
+        if self.launch.engine == "vllm":
+            k, notes = self.vllm.get("num_speculative_tokens"), self.vllm.get("notes") or ["method given explicitly"]
+            return f"vLLM {self.vllm.get('method')} with K={k} (SGLang steps {k}, topk 1, ndt K+1); {notes[0]}"
+        if self.resolution is None:
+            return "no SGLang resolution: " + (self.problems[0] if self.problems else "see problems")
+        if not self.resolution.effective.get("speculative_algorithm"):
+            return f"no speculative decoding in this command (SGLang {self.version})"
+        if self.resolution.rejected:
+            return f"SGLang {self.version} refuses this command: {self.resolution.rejected[0]}"
+        rules = {r.id: r for r in RULES}
+        for k in ("speculative_num_draft_tokens", "speculative_eagle_topk", "speculative_num_steps"):
+            hit = next((h for h in self.resolution.hits if h.field == k and h.requested is not None
+                        and h.requested != h.effective), None)
+            if hit is not None:
+                lo = rules[hit.rule_id].min_version
+                short = k.replace("speculative_", "").replace("eagle_", "")
+                return (f"{short} {hit.requested} → {hit.effective} ({hit.label}, SGLang "
+                        f"{'≥ ' + lo if lo else 'all versions'})")
+        return f"speculative settings run as requested on SGLang {self.version}"
+
+    def findings(self) -> dict:
+        """Structured, JSON-ready findings for eagle3lib.findings.record."""
+        changed = {} if self.resolution is None else {
+            f: [req, eff] for f, (req, eff) in self.resolution.changed().items()}
+        return {"sglang_version": self.version, "target_arch": self.target_arch, "changed": changed,
+                "rejected": list(self.resolution.rejected) if self.resolution is not None else [],
+                "log_confirms": bool(len(self.diff) and self.diff["agrees"].dropna().all()
+                                     and self.diff["agrees"].notna().any()),
+                "vllm_num_speculative_tokens": self.vllm.get("num_speculative_tokens"),
+                "layers": {r.engine: [b for b in r.boundaries] for r in self.readings},
+                "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
+
+
+def repo_path(path: str) -> str:
+    """`path` as given when it exists, is absolute or a URL; else relative to the repository root."""
+    p = Path(path)
+    if not path or "://" in path or p.is_absolute() or p.exists():
+        return path
+    return str(demo.REPO_ROOT / p)
+
+
+def side_by_side(a: Discovery, b: Discovery, names=("seed", "fixed")) -> pd.DataFrame:
+    """Two commands' speculative knobs, requested and effective, in one table."""
+    rows = []
+    for f in KNOBS + ("max_running_requests", "disable_overlap_schedule"):
+        row = {"field": f}
+        for name, d in zip(names, (a, b)):
+            req = d.launch.flags.get(f) if d.launch is not None else None
+            row[f"{name} requested"] = req
+            row[f"{name} effective"] = d.resolution.effective.get(f, req) if d.resolution is not None else None
+        rows.append(row)
+    return pd.DataFrame(rows, dtype=object)
+
+
+def _try(problems: list[str], fn, *args, **kwargs):
+    try:
+        return fn(*args, **kwargs)
+    except Eagle3Error as e:
+        problems.append(str(e))
+        return None
+
+
+def discover(launch_command, sglang_version: str = "", target_path: str = "", draft_path: str = "",
+             server_info: str | dict = "", server_log: str = "", timeout: float = 3.0) -> Discovery:
+    """Parse, resolve, read the server's answer, map to vLLM, read layer ids and lint; never raises on bad input."""
+    problems: list[str] = []
+    launch = _try(problems, parse_launch, launch_command, strict=False)
+    tcfg, dcfg, notes = config_paths(repo_path(target_path), repo_path(draft_path))
+    server_info = repo_path(server_info) if isinstance(server_info, str) else server_info
+    server_log = repo_path(server_log)
+    target = _try(problems, load_target_info, tcfg)      # reads text_config of VLM targets too
+    draft = _try(problems, read_config, dcfg)
+    arch = target.architecture if target is not None and target.architecture != "?" else None
+    L = target.num_layers if target is not None else None
+    info = _try(problems, read_server_info, server_info, timeout) if server_info else None
+    log = _try(problems, read_startup_log, server_log) if server_log else None
+    version = sglang_version or (info.version if info is not None and info.version else "") or DEFAULT_VERSION
+    if sglang_version and info is not None and info.version and info.version != sglang_version:
+        notes.append(f"sglang_version {sglang_version} given, but /server_info says {info.version}: using "
+                     f"{sglang_version}")
+    if not sglang_version:
+        notes.append(f"SGLang version {version} taken from " + ("/server_info" if info is not None and info.version
+                                                                else "the library default"))
+    if _try(problems, parse_version, version) is None:
+        version = DEFAULT_VERSION
+    res = None
+    if launch is not None and launch.engine == "sglang":
+        res = _try(problems, resolve, launch, version, arch, strict=False)
+    observed = info if info is not None else log if (log is not None and log.server_args) else None
+    diff = requested_vs_effective(launch, observed, res) if res is not None else pd.DataFrame()
+    if res is not None:
+        vllm = sglang_to_vllm(*(res.effective.get(k) for k in KNOBS))
+        vllm["command"] = vllm_command(launch.model_path or "TARGET", launch.draft_path or "DRAFT",
+                                       vllm["num_speculative_tokens"] or 1)
+    else:
+        vllm = vllm_effective(launch) if launch is not None and launch.engine == "vllm" else {}
+    readings = ()
+    if draft is not None and L:
+        readings = _try(problems, layer_reading, draft, L, version, arch) or ()
+    for source in (info, log):
+        notes.extend(getattr(source, "warnings", ()) or ())
+    if launch is not None:
+        notes.extend(launch.notes)
+    warns = lint(launch, res, draft, readings)
+    return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
+                     tuple(notes), tcfg, dcfg)

@@ -1,0 +1,232 @@
+"""Parsers for structured run outputs into ``RunRecord``s: SGLang ``/server_info``, bench_serving /
+bench_one_batch_server / bench_speculative / vllm bench JSON, Prometheus text; `parse_file` picks a parser by
+content (including the text logs of eagle3lib.logparse) and `read_server` asks a live server.
+"""
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+import urllib.error
+import urllib.request
+from pathlib import Path
+
+from ..errors import DataError, LogParseError, MissingFileError
+from .logparse import SGLANG_FIELD_NAMES, ParseResult, LogScan, sglang_settings, parse_sglang_log, parse_vllm_log
+from .records import FIELDS, RunRecord, from_dict
+
+
+def _sg_info_record(obj: dict, where: str, series: str, hardware: str) -> tuple[RunRecord, list[str]]:
+    """SGLang ``/server_info`` dict -> record (lifetime accept length, last window's throughput)."""
+    st = sglang_settings({dst: obj[src] for src, dst in SGLANG_FIELD_NAMES.items() if src in obj})
+    states = [s for s in obj.get("internal_states") or [] if isinstance(s, dict)]
+    taus = [s["avg_spec_accept_length"] for s in states if s.get("avg_spec_accept_length")]
+    if not taus and obj.get("avg_spec_accept_length"):
+        taus = [obj["avg_spec_accept_length"]]  # older servers put it at the top level
+    thr = [s["last_gen_throughput"] for s in states if s.get("last_gen_throughput")]
+    warn = []
+    if st.get("num_steps") and not taus:
+        warn.append(f"{where}: speculation on but no avg_spec_accept_length (fewer than 40 decode iterations "
+                    "since start or reset?)")
+    for key in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+        if isinstance(obj.get(key), (int, float)) and obj[key] < 1:
+            warn.append(f"{where}: {key}={obj[key]} < 1 makes verification lossy and inflates acceptance")
+    rec = RunRecord(
+        engine="sglang", engine_version=str(obj.get("version", "")), accept_length=statistics.mean(taus) if taus
+        else None, tok_s=sum(thr) if thr else None, hardware=hardware, series=series, source=where,
+        label=f"server_info {' '.join(f'{k}={v}' for k, v in st.items())}", **st,
+        notes="avg_spec_accept_length is a lifetime average (includes warm-up, only completed 40-iteration "
+              "windows); tok/s is last_gen_throughput of the last window")
+    return rec, warn
+
+
+def _bench_record(obj: dict, where: str, series: str, hardware: str, settings: dict) -> tuple[RunRecord, list]:
+    """One bench_speculative / bench_one_batch_server / bench_serving / vllm bench serve result -> record."""
+    warn, st = [], dict(settings)
+    if {"steps", "topk", "acc_length", "speed"} <= set(obj):  # sglang scripts/playground/bench_speculative.py
+        steps, topk, ndt = obj["steps"], obj["topk"], obj["num_draft_tokens"]
+        note = "speed is tokens/s per request (1 / p20 step time x acc_length)"
+        if steps and topk == 1 and ndt != steps + 1:
+            note += f"; requested num_draft_tokens={ndt}, SGLang runs num_steps+1={steps + 1} when topk == 1"
+            ndt = steps + 1
+        st = {"num_steps": 0} if not steps else {"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}
+        return RunRecord(engine="sglang", tok_s=obj["speed"], tok_s_scope="per_request", batch_size=obj["batch_size"],
+                         accept_length=obj["acc_length"] if steps else None, source=where, series=series,
+                         hardware=hardware, label=f"bench_speculative bs={obj['batch_size']} steps={steps}",
+                         notes=note, **st), warn
+    if any(k.startswith("spec_decode_") for k in obj):  # vllm bench serve --save-result
+        pos = obj.get("spec_decode_per_position_acceptance_rates")
+        if pos and max(pos) > 1:
+            pos = [p / 100 for p in pos]
+            warn.append(f"{where}: per-position acceptance given in percent; converted to fractions")
+        drafts, dtoks, acc = (obj.get(f"spec_decode_{k}") for k in ("num_drafts", "draft_tokens", "accepted_tokens"))
+        k = len(pos) if pos else (round(dtoks / drafts) if drafts and dtoks else None)
+        st = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1} if k else st
+        tau = 1 + acc / drafts if drafts and acc is not None else obj.get("spec_decode_acceptance_length")
+        return RunRecord(engine="vllm", tok_s=obj.get("output_throughput"), batch_size=obj.get("max_concurrency"),
+                         accept_length=tau, per_position=pos, drafted=dtoks, accepted=acc, rounds=drafts,
+                         source=where, series=series, hardware=hardware, label="vllm bench serve",
+                         notes="counters are /metrics deltas over the run (warm-up excluded)", **st), warn
+    if "last_gen_throughput" in obj or "run_name" in obj:  # sglang bench_one_batch_server --result-filename
+        acc = obj.get("acc_length")
+        acc = None if acc is None or acc < 1 else acc  # -1: the backend does not expose it
+        return RunRecord(engine="sglang", tok_s=obj.get("last_gen_throughput") or obj.get("output_throughput"),
+                         batch_size=obj.get("batch_size"), accept_length=acc, source=where, series=series,
+                         hardware=hardware, label=f"bench_one_batch_server bs={obj.get('batch_size')}",
+                         notes="acc_length comes from /server_info (lifetime average); tok/s = last_gen_throughput",
+                         **st), warn
+    if "output_throughput" in obj:  # sglang bench_serving --output-file
+        conc = obj.get("max_concurrency")
+        return RunRecord(engine=str(obj.get("backend") or "sglang"), tok_s=obj["output_throughput"],
+                         batch_size=conc, accept_length=obj.get("accept_length"), source=where, series=series,
+                         hardware=hardware, label=f"bench_serving concurrency={conc}",
+                         notes="accept_length is /server_info's lifetime average (includes warm-up and earlier "
+                               "runs)", **st), warn
+    raise LogParseError(where, "unrecognised JSON object", expected="a RunRecord, /server_info, or bench JSON",
+                        found=sorted(obj)[:12])
+
+
+def parse_json(source: str | Path, *, text: str | None = None, series: str = "", hardware: str = "",
+               settings: dict | None = None) -> ParseResult:
+    """JSON / JSON-lines: RunRecords, SGLang /server_info, bench_serving, bench_one_batch_server, vllm bench."""
+    scan = LogScan(str(source), text)
+    body = "\n".join(scan.lines).strip()
+    try:
+        objs = [(1, json.loads(body))] if body.startswith(("{", "[")) else None
+    except (json.JSONDecodeError, RecursionError):
+        objs = None  # JSON lines, or a broken (or absurdly nested) file: go line by line
+    if objs and isinstance(objs[0][1], list):
+        objs = [(1, o) for o in objs[0][1]]
+    if objs is None:
+        objs = []
+        for n, line, _ in scan.clean_lines():
+            if line.strip():
+                try:
+                    objs.append((n, json.loads(line)))
+                except json.JSONDecodeError:
+                    scan.bad_line(n, "not valid JSON (truncated?)")
+                except RecursionError:
+                    scan.bad_line(n, "JSON nested too deeply to read")
+    series = series or Path(str(source)).stem
+    records = []
+    for n, obj in objs:
+        where = f"{source}:{n}"
+        try:
+            if not isinstance(obj, dict):
+                raise LogParseError(where, "not a JSON object", expected="{...}", found=type(obj).__name__)
+            if "engine" in obj and set(obj) <= set(FIELDS):
+                rec, warn = from_dict(obj, where), []
+            elif {"internal_states", "speculative_algorithm", "avg_spec_accept_length"} & set(obj):
+                rec, warn = _sg_info_record(obj, where, series, hardware)
+            else:
+                rec, warn = _bench_record(obj, where, series, hardware, settings or {})
+        except (LogParseError, DataError, KeyError, TypeError) as e:
+            scan.bad_line(n, str(e)[:160])
+            continue
+        records.append(rec)
+        scan.warnings.extend(warn)
+    if not records:
+        raise LogParseError(str(source), "no run could be read from this JSON",
+                            expected="RunRecord lines, /server_info, or bench_serving / bench_one_batch_server / "
+                            "bench_speculative / vllm bench serve results", found=f"{len(objs)} objects, "
+                            f"{scan.n_bad} bad")
+    return scan.result(records, len(records))
+
+
+_PROM = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
+
+
+def _prom_values(lines, scan=None) -> dict:
+    """Prometheus exposition lines -> {(name without _total, position label or None): summed value}.
+
+    A sample whose value is not a finite number is skipped (and counted on `scan` when given)."""
+    out = {}
+    for n, line in enumerate(lines, 1):
+        m = _PROM.match(line.strip())
+        if not m or line.startswith("#"):
+            continue
+        name, labels = re.sub(r"_total$", "", m.group(1)), m.group(2) or ""
+        pos = re.search(r'position="(\d+)"', labels)
+        try:
+            value = float(m.group(3))
+        except ValueError:
+            value = float("nan")
+        if not math.isfinite(value):
+            if scan is not None:
+                scan.bad_line(n, f"{m.group(1)}: value {m.group(3)!r} is not a finite number")
+            continue
+        key = (name, int(pos.group(1)) if pos else None)
+        out[key] = out.get(key, 0.0) + value
+    return out
+
+
+def parse_prometheus(source: str | Path, *, text: str | None = None, before: str | None = None, series: str = "",
+                     hardware: str = "", tok_s: float | None = None) -> ParseResult:
+    """vLLM ``vllm:spec_decode_*`` counters (delta against `before` text when given) or SGLang spec gauges."""
+    scan = LogScan(str(source), text)
+    now, then = _prom_values(scan.lines, scan), _prom_values((before or "").splitlines())
+    val = {key: v - then.get(key, 0.0) for key, v in now.items()}
+    drafts = val.get(("vllm:spec_decode_num_drafts", None))
+    series = series or Path(str(source)).stem
+    note = "delta of two scrapes" if before else "lifetime counters since server start (include warm-up)"
+    if drafts:
+        dtok = val.get(("vllm:spec_decode_num_draft_tokens", None))
+        acc = val.get(("vllm:spec_decode_num_accepted_tokens", None), 0.0)
+        per_all = [(p, v) for (n, p), v in val.items() if n == "vllm:spec_decode_num_accepted_tokens_per_pos"]
+        per = sorted((p, v) for p, v in per_all if p is not None)
+        if len(per) < len(per_all):
+            scan.warnings.append("a vllm:spec_decode_num_accepted_tokens_per_pos sample without a position label "
+                                 "was ignored")
+        k = len(per) or (round(dtok / drafts) if dtok else None)
+        rec = RunRecord(engine="vllm", tok_s=tok_s, accept_length=1 + acc / drafts, num_steps=k,
+                        topk=1 if k else None, num_draft_tokens=k + 1 if k else None,
+                        per_position=[v / drafts for _, v in per] or None,
+                        rounds=int(drafts), drafted=int(dtok) if dtok else None, accepted=int(acc), series=series,
+                        hardware=hardware, source=str(source), label="vllm /metrics", notes=note)
+    elif ("sglang:spec_accept_length", None) in now:
+        g = {n: v for (n, p), v in now.items() if p is None}
+        steps = g.get("sglang:spec_num_steps")
+        rec = RunRecord(engine="sglang", tok_s=tok_s or g.get("sglang:gen_throughput"),
+                        accept_length=g["sglang:spec_accept_length"] or None,
+                        num_steps=int(steps) if steps else None,
+                        batch_size=int(g.get("sglang:num_running_reqs", 0)) or None,
+                        series=series, hardware=hardware, source=str(source), label="sglang /metrics",
+                        notes="gauges hold the last decode-log window only")
+    else:
+        raise LogParseError(str(source), "no speculative-decoding metrics in this Prometheus text",
+                            expected="vllm:spec_decode_num_drafts[_total] etc. or sglang:spec_accept_length",
+                            found=f"{len(now)} samples", cause="speculation off, or --enable-metrics not set (SGLang)")
+    return scan.result([rec], len(scan.lines))
+
+
+def parse_file(path: str | Path, **kw) -> ParseResult:
+    """Any supported file, recognised by content: JSON, Prometheus text, vLLM log or SGLang log."""
+    p = Path(path)
+    if not p.is_file():
+        raise MissingFileError(str(p), "file not found", expected="a log, JSON or metrics file", found="nothing")
+    head = p.read_bytes()[:200_000].decode("utf-8", errors="replace")
+    if head.lstrip().startswith(("{", "[")):
+        return parse_json(p, **kw)
+    if re.search(r"^(vllm|sglang):\w+", head, re.M) or head.lstrip().startswith("# HELP"):
+        return parse_prometheus(p, **kw)
+    if re.search(r"SpecDecoding metrics:|Speculative metrics:|Avg generation throughput", head):
+        return parse_vllm_log(p, **kw)
+    return parse_sglang_log(p, **kw)
+
+
+def read_server(url: str, timeout: float = 5.0, **kw) -> ParseResult:
+    """A live server: SGLang ``/server_info`` (or ``/get_server_info``), else vLLM ``/metrics``."""
+    base, errors = url.rstrip("/"), []
+    for path in ("/server_info", "/get_server_info", "/metrics"):
+        try:
+            with urllib.request.urlopen(base + path, timeout=timeout) as resp:
+                body = resp.read().decode("utf-8", errors="replace")
+        except (urllib.error.URLError, OSError, ValueError) as e:
+            errors.append(f"{path}: {e}")
+            continue
+        if path == "/metrics":
+            return parse_prometheus(base + path, text=body, **kw)
+        return parse_json(base + path, text=body, **kw)
+    raise LogParseError(base, "server did not answer", expected="/server_info (SGLang) or /metrics (vLLM)",
+                        found="; ".join(errors), cause="wrong URL/port, or the server is not up")

@@ -1,0 +1,41 @@
+"""Shipped demo artifacts: a restore gives the same world as the build that exported them."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle3lib.demo import world as demo
+from eagle3lib.samples.readers import open_dataset
+from eagle3lib.demo.build import ARTIFACTS, artifacts_current, export_artifacts, restore_world
+
+pytestmark = pytest.mark.slow
+
+
+def test_shipped_artifacts_are_current():
+    """The repo ships the trained target and draft of the current builder version (about 10 MB)."""
+    assert artifacts_current(), "run: python -m eagle3lib.demo --force --from-scratch --export"
+    size = sum(f.stat().st_size for f in ARTIFACTS.rglob("*") if f.is_file())
+    assert size < 16e6
+
+
+def test_restore_is_deterministic(tmp_path):
+    """Two restores write identical training data; world.json records the restore and keeps the build's facts."""
+    a = restore_world(tmp_path / "a", progress=False)
+    restore_world(tmp_path / "b", progress=False)
+    da, db = open_dataset(tmp_path / "a" / "data" / "seed"), open_dataset(tmp_path / "b" / "data" / "seed")
+    assert len(da) == len(db) == a["sizes"]["draft_train"]
+    for i in (0, len(da) - 1):
+        assert torch.equal(da[i].aux, db[i].aux) and torch.equal(da[i].input_ids, db[i].input_ids)
+    assert a["restored"]["seconds"] > 0 and a["draft"]["recorded_val_acc_step0"] >= 0.6
+    shipped = json.loads((ARTIFACTS / "world.json").read_text())
+    assert a["draft"] == shipped["draft"]
+
+
+def test_export_round_trip(tmp_path):
+    """export_artifacts copies exactly the trained models and world.json."""
+    world = demo.ensure_world()
+    out = export_artifacts(world.root, tmp_path / "art")
+    assert sorted(p.name for p in out.iterdir()) == ["draft", "target", "world.json"]
+    assert (out / "draft" / "model.safetensors").read_bytes() == (world.draft / "model.safetensors").read_bytes()

@@ -1,0 +1,80 @@
+"""Serving dumps: SGLang tensor dumps back to boundaries (from a tiny random Llama), the eagle3lib dump format."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+
+from eagle3lib.hidden.capture import Capture, capture
+from eagle3lib.hidden.dumps import load_dump, load_sglang_dump, save_dump
+from eagle3lib.errors import DataError, MissingFileError
+from tests.hidden.test_capture import H, L, ids, model  # noqa: F401  (module-scoped fixtures shared with test_capture)
+
+
+def _write_sglang_pass(d, n, cap: Capture, norm_module, decode=False):
+    T = cap.input_ids.shape[0]
+    st = {"model.forward_batch_info.input_ids": cap.input_ids[:1] if decode else cap.input_ids,
+          "model.forward_batch_info.seq_lens": torch.tensor([T]),
+          "model.forward_batch_info.positions": torch.arange(T),
+          "model.embed_tokens": cap["embed"], "model.layers.0.input_layernorm": cap["embed"] * 0.5}
+    for i in range(1, L):
+        st[f"model.layers.{i}.input_layernorm"] = [cap[f"layer_in.{i}"] * 0.5, cap[f"layer_in.{i}"]]
+    st["model.norm"] = [cap["final_postnorm"], cap["final_prenorm"]]
+    if decode:
+        st = {k: (v[:1] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in st.items()}
+    torch.save(st, d / f"Pass{n:05d}.pt")
+
+
+def test_load_sglang_dump_reads_boundaries(tmp_path, model, ids):
+    """SGLang leaf-module outputs map back to embed / layer_in.i / final_pre- and post-norm; decode passes skipped."""
+    cap = capture(model, ids)
+    rank = tmp_path / "dump" / "target" / "TP0_PP0_Rank0_pid42"
+    rank.mkdir(parents=True)
+    _write_sglang_pass(rank, 0, cap, model.model.norm)
+    _write_sglang_pass(rank, 1, cap, model.model.norm, decode=True)
+    other = tmp_path / "dump" / "target" / "TP1_PP0_Rank1_pid43"   # tensor-parallel rank 1: ignored
+    other.mkdir()
+    torch.save({"model.embed_tokens": torch.zeros(3)}, other / "Pass00000.pt")
+    caps = load_sglang_dump(tmp_path / "dump")
+    assert len(caps) == 1 and caps[0].num_layers == L
+    got = caps[0]
+    assert got.names == cap.names and torch.equal(got.input_ids, ids)
+    for name in cap.names:
+        assert torch.equal(got[name], cap[name]), name
+    assert len(load_sglang_dump(tmp_path / "dump", decode=True)) == 2
+    with pytest.raises(MissingFileError, match="rank folders"):
+        load_sglang_dump(tmp_path)
+
+
+def test_sglang_dump_without_states_is_a_data_error(tmp_path):
+    """Pass files with no residual-stream keys give a DataError naming the likely cause."""
+    rank = tmp_path / "TP0_PP0_Rank0_pid1"
+    rank.mkdir()
+    torch.save({"model.forward_batch_info.input_ids": torch.arange(4), "lm_head": torch.zeros(4, 3)},
+               rank / "Pass00000.pt")
+    with pytest.raises(DataError, match="debug-tensor-dump-layers"):
+        load_sglang_dump(rank)
+
+
+def test_dump_roundtrip_and_partial_reads(tmp_path, ids):
+    """save_dump -> load_dump keeps tensors, ids and claimed slots; missing files become notes."""
+    auxes = [torch.randn(16, 2, H), torch.randn(9, 2, H)]
+    root = save_dump(tmp_path / "d", auxes, [ids, ids[:9]], slots=["layer_in.1", "layer_out.3"], hidden_size=H,
+                     source="test", num_layers=L)
+    dump = load_dump(root)
+    assert len(dump) == 2 and dump.manifest["source"] == "test" and not dump.notes
+    assert dump[0].layout == ("layer_in.1", "layer_in.4")
+    assert torch.equal(dump[1].tensors[1], auxes[1][:, 1]) and torch.equal(dump[1].input_ids, ids[:9])
+    (root / "req_00000.safetensors").unlink()
+    part = load_dump(root)
+    assert len(part) == 1 and "missing file" in part.notes[0]
+    (root / "req_00001.safetensors").unlink()
+    with pytest.raises(DataError, match="no request file"):
+        load_dump(root)
+    with pytest.raises(MissingFileError):
+        load_dump(tmp_path / "none")
+    (tmp_path / "bad").mkdir()
+    (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"format": "other"}))
+    with pytest.raises(DataError, match="not an eagle3lib dump"):
+        load_dump(tmp_path / "bad")

@@ -1,0 +1,233 @@
+"""Checkpoints in every format: exact key names, round trips, validation report, strict loading, bad input."""
+from __future__ import annotations
+
+import json
+import os
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3lib.model.checkpoint import canonicalize, detect_format, load_draft, param_table, save_draft, validate
+from eagle3lib.model.config import DraftConfig, config_to_dict
+from eagle3lib.model.draft import Eagle3Draft
+from eagle3lib.errors import CheckpointError, MissingFileError, UnsafeFileError
+from eagle3lib.model.vocab import build_vocab_map
+
+
+def _trained_like(cfg):
+    """A draft with random weights and a real (non-default) vocab map."""
+    d = Eagle3Draft(cfg)
+    with torch.no_grad():
+        for p in d.parameters():
+            p.normal_(0, 0.1)
+    counts = torch.randint(0, 100, (cfg.vocab_size,))
+    d2t, t2d = build_vocab_map(counts, cfg.draft_vocab_size)
+    d.d2t.copy_(d2t), d.t2d.copy_(t2d)
+    return d.eval()
+
+
+@pytest.fixture
+def world(tmp_path, tiny_cfg_dict):
+    """A tiny target dir (embedding only matters) and a SpecForge-format draft without embed_tokens."""
+    cfg = DraftConfig.from_dict(tiny_cfg_dict)
+    draft = _trained_like(cfg)
+    target = tmp_path / "target"
+    target.mkdir()
+    (target / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 6,
+                                                    "hidden_size": 32, "vocab_size": 120}))
+    save_file({"model.embed_tokens.weight": draft.embed_tokens.weight.detach().clone(),
+               "model.norm.weight": torch.ones(32), "lm_head.weight": torch.randn(120, 32)},
+              str(target / "model.safetensors"))
+    sf = save_draft(draft, tiny_cfg_dict, tmp_path / "specforge")
+    return cfg, draft, target, sf
+
+
+def _same_outputs(a, b):
+    aux, ids = torch.randn(1, 6, a.cfg.fc_in_features), torch.randint(0, a.cfg.vocab_size, (1, 6))
+    with torch.no_grad():
+        return all(torch.allclose(x, y, atol=1e-6) for x, y in zip(a.ttt_forward(aux, ids, 2), b.ttt_forward(aux, ids, 2)))
+
+
+def test_specforge_keys_and_load(world):
+    """SpecForge format: midlayer.*, d2t, t2d and no embed_tokens; loading takes the embedding from the target."""
+    cfg, draft, target, sf = world
+    from safetensors import safe_open
+    with safe_open(str(sf / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert "midlayer.self_attn.q_proj.weight" in keys and {"fc.weight", "d2t", "t2d", "lm_head.weight"} <= keys
+    assert not any("embed" in k for k in keys)
+    loaded = load_draft(sf, target=target)
+    assert loaded.format == "specforge" and loaded.taken_from_target == ("embed_tokens.weight",)
+    assert set(loaded.report.status) == {"ok", "from_target"}
+    assert _same_outputs(loaded.model, draft)
+
+
+@pytest.mark.parametrize("fmt", ["speculators", "modelopt", "eagle_bin", "sharded", "sglang_prefixed",
+                                 "modelopt_internal"])
+def test_round_trip_every_format(world, tmp_path, fmt, tiny_cfg_dict):
+    """format -> load -> save -> load gives the same draft outputs, for every writer's key names."""
+    cfg, draft, target, sf = world
+    sd = {k: v for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
+    d = tmp_path / fmt
+    d.mkdir()
+    if fmt in ("speculators", "modelopt"):
+        save_draft(draft, cfg if fmt == "speculators" else tiny_cfg_dict, d, format=fmt)
+        from safetensors import safe_open
+        with safe_open(str(d / "model.safetensors"), "pt") as f:
+            keys = set(f.keys())
+        assert "layers.0.self_attn.q_proj.weight" in keys and not any(k.startswith("midlayer") for k in keys)
+        assert ("t2d" in keys) == (fmt == "speculators")
+    else:
+        (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+        if fmt == "eagle_bin":
+            torch.save(sd, d / "pytorch_model.bin")
+        elif fmt == "sharded":
+            names = sorted(sd)
+            a, b = names[: len(names) // 2], names[len(names) // 2:]
+            save_file({k: sd[k].contiguous() for k in a}, str(d / "model-00001-of-00002.safetensors"))
+            save_file({k: sd[k].contiguous() for k in b}, str(d / "model-00002-of-00002.safetensors"))
+            wm = {k: "model-00001-of-00002.safetensors" for k in a} | {k: "model-00002-of-00002.safetensors" for k in b}
+            (d / "model.safetensors.index.json").write_text(json.dumps({"metadata": {}, "weight_map": wm}))
+        elif fmt == "sglang_prefixed":
+            save_file({("model." + k if k != "lm_head.weight" else k): v.contiguous() for k, v in sd.items()},
+                      str(d / "model.safetensors"))
+        else:   # ModelOpt internal names (Dec-2025 EagleModule)
+            ren = {"midlayer.hidden_norm.weight": "eagle_module.hidden_norm.weight",
+                   "midlayer.input_layernorm.weight": "eagle_module.input_embeds_norm.weight",
+                   "lm_head.weight": "eagle_module.eagle_lm_head.weight"}
+            out = {ren.get(k, "eagle_module." + k.replace("midlayer.", "layers.0.")): v.contiguous()
+                   for k, v in sd.items() if k != "t2d"}
+            save_file(out, str(d / "model.safetensors"))
+    first = load_draft(d, target=target)
+    assert _same_outputs(first.model, draft)
+    again = load_draft(save_draft(first.model, first.cfg, tmp_path / (fmt + "_resaved")), target=target)
+    assert _same_outputs(again.model, draft)
+
+
+def test_detect_format_and_canonicalize():
+    """Key maps: layers.0 -> midlayer, ModelOpt names, SGLang prefix, vLLM d2t name."""
+    sd = {"layers.0.self_attn.q_proj.weight": 1, "eagle_module.input_embeds_norm.weight": 2,
+          "model.fc.weight": 3, "draft_id_to_target_id": 4, "aux_norm_mid.weight": 5}
+    sd = {k: torch.tensor(v) for k, v in sd.items()}
+    out, renames = canonicalize(sd)
+    assert set(out) == {"midlayer.self_attn.q_proj.weight", "midlayer.input_layernorm.weight", "fc.weight", "d2t",
+                        "fc_norm.1.weight"}
+    assert len(renames) == 5
+    assert detect_format(["layers.0.mlp.up_proj.weight"]) == "speculators"
+    with pytest.raises(CheckpointError, match="same canonical name"):
+        canonicalize({"midlayer.norm.weight": torch.ones(1), "layers.0.norm.weight": torch.ones(1)})
+
+
+def test_validation_report_lists_every_problem(world):
+    """Missing, unexpected, shape-mismatched and dtype-odd tensors are all reported, with a slot-count hint."""
+    cfg, draft, *_ = world
+    sd = {k: v for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
+    del sd["midlayer.mlp.up_proj.weight"]
+    sd["fc.weight"] = torch.zeros(32, 96)
+    sd["d2t"] = sd["d2t"].int()
+    sd["layers.1.foo"] = torch.zeros(2)
+    rep = validate(sd, cfg).set_index("key")
+    assert rep.loc["midlayer.mlp.up_proj.weight", "status"] == "missing"
+    assert rep.loc["fc.weight", "status"] == "shape_mismatch" and "3 aux slots" in rep.loc["fc.weight", "note"]
+    assert rep.loc["d2t", "status"] == "dtype_odd" and rep.loc["layers.1.foo", "status"] == "unexpected"
+    assert rep.loc["embed_tokens.weight", "status"] == "from_target"
+
+
+def test_wrong_shape_raises_with_key_expected_found(world, tmp_path, tiny_cfg_dict):
+    """A tensor of the wrong shape names the file, key, expected and found shapes."""
+    cfg, draft, target, sf = world
+    sd = {k: v.contiguous() for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
+    sd["fc.weight"] = torch.zeros(32, 96)
+    d = tmp_path / "bad"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    save_file(sd, str(d / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"key 'fc.weight'.*expected \[32, 128\], found \[32, 96\]"):
+        load_draft(d, target=target)
+
+
+def test_d2t_wrong_length(world, tmp_path, tiny_cfg_dict):
+    """d2t of the wrong length is refused with both lengths."""
+    cfg, draft, target, _ = world
+    sd = {k: v.contiguous() for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
+    sd["d2t"] = sd["d2t"][:-3].contiguous()
+    d = tmp_path / "badd2t"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    save_file(sd, str(d / "model.safetensors"))
+    with pytest.raises(CheckpointError, match=r"d2t.*expected \[40\], found \[37\]"):
+        load_draft(d, target=target)
+
+
+def test_missing_vocab_map_loads_but_is_flagged(world, tmp_path, tiny_cfg_dict):
+    """A draft saved without d2t/t2d loads with an identity map and the vocab check says why that is wrong."""
+    cfg, draft, target, _ = world
+    sd = {k: v.contiguous() for k, v in draft.state_dict().items() if k not in ("embed_tokens.weight", "d2t", "t2d")}
+    d = tmp_path / "nod2t"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    save_file(sd, str(d / "model.safetensors"))
+    loaded = load_draft(d, target=target)
+    bad = [f for f in loaded.vocab if not f.ok]
+    assert bad and bad[0].check == "d2t present" and "collapses" in bad[0].detail
+    assert torch.equal(loaded.model.d2t, torch.zeros(40, dtype=torch.long))
+
+
+def test_pickled_object_is_refused_and_not_run(world, tmp_path, tiny_cfg_dict):
+    """A .bin holding a pickled object that would run code is refused; the code does not run."""
+    marker = tmp_path / "pwned"
+
+    class Evil:
+        def __reduce__(self):
+            return (os.system, (f"touch {marker}",))
+
+    d = tmp_path / "evil"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    torch.save({"fc.weight": Evil()}, d / "pytorch_model.bin")
+    with pytest.raises(UnsafeFileError, match="pytorch_model.bin"):
+        load_draft(d, target=world[2])
+    assert not marker.exists()
+
+
+@pytest.mark.parametrize("damage", ["truncate", "zero", "header"])
+def test_corrupt_safetensors(world, tmp_path, damage):
+    """Truncated, empty and corrupt safetensors files give a CheckpointError naming the file."""
+    *_, sf = world
+    f = sf / "model.safetensors"
+    data = f.read_bytes()
+    f.write_bytes({"truncate": data[: len(data) // 2], "zero": b"", "header": b"\xff" * 8 + data[8:]}[damage])
+    with pytest.raises(CheckpointError, match="model.safetensors"):
+        load_draft(sf, target=world[2])
+
+
+def test_target_without_embedding(world, tmp_path):
+    """A target directory without an embedding tensor is named, with the keys it does have."""
+    cfg, draft, target, sf = world
+    save_file({"lm_head.weight": torch.zeros(120, 32)}, str(target / "model.safetensors"))
+    with pytest.raises(CheckpointError, match="no embed tensor"):
+        load_draft(sf, target=target)
+    with pytest.raises(CheckpointError, match="no target was given"):
+        load_draft(sf)
+    with pytest.raises(MissingFileError):
+        load_draft(sf, target=tmp_path / "nowhere")
+
+
+def test_sharded_index_with_missing_shard(world, tmp_path, tiny_cfg_dict):
+    """An index pointing at a missing shard names the shard."""
+    d = tmp_path / "shard"
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    (d / "model.safetensors.index.json").write_text(json.dumps({"weight_map": {"fc.weight": "model-1.safetensors"}}))
+    with pytest.raises(MissingFileError, match="model-1.safetensors"):
+        load_draft(d, target=world[2])
+
+
+def test_bf16_load_keeps_vocab_dtypes(world):
+    """Loading in bf16 casts weights only; d2t stays int64 and t2d bool."""
+    cfg, draft, target, sf = world
+    m = load_draft(sf, target=target, dtype=torch.bfloat16).model
+    assert m.fc.weight.dtype == torch.bfloat16 and m.d2t.dtype == torch.int64 and m.t2d.dtype == torch.bool
+    table = param_table(m)
+    assert table.iloc[-1]["numel"] == sum(p.numel() for p in m.parameters()) + m.d2t.numel() + m.t2d.numel()

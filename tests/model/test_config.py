@@ -1,0 +1,123 @@
+"""DraftConfig from every public dialect: fields, layer-id conventions, warnings, errors."""
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from eagle3lib.model.config import DraftConfig, config_to_dict, detect_dialect, load_config
+from eagle3lib.errors import ConfigError, MissingFileError
+
+LLAMA = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
+         "rms_norm_eps": 1e-5, "max_position_embeddings": 2048, "vocab_size": 128256, "num_hidden_layers": 1}
+
+EAGLE = {"architectures": ["LlamaForCausalLM"], **LLAMA, "draft_vocab_size": 32000, "tie_word_embeddings": False}
+SPECFORGE = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **LLAMA, "head_dim": 128,
+             "draft_vocab_size": 32000, "rope_theta": 500000.0,
+             "rope_scaling": {"rope_type": "llama3", "factor": 8.0, "low_freq_factor": 1.0, "high_freq_factor": 4.0,
+                              "original_max_position_embeddings": 8192},
+             "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True}}
+VLLM = {"architectures": ["LlamaForCausalLMEagle3"], **LLAMA, "draft_vocab_size": 32000,
+        "eagle_aux_hidden_state_layer_ids": [2, 30, 58], "norm_before_residual": False}
+SPECULATORS = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
+               "speculators_config": {"algorithm": "eagle3"},
+               "transformer_layer_config": {"model_type": "llama", **LLAMA, "rope_theta": 10000.0},
+               "draft_vocab_size": 32000, "norm_before_residual": True, "target_hidden_size": None,
+               "eagle_aux_hidden_state_layer_ids": [0, 4, 32, 60], "norm_before_fc": False, "fc_norm": False,
+               "norm_output": False}
+MODELOPT = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", **LLAMA, "draft_vocab_size": 32000,
+            "rope_theta": 500000.0,
+            "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 15, 28], "use_aux_hidden_state": True,
+                             "use_input_layernorm_in_first_layer": True, "use_last_layernorm": True,
+                             "use_mtp_layernorm": False}}
+
+
+@pytest.mark.parametrize("raw,dialect", [(EAGLE, "eagle"), (SPECFORGE, "specforge"), (VLLM, "vllm"),
+                                         (SPECULATORS, "speculators"), (MODELOPT, "modelopt")])
+def test_dialect_detection(raw, dialect):
+    """Each public dialect is recognised."""
+    assert detect_dialect(raw) == dialect
+    assert DraftConfig.from_dict(raw).dialect == dialect
+
+
+def test_specforge_ids_are_output_of_layer():
+    """SpecForge nested ids are output-of-layer: [1, 29, 57] of 61 layers = HF inputs [2, 30, 58]."""
+    c = DraftConfig.from_dict(SPECFORGE)
+    assert (c.aux_layer_ids, c.aux_ids_convention) == ((1, 29, 57), "output")
+    assert c.aux_layout(61) == ("layer_in.2", "layer_in.30", "layer_in.58")
+    assert c.rope_theta == 500000.0 and c.rope_scaling["rope_type"] == "llama3"
+    assert (c.num_aux, c.fc_in_features, c.head_dim, c.num_key_value_heads) == (3, 3 * 4096, 128, 8)
+
+
+def test_vllm_top_level_ids_are_input_of_layer():
+    """vLLM top-level ids are input-of-layer and name the same tensors as SpecForge's [1, 29, 57]."""
+    c = DraftConfig.from_dict(VLLM)
+    assert c.aux_ids_convention == "input"
+    assert c.aux_layout(61) == DraftConfig.from_dict(SPECFORGE).aux_layout(61)
+
+
+def test_speculators_four_slot_seed_layout():
+    """A 4-slot speculators draft [0, 4, 32, 60] is the seed's [embed, out3, out31, out59] of 61 layers."""
+    c = DraftConfig.from_dict(SPECULATORS)
+    assert c.num_aux == 4 and c.fc_in_features == 4 * 4096
+    assert c.aux_layout(61) == ("embed", "layer_in.4", "layer_in.32", "layer_in.60")
+    assert c.norm_before_residual is True and c.vocab_size == 128256
+
+
+def test_eagle_has_no_ids_and_warns_about_theta():
+    """EAGLE configs carry no ids (hard-coded capture) and no rope_theta (training used 10000)."""
+    c = DraftConfig.from_dict(EAGLE)
+    assert c.aux_layer_ids is None and c.num_aux == 3 and c.rope_theta == 10000.0
+    assert any("10000" in w for w in c.warnings) and any("[2, L//2, L-3]" in w for w in c.warnings)
+    assert c.default_layout(32) == ("layer_in.2", "layer_in.16", "layer_in.29")
+
+
+def test_contradictions_become_warnings():
+    """Nested and top-level ids naming different tensors, non-ascending ids, unknown keys: warnings."""
+    raw = dict(SPECFORGE, eagle_aux_hidden_state_layer_ids=[1, 29, 57], foo=1, num_aux_hidden_states=4)
+    raw["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": [57, 1, 29]}
+    w = " | ".join(DraftConfig.from_dict(raw).warnings)
+    assert "name different tensors" in w and "not ascending" in w and "'foo'" in w and "num_aux_hidden_states=4" in w
+
+
+def test_config_is_frozen_and_keeps_raw():
+    """The dataclass is frozen and keeps the raw dict."""
+    c = DraftConfig.from_dict(SPECFORGE)
+    with pytest.raises(Exception):
+        c.hidden_size = 1
+    assert c.raw["eagle_config"]["eagle_aux_hidden_state_layer_ids"] == [1, 29, 57]
+
+
+def test_missing_field_names_key_and_file(tmp_path):
+    """A missing required field names the file and the key."""
+    raw = dict(SPECFORGE)
+    del raw["intermediate_size"]
+    (tmp_path / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match=r"config\.json, key 'intermediate_size'.*required"):
+        load_config(tmp_path)
+
+
+def test_not_json_and_missing_file(tmp_path):
+    """Broken JSON names the line; a missing config is a MissingFileError."""
+    (tmp_path / "config.json").write_text('{"hidden_size": 12,\n "oops"')
+    with pytest.raises(ConfigError, match="line 2"):
+        load_config(tmp_path)
+    with pytest.raises(MissingFileError):
+        load_config(tmp_path / "nope")
+
+
+def test_bad_gqa_and_bad_ids():
+    """Heads not divisible by kv heads, and non-integer ids, are errors."""
+    with pytest.raises(ConfigError, match="num_key_value_heads"):
+        DraftConfig.from_dict(dict(SPECFORGE, num_key_value_heads=5))
+    with pytest.raises(ConfigError, match="list of integers"):
+        DraftConfig.from_dict(dict(VLLM, eagle_aux_hidden_state_layer_ids=["2", 3]))
+
+
+@pytest.mark.parametrize("dialect", ["specforge", "vllm", "speculators"])
+def test_config_to_dict_round_trip(dialect):
+    """Writing a config in another dialect and reading it back names the same boundaries."""
+    c = DraftConfig.from_dict(SPECULATORS)
+    back = DraftConfig.from_dict(config_to_dict(c, dialect))
+    assert back.aux_layout(61) == c.aux_layout(61)
+    assert (back.num_aux, back.draft_vocab_size, back.vocab_size) == (4, 32000, 128256)

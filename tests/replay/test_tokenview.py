@@ -1,0 +1,85 @@
+"""Tests for eagle3lib.tokenview: status per token, HTML rendering, position table, collect, widget browser."""
+from __future__ import annotations
+
+import torch
+
+from eagle3lib.replay import tokenview as TV
+from tests.replay.test_run import make_samples, make_setup
+
+
+def hand_detail() -> TV.SampleDetail:
+    """T=6, K=2: chain from t=0 accepts 2 drafts, from t=1 none, t=2 one; t>=3 not scored."""
+    T, K = 6, 2
+    valid = torch.zeros(K, T, dtype=torch.bool)
+    valid[0, :3] = True
+    valid[1, :2] = True
+    ref = torch.full((K, T), -1)
+    ref[0, :3] = torch.tensor([2, 3, 4])
+    ref[1, :2] = torch.tensor([3, 4])
+    correct = torch.zeros(K, T, dtype=torch.bool)
+    correct[0, 0] = correct[1, 0] = correct[0, 2] = True
+    topk = torch.zeros(K, T, 2, dtype=torch.long)
+    topk[0, :, 0] = torch.tensor([2, 9, 4, 0, 0, 0])
+    probs = torch.full((K, T, 2), 0.5)
+    return TV.SampleDetail("h", "mem", torch.tensor([0, 1, 2, 3, 4, 5]), torch.ones(T, dtype=torch.long), ref, valid,
+                           correct, topk, probs, topk[..., 0].clone(), torch.tensor([3, 1, 2, 0, 0, 0]), "data")
+
+
+class Tok:
+    """A stand-in tokenizer: id i decodes to a word, 5 decodes to something needing escaping."""
+
+    def decode(self, ids):
+        return "<b>" if ids[0] == 5 else f"w{ids[0]} "
+
+
+def test_status_marks_accepted_rejected_unscored():
+    """Token p at step k is judged by the chain from t = p-2-k."""
+    d = hand_detail()
+    assert d.status(0) == ["unscored", "unscored", "accepted", "rejected", "accepted", "unscored"]
+    assert d.status(1) == ["unscored", "unscored", "unscored", "accepted", "rejected", "unscored"]
+
+
+def test_render_html_escapes_and_explains():
+    """Tokens are escaped, coloured by status, and hover text names draft top-k and the reference."""
+    html = TV.render_html(hand_detail(), Tok(), step=0, position=1)
+    assert "&lt;b&gt;" in html and "<b>h</b>" in html
+    assert html.count("#c8f0c8") == 2 + 1 and html.count("#f6c4c4") == 1 + 1       # + legend entries
+    assert "reference w3 " in html and "draft w9  0.50" in html
+    assert html.count("border-bottom") == 3                    # tokens t+1 .. t+1+K around position 1
+
+
+def test_position_table_lists_every_step():
+    """One row per step, with the reference, the top-k, whether top-1 was right, the chain token."""
+    t = TV.position_table(hand_detail(), 0, Tok())
+    assert list(t.step) == [0, 1] and list(t["accepted in chain"]) == [True, True]
+    assert t.reference[0] == "w2 " and t["top-1 right"].tolist() == [True, True]
+    t = TV.position_table(hand_detail(), 4, None)
+    assert t.reference.tolist() == ["(not scored)"] * 2 and t["chain token"][0] == "#0"
+
+
+def test_collect_keeps_topk_consistent_with_scoring(tmp_path):
+    """collect gives n samples with (K, T, topk) top-k whose first entry decides `correct`."""
+    setup = make_setup(tmp_path)
+    samples, _, _ = make_samples(setup, n=2)
+    details = TV.collect(setup, samples, n=2, num_steps=3, topk=4)
+    assert [d.id for d in details] == ["s0", "s1"]
+    d = details[0]
+    T = len(d.input_ids)
+    assert d.topk_ids.shape == (3, T, 4) and d.chain_ids.shape == (3, T)
+    assert torch.equal(d.correct, d.valid & (d.topk_ids[..., 0] == d.reference))
+    assert (d.topk_probs[..., :-1] >= d.topk_probs[..., 1:]).all()
+
+
+def test_static_view_and_browser(tmp_path):
+    """The static HTML holds the first samples; the widget redraws when the step changes."""
+    setup = make_setup(tmp_path)
+    samples, _, _ = make_samples(setup, n=2)
+    details = TV.collect(setup, samples, n=2)
+    html = TV.static_view(details, None, n=1).data
+    assert "s0" in html and "s1" not in html
+    box = TV.browser(details)
+    controls, text = box.children[0], box.children[1]
+    before = text.value
+    controls.children[1].value = 1
+    assert text.value != before and "step 1" in text.value
+    assert TV.browser([]).value.startswith("<i>")

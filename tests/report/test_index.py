@@ -1,0 +1,133 @@
+"""The report index (eagle3lib.report.index): rows carried over, index.json + index.html written atomically."""
+from __future__ import annotations
+
+import json
+import re
+import tempfile
+
+import pytest
+
+from eagle3lib.report import index as I
+from eagle3lib.report.index import load_rows, render_html, write_index
+
+ROWS = [
+    {"notebook": "00_ok", "status": "ok", "seconds": 1.25, "html": "00_ok.html", "ipynb": "00_ok.ipynb",
+     "findings": {"headline": "acc 0.75", "n": 3}},
+    {"notebook": "01_bad", "status": "failed", "seconds": 2, "error": "ValueError: boom",
+     "html": "01_bad.failed.html", "previous_html": "01_bad.html", "ipynb": "01_bad.failed.ipynb"},
+    {"notebook": "02_slow", "status": "timeout", "seconds": 600.0, "error": "timed out after 600 s",
+     "html": "02_slow.failed.html", "warnings": ["w1", "w2"]},
+]
+
+
+def rows_by_name(page: str) -> dict[str, str]:
+    """The <tr> of each notebook in a rendered page."""
+    rows = re.findall(r"<tr><td>.*?</tr>", page, re.DOTALL)
+    return {re.match(r"<tr><td>([^<]*)", tr).group(1): tr for tr in rows}
+
+
+# ---------------------------------------------------------------- load_rows
+
+def test_load_rows_keeps_only_the_named_notebooks(tmp_path):
+    (tmp_path / "index.json").write_text(json.dumps({"generated_at": "x", "notebooks": ROWS + ["junk", 3]}))
+    rows = load_rows(tmp_path, keep={"02_slow", "00_ok", "99_missing"})
+    assert rows == [dict(ROWS[0], earlier_run=True), dict(ROWS[2], earlier_run=True)]   # index order, not keep's
+    assert "earlier_run" not in ROWS[0]                                                 # copies, not the originals
+    assert load_rows(tmp_path, keep=set()) == []
+
+
+@pytest.mark.parametrize("content", [None, "", "{not json", "[1, 2]", '{"other": 1}', '"text"'])
+def test_load_rows_starts_afresh_without_a_usable_index(tmp_path, content):
+    if content is not None:
+        (tmp_path / "index.json").write_text(content)
+    assert load_rows(tmp_path, keep={"00_ok"}) == []
+
+
+# ---------------------------------------------------------------- write_index
+
+def test_write_index_writes_both_files(tmp_path):
+    out = tmp_path / "reports"                                     # created on demand
+    write_index(out, ROWS, {"params_file": "params/a.yaml", "kernel": "python3"})
+    data = json.loads((out / "index.json").read_text(encoding="utf-8"))
+    assert data["notebooks"] == ROWS and data["params_file"] == "params/a.yaml" and data["kernel"] == "python3"
+    assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", data["generated_at"])
+    assert list(data) == ["generated_at", "params_file", "kernel", "notebooks"]
+    page = (out / "index.html").read_text(encoding="utf-8")
+    assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
+    assert "<p>1/3 notebooks ok.</p>" in page and f"generated_at: {data['generated_at']}" in page
+    assert "params_file: params/a.yaml · kernel: python3" in page
+    assert list(rows_by_name(page)) == ["00_ok", "01_bad", "02_slow"]
+    assert sorted(p.name for p in out.iterdir()) == ["index.html", "index.json"]     # no temp files left
+
+
+def test_write_index_given_generated_at_wins_and_round_trips(tmp_path):
+    write_index(tmp_path, ROWS[:1], {"generated_at": "2026-01-02T03:04:05", "empty": None})
+    data = json.loads((tmp_path / "index.json").read_text())
+    assert data["generated_at"] == "2026-01-02T03:04:05" and data["empty"] is None
+    page = (tmp_path / "index.html").read_text()
+    assert "empty" not in page                                         # None meta values are not shown
+    assert load_rows(tmp_path, keep={"00_ok"}) == [dict(ROWS[0], earlier_run=True)]
+
+
+def test_write_index_is_atomic(tmp_path, monkeypatch):
+    """A failure while staging index.html replaces neither file and leaves no temp file behind."""
+    write_index(tmp_path, ROWS[:1], {"run": "first"})
+    before = {p.name: p.read_bytes() for p in tmp_path.iterdir()}
+    real, calls = tempfile.mkstemp, []
+
+    def failing_mkstemp(*a, **kw):
+        calls.append(kw.get("prefix"))
+        if len(calls) == 2:
+            raise OSError(28, "No space left on device")
+        return real(*a, **kw)
+
+    monkeypatch.setattr(tempfile, "mkstemp", failing_mkstemp)
+    with pytest.raises(OSError, match="No space left"):
+        write_index(tmp_path, ROWS, {"run": "second"})
+    assert calls == [".index.json.", ".index.html."]
+    assert {p.name: p.read_bytes() for p in tmp_path.iterdir()} == before
+    assert json.loads(before["index.json"])["run"] == "first"
+
+
+# ---------------------------------------------------------------- rendering
+
+def test_html_escapes_every_value():
+    evil = {"notebook": "03_<x>", "status": "o\"k<", "seconds": 0.04, "error": "a < b & c",
+            "warnings": ["<script>alert(1)</script>"], "html": 'a"b.html', "ipynb": "n&b.ipynb",
+            "findings": {"headline": "<i>big</i>", "k<ey>": "<v>", "obj": {"a": "<b>"}}}
+    page = render_html([evil], {"params_file": "<p>.yaml"})
+    for raw in ("<x>", "<i>", "<script>", "<v>", "k<ey>", '"b.html', "<p>.yaml", "n&b"):
+        assert raw not in page, raw
+    assert "<td>03_&lt;x&gt;</td>" in page and '<td class="o&quot;k&lt;">o&quot;k&lt;</td>' in page
+    assert "<b>&lt;i&gt;big&lt;/i&gt;</b>" in page and "<li>k&lt;ey&gt;: &lt;v&gt;</li>" in page
+    assert "<li>obj: {&quot;a&quot;: &quot;&lt;b&gt;&quot;}</li>" in page
+    assert '<td class="err">a &lt; b &amp; c\n&lt;script&gt;alert(1)&lt;/script&gt;</td>' in page
+    assert '<a href="a&quot;b.html">failed run</a>' in page and '<a href="n&amp;b.ipynb">notebook</a>' in page
+    assert "<td>0.0 s</td>" in page and "params_file: &lt;p&gt;.yaml" in page
+
+
+def test_rows_link_their_reports():
+    page = rows_by_name(render_html(ROWS, {}))
+    ok, bad, slow = page["00_ok"], page["01_bad"], page["02_slow"]
+    assert '<td class="ok">ok</td>' in ok and "<td>1.2 s</td>" in ok                  # 1.25 -> 1.2 (half-even)
+    assert '<a href="00_ok.html">report</a> · <a href="00_ok.ipynb">notebook</a>' in ok
+    assert "<b>acc 0.75</b><ul><li>n: 3</li></ul>" in ok and ".failed.html" not in ok
+    assert '<td class="failed">failed</td>' in bad and "<td>2.0 s</td>" in bad
+    assert ('<a href="01_bad.failed.html">failed run</a> · <a href="01_bad.html">last good report</a> · '
+            '<a href="01_bad.failed.ipynb">notebook</a>') in bad
+    assert '<td class="err">ValueError: boom</td>' in bad
+    assert '<td class="timeout">timeout</td>' in slow and '<a href="02_slow.failed.html">failed run</a></td>' in slow
+    assert "last good report" not in slow and '<td class="err">timed out after 600 s\nw1\nw2</td>' in slow
+
+
+def test_row_without_optional_fields_and_earlier_run_marker():
+    page = render_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
+    assert '<tr><td>04_x <span class="stale">(earlier run)</span></td><td class="?">?</td><td>0.0 s</td>' \
+           '<td></td><td class="err"></td><td></td></tr>' in page
+    assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
+
+
+def test_long_findings_are_shortened():
+    long = "x" * 200
+    page = I.render_html([{"notebook": "05", "status": "ok", "findings": {"v": long}}], {})
+    assert f"<li>v: {'x' * 159}…</li>" in page and long not in page

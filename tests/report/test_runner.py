@@ -1,0 +1,298 @@
+"""Tests for the report runner (eagle3lib.report, eagle3lib.report_index) on tiny notebooks written here."""
+from __future__ import annotations
+
+import errno
+import json
+import os
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import nbformat
+import pytest
+import yaml
+
+from eagle3lib.report import runner as report
+from eagle3lib.errors import MissingFileError, ReportError
+from eagle3lib.report.index import load_rows, render_html
+
+GOOD = '''\
+# %% [markdown]
+# # Good notebook
+
+# %% tags=["parameters"]
+n: int = 3  # how many things
+label: str = "demo"  # a label
+
+# %%
+from eagle3lib.report import findings
+print(f"good {n} {label}")
+findings.record("headline", f"good {n}")
+findings.record("n", n)
+'''
+
+RAISES = '''\
+# %% [markdown]
+# # Raising notebook
+
+# %% tags=["parameters"]
+n: int = 1  # unused
+
+# %%
+from eagle3lib.report import findings
+findings.record("headline", "partial")
+print("before the failure")
+
+# %%
+raise ValueError("planted failure")
+
+# %%
+print("never reached")
+'''
+
+HANGS = '''\
+# %% [markdown]
+# # Hanging notebook
+
+# %% tags=["parameters"]
+pid_file: str = "kernel.pid"  # where the kernel writes its pid
+
+# %%
+import os
+from pathlib import Path
+Path(pid_file).write_text(str(os.getpid()))
+print("hanging now")
+
+# %%
+import time
+time.sleep(300)
+'''
+
+
+def _write(folder: Path, files: dict[str, str]) -> Path:
+    folder.mkdir(parents=True, exist_ok=True)
+    for name, text in files.items():
+        (folder / name).write_text(text)
+    return folder
+
+
+def _rows(out: Path) -> dict[str, dict]:
+    return {r["notebook"]: r for r in json.loads((out / "index.json").read_text())["notebooks"]}
+
+
+def _alive(pid: int) -> bool:
+    try:
+        status = Path(f"/proc/{pid}/status").read_text()
+    except OSError:
+        return False
+    return "zombie" not in status
+
+
+def _leftovers(out: Path) -> list[str]:
+    return [p.name for p in out.iterdir() if p.name.endswith(".tmp") or ".running." in p.name]
+
+
+def test_failures_are_reported_and_earlier_good_report_kept(tmp_path, capsys):
+    """ok / failed / timeout rows, partial notebooks kept, last good HTML kept, kernel gone, exit code 1."""
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD, "01_raises.py": RAISES, "02_hangs.py": HANGS})
+    out = _write(tmp_path / "reports", {"01_raises.html": "EARLIER GOOD REPORT",
+                                        "00_good.failed.html": "stale failure of an earlier run"})
+    params = tmp_path / "params.yaml"
+    params.write_text("n: 7\n00_good:\n  label: from-yaml\n")
+    t0 = time.monotonic()
+    rc = report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(params), "--timeout", "6"])
+    assert time.monotonic() - t0 < 60
+    assert rc == 1
+    rows = _rows(out)
+    assert [rows[k]["status"] for k in ("00_good", "01_raises", "02_hangs")] == ["ok", "failed", "timeout"]
+
+    good = rows["00_good"]
+    assert good["findings"] == {"headline": "good 7", "n": 7}
+    assert good["html"] == "00_good.html" and "good 7 from-yaml" in (out / "00_good.html").read_text()
+    assert json.loads((out / "00_good.findings.json").read_text())["headline"] == "good 7"
+    assert not (out / "00_good.failed.html").exists()  # the good run retired the stale failure
+
+    bad = rows["01_raises"]
+    assert "ValueError" in bad["error"] and "planted failure" in bad["error"]
+    assert bad["findings"] == {"headline": "partial"}
+    assert (out / "01_raises.html").read_text() == "EARLIER GOOD REPORT"
+    assert bad["html"] == "01_raises.failed.html" and bad["previous_html"] == "01_raises.html"
+    assert "planted failure" in (out / "01_raises.failed.html").read_text()
+    executed = nbformat.read(out / "01_raises.failed.ipynb", as_version=4)
+    printed_cells = [o.get("text", "") for c in executed.cells for o in c.get("outputs", [])]
+    assert "before the failure\n" in printed_cells and "never reached\n" not in printed_cells
+
+    hung = rows["02_hangs"]
+    assert "timeout" in hung["error"] and "import time" in hung["error"]
+    assert "hanging now" in (out / "02_hangs.failed.ipynb").read_text()
+    pid = int((tmp_path / "kernel.pid").read_text())  # cwd of the notebooks is the folder above notebooks/
+    deadline = time.monotonic() + 10
+    while _alive(pid) and time.monotonic() < deadline:
+        time.sleep(0.2)
+    assert not _alive(pid), "the timed-out kernel is still running"
+
+    page = (out / "index.html").read_text()
+    assert "planted failure" in page and "timeout" in page and "last good report" in page and "good 7" in page
+    assert _leftovers(out) == []
+    printed = capsys.readouterr().out
+    assert "[1/3] 00_good: ok" in printed and "[3/3] 02_hangs: timeout" in printed
+
+
+def test_write_failure_keeps_earlier_report(tmp_path, monkeypatch):
+    """A disk-full error while publishing marks the row failed and leaves the earlier HTML untouched."""
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD})
+    out = _write(tmp_path / "reports", {"00_good.html": "EARLIER GOOD REPORT"})
+    real_replace = os.replace
+
+    def disk_full(src, dst):
+        if Path(dst).name == "00_good.html":
+            raise OSError(errno.ENOSPC, "No space left on device")
+        real_replace(src, dst)
+
+    monkeypatch.setattr(os, "replace", disk_full)
+    rc = report.main(["--notebooks", str(nbs), "--out", str(out), "--timeout", "30"])
+    assert rc == 1
+    row = _rows(out)["00_good"]
+    assert row["status"] == "failed" and "No space left on device" in row["error"]
+    assert row["html"] is None and row["previous_html"] == "00_good.html"
+    assert (out / "00_good.html").read_text() == "EARLIER GOOD REPORT"
+    assert _leftovers(out) == []
+
+
+def test_bad_arguments_exit_2_before_any_kernel(tmp_path, capsys):
+    """A missing params file, a typo'd section, an unknown --only and a missing folder are usage errors."""
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD})
+    out = tmp_path / "reports"
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "nope.yaml")]) == 2
+    (tmp_path / "typo.yaml").write_text("00_godo:\n  n: 1\n")
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "typo.yaml")]) == 2
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "--only", "07"]) == 2
+    assert report.main(["--notebooks", str(tmp_path / "missing"), "--out", str(out)]) == 2
+    err = capsys.readouterr().err
+    assert "nope.yaml" in err and "00_godo" in err and "'07'" in err and "missing" in err
+    assert not out.exists()
+
+
+def test_load_params_sections_override_top_level(tmp_path):
+    """Top-level keys are common; a section named after a notebook stem is that notebook's override."""
+    p = tmp_path / "p.yaml"
+    p.write_text("device: cuda\nn: 2\n00_good:\n  n: 5\n01_raises:\n")
+    common, sections = report.load_params(p, ["00_good", "01_raises"])
+    assert common == {"device": "cuda", "n": 2}
+    assert sections == {"00_good": {"n": 5}, "01_raises": {}}
+    params, warns = report.params_for("00_good", {"n": ("3", ""), "label": ("'x'", "")}, common,
+                                      {"n": 5, "lable": "typo"})
+    assert params == {"n": 5}  # 'device' is not declared by this notebook, so it is not injected
+    assert len(warns) == 1 and "'lable'" in warns[0]
+
+
+@pytest.mark.parametrize("text, match", [("- a\n- b\n", "mapping"), ("a: [1\n", "not valid YAML"),
+                                         ("00_good: 3\n", "section must be a mapping")])
+def test_load_params_rejects_malformed_files(tmp_path, text, match):
+    """Malformed parameter files raise ReportError naming the file."""
+    p = tmp_path / "bad.yaml"
+    p.write_text(text)
+    with pytest.raises(ReportError, match=match) as e:
+        report.load_params(p, ["00_good"])
+    assert "bad.yaml" in str(e.value)
+    with pytest.raises(MissingFileError):
+        report.load_params(tmp_path / "absent.yaml", ["00_good"])
+
+
+def test_select_and_discover(tmp_path):
+    """Only NN_topic.py files are notebooks; --only takes numbers or stems in any order."""
+    nbs = _write(tmp_path / "nb", {"00_a.py": GOOD, "01_b.py": GOOD, "02_c.py": GOOD, "helper.py": "", "3_x.py": ""})
+    sources = report.discover(nbs)
+    assert [p.name for p in sources] == ["00_a.py", "01_b.py", "02_c.py"]
+    assert [p.stem for p in report.select(sources, "02,00")] == ["00_a", "02_c"]
+    assert [p.stem for p in report.select(sources, "01_b")] == ["01_b"]
+    assert report.select(sources, None) == sources
+    with pytest.raises(ReportError, match="no notebook matches '5'"):
+        report.select(sources, "5")
+
+
+def test_declared_parameters_and_template_round_trip(tmp_path):
+    """The template lists every parameter commented; uncommenting a line gives that value to that notebook."""
+    nbs = _write(tmp_path / "nb", {"00_good.py": GOOD, "02_hangs.py": HANGS})
+    declared = report.declared_parameters(report.read_source(nbs / "00_good.py"))
+    assert declared == {"n": ("3", "how many things"), "label": ('"demo"', "a label")}
+    text = report.params_template(report.discover(nbs))
+    assert yaml.safe_load(text) == {"00_good": None, "02_hangs": None}
+    assert '  # pid_file: "kernel.pid"  # where the kernel writes its pid' in text
+    edited = tmp_path / "edited.yaml"
+    edited.write_text(text.replace("  # n: 3", "  n: 4"))
+    assert report.load_params(edited, ["00_good", "02_hangs"]) == ({}, {"00_good": {"n": 4}, "02_hangs": {}})
+
+
+def test_notebook_without_parameters_cell_declares_nothing(tmp_path):
+    """A notebook with no tagged cell declares no parameters (nothing is injected into it)."""
+    nbs = _write(tmp_path / "nb", {"00_plain.py": "# %%\nx = 1\n"})
+    nb = report.read_source(nbs / "00_plain.py")
+    assert report.parameters_cells(nb) == [] and report.declared_parameters(nb) == {}
+
+
+def test_ensure_kernel_installs_into_sys_prefix_when_missing(monkeypatch):
+    """With no python3 spec, the spec is installed into this environment; a foreign one is an error."""
+    from ipykernel import kernelspec as ik
+    from jupyter_client.kernelspec import KernelSpec, KernelSpecManager, NoSuchKernel
+
+    installed = []
+    state = {"argv0": None}
+
+    def get_spec(self, name):
+        if state["argv0"] is None:
+            raise NoSuchKernel(name)
+        return KernelSpec(argv=[state["argv0"], "-m", "ipykernel_launcher"], display_name="x", language="python")
+
+    def install(kernel_name, prefix):
+        installed.append((kernel_name, prefix))
+        state["argv0"] = sys.executable
+
+    monkeypatch.setattr(KernelSpecManager, "get_kernel_spec", get_spec)
+    monkeypatch.setattr(ik, "install", install)
+    report.ensure_kernel()
+    assert installed == [("python3", sys.prefix)]
+    report.ensure_kernel()  # already fine: nothing more installed
+    assert len(installed) == 1
+    state["argv0"] = "/opt/other/bin/python"
+    monkeypatch.setattr(ik, "install", lambda kernel_name, prefix: None)
+    with pytest.raises(ReportError, match="another Python"):
+        report.ensure_kernel()
+
+
+def test_index_keeps_rows_of_notebooks_not_run_and_escapes_html(tmp_path):
+    """--only runs keep the other notebooks' earlier rows; findings text is HTML-escaped."""
+    (tmp_path / "index.json").write_text(json.dumps({"notebooks": [
+        {"notebook": "00_a", "status": "ok", "findings": {"headline": "<b>bold</b>"}},
+        {"notebook": "01_b", "status": "failed", "error": "boom"},
+        {"notebook": "09_gone", "status": "ok"}]}))
+    rows = load_rows(tmp_path, keep={"00_a", "01_b"})
+    assert [r["notebook"] for r in rows] == ["00_a", "01_b"] and all(r["earlier_run"] for r in rows)
+    page = render_html(rows, {"params_file": None})
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run)" in page
+    (tmp_path / "index.json").write_text("{not json")
+    assert load_rows(tmp_path, keep={"00_a"}) == []
+
+
+def test_report_module_runs_as_script(tmp_path):
+    """`python -m eagle3lib.report --params-template` works from a shell (the Makefile's entry point)."""
+    import subprocess
+
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD})
+    proc = subprocess.run([sys.executable, "-m", "eagle3lib.report", "--notebooks", str(nbs), "--params-template"],
+                          capture_output=True, text=True, timeout=60)
+    assert proc.returncode == 0, proc.stderr
+    assert textwrap.dedent("""\
+        00_good:
+          # n: 3  # how many things""") in proc.stdout
+
+
+def test_declared_parameters_reads_help_after_the_value(tmp_path):
+    """A '#' inside a default string is not taken for the help comment; a broken cell names the file."""
+    src = '# %% tags=["parameters"]\ntag: str = "a#b"  # hash inside\nrate = 0.5\n'
+    nbs = _write(tmp_path / "nb", {"00_x.py": src, "01_y.py": '# %% tags=["parameters"]\nx: int = (\n'})
+    assert report.declared_parameters(report.read_source(nbs / "00_x.py")) == {
+        "tag": ('"a#b"', "hash inside"), "rate": ("0.5", "")}
+    with pytest.raises(ReportError, match="01_y.py.*not valid Python"):
+        report.params_template(report.discover(nbs))

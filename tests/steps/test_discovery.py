@@ -1,0 +1,70 @@
+"""discover(): notebook 01 end to end on the samples; never raises on bad input."""
+from __future__ import annotations
+
+import json
+
+from eagle3lib.steps.discovery import SAMPLES_DIR, config_paths, discover
+
+SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 16")
+FIXED = SEED.replace("steps 1 ", "steps 15 ")
+DRAFT = json.loads((SAMPLES_DIR / "demo_draft_config.json").read_text())
+
+
+def test_config_paths_fall_back_to_samples(tmp_path, monkeypatch):
+    """An unbuilt demo world falls back to the shipped samples; an explicit path never does."""
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    target, draft, notes = config_paths()
+    assert (target.name, draft.name) == ("demo_target_config.json", "demo_draft_config.json") and len(notes) == 2
+    target, _, notes = config_paths(str(tmp_path / "mine"))
+    assert target == tmp_path / "mine" / "config.json" and len(notes) == 1
+
+
+def test_discover_reproduces_the_seed_headline(tmp_path, monkeypatch):
+    """Seed command + sample log: headline 'num_draft_tokens 16 → 2 (topk=1 rule, SGLang ≥ 0.4.6)', log agrees."""
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    d = discover(SEED, "0.5.6", server_log=str(SAMPLES_DIR / "sglang_seed_startup.log"))
+    assert d.problems == () and d.target_arch == "LlamaForCausalLM" and d.num_layers == 8
+    assert d.headline() == "num_draft_tokens 16 → 2 (topk=1 rule, SGLang ≥ 0.4.6)"
+    found = d.findings()
+    json.dumps(found)
+    assert found["changed"]["speculative_num_draft_tokens"] == [16, 2] and found["log_confirms"] is True
+    assert found["vllm_num_speculative_tokens"] == 1
+    assert TOPK1_LINE in d.log_proof()["message"].str.cat()
+    fixed = discover(FIXED, "0.5.6")
+    assert fixed.headline() == "speculative settings run as requested on SGLang 0.5.6"
+    assert fixed.vllm["num_speculative_tokens"] == 15
+
+
+TOPK1_LINE = "speculative_num_draft_tokens is adjusted"
+
+
+def test_discover_never_raises_on_bad_input(tmp_path, monkeypatch):
+    """Not a launch command, a missing server_info, a bad version, a vLLM command: problems, not crashes."""
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    d = discover("ls -la", "banana", server_info=str(tmp_path / "none.json"))
+    assert len(d.problems) == 3 and d.resolution is None
+    assert d.headline().startswith("launch command unreadable: launch command: not a SGLang")
+    assert d.version == "0.5.6"
+    v = discover('vllm serve m --speculative-config \'{"method": "eagle3", "model": "/d", '
+                 '"num_speculative_tokens": 3}\'')
+    assert v.vllm["sglang"]["speculative_num_steps"] == 3 and v.diff.empty
+    assert v.headline() == ("vLLM eagle3 with K=3 (SGLang steps 3, topk 1, ndt K+1); method given explicitly")
+    rej = discover(SEED.replace("--speculative-num-steps 1 ", ""), "0.5.6")
+    assert rej.headline().startswith("SGLang 0.5.6 refuses")
+    info = discover(SEED, server_info=str(SAMPLES_DIR / "sglang_server_info_seed.json"))
+    assert info.version == "0.5.6" and any("/server_info" in n for n in info.notes)
+    clash = discover(SEED, "0.5.13", server_info="data/samples/sglang_server_info_seed.json")   # repo-relative
+    assert clash.server_info is not None and any("/server_info says 0.5.6" in n for n in clash.notes)
+    assert discover("python -m sglang.launch_server --model-path m").headline().startswith("no speculative")
+
+
+def test_shipped_sample_configs_match_the_shipped_world():
+    """The fallback samples are the shipped demo world's configs (a rebuilt world must refresh them too)."""
+    from eagle3lib.demo.build import ARTIFACTS
+    for what in ("draft", "target"):
+        sample = json.loads((SAMPLES_DIR / f"demo_{what}_config.json").read_text())
+        world = json.loads((ARTIFACTS / what / "config.json").read_text())
+        sample.pop("_name_or_path"), world.pop("_name_or_path", None)
+        assert sample == world, f"data/samples/demo_{what}_config.json differs from {ARTIFACTS / what}/config.json"

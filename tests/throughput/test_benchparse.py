@@ -1,0 +1,129 @@
+"""Structured run outputs: /server_info, bench JSON, Prometheus text, parse_file dispatch, live server."""
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, HTTPServer
+from pathlib import Path
+
+import pytest
+
+from eagle3lib.throughput import benchparse as bp
+from eagle3lib.errors import LogParseError
+
+SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
+
+
+PROM = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 400.0
+vllm:spec_decode_num_draft_tokens_total{engine="0",model_name="m"} 1200.0
+vllm:spec_decode_num_accepted_tokens_total{engine="0",model_name="m"} 720.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 320.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 240.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 160.0
+"""
+
+
+def test_vllm_prometheus_counters_and_deltas():
+    """tau = 1 + accepted/drafts, per-position = per_pos/drafts; a 'before' scrape is subtracted."""
+    (rec,) = bp.parse_prometheus("metrics.txt", text=PROM).records
+    assert rec.accept_length == pytest.approx(2.8) and rec.per_position == pytest.approx((0.8, 0.6, 0.4))
+    assert rec.num_steps == 3 and "lifetime" in rec.notes
+    before = PROM.replace("400.0", "100.0").replace("720.0", "120.0").replace("} 320.0", "} 20.0")
+    (d,) = bp.parse_prometheus("metrics.txt", text=PROM, before=before).records
+    assert d.rounds == 300 and d.accept_length == pytest.approx(3.0) and d.per_position[0] == pytest.approx(1.0)
+
+
+def test_sglang_prometheus_gauges_and_nothing_found():
+    """SGLang gauges give the last window's tau; text without spec metrics raises."""
+    text = 'sglang:spec_accept_length{model_name="m"} 2.5\nsglang:gen_throughput{model_name="m"} 80.0\n'
+    (rec,) = bp.parse_prometheus("m.txt", text=text).records
+    assert rec.engine == "sglang" and rec.accept_length == 2.5 and rec.tok_s == 80.0
+    with pytest.raises(LogParseError, match="spec_decode_num_drafts"):
+        bp.parse_prometheus("m.txt", text='vllm:num_requests_running{engine="0"} 1.0\n')
+
+
+def _write(tmp_path, name, obj):
+    p = tmp_path / name
+    p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
+    return p
+
+
+def test_server_info_effective_settings_and_lifetime_tau(tmp_path):
+    """/server_info: settings after normalization, tau from internal_states, lossy thresholds warned."""
+    info = {"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3, "speculative_eagle_topk": 1,
+            "speculative_num_draft_tokens": 4, "speculative_accept_threshold_single": 0.9, "version": "0.5.6",
+            "internal_states": [{"avg_spec_accept_length": 2.5, "last_gen_throughput": 140.0},
+                                {"avg_spec_accept_length": 2.7, "last_gen_throughput": 150.0}]}
+    res = bp.parse_file(_write(tmp_path, "info.json", info))
+    (rec,) = res.records
+    assert (rec.num_steps, rec.num_draft_tokens, rec.engine_version) == (3, 4, "0.5.6")
+    assert rec.accept_length == pytest.approx(2.6) and rec.tok_s == pytest.approx(290.0)
+    assert "lifetime" in rec.notes and any("lossy" in w for w in res.warnings)
+    base = bp.parse_file(_write(tmp_path, "b.json", {"speculative_algorithm": None, "internal_states": []}))
+    assert base.records[0].is_baseline
+
+
+def test_bench_outputs_each_become_records(tmp_path):
+    """bench_one_batch_server, bench_serving, vllm bench serve and bench_speculative lines in one JSONL."""
+    lines = [
+        {"run_name": "default", "batch_size": 1, "input_len": 1024, "output_len": 256, "latency": 3.0,
+         "output_throughput": 80.0, "last_gen_throughput": 95.0, "acc_length": -1.0, "cache_hit_rate": None},
+        {"backend": "sglang", "max_concurrency": 4, "output_throughput": 300.0, "accept_length": 2.2},
+        {"backend": "vllm", "max_concurrency": 1, "output_throughput": 120.0, "spec_decode_num_drafts": 100,
+         "spec_decode_draft_tokens": 300, "spec_decode_accepted_tokens": 180,
+         "spec_decode_per_position_acceptance_rates": [80.0, 60.0, 40.0]},
+        {"batch_size": 1, "steps": 3, "topk": 1, "num_draft_tokens": 8, "acc_length": 2.9, "step_time": 0.02,
+         "speed": 145.0, "completion_tokens": 512},
+    ]
+    res = bp.parse_file(_write(tmp_path, "bench.jsonl", "\n".join(json.dumps(x) for x in lines)), series="b")
+    one, serving, vllm, spec = res.records
+    assert one.tok_s == 95.0 and one.accept_length is None
+    assert serving.batch_size == 4 and serving.accept_length == 2.2
+    assert vllm.accept_length == pytest.approx(2.8) and vllm.per_position == pytest.approx((0.8, 0.6, 0.4))
+    assert (spec.num_draft_tokens, spec.tok_s_scope) == (4, "per_request") and "requested" in spec.notes
+    assert {r.series for r in res.records} == {"b"}
+    assert any("percent" in w for w in res.warnings)
+
+
+def test_json_bad_lines_and_unknown_objects(tmp_path):
+    """A truncated JSONL line and an unknown object are bad lines; nothing readable raises."""
+    ok = json.dumps({"backend": "sglang", "max_concurrency": 1, "output_throughput": 90.0, "accept_length": 1.8})
+    res = bp.parse_json(_write(tmp_path, "r.jsonl", ok + '\n{"backend": "sgl\n{"weird": 1}\n'))
+    assert len(res.records) == 1 and res.n_bad == 2 and [n for n, _ in res.bad_lines] == [2, 3]
+    with pytest.raises(LogParseError, match="no run could be read"):
+        bp.parse_json(_write(tmp_path, "w.json", {"weird": 1}))
+
+
+def test_parse_file_reads_run_record_jsonl():
+    """The shipped seed_runs.jsonl is recognised as RunRecords."""
+    res = bp.parse_file(SAMPLES / "seed_runs.jsonl")
+    assert [r.tok_s for r in res.records] == [90.0, 56.8, 46.7, 54.8]
+
+
+def test_read_server_uses_server_info_then_metrics():
+    """A local SGLang-like server answers /server_info; a vLLM-like one only /metrics."""
+    class H(BaseHTTPRequestHandler):
+        def do_GET(self):
+            body = {"/server_info": json.dumps({"speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
+                                                "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 4,
+                                                "internal_states": [{"avg_spec_accept_length": 2.0}]}),
+                    "/metrics": PROM}.get(self.path) if self.server.kind == "sglang" else \
+                {"/metrics": PROM}.get(self.path)
+            self.send_response(200 if body else 404)
+            self.end_headers()
+            self.wfile.write((body or "").encode())
+
+        def log_message(self, *a):
+            pass
+
+    for kind, engine in (("sglang", "sglang"), ("vllm", "vllm")):
+        srv = HTTPServer(("127.0.0.1", 0), H)
+        srv.kind = kind
+        threading.Thread(target=srv.serve_forever, daemon=True).start()
+        try:
+            (rec,) = bp.read_server(f"http://127.0.0.1:{srv.server_port}").records
+            assert rec.engine == engine
+        finally:
+            srv.shutdown()
+    with pytest.raises(LogParseError, match="did not answer"):
+        bp.read_server("http://127.0.0.1:9", timeout=0.5)
