@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import importlib
 import itertools
 import json
 import math
@@ -65,6 +66,12 @@ def process_group(backend: str | None = None):
         torch.cuda.set_device(local)
     joined = not dist.is_initialized()
     if joined:
+        # torch.distributed.nn.functional binds `group=group.WORLD` as default arguments when first imported. Imported
+        # after init (torch._dynamo pulls it in lazily, e.g. when the draft is built on the meta device), those defaults
+        # keep the world group alive past destroy_process_group: its gloo worker threads then run into interpreter
+        # exit, and one dropping the last collective's tensor there aborts the rank ("terminate called without an
+        # active exception", exit -6). Imported before init, the defaults are None and destroy frees the group.
+        importlib.import_module("torch.distributed.nn.functional")
         dist.init_process_group(backend or ("cpu:gloo,cuda:nccl" if torch.cuda.is_available() else "gloo"))
     try:
         yield World(dist.get_rank(), dist.get_world_size(), local, rank_device(local))
