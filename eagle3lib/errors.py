@@ -70,5 +70,9 @@ class ReportError(Eagle3Error):
     """A notebook run or report export that failed."""
 
 
+class FindingError(Eagle3Error):
+    """A finding with an unknown cause id or status, or a finding record that cannot be read back."""
+
+
 ALL_ERRORS = (Eagle3Error, ConfigError, CheckpointError, UnsafeFileError, MissingFileError, VocabError,
-              DataError, LayoutError, ServingArgsError, LogParseError, ReportError)
+              DataError, LayoutError, ServingArgsError, LogParseError, ReportError, FindingError)

@@ -1,0 +1,183 @@
+"""The catalogue of causes a served EAGLE-3 draft underperforms for, and the `Finding` every check returns.
+
+One stable snake_case id per cause of `field-causes.md` (its 19 rows) plus the seed's two (`ndt_override`,
+`aux_layout_mismatch`) and three the workbook tells apart (`generalization_gap`, `lossy_threshold`; the d2t row
+is `d2t_mapping`). A check says what it saw as ``Finding(cause, status, summary, evidence, where, fix, needs,
+source)``; ``not_checked(cause, where, needs)`` is the finding of a check whose input is missing.
+Usage: ``Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6", {...}, "checks.rope")``.
+This module imports nothing from eagle3lib but `errors`, so every layer may use it.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+from .errors import FindingError
+
+STATUSES = ("confirmed", "suspected", "ruled out", "not checked")
+
+
+@dataclass(frozen=True)
+class Cause:
+    """One known cause: its id, a title, the symptom users report, and where it is documented."""
+    id: str
+    title: str
+    symptom: str
+    reference: str   # field-causes.md row (or the seed) and the public threads
+
+
+_FC = "field-causes.md #"
+_ROWS = (
+    ("missing_layer_ids", "draft config has no aux layer ids, or they sit where the engine does not read them; "
+     "the engine falls back to a guess", "AL ~1.0, 1% accepted, logs silent",
+     _FC + "1; vllm PR#50170, tokenspeed PR#526, llama.cpp PR#25794"),
+    ("layer_id_off_by_one", "layer-id convention off by one (output-of vs input-of layer, SGLang's +1, first-id "
+     "rule, last layer unreachable)", "AL lower by ~0.1 to collapse",
+     _FC + "2; sglang PR#25454, PR#32334; vllm PR#46788; SpecForge PR#239"),
+    ("final_norm_slot", "last aux slot taken before vs after the final norm; draft norm placement wrong",
+     "acceptance 25% -> 40% after the fix", _FC + "3; speculators PR#313; SpecForge PR#879; vllm PR#11672, PR#14464"),
+    ("dropped_variant_flags", "engine drops draft flags norm_before_fc / fc_norm / norm_output / "
+     "norm_before_residual", "acceptance stays low after the capture fix",
+     _FC + "4; vllm PR#38111, PR#42143, PR#46488; sglang PR#32334"),
+    ("rope_mismatch", "RoPE differs between training and serving (rope_theta, rope_scaling, "
+     "partial_rotary_factor, rotation style)", "offline AL 2.5, served ~1.4; AL 1.01",
+     _FC + "5; speculators PR#574, #613; SpecForge PR#270; TRT-LLM PR#19036"),
+    ("wrong_embedding", "wrong embedding at serve time (draft's own embed_tokens random or not the target's, "
+     "engine override, a dropped scale or rotation)", "AL 1.3 -> 2.5 once the right embedding is used",
+     _FC + "6; vllm PR#27732/#28549, #50158; TorchSpec#38; vllm-ascend PR#7038"),
+    ("lm_head_missing", "lm_head missing and not borrowed, or not shared when vocab sizes differ by padding",
+     "AL 1.00; the loader warns on unexpected keys, never on missing", _FC + "7; sglang PR#27908; vllm PR#46435; "
+     "SpecForge PR#473"),
+    ("d2t_mapping", "d2t missing, in a side file, arange instead of offsets, absolute ids read as offsets",
+     "the engine uses the first N target ids; collapse", _FC + "8; NeMo Automodel PR#2447; vllm PR#18909"),
+    ("weights_dropped", "draft weights silently dropped or left at random init (key names the loader does not "
+     "map: midlayer.* vs layers.0.*, a framework prefix)", "acceptance pinned near 0",
+     _FC + "9; ModelOpt debug/README.md; sglang PR#24663; NeMo Automodel PR#2235"),
+    ("wrong_method", "wrong speculative method or overridden config (EAGLE for an EAGLE-3 draft, vLLM method "
+     "auto-detection)", "AL exactly 1.0, no warning", _FC + "10; sglang PR#21272; vllm #47486 / PR#47490, PR#42376"),
+    ("short_context", "draft context shorter than the served context (max_position_embeddings)",
+     "AL 2.3 at 2k -> 1.08 at 20k; vLLM stops drafting past the drafter's length",
+     _FC + "11; SpecForge PR#271; sglang#6783; vllm#48894, PR#57964"),
+    ("chat_template_mismatch", "chat template / think mode / system prompt differs between training and serving",
+     "acceptance 25% -> 60% after aligning think mode", _FC + "12; SpecForge#296, PR#182; z-lab/dflash#133"),
+    ("engine_regression", "engine regression in the speculative path (version-specific)",
+     "replay healthy, served AL ~1.0 on one version", _FC + "13; vllm#26191, #40551; SpecForge#310"),
+    ("target_drift", "draft trained for a different or since fine-tuned target, or on too little data",
+     "the stored training states no longer match the target", _FC + "14; SpecForge#128, #192; speculators#751"),
+    ("compute_bound", "accept length fine, wall clock slow: compute-bound batch, MoE verify, tree settings",
+     "AL 2-3 yet below the no-speculation baseline", _FC + "15; AngelSlim#163; SpecForge#339; sglang#6949"),
+    ("sampling_settings", "rejection-sampling or sampling settings (strict vs probabilistic, a benchmark top_k=1 "
+     "default making temperature runs greedy)", "acceptance lower or higher than expected",
+     _FC + "16; vllm PR#35461, PR#40269; SpecForge PR#741"),
+    ("quantized_target", "quantized or rotated target (fp8, NVFP4, QuaRot) serving a draft trained on bf16 states",
+     "acceptance near 0 or a large drop", _FC + "17; vllm#9534; vllm-ascend#5974, PR#7038"),
+    ("measurement_artefact", "measurement artefacts (bonus-token convention, accept-rate formula changes, lifetime "
+     "averages, prompt variance)", "misleading comparisons", _FC + "18; EAGLE#132/#146; sglang PR#13212"),
+    ("hidden_size_mismatch", "draft hidden size or architecture differs from the target's (the fc must bridge it)",
+     "load errors or low AL", _FC + "19; sglang PR#4716; vllm#18906"),
+    ("ndt_override", "SGLang rewrote --speculative-num-draft-tokens (topk 1 forces num_steps + 1)",
+     "16 draft tokens requested, 2 run", "the seed, first cause; sglang_table.py"),
+    ("aux_layout_mismatch", "serving feeds the draft other boundaries than training used (a missing embedding "
+     "slot, shifted / permuted / post-norm slots)", "replay healthy in the trained layout, low as served",
+     "the seed, second cause; layout.py, compare.py"),
+    ("generalization_gap", "the draft is healthy on its training samples but weak on new prompts",
+     "training-sample accuracy high, served accuracy low with a correct wiring", "verdict.py; training-and-eval.md"),
+    ("lossy_threshold", "accept thresholds below 1 make verification lossy and inflate acceptance",
+     "acceptance above what greedy verification gives", "crossengine.py lint; SGLang "
+     "--speculative-accept-threshold-single/-acc"),
+)
+CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r) for r in _ROWS}
+
+# field-causes.md row number -> catalogue id (each row maps to exactly one id)
+FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19])}
+
+
+def cause(cause_id: str) -> Cause:
+    """The catalogue entry for `cause_id`; FindingError naming the id when it is unknown."""
+    if cause_id not in CATALOGUE:
+        raise FindingError("causes.CATALOGUE", f"unknown cause id {cause_id!r}",
+                           expected=f"one of {', '.join(sorted(CATALOGUE))}", found=repr(cause_id),
+                           cause="a typo, or a cause not added to eagle3lib/causes.py")
+    return CATALOGUE[cause_id]
+
+
+def _plain(value, where: str):
+    """`value` as JSON data (numbers, strings, lists, dicts); numpy/torch scalars converted, NaN -> None."""
+    if value is None or isinstance(value, (bool, str)):
+        return value
+    if isinstance(value, int):
+        return int(value)
+    if isinstance(value, float):
+        return float(value) if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
+    tolist = getattr(value, "tolist", None)   # numpy / torch scalars and small arrays
+    if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
+        return _plain(tolist(), where)
+    raise FindingError(where, "evidence must be numbers, strings, lists or dicts", expected="JSON data",
+                       found=type(value).__name__, cause="a tensor, path or object put into a finding's evidence")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """What one check saw about one cause. `evidence` holds numbers / short strings, `where` the check and section
+    (``"checks.rope"``), `needs` the missing input of a ``not checked`` finding, `source` the engine fact's PR/file."""
+    cause: str
+    status: str
+    summary: str
+    evidence: dict = field(default_factory=dict)
+    where: str = ""
+    fix: str = ""
+    needs: str = ""
+    source: str = ""
+
+    def __post_init__(self):
+        cause(self.cause)
+        if self.status not in STATUSES:
+            raise FindingError(f"finding {self.cause!r} ({self.where or 'no where'})", f"unknown status "
+                               f"{self.status!r}", expected=" / ".join(STATUSES), found=repr(self.status))
+        if not isinstance(self.evidence, dict):
+            raise FindingError(f"finding {self.cause!r} ({self.where})", "evidence must be a dict",
+                               expected="{name: number or short string}", found=type(self.evidence).__name__)
+        object.__setattr__(self, "evidence", _plain(self.evidence, f"finding {self.cause!r} evidence"))
+        for name in ("summary", "where", "fix", "needs", "source"):
+            if not isinstance(getattr(self, name), str):
+                raise FindingError(f"finding {self.cause!r}", f"{name} must be a string", expected="str",
+                                   found=type(getattr(self, name)).__name__)
+
+    @property
+    def raised(self) -> bool:
+        """True for a confirmed or suspected finding (an alarm)."""
+        return self.status in ("confirmed", "suspected")
+
+    def to_dict(self) -> dict:
+        """The finding as a JSON-safe dict (the field names as keys)."""
+        return {"cause": self.cause, "status": self.status, "summary": self.summary, "evidence": dict(self.evidence),
+                "where": self.where, "fix": self.fix, "needs": self.needs, "source": self.source}
+
+    @classmethod
+    def from_dict(cls, record: dict) -> "Finding":
+        """A finding from `to_dict()`'s record; FindingError naming the key when one is missing or unknown."""
+        if not isinstance(record, dict):
+            raise FindingError("finding record", "not a dict", expected="a dict from Finding.to_dict()",
+                               found=type(record).__name__)
+        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source")
+        unknown = sorted(set(record) - set(names))
+        missing = [k for k in ("cause", "status", "summary") if k not in record]
+        if unknown or missing:
+            raise FindingError("finding record", f"keys {', '.join(missing + unknown)} "
+                               f"{'missing' if missing else 'unknown'}", expected=", ".join(names),
+                               found=", ".join(sorted(record)), cause="a record not written by Finding.to_dict()")
+        return cls(**{k: record[k] for k in names if k in record})
+
+
+def not_checked(cause_id: str, where: str, needs: str, summary: str = "") -> Finding:
+    """The finding of a check that could not run: `needs` names the input that would let it run."""
+    return Finding(cause_id, "not checked", summary or f"not checked: needs {needs}", {}, where, needs=needs)
+
+
+def raised(findings) -> list[Finding]:
+    """The confirmed and suspected findings of `findings`, in their order."""
+    return [f for f in findings if f.raised]

@@ -1,0 +1,77 @@
+"""The cause catalogue and the Finding record: ids, validation, JSON round trip."""
+from __future__ import annotations
+
+import json
+import re
+from pathlib import Path
+
+import numpy as np
+import pytest
+import torch
+
+from eagle3lib.causes import CATALOGUE, FIELD_CAUSES, STATUSES, Finding, cause, not_checked, raised
+from eagle3lib.errors import Eagle3Error, FindingError
+
+FIELD_CAUSES_MD = Path("/work/shared/reference/field-causes.md")
+
+
+def test_catalogue_covers_the_field_causes_and_the_seed_once_each():
+    """19 field causes map to 19 distinct ids; the seed's two and the extras are there; ids are snake_case."""
+    assert sorted(FIELD_CAUSES) == list(range(1, 20))
+    assert len(set(FIELD_CAUSES.values())) == 19
+    for extra in ("ndt_override", "aux_layout_mismatch", "generalization_gap", "d2t_mapping", "lossy_threshold"):
+        assert extra in CATALOGUE
+    for cid, c in CATALOGUE.items():
+        assert re.fullmatch(r"[a-z][a-z0-9_]*", cid) and c.id == cid and c.title and c.reference
+    for row, cid in FIELD_CAUSES.items():
+        assert CATALOGUE[cid].reference.startswith(f"field-causes.md #{row};")
+
+
+@pytest.mark.skipif(not FIELD_CAUSES_MD.is_file(), reason="reference notes not on this machine")
+def test_every_row_of_field_causes_md_has_an_id():
+    """The reference table has exactly as many rows as FIELD_CAUSES maps."""
+    rows = re.findall(r"^\| (\d+) \|", FIELD_CAUSES_MD.read_text(), re.M)
+    assert [int(r) for r in rows] == sorted(FIELD_CAUSES)
+
+
+def test_finding_round_trips_through_json():
+    """to_dict -> json -> from_dict gives the same finding; numpy/torch numbers become plain floats."""
+    f = Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6",
+                {"draft": np.float32(1e4), "target": torch.tensor(1e6), "slots": (1, 2), "nan": float("nan")},
+                "checks.rope", fix="set rope_theta 1e6", source="speculators PR#574")
+    rec = json.loads(json.dumps(f.to_dict(), allow_nan=False))
+    back = Finding.from_dict(rec)
+    assert back == f and back.evidence == {"draft": 1e4, "target": 1e6, "slots": [1, 2], "nan": None}
+    assert f.raised and raised([f, not_checked("rope_mismatch", "checks.rope", "target config")]) == [f]
+
+
+@pytest.mark.parametrize("kwargs, bad", [
+    ({"cause": "rope_mismtach"}, "rope_mismtach"),
+    ({"status": "maybe"}, "maybe"),
+    ({"evidence": {"t": object()}}, "evidence"),
+    ({"evidence": [1, 2]}, "evidence must be a dict"),
+])
+def test_bad_finding_names_the_bad_value(kwargs, bad):
+    """An unknown cause id or status, or non-JSON evidence, is a FindingError (a ValueError) naming it."""
+    args = {"cause": "rope_mismatch", "status": "confirmed", "summary": "s", "evidence": {}, "where": "w"} | kwargs
+    with pytest.raises(FindingError, match=re.escape(bad)) as e:
+        Finding(**args)
+    assert isinstance(e.value, (Eagle3Error, ValueError))
+
+
+def test_from_dict_refuses_records_it_did_not_write():
+    """A record with a missing or unknown key is refused with the key named."""
+    with pytest.raises(FindingError, match="summary"):
+        Finding.from_dict({"cause": "rope_mismatch", "status": "confirmed"})
+    with pytest.raises(FindingError, match="colour"):
+        Finding.from_dict({"cause": "rope_mismatch", "status": "confirmed", "summary": "s", "colour": 1})
+
+
+def test_not_checked_names_the_missing_input():
+    """not_checked carries the status, where and the input it needs; cause() looks ids up."""
+    f = not_checked("short_context", "checks.context", "target config")
+    assert (f.status, f.where, f.needs, f.raised) == ("not checked", "checks.context", "target config", False)
+    assert "target config" in f.summary and STATUSES[-1] == "not checked"
+    assert cause("short_context").id == "short_context"
+    with pytest.raises(FindingError, match="nope"):
+        cause("nope")
