@@ -26,7 +26,7 @@ fi
 "$VENV/bin/python" -m pip install -q -e ".[dev]"
 "$VENV/bin/python" - <<'PY'
 import torch, transformers, papermill
-from eagle3lib.report import ensure_kernel
+from eagle3lib.report.runner import ensure_kernel
 ensure_kernel()  # the notebooks' "python3" kernel runs this venv's Python (JupyterLab and papermill alike)
 print(f"bootstrap: torch {torch.__version__} (cuda={torch.cuda.is_available()}), "
       f"transformers {transformers.__version__}, papermill {papermill.__version__}")
