@@ -9,11 +9,14 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import importlib
 import itertools
 import json
 import math
 import os
+import warnings
+import weakref
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -77,7 +80,15 @@ def process_group(backend: str | None = None):
         yield World(dist.get_rank(), dist.get_world_size(), local, rank_device(local))
     finally:
         if joined:
+            group = weakref.ref(dist.group.WORLD)
             dist.destroy_process_group()
+            if group() is not None:
+                gc.collect()
+            if group() is not None:
+                warnings.warn("the torch.distributed world group outlived destroy_process_group (something still "
+                              "holds it, e.g. a module imported after init that binds group.WORLD as a default "
+                              "argument): its backend threads run until interpreter exit, where this rank may abort "
+                              "('terminate called without an active exception', exit -6)", RuntimeWarning, stacklevel=3)
 
 
 def _total(x: int, w: World) -> int:
