@@ -181,3 +181,11 @@ def not_checked(cause_id: str, where: str, needs: str, summary: str = "") -> Fin
 def raised(findings) -> list[Finding]:
     """The confirmed and suspected findings of `findings`, in their order."""
     return [f for f in findings if f.raised]
+
+
+def findings_frame(findings):
+    """One row per finding: cause, status, summary, where, fix, needs, source (a pandas DataFrame)."""
+    import pandas as pd
+
+    cols = ["cause", "status", "summary", "where", "fix", "needs", "source"]
+    return pd.DataFrame([{k: f.to_dict()[k] for k in cols} for f in findings], columns=cols)

@@ -56,3 +56,11 @@ def test_replay_benchmark_streams_every_sample(tmp_path):
     lengths = [len(json.loads(x)["input_ids"]) for x in lines]
     assert [r["tokens"] for r in rec["rows"]] == [sum(lengths[:3]), sum(lengths)]
     assert rec["peak_rss_ratio"] > 0 and rec["data_ratio"] == pytest.approx(2, rel=0.5)
+
+
+def test_checks_benchmark_runs_every_config_level_check(tmp_path):
+    """The contract-checks benchmark at hidden 256: header-only sparse weights, all checks run, record saved."""
+    rec = run_script("bench_checks.py", tmp_path, "--hidden", "256", "--repeats", "1", "--workdir",
+                     str(tmp_path / "work"), "--name", "tiny")
+    assert rec["hidden"] == 256 and [r["run"] for r in rec["rows"]] == ["warm-up", 1]
+    assert all(r["findings"] >= 10 for r in rec["rows"]) and rec["raised"] == ["quantized_target"]

@@ -1,0 +1,150 @@
+"""Check 5, embedding and lm_head: a draft that ships `embed_tokens` is compared with the target's row by row
+(identical / scaled / permuted / different) and each engine's choice is named (`engine_facts` topic "embed"); a
+draft without `lm_head`; vocab sizes that differ only by padding. Only the two embedding tensors are read.
+
+Causes: wrong_embedding, lm_head_missing. Usage: ``check_embedding(art, engine="vllm")``.
+"""
+from __future__ import annotations
+
+import torch
+
+from ..causes import Finding, not_checked
+from ..errors import Eagle3Error
+from ..model.safefiles import load_state_dict
+from ..model.target import load_target_tensor
+from . import engine_facts
+from .inputs import NEEDS, Artifacts
+
+WHERE = "checks.embedding"
+EMBED_KEYS = ("embed_tokens.weight", "model.embed_tokens.weight", "layers.0.embed_tokens.weight")
+HEAD_KEYS = ("lm_head.weight", "model.lm_head.weight", "eagle_lm_head.weight")
+ROWS = 4096      # rows compared (evenly spaced); enough to tell the four cases apart
+SEARCH = 256     # rows searched for elsewhere in the target's table (the permutation test)
+
+
+def compare_rows(draft: torch.Tensor, target: torch.Tensor, rows: int = ROWS) -> dict:
+    """How the draft's embedding relates to the target's: relation identical / scaled / permuted / different,
+    with the mean row cosine, the norm ratio (mean, spread) and the fraction of rows matched elsewhere."""
+    if draft.shape != target.shape:
+        return {"relation": "different", "draft_shape": list(draft.shape), "target_shape": list(target.shape)}
+    idx = torch.linspace(0, draft.shape[0] - 1, min(rows, draft.shape[0])).long()
+    a, b = draft[idx].float(), target[idx].float()                        # (R, H) sampled rows
+    if torch.equal(a, b) or torch.allclose(a, b, rtol=1e-3, atol=1e-6):
+        return {"relation": "identical", "rows_compared": len(idx), "cosine": 1.0, "norm_ratio": 1.0}
+    cos = torch.nn.functional.cosine_similarity(a, b, dim=-1)           # (R,)
+    ratio = a.norm(dim=-1) / b.norm(dim=-1).clamp(min=1e-12)             # (R,)
+    ev = {"rows_compared": len(idx), "cosine": float(cos.mean()), "norm_ratio": float(ratio.mean()),
+          "norm_ratio_spread": float(ratio.std() / ratio.mean().clamp(min=1e-12))}
+    if float(cos.min()) > 0.999 and ev["norm_ratio_spread"] < 1e-2:
+        return {"relation": "scaled", **ev}
+    probe = idx[:SEARCH]                                                # a permutation is seen on a few rows
+    an = torch.nn.functional.normalize(a[:SEARCH], dim=-1)              # (S, H)
+    tn = torch.nn.functional.normalize(target.float(), dim=-1)          # (V, H)
+    best = (an @ tn.T).max(dim=-1)                                      # (S, H) x (H, V) -> (S, V) -> (S,)
+    moved = (best.values > 0.999) & (best.indices != probe)
+    ev["rows_found_elsewhere"] = float(moved.float().mean())
+    return {"relation": "permuted" if ev["rows_found_elsewhere"] > 0.5 else "different", **ev}
+
+
+def _present(tensors, keys) -> str | None:
+    return next((k for k in keys if k in tensors), None)
+
+
+def _engine_use(cfg) -> dict[str, str]:
+    """Which embedding each serving engine feeds the draft when it ships its own."""
+    bridged = cfg.target_hidden_size != cfg.hidden_size
+    sg = engine_facts.fact("sglang", "embed", "own_embed_used")
+    vl = engine_facts.fact("vllm", "embed", "own_embed_used")
+    return {"sglang": "the draft's own (target_hidden_size != hidden_size: not shared)" if bridged else
+            f"the target's ({sg.source})", "vllm": f"the draft's own when it differs ({vl.source})"}
+
+
+def _embedding(art: Artifacts, engine: str | None) -> Finding:
+    cfg, tensors = art.draft_cfg, art.tensors
+    key = _present(tensors, EMBED_KEYS)
+    use = _engine_use(cfg)
+    if key is None:
+        if cfg.target_hidden_size != cfg.hidden_size:
+            st = "confirmed" if engine == "sglang" else "suspected"
+            return Finding("wrong_embedding", st, "the draft ships no embed_tokens but bridges widths "
+                           f"(H {cfg.hidden_size} vs Ht {cfg.target_hidden_size}): SGLang then shares no embedding",
+                           {"ships_embed": False, "engines": use}, WHERE, fix="ship the embedding the draft was "
+                           "trained with", source=engine_facts.fact("sglang", "embed", "own_embed_used").source)
+        return Finding("wrong_embedding", "ruled out", "the draft ships no embed_tokens: engines share the target's",
+                       {"ships_embed": False}, WHERE)
+    if art.target_path is None:
+        return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"the draft ships {key}; comparing "
+                           "it needs the target's embedding")
+    try:
+        own = load_state_dict(art.draft_path, keys=[key])[key]
+        tgt = load_target_tensor(art.target_path, "embed")
+    except Eagle3Error as e:
+        return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"cannot read an embedding: {e}")
+    rel = compare_rows(own, tgt)
+    ev = {"ships_embed": True, "key": key, **rel, "engines": use}
+    if rel["relation"] == "identical":
+        return Finding("wrong_embedding", "ruled out", "the draft's embed_tokens equals the target's", ev, WHERE)
+    what = {"scaled": f"the target's scaled by {rel.get('norm_ratio', 0):.4g}", "permuted": "the target's rows "
+            "permuted", "different": "not the target's"}[rel["relation"]]
+    used = engine is not None and "own" in use.get(engine, "")
+    status = "suspected" if engine is None else ("confirmed" if used else "ruled out")
+    summary = f"the draft's embed_tokens is {what}; " + (
+        f"{engine} uses it" if used else f"{engine} replaces it with the target's" if engine else
+        "vLLM would use it, SGLang would replace it")
+    return Finding("wrong_embedding", status, summary, ev, WHERE, fix="drop embed_tokens from the draft (or "
+                   "replace it with the target's)" if status != "ruled out" else "",
+                   source="vllm PR#28549; TorchSpec#38; sglang eagle_worker.py set_embed")
+
+
+def _lm_head(art: Artifacts, engine: str | None) -> Finding:
+    cfg, raw = art.draft_cfg, dict(art.draft_raw)
+    key = _present(art.tensors, HEAD_KEYS)
+    w = f"{WHERE}.lm_head"
+    ev = {"lm_head_key": key, "draft_vocab_size": cfg.draft_vocab_size, "vocab_size": cfg.vocab_size,
+          "draft_vocab_size_in_config": "draft_vocab_size" in raw}
+    if key is not None:
+        return Finding("lm_head_missing", "ruled out", f"the draft ships {key}", ev, w)
+    if cfg.draft_vocab_size < cfg.vocab_size:
+        return Finding("lm_head_missing", "confirmed", f"no lm_head for a reduced vocab ({cfg.draft_vocab_size} of "
+                       f"{cfg.vocab_size}): no engine can borrow one, it stays at random init", ev, w,
+                       fix="ship the trained lm_head.weight", source="sglang PR#27908 (missing keys not warned)")
+    sglang_borrows = "draft_vocab_size" not in raw
+    verdict = {"sglang": sglang_borrows, "vllm": True}
+    ev["borrowed_by"] = verdict
+    src = "; ".join(engine_facts.fact(e, "lm_head", s).source for e, s in
+                    (("sglang", "borrow_when_draft_vocab_unset"), ("vllm", "borrow_when_absent")))
+    if engine is None:
+        st = "ruled out" if all(verdict.values()) else "suspected"
+    else:
+        st = "ruled out" if verdict.get(engine, False) else "confirmed"
+    return Finding("lm_head_missing", st, "no lm_head and a full vocab: " + (
+        "every engine borrows the target's" if all(verdict.values()) else
+        "SGLang borrows the target's only when draft_vocab_size is unset, else leaves a random head"), ev, w,
+        fix="" if st == "ruled out" else "remove draft_vocab_size from the config, or ship lm_head.weight", source=src)
+
+
+def _vocab(art: Artifacts) -> Finding:
+    w = f"{WHERE}.vocab"
+    if art.target_info is None:
+        return not_checked("lm_head_missing", w, NEEDS["target"])
+    dv, tv = art.draft_cfg.vocab_size, art.target_info.vocab_size
+    ev = {"draft_vocab_size_V": dv, "target_vocab_size": tv}
+    if dv == tv:
+        return Finding("lm_head_missing", "ruled out", "draft and target vocab sizes agree", ev, w)
+    padded = abs(dv - tv) <= 1024 and (max(dv, tv) % 64 == 0)
+    if padded:
+        return Finding("lm_head_missing", "suspected", f"vocab sizes {dv} (draft) vs {tv} (target) differ by padding "
+                       "only: engines that share embedding / lm_head by shape will not share them", ev, w,
+                       fix="write the target's vocab_size into the draft config", source="field-causes.md #7; "
+                       "SpecForge PR#473")
+    return Finding("wrong_embedding", "confirmed", f"vocab sizes {dv} (draft) vs {tv} (target): the draft was built "
+                   "for another tokenizer", ev, w, fix="use the draft trained for this target")
+
+
+def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
+    """Findings on the embedding the draft gets, its lm_head and the vocab sizes."""
+    need = art.missing("draft", "weights")
+    if need:
+        return [not_checked("wrong_embedding", WHERE, need), not_checked("lm_head_missing", WHERE, need)]
+    eng = engine.lower() if engine and engine.lower() in engine_facts.SERVING_ENGINES else None
+    return [_embedding(art, eng), _lm_head(art, eng), _vocab(art)]

@@ -1,0 +1,144 @@
+"""Engine facts as data: which engine (and from which version / PR) reads which draft config field, flag or key.
+
+Each `Fact` row carries its source (PR / file) so a finding that rests on it can cite it. Layer-id capture rules
+are NOT restated here: they live in `eagle3lib.advice` / `eagle3lib.capturespec` / `eagle3lib.crossengine` (the
+checks call those). Versions: `since` is the first release that has the behaviour when the release is known
+(SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A); `None` = only the PR date is known.
+Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown).
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import pandas as pd
+from packaging.version import InvalidVersion, Version
+
+SERVING_ENGINES = ("sglang", "vllm")
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
+    engine: str
+    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context"
+    subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
+    reads: bool         # the behaviour from `since` on (before it: the opposite)
+    since: str | None   # first version with it; None = always (or version unknown, see `date`)
+    date: str           # when the PR landed ("" = long-standing)
+    source: str         # PR / file
+    note: str = ""
+
+
+F = Fact
+FACTS: tuple[Fact, ...] = (
+    # ---- variant flags: where each engine reads them (field-causes.md #4)
+    F("vllm", "flag", "norm_before_fc@top", True, None, "2026-03", "vllm#36545 (llama_eagle3.py, gpt-oss drafts)",
+      "top-level norm_before_fc read by the model file"),
+    F("vllm", "flag", "norm_before_fc@eagle_config", True, None, "2026-05", "vllm PR#42143 (merged in the week to "
+      "2026-05-29, while main prepared v0.21)",
+      "before: only the top level was read; NVIDIA gpt-oss checkpoints nest it in eagle_config"),
+    F("vllm", "flag", "norm_before_fc@speculators", True, None, "2026-03-25", "vllm PR#38111",
+      "before: update_eagle3 (algos.py) did not propagate it; llama_eagle3.py saw False"),
+    F("vllm", "flag", "norm_output@top", True, None, "2026-05", "vllm PR#46488 (model code getattr)",
+      "EAGLE-3.1 post-norm feedback"),
+    F("vllm", "flag", "norm_output@speculators", True, None, "2026-06", "vllm PR#46488 (algos.py)",
+      "before: update_eagle3 did not propagate norm_output"),
+    F("vllm", "flag", "fc_norm@top", True, None, "2026-05", "vllm PR#42764; Eagle3DeepseekV2 applies it only "
+      "from PR#43482 (week to 2026-05-29)", "per-slot RMSNorm before fc"),
+    F("vllm", "flag", "norm_before_residual@top", True, None, "", "vllm llama_eagle3.py (default False)"),
+    F("vllm", "flag", "norm_before_residual@speculators", True, None, "", "vllm transformers_utils/configs/"
+      "speculators/algos.py update_eagle3", "a missing key defaults to True on this path"),
+    F("sglang", "flag", "fc_norm@top", True, "0.5.12", "2026-05", "sglang PR#24663 (approx. v0.5.12)",
+      "also legacy use_aux_norm"),
+    F("sglang", "flag", "norm_output@top", True, "0.5.12", "2026-05", "sglang PR#24663 (approx. v0.5.12)"),
+    F("sglang", "flag", "norm_before_fc@top", True, "0.5.15", "2026-07", "sglang PR#32334 (approx. v0.5.15)",
+      "before: ignored (gpt-oss acceptance stayed low after the capture fix)"),
+    F("sglang", "flag", "norm_before_fc@eagle_config", False, None, "", "sglang llama_eagle3.py reads top level",
+      "no nested read is known"),
+    F("sglang", "flag", "norm_before_residual@top", False, None, "", "sglang llama_eagle3.py",
+      "SGLang's Llama EAGLE-3 layer has no norm_before_residual switch (residual = raw hidden)"),
+    # ---- embedding / lm_head at serve time (field-causes.md #6, #7; eagle3-formats.md §3.6)
+    F("sglang", "embed", "own_embed_used", False, None, "", "sglang eagle_worker.py set_embed",
+      "the draft's embed_tokens is replaced by the target's, unless target_hidden_size != hidden_size"),
+    F("vllm", "embed", "own_embed_used", True, None, "2025-11", "vllm PR#28549 (_should_share)",
+      "the draft's own copy is kept when it differs from the target's (torch.equal); shared when absent"),
+    F("sglang", "lm_head", "borrow_when_draft_vocab_unset", True, None, "", "sglang eagle_worker.py "
+      "load_lm_head_from_target", "lm_head from the target only when config draft_vocab_size is None"),
+    F("sglang", "lm_head", "missing_key_warned", False, None, "", "sglang PR#27908",
+      "the loader warns on unexpected keys, never on missing ones: a missing lm_head stays at random init"),
+    F("vllm", "lm_head", "borrow_when_absent", True, None, "2025-11", "vllm PR#28549",
+      "shared from the target when the draft has none"),
+    # ---- checkpoint key names (field-causes.md #9; eagle3-formats.md §1.2-1.5)
+    F("sglang", "keys", "midlayer.*", True, None, "", "sglang llama_eagle3.py load_weights"),
+    F("sglang", "keys", "layers.0.*", True, "0.5.12", "2026-05", "sglang PR#24663 legacy_name_map (approx. "
+      "v0.5.12)", "before: names not in params_dict are silently skipped -> decoder layer left at init"),
+    F("sglang", "keys", "unknown_dropped_silently", True, None, "", "sglang llama_eagle3.py load_weights "
+      "(03d5a777)", "any other name is skipped without a warning"),
+    F("sglang", "keys", "model.* prefix", True, None, "", "sglang llama_eagle3.py (name or model.name)"),
+    F("vllm", "keys", "midlayer.*", True, None, "", "vllm llama_eagle3.py (midlayer. -> layers.0.)"),
+    F("vllm", "keys", "layers.0.*", True, None, "", "vllm llama_eagle3.py"),
+    F("vllm", "keys", "unknown_dropped_silently", False, None, "", "vllm llama_eagle3.py (params_dict[name] "
+      "raises)", "unknown names fail the load"),
+    F("vllm", "keys", "model.* prefix", False, None, "", "vllm Eagle3LlamaForCausalLM.load_weights "
+      "(adds model.)", "an already-prefixed model.* key becomes model.model.* and is refused"),
+    # ---- method (field-causes.md #10)
+    F("sglang", "method", "EAGLE with an EAGLE-3 draft", False, None, "", "sglang PR#21272",
+      "--speculative-algorithm EAGLE loads the draft without fc: AL exactly 1.0, no warning"),
+    F("vllm", "method", "method inferred from the path", True, None, "", "vllm SpeculativeConfig; #47486 / PR#47490",
+      "no method: 'eagle3' in the path -> eagle3, 'eagle-' -> eagle, else draft_model; before PR#47490 "
+      "model_type detection could override an explicit method"),
+    # ---- rope (field-causes.md #5)
+    F("sglang", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; SpecForge "
+      "apply_legacy_rope_scaling", "stacks on transformers < 5 read only rope_theta / rope_scaling"),
+    F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32"),
+    # ---- context (field-causes.md #11)
+    F("vllm", "context", "stops_drafting_past_max_position_embeddings", True, None, "", "vllm#48894, PR#57964",
+      "no drafts beyond the drafter's max_position_embeddings"),
+    F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
+      "drafts at positions the draft never trained on: acceptance falls with length"),
+)
+
+
+def _version(v: str) -> Version | None:
+    text = str(v).strip().lstrip("vV")
+    if text.lower() in ("head", "latest", "main"):
+        return Version("9999")
+    try:
+        return Version(text)
+    except InvalidVersion:
+        return None
+
+
+def facts(topic: str | None = None, engine: str | None = None) -> tuple[Fact, ...]:
+    """The fact rows of one topic (and engine)."""
+    return tuple(f for f in FACTS if (topic is None or f.topic == topic) and (engine is None or f.engine == engine))
+
+
+def fact(engine: str, topic: str, subject: str) -> Fact | None:
+    """The row for (engine, topic, subject), or None when the library knows nothing about it."""
+    return next((f for f in FACTS if (f.engine, f.topic, f.subject) == (engine, topic, subject)), None)
+
+
+def reads(engine: str, topic: str, subject: str, version: str | None = None) -> bool | None:
+    """Does `engine` at `version` have the behaviour? True / False, or None when unknown (no row, no version, or
+    a row whose first version is unknown)."""
+    f = fact(engine, topic, subject)
+    if f is None:
+        return None
+    if f.since is None:
+        if not f.date:
+            return f.reads                       # long-standing behaviour
+        v = _version(version) if version else None
+        return f.reads if v is not None and v >= Version("9999") else None
+    if not version:
+        return None
+    v = _version(version)
+    if v is None:
+        return None
+    return f.reads if v >= Version(f.since) else (not f.reads)
+
+
+def facts_frame(topic: str | None = None) -> pd.DataFrame:
+    """The fact rows as a table (what the notebooks show next to a finding)."""
+    cols = ["engine", "topic", "subject", "reads", "since", "date", "source", "note"]
+    return pd.DataFrame([vars(f) for f in facts(topic)], columns=cols)

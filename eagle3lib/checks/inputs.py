@@ -1,0 +1,142 @@
+"""The artifacts the checks read, loaded once and cheaply: configs, tensor headers (no tensor data), data, launch.
+
+``art = read_artifacts(draft=..., target=..., data=..., launch=..., training_config=...)``: every input is
+optional; one that cannot be read is recorded in ``art.problems`` (input name -> the error's message) and the
+checks that need it report ``not checked`` naming it. Nothing here raises on a bad input.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any, Mapping
+
+from ..model.config import DraftConfig, read_config_json
+from ..samples.readers import Dataset, open_dataset
+from ..errors import Eagle3Error
+from ..serving.launch import LaunchArgs, parse_launch
+from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
+from ..model.target import TargetInfo, load_target_info
+
+# what each input is called in a `needs` sentence
+NEEDS = {"draft": "the draft checkpoint (config.json)", "weights": "the draft's weight files",
+         "target": "the target model folder (config.json)", "data": "the draft's training data",
+         "launch": "the serving launch command", "training_config": "the config the draft was trained with",
+         "engine": "the serving engine (sglang / vllm)", "served_prompts": "served prompt samples",
+         "target_weights": "the target's weights (embedding)", "tokenizer": "the target's tokenizer"}
+
+
+@dataclass(frozen=True)
+class Artifacts:
+    """What the checks were given, read as configs and headers; None where not given or unreadable."""
+    draft_path: str | None = None
+    draft_raw: Mapping[str, Any] | None = None
+    draft_cfg: DraftConfig | None = None
+    tensors: Mapping[str, tuple[tuple[int, ...], str]] | None = None   # draft tensor name -> (shape, dtype)
+    target_path: str | None = None
+    target_raw: Mapping[str, Any] | None = None      # the text config of a VLM, else the whole config
+    target_info: TargetInfo | None = None
+    data: Dataset | None = None
+    launch: LaunchArgs | None = None
+    training_raw: Mapping[str, Any] | None = None
+    served_prompts: tuple | None = None
+    problems: Mapping[str, str] = field(default_factory=dict)
+
+    def missing(self, *names: str) -> str | None:
+        """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
+        have = {"draft": self.draft_cfg, "weights": self.tensors, "target": self.target_info, "data": self.data,
+                "launch": self.launch, "training_config": self.training_raw, "served_prompts": self.served_prompts}
+        for n in names:
+            if have.get(n) is None:
+                why = self.problems.get(n)
+                return NEEDS.get(n, n) + (f" (given but unreadable: {why})" if why else "")
+        return None
+
+
+def _tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+    """{name: (shape, dtype)} of a checkpoint's tensors from safetensors headers (.bin/.pt are loaded)."""
+    out: dict[str, tuple[tuple[int, ...], str]] = {}
+    for f in weight_files(path):
+        if f.suffix == ".safetensors":
+            for k, v in read_safetensors_header(f).items():
+                if k != "__metadata__":
+                    out[k] = (tuple(int(x) for x in v["shape"]), str(v["dtype"]))
+        else:
+            for k, t in load_state_dict(f).items():
+                out[k] = (tuple(t.shape), str(t.dtype).replace("torch.", ""))
+    return out
+
+
+def _text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
+    return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
+
+
+def read_artifacts(draft=None, target=None, data=None, launch=None, training_config=None,
+                   served_prompts=None, engine: str | None = None) -> Artifacts:
+    """Read whatever is given (paths, dicts, a DraftConfig, a Dataset, a launch string) into Artifacts."""
+    got: dict[str, Any] = {}
+    problems: dict[str, str] = {}
+
+    def attempt(name, fn):
+        try:
+            fn()
+        except (Eagle3Error, OSError, ValueError, KeyError, TypeError) as e:   # an unreadable input, never a crash
+            problems[name] = f"{type(e).__name__}: {e}"
+
+    def read_draft():
+        if isinstance(draft, DraftConfig):
+            got.update(draft_cfg=draft, draft_raw=MappingProxyType(dict(draft.raw)))
+            return
+        if isinstance(draft, Mapping):
+            raw, src = dict(draft), "<dict>"
+        else:
+            raw, file = read_config_json(draft, "draft")
+            src = str(file)
+            got["draft_path"] = str(Path(draft))
+        got["draft_raw"] = MappingProxyType(raw)
+        got["draft_cfg"] = DraftConfig.from_dict(raw, source=src)
+
+    def read_weights():
+        got["tensors"] = MappingProxyType(_tensor_headers(Path(got["draft_path"])))
+
+    def read_target():
+        if isinstance(target, Mapping):
+            got["target_raw"] = MappingProxyType(dict(_text_config(target)))
+            arch = (target.get("architectures") or ["?"])[0]
+            t = _text_config(target)
+            got["target_info"] = TargetInfo("<dict>", str(arch), str(t.get("model_type", "?")),
+                                            int(t["num_hidden_layers"]), int(t["hidden_size"]),
+                                            int(t["vocab_size"]), bool(t.get("tie_word_embeddings", False)),
+                                            MappingProxyType(dict(target)))
+            return
+        got["target_path"] = str(Path(target))
+        info = load_target_info(target)
+        got.update(target_info=info, target_raw=MappingProxyType(dict(_text_config(dict(info.raw)))))
+
+    def read_data():
+        got["data"] = data if isinstance(data, Dataset) else open_dataset(Path(data), hidden_size=None)
+
+    def read_launch():
+        got["launch"] = launch if isinstance(launch, LaunchArgs) else parse_launch(launch, engine=engine,
+                                                                                 strict=False)
+
+    def read_training():
+        raw = dict(training_config) if isinstance(training_config, Mapping) else \
+            read_config_json(training_config, "training")[0]
+        got["training_raw"] = MappingProxyType(raw)
+
+    if draft is not None:
+        attempt("draft", read_draft)
+        if got.get("draft_path"):
+            attempt("weights", read_weights)
+    if target is not None:
+        attempt("target", read_target)
+    if data is not None:
+        attempt("data", read_data)
+    if launch is not None:
+        attempt("launch", read_launch)
+    if training_config is not None:
+        attempt("training_config", read_training)
+    if served_prompts is not None:
+        got["served_prompts"] = tuple(served_prompts)
+    return Artifacts(**got, problems=MappingProxyType(problems))

@@ -1,0 +1,207 @@
+"""Check 1, layer ids: are the aux layer ids there, where, and which boundaries each engine captures for them,
+against the training layout (the data's declared layout, else the config's ids) and the fc's slot count.
+
+Capture rules are the library's own (`crossengine.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
+for SpecForge / speculators / EAGLE); this module only compares. Causes: missing_layer_ids, layer_id_off_by_one,
+aux_layout_mismatch, final_norm_slot.
+"""
+from __future__ import annotations
+
+from ..serving.advice import captured_by
+from ..causes import Finding, not_checked
+from ..serving.crossengine import layer_reading
+from ..errors import Eagle3Error
+from ..layout import input_index
+from .inputs import NEEDS, Artifacts
+
+WHERE = "checks.layer_ids"
+CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
+SERVING = ("sglang", "vllm")
+_SOURCES = {"sglang": "crossengine.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
+                      "(first-id rule, ~v0.5.12)",
+            "vllm": "crossengine.layer_reading: vllm eagle3_utils (top-level ids, input-of-layer), PR#50170 "
+                    "(silent default)"}
+
+
+def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:
+    """(layout the fc was trained on, where it was read): the data's declared layout, else the config's ids."""
+    L = art.target_info.num_layers
+    if art.data is not None and art.data.layout is not None:
+        return tuple(art.data.layout), "training data's declared layout"
+    lay = art.draft_cfg.aux_layout(L)
+    if lay is None and art.draft_cfg.dialect == "eagle":     # SafeAILab EAGLE: capture hard-coded, no ids by design
+        return tuple(captured_by("eagle", None, L)), "EAGLE (SafeAILab) capture: inputs of [2, L//2, L-3]"
+    return (tuple(lay), f"draft config {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
+
+
+def fc_slots(art: Artifacts) -> tuple[int, str]:
+    """(aux slots the fc takes, where read): fc.weight's header when the weights are there, else the config."""
+    ht = art.draft_cfg.target_hidden_size
+    for key in ("fc.weight", "model.fc.weight", "eagle_module.fc.weight"):
+        if art.tensors is not None and key in art.tensors:
+            shape = art.tensors[key][0]
+            if len(shape) == 2 and shape[1] % ht == 0:
+                return shape[1] // ht, f"{key} {list(shape)}"
+    return art.draft_cfg.num_aux, "draft config num_aux_hidden_states / id count"
+
+
+def id_places(raw) -> list[str]:
+    """Where the config holds aux layer ids: 'top', 'eagle_config' (nested)."""
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    return [p for p, v in (("eagle_config", ec.get("eagle_aux_hidden_state_layer_ids")),
+                           ("top", raw.get("eagle_aux_hidden_state_layer_ids"))) if v is not None]
+
+
+def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch: str | None):
+    """crossengine's EngineReading for a serving engine; SGLang with no version is read at the oldest and newest
+    rule and returned only when both agree (else None: the version decides)."""
+    if engine == "vllm":
+        return next(r for r in layer_reading(dict(raw), num_layers) if r.engine == "vllm")
+    versions = [version] if version else ["0.5.6", "head"]
+    got = [next(r for r in layer_reading(dict(raw), num_layers, v, arch) if r.engine == "sglang") for v in versions]
+    return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
+
+
+def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[str, object]:
+    """Evidence table: the boundaries each known engine captures for this config (a string when it cannot)."""
+    out: dict[str, object] = {}
+    for eng in SERVING:
+        r = engine_reading(raw, eng, L, version, arch)
+        out[eng] = [b or "never captured" for b in r.boundaries] if r is not None else \
+            "depends on the SGLang version (PR#25454 first-id rule)"
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    for eng, ids in (("specforge", ec.get("eagle_aux_hidden_state_layer_ids")),
+                     ("speculators", raw.get("eagle_aux_hidden_state_layer_ids"))):
+        try:
+            out[eng] = list(captured_by(eng, ids, L))
+        except Eagle3Error as e:
+            out[eng] = f"cannot: {e.problem}"
+    return out
+
+
+def _shift(a, b, L: int) -> int | None:
+    """The uniform index shift from layout a to b (same length), or None."""
+    if len(a) != len(b) or None in b:
+        return None
+    d = {input_index(y, L) - input_index(x, L) for x, y in zip(a, b)}
+    return d.pop() if len(d) == 1 and 0 not in d else None
+
+
+def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: str | None = None) -> list[Finding]:
+    """Findings for missing / unread ids, off-by-one and other capture mismatches, and a post-norm final slot."""
+    need = art.missing("draft", "target")
+    if need:
+        return [not_checked(c, WHERE, need) for c in CAUSES]
+    raw, cfg, info = dict(art.draft_raw), art.draft_cfg, art.target_info
+    L, arch = info.num_layers, info.architecture
+    trained, trained_from = training_layout(art)
+    k, k_from = fc_slots(art)
+    places = id_places(raw)
+    try:
+        table = per_engine(raw, cfg, L, engine_version, arch)
+    except Eagle3Error as e:
+        return [Finding("missing_layer_ids", "confirmed", f"the config's layer ids name no boundary of the "
+                        f"{L}-layer target: {e}", {"ids": list(cfg.aux_layer_ids or [])}, WHERE,
+                        fix="write ids for this target", source="crossengine.layer_reading")]
+    base = {"ids": list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None, "ids_at": places,
+            "num_layers": L, "fc_slots": k, "fc_slots_from": k_from, "trained": list(trained) if trained else None,
+            "trained_from": trained_from}
+    out: list[Finding] = []
+
+    # --- final slot before vs after the final norm: engines capture the raw (pre-norm) residual stream
+    if trained is None:
+        out.append(not_checked("final_norm_slot", f"{WHERE}.final_slot", NEEDS["data"]))
+    elif "final_postnorm" in trained:
+        out.append(Finding("final_norm_slot", "confirmed", "the draft was trained on the final POST-norm state; "
+                           "SGLang and vLLM capture the pre-norm residual stream", base, f"{WHERE}.final_slot",
+                           fix="retrain on final_prenorm, or patch the engine to apply the final norm",
+                           source="advice.py (final_postnorm: no engine); speculators PR#313"))
+    else:
+        out.append(Finding("final_norm_slot", "ruled out", "no post-norm slot in the training layout", base,
+                           f"{WHERE}.final_slot"))
+
+    # --- the config against the data it was trained on, and against the fc
+    if k != cfg.num_aux:
+        out.append(Finding("aux_layout_mismatch", "confirmed", f"{k_from} takes {k} aux slots, the config declares "
+                           f"{cfg.num_aux}: engines size fc from the config and refuse or misread the weights", base,
+                           f"{WHERE}.fc_width", fix="set num_aux_hidden_states / the id list to the trained fc"))
+    elif trained is not None and len(trained) != k:
+        out.append(Finding("aux_layout_mismatch", "confirmed", f"the fc takes {k} aux slots, the training layout "
+                           f"has {len(trained)}", base, f"{WHERE}.fc_width",
+                           fix="make num_aux_hidden_states / the id list match fc.weight"))
+    cfg_lay = cfg.aux_layout(L)
+    if cfg_lay is not None and trained is not None and trained_from.startswith("training data"):
+        s = _shift(trained, cfg_lay, L)
+        if tuple(cfg_lay) != tuple(trained):
+            cid = "layer_id_off_by_one" if s in (1, -1) else "aux_layout_mismatch"
+            out.append(Finding(cid, "confirmed", f"the config's ids name {list(cfg_lay)} but the data was captured at "
+                               f"{list(trained)}" + (f" (shifted by {s:+d})" if s else ""),
+                               {**base, "config_layout": list(cfg_lay)}, f"{WHERE}.config_vs_data",
+                               fix="write the ids of the training layout in the config's convention "
+                                   f"({cfg.aux_ids_convention}-of-layer)"))
+
+    # --- what the named engine captures
+    if engine is None:
+        if not places:
+            guess = list(captured_by("vllm", None, L))
+            st = "suspected" if trained is None else "confirmed" if guess != list(trained) else "ruled out"
+            out.append(Finding("missing_layer_ids", st, f"the config has no aux layer ids: every engine falls back "
+                               f"to inputs of [2, L//2, L-3] = {guess}", {**base, "engines": table}, WHERE,
+                               fix="" if st == "ruled out" else "pin eagle_aux_hidden_state_layer_ids for each engine "
+                               "(advice.advise)", needs="" if trained else NEEDS["data"], source="vllm PR#50170"))
+        else:
+            out.append(Finding("missing_layer_ids", "not checked", f"ids at {places}; which engine reads them: see "
+                               "evidence['engines']", {**base, "engines": table}, WHERE, needs=NEEDS["engine"]))
+        if not any(f.cause == "layer_id_off_by_one" for f in out):
+            out.append(Finding("layer_id_off_by_one", "ruled out", "the config's ids name the training layout",
+                               base, f"{WHERE}.config_vs_data") if trained_from.startswith("training data") and
+                       cfg_lay is not None else not_checked("layer_id_off_by_one", WHERE, NEEDS["engine"]))
+        if not any(f.cause == "aux_layout_mismatch" for f in out):
+            out.append(not_checked("aux_layout_mismatch", WHERE, NEEDS["engine"]))
+        return out
+
+    eng = engine.lower()
+    if eng not in SERVING:
+        return out + [not_checked(c, WHERE, f"an engine the library knows ({', '.join(SERVING)}), not {engine!r}")
+                      for c in ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch")]
+    r = engine_reading(raw, eng, L, engine_version, arch)
+    ev = {**base, "engine": eng, "engine_version": engine_version, "engines": table}
+    if r is None:
+        return out + [Finding(c, "suspected", "SGLang reads these ids differently before and after PR#25454 "
+                              "(~v0.5.12): the version decides", ev, WHERE, needs="the SGLang version",
+                              source=_SOURCES["sglang"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")]
+    captured = list(r.boundaries)
+    ev["captured"] = [b or "never captured" for b in captured]
+    reads_ids = not r.key.startswith("default")
+    if not reads_ids:
+        st = "suspected" if trained is None else ("ruled out" if captured == list(trained) else "confirmed")
+        out.append(Finding("missing_layer_ids", st, f"{eng} reads no layer ids from this config "
+                           f"({'; '.join(r.problems) or 'none given'}) and falls back to {captured}", ev, WHERE,
+                           fix=f"write the ids where {eng} reads them (advice.config_snippet)",
+                           needs="" if trained else NEEDS["data"], source=_SOURCES[eng]))
+    else:
+        out.append(Finding("missing_layer_ids", "ruled out", f"{eng} reads the ids at {r.key}", ev, WHERE))
+    if trained is None:
+        return out + [not_checked(c, WHERE, NEEDS["data"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")
+                      if not any(f.cause == c for f in out)]
+    bad_slots = [p for p in r.slot_problems if p]
+    s = _shift(trained, captured, L)
+    if captured == list(trained) and not bad_slots and len(captured) == k:
+        out.append(Finding("layer_id_off_by_one", "ruled out", f"{eng} captures the training layout", ev, WHERE))
+        if not any(f.cause == "aux_layout_mismatch" for f in out):
+            out.append(Finding("aux_layout_mismatch", "ruled out", f"{eng} feeds {k} slots in the trained order",
+                               ev, WHERE))
+        return out
+    if s in (1, -1):
+        out.append(Finding("layer_id_off_by_one", "confirmed", f"{eng} captures {captured}, the draft was trained on "
+                           f"{list(trained)}: every slot shifted by {s:+d}", ev, WHERE,
+                           fix=f"write ids {s:+d} off for {eng} (advice.config_snippet)", source=_SOURCES[eng]))
+    else:
+        out.append(Finding("layer_id_off_by_one", "ruled out", "no uniform one-layer shift", ev, WHERE))
+        why = "; ".join(bad_slots) if captured == list(trained) else \
+            f"{eng} feeds {captured} ({len([c for c in captured if c])} slots), trained on {list(trained)} ({k} slots)"
+        st = "suspected" if captured == list(trained) and len(captured) == k else "confirmed"
+        out.append(Finding("aux_layout_mismatch", st, why, ev, WHERE,
+                           fix="see advice.advise(training layout) for what each engine can express",
+                           source=_SOURCES[eng]))
+    return out

@@ -1,0 +1,73 @@
+"""One entry point: every contract check on whatever inputs are given; a missing input narrows, never fails.
+
+    findings = run_checks(draft="d/", target="t/", data="data/", launch="python -m sglang.launch_server ...",
+                          engine="sglang", engine_version="0.5.6")
+    causes.findings_frame(findings)      # one row per finding, for a notebook table
+Checks that need replay evidence run it on `replay_n` training samples (0 = config-level only, the default).
+"""
+from __future__ import annotations
+
+import tqdm
+
+from ..causes import Finding, not_checked
+from .context import check_context
+from .embedding import check_embedding
+from .flags import check_flags
+from .inputs import read_artifacts
+from .launch import check_launch
+from .layer_ids import check_layer_ids
+from .rope import check_rope
+from .template import check_template
+from .vocab import check_d2t
+from .weights import check_weights
+
+# check name -> (function of (artifacts, options) -> findings, the causes it reports)
+CHECKS = {
+    "layer_ids": (lambda a, o: check_layer_ids(a, o["engine"], o["engine_version"]),
+                  ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")),
+    "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]),
+              ("dropped_variant_flags",)),
+    "rope": (lambda a, o: check_rope(a, o["replay_n"]), ("rope_mismatch",)),
+    "context": (lambda a, o: check_context(a, replay_n=o["replay_n"]), ("short_context",)),
+    "embedding": (lambda a, o: check_embedding(a, o["engine"]), ("wrong_embedding", "lm_head_missing")),
+    "launch": (lambda a, o: check_launch(a), ("wrong_method", "lossy_threshold", "sampling_settings",
+                                              "quantized_target", "hidden_size_mismatch")),
+    "weights": (lambda a, o: check_weights(a, o["engine"], o["engine_version"]), ("weights_dropped",)),
+    "template": (lambda a, o: check_template(a), ("chat_template_mismatch",)),
+    "vocab": (lambda a, o: check_d2t(a), ("d2t_mapping",)),
+    "drift": (lambda a, o: _drift(a, o["replay_n"]), ("target_drift",)),
+}
+
+
+def _drift(art, n: int):
+    """The recapture check runs the whole target: only when replay evidence is asked for (n > 0)."""
+    if n <= 0:
+        return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
+                            "through the target)")]
+    from .drift import check_drift
+    return check_drift(art, n=n)
+
+
+def _engine(engine, launch):
+    """The engine named, else the launch command's."""
+    if engine:
+        return engine.lower()
+    return getattr(launch, "engine", None)
+
+
+def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
+               engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
+               only=None) -> list[Finding]:
+    """Every check (or those named in `only`) on the inputs given; each returns Findings, never raises."""
+    art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
+    opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n)}
+    names = [n for n in CHECKS if only is None or n in only]
+    out: list[Finding] = []
+    for name in tqdm.tqdm(names, desc="checks", disable=not progress):
+        fn, causes = CHECKS[name]
+        try:
+            out.extend(fn(art, opts))
+        except Exception as e:   # noqa: BLE001 - a check that breaks reports it and the others still run
+            out.extend(not_checked(c, f"checks.{name}", "a check that runs on these inputs",
+                                   f"the check failed: {type(e).__name__}: {str(e)[:200]}") for c in causes)
+    return out

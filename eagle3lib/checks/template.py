@@ -1,0 +1,152 @@
+"""Check 8, chat template: the template markers in the training samples (decoded with the target tokenizer: role
+headers, `<think></think>`, a system prompt) against the target tokenizer's chat template and, when given, served
+prompt samples. A difference is a finding with both renderings side by side in its evidence.
+
+Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
+"""
+from __future__ import annotations
+
+import re
+
+from ..causes import Finding, not_checked
+from ..errors import Eagle3Error
+from .inputs import NEEDS, Artifacts
+
+WHERE = "checks.template"
+EMPTY_THINK = re.compile(r"<think>\s*</think>")
+PROBE = [{"role": "system", "content": "QQSYSQQ"}, {"role": "user", "content": "QQUSRQQ"},
+         {"role": "assistant", "content": "QQASTQQ"}]
+SHOW = 240        # characters of each rendering kept as evidence
+
+
+def template_markers(tok) -> dict | None:
+    """{'system', 'user', 'assistant': the text the template puts before that turn's content, 'rendering',
+    'generation_prompt'} from a probe conversation; None when the tokenizer has no usable chat template."""
+    if not getattr(tok, "chat_template", None):
+        return None
+    try:
+        full = tok.apply_chat_template(PROBE, tokenize=False)
+        no_sys = tok.apply_chat_template(PROBE[1:], tokenize=False)
+        gen = tok.apply_chat_template(PROBE[1:2], tokenize=False, add_generation_prompt=True)
+    except Exception:      # noqa: BLE001 - a template that rejects the probe is reported, not raised
+        return None
+    user_first = no_sys[:no_sys.find("QQUSRQQ")]
+    bos = getattr(tok, "bos_token", None) or ""
+    out = {"system": full[:full.find("QQSYSQQ")].removeprefix(bos) if "QQSYSQQ" in full else None,
+           "user": user_first.removeprefix(bos),
+           "assistant": full[full.find("QQUSRQQ") + 7:full.find("QQASTQQ")],
+           "rendering": full, "generation_prompt": gen[gen.find("QQUSRQQ") + 7:]}
+    return out
+
+
+def _decode(tok, seqs: list[list[int]]) -> list[str]:
+    return [tok.decode(s, skip_special_tokens=False) for s in seqs]
+
+
+def _ids(tok, text: str) -> list[int]:
+    return list(tok(text, add_special_tokens=False)["input_ids"]) if text else []
+
+
+def _contains(seq: list[int], sub: list[int]) -> bool:
+    n = len(sub)
+    return n > 0 and any(seq[i:i + n] == sub for i in range(len(seq) - n + 1))
+
+
+def _share(seqs: list[list[int]], sub: list[int]) -> float:
+    """Fraction of token sequences that contain the token sequence `sub` (markers are matched as tokens)."""
+    return sum(_contains(s, sub) for s in seqs) / len(seqs) if seqs and sub else 0.0
+
+
+def _empty_think(tok, seq: list[int]) -> bool:
+    """<think> followed by </think> with only whitespace between (matched on tokens, decoded gaps)."""
+    open_, close = _ids(tok, "<think>"), _ids(tok, "</think>")
+    if len(open_) != 1 or len(close) != 1:
+        return bool(EMPTY_THINK.search(tok.decode(seq, skip_special_tokens=False)))
+    for i, t in enumerate(seq):
+        if t == open_[0]:
+            j = next((j for j in range(i + 1, min(i + 5, len(seq))) if seq[j] == close[0]), None)
+            if j is not None and not tok.decode(seq[i + 1:j]).strip():
+                return True
+    return False
+
+
+def _as_ids(tok, items) -> list[list[int]]:
+    return [_ids(tok, x) if isinstance(x, str) else (x.tolist() if hasattr(x, "tolist") else list(x)) for x in items]
+
+
+def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
+    """Findings on role markers, think blocks and system prompts: training samples vs template vs served."""
+    need = art.missing("data") or (None if art.target_path else NEEDS["tokenizer"])
+    if need:
+        return [not_checked("chat_template_mismatch", WHERE, need)]
+    from ..model.target import load_tokenizer
+    try:
+        tok = load_tokenizer(art.target_path)
+    except (Eagle3Error, OSError, ValueError) as e:
+        return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"], f"cannot load it: {e}")]
+    if tok is None:
+        return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"])]
+    train_ids = _as_ids(tok, [s.input_ids for s in art.data.sample(min(n, len(art.data)), 0)])
+    served_ids = _as_ids(tok, art.served_prompts) if art.served_prompts else None
+    train = _decode(tok, train_ids)
+    served = _decode(tok, served_ids) if served_ids is not None else None
+    marks = template_markers(tok)
+    ev = {"samples": len(train), "training_rendering": train[0][:SHOW] if train else ""}
+    out = []
+    if marks is None:
+        out.append(not_checked("chat_template_mismatch", f"{WHERE}.markers", "a target tokenizer with a chat template"))
+    else:
+        ev["template_rendering"] = marks["rendering"][:SHOW]
+        share = {r: _share(train_ids, _ids(tok, marks[r].strip())) for r in ("user", "assistant")
+                 if marks[r].strip()}
+        ev["role_marker_share"] = share
+        if share and max(share.values()) == 0:
+            out.append(Finding("chat_template_mismatch", "confirmed", "no training sample contains the target "
+                               f"template's role markers ({', '.join(repr(marks[r].strip()) for r in share)}): the "
+                               "data was rendered with another template", ev, f"{WHERE}.markers",
+                               fix="re-render the training conversations with the target's chat template",
+                               source="SpecForge#296, PR#182; EAGLE#132"))
+        else:
+            out.append(Finding("chat_template_mismatch", "ruled out", "the training samples carry the target "
+                               "template's role markers", ev, f"{WHERE}.markers"))
+    think_train = sum(_empty_think(tok, t) for t in train_ids) / max(len(train_ids), 1)
+    ev_t = {"training_empty_think_share": think_train, "training_rendering": ev["training_rendering"]}
+    gen_think = bool(marks) and "<think>" in marks["generation_prompt"]
+    ev_t["template_generation_prompt"] = marks["generation_prompt"][:SHOW] if marks else None
+    if served is not None:
+        think_served = sum(_empty_think(tok, t) for t in served_ids) / len(served_ids)
+        ev_t.update(served_empty_think_share=think_served, served_rendering=served[0][:SHOW])
+        off = (think_train > 0.5) != (think_served > 0.5)
+        out.append(Finding("chat_template_mismatch", "confirmed" if off else "ruled out",
+                           f"empty <think></think> in {think_train:.0%} of training samples, {think_served:.0%} of "
+                           "served prompts" if off else "think mode agrees between training and serving", ev_t,
+                           f"{WHERE}.think", fix="train and serve in the same think mode" if off else "",
+                           source="SpecForge#296; z-lab/dflash#133" if off else ""))
+    elif think_train > 0.5 and marks is not None and not gen_think:
+        out.append(Finding("chat_template_mismatch", "suspected", f"{think_train:.0%} of training samples hold an "
+                           "empty <think></think>; the template's generation prompt has none", ev_t, f"{WHERE}.think",
+                           fix="check the served think mode (enable_thinking)", needs=NEEDS["served_prompts"],
+                           source="SpecForge#296"))
+    else:
+        out.append(Finding("chat_template_mismatch", "ruled out", f"empty think blocks in {think_train:.0%} of "
+                           "training samples, consistent with the template", ev_t, f"{WHERE}.think"))
+    sys_mark = (marks or {}).get("system")
+    if sys_mark and sys_mark.strip():
+        sys_ids = _ids(tok, sys_mark.strip())
+        sys_train = _share(train_ids, sys_ids)
+        ev_s = {"training_system_share": sys_train, "system_marker": sys_mark.strip()}
+        if served is None:
+            out.append(not_checked("chat_template_mismatch", f"{WHERE}.system", NEEDS["served_prompts"],
+                                   f"a system prompt in {sys_train:.0%} of training samples; serving unknown"))
+        else:
+            sys_served = _share(served_ids, sys_ids)
+            ev_s["served_system_share"] = sys_served
+            off = (sys_train > 0.5) != (sys_served > 0.5)
+            out.append(Finding("chat_template_mismatch", "confirmed" if off else "ruled out",
+                               f"a system prompt in {sys_train:.0%} of training samples, {sys_served:.0%} of served "
+                               "prompts" if off else "system prompts agree between training and serving",
+                               {**ev_s, "served_rendering": served[0][:SHOW], **({"training_rendering":
+                                                                                   ev["training_rendering"]})},
+                               f"{WHERE}.system", fix="serve with the training data's system prompt (or retrain)"
+                               if off else "", source="EAGLE#5, #79; sglang PR#4716" if off else ""))
+    return out

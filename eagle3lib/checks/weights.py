@@ -1,0 +1,137 @@
+"""Check 9, weights: every key the draft holds (tensor headers only) mapped the way each engine's loader maps it
+(`midlayer.*` vs `layers.0.*`, a `model.` prefix; facts in `engine_facts` topic "keys"), against the tensors a draft
+of this config needs (`expected_shapes`, equal to `checkpoint.expected_tensors`). A key an engine drops silently, or
+a tensor it would leave at random init, is confirmed with the key name.
+
+Cause: weights_dropped. Usage: ``check_weights(art, engine="sglang", engine_version="0.5.6")``.
+"""
+from __future__ import annotations
+
+import re
+
+from ..causes import Finding, not_checked
+from ..model.checkpoint import canonicalize
+from ..errors import Eagle3Error
+from . import engine_facts
+from .inputs import Artifacts
+
+WHERE = "checks.weights"
+OPTIONAL = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")   # checks.embedding / vocab checks own these
+
+
+def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
+    """{canonical name: shape} of the draft's tensors, from the config alone (what `checkpoint.expected_tensors`
+    builds on the meta device; that build imports torch's compiler stack, seconds in a fresh process)."""
+    H, Ht, k, nh, nkv, hd, inter = (cfg.hidden_size, cfg.target_hidden_size, cfg.num_aux, cfg.num_attention_heads,
+                                    cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size)
+    out: dict[str, tuple[int, ...]] = {"d2t": (cfg.draft_vocab_size,), "t2d": (cfg.vocab_size,),
+                                       "embed_tokens.weight": (cfg.vocab_size, H)}
+    if cfg.norm_before_fc:
+        out["input_norm.weight"] = (k * Ht,)
+    if cfg.fc_norm:
+        out.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
+    out["fc.weight"] = (H, k * Ht)
+    if cfg.bias:
+        out["fc.bias"] = (H,)
+    m = "midlayer."
+    out.update({m + "hidden_norm.weight": (H,), m + "input_layernorm.weight": (H,)})
+    for proj, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
+        out[f"{m}self_attn.{proj}_proj.weight"] = (rows, 2 * H)          # q/k/v read [embedding, hidden]: 2H
+        if cfg.bias:
+            out[f"{m}self_attn.{proj}_proj.bias"] = (rows,)
+    out.update({m + "self_attn.o_proj.weight": (H, nh * hd), m + "post_attention_layernorm.weight": (H,),
+                m + "mlp.gate_proj.weight": (inter, H), m + "mlp.up_proj.weight": (inter, H),
+                m + "mlp.down_proj.weight": (H, inter), "norm.weight": (H,),
+                "lm_head.weight": (cfg.draft_vocab_size, H)})
+    return out
+
+
+def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None, bool | None]:
+    """(canonical name `engine` loads `key` as, or None when it does not map it; whether that is known for this
+    version: None = depends on a version not given)."""
+    known = True
+    name = key
+    if engine == "sglang":
+        name = re.sub(r"^model\.", "", name)
+        if name.startswith("layers.0."):
+            r = engine_facts.reads("sglang", "keys", "layers.0.*", version)
+            if r is False:
+                return None, True
+            known = r is not None
+            name = "midlayer." + name[len("layers.0."):]
+    elif engine == "vllm":
+        if name.startswith("model.") and not name.startswith("model.lm_head"):
+            return None, True            # vLLM adds model. itself: model.model.* is refused
+        name = name.replace("midlayer.", "layers.0.", 1).replace("layers.0.", "midlayer.", 1)
+        name = name.replace("draft_id_to_target_id", "d2t")
+    return name, known
+
+
+def check_weights(art: Artifacts, engine: str | None = None, engine_version: str | None = None) -> list[Finding]:
+    """One finding: keys dropped or tensors left at random init, per engine (or by eagle3lib's own key map)."""
+    need = art.missing("draft", "weights")
+    if need:
+        return [not_checked("weights_dropped", WHERE, need)]
+    keys = list(art.tensors)
+    try:
+        canon, renames = canonicalize({k: None for k in keys})
+    except Eagle3Error as e:
+        return [Finding("weights_dropped", "confirmed", f"two checkpoint keys map to one tensor: {e.found}",
+                        {"key": str(e.where)}, WHERE, fix="keep one copy (midlayer.* or layers.0.*)",
+                        source="checkpoint.py TO_CANONICAL")]
+    exp = expected_shapes(art.draft_cfg)
+    needed = [k for k in exp if k not in OPTIONAL]
+    missing = [k for k in needed if k not in canon]
+    unknown = sorted(k for k in canon if k not in exp)
+    shape_bad = [k for k in needed if k in canon and tuple(art.tensors[_raw(k, renames)][0]) != exp[k]]
+    ev = {"keys": len(keys), "format_renames": len(renames), "missing": missing[:10], "unexpected": unknown[:10],
+          "shape_mismatch": shape_bad[:10]}
+    if engine is None:
+        per = {}
+        for eng in engine_facts.SERVING_ENGINES:
+            names = [engine_name(k, eng, None) for k in keys]
+            per[eng] = {"unmapped": [k for k, (n, _) in zip(keys, names) if n is None or n not in exp][:10],
+                        "version_dependent": [k for k, (n, ok) in zip(keys, names) if ok is False][:10]}
+        ev["engines"] = per
+    if missing:
+        return [Finding("weights_dropped", "confirmed", f"tensors a draft of this config needs are absent: "
+                        f"{', '.join(missing[:5])}: every engine leaves them at random init", ev, WHERE,
+                        fix="export them (check the exporter's key filter)", source="checkpoint.expected_tensors")]
+    if shape_bad:
+        return [Finding("weights_dropped", "confirmed", f"tensors of the wrong shape: {', '.join(shape_bad[:5])} "
+                        "(the load fails, or the config is not this draft's)", ev, WHERE,
+                        fix="make config.json describe these weights")]
+    if engine is None:
+        risky = {e: v for e, v in ev["engines"].items() if v["unmapped"] or v["version_dependent"]}
+        if unknown or risky:
+            return [Finding("weights_dropped", "suspected", "keys some loader may not map: " + "; ".join(
+                f"{e}: {', '.join((v['unmapped'] + v['version_dependent'])[:3])}" for e, v in risky.items())
+                + (f"; unknown to eagle3lib: {', '.join(unknown[:3])}" if unknown else ""), ev, WHERE,
+                fix="rename the keys to the serving engine's names (midlayer.* for SGLang before ~0.5.12)",
+                needs="the serving engine and version",
+                source="; ".join(f.source for f in engine_facts.facts("keys", "sglang")[:2]))]
+        return [Finding("weights_dropped", "ruled out", f"all {len(keys)} keys map to the draft's tensors", ev, WHERE)]
+    eng = engine.lower()
+    if eng not in engine_facts.SERVING_ENGINES:
+        return [not_checked("weights_dropped", WHERE, f"an engine the library knows, not {engine!r}")]
+    names = {k: engine_name(k, eng, engine_version) for k in keys}
+    dropped = [k for k, (n, _) in names.items() if n is None or n not in exp]
+    unsure = [k for k, (n, ok) in names.items() if ok is False and k not in dropped]
+    silent = engine_facts.reads(eng, "keys", "unknown_dropped_silently")
+    ev.update(engine=eng, engine_version=engine_version, dropped=dropped[:10], version_dependent=unsure[:10])
+    src = "; ".join(f.source for f in engine_facts.facts("keys", eng))
+    if dropped:
+        how = "drops them silently (those tensors stay at random init)" if silent else "refuses them (load fails)"
+        return [Finding("weights_dropped", "confirmed", f"{eng} {engine_version or ''} does not map "
+                        f"{', '.join(dropped[:5])}: it {how}".replace("  ", " "), ev, WHERE,
+                        fix="rename the keys to the engine's names (checkpoint.save_draft(..., format=...))",
+                        source=src)]
+    if unsure:
+        return [Finding("weights_dropped", "suspected", f"whether {eng} maps {', '.join(unsure[:3])} depends on its "
+                        "version", ev, WHERE, needs="the engine version", source=src)]
+    return [Finding("weights_dropped", "ruled out", f"{eng} maps all {len(keys)} keys", ev, WHERE, source=src)]
+
+
+def _raw(canonical: str, renames) -> str:
+    """The on-disk key a canonical name came from."""
+    return next((old for old, new, _ in renames if new == canonical), canonical)

@@ -1,0 +1,62 @@
+"""Check 5 (embedding / lm_head): own embeddings compared row by row; missing lm_head; vocab padding."""
+from __future__ import annotations
+
+import torch
+
+from eagle3lib.checks.embedding import check_embedding, compare_rows
+from eagle3lib.checks.inputs import read_artifacts
+from tests.checks.world import TARGET, canonical_tensors, draft_raw, statuses, write_draft, write_target
+
+EMB = torch.randn(120, 32, generator=torch.Generator().manual_seed(3))
+
+
+def _f(tmp_path, raw=None, extra=None, drop=(), engine=None, target=None):
+    raw = raw or draft_raw()
+    t = {k: v for k, v in canonical_tensors(raw).items() if k not in drop} | (extra or {})
+    art = read_artifacts(draft=write_draft(tmp_path, raw, t), target=write_target(tmp_path, target, EMB))
+    return check_embedding(art, engine=engine)
+
+
+def test_clean_draft_without_embedding_rules_everything_out(tmp_path):
+    """No embed_tokens, own lm_head, same vocab: nothing raised."""
+    f = _f(tmp_path)
+    assert {x.status for x in f} == {"ruled out"}
+
+
+def test_compare_rows_tells_the_four_cases_apart():
+    """identical / scaled / permuted / different, with the scale factor."""
+    assert compare_rows(EMB, EMB.clone())["relation"] == "identical"
+    r = compare_rows(EMB * 5.0, EMB)
+    assert r["relation"] == "scaled" and abs(r["norm_ratio"] - 5.0) < 1e-4
+    assert compare_rows(EMB[torch.randperm(120)], EMB)["relation"] == "permuted"
+    assert compare_rows(torch.randn(120, 32), EMB)["relation"] == "different"
+
+
+def test_random_own_embedding_is_confirmed_on_vllm_and_ruled_out_on_sglang(tmp_path):
+    """A random embed_tokens: vLLM keeps it (confirmed), SGLang replaces it (ruled out), no engine: suspected."""
+    extra = {"embed_tokens.weight": torch.randn(120, 32)}
+    assert statuses(_f(tmp_path, extra=extra, engine="vllm"), "wrong_embedding") == {"confirmed"}
+    assert statuses(_f(tmp_path, extra=extra, engine="sglang"), "wrong_embedding") == {"ruled out"}
+    f = _f(tmp_path, extra={"embed_tokens.weight": EMB * 2})
+    hit = [x for x in f if x.cause == "wrong_embedding"]
+    assert hit[0].status == "suspected" and hit[0].evidence["relation"] == "scaled"
+
+
+def test_missing_lm_head(tmp_path):
+    """No lm_head with a reduced vocab: confirmed; full vocab with draft_vocab_size written: SGLang keeps random."""
+    assert "confirmed" in statuses(_f(tmp_path, drop=("lm_head.weight",)), "lm_head_missing")
+    full = draft_raw(draft_vocab_size=120)
+    f = _f(tmp_path, full, drop=("lm_head.weight",), engine="sglang")
+    assert "confirmed" in statuses(f, "lm_head_missing")
+    f = _f(tmp_path, full, drop=("lm_head.weight",), engine="vllm")
+    assert statuses(f, "lm_head_missing") == {"ruled out"}
+
+
+def test_vocab_padding_is_suspected(tmp_path):
+    """Draft vocab 128 (padded) vs target 120: suspected under lm_head_missing."""
+    emb = torch.randn(128, 32)
+    raw = draft_raw(vocab_size=128)
+    t = canonical_tensors(raw)
+    art = read_artifacts(draft=write_draft(tmp_path, raw, t), target=write_target(tmp_path, TARGET, EMB))
+    f = [x for x in check_embedding(art) if x.where == "checks.embedding.vocab"]
+    assert [x.status for x in f] == ["suspected"] and emb.shape[0] == 128

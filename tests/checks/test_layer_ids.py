@@ -1,0 +1,90 @@
+"""Check 1 (layer ids): planted missing / off-by-one / width causes come out raised; a clean config rules them out."""
+from __future__ import annotations
+
+from eagle3lib.checks.inputs import read_artifacts
+from eagle3lib.checks.layer_ids import check_layer_ids
+from tests.checks.world import LAYOUT, TARGET, draft_raw, statuses, write_data, write_draft, write_target
+
+
+def _art(tmp_path, raw, layout=LAYOUT, target=None):
+    return read_artifacts(draft=write_draft(tmp_path, raw), target=write_target(tmp_path, target),
+                          data=write_data(tmp_path, layout))
+
+
+def test_clean_specforge_config_on_sglang_rules_everything_out(tmp_path):
+    """Nested output-of-layer ids [1,3,5] on SGLang 0.5.6 capture layer_in.2/4/6, as the data was captured."""
+    f = check_layer_ids(_art(tmp_path, draft_raw()), engine="sglang", engine_version="0.5.6")
+    for cause in ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot"):
+        assert statuses(f, cause) == {"ruled out"}, (cause, [x for x in f if x.cause == cause])
+
+
+def test_missing_ids_on_vllm_fall_back_to_a_guess_that_differs(tmp_path):
+    """No ids anywhere: vLLM guesses inputs of [2, 4, 5]; the data was captured at [2, 4, 6] -> confirmed."""
+    raw = draft_raw(eagle_config={"use_aux_hidden_state": True})
+    f = check_layer_ids(_art(tmp_path, raw), engine="vllm")
+    hit = [x for x in f if x.cause == "missing_layer_ids"]
+    assert [x.status for x in hit] == ["confirmed"]
+    assert hit[0].evidence["captured"] == ["layer_in.2", "layer_in.4", "layer_in.5"] and hit[0].source
+
+
+def test_nested_ids_are_not_read_by_vllm(tmp_path):
+    """SpecForge's nested ids are invisible to vLLM (top level only): the fallback is used -> confirmed."""
+    f = check_layer_ids(_art(tmp_path, draft_raw()), engine="vllm")
+    assert statuses(f, "missing_layer_ids") == {"confirmed"}
+
+
+def test_top_level_ids_in_the_output_convention_are_off_by_one_on_vllm(tmp_path):
+    """ids [1,3,5] written top level (vLLM reads input-of-layer) capture layer_in.1/3/5: shift -1 -> confirmed."""
+    raw = draft_raw(eagle_config=None, eagle_aux_hidden_state_layer_ids=[1, 3, 5])
+    f = check_layer_ids(_art(tmp_path, raw), engine="vllm")
+    assert "confirmed" in statuses(f, "layer_id_off_by_one")
+    assert statuses(f, "missing_layer_ids") == {"ruled out"}
+
+
+def test_post_norm_final_slot_and_fc_width(tmp_path):
+    """Data trained on final_postnorm: confirmed (engines capture pre-norm); 4-slot data for a 3-slot fc: mismatch."""
+    f = check_layer_ids(_art(tmp_path, draft_raw(), ("layer_in.2", "layer_in.4", "final_postnorm")))
+    assert statuses(f, "final_norm_slot") == {"confirmed"}
+    f = check_layer_ids(_art(tmp_path, draft_raw(), ("embed",) + LAYOUT))
+    assert "confirmed" in statuses(f, "aux_layout_mismatch")
+
+
+def test_sglang_without_version_where_the_rule_changed_is_suspected(tmp_path):
+    """DeepSeek target, first id != 1: SGLang 0.5.6 adds +1, the PR#25454 rule does not -> suspected."""
+    raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6]})
+    ds = {**TARGET, "architectures": ["DeepseekV3ForCausalLM"]}
+    lay = ("layer_in.3", "layer_in.5", "layer_in.7")
+    f = check_layer_ids(_art(tmp_path, raw, lay, ds), engine="sglang")
+    assert statuses(f, "layer_id_off_by_one") == {"suspected"}
+    f = check_layer_ids(_art(tmp_path, raw, lay, {**TARGET}), engine="sglang")
+    assert statuses(f, "layer_id_off_by_one") == {"ruled out"}    # Llama model file: +1 in every version
+    f = check_layer_ids(_art(tmp_path, raw, lay, ds), engine="sglang", engine_version="head")
+    assert statuses(f, "layer_id_off_by_one") == {"confirmed"}    # head: no +1 -> layer_in.2/4/6, shift -1
+
+
+def test_missing_inputs_are_not_checked(tmp_path):
+    """Without a target every cause is 'not checked' naming the target; without an engine the engine is named."""
+    f = check_layer_ids(read_artifacts(draft=write_draft(tmp_path, draft_raw())))
+    assert {x.status for x in f} == {"not checked"} and all("target" in x.needs for x in f)
+    f = check_layer_ids(_art(tmp_path, draft_raw()))
+    assert statuses(f, "missing_layer_ids") == {"not checked"}
+    assert statuses(f, "layer_id_off_by_one") == {"ruled out"}     # config ids match the data
+
+
+def test_eagle_dialect_without_ids_matches_the_engines_default(tmp_path):
+    """A SafeAILab EAGLE config has no ids by design (capture = inputs of [2, L//2, L-3]): vLLM's fallback is the
+    same layout -> ruled out; with data captured elsewhere the fallback is confirmed wrong."""
+    raw = draft_raw(architectures=["LlamaForCausalLM"], eagle_config=None, target_hidden_size=None)
+    art = read_artifacts(draft=write_draft(tmp_path, raw), target=write_target(tmp_path))
+    assert statuses(check_layer_ids(art, engine="vllm"), "missing_layer_ids") == {"ruled out"}
+    f = check_layer_ids(_art(tmp_path, raw), engine="vllm")           # data declares layer_in.2/4/6
+    assert statuses(f, "missing_layer_ids") == {"confirmed"}
+
+
+def test_fc_header_wider_than_the_config_is_confirmed(tmp_path):
+    """fc.weight [32, 4*32] in the weights, the config declares 3 ids: the fc width is confirmed wrong."""
+    from tests.checks.world import canonical_tensors
+    raw = draft_raw()
+    art = read_artifacts(draft=write_draft(tmp_path, raw, canonical_tensors(raw, k=4)), target=write_target(tmp_path))
+    hit = [x for x in check_layer_ids(art) if x.where == "checks.layer_ids.fc_width"]
+    assert [x.status for x in hit] == ["confirmed"] and hit[0].evidence["fc_slots"] == 4

@@ -1,0 +1,88 @@
+"""Check 8 (chat template): training samples vs the target tokenizer's template and served prompts."""
+from __future__ import annotations
+
+import json
+
+import pytest
+import torch
+from tokenizers import Tokenizer, models, pre_tokenizers
+from transformers import PreTrainedTokenizerFast
+
+from eagle3lib.checks.inputs import read_artifacts
+from eagle3lib.checks.template import check_template, template_markers
+from eagle3lib.samples.readers import Sample
+from eagle3lib.samples.writers import write_seed_dataset
+
+SPECIAL = ["<|begin|>", "<|user|>", "<|assistant|>", "<|system|>", "<|end|>", "<think>", "</think>", "###"]
+WORDS = ["hello", "how", "are", "you", "fine", "thanks", "be", "brief", "User:", "Assistant:", "[UNK]"]
+TEMPLATE = ("{{ bos_token }}{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+            "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+
+
+@pytest.fixture(scope="module")
+def target(tmp_path_factory):
+    """A target folder holding only config.json and a word-level tokenizer with a chat template."""
+    d = tmp_path_factory.mktemp("tmpl") / "target"
+    vocab = {w: i for i, w in enumerate(SPECIAL + WORDS)}
+    tk = Tokenizer(models.WordLevel(vocab, unk_token="[UNK]"))
+    tk.pre_tokenizer = pre_tokenizers.Whitespace()
+    tok = PreTrainedTokenizerFast(tokenizer_object=tk, bos_token="<|begin|>", unk_token="[UNK]",
+                                  additional_special_tokens=SPECIAL[1:], chat_template=TEMPLATE)
+    tok.save_pretrained(d)
+    (d / "config.json").write_text(json.dumps({"architectures": ["LlamaForCausalLM"], "num_hidden_layers": 2,
+                                               "hidden_size": 8, "vocab_size": len(vocab)}))
+    return d, tok
+
+
+def _data(root, tok, texts, name):
+    samples = []
+    for i, t in enumerate(texts):
+        ids = torch.tensor(tok(t, add_special_tokens=False)["input_ids"])
+        samples.append(Sample(f"s{i}", ids, torch.ones(len(ids), dtype=torch.long), torch.zeros(len(ids), 1, 8),
+                              ("layer_in.1",), None, f"mem:{i}"))
+    write_seed_dataset(root / name, samples, layout=("layer_in.1",), info={"num_target_layers": 2})
+    return root / name
+
+
+CHAT = "<|begin|><|user|>hello how are you<|end|><|assistant|>fine thanks<|end|>"
+THINK = "<|begin|><|user|>hello<|end|><|assistant|><think></think>fine<|end|>"
+SYS = "<|begin|><|system|>be brief<|end|><|user|>hello<|end|><|assistant|>fine<|end|>"
+OTHER = "### User: hello how are you ### Assistant: fine thanks"
+
+
+def _f(tmp_path, target, texts, served=None):
+    d, tok = target
+    return check_template(read_artifacts(target=d, data=_data(tmp_path, tok, texts, "data"),
+                                         served_prompts=served))
+
+
+def test_markers_of_the_template(target):
+    m = template_markers(target[1])
+    assert (m["user"], m["assistant"], m["system"]) == ("<|user|>", "<|end|><|assistant|>", "<|system|>")
+
+
+def test_clean_training_data_and_served_prompts_rule_everything_out(tmp_path, target):
+    f = _f(tmp_path, target, [CHAT, CHAT], served=["<|begin|><|user|>hello<|end|><|assistant|>"])
+    assert {x.status for x in f} == {"ruled out"}, f
+
+
+def test_data_rendered_with_another_template_is_confirmed_with_both_renderings(tmp_path, target):
+    f = [x for x in _f(tmp_path, target, [OTHER, OTHER]) if x.where.endswith("markers")]
+    assert [x.status for x in f] == ["confirmed"]
+    assert "###" in f[0].evidence["training_rendering"] and "<|user|>" in f[0].evidence["template_rendering"]
+
+
+def test_think_and_system_prompt_differences_with_served_prompts(tmp_path, target):
+    """Training with empty think blocks, serving without: confirmed; a system prompt only in serving: confirmed."""
+    f = _f(tmp_path, target, [THINK, THINK], served=[CHAT])
+    assert [x.status for x in f if x.where.endswith("think")] == ["confirmed"]
+    f = _f(tmp_path, target, [CHAT, CHAT], served=[SYS, SYS])
+    hit = [x for x in f if x.where.endswith("system")]
+    assert [x.status for x in hit] == ["confirmed"] and "be brief" in hit[0].evidence["served_rendering"]
+    f = _f(tmp_path, target, [THINK, THINK])
+    assert [x.status for x in f if x.where.endswith("think")] == ["suspected"]
+
+
+def test_without_a_tokenizer_not_checked(tmp_path, target):
+    f = check_template(read_artifacts(data=_data(tmp_path, target[1], [CHAT], "d")))
+    assert [x.status for x in f] == ["not checked"] and "tokenizer" in f[0].needs

@@ -1,0 +1,54 @@
+"""Check 9 (weights): keys each engine would drop or refuse, and tensors left at random init, by name."""
+from __future__ import annotations
+
+from eagle3lib.checks.inputs import read_artifacts
+import pytest
+
+from eagle3lib.model.checkpoint import expected_tensors
+from eagle3lib.checks.weights import check_weights, engine_name, expected_shapes
+from eagle3lib.model.config import DraftConfig
+from tests.checks.world import canonical_tensors, draft_raw, statuses, write_draft
+
+
+def _f(tmp_path, rename=None, drop=(), engine=None, version=None):
+    raw = draft_raw()
+    t = {(rename(k) if rename else k): v for k, v in canonical_tensors(raw).items() if k not in drop}
+    return check_weights(read_artifacts(draft=write_draft(tmp_path, raw, t)), engine, version)
+
+
+def test_clean_midlayer_checkpoint_is_ruled_out_for_every_engine(tmp_path):
+    for engine in (None, "sglang", "vllm"):
+        assert statuses(_f(tmp_path, engine=engine, version="0.5.6"), "weights_dropped") == {"ruled out"}
+
+
+def test_layers0_keys_on_old_sglang_are_dropped_silently(tmp_path):
+    """speculators-style layers.0.* on SGLang 0.5.6 (before the legacy map): confirmed, naming a key."""
+    ren = lambda k: k.replace("midlayer.", "layers.0.")   # noqa: E731
+    f = _f(tmp_path, ren, engine="sglang", version="0.5.6")
+    assert [x.status for x in f] == ["confirmed"] and "layers.0." in f[0].summary and "silently" in f[0].summary
+    assert statuses(_f(tmp_path, ren, engine="sglang", version="0.5.12"), "weights_dropped") == {"ruled out"}
+    assert statuses(_f(tmp_path, ren, engine="sglang"), "weights_dropped") == {"suspected"}
+    assert statuses(_f(tmp_path, ren, engine="vllm"), "weights_dropped") == {"ruled out"}
+
+
+def test_a_framework_prefix_and_a_missing_tensor(tmp_path):
+    """'draft_model.' prefix: every engine misses the tensors -> confirmed; a missing o_proj -> confirmed by name."""
+    f = _f(tmp_path, lambda k: "draft_model." + k)
+    assert [x.status for x in f] == ["confirmed"]
+    f = _f(tmp_path, drop=("midlayer.self_attn.o_proj.weight",))
+    assert [x.status for x in f] == ["confirmed"] and "o_proj" in f[0].summary
+
+
+def test_engine_name_rules():
+    assert engine_name("model.fc.weight", "sglang", None) == ("fc.weight", True)
+    assert engine_name("model.fc.weight", "vllm", None) == (None, True)
+    assert engine_name("layers.0.mlp.up_proj.weight", "vllm", None) == ("midlayer.mlp.up_proj.weight", True)
+
+
+@pytest.mark.parametrize("changes", [{}, {"fc_norm": True, "bias": True}, {"norm_before_fc": True,
+                                     "num_aux_hidden_states": 4, "eagle_config": {"eagle_aux_hidden_state_layer_ids":
+                                                                                  [-1, 1, 3, 5]}}])
+def test_expected_shapes_equal_the_built_draft(changes):
+    """The config-only shape table equals the tensors Eagle3Draft actually builds (flags, bias, 4 slots)."""
+    cfg = DraftConfig.from_dict(draft_raw(**changes))
+    assert expected_shapes(cfg) == {k: v[0] for k, v in expected_tensors(cfg).items()}
