@@ -31,6 +31,7 @@ num_steps: int = 3          # TTT steps shown in the forward preview
 # %%
 import torch
 
+from eagle3lib.causes import findings_frame
 from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
@@ -93,9 +94,22 @@ a.params
 checkpoint_audit.forward_preview(a, inp, num_steps=num_steps)
 
 # %% [markdown]
+# ## 7. The contract between draft, target and training data
+# Each known cause of a poor accept length that these artifacts alone can confirm or rule out
+# (`eagle3lib.causes.CATALOGUE`): layer ids and their fallbacks, variant flags, RoPE against the target, the context
+# window against the data, the draft's own embedding and lm_head, tensor names an engine would drop, the d2t map,
+# and the chat template of the training samples. `not checked` names the input that would decide it; questions
+# that depend on the serving engine are asked in notebook 01, with the launch command's engine.
+
+# %%
+causes = checkpoint_audit.contract_checks(inp)
+findings_frame(causes)
+
+# %% [markdown]
 # ## Findings recorded for the report index
 
 # %%
 for key, value in a.findings.items():
     findings.record(key, value)
+findings.record_findings("00 checkpoint audit", causes)
 a.findings

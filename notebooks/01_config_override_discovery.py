@@ -23,19 +23,20 @@
 # 3. shows the corrected command, the vLLM-equivalent settings, which target layers each engine feeds this draft,
 #    and a lint of settings that cannot help.
 #
-# Defaults reproduce the seed on the demo world: its first command, its corrected command, and a sample SGLang
-# 0.5.6 startup log for the first command (`data/samples/sglang_seed_startup.log`). When the demo world is not
-# built, the shipped sample configs under `data/samples/` stand in for the target and the draft.
+# With every parameter empty the notebook runs on the demo world, whose server is the seed's: its launch command,
+# its corrected command and its SGLang 0.5.6 startup log come from `data/samples/demo_launch.json` (when the demo
+# world is not built, the shipped sample configs under `data/samples/` stand in for the target and the draft).
+# With your own `draft_path`, nothing is taken from the demo: an input left empty is reported as not given.
 
 # %% tags=["parameters"]
-launch_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # the command as it was launched (SGLang or vLLM)
-fixed_command: str = "python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 --speculative-draft-model-path data/demo/draft --speculative-num-steps 15 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16"  # a corrected command to compare with
-sglang_version: str = "0.5.6"  # SGLang version the server ran; empty: the version /server_info reports, else the library default
+launch_command: str = ""    # the command as it was launched (SGLang or vLLM); empty: the demo world's seed launch (demo only)
+fixed_command: str = ""     # a corrected command to compare with; empty: the demo world's fixed command (demo only)
+sglang_version: str = ""    # SGLang version the server ran; empty: /server_info's, else the demo's 0.5.6 / the library default
 server_info_path: str = ""  # a saved GET /server_info JSON of that server; "" for none
-server_url: str = ""  # a live SGLang server to read /server_info from, e.g. "http://127.0.0.1:30000"; "" for none
-server_log_path: str = "data/samples/sglang_seed_startup.log"  # the server's startup log (relative to the repo root or absolute); "" for none
-target_path: str = ""  # target model folder (its config.json is read); empty: the demo world's target
-draft_path: str = ""  # draft folder (its config.json is read); empty: the demo world's draft
+server_url: str = ""        # a live SGLang server to read /server_info from, e.g. "http://127.0.0.1:30000"; "" for none
+server_log_path: str = ""   # the server's startup log (repo-relative or absolute); empty: the demo's sample log (demo only)
+target_path: str = ""       # target model folder (its config.json is read); empty: the demo world's target (demo only)
+draft_path: str = ""        # draft folder (its config.json is read); empty: the embedded demo world
 
 # %% [markdown]
 # ## 1. What the command asks for
@@ -49,11 +50,16 @@ import pandas as pd
 from IPython.display import display
 
 from eagle3lib.serving import crossengine, serverinfo, sglang_introspect, sglang_rules
+from eagle3lib.causes import findings_frame
 from eagle3lib.steps import discovery
 from eagle3lib.report import findings
 
-seed = discovery.discover(launch_command, sglang_version, target_path, draft_path,
-                            server_info=server_info_path or server_url, server_log=server_log_path)
+inp = discovery.resolve_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
+                               draft_path)
+for note in inp.notes:
+    print("NOTE:", note)
+seed = discovery.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
+                          server_info=server_info_path or server_url, server_log=inp.server_log)
 print(seed.summary())
 seed.requested_frame()
 
@@ -95,7 +101,7 @@ sglang_rules.rules_frame(seed.version)
 # (notebook 04): each step costs a draft forward.
 
 # %%
-fixed = discovery.discover(fixed_command, seed.version, target_path, draft_path)
+fixed = discovery.discover(inp.fixed_command, seed.version, inp.target_path, inp.draft_path)
 print(fixed.headline())
 discovery.side_by_side(seed, fixed)
 
@@ -140,7 +146,19 @@ crossengine.lint_frame(seed.lint)
 sglang_introspect.ask(seed.launch, seed.resolution, path_map=seed.path_map())
 
 # %% [markdown]
-# ## 10. Findings
+# ## 10. The causes these settings confirm or rule out
+# The rewrite of the speculative knobs (`ndt_override`: confirmed when the server's own log or `/server_info`
+# shows it, suspected when only the rule table predicts it), and the contract checks that depend on the engine:
+# which boundaries this engine and version capture for the draft config, which variant flags and tensor names
+# it reads, the algorithm flag against the draft's architecture, lossy thresholds, sampling, a quantized target.
+# Each row names its source (the PR or file the engine fact comes from).
+
+# %%
+causes = discovery.contract_checks(inp, seed)
+findings_frame(causes)
+
+# %% [markdown]
+# ## 11. Findings
 # The headline names the first speculative knob SGLang changed, the rule, and the first SGLang version that has
 # it. The structured findings keep every changed setting, the vLLM equivalent, the layers per engine and the
 # lint codes.
@@ -150,6 +168,7 @@ print(seed.headline())
 findings.record("headline", seed.headline())
 findings.record("config_override", seed.findings())
 findings.record("fixed_command", fixed.findings())
+findings.record_findings("01 config override discovery", causes)
 
 # %% [markdown]
 # ## What next

@@ -19,24 +19,29 @@
 # and a poor served accept length is a generalization gap (or a server setting). If it is wrong on data it was
 # trained on, the draft is not being fed what it was trained on, or was loaded wrong: a wiring bug.
 #
-# Here the draft is fed two ways: the **training layout** (the aux slots its `fc` was trained on) and the
-# **serving layout** (what the server captures, e.g. the seed's `[L3, L31, L59]` without the embedding; a
-# missing slot is fed as zeros, as a server padding its capture would). Held-out and new-prompt samples separate
-# a generalization gap from a healthy draft, and a layout search names the wiring that restores the accuracy.
+# Here the draft is fed its **training layout** (the aux slots its `fc` was trained on) and, when there is evidence
+# of it, the **serving layout** (what the server feeds; a missing slot is fed as zeros, as a server padding its
+# capture would). The serving layout is never assumed: it comes from a serving dump identified against the
+# target's own boundaries, else from a layout you type, else from the capture rules of the engine and version you
+# name; with none of these only the training layout is replayed, and the notebook says which input would decide
+# the serving side. Held-out and new-prompt samples separate a generalization gap from a healthy draft, and a
+# layout search names the wiring that restores the accuracy.
 
 # %% tags=["parameters"]
 draft_path: str = ""            # draft checkpoint dir (config.json + weights); empty: the embedded demo world
 target_path: str = ""           # target dir: embedding, lm_head (reference), tokenizer, model (recapture); empty: demo
 train_data_path: str = ""       # samples the draft was TRAINED on; empty: demo training split (seed format)
 train_data_format: str = ""     # empty: detect; or "specforge", "seed", "speculators", "modelopt"
-heldout_data_path: str = ""     # in-domain held-out samples; empty: demo held-out split (none for a real draft)
-new_prompt_data_path: str = ""  # samples of new / served prompts; empty: demo shifted-domain split (none if real)
-layouts: list = ["training", "serving"]  # "training" (draft config ids), "serving", or "embed,layer_in.4,..."
-serving_layout: str = ""        # what the server feeds, e.g. "layer_in.4,layer_in.32"; empty: training minus embed
+heldout_data_path: str = ""     # in-domain held-out samples; empty: demo held-out split (demo only)
+new_prompt_data_path: str = ""  # samples of new / served prompts; empty: demo shifted-domain split (demo only)
+serving_dump: str = ""          # what the server fed the draft (SGLang tensor dump or eagle3lib dump); empty: demo's (demo only)
+serving_layout: str = ""        # else: the layout the server feeds, typed, e.g. "layer_in.4,layer_in.32"
+serving_engine: str = ""        # else: "sglang" or "vllm": the engine's capture rules for this draft config
+serving_version: str = ""       # the engine's version for those rules, e.g. "0.5.6"
 n_samples: int = 64             # samples per replay, drawn reproducibly with `seed`
 n_search: int = 12              # samples per candidate in the layout search
 recorded_val_acc: float = -1.0  # step-0 validation accuracy training reported; -1: read training_log_path
-training_log_path: str = ""     # jsonl training log with val_acc_step0 (or eval/acc_0); empty: demo log / none
+training_log_path: str = ""     # jsonl training log with val_acc_step0 (or eval/acc_0); empty: demo log (demo only)
 num_steps: int = 3              # draft steps per round (serving --speculative-num-steps)
 recapture: bool = True          # let the search run the full target to capture other layers (false for huge targets)
 device: str = "cpu"             # "cuda" on a GPU box
@@ -51,10 +56,13 @@ from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
 
 inp = sample_replay.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
-                             new_prompt_data_path, recorded_val_acc, training_log_path, serving_layout)
+                                   new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
 setup = replay.load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
-compare = verdict.compare_layouts(layouts, setup, serving=inp.serving_layout)
+served = sample_replay.serving_layout(inp, setup.num_layers, typed=serving_layout, engine=serving_engine,
+                                      engine_version=serving_version, device=device)
+compare = sample_replay.layouts_to_replay(setup.training_layout, served)
 print("draft:", inp.draft_path, "| target:", inp.target_path, "| demo world:", inp.demo)
+print("serving layout:", served.layout, "<-", served.source, "|", served.detail)
 print("recorded validation accuracy:", inp.recorded_acc, f"({inp.recorded_from})")
 print("training layout (draft config):", setup.training_layout)
 for note in setup.notes:
@@ -111,7 +119,7 @@ verdict.plot_replay(train)
 # %%
 held = {name: replay.replay(setup, path, label=name, n=n_samples, seed=seed, num_steps=num_steps)
         for name, path in inp.heldout.items()}
-verdict.replay_table({layouts[0]: train[layouts[0]], **held})   # the first layout asked for: "training" by default
+verdict.replay_table({"training": train["training"], **held})
 
 # %% [markdown]
 # ## 5. Verdict
@@ -124,26 +132,31 @@ verdict.replay_table({layouts[0]: train[layouts[0]], **held})   # the first layo
 verdicts = {label: verdict.decide(r, held, recorded_acc=inp.recorded_acc) for label, r in train.items()}
 for label, v in verdicts.items():
     print(f"[{label}] {v.verdict.upper()}: {v.reason}")
-print("thresholds:", dict(verdicts[layouts[0]].thresholds))
+print("thresholds:", dict(verdicts["training"].thresholds))
 
 # %%
 verdicts[list(verdicts)[-1]].evidence
 
 # %% [markdown]
 # ## 6. Layout search: which wiring restores the accuracy?
-# Starting from the served layout, replay the plausible wirings: the missing embedding slot, layer ids off by
-# one (output- vs input-of-layer), other slot orders, the other final norm, then d2t read as absolute ids or
-# ignored and hidden states paired one token off. Candidates need boundaries the samples carry; with
-# `recapture` the target model captures the others on the samples' tokens. "Restores" means no longer `wiring`.
+# Only when a replay says `wiring`: starting from that layout (the served one, else the training one), replay the
+# plausible wirings: the missing embedding slot, layer ids off by one (output- vs input-of-layer), other slot
+# orders, the other final norm, then d2t read as absolute ids or ignored and hidden states paired one token off.
+# Candidates need boundaries the samples carry; with `recapture` the target model captures the others on the
+# samples' tokens. "Restores" means no longer `wiring`.
 
 # %%
-served = compare.get("serving", list(compare.values())[-1])
-target_acc = inp.recorded_acc if inp.recorded_acc is not None else train[layouts[0]].acc0
-rc = layoutsearch.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
-search = layoutsearch.search_layouts(setup, inp.train_data, served, target_acc=target_acc, n=n_search, seed=seed,
-                                     recapture=rc)
-print(search.message)
-search.table.head(12)
+start = sample_replay.search_start(verdicts, compare)
+search = None
+if start is None:
+    print("no replay says wiring: no layout search needed")
+else:
+    target_acc = inp.recorded_acc if inp.recorded_acc is not None else train["training"].acc0
+    rc = layoutsearch.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
+    search = layoutsearch.search_layouts(setup, inp.train_data, start[1], target_acc=target_acc, n=n_search,
+                                         seed=seed, recapture=rc)
+    print(f"from the {start[0]} layout:", search.message)
+search.table.head(12) if search is not None else None
 
 # %% [markdown]
 # ## 7. Token view
@@ -162,9 +175,12 @@ for label, d in details.items():
 # ## 8. Findings
 
 # %%
-headline = verdict.headline(verdicts, search)
+causes = sample_replay.cause_findings(verdicts, train, served, setup.num_layers, search)
+headline = verdict.headline(verdicts, search) + f" [serving layout from {served.source}]"
 findings.record("headline", headline)
+findings.record_findings("02 training-sample replay", causes)
 findings.record("verdicts", {label: x.summary() for label, x in verdicts.items()})
 findings.record("replays", {label: r.summary() for label, r in {**train, **held}.items()})
-findings.record("layout_search", {"best": search.best, "restored": search.restored, "message": search.message})
+findings.record("layout_search", {"best": search.best, "restored": search.restored, "message": search.message}
+                if search is not None else "not run: no replay says wiring")
 print(headline)

@@ -22,22 +22,23 @@
 # a serving dump against all of them — numbers first, then a diagnosis in words, then the ids to write.
 
 # %% tags=["parameters"]
-target_path: str = ""       # target model dir; empty: the embedded demo world's target
-draft_path: str = ""        # draft dir (for the proof-of-fix replay); empty: demo draft
-training_data: str = ""     # training data with the slots the draft was trained on; empty: demo training data
-serving_dump: str = ""      # eagle3lib dump dir of what serving fed the draft; empty: demo engine, seed's capture
+target_path: str = ""       # target model dir; empty: the demo world's target (demo only)
+draft_path: str = ""        # draft dir (for the proof-of-fix replay); empty: the embedded demo world
+training_data: str = ""     # training data with the slots the draft was trained on; empty: demo training data (demo only)
+serving_dump: str = ""      # what serving fed the draft (SGLang tensor dump or eagle3lib dump); empty: the demo's (demo only)
 sample_index: int = 0       # which training sample to compare
 dump_request: int = 0       # which dumped request to compare
 replay_samples: int = 16    # training samples replayed for the proof of fix
 device: str = "cpu"         # "cuda" on a GPU box
 dtype: str = "float32"      # target dtype for the reference capture ("bfloat16" to match serving)
+drift_samples: int = 4      # training samples recaptured through the target for the drift check (0: skip)
 
 # %%
 # %matplotlib inline
 import torch
 
 from eagle3lib.serving import advice
-from eagle3lib.hidden import compare
+from eagle3lib.causes import findings_frame
 from eagle3lib.steps import diffing
 from eagle3lib.report import findings
 
@@ -55,10 +56,10 @@ print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sa
 
 # %%
 s = diffing.sides(inp, request=dump_request)
-s.training.slots[["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]]
+diffing.slot_table(s.training)
 
 # %%
-compare.plot_similarity(s.training)
+diffing.similarity_plot(s.training)
 
 # %% [markdown]
 # ## 2. Serving side: what the server fed the draft
@@ -66,10 +67,10 @@ compare.plot_similarity(s.training)
 # matches another boundary, or none, or is all zeros, is what the draft saw in production.
 
 # %%
-s.serving.slots[["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]]
+diffing.slot_table(s.serving)
 
 # %%
-compare.plot_similarity(s.serving)
+diffing.similarity_plot(s.serving)
 
 # %% [markdown]
 # ## 3. Diagnosis in words
@@ -78,8 +79,7 @@ compare.plot_similarity(s.serving)
 # damage.
 
 # %%
-print(s.diagnosis.summary)
-s.diagnosis.frame()
+diffing.explanation_frame(s)
 
 # %% [markdown]
 # ## 4. What to write in each engine's config
@@ -97,17 +97,29 @@ adv[["engine", "variant", "key", "ids", "expressible", "why"]]
 # draft's training accuracy.
 
 # %%
-proof = diffing.proof_of_fix(inp, s.serving.identified, s.training.identified, n=replay_samples, device=device)
+proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified, n=replay_samples, device=device)
 proof
+
+# %% [markdown]
+# ## 6. The causes this confirms or rules out
+# What the server feeds, identified against the target's own boundaries, settles the layout causes (a missing or
+# extra slot, a permutation, a slot one layer off, the other side of the final norm) with the dump as evidence.
+# The drift check recaptures a few training samples through the target as it is now: the same model gives
+# cosine ≈ 1 and norm ratio ≈ 1 per slot; another dtype a small uniform error; a fine-tuned target an error that
+# grows with depth.
+
+# %%
+causes = diffing.cause_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)
+findings_frame(causes)
 
 # %% [markdown]
 # ## Findings recorded for the report index
 
 # %%
-findings.record("trained_layout", list(s.training.identified))
-findings.record("served_layout", list(s.serving.identified))
-findings.record("diagnosis_kinds", sorted(s.diagnosis.kinds))
+for key, value in diffing.summary(s).items():
+    findings.record(key, value)
 findings.record("advice", {r.engine: r.ids for r in adv.itertuples()})
-findings.record("fix_accuracy", diffing.proof_summary(proof))
+findings.record("fix_accuracy", diffing.proof_summary(proof) if not isinstance(proof, str) else proof)
 findings.record("headline", diffing.headline(s, proof))
+findings.record_findings("03 hidden-state diffing", causes)
 findings.current()

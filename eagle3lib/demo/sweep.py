@@ -11,6 +11,7 @@ import platform
 import statistics
 import time
 from dataclasses import dataclass
+from pathlib import Path
 
 import torch
 import tqdm
@@ -195,3 +196,28 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
                    f"{draft_step / base_step:.2f} x a target decode step; verify {verify * 1e3:.2f} ms"
                    + ("" if same else "; WARNING: acceptance differed between repeats")), **common))
     return records
+
+
+def demo_serving_dump(out_dir: str | Path, capture_name: str = "seed", prompts: str = "train", n: int = 2,
+                      max_new_tokens: int = 32, device: str = "cpu") -> Path:
+    """Serve demo prompts with the demo engine under `capture_name` and dump what it fed the draft."""
+    from ..serving.engine import SpecEngine
+    from ..serving.engine_settings import SpecSettings
+
+    world = load_demo(device)
+    eng = SpecEngine(world.target, world.draft, demo_capture(capture_name, world))
+    settings = SpecSettings(num_steps=3, topk=1, num_draft_tokens=4)
+    results = [eng.generate(p, max_new_tokens, settings, keep_aux=True)
+               for p in demo_prompts(prompts, n=n, world=world)]
+    return Path(eng.save_dump(results, out_dir))
+
+
+def ensure_serving_dump(capture_name: str = "seed", device: str = "cpu", root=None) -> Path:
+    """The demo world's serving dump under `capture_name` ("seed": what the demo world's server feeds, the seed's
+    capture), made once under the world's root and reused."""
+    from . import world as demo
+
+    out = Path(demo.paths(root).root) / f"serving_dump_{capture_name}"
+    if (out / "manifest.json").is_file():
+        return out
+    return demo_serving_dump(out, capture_name, device=device)

@@ -3,5 +3,5 @@
 - `capture`  reference captures of every residual boundary of an HF target; `Slots` (what a draft is fed).
 - `dumps`    serving dumps in: SGLang debug tensor dumps and the eagle3lib dump format (`save_dump` / `load_dump`).
 - `compare`  slot-vs-boundary similarity and identification; which layout a dumped fc input was fed.
-- `explain`  `explain(expected, actual)`: how two slot layouts differ, in words (`Diagnosis`).
+- `explain`  `explain(expected, actual)`: how two slot layouts differ, in words (`LayoutExplanation`, a list of `Difference`s).
 """

@@ -1,4 +1,4 @@
-"""How do two aux-slot layouts differ, in words? `explain(expected, actual)` -> `Diagnosis`.
+"""How do two aux-slot layouts differ, in words? `explain(expected, actual)` -> `LayoutExplanation`.
 
 Each side is a `compare.Comparison` (what the slots were identified as, with their damage: scale, dtype, alignment,
 NaNs) or a plain sequence of boundary names. Layout differences are named by kind (missing or extra slot, zero
@@ -17,7 +17,7 @@ from ..layout import parse_layout
 
 
 @dataclass(frozen=True)
-class Finding:
+class Difference:
     """One difference between the expected and the actual slots, in words."""
     kind: str       # missing_slot, extra_slot, padding, shift, permutation, postnorm, other_boundary, alignment, scale,
                     # dtype, unidentified, nan, width, mislabel, tokens
@@ -27,11 +27,11 @@ class Finding:
 
 
 @dataclass(frozen=True)
-class Diagnosis:
+class LayoutExplanation:
     """How the actual slot layout differs from the expected one: findings and a one-paragraph summary."""
     expected: tuple[str | None, ...]
     actual: tuple[str | None, ...]
-    findings: tuple[Finding, ...]
+    findings: tuple[Difference, ...]
     summary: str
 
     @property
@@ -57,20 +57,20 @@ def _index(name: str | None, L: int | None) -> int | None:
     return 0 if name == "embed" else int(name.split(".")[1])
 
 
-def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Finding]:
-    out: list[Finding] = []
+def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Difference]:
+    out: list[Difference] = []
     if E == A:
         return out
     if None not in A and len(E) == len(A) and sorted(E) == sorted(A):
         moved = "; ".join(f"slot {j} holds {a} (trained at slot {E.index(a)})" for j, a in enumerate(A) if a != E[j])
-        return [Finding("permutation", "error", None, f"{who} feeds the right tensors in the wrong order: {moved}. "
+        return [Difference("permutation", "error", None, f"{who} feeds the right tensors in the wrong order: {moved}. "
                         "Engines concatenate in ascending layer order; permute the fc.weight column blocks or the "
                         "capture order to match")]
     idx = [(_index(e, L), _index(a, L)) for e, a in zip(E, A)]
     diffs = {a - e for e, a in idx if None not in (e, a)} if len(E) == len(A) else set()
     if len(diffs) == 1 and 0 not in diffs and all(None not in p for p in idx) and "final_postnorm" not in E + A:
         d = diffs.pop()
-        return [Finding("shift", "error", None, f"every slot of {who} is {abs(d)} layer(s) "
+        return [Difference("shift", "error", None, f"every slot of {who} is {abs(d)} layer(s) "
                         f"{'deeper' if d > 0 else 'shallower'} than trained ({', '.join(map(str, A))} instead of "
                         f"{', '.join(map(str, E))}): a layer-id convention mismatch (output-of-layer vs "
                         "input-of-layer; SGLang adds +1 to the configured ids, vLLM does not)")]
@@ -86,74 +86,79 @@ def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Findin
             if a is None or e is None:
                 continue   # an unidentified slot: reported with its numbers by _damage_findings
             if a == ZERO:
-                out.append(Finding("padding", "error", j, f"{who} fills slot {j} with zeros where training fed {e}"))
+                out.append(Difference("padding", "error", j, f"{who} fills slot {j} with zeros where training fed {e}"))
                 continue
             if {e, a} == {"final_prenorm", "final_postnorm"}:
-                out.append(Finding("postnorm", "error", j, f"{who} slot {j} holds the final {a.split('_')[1]} state "
+                out.append(Difference("postnorm", "error", j, f"{who} slot {j} holds the final {a.split('_')[1]} state "
                                    f"where training used {e.split('_')[1]} (HF hidden_states[L] is post-norm; engines "
                                    "capture the pre-norm residual stream)"))
             elif None not in (_index(e, L), _index(a, L)) and "final_postnorm" not in (e, a):   # a norm is no layer
                 d = _index(a, L) - _index(e, L)
-                out.append(Finding("shift", "error", j, f"{who} slot {j} holds {a}, {abs(d)} layer(s) "
+                out.append(Difference("shift", "error", j, f"{who} slot {j} holds {a}, {abs(d)} layer(s) "
                                    f"{'deeper' if d > 0 else 'shallower'} than the trained {e}"))
             else:
-                out.append(Finding("other_boundary", "error", j, f"{who} slot {j} holds {a}, trained on {e}"))
+                out.append(Difference("other_boundary", "error", j, f"{who} slot {j} holds {a}, trained on {e}"))
         n = len(pairs)
         for i in range(i1 + n, i2) if tag in ("delete", "replace") else ():
             later = " The slots after it move one place left, so each fc block reads another tensor." \
                 if i < len(E) - 1 and len([a for a in A if a != ZERO]) < len(E) else ""
-            out.append(Finding("missing_slot", "error", i, f"slot {i} of the trained layout ({E[i]}) is not fed "
+            out.append(Difference("missing_slot", "error", i, f"slot {i} of the trained layout ({E[i]}) is not fed "
                                f"by {who}.{later}"))
         for j in range(j1 + n, j2) if tag in ("insert", "replace") else ():
             if A[j] == ZERO:
-                out.append(Finding("padding", "error", j, f"{who} fills slot {j} with zeros: it captured fewer "
+                out.append(Difference("padding", "error", j, f"{who} fills slot {j} with zeros: it captured fewer "
                                    "states than the draft's fc has slots and padded the rest"))
             else:
-                out.append(Finding("extra_slot", "error", j, f"{who} feeds {A[j]} at slot {j}, which the trained "
+                out.append(Difference("extra_slot", "error", j, f"{who} feeds {A[j]} at slot {j}, which the trained "
                                    "layout does not have"))
     if len(E) != len(A):
-        out.append(Finding("width", "error", None, f"the draft's fc expects {len(E)} slots x H; {who} supplies "
+        out.append(Difference("width", "error", None, f"the draft's fc expects {len(E)} slots x H; {who} supplies "
                            f"{len(A)} x H"))
     return out
 
 
-def _damage_findings(cmp: Comparison, who: str) -> list[Finding]:
-    out = [Finding("tokens", "info", None, f"{who}: {n}") for n in cmp.notes]
+def _damage_findings(cmp: Comparison, who: str) -> list[Difference]:
+    out = [Difference("tokens", "info", None, f"{who}: {n}") for n in cmp.notes]
     for r in cmp.slots.itertuples():
         j, best = r.slot, r.best
         if r.status in IDENTIFIED and r.shift:
-            out.append(Finding("alignment", "error", j, f"{who} slot {j} at row t holds the state of token "
+            out.append(Difference("alignment", "error", j, f"{who} slot {j} at row t holds the state of token "
                                f"t{r.shift:+d} ({best}): the position alignment is off by {r.shift}"))
         if r.status == "scaled":
-            out.append(Finding("scale", "error", j, f"{who} slot {j} is {best} times {r.norm_ratio:.3g} "
+            out.append(Difference("scale", "error", j, f"{who} slot {j} is {best} times {r.norm_ratio:.3g} "
                                f"(direction intact, cos {r.cos_mean:.4f})"))
         elif r.status == "rescaled":
-            out.append(Finding("scale", "error", j, f"{who} slot {j} points like {best} but its per-token norms "
+            out.append(Difference("scale", "error", j, f"{who} slot {j} points like {best} but its per-token norms "
                                f"differ (norm ratio {r.norm_ratio:.3g}): a norm was applied or removed"))
         elif r.status == "dtype":
             why = f"; {r.note}" if r.note else ""
-            out.append(Finding("dtype", "warning", j, f"{who} slot {j} is {best} with reduced-precision error (rel "
+            out.append(Difference("dtype", "warning", j, f"{who} slot {j} is {best} with reduced-precision error (rel "
                                f"L2 {r.rel_l2:.2e}, 1 - cos {1 - r.cos_mean:.1e}) beyond {r.tolerance} tolerance{why}"))
         elif r.status in ("weak", "none"):
             near = f"; closest {best} at cos {r.cos_mean:.3f}" if isinstance(best, str) else ""
-            out.append(Finding("unidentified", "error", j, f"{who} slot {j} matches no reference boundary{near}"))
+            out.append(Difference("unidentified", "error", j, f"{who} slot {j} matches no reference boundary{near}"))
         elif r.status in ("nan", "width"):
-            out.append(Finding(r.status, "error", j, f"{who} slot {j}: {r.note}"))
+            out.append(Difference(r.status, "error", j, f"{who} slot {j}: {r.note}"))
         if r.status != "nan" and getattr(r, "n_nonfinite", 0) > 0:
-            out.append(Finding("nan", "error", j, f"{who} slot {j}: {r.n_nonfinite} token(s) hold NaN/inf"))
+            out.append(Difference("nan", "error", j, f"{who} slot {j}: {r.n_nonfinite} token(s) hold NaN/inf"))
         if r.status in IDENTIFIED and r.declared not in (None, best):
-            out.append(Finding("mislabel", "info", j, f"{who} slot {j} is declared {r.declared} but holds {best}"))
+            out.append(Difference("mislabel", "info", j, f"{who} slot {j} is declared {r.declared} but holds {best}"))
     return out
 
 
-def explain(expected, actual, *, num_layers: int | None = None, names=("training", "serving")) -> Diagnosis:
+def _names(layout, L: int | None) -> tuple:
+    """Boundary names of a layout given as names; zero slots ("zeros") and unidentified ones (None) kept."""
+    return tuple(n if n in (ZERO, None) else parse_layout([n], L)[0] for n in layout)
+
+
+def explain(expected, actual, *, num_layers: int | None = None, names=("training", "serving")) -> LayoutExplanation:
     """Say in words how `actual` slots differ from `expected` (each a Comparison or a sequence of boundary names)."""
     L = num_layers or next((c.num_layers for c in (expected, actual) if isinstance(c, Comparison)), None)
-    E = expected.identified if isinstance(expected, Comparison) else parse_layout(expected, L)
-    A = actual.identified if isinstance(actual, Comparison) else parse_layout(actual, L)
+    E = expected.identified if isinstance(expected, Comparison) else _names(expected, L)
+    A = actual.identified if isinstance(actual, Comparison) else _names(actual, L)
     findings = []
     if isinstance(expected, Comparison):
-        findings += [Finding(f.kind, "info" if f.kind == "tokens" else "warning", f.slot, f.text)
+        findings += [Difference(f.kind, "info" if f.kind == "tokens" else "warning", f.slot, f.text)
                      for f in _damage_findings(expected, names[0])]
     if isinstance(actual, Comparison):
         findings += _damage_findings(actual, names[1])
@@ -163,4 +168,17 @@ def explain(expected, actual, *, num_layers: int | None = None, names=("training
         summary = f"clean: {names[1]} feeds exactly the tensors the draft was trained on ({', '.join(map(str, E))})"
     else:
         summary = f"{len(bad)} problem(s): " + " | ".join(f.text for f in bad)
-    return Diagnosis(tuple(E), tuple(A), tuple(findings), summary)
+    return LayoutExplanation(tuple(E), tuple(A), tuple(findings), summary)
+
+
+# Which catalogue cause (eagle3lib.causes) each kind of difference is: a slot of the final norm's other side, and
+# every slot one layer off (a convention mismatch), have causes of their own; the rest is a layout mismatch.
+CAUSE_OF_KIND = {"postnorm": "final_norm_slot", "shift": "layer_id_off_by_one", "scale": "target_drift",
+                 "dtype": "quantized_target"}
+LAYOUT_CAUSES = ("aux_layout_mismatch", "final_norm_slot", "layer_id_off_by_one")
+
+
+def causes_of(expl: LayoutExplanation) -> tuple[str, ...]:
+    """The catalogue causes of an explanation's error and warning differences, in first-seen order."""
+    return tuple(dict.fromkeys(CAUSE_OF_KIND.get(k, "aux_layout_mismatch")
+                               for k in (f.kind for f in expl.findings if f.severity != "info")))

@@ -16,8 +16,6 @@ from typing import TYPE_CHECKING, Iterable, Mapping
 import pandas as pd
 
 from ..errors import DataError, MissingFileError
-from ..layout import parse_layout
-from .run import ReplaySetup
 from .stats import ReplayResult, json_number
 
 if TYPE_CHECKING:                       # layoutsearch imports THRESHOLDS from here
@@ -182,20 +180,3 @@ def plot_replay(results: Iterable[ReplayResult] | Mapping[str, ReplayResult]):
         a.grid(alpha=0.3)
     fig.tight_layout()
     return fig
-
-
-
-def compare_layouts(specs, setup: ReplaySetup, serving=None) -> dict[str, tuple[str, ...]]:
-    """{label: layout} from specs: "training", "serving" (default: training without `embed`) or "a,b,c" names."""
-    out = {}
-    for spec in specs:
-        if spec in ("training", "serving"):
-            if setup.training_layout is None:
-                raise DataError(f"layout '{spec}'", "the draft config names no layer ids", expected="explicit "
-                                "layouts like 'embed,layer_in.2,...'", found=None)
-            lay = setup.training_layout if spec == "training" else (
-                tuple(serving) if serving else tuple(n for n in setup.training_layout if n != "embed"))
-        else:
-            lay = parse_layout(spec, setup.num_layers)
-        out[spec] = lay
-    return out

@@ -3,6 +3,8 @@
 ``record("headline", "num_draft_tokens 16 -> 2")`` writes to the file named by ``$EAGLE3LIB_FINDINGS`` (the
 report runner sets it per notebook); with the variable unset (interactive use) findings stay in memory only,
 see ``current()``. Every notebook records a one-line ``"headline"``; the index shows it first.
+``record_findings(notebook, [Finding, ...])`` adds a check's cause findings (eagle3lib.causes) under
+``"findings"``: the report index combines those of every notebook into one diagnosis.
 """
 from __future__ import annotations
 
@@ -11,9 +13,11 @@ import os
 from pathlib import Path
 
 from ..errors import MissingFileError, ReportError
+from ..causes import Finding
 from ..jsonfiles import atomic_write, to_json_value
 
 ENV_VAR = "EAGLE3LIB_FINDINGS"
+FINDINGS_KEY = "findings"       # the list of cause findings (Finding.to_dict records)
 
 _memory: dict[str, object] = {}
 
@@ -30,6 +34,26 @@ def record(key: str, value) -> None:
         found = read(path) if os.path.exists(path) else {}
         found[key] = clean
         atomic_write(path, json.dumps(found, indent=2, allow_nan=False) + "\n")
+
+
+def record_findings(notebook: str, found) -> list[dict]:
+    """Add cause findings (`causes.Finding`s) to this notebook's ``"findings"`` list; `notebook` prefixes each
+    finding's `where` (e.g. "02 training-sample replay")."""
+    rows = list(_memory.get(FINDINGS_KEY) or [])
+    for f in found:
+        if not isinstance(f, Finding):
+            raise ReportError("findings.record_findings", "not a causes.Finding", expected="Finding objects",
+                              found=type(f).__name__)
+        row = f.to_dict()
+        row["where"] = f"{notebook} / {row['where']}" if row["where"] else notebook
+        rows.append(row)
+    record(FINDINGS_KEY, rows)
+    return rows
+
+
+def findings_of(stored: dict) -> list[Finding]:
+    """The cause findings in one notebook's stored findings (empty when it recorded none)."""
+    return [Finding.from_dict(r) for r in stored.get(FINDINGS_KEY) or []]
 
 
 def current() -> dict:

@@ -7,6 +7,8 @@ import pandas as pd
 
 from ..demo import world as demo
 from ..model import audit
+from ..causes import Finding
+from ..checks.run import run_checks
 from ..samples.readers import open_dataset
 
 
@@ -27,6 +29,16 @@ def resolve_inputs(draft_path: str = "", target_path: str = "", sample_data: str
         return AuditInputs(draft_path, target_path, sample_data, False)
     w = demo.ensure_world()
     return AuditInputs(str(w.draft), target_path or str(w.target), sample_data or str(w.seed_data), True)
+
+
+ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weights", "vocab", "template")
+
+
+def contract_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
+    """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
+    Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
+    return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,
+                      only=ARTIFACT_CHECKS, progress=progress)
 
 
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:

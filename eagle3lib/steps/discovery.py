@@ -6,6 +6,7 @@ read is in `Discovery.problems`.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -14,6 +15,8 @@ import pandas as pd
 from ..demo import world as demo
 from ..serving.crossengine import (EngineReading, LintWarning, layer_reading, lint, sglang_to_vllm, vllm_command,
     vllm_effective)
+from ..causes import Finding, not_checked
+from ..checks.run import run_checks
 from ..errors import Eagle3Error
 from ..serving.launch import LaunchArgs, parse_launch
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
@@ -26,8 +29,44 @@ from ..model.target import load_target_info
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
 
 
-def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path, Path, list[str]]:
-    """Target/draft config.json paths; empty = the demo world's, or the shipped samples when it is not built."""
+DEMO_LAUNCH = SAMPLES_DIR / "demo_launch.json"   # the demo world's launch command, fixed command and startup log
+
+
+@dataclass(frozen=True)
+class DiscoveryInputs:
+    """Notebook 01's inputs; on the demo world (no draft given) its seed launch, log and configs fill the gaps."""
+
+    launch_command: str
+    fixed_command: str
+    sglang_version: str
+    server_log: str
+    target_path: str
+    draft_path: str
+    demo: bool
+    notes: tuple[str, ...] = ()
+
+
+def resolve_inputs(launch_command: str = "", fixed_command: str = "", sglang_version: str = "",
+                   server_log_path: str = "", target_path: str = "", draft_path: str = "") -> DiscoveryInputs:
+    """No draft path: the demo world (its seed launch command, fixed command, version and startup log fill what
+    is empty). With a user's draft an empty input stays empty: the sections that need it say it was not given."""
+    if draft_path:
+        return DiscoveryInputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
+                               draft_path, False)
+    d = json.loads(DEMO_LAUNCH.read_text())
+    notes = [f"demo world: launch command, fixed command, SGLang version and startup log from {DEMO_LAUNCH.name}"]
+    return DiscoveryInputs(launch_command or d["launch_command"], fixed_command or d["fixed_command"],
+                           sglang_version or d["sglang_version"], server_log_path or d["server_log"], target_path,
+                           "", True, tuple(notes))
+
+
+def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path | None, Path | None, list[str]]:
+    """Target/draft config.json paths. No draft path: the demo world's (or the shipped sample configs when it is
+    not built); with a user's draft, an empty target path is "not given" (None), never the demo's."""
+    if draft_path:
+        out = [None if not given else (Path(given) if Path(given).suffix == ".json" else Path(given) / "config.json")
+               for given in (target_path, draft_path)]
+        return out[0], out[1], [] if target_path else ["no target_path given: layer readings are not checked"]
     out, notes = [], []
     for given, demo_dir, sample, what in ((target_path, demo.paths().target, "demo_target_config.json", "target"),
                                           (draft_path, demo.paths().draft, "demo_draft_config.json", "draft")):
@@ -102,6 +141,8 @@ class Discovery:
 
     def headline(self) -> str:
         """One line: the first speculative knob SGLang changed, the rule and its first version."""
+        if self.launch is None and not any("launch" in p or "flag" in p for p in self.problems):
+            return "not checked: no launch command given (launch_command)"
         if self.launch is None:
             return "launch command unreadable: " + next((p for p in self.problems if "launch" in p or "flag" in p),
                                                         "see problems")
@@ -125,6 +166,48 @@ class Discovery:
                         f"{'≥ ' + lo if lo else 'all versions'})")
         return f"speculative settings run as requested on SGLang {self.version}"
 
+    def cause_findings(self) -> list[Finding]:
+        """The serving-settings cause (`ndt_override`) as a finding: confirmed when the server's own report shows
+        the rewrite, suspected when only the rule table predicts it, ruled out when the knobs run as requested."""
+        where = "serving settings (launch command vs effective settings)"
+        if self.launch is None:
+            return [not_checked("ndt_override", where, "the launch command (launch_command)")]
+        if self.launch.engine != "sglang" or self.resolution is None:
+            why = "vLLM runs K as given" if self.launch.engine == "vllm" else "no SGLang resolution"
+            return [Finding("ndt_override", "ruled out" if self.launch.engine == "vllm" else "not checked",
+                            f"{why}", {"engine": self.launch.engine}, where,
+                            needs="" if self.launch.engine == "vllm" else "a readable SGLang launch command")]
+        res, knobs = self.resolution, KNOBS
+        eff = {k.replace("speculative_", ""): res.effective.get(k) for k in knobs}
+        changed = {k: v for k, v in res.changed().items() if k in knobs and v[0] is not None}
+        if not changed:
+            return [Finding("ndt_override", "ruled out", f"SGLang {self.version} runs the speculative knobs as "
+                            f"requested ({eff})", {"sglang_version": self.version, **eff}, where)]
+        seen = self.diff.set_index("field")["agrees"].to_dict() if len(self.diff) else {}
+        verdicts = [seen.get(k) for k in changed]
+        evidence = {"sglang_version": self.version, **{k.replace("speculative_", "") + "_requested": r
+                                                        for k, (r, _) in changed.items()},
+                    **{k.replace("speculative_", "") + "_effective": e for k, (_, e) in changed.items()},
+                    "server_report": ("agrees" if all(v is True for v in verdicts) else "contradicts"
+                                      if any(v is False for v in verdicts) else "not given")}
+        rules = {h.field: h for h in res.hits if h.field in changed}
+        text = "; ".join(f"{k.replace('speculative_', '')} {r} -> {e}" for k, (r, e) in changed.items())
+        source = "; ".join(dict.fromkeys(f"{h.rule_id} ({h.source})" for h in rules.values()))
+        if evidence["server_report"] == "contradicts":
+            return [Finding("ndt_override", "ruled out", f"the rule table predicts {text}, but the server "
+                            "reports the requested values", evidence, where, source=source)]
+        topk = res.effective.get("speculative_eagle_topk")
+        ndt_req = (changed.get("speculative_num_draft_tokens") or (None, None))[0]
+        fix = (f"with topk 1 SGLang drafts num_steps + 1 tokens: for {ndt_req} draft tokens set "
+               f"--speculative-num-steps {ndt_req - 1}" if topk == 1 and isinstance(ndt_req, int) and ndt_req > 1
+               else f"request settings SGLang keeps (it runs {eff})")
+        status = "confirmed" if evidence["server_report"] == "agrees" else "suspected"
+        how = "the server's own report agrees" if status == "confirmed" else (
+            "predicted by the rule table; give the startup log or /server_info to confirm")
+        return [Finding("ndt_override", status, f"SGLang {self.version} rewrote {text} ({how})", evidence, where,
+                        fix=fix, source=source, needs="" if status == "confirmed" else "the server's startup log "
+                        "or /server_info")]
+
     def findings(self) -> dict:
         """Structured, JSON-ready findings for eagle3lib.findings.record."""
         changed = {} if self.resolution is None else {
@@ -136,6 +219,22 @@ class Discovery:
                 "vllm_num_speculative_tokens": self.vllm.get("num_speculative_tokens"),
                 "layers": {r.engine: [b for b in r.boundaries] for r in self.readings},
                 "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
+
+
+SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
+
+
+def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
+    """The contract checks that need the engine: run with the launch command's engine and the SGLang version
+    (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
+    if d.launch is None:
+        found = run_checks(only=("launch",), progress=progress)
+    else:
+        found = run_checks(draft=str(d.draft_config.parent) if d.draft_config else None,
+                           target=str(d.target_config.parent) if d.target_config else None,
+                           launch=inputs.launch_command, engine_version=d.version if d.launch.engine == "sglang"
+                           else None, only=SERVING_CHECKS, progress=progress)
+    return d.cause_findings() + found
 
 
 def repo_path(path: str) -> str:
@@ -171,12 +270,12 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
              server_info: str | dict = "", server_log: str = "", timeout: float = 3.0) -> Discovery:
     """Parse, resolve, read the server's answer, map to vLLM, read layer ids and lint; never raises on bad input."""
     problems: list[str] = []
-    launch = _try(problems, parse_launch, launch_command, strict=False)
+    launch = _try(problems, parse_launch, launch_command, strict=False) if launch_command else None
     tcfg, dcfg, notes = config_paths(repo_path(target_path), repo_path(draft_path))
     server_info = repo_path(server_info) if isinstance(server_info, str) else server_info
     server_log = repo_path(server_log)
-    target = _try(problems, load_target_info, tcfg)      # reads text_config of VLM targets too
-    draft = _try(problems, read_config, dcfg)
+    target = _try(problems, load_target_info, tcfg) if tcfg else None     # reads text_config of VLM targets too
+    draft = _try(problems, read_config, dcfg) if dcfg else None
     arch = target.architecture if target is not None and target.architecture != "?" else None
     L = target.num_layers if target is not None else None
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
@@ -208,6 +307,8 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
         notes.extend(getattr(source, "warnings", ()) or ())
     if launch is not None:
         notes.extend(launch.notes)
+    elif not launch_command:
+        notes.append("no launch command given: the serving settings are not checked")
     warns = lint(launch, res, draft, readings)
     return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
                      tuple(notes), tcfg, dcfg)

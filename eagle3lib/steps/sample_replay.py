@@ -1,20 +1,41 @@
-"""Notebook 02's inputs: its parameters resolved (an empty path means the demo world's artifact only when the
-notebook runs on the demo world), the recorded accuracy read from the training log."""
+"""Notebook 02's steps: its inputs, where the serving side's layout comes from, the layouts to replay, and the
+findings its replays support.
+
+An empty path means the demo world's artifact only when the notebook runs on the demo world (no draft given).
+The serving layout is never presumed: it comes from evidence, in this order, and the result says which:
+(a) a serving dump identified against the target's own boundaries (notebook 03's identification; on the demo
+world, its server's dump), (b) a layout the user typed, (c) the boundaries the named engine and version capture
+for this draft config (the capture rules of `serving.crossengine`); with none of these the serving side is not
+replayed and the result names the input that would decide it.
+"""
 from __future__ import annotations
 
-import json
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, field
 from typing import Mapping
 
+from ..causes import Finding, not_checked
 from ..demo import world as demo_mod
-from ..errors import DataError
+from ..demo.sweep import ensure_serving_dump
+from ..errors import DataError, Eagle3Error
+from ..hidden.capture import capture, load_target_model
+from ..hidden.compare import compare
+from ..hidden.dumps import load_dump
+from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain
 from ..layout import parse_layout
-from ..replay.verdict import read_recorded_accuracy
+from ..model.config import read_config_json
+from ..model.target import load_target_info
+from ..replay.stats import ZERO, ReplayResult
+from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
+from ..serving.crossengine import layer_reading
+
+SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
+                 "or serving_engine + serving_version"
 
 
 @dataclass(frozen=True)
 class ReplayInputs:
-    """Resolved paths and numbers for notebook 02 (the demo world fills whatever was left empty)."""
+    """Resolved paths and numbers for notebook 02."""
     draft_path: str
     target_path: str
     train_data: str
@@ -22,28 +43,25 @@ class ReplayInputs:
     heldout: Mapping[str, str]           # name -> data path (held-out / new-prompt samples)
     recorded_acc: float | None
     recorded_from: str
-    serving_layout: tuple[str, ...] | None
+    serving_dump: str                    # "" when none was given (and not on the demo world)
     demo: bool
 
 
 def resolve_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
                    train_data_format: str = "", heldout_data_path: str = "", new_prompt_data_path: str = "",
-                   recorded_val_acc: float = -1.0, training_log_path: str = "",
-                   serving_layout: str = "") -> ReplayInputs:
-    """Fill empty parameters: no draft path -> the demo world (built if missing); accuracy from the training log."""
+                   recorded_val_acc: float = -1.0, training_log_path: str = "", serving_dump: str = "",
+                   device: str = "cpu") -> ReplayInputs:
+    """No draft path: the demo world (built if missing) fills every empty path, its server's dump included.
+    With a user's draft, empty inputs stay empty; only the training data is required."""
     demo = not draft_path
     if demo:
-        demo_mod.ensure_world()
-        w = demo_mod.paths()
+        w = demo_mod.ensure_world()
         draft_path, target_path = str(w.draft), target_path or str(w.target)
         train_data_path = train_data_path or str(w.seed_data)
         heldout_data_path = heldout_data_path or str(w.heldout_data)
         new_prompt_data_path = new_prompt_data_path or str(w.shifted_data)
         training_log_path = training_log_path or str(w.training_log)
-        if not serving_layout and w.world_json.is_file():
-            world = json.loads(w.world_json.read_text())
-            lay = world.get("serving_layout") or (world.get("layouts") or {}).get("serving")
-            serving_layout = ",".join(lay) if isinstance(lay, list) else (lay or "")
+        serving_dump = serving_dump or str(ensure_serving_dump("seed", device=device))
     if not train_data_path:
         raise DataError("train_data_path", "no training data given", expected="the draft's training samples",
                         found="''", cause="the verdict needs samples the draft was trained on")
@@ -52,4 +70,134 @@ def resolve_inputs(draft_path: str = "", target_path: str = "", train_data_path:
     if rec is None and training_log_path:
         rec, src = read_recorded_accuracy(training_log_path)
     return ReplayInputs(draft_path, target_path, train_data_path, train_data_format or None, held, rec, src,
-                        parse_layout(serving_layout) if serving_layout else None, demo)
+                        serving_dump, demo)
+
+
+# ---------------------------------------------------------------- the serving side, from evidence
+
+@dataclass(frozen=True)
+class ServingLayout:
+    """What the server feeds the draft's fc, slot by slot, and the evidence it comes from."""
+    layout: tuple[str, ...] | None       # None: not known (nothing to decide it, or a slot matching no boundary)
+    source: str                          # "serving dump", "typed", "engine rules" or "none"
+    detail: str                          # one sentence: where it was read and how sure
+    evidence: dict = field(default_factory=dict)
+
+
+def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = "", engine: str = "",
+                   engine_version: str = "", request: int = 0, device: str = "cpu", dtype=None) -> ServingLayout:
+    """The serving side's layout from the best evidence given (see the module docstring for the order)."""
+    if inp.serving_dump:
+        dump = load_dump(inp.serving_dump)
+        served = dump[request]
+        model = load_target_model(inp.target_path, device=device, dtype=dtype)
+        cmp = compare(served, capture(model, served.input_ids, progress=False))
+        ident = cmp.identified
+        ev = {"dump": inp.serving_dump, "request": request, "identified": [str(x) for x in ident],
+              "min_cos": float(cmp.slots["cos_mean"].min())}
+        if any(x is None for x in ident):
+            return ServingLayout(None, "serving dump", f"serving dump {inp.serving_dump}: slot(s) "
+                                 f"{[j for j, x in enumerate(ident) if x is None]} match no boundary of the target, "
+                                 "so the served layout cannot be replayed (notebook 03 shows the slots)", ev)
+        return ServingLayout(tuple(ident), "serving dump", f"identified from the serving dump {inp.serving_dump} "
+                             f"(request {request}) against the target's own boundaries", ev)
+    if typed:
+        lay = parse_layout(typed, num_layers)
+        return ServingLayout(lay, "typed", f"typed as the serving layout: {', '.join(lay)}", {"typed": typed})
+    if engine and num_layers:
+        raw, _ = read_config_json(inp.draft_path, "draft")
+        arch = None
+        try:
+            arch = load_target_info(inp.target_path).architecture if inp.target_path else None
+        except Eagle3Error:
+            arch = None
+        reading = {r.engine: r for r in layer_reading(raw, num_layers, engine_version or "0.5.6", arch)}
+        r = reading.get(engine.lower())
+        if r is None:
+            return ServingLayout(None, "none", f"no capture rules for engine {engine!r} (known: sglang, vllm)")
+        lay = tuple(b if b is not None else ZERO for b in r.boundaries)
+        return ServingLayout(lay, "engine rules", f"what {engine} {engine_version or ''} captures for this draft "
+                             f"config by its rules ({r.key}); a prediction, not a measurement",
+                             {"engine": engine, "version": engine_version, "key": r.key,
+                              "problems": list(r.problems) + [p for p in r.slot_problems if p]})
+    return ServingLayout(None, "none", f"the serving side is not replayed: give {SERVING_INPUTS}")
+
+
+def layouts_to_replay(training_layout, serving: ServingLayout) -> dict[str, tuple[str, ...]]:
+    """{"training": the draft config's layout, "serving": the evidence's layout (when known and different)}."""
+    if training_layout is None:
+        raise DataError("layouts", "the draft config names no layer ids", expected="a draft config with "
+                        "eagle_aux_hidden_state_layer_ids (or a layout given explicitly)", found=None)
+    out = {"training": tuple(training_layout)}
+    if serving.layout is not None:
+        out["serving"] = tuple(serving.layout)
+    return out
+
+
+# ---------------------------------------------------------------- findings
+
+def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayResult], serving: ServingLayout,
+                   num_layers: int | None, search=None) -> list[Finding]:
+    """The causes notebook 02 can confirm or rule out, as findings: the serving layout (with the replay as
+    evidence), a generalization gap, and a d2t misreading (when the layout search ran)."""
+    out: list[Finding] = []
+    where_s = f"replay of training samples, serving layout from {serving.source}"
+    tr = train.get("training")
+    if serving.layout is None:
+        out += [not_checked(c, "replay of training samples", SERVING_INPUTS, serving.detail) for c in LAYOUT_CAUSES]
+    elif tr is not None:
+        sv = train.get("serving", tr)
+        ev = {"trained_layout": list(tr.layout), "served_layout": list(serving.layout), "layout_source":
+              serving.source, "acc_0_trained_layout": _num(tr.acc0), "acc_0_served_layout": _num(sv.acc0)}
+        expl = explain(tuple(tr.layout), tuple(serving.layout), num_layers=num_layers)
+        drop = tr.acc0 - sv.acc0
+        status = "ruled out" if expl.clean else (
+            "confirmed" if serving.source != "engine rules" and drop > THRESHOLDS["wiring_drop"] else "suspected")
+        found = causes_of(expl) if not expl.clean else ()
+        for c in LAYOUT_CAUSES:
+            if c in found:
+                out.append(Finding(c, status, f"serving feeds [{', '.join(serving.layout)}], trained on "
+                                   f"[{', '.join(tr.layout)}]: step-0 accuracy {sv.acc0:.3f} as served vs "
+                                   f"{tr.acc0:.3f} with the trained layout ({serving.detail})", ev, where_s,
+                                   fix=f"feed the trained layout [{', '.join(tr.layout)}]"))
+            else:
+                out.append(Finding(c, "ruled out", f"serving feeds the trained layout as far as {c} goes "
+                                   f"({serving.detail})", ev, where_s))
+    v = verdicts.get("training")
+    if v is None or not v.heldout_acc:
+        out.append(not_checked("generalization_gap", "replay of held-out samples", "held-out or new-prompt data "
+                               "(heldout_data_path / new_prompt_data_path)"))
+    elif v.verdict in ("generalization", "healthy"):
+        worst = min(v.heldout_acc.items(), key=lambda kv: kv[1])
+        ev = {"acc_0_training": _num(v.train_acc), **{f"acc_0_{k}": _num(a) for k, a in v.heldout_acc.items()},
+              "recorded_val_acc": _num(v.recorded_acc)}
+        out.append(Finding("generalization_gap", "confirmed" if v.verdict == "generalization" else "ruled out",
+                           f"training samples {v.train_acc:.3f} vs {worst[0]} {worst[1]:.3f} (step-0 accuracy)", ev,
+                           "replay of held-out samples, training layout",
+                           fix="train on data like the served prompts" if v.verdict == "generalization" else ""))
+    else:
+        out.append(not_checked("generalization_gap", "replay of held-out samples", "a draft that holds up on its "
+                               "own training samples first", f"not decided: the training layout's verdict is "
+                               f"{v.verdict}"))
+    if search is not None:
+        best = search.table[search.table.candidate == search.best]
+        d2t_best = bool(len(best)) and best.iloc[0]["d2t"] != "offsets"
+        out.append(Finding("d2t_mapping", "confirmed" if (d2t_best and search.restored) else "ruled out",
+                           f"layout search: best candidate '{search.best}'" + (" restores the accuracy"
+                                                                              if search.restored else ""),
+                           {"best": str(search.best), "restored": bool(search.restored)},
+                           "layout search (d2t readings)"))
+    return out
+
+
+def search_start(verdicts: Mapping[str, Verdict], layouts: Mapping[str, tuple]) -> tuple[str, tuple] | None:
+    """Where the layout search starts: the served layout when it replays as wiring, else the training layout when
+    that does; None when nothing replays as wiring (no search needed)."""
+    for label in ("serving", "training"):
+        if label in verdicts and verdicts[label].verdict == "wiring":
+            return label, tuple(layouts[label])
+    return None
+
+
+def _num(x):
+    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)

@@ -39,11 +39,15 @@ def test_each_layout_difference_is_named(served, kind, slot, words):
     assert words in d.summary and d.summary.startswith(f"{len(d.findings)} problem(s)")
 
 
-def test_zero_padding_is_only_identified_not_declared():
-    """'zeros' comes from compare() identifying an all-zero slot (tests/test_compare.py); as a name it is refused."""
+def test_zero_slot_given_by_name_is_padding():
+    """'zeros' (an all-zero slot, as compare() identifies it and replay feeds it) is accepted by name too; a real
+    unknown name is still refused."""
     from eagle3lib.errors import LayoutError
-    with pytest.raises(LayoutError, match="zeros"):
-        explain(["layer_in.3"], ["zeros"], num_layers=L)
+    d = explain(["embed", "layer_in.2", "layer_in.4", "layer_in.6"], ["layer_in.2", "layer_in.4", "layer_in.6",
+                                                                     "zeros"], num_layers=8)
+    assert d.kinds == {"missing_slot", "padding"}
+    with pytest.raises(LayoutError, match="nonsense"):
+        explain(["layer_in.3"], ["nonsense"], num_layers=L)
 
 
 def test_pre_vs_post_norm_final_state_is_named():

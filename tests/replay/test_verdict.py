@@ -12,7 +12,6 @@ from eagle3lib.replay import run as R
 from eagle3lib.replay import layoutsearch as LS
 from eagle3lib.replay import stats as S
 from eagle3lib.replay import verdict as V
-from eagle3lib.steps import sample_replay as SR
 from eagle3lib.errors import DataError, MissingFileError
 from tests.replay.test_run import LAYOUT, make_samples, make_setup
 
@@ -89,24 +88,6 @@ def test_read_recorded_accuracy(tmp_path):
         V.read_recorded_accuracy(tmp_path / "nope.jsonl")
     with pytest.raises(DataError):
         V.read_recorded_accuracy(tmp_path / "sf.jsonl", keys=("val_acc_step0",))
-
-
-# ---------------------------------------------------------------- helpers for the notebook
-
-def test_compare_layouts_and_resolve_inputs(tmp_path):
-    """'training' / 'serving' (default: without embed) / explicit names; explicit inputs need no demo world."""
-    setup = make_setup(tmp_path)
-    lays = V.compare_layouts(["training", "serving", "embed,layer_in.3"], setup)
-    assert lays == {"training": LAYOUT, "serving": SERVED, "embed,layer_in.3": ("embed", "layer_in.3")}
-    assert V.compare_layouts(["serving"], setup, serving=("layer_in.4",))["serving"] == ("layer_in.4",)
-    (tmp_path / "log.jsonl").write_text('{"val_acc_step0": 0.5}\n')
-    inp = SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x",
-                           training_log_path=str(tmp_path / "log.jsonl"), heldout_data_path="data/h")
-    assert not inp.demo and inp.recorded_acc == 0.5 and inp.heldout == {"held-out": "data/h"}
-    inp = SR.resolve_inputs("d", "t", "x", recorded_val_acc=0.7, serving_layout="layer_in.2,layer_in.4")
-    assert inp.recorded_acc == 0.7 and inp.recorded_from == "parameter" and len(inp.serving_layout) == 2
-    with pytest.raises(DataError):
-        SR.resolve_inputs("d", "t", "")
 
 
 def test_replay_table_and_plot(tmp_path):

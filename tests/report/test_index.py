@@ -51,7 +51,8 @@ def test_write_index_writes_both_files(tmp_path):
     data = json.loads((out / "index.json").read_text(encoding="utf-8"))
     assert data["notebooks"] == ROWS and data["params_file"] == "params/a.yaml" and data["kernel"] == "python3"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", data["generated_at"])
-    assert list(data) == ["generated_at", "params_file", "kernel", "notebooks"]
+    assert list(data) == ["generated_at", "params_file", "kernel", "diagnosis", "notebooks"]
+    assert data["diagnosis"]["verdicts"] == [] and data["diagnosis"]["healthy"]
     page = (out / "index.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
     assert "<p>1/3 notebooks ok.</p>" in page and f"generated_at: {data['generated_at']}" in page
@@ -131,3 +132,21 @@ def test_long_findings_are_shortened():
     long = "x" * 200
     page = I.render_html([{"notebook": "05", "status": "ok", "findings": {"v": long}}], {})
     assert f"<li>v: {'x' * 159}…</li>" in page and long not in page
+
+
+def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path):
+    """Cause findings recorded by two notebooks are combined: a conflict is shown as one, ranked first here."""
+    from eagle3lib.causes import Finding
+    f0 = Finding("d2t_mapping", "confirmed", "d2t holds absolute ids", {"n": 3}, "00 / checks.vocab").to_dict()
+    f2 = Finding("d2t_mapping", "ruled out", "offsets reading is best", {}, "02 / layout search").to_dict()
+    f3 = Finding("ndt_override", "ruled out", "knobs as requested", {}, "01 / serving settings").to_dict()
+    rows = [dict(ROWS[0], findings={"headline": "a", "findings": [f0, f3]}),
+            dict(ROWS[1], findings={"headline": "b", "findings": [f2]})]
+    write_index(tmp_path, rows, {})
+    data = json.loads((tmp_path / "index.json").read_text())
+    d = data["diagnosis"]
+    assert not d["healthy"] and [v["status"] for v in d["verdicts"]] == ["conflict", "ruled out"]
+    page = (tmp_path / "index.html").read_text()
+    assert page.index("<h2>Diagnosis</h2>") < page.index("<h2>Notebooks</h2>")
+    assert "d2t holds absolute ids [00 / checks.vocab]" in page and "offsets reading is best" in page
+    assert "cause findings: 2 (in the diagnosis above)" in page

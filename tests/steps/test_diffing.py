@@ -3,6 +3,7 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3lib.demo.sweep import demo_serving_dump
 from eagle3lib.steps import diffing
 
 pytestmark = pytest.mark.slow
@@ -16,11 +17,11 @@ def world():
 
 def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
     """The demo engine's seed capture: embedding missing + padding; replay with the trained layout recovers."""
-    inp = diffing.inputs(serving_dump=str(diffing.demo_serving_dump(tmp_path / "seed", "seed", n=1)))
+    inp = diffing.inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))
     s = diffing.sides(inp)
     assert s.training.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.serving.identified == ("layer_in.2", "layer_in.4", "layer_in.6", "zeros")
-    assert s.diagnosis.kinds == {"missing_slot", "padding"}
+    assert s.explanation.kinds == {"missing_slot", "padding"}
     proof = diffing.proof_of_fix(inp, s.serving.identified, s.training.identified, n=8)
     acc = diffing.proof_summary(proof)
     served, fixed = list(acc.values())
@@ -30,8 +31,8 @@ def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
 
 def test_correct_capture_is_clean(world, tmp_path):
     """The demo engine serving the training layout: no false alarm."""
-    inp = diffing.inputs(serving_dump=str(diffing.demo_serving_dump(tmp_path / "ok", "correct", n=1)))
+    inp = diffing.inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))
     s = diffing.sides(inp)
-    assert s.diagnosis.clean, s.diagnosis.summary
+    assert s.explanation.clean, s.explanation.summary
     assert s.serving.identified == s.training.identified
     assert "no wiring fault" in diffing.headline(s)

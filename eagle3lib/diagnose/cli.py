@@ -1,0 +1,51 @@
+"""``python -m eagle3lib.diagnose --draft D --target T [--data ...] [--launch "..."] [--log ...] [--dump ...]``
+
+The notebooks' checks on one set of artifacts, for a GPU box over ssh: a plain-text table of the ranked causes,
+then, as the last line, one JSON record (the diagnosis and the problems met). With no --draft it diagnoses the
+embedded demo world. Exit code 0 when it ran (whatever it found), 2 when the arguments could not be read.
+"""
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from .run import Inputs, run
+
+
+def parser() -> argparse.ArgumentParser:
+    p = argparse.ArgumentParser(prog="python -m eagle3lib.diagnose", description=__doc__.splitlines()[0])
+    a = p.add_argument
+    a("--draft", default="", help="draft checkpoint dir (config.json + weights); none: the demo world")
+    a("--target", default="", help="target model dir (config, embedding, lm_head, tokenizer; the model to recapture)")
+    a("--data", default="", help="the draft's training data (any format eagle3lib reads)")
+    a("--heldout", default="", help="held-out or served-prompt samples (generalization gap)")
+    a("--launch", default="", help="the serving launch command, quoted (SGLang or vLLM)")
+    a("--sglang-version", default="", help="SGLang version the server ran (rule table, capture rules)")
+    a("--log", default="", help="the server's startup log")
+    a("--server-url", default="", help="a live SGLang server (/server_info)")
+    a("--dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
+    a("--serving-layout", default="", help="the layout the server feeds, when known, e.g. layer_in.2,layer_in.4")
+    a("--serving-engine", default="", help="sglang or vllm: use its capture rules for the serving layout")
+    a("--recorded-acc", type=float, default=-1.0, help="step-0 validation accuracy training reported")
+    a("--training-log", default="", help="jsonl training log holding val_acc_step0 (or eval/acc_0)")
+    a("--n", type=int, default=32, help="samples per replay (default 32)")
+    a("--num-steps", type=int, default=3, help="draft steps per round (default 3)")
+    a("--drift-samples", type=int, default=4, help="samples recaptured for the drift check (0: skip)")
+    a("--device", default="cpu")
+    a("--dtype", default="float32")
+    a("--quiet", action="store_true", help="no progress lines")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parser().parse_args(argv)
+    inp = Inputs(**{k: v for k, v in vars(args).items() if k != "quiet"})
+    result = run(inp, progress=not args.quiet)
+    d = result.diagnosis
+    print(d.text())
+    for p in result.problems:
+        print(f"problem: {p}")
+    print(json.dumps({**d.to_dict(), "problems": list(result.problems)}, allow_nan=False, default=str))
+    sys.stdout.flush()
+    return 0

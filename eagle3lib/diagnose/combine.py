@@ -1,0 +1,133 @@
+"""One ranked answer from the findings of every check: confirmed causes first, then conflicts, suspected causes,
+what was ruled out, and what could not be checked (with the input that would check it).
+
+Per cause, the findings of all checks are combined: one check confirming what another rules out is a
+`conflict` (shown with both sides, never resolved silently); a check that ruled a cause out settles another's
+mere suspicion of it (e.g. a serving dump that shows the trained layout, against an engine rule that predicts a
+wrong one; the suspicion stays listed in the cause's findings); a checked finding outranks a `not checked` one. A diagnosis with nothing confirmed, suspected or in conflict is
+healthy: "no fault found", with the list of what was checked.
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Iterable
+
+import pandas as pd
+
+from ..causes import CATALOGUE, Finding
+
+RANK = ("confirmed", "conflict", "suspected", "ruled out", "not checked")
+
+
+@dataclass(frozen=True)
+class CauseVerdict:
+    """Everything the checks said about one cause, and the combined status."""
+
+    cause: str
+    title: str
+    status: str                        # one of RANK
+    findings: tuple[Finding, ...]      # every finding about this cause, in the order the checks ran
+
+    @property
+    def deciding(self) -> tuple[Finding, ...]:
+        """The findings behind the status (for a conflict: both sides)."""
+        if self.status == "conflict":
+            return tuple(f for f in self.findings if f.status in ("confirmed", "ruled out"))
+        return tuple(f for f in self.findings if f.status == self.status)
+
+    @property
+    def evidence(self) -> str:
+        """The deciding findings' summaries, each with where it was seen."""
+        return "; ".join(f"{f.summary} [{f.where}]" for f in self.deciding)
+
+    @property
+    def fix(self) -> str:
+        return "; ".join(dict.fromkeys(f.fix for f in self.deciding if f.fix))
+
+    @property
+    def needs(self) -> str:
+        return "; ".join(dict.fromkeys(f.needs for f in self.findings if f.status == "not checked" and f.needs))
+
+    def to_dict(self) -> dict:
+        return {"cause": self.cause, "title": self.title, "status": self.status, "evidence": self.evidence,
+                "fix": self.fix, "needs": self.needs, "findings": [f.to_dict() for f in self.findings]}
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """The ranked causes of one run (every notebook, or the terminal command)."""
+
+    verdicts: tuple[CauseVerdict, ...]
+
+    def by_status(self, status: str) -> tuple[CauseVerdict, ...]:
+        return tuple(v for v in self.verdicts if v.status == status)
+
+    @property
+    def alarms(self) -> tuple[CauseVerdict, ...]:
+        """Confirmed, conflicting and suspected causes, in rank order."""
+        return tuple(v for v in self.verdicts if v.status in ("confirmed", "conflict", "suspected"))
+
+    @property
+    def healthy(self) -> bool:
+        return not self.alarms
+
+    def headline(self) -> str:
+        """One line: the confirmed causes, or "no fault found" and how many causes were checked."""
+        checked = [v for v in self.verdicts if v.status != "not checked"]
+        if self.healthy:
+            return (f"no fault found: {len(checked)} causes checked and ruled out, "
+                    f"{len(self.by_status('not checked'))} not checked")
+        parts = [f"{v.status}: {v.title}" for v in self.alarms]
+        return "; ".join(parts)
+
+    def frame(self) -> pd.DataFrame:
+        """One row per cause, ranked: status, cause, evidence (with where), fix, input needed."""
+        return pd.DataFrame([{"status": v.status, "cause": v.cause, "title": v.title, "evidence": v.evidence,
+                              "fix": v.fix, "needs": v.needs} for v in self.verdicts],
+                            columns=["status", "cause", "title", "evidence", "fix", "needs"])
+
+    def text(self, width: int = 110) -> str:
+        """The plain-text table a terminal prints."""
+        lines = [self.headline(), ""]
+        for status in RANK:
+            group = self.by_status(status)
+            if not group:
+                continue
+            lines.append(f"{status.upper()} ({len(group)})")
+            for v in group:
+                detail = v.needs if status == "not checked" else v.evidence
+                lines.append(f"  {v.cause:<24} {_cut(detail, width - 28)}")
+                if v.fix and status in ("confirmed", "conflict", "suspected"):
+                    lines.append(f"  {'':<24} fix: {_cut(v.fix, width - 33)}")
+        return "\n".join(lines)
+
+    def to_dict(self) -> dict:
+        return {"healthy": self.healthy, "headline": self.headline(),
+                "verdicts": [v.to_dict() for v in self.verdicts]}
+
+
+def _cut(text: str, n: int) -> str:
+    return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
+
+
+def combine(status: Iterable[str]) -> str:
+    """The combined status of one cause from its findings' statuses."""
+    s = set(status)
+    if "confirmed" in s and "ruled out" in s:
+        return "conflict"
+    for name in ("confirmed", "ruled out", "suspected"):
+        if name in s:
+            return name
+    return "not checked"
+
+
+def diagnose(findings: Iterable[Finding]) -> Diagnosis:
+    """Group findings by cause, combine each cause's statuses, and rank (catalogue order within a status)."""
+    groups: dict[str, list[Finding]] = {}
+    for f in findings:
+        groups.setdefault(f.cause, []).append(f)
+    order = {c: i for i, c in enumerate(CATALOGUE)}
+    verdicts = [CauseVerdict(c, CATALOGUE[c].title, combine(f.status for f in fs), tuple(fs))
+                for c, fs in groups.items()]
+    verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))
+    return Diagnosis(tuple(verdicts))

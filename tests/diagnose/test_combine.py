@@ -1,0 +1,44 @@
+"""The diagnosis: per-cause combination, conflicts shown, ranking, and "no fault found" on a healthy run."""
+from __future__ import annotations
+
+from eagle3lib.causes import Finding, not_checked
+from eagle3lib.diagnose.combine import combine, diagnose
+
+
+def F(cause, status, where="x", fix=""):
+    return Finding(cause, status, f"{cause} {status} at {where}", {"n": 1}, where, fix=fix)
+
+
+def test_combine_statuses():
+    assert combine(["confirmed", "not checked"]) == "confirmed"
+    assert combine(["confirmed", "ruled out"]) == "conflict"
+    assert combine(["suspected", "ruled out"]) == "ruled out"      # a measurement settles a suspicion
+    assert combine(["suspected", "not checked"]) == "suspected"
+    assert combine(["ruled out", "not checked"]) == "ruled out"
+    assert combine(["not checked"]) == "not checked"
+
+
+def test_ranked_confirmed_first_then_conflict_suspected_ruled_out_not_checked():
+    d = diagnose([not_checked("rope_mismatch", "00", "the target"), F("generalization_gap", "ruled out"),
+                  F("ndt_override", "confirmed", "01", fix="set num_steps 15"), F("short_context", "suspected"),
+                  F("aux_layout_mismatch", "confirmed", "03"), F("aux_layout_mismatch", "not checked", "02"),
+                  F("d2t_mapping", "confirmed", "00"), F("d2t_mapping", "ruled out", "02")])
+    assert [v.status for v in d.verdicts] == ["confirmed", "confirmed", "conflict", "suspected", "ruled out",
+                                              "not checked"]
+    assert [v.cause for v in d.verdicts][:2] == ["ndt_override", "aux_layout_mismatch"]   # catalogue order
+    conflict = d.by_status("conflict")[0]
+    assert {f.where for f in conflict.deciding} == {"00", "02"} and "[00]" in conflict.evidence
+    assert d.verdicts[0].fix == "set num_steps 15"
+    assert not d.healthy and d.headline().startswith("confirmed: ")
+    assert d.by_status("not checked")[0].needs == "the target"
+    text = d.text()
+    assert "CONFLICT (1)" in text and "fix: set num_steps 15" in text
+    assert d.to_dict()["verdicts"][0]["findings"][0]["where"] == "01"
+
+
+def test_healthy_run_says_no_fault_found_and_what_was_checked():
+    d = diagnose([F("ndt_override", "ruled out"), F("aux_layout_mismatch", "ruled out"),
+                  not_checked("rope_mismatch", "00", "the target")])
+    assert d.healthy and d.alarms == ()
+    assert d.headline() == "no fault found: 2 causes checked and ruled out, 1 not checked"
+    assert list(d.frame().status) == ["ruled out", "ruled out", "not checked"]

@@ -1,0 +1,123 @@
+"""The diagnosis end to end on the demo world's artifacts (slow): a clean deployment raises nothing, each planted
+cause is ranked first as confirmed and nothing else is raised, and the demo world (the seed's story) names the
+seed's two causes. Every serving dump here is made by the demo engine with a planted capture."""
+from __future__ import annotations
+
+import json
+import shutil
+
+import pytest
+import torch
+from safetensors.torch import load_file, save_file
+
+from eagle3lib.demo import world as demo
+from eagle3lib.demo.sweep import demo_serving_dump
+from eagle3lib.diagnose.cli import main
+from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.serving.capturespec import CaptureSpec
+
+pytestmark = pytest.mark.slow
+
+CLEAN_LAUNCH = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+                "--speculative-draft-model-path D --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens 4")
+SEED_LAUNCH = CLEAN_LAUNCH.replace("--speculative-num-steps 3", "--speculative-num-steps 1").replace(
+    "--speculative-num-draft-tokens 4", "--speculative-num-draft-tokens 16")
+
+
+@pytest.fixture(scope="module")
+def world():
+    return demo.ensure_world(progress=False)
+
+
+@pytest.fixture(scope="module")
+def dumps(world, tmp_path_factory):
+    """Serving dumps of the demo engine: the trained layout, and planted wrong captures."""
+    root = tmp_path_factory.mktemp("dumps")
+    lays = {"correct": "embed,layer_in.2,layer_in.4,layer_in.6",
+            "shifted": "embed,layer_in.3,layer_in.5,layer_in.7",
+            "permuted": "embed,layer_in.4,layer_in.2,layer_in.6"}
+    out = {k: demo_serving_dump(root / k, CaptureSpec.from_layout(v, label=k), n=1) for k, v in lays.items()}
+    out["seed"] = demo_serving_dump(root / "seed", "seed", n=1)
+    return out
+
+
+def diagnosis(world, *, draft=None, dump=None, launch=CLEAN_LAUNCH, log="", heldout=None):
+    """The diagnosis of a user-style run (draft given, so nothing is filled from the demo world)."""
+    inp = Inputs(draft=str(draft or world.draft), target=str(world.target), data=str(world.seed_data),
+                 heldout=str(heldout or world.heldout_data), launch=launch, sglang_version="0.5.6", log=log,
+                 dump=str(dump) if dump else "", n=8, drift_samples=0)
+    r = run(inp)
+    assert r.problems == ()
+    return r.diagnosis
+
+
+def assert_only(d, cause):
+    alarms = [(v.cause, v.status) for v in d.alarms]
+    assert alarms == [(cause, "confirmed")], d.text()
+
+
+def test_clean_deployment_raises_nothing(world, dumps):
+    d = diagnosis(world, dump=dumps["correct"])
+    assert d.healthy, d.text()
+    assert d.headline().startswith("no fault found")
+    ruled = {v.cause for v in d.by_status("ruled out")}
+    assert {"aux_layout_mismatch", "ndt_override", "generalization_gap", "d2t_mapping", "weights_dropped",
+            "rope_mismatch", "lossy_threshold"} <= ruled
+
+
+@pytest.mark.parametrize("name,cause", [("seed", "aux_layout_mismatch"), ("permuted", "aux_layout_mismatch"),
+                                        ("shifted", "layer_id_off_by_one")])
+def test_a_planted_capture_is_the_one_confirmed_cause(world, dumps, name, cause):
+    d = diagnosis(world, dump=dumps[name])
+    assert_only(d, cause)
+    v = d.verdicts[0]
+    served = next(f for f in v.findings if f.where.startswith("replay") and f.status == "confirmed")
+    assert served.evidence["acc_0_served_layout"] < served.evidence["acc_0_trained_layout"] - 0.2
+
+
+def test_ndt_override_from_the_launch_and_its_startup_log(world, dumps):
+    d = diagnosis(world, dump=dumps["correct"], launch=SEED_LAUNCH, log="data/samples/sglang_seed_startup.log")
+    assert_only(d, "ndt_override")
+    assert "--speculative-num-steps 15" in d.verdicts[0].fix
+
+
+def test_lossy_threshold_from_the_launch(world, dumps):
+    d = diagnosis(world, dump=dumps["correct"], launch=CLEAN_LAUNCH + " --speculative-accept-threshold-single 0.5")
+    assert_only(d, "lossy_threshold")
+
+
+def test_generalization_gap_only(world, dumps):
+    d = diagnosis(world, dump=dumps["correct"], heldout=world.shifted_data)
+    assert_only(d, "generalization_gap")
+
+
+def _d2t_draft(world, tmp_path, how):
+    out = tmp_path / f"draft_{how}"
+    shutil.copytree(world.draft, out)
+    w = load_file(str(out / "model.safetensors"))
+    if how == "absolute":
+        w["d2t"] = w["d2t"] + torch.arange(w["d2t"].numel(), dtype=w["d2t"].dtype)
+    else:   # "zeros": offsets lost, draft ids read as target ids
+        w["d2t"] = torch.zeros_like(w["d2t"])
+    save_file(w, str(out / "model.safetensors"))
+    return out
+
+
+@pytest.mark.parametrize("how", ["absolute", "zeros"])
+def test_a_broken_d2t_is_the_one_confirmed_cause(world, dumps, tmp_path, how):
+    d = diagnosis(world, draft=_d2t_draft(world, tmp_path, how), dump=dumps["correct"])
+    assert_only(d, "d2t_mapping")
+
+
+def test_the_demo_world_names_the_seeds_two_causes(capsys):
+    """No --draft: the demo world, whose server is the seed's. The terminal command prints the table and, last,
+    one JSON record."""
+    assert main(["--quiet", "--n", "8", "--drift-samples", "0"]) == 0
+    lines = capsys.readouterr().out.strip().splitlines()
+    rec = json.loads(lines[-1])
+    confirmed = {v["cause"]: v for v in rec["verdicts"] if v["status"] == "confirmed"}
+    assert {"ndt_override", "aux_layout_mismatch"} <= set(confirmed), lines[0]
+    assert "16 -> 2" in confirmed["ndt_override"]["evidence"]
+    assert "zeros" in confirmed["aux_layout_mismatch"]["evidence"]
+    assert lines[0].startswith("confirmed: ") and rec["problems"] == []

@@ -1,0 +1,108 @@
+"""Notebook 02's steps: inputs never filled from the demo for a user's draft, the serving layout only from
+evidence (dump > typed > engine rules > none), and the findings its replays support."""
+from __future__ import annotations
+
+import dataclasses
+
+import pandas as pd
+import pytest
+
+from eagle3lib.errors import DataError
+from eagle3lib.replay import stats as S
+from eagle3lib.replay import verdict as V
+from eagle3lib.steps import sample_replay as SR
+from tests.replay.test_run import LAYOUT, make_setup
+
+SERVED = ("layer_in.2", "layer_in.4", "layer_in.6")
+
+
+def fake(acc0: float, layout=LAYOUT, label: str = "x") -> S.ReplayResult:
+    per_step = pd.DataFrame({"step": [0], "positions": [100], "acc": [acc0], "oov_rate": [0.0], "cond_acc": [acc0]})
+    return S.ReplayResult(label, tuple(layout), tuple(layout), "offsets", 0, "zeros", "target", "token", 1, per_step,
+                          pd.DataFrame(), pd.DataFrame(), 1 + acc0, float("nan"), float("nan"), ())
+
+
+def test_a_users_draft_gets_nothing_from_the_demo(tmp_path):
+    (tmp_path / "log.jsonl").write_text('{"val_acc_step0": 0.5}\n')
+    inp = SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x",
+                            training_log_path=str(tmp_path / "log.jsonl"), heldout_data_path="data/h")
+    assert not inp.demo and inp.recorded_acc == 0.5 and inp.heldout == {"held-out": "data/h"}
+    assert inp.serving_dump == ""                       # no dump given: not the demo's
+    inp = SR.resolve_inputs("d", "t", "x", recorded_val_acc=0.7)
+    assert inp.recorded_acc == 0.7 and inp.recorded_from == "parameter" and inp.heldout == {}
+    with pytest.raises(DataError, match="train_data_path"):
+        SR.resolve_inputs("d", "t", "")
+
+
+def test_serving_layout_comes_from_evidence_never_a_default(tmp_path):
+    setup = make_setup(tmp_path)
+    inp = SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+    none = SR.serving_layout(inp, setup.num_layers)
+    assert none.layout is None and none.source == "none" and "serving_dump" in none.detail
+    assert SR.layouts_to_replay(setup.training_layout, none) == {"training": LAYOUT}
+    typed = SR.serving_layout(inp, setup.num_layers, typed="layer_in.2,layer_in.4")
+    assert typed.layout == ("layer_in.2", "layer_in.4") and typed.source == "typed"
+    # the tiny draft's ids [-1, 1, 3, 5] sit in eagle_config: SGLang reads them (+1), vLLM falls back to its default
+    sg = SR.serving_layout(inp, setup.num_layers, engine="sglang", engine_version="0.5.6")
+    assert sg.source == "engine rules" and sg.layout == LAYOUT
+    vl = SR.serving_layout(inp, setup.num_layers, engine="vllm")
+    assert vl.layout == ("layer_in.2", "layer_in.4", "layer_in.5")
+    assert SR.layouts_to_replay(setup.training_layout, vl)["serving"] == vl.layout
+
+
+def _verdicts(train, held=None):
+    return {k: V.decide(r, held, recorded_acc=0.8) for k, r in train.items()}
+
+
+def test_findings_clean_when_serving_feeds_the_trained_layout():
+    served = SR.ServingLayout(LAYOUT, "serving dump", "identified from a dump")
+    train = {"training": fake(0.8), "serving": fake(0.8)}
+    f = SR.cause_findings(_verdicts(train, {"held-out": fake(0.78)}), train, served, 8)
+    assert {x.status for x in f} == {"ruled out"}
+    assert {x.cause for x in f} == {"aux_layout_mismatch", "final_norm_slot", "layer_id_off_by_one",
+                                    "generalization_gap"}
+
+
+def test_missing_embedding_slot_is_confirmed_with_both_accuracies():
+    served = SR.ServingLayout(SERVED + ("zeros",), "serving dump", "identified from a dump")
+    train = {"training": fake(0.8), "serving": fake(0.2, SERVED + ("zeros",))}
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, served, 8)}
+    m = f["aux_layout_mismatch"]
+    assert m.status == "confirmed" and m.evidence["acc_0_served_layout"] == 0.2
+    assert m.evidence["acc_0_trained_layout"] == 0.8 and "embed" in m.fix
+    assert f["final_norm_slot"].status == "ruled out" and f["generalization_gap"].status == "not checked"
+
+
+def test_engine_rules_alone_only_suspect_and_no_evidence_is_not_checked():
+    served = SR.ServingLayout(SERVED + ("zeros",), "engine rules", "what sglang captures by its rules")
+    train = {"training": fake(0.8), "serving": fake(0.2, SERVED + ("zeros",))}
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, served, 8)}
+    assert f["aux_layout_mismatch"].status == "suspected"
+    none = SR.ServingLayout(None, "none", "give a serving dump")
+    f = SR.cause_findings(_verdicts({"training": fake(0.8)}), {"training": fake(0.8)}, none, 8)
+    assert all(x.status == "not checked" for x in f) and all(x.needs for x in f)
+
+
+def test_a_shifted_or_postnorm_slot_is_its_own_cause():
+    shifted = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
+    lay = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
+    train = {"training": fake(0.8, lay), "serving": fake(0.1, ("layer_in.2", "layer_in.4", "layer_in.6", "final_prenorm"))}
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train,
+                                                SR.ServingLayout(("layer_in.2", "layer_in.4", "layer_in.6",
+                                                                  "final_prenorm"), "typed", "typed"), 8)}
+    assert f["layer_id_off_by_one"].status == "confirmed", shifted
+    assert f["aux_layout_mismatch"].status == "ruled out"
+    post = ("layer_in.2", "layer_in.4", "layer_in.6", "final_postnorm")
+    lay = ("layer_in.2", "layer_in.4", "layer_in.6", "final_prenorm")
+    train = {"training": fake(0.8, lay), "serving": fake(0.3, post)}
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, SR.ServingLayout(post, "typed", "t"), 8)}
+    assert f["final_norm_slot"].status == "confirmed" and f["aux_layout_mismatch"].status == "ruled out"
+
+
+def test_search_starts_only_from_a_wiring_verdict():
+    train = {"training": fake(0.8), "serving": fake(0.1, SERVED + ("zeros",))}
+    v = _verdicts(train)
+    assert SR.search_start(v, {"training": LAYOUT, "serving": SERVED + ("zeros",)}) == ("serving", SERVED + ("zeros",))
+    v = _verdicts({"training": fake(0.8)})
+    assert SR.search_start(v, {"training": LAYOUT}) is None
+    assert dataclasses.is_dataclass(SR.ServingLayout)
