@@ -132,6 +132,8 @@ class Finding:
     fix: str = ""
     needs: str = ""
     source: str = ""
+    measured: bool = False   # rests on a measurement (replay, recapture, a serving dump, the server's own report),
+                             # not only on configs and engine rules: the diagnosis lets a measurement outweigh those
 
     def __post_init__(self):
         cause(self.cause)
@@ -142,6 +144,9 @@ class Finding:
             raise FindingError(f"finding {self.cause!r} ({self.where})", "evidence must be a dict",
                                expected="{name: number or short string}", found=type(self.evidence).__name__)
         object.__setattr__(self, "evidence", _plain(self.evidence, f"finding {self.cause!r} evidence"))
+        if not isinstance(self.measured, bool):
+            raise FindingError(f"finding {self.cause!r}", "measured must be a bool", expected="True / False",
+                               found=type(self.measured).__name__)
         for name in ("summary", "where", "fix", "needs", "source"):
             if not isinstance(getattr(self, name), str):
                 raise FindingError(f"finding {self.cause!r}", f"{name} must be a string", expected="str",
@@ -155,7 +160,8 @@ class Finding:
     def to_dict(self) -> dict:
         """The finding as a JSON-safe dict (the field names as keys)."""
         return {"cause": self.cause, "status": self.status, "summary": self.summary, "evidence": dict(self.evidence),
-                "where": self.where, "fix": self.fix, "needs": self.needs, "source": self.source}
+                "where": self.where, "fix": self.fix, "needs": self.needs, "source": self.source,
+                "measured": self.measured}
 
     @classmethod
     def from_dict(cls, record: dict) -> "Finding":
@@ -163,7 +169,7 @@ class Finding:
         if not isinstance(record, dict):
             raise FindingError("finding record", "not a dict", expected="a dict from Finding.to_dict()",
                                found=type(record).__name__)
-        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source")
+        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source", "measured")
         unknown = sorted(set(record) - set(names))
         missing = [k for k in ("cause", "status", "summary") if k not in record]
         if unknown or missing:

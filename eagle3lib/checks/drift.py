@@ -74,7 +74,7 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
         if samples[0].hidden_size != model.config.hidden_size:
             return [Finding("target_drift", "confirmed", f"the stored states are {samples[0].hidden_size} wide, the "
                             f"target's are {model.config.hidden_size}: data from another model", {}, WHERE,
-                            fix="recapture the training data from this target and retrain")]
+                            fix="recapture the training data from this target and retrain", measured=True)]
         table = drift_table(model, samples, layout, L, progress)
     except Eagle3Error as e:
         return [not_checked("target_drift", WHERE, "a target transformers can run on these tokens", str(e)[:200])]
@@ -84,21 +84,21 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
     quant = (dict(art.target_info.raw).get("quantization_config") or {})
     if kind == "same":
         return [Finding("target_drift", "ruled out", "the target recomputes the stored training states (same model)",
-                        ev, WHERE)]
+                        ev, WHERE, measured=True)]
     if kind == "cast":
         out = [Finding("target_drift", "ruled out", "a small uniform error: the same model in another dtype or "
-                       f"quantization (min cosine {table.cosine.min():.4f})", ev, WHERE)]
+                       f"quantization (min cosine {table.cosine.min():.4f})", ev, WHERE, measured=True)]
         if quant:
             out.append(Finding("quantized_target", "suspected", "the quantized target's states differ a little from "
-                               "the training states", ev, WHERE, source="vllm#9534"))
+                               "the training states", ev, WHERE, source="vllm#9534", measured=True))
         return out
     if kind == "scaled":
         return [Finding("target_drift", "confirmed", "same directions, other norms (norm ratio "
                         f"{table.norm_ratio.min():.3g}..{table.norm_ratio.max():.3g}): a scale error cosine alone "
                         "would miss", ev, WHERE, fix="find the rescaling between capture and training (or recapture)",
-                        source="ModelOpt debug/README.md (norm ratios beside cosine)")]
+                        source="ModelOpt debug/README.md (norm ratios beside cosine)", measured=True)]
     return [Finding("target_drift", "confirmed", "the target no longer computes the training states (cosine by depth "
                     + ", ".join(f"{b} {c:.3f}" for b, c in zip(table.boundary, table.cosine))
                     + "): a different or since fine-tuned model", ev, WHERE,
                     fix="recapture the training data from the current target and retrain the draft",
-                    source="field-causes.md #14; SpecForge#192; speculators#751")]
+                    source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]

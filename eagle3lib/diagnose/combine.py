@@ -2,7 +2,9 @@
 what was ruled out, and what could not be checked (with the input that would check it).
 
 Per cause, the findings of all checks are combined: one check confirming what another rules out is a
-`conflict` (shown with both sides, never resolved silently); a check that ruled a cause out settles another's
+`conflict` (shown with both sides, never resolved silently) unless only one side rests on a measurement (a
+replay, a recapture, a serving dump, the server's own report), which then decides over configs and engine
+rules (the other side stays listed in the cause's findings); a check that ruled a cause out settles another's
 mere suspicion of it (e.g. a serving dump that shows the trained layout, against an engine rule that predicts a
 wrong one; the suspicion stays listed in the cause's findings); a checked finding outranks a `not checked` one. A diagnosis with nothing confirmed, suspected or in conflict is
 healthy: "no fault found", with the list of what was checked.
@@ -110,11 +112,23 @@ def _cut(text: str, n: int) -> str:
     return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
-def combine(status: Iterable[str]) -> str:
-    """The combined status of one cause from its findings' statuses."""
+def combine(status: Iterable[str], measured: Iterable[bool] | None = None) -> str:
+    """The combined status of one cause from its findings' statuses (and whether each rests on a measurement).
+
+    Confirmed against ruled out is a conflict, unless only one side rests on a measurement: then it decides."""
+    status = list(status)
+    meas = list(measured) if measured is not None else [False] * len(status)
     s = set(status)
     if "confirmed" in s and "ruled out" in s:
+        conf = any(m for st, m in zip(status, meas) if st == "confirmed")
+        ruled = any(m for st, m in zip(status, meas) if st == "ruled out")
+        if conf != ruled:
+            return "confirmed" if conf else "ruled out"
         return "conflict"
+    if "suspected" in s and "ruled out" in s and "confirmed" not in s:
+        sus = any(m for st, m in zip(status, meas) if st == "suspected")
+        ruled = any(m for st, m in zip(status, meas) if st == "ruled out")
+        return "suspected" if sus and not ruled else "ruled out"
     for name in ("confirmed", "ruled out", "suspected"):
         if name in s:
             return name
@@ -127,7 +141,8 @@ def diagnose(findings: Iterable[Finding]) -> Diagnosis:
     for f in findings:
         groups.setdefault(f.cause, []).append(f)
     order = {c: i for i, c in enumerate(CATALOGUE)}
-    verdicts = [CauseVerdict(c, CATALOGUE[c].title, combine(f.status for f in fs), tuple(fs))
+    verdicts = [CauseVerdict(c, CATALOGUE[c].title, combine([f.status for f in fs], [f.measured for f in fs]),
+                             tuple(fs))
                 for c, fs in groups.items()]
     verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))
     return Diagnosis(tuple(verdicts))

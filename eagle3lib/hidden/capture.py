@@ -198,6 +198,7 @@ def load_target_model(path, device="cpu", dtype=None):
     if isinstance(dtype, str) and dtype != "auto":
         dtype = getattr(torch, dtype.replace("torch.", ""), None) or dtype
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
+    transformers.utils.logging.disable_progress_bar()   # a per-load "Loading weights" bar is noise in reports
     try:
         model = transformers.AutoModelForCausalLM.from_pretrained(str(p), trust_remote_code=False,
                                                                   **({key: dtype} if dtype is not None else {}))

@@ -189,13 +189,13 @@ def cause_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None =
         evidence.update({"acc_0_as_served": acc[0], "acc_0_trained_layout": acc[1]})
     if s.explanation.clean:
         return [Finding(c, "ruled out", f"the serving dump feeds the trained layout [{', '.join(map(str, trained))}]",
-                        evidence, where) for c in LAYOUT_CAUSES]
+                        evidence, where, measured=True) for c in LAYOUT_CAUSES]
     found = causes_of(s.explanation)
     kinds = sorted(s.explanation.kinds)
     fix = (f"make the engine capture [{', '.join(map(str, trained))}] (notebook 03 section 4 lists the ids per "
            "engine)")
     out = [Finding(c, "confirmed", f"serving feeds [{', '.join(map(str, served))}] where training used "
                    f"[{', '.join(map(str, trained))}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, where,
-                   fix=fix) for c in found]
-    return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where)
-                  for c in LAYOUT_CAUSES if c not in found]
+                   fix=fix, measured=True) for c in found]
+    return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where,
+                          measured=True) for c in LAYOUT_CAUSES if c not in found]

@@ -195,7 +195,7 @@ class Discovery:
         source = "; ".join(dict.fromkeys(f"{h.rule_id} ({h.source})" for h in rules.values()))
         if evidence["server_report"] == "contradicts":
             return [Finding("ndt_override", "ruled out", f"the rule table predicts {text}, but the server "
-                            "reports the requested values", evidence, where, source=source)]
+                            "reports the requested values", evidence, where, source=source, measured=True)]
         topk = res.effective.get("speculative_eagle_topk")
         ndt_req = (changed.get("speculative_num_draft_tokens") or (None, None))[0]
         fix = (f"with topk 1 SGLang drafts num_steps + 1 tokens: for {ndt_req} draft tokens set "
@@ -206,7 +206,7 @@ class Discovery:
             "predicted by the rule table; give the startup log or /server_info to confirm")
         return [Finding("ndt_override", status, f"SGLang {self.version} rewrote {text} ({how})", evidence, where,
                         fix=fix, source=source, needs="" if status == "confirmed" else "the server's startup log "
-                        "or /server_info")]
+                        "or /server_info", measured=status == "confirmed")]
 
     def findings(self) -> dict:
         """Structured, JSON-ready findings for eagle3lib.findings.record."""

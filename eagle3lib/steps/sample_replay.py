@@ -154,15 +154,16 @@ def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayRe
         status = "ruled out" if expl.clean else (
             "confirmed" if serving.source != "engine rules" and drop > THRESHOLDS["wiring_drop"] else "suspected")
         found = causes_of(expl) if not expl.clean else ()
+        measured = serving.source == "serving dump"       # typed or predicted layouts are not measurements
         for c in LAYOUT_CAUSES:
             if c in found:
                 out.append(Finding(c, status, f"serving feeds [{', '.join(serving.layout)}], trained on "
                                    f"[{', '.join(tr.layout)}]: step-0 accuracy {sv.acc0:.3f} as served vs "
                                    f"{tr.acc0:.3f} with the trained layout ({serving.detail})", ev, where_s,
-                                   fix=f"feed the trained layout [{', '.join(tr.layout)}]"))
+                                   fix=f"feed the trained layout [{', '.join(tr.layout)}]", measured=measured))
             else:
                 out.append(Finding(c, "ruled out", f"serving feeds the trained layout as far as {c} goes "
-                                   f"({serving.detail})", ev, where_s))
+                                   f"({serving.detail})", ev, where_s, measured=measured))
     v = verdicts.get("training")
     if v is None or not v.heldout_acc:
         out.append(not_checked("generalization_gap", "replay of held-out samples", "held-out or new-prompt data "
@@ -174,19 +175,20 @@ def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayRe
         out.append(Finding("generalization_gap", "confirmed" if v.verdict == "generalization" else "ruled out",
                            f"training samples {v.train_acc:.3f} vs {worst[0]} {worst[1]:.3f} (step-0 accuracy)", ev,
                            "replay of held-out samples, training layout",
-                           fix="train on data like the served prompts" if v.verdict == "generalization" else ""))
+                           fix="train on data like the served prompts" if v.verdict == "generalization" else "",
+                           measured=True))
     else:
         out.append(not_checked("generalization_gap", "replay of held-out samples", "a draft that holds up on its "
                                "own training samples first", f"not decided: the training layout's verdict is "
                                f"{v.verdict}"))
-    if search is not None:
-        best = search.table[search.table.candidate == search.best]
-        d2t_best = bool(len(best)) and best.iloc[0]["d2t"] != "offsets"
-        out.append(Finding("d2t_mapping", "confirmed" if (d2t_best and search.restored) else "ruled out",
-                           f"layout search: best candidate '{search.best}'" + (" restores the accuracy"
-                                                                              if search.restored else ""),
-                           {"best": str(search.best), "restored": bool(search.restored)},
-                           "layout search (d2t readings)"))
+    if search is not None:        # a d2t reading that restores the accuracy confirms; no such reading decides
+        best = search.table[search.table.candidate == search.best]   # nothing (the map itself may be lost)
+        if len(best) and best.iloc[0]["d2t"] != "offsets" and search.restored:
+            out.append(Finding("d2t_mapping", "confirmed", f"layout search: reading d2t as "
+                               f"{best.iloc[0]['d2t']} restores step-0 accuracy to {float(best.iloc[0]['acc_0']):.3f}",
+                               {"best": str(search.best), "acc_0": float(best.iloc[0]["acc_0"])},
+                               "layout search (d2t readings)", fix="store d2t as offsets (target_id = draft_id + "
+                               "d2t[draft_id])", measured=True))
     return out
 
 

@@ -18,6 +18,20 @@ def test_combine_statuses():
     assert combine(["not checked"]) == "not checked"
 
 
+def test_a_measurement_outweighs_configs_and_rules():
+    """Only one side measured: it decides (a dump shows a shifted capture the config reading rules out)."""
+    assert combine(["confirmed", "ruled out"], [True, False]) == "confirmed"
+    assert combine(["confirmed", "ruled out"], [False, True]) == "ruled out"
+    assert combine(["confirmed", "ruled out"], [True, True]) == "conflict"
+    assert combine(["suspected", "ruled out"], [True, False]) == "suspected"
+    assert combine(["suspected", "ruled out"], [False, True]) == "ruled out"
+    d = diagnose([Finding("layer_id_off_by_one", "ruled out", "config ids name the training layout", {}, "00"),
+                  Finding("layer_id_off_by_one", "confirmed", "dump: every slot one layer deeper", {}, "03",
+                          measured=True)])
+    assert d.verdicts[0].status == "confirmed" and [f.where for f in d.verdicts[0].deciding] == ["03"]
+    assert len(d.verdicts[0].findings) == 2
+
+
 def test_ranked_confirmed_first_then_conflict_suspected_ruled_out_not_checked():
     d = diagnose([not_checked("rope_mismatch", "00", "the target"), F("generalization_gap", "ruled out"),
                   F("ndt_override", "confirmed", "01", fix="set num_steps 15"), F("short_context", "suspected"),

@@ -72,8 +72,10 @@ def test_a_planted_capture_is_the_one_confirmed_cause(world, dumps, name, cause)
     d = diagnosis(world, dump=dumps[name])
     assert_only(d, cause)
     v = d.verdicts[0]
-    served = next(f for f in v.findings if f.where.startswith("replay") and f.status == "confirmed")
-    assert served.evidence["acc_0_served_layout"] < served.evidence["acc_0_trained_layout"] - 0.2
+    served = next(f for f in v.findings if f.where.startswith("replay") and f.status in ("confirmed", "suspected"))
+    drop = served.evidence["acc_0_trained_layout"] - served.evidence["acc_0_served_layout"]
+    assert drop > 0.02, served                  # replayed as served, the draft does worse than as trained
+    assert served.status == ("confirmed" if drop > 0.10 else "suspected")      # THRESHOLDS["wiring_drop"]
 
 
 def test_ndt_override_from_the_launch_and_its_startup_log(world, dumps):
