@@ -32,6 +32,7 @@ server_url: str = ""           # live server to read (SGLang /server_info or vLL
 run_demo_sweep: bool = True    # measure the demo engine over num_steps, correct vs seed capture
 sweep_num_steps: list = [1, 2, 3, 4, 6]  # draft steps per round in the demo sweep (a baseline run is added)
 sweep_repeats: int = 3         # timed repeats per setting; the median is kept
+tree_replay_samples: int = 8   # held-out samples the chain-vs-tree replay drafts from (every position); 0: skip
 baseline_tok_s: float = 0.0    # tok/s without speculation for the served runs; 0 means take it from the records
 device: str = "cpu"            # device for the demo sweep ("cuda" on a GPU box)
 
@@ -161,13 +162,44 @@ if sweep_recs:
 plots.per_position_bars(served + sweep)  # per series, the run with the most positions
 
 # %% [markdown]
-# ## 8. Headline
+# ## 8. Chain or tree?
+# With no speculative knobs set, SGLang resolves a Llama target to a **tree**: `num_steps 5, topk 4,
+# num_draft_tokens 8`. Each draft step keeps the 4 best branches by cumulative draft probability; the 7 best of all
+# drafted candidates are verified in one target forward under a tree attention mask, and the longest path matching
+# the target's greedy tokens is accepted. A tree raises τ (a sibling can rescue a wrong first choice), but a round
+# costs more: a wider verify and `topk`-row draft steps. The replay drafts SGLang's tree from every position of the
+# held-out samples, next to the chain of the same depth (`topk 1` reproduces the chain replay exactly); the demo
+# engine's own timers give the round cost `1 + v + w·(ndt − 1) + c·steps·(1 + r·(topk − 1))` in decode steps
+# (`w` per extra verified token, `c` per draft step, `r` per extra beam row, `v` per round). On CPU `w` is a real
+# share of a step; on a GPU at batch 1 the verify is memory-bound and `w ≈ 0`, which is where trees pay.
+
+# %%
+tvc = (throughput_runs.tree_vs_chain(tree_replay_samples, sweep_repeats, device)
+       if run_demo_sweep and tree_replay_samples > 0 else None)
+if tvc is not None:
+    print(tvc.choice.headline)
+    print(f"SGLang's auto tree (5, 4, 8): replayed accept length {tvc.auto_tree:.2f}, chain K=5 {tvc.chain_k5:.2f};"
+          f" round cost c = {tvc.cost.c:.3f}, w = {tvc.cost.w:.3f}, r = {tvc.cost.r:.2f}, v = {tvc.cost.overhead:.2f}")
+tvc.replay.table if tvc is not None else "chain-vs-tree replay not run"
+
+# %% [markdown]
+# Left: the replayed accept length of each setting with its break-even τ* (its round cost: below it the setting is
+# slower than no speculation). Right: predicted tok/s. Black dots are what the engine measured for the same
+# settings; the star is the predicted best.
+
+# %%
+plots.tree_vs_chain(tvc.choice, measured=tvc.timings) if tvc is not None else "chain-vs-tree replay not run"
+
+# %% [markdown]
+# ## 9. Headline
 # The served runs (the deployment) decide the headline when they can be fitted, otherwise the demo engine's
 # correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
 
 # %%
 chosen = rec or sweep_recs.get("correct")
 findings.record("headline", chosen.headline if chosen else "no cost-model fit: " + str(problem))
+if tvc is not None:
+    findings.record("tree_vs_chain", tvc.findings())
 if chosen:
     findings.record("cost_model", {"c": chosen.fit.c, "overhead": chosen.fit.overhead,
                                    "baseline_tok_s": chosen.fit.baseline_tok_s, "rmse_tok_s": chosen.fit.rmse_tok_s,
@@ -184,3 +216,5 @@ findings.current()
 #   hidden-state notebooks say whether the cause is wiring (capture layout, vocab map) or generalization.
 # - **The fit error is large:** the runs differ in something the model leaves out (batch size, engine version,
 #   hardware). Compare runs only within one set of conditions (see the footer of each chart).
+# - **A tree accepts more but is slower:** its round (wider verify `w`, beam rows `r`) costs more than the extra τ
+#   buys. That is the case on the CPU demo; on a GPU at small batch `w ≈ 0` and the tree usually wins.

@@ -1,8 +1,10 @@
 """Own throughput measurements: the demo engine over num_steps and captures, plus the baseline, as `RunRecord`s.
 
-`run_demo_sweep([1, 3, 5])` serves the demo world's prompts (held-out, training or shifted domain) with the correct
-capture and the seed's wrong one; each configuration gets a warm-up, then `repeats` timed passes over all prompts,
-interleaved across configurations so machine load drifts hit all alike; tok/s is the median pass. Accept length and
+`run_demo_sweep([1, 3, 5, (5, 4, 8)])` serves the demo world's prompts (held-out, training or shifted domain) with
+the correct capture and the seed's wrong one; each configuration gets a warm-up, then `repeats` timed passes over
+all prompts, interleaved across configurations so machine load drifts hit all alike; tok/s is the median pass. An
+int K is the chain (K, 1, K+1); a (num_steps, topk, num_draft_tokens) triple is launched as given (a tree when
+topk > 1; all None = SGLang's auto choice for the target, (5, 4, 8) for the demo's Llama). Accept length and
 per-position acceptance come from the engine's own counters (greedy: the same in every pass).
 """
 from __future__ import annotations
@@ -157,7 +159,8 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
         spec = demo_capture(name, world, version)
         eng = SpecEngine(world.target, world.draft, spec, model_path=str(world.paths.target),
                          draft_path=str(world.paths.draft), clock=clock)
-        plan += [(name if isinstance(name, str) else spec.label, eng, spec, SpecSettings(k, 1, k + 1, version))
+        plan += [(name if isinstance(name, str) else spec.label, eng, spec,
+                  SpecSettings(*k, version) if isinstance(k, (tuple, list)) else SpecSettings(k, 1, k + 1, version))
                  for k in num_steps]
     for _, eng, _, st in plan:                                      # warm-up (allocator, kernels), untimed
         eng.generate(ids[0], min(8, max_new_tokens), st)
@@ -191,7 +194,8 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
             num_steps=eff.num_steps, topk=eff.topk, num_draft_tokens=eff.num_draft_tokens, accept_length=tau,
             per_position=tuple(c / rounds for c in first["per_pos"]), drafted=rounds * (eff.num_draft_tokens - 1),
             accepted=sum(taus) - rounds, rounds=rounds, accept_rate=rate, accept_rate_definition=rate_def,
-            series=f"{series} capture", label=f"{series} capture, num_steps={eff.num_steps}",
+            series=f"{series} capture", label=f"{series} capture, num_steps={eff.num_steps}" + (
+                f", topk={eff.topk}, ndt={eff.num_draft_tokens}" if eff.topk > 1 else ""),
             notes=(f"{where}; capture {spec.label}; draft step {draft_step * 1e3:.2f} ms = "
                    f"{draft_step / base_step:.2f} x a target decode step; verify {verify * 1e3:.2f} ms"
                    + ("" if same else "; WARNING: acceptance differed between repeats")), **common))

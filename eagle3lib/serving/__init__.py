@@ -10,5 +10,7 @@
 - `advice`            which layer ids to write per engine for a trained layout; what an engine captures for ids.
 - `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
 - `engine_settings`   the emulated SGLang server: launch settings -> effective settings -> its log lines.
+- `tree`              SGLang-style draft trees (topk > 1): beams by cumulative score, `num_draft_tokens` nodes kept,
+                      the tree mask, greedy longest-path acceptance (SGLang v0.5.x rules).
 - `engine`            `SpecEngine`: offline greedy EAGLE-3 speculative decoding on an HF target, SGLang-format logs.
 """

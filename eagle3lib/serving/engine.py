@@ -1,10 +1,12 @@
-"""Offline speculative engine: greedy EAGLE-3 chain drafting on an HF target, with SGLang-format output.
+"""Offline speculative engine: greedy EAGLE-3 chain or tree drafting on an HF target, with SGLang-format output.
 
 `SpecEngine(target, draft, capture).generate(prompt_ids, max_new_tokens, SpecSettings(...))` drafts `num_steps`
-tokens per round (topk 1), verifies num_draft_tokens positions in ONE target forward, keeps both KV caches (HF
-cache cropped on rejection; the draft's cache is addressed by position) and returns exactly the target's greedy
-tokens. Settings go through `servesettings` (SGLang's startup rewrites and warnings for the version); each request
-prints SGLang `Prefill batch` / `Decode batch` lines in that version's format (serving-and-throughput.md A.2).
+tokens per round (topk 1; topk > 1: an SGLang tree of num_draft_tokens nodes, `spectree`), verifies
+num_draft_tokens positions in ONE target forward (trees under a tree attention mask), keeps both KV caches (HF
+cache cropped on rejection, a tree's accepted path moved into place; the draft's cache is addressed by position)
+and returns exactly the target's greedy tokens. Settings go through `servesettings` (SGLang's startup rewrites and
+warnings for the version); each request prints SGLang `Prefill batch` / `Decode batch` lines in that version's
+format (serving-and-throughput.md A.2).
 """
 from __future__ import annotations
 
@@ -22,6 +24,7 @@ from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
 from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
 from .sglang_rules import accept_rate
+from .tree import SlotCache, draft_tree, greedy_path, keep_cache_rows, verify_inputs
 
 @dataclass(frozen=True, eq=False)
 class GenerateResult:
@@ -33,7 +36,7 @@ class GenerateResult:
     capture: str                            # the capture's label ('' for the baseline)
     layout: tuple[str, ...]                 # boundaries captured, in fc order (before padding)
     accept_lengths: tuple[int, ...]         # per verify round: accepted drafts + 1 (bonus)
-    accepted_per_position: tuple[int, ...]  # rounds whose drafts 1..j+1 were all accepted, j = 0..ndt-2
+    accepted_per_position: tuple[int, ...]  # rounds whose drafts 1..j+1 were all accepted (tree: depth j+1)
     dropped: int                            # emitted by the last round past max_new_tokens / EOS, then cut
     finish_reason: str                      # "length" or "stop" (EOS)
     prefill_s: float
@@ -118,9 +121,9 @@ class SpecEngine:
         if next(self.target.parameters()).is_cuda:
             torch.cuda.synchronize()
 
-    def _forward(self, ids: Tensor, cache, last_only: bool) -> Tensor:
-        """Target logits (1, T or 1, V) for ids (1, T) appended to `cache`."""
-        kw = {self._cache_kw: cache, "use_cache": True}
+    def _forward(self, ids: Tensor, cache, last_only: bool, **extra) -> Tensor:
+        """Target logits (1, T or 1, V) for ids (1, T) appended to `cache` (extra: position_ids, attention_mask)."""
+        kw = {self._cache_kw: cache, "use_cache": True, **extra}
         if last_only and self._keep_kw:
             kw[self._keep_kw] = 1
         return self.target(input_ids=ids, **kw).logits
@@ -194,8 +197,11 @@ class SpecEngine:
 
     @torch.inference_mode()
     def generate(self, prompt_ids, max_new_tokens: int, settings: SpecSettings | None = None, *,
-                 keep_aux: bool = False) -> GenerateResult:
-        """Greedy-decode up to `max_new_tokens` tokens (speculatively unless settings.speculative is False)."""
+                 keep_aux: bool = False, tree: bool | None = None) -> GenerateResult:
+        """Greedy-decode up to `max_new_tokens` tokens (speculatively unless settings.speculative is False).
+
+        tree: draft SGLang trees (default: when topk > 1); tree=True with topk 1 runs the tree code on a chain.
+        """
         from transformers import DynamicCache
 
         settings = settings or SpecSettings()
@@ -212,7 +218,7 @@ class SpecEngine:
         st = _Req(ids, max_new_tokens, self.eos)
         if eff.speculative:
             with HiddenTap(self.target, self.layout) as tap:
-                self._spec_loop(eff, st, cache, tap, lines, keep_aux)
+                self._spec_loop(eff, st, cache, tap, lines, keep_aux, eff.topk > 1 if tree is None else tree)
         else:
             self._baseline_loop(eff, st, cache, lines)
         spec = eff.speculative
@@ -243,17 +249,20 @@ class SpecEngine:
             st.push([int(x)])
             self._decode_tick(eff, lines, 1, cache.get_seq_length() + 1, dt)
 
-    def _spec_loop(self, eff: Effective, st: _Req, cache, tap: HiddenTap, lines: list[str], keep_aux: bool):
+    def _spec_loop(self, eff: Effective, st: _Req, cache, tap: HiddenTap, lines: list[str], keep_aux: bool,
+                   tree: bool = False):
         draft, dev = self.draft, st.ids.device
         n = st.ids.shape[1]
         m = eff.num_draft_tokens - 1                                   # drafts verified per round
-        dcache = draft.new_cache(1, n + st.max_new + eff.num_steps + 2)
-        st.per_pos = [0] * m
+        slots = SlotCache(draft.new_cache(eff.topk if tree else 1, n + st.max_new + eff.num_steps + 2))
+        dcache = slots.lead                                            # row 0: prefill and extends write here
+        st.per_pos = [0] * min(m, eff.num_steps)                       # per draft depth
         t0 = self.clock()
         x = int(self._forward(st.ids, cache, last_only=True)[0, -1].argmax())
         aux = self._aux(tap)                                           # (1, n, k*H), k = fc slots
         nxt = torch.cat([st.ids[:, 1:], torch.tensor([[x]], device=dev)], dim=1)     # token t+1 for row t
         logits, h = draft.step(aux, nxt, torch.arange(n, device=dev)[None], dcache, fuse=True)
+        slots.share(0, n)
         self._sync()
         st.prefill_s = self.clock() - t0
         self._prefill_line(eff, lines, n)
@@ -264,32 +273,22 @@ class SpecEngine:
         logits, h = logits[:, -1], h[:, -1:]                           # (1, Vd), (1, 1, H)
         while not st.done:
             t0 = self.clock()
-            drafts = []
-            for k in range(eff.num_steps):                             # chain: top-1 of each step, k = 0..K-1
-                d = draft.to_target_ids(logits.argmax(-1))             # (1, Vd) -> (1,) target id
-                drafts.append(int(d))
-                if k + 1 < eff.num_steps:                              # step k+1 reads d_{k+1} at position p+k
-                    logits, h = draft.step(h, d.view(1, 1), torch.tensor([[p + k]], device=dev), dcache)
-                    logits = logits[:, -1]
-            self._sync()
-            t1 = self.clock()
-            verify = torch.tensor([[x] + drafts[:m]], device=dev)      # (1, m+1) at positions p..p+m
-            y = self._forward(verify, cache, last_only=False)[0].argmax(-1).tolist()   # y[i] = target's token p+i+1
-            a = 0
-            while a < m and drafts[a] == y[a]:                         # accept draft i+1 iff it equals the target's
-                a += 1                                                 # greedy token there and all before it did
-            new = drafts[:a] + [y[a]]                                  # accepted drafts + the bonus token
-            self._crop(cache, p + a + 1)                               # keep x, d_1..d_a; drop rejected positions
-            aux = self._aux(tap)[:, :a + 1]                            # (1, m+1, k*H) -> (1, a+1, k*H)
+            if tree:
+                new, rows, verify, t1 = self._tree_round(eff, cache, slots, logits, h, p, x)
+            else:
+                new, rows, verify, t1 = self._chain_round(eff, cache, dcache, logits, h, p, x, m)
+            a = len(new) - 1
+            aux = self._aux(tap)[:, rows]                              # (1, T_verify, k*H) -> (1, a+1, k*H)
             self._sync()
             t2 = self.clock()
             logits, h = draft.step(aux, torch.tensor([new], device=dev),        # draft extend over the kept rows:
                                    torch.arange(p, p + a + 1, device=dev)[None], dcache, fuse=True)  # overwrites KV
+            slots.share(p, p + a + 1)
             logits, h = logits[:, -1], h[:, -1:]
             self._sync()
             t3 = self.clock()
             if keep_aux:
-                st.aux_rows.append(aux[0].cpu()), st.aux_ids.append(verify[0, :a + 1].cpu())
+                st.aux_rows.append(aux[0].cpu()), st.aux_ids.append(verify[0, rows].cpu())
             st.taus.append(a + 1)
             for j in range(a):
                 st.per_pos[j] += 1
@@ -299,6 +298,38 @@ class SpecEngine:
             st.push(new)
             p, x = p + a + 1, new[-1]
             self._decode_tick(eff, lines, a + 1, p + 1, t3 - t0)
+
+    def _tree_round(self, eff: Effective, cache, slots: SlotCache, logits, h, p: int, x: int):
+        """Draft an SGLang tree, verify it in one masked forward, keep the accepted path in the target cache."""
+        tr = draft_tree(self.draft, logits, h, p, slots, eff.num_steps, eff.topk, eff.num_draft_tokens, x)
+        self._sync()
+        t1 = self.clock()
+        verify = tr.tokens[None]                                       # (n,) -> (1, n) at positions p + depth
+        kw = verify_inputs(tr, p, next(self.target.parameters()).dtype)
+        y = self._forward(verify, cache, last_only=False, **kw)[0].argmax(-1)   # y[j] = target's token after node j
+        path = greedy_path(tr, y)                                      # accepted nodes, root first
+        keep_cache_rows(cache, p, path)                                # x, d_1..d_a moved to p..p+a; rest dropped
+        return [int(tr.tokens[j]) for j in path[1:]] + [int(y[path[-1]])], path, verify, t1
+
+    def _chain_round(self, eff: Effective, cache, dcache, logits, h, p: int, x: int, m: int):
+        """Draft a chain of num_steps tokens, verify the first m in one forward, crop the rejected positions."""
+        draft, dev = self.draft, logits.device
+        drafts = []
+        for k in range(eff.num_steps):                                 # chain: top-1 of each step, k = 0..K-1
+            d = draft.to_target_ids(logits.argmax(-1))                 # (1, Vd) -> (1,) target id
+            drafts.append(int(d))
+            if k + 1 < eff.num_steps:                                  # step k+1 reads d_{k+1} at position p+k
+                logits, h = draft.step(h, d.view(1, 1), torch.tensor([[p + k]], device=dev), dcache)
+                logits = logits[:, -1]
+        self._sync()
+        t1 = self.clock()
+        verify = torch.tensor([[x] + drafts[:m]], device=dev)          # (1, m+1) at positions p..p+m
+        y = self._forward(verify, cache, last_only=False)[0].argmax(-1).tolist()   # y[i] = target's token p+i+1
+        a = 0
+        while a < m and drafts[a] == y[a]:                             # accept draft i+1 iff it equals the target's
+            a += 1                                                     # greedy token there and all before it did
+        self._crop(cache, p + a + 1)                                   # keep x, d_1..d_a; drop rejected positions
+        return drafts[:a] + [y[a]], list(range(a + 1)), verify, t1     # accepted drafts + the bonus token
 
     def save_dump(self, results, path) -> str:
         """Write kept aux rows (generate(keep_aux=True)) as an eagle3lib-dump/1 directory (see capture.py).

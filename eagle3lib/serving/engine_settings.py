@@ -23,7 +23,7 @@ class SpecSettings:
     """A request's serving settings as launched (SGLang flag values; None = flag not given)."""
 
     num_steps: int | None = 3               # --speculative-num-steps
-    topk: int | None = 1                    # --speculative-eagle-topk (1 = chain; tree drafting is not implemented)
+    topk: int | None = 1                    # --speculative-eagle-topk (1 = chain; > 1 = SGLang tree drafting)
     num_draft_tokens: int | None = 4        # --speculative-num-draft-tokens
     version: str = DEFAULT_VERSION          # SGLang version whose rules and log format are emulated
     decode_log_interval: int = 40           # --decode-log-interval: one decode line every N decode iterations
@@ -76,14 +76,14 @@ def resolve_settings(settings: SpecSettings, target_arch: str | None = None, dev
     eff = res.effective
     steps, topk, ndt = (eff["speculative_num_steps"], eff["speculative_eagle_topk"],
                         eff["speculative_num_draft_tokens"])
-    if topk != 1:
-        raise _bad("speculative_eagle_topk", topk, "1 (chain drafting)", "tree drafting is not implemented in the "
-                   "demo engine", "topk > 1 requested, or chosen by SGLang's auto defaults when no knob is set")
-    if ndt - 1 > steps * topk or ndt < 2:
-        raise _bad("speculative_num_draft_tokens", ndt, f"2..{steps * topk + 1} for num_steps {steps}, topk {topk}",
+    most = topk + (steps - 1) * topk * topk                  # candidates a round drafts (spectree.num_candidates)
+    if ndt - 1 > most or ndt < 2:
+        raise _bad("speculative_num_draft_tokens", ndt, f"2..{most + 1} for num_steps {steps}, topk {topk}",
                    "more verify positions than drafted tokens" if ndt > 2 else "no draft token to verify",
                    f"SGLang {version} has no topk=1 rewrite and fails at the first decode (torch.topk in "
-                   "organize_draft_results)" if ndt > 2 else "num_draft_tokens counts the root: use >= 2")
+                   "organize_draft_results)" if ndt > 2 and topk == 1 else
+                   "SGLang fails at the first decode (torch.topk in organize_draft_results)" if ndt > 2 else
+                   "num_draft_tokens counts the root: use >= 2")
     startup = tuple(line for line in (adjustment_warning(h) for h in res.hits) if line)
     keys = ("speculative_algorithm", "speculative_num_steps", "speculative_eagle_topk",
             "speculative_num_draft_tokens", "max_running_requests", "disable_overlap_schedule",

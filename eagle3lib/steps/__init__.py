@@ -5,5 +5,6 @@ here and only here), then the library called in the notebook's order.
 - `discovery`  notebook 01: everything shown for one launch command, from every source given.
 - `sample_replay` notebook 02: its inputs (draft, target, training / held-out data, recorded accuracy).
 - `diffing`    notebook 03: training slots and a serving dump compared with the target's own boundaries.
-- `throughput_runs` notebook 04: the served runs read from files / a server, and the demo engine's sweep.
+- `throughput_runs` notebook 04: the served runs read from files / a server, the demo engine's sweep, and
+  its chain-vs-tree replay and timing.
 """

@@ -1,7 +1,10 @@
 """Notebook 04's inputs: the served runs read from the files and server given, and the demo engine's own sweep."""
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
+
+import pandas as pd
 
 from ..demo import sweep as demo_sweep_mod
 from ..demo.world import REPO_ROOT
@@ -26,3 +29,40 @@ def demo_sweep(num_steps, repeats: int = 3, device: str = "cpu", progress=True) 
     """The demo engine over `num_steps` with the correct and the seed's capture, plus a baseline run."""
     return demo_sweep_mod.run_demo_sweep(list(num_steps), captures=("correct", "seed"), repeats=repeats,
                                          device=device, progress=progress)
+
+
+@dataclass(frozen=True, eq=False)
+class TreeVsChain:
+    """The demo engine's chain and tree settings: replayed accept lengths, timed round costs, the best setting."""
+    replay: object            # replay.tree.TreeReplayResult
+    timings: pd.DataFrame     # treecost.time_settings
+    cost: object              # treecost.TreeCost fitted to the timings
+    choice: object            # treecost.TreeChoice
+    auto_tree: float          # replayed accept length of SGLang's auto-chosen (5, 4, 8)
+    chain_k5: float           # ... and of the chain of the same depth
+
+    def findings(self) -> dict:
+        return {"best_setting": list(self.choice.best), "best_speedup": self.choice.best_speedup,
+                "break_even_accept_length": self.choice.break_even, "auto_tree_accept_length": self.auto_tree,
+                "chain_k5_accept_length": self.chain_k5}
+
+
+def tree_vs_chain(n_replay: int = 8, repeats: int = 3, device: str = "cpu", settings=None,
+                  progress=True) -> TreeVsChain:
+    """On the demo world: SGLang's trees and the chains, replayed from every held-out position and timed on the
+    demo engine (per-round draft and verify cost, CPU clock on CPU), then the best setting by the tree cost model."""
+    from ..replay.run import load_setup
+    from ..replay.tree import replay_tree
+    from ..serving.engine import SpecEngine
+    from ..throughput import treecost
+
+    grid = settings or treecost.DEFAULT_GRID
+    w = demo_sweep_mod.load_demo(device)
+    setup = load_setup(w.paths.draft, w.paths.target, device=device)
+    rep = replay_tree(setup, w.paths.heldout_data, grid, n=n_replay, progress=progress)
+    engine = SpecEngine(w.target, w.draft, demo_sweep_mod.demo_capture("correct", w))
+    timings = treecost.time_settings(engine, demo_sweep_mod.demo_prompts("heldout", 6, w), grid, repeats=repeats,
+                                     clock="cpu" if device == "cpu" else "wall")
+    cost = treecost.fit_step_costs(timings)
+    return TreeVsChain(rep, timings, cost, treecost.choose_setting(cost, rep), rep.accept_length(5, 4, 8),
+                       rep.accept_length(5, 1, 6))

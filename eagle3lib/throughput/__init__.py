@@ -4,5 +4,6 @@
 - `logparse`   SGLang / vLLM text logs into records.
 - `benchparse` structured outputs into records: `/server_info`, bench_serving JSON, Prometheus metrics.
 - `costmodel`  tau, speedup, the fitted draft cost c, break-even accept length, best num_steps.
+- `treecost`   chain vs tree: round cost per (steps, topk, ndt), fitted or timed; best setting, break-even.
 - `plots`      matplotlib Figures from records and cost-model results.
 """

@@ -3,6 +3,7 @@
 tau(alpha, K) = (1 - alpha^(K+1)) / (1 - alpha) (Leviathan et al. 2023), or 1 + sum(a_i) from per-position rates.
 A round costs 1 + v + K*c target steps: speedup = tau / (1 + v + K*c), break-even tau* = 1 + v + K*c; c = cost of
 a draft step (and one more verified token) relative to a target step, v = per-round overhead.
+Runs with topk > 1 (trees) are left out of these fits (treecost.py models them).
 Usage: ``fit = fit_cost(records); best_num_steps(fit.c, fit.overhead, alpha=0.7).best_num_steps``.
 """
 from __future__ import annotations
@@ -85,7 +86,8 @@ def baseline_tok_s(records) -> float:
 
 
 def _spec(records) -> list[RunRecord]:
-    return [r for r in records if r.num_steps and r.accept_length and r.tok_s]
+    """Measured chain runs (topk 1 or unknown); trees (topk > 1) follow treecost's model, not this one."""
+    return [r for r in records if r.num_steps and r.accept_length and r.tok_s and (r.topk or 1) == 1]
 
 
 @dataclass(frozen=True)

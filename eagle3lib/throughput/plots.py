@@ -173,3 +173,44 @@ def trajectory(records, baseline: float | None = None,
     ax.set_ylabel(TOK_S_LABEL)
     ax.grid(alpha=0.3, axis="y")
     return fig
+
+
+
+def tree_vs_chain(choice, measured=(), title: str = "Chain vs tree: predicted accept length and throughput") -> Figure:
+    """Per setting of a treecost.TreeChoice: predicted accept length with its break-even τ*, and predicted tok/s
+    (speedup when no baseline is known), chains and trees side by side; measured runs of the same settings
+    (RunRecords, or a treecost.time_settings table) are drawn as black dots."""
+    t = choice.table
+    rows = list(measured.itertuples()) if hasattr(measured, "itertuples") else list(measured)
+    measured = [r for r in rows if r.num_steps and r.tok_s and r.accept_length]
+    fig, (ax_t, ax_s) = _new(title, [r for r in measured if isinstance(r, RunRecord)], size=(11.0, 4.8), ncols=2)
+    xs = list(range(len(t)))
+    colors = ["tab:blue" if k == "chain" else "tab:orange" for k in t.kind]
+    base = float(t.tok_s[0] / t.speedup[0]) if t.tok_s.notna().all() else None
+    ax_t.bar(xs, t.accept_length, color=colors)
+    ax_t.scatter(xs, t.break_even, marker="_", s=300, color="black", zorder=3, label="break-even τ* (= round cost)")
+    ax_s.bar(xs, t.tok_s if base else t.speedup, color=colors)
+    ax_s.axhline(base or 1.0, color="black", linestyle="--",
+                 label=f"no speculation {base:.1f} tok/s" if base else "no speculation (speedup 1)")
+    i = next(j for j, row in enumerate(t.itertuples())
+             if (row.num_steps, row.topk, row.num_draft_tokens) == tuple(choice.best))
+    ax_s.scatter([i], [(t.tok_s if base else t.speedup)[i]], marker="*", s=220, color="black", zorder=4,
+                 label=f"predicted best: {t.setting[i]}")
+    key = {(r.num_steps, r.topk or 1, r.num_draft_tokens or r.num_steps + 1): r for r in measured}
+    hits = [(j, key[s]) for j, s in enumerate(zip(t.num_steps, t.topk, t.num_draft_tokens)) if s in key]
+    if hits:
+        ax_t.scatter([j for j, _ in hits], [r.accept_length for _, r in hits], color="black", zorder=4,
+                     label="measured accept length")
+        if base:
+            ax_s.scatter([j for j, _ in hits], [r.tok_s for _, r in hits], color="black", zorder=4,
+                         label="measured tok/s")
+    ax_t.set_ylabel(TAU_LABEL)
+    ax_s.set_ylabel(f"predicted {TOK_S_LABEL}" if base else "predicted speedup over no speculation (x)")
+    for ax in (ax_t, ax_s):
+        ax.bar([0], [0], color="tab:blue", label="chain (topk 1)")
+        ax.bar([0], [0], color="tab:orange", label="tree (topk > 1)")
+        ax.set_xticks(xs, t.setting, rotation=45, ha="right", fontsize=7)
+        ax.legend(fontsize=7, loc="upper left")
+        ax.grid(alpha=0.3, axis="y")
+        ax.set_ylim(bottom=0)
+    return fig

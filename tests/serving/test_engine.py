@@ -212,7 +212,7 @@ def test_baseline_lines_have_no_accept_len(target, prompt):
     (SpecSettings(0, 1, 1), "speculative_num_steps"),
     (SpecSettings(3, 0, 4), "speculative_eagle_topk"),
     (SpecSettings(None, 1, 4), "speculative_num_steps"),          # SGLang: set all three knobs or none
-    (SpecSettings(3, 2, 8), "speculative_eagle_topk"),            # tree drafting not implemented
+    (SpecSettings(3, 2, 12), "speculative_num_draft_tokens"),     # 11 > topk + (steps-1)*topk^2 = 10 candidates
     (SpecSettings(1, 1, 16, version="0.4.5"), "speculative_num_draft_tokens"),   # no topk=1 rewrite yet
     (SpecSettings(3, 1, 4, version="0.4.0"), "speculative_algorithm"),           # no EAGLE before v0.4.1
     (SpecSettings(3, 1, 4, decode_log_interval=0), "decode_log_interval"),

@@ -30,7 +30,7 @@ def test_baseline_has_no_speculation():
 @pytest.mark.parametrize("settings, field", [
     (SpecSettings(0, 1, 1), "speculative_num_steps"),
     (SpecSettings(3, True, 4), "speculative_eagle_topk"),                        # a bool is not a count
-    (SpecSettings(3, 2, 8), "speculative_eagle_topk"),                           # tree drafting not implemented
+    (SpecSettings(3, 2, 12), "speculative_num_draft_tokens"),                    # 11 > 10 tree candidates
     (SpecSettings(1, 1, 16, version="0.4.5"), "speculative_num_draft_tokens"),   # no topk=1 rewrite yet
     (SpecSettings(3, 1, 4, decode_log_interval=0), "decode_log_interval"),
 ])
