@@ -50,7 +50,10 @@ from IPython.display import display
 
 from eagle3lib.throughput import costmodel, plots, records
 from eagle3lib.report import findings
+from eagle3lib.demo.sweep import series_of
 from eagle3lib.steps import throughput_runs
+
+CORRECT = series_of("correct")     # the demo sweep's series with the training layout
 
 parsed = throughput_runs.read_runs(list(log_paths) + list(json_paths), server_url)
 for res in parsed:
@@ -137,8 +140,8 @@ records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep 
 for s, x in sweep_recs.items():
     print(f"{s}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
 if sweep_recs:
-    display(sweep_recs["correct"].fit.table)        # one engine, one fit: the captures share it
-(plots.tok_s_vs_accept_length(sweep, fit=sweep_recs["correct"].fit,
+    display(sweep_recs[CORRECT].fit.table)        # one engine, one fit: the captures share it
+(plots.tok_s_vs_accept_length(sweep, fit=sweep_recs[CORRECT].fit,
                               title="Demo engine: throughput vs accept length") if sweep_recs else "demo sweep not run")
 
 # %% [markdown]
@@ -196,7 +199,7 @@ plots.tree_vs_chain(tvc.choice, measured=tvc.timings) if tvc is not None else "c
 # correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
 
 # %%
-chosen = rec or sweep_recs.get("correct")
+chosen = rec or sweep_recs.get(CORRECT)
 findings.record("headline", chosen.headline if chosen else "no cost-model fit: " + str(problem))
 if tvc is not None:
     findings.record("tree_vs_chain", tvc.findings())

@@ -38,6 +38,11 @@ class Demo:
     training_layout: tuple[str, ...]
 
 
+def series_of(capture: str) -> str:
+    """The RunRecord series of a demo capture's runs ("correct" -> "correct capture")."""
+    return f"{capture} capture"
+
+
 def load_demo(device: str = "cpu", root=None) -> Demo:
     """Load the demo world's target and draft, building the world first when missing (demo.ensure_world)."""
     from . import world as demo
@@ -194,7 +199,7 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
             num_steps=eff.num_steps, topk=eff.topk, num_draft_tokens=eff.num_draft_tokens, accept_length=tau,
             per_position=tuple(c / rounds for c in first["per_pos"]), drafted=rounds * (eff.num_draft_tokens - 1),
             accepted=sum(taus) - rounds, rounds=rounds, accept_rate=rate, accept_rate_definition=rate_def,
-            series=f"{series} capture", label=f"{series} capture, num_steps={eff.num_steps}" + (
+            series=series_of(series), label=f"{series_of(series)}, num_steps={eff.num_steps}" + (
                 f", topk={eff.topk}, ndt={eff.num_draft_tokens}" if eff.topk > 1 else ""),
             notes=(f"{where}; capture {spec.label}; draft step {draft_step * 1e3:.2f} ms = "
                    f"{draft_step / base_step:.2f} x a target decode step; verify {verify * 1e3:.2f} ms"
