@@ -34,6 +34,10 @@ class ConfigError(Eagle3Error):
     """A draft or target config.json that is unreadable, incomplete or contradictory."""
 
 
+class UnsupportedDraftError(ConfigError):
+    """A draft of another algorithm than the EAGLE family (a block drafter such as DFlash): never loaded as EAGLE-3."""
+
+
 class CheckpointError(Eagle3Error):
     """A weights file that is corrupt, truncated, or holds tensors of the wrong name, shape or dtype."""
 
@@ -74,5 +78,5 @@ class FindingError(Eagle3Error):
     """A finding with an unknown cause id or status, or a finding record that cannot be read back."""
 
 
-ALL_ERRORS = (Eagle3Error, ConfigError, CheckpointError, UnsafeFileError, MissingFileError, VocabError,
+ALL_ERRORS = (Eagle3Error, ConfigError, UnsupportedDraftError, CheckpointError, UnsafeFileError, MissingFileError, VocabError,
               DataError, LayoutError, ServingArgsError, LogParseError, ReportError, FindingError)

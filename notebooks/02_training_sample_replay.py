@@ -51,6 +51,7 @@ seed: int = 0                   # sample draw
 # %%
 from IPython.display import display
 
+from eagle3lib.checks import evidence
 from eagle3lib.report import findings
 from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
@@ -136,6 +137,17 @@ print("thresholds:", dict(verdicts["training"].thresholds))
 
 # %%
 verdicts[list(verdicts)[-1]].evidence
+
+# %% [markdown]
+# ## 5b. Does accuracy fall with position?
+# Step-0 accuracy by position bucket on the training samples, under the training layout. A draft whose context
+# window (`max_position_embeddings`) is shorter than the served prompts, or whose RoPE differs from the target's,
+# loses accuracy deep into a sequence; the dashed line marks the draft's declared context.
+
+# %%
+by_position = evidence.accuracy_by_position(setup, inp.train_data, n=n_samples, seed=seed)
+display(by_position)
+evidence.position_plot(by_position, setup.cfg.max_position_embeddings)
 
 # %% [markdown]
 # ## 6. Layout search: which wiring restores the accuracy?

@@ -33,3 +33,53 @@ def test_every_notebook_runs_on_the_embedded_default(tmp_path):
         recorded = findings.read(out / f"{stem}.findings.json")
         assert "headline" in recorded, f"{stem} recorded {sorted(recorded)}"
         assert row["findings"] == recorded
+    d = index["diagnosis"]                        # the demo world is the seed's story, told from evidence
+    confirmed = {v["cause"] for v in d["verdicts"] if v["status"] == "confirmed"}
+    assert {"ndt_override", "aux_layout_mismatch"} <= confirmed, d["headline"]
+    assert (out / "index.html").read_text().index("Diagnosis") < (out / "index.html").read_text().index("Notebooks")
+
+
+CLEAN_LAUNCH = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
+                "--speculative-draft-model-path {draft} --speculative-num-steps 3 --speculative-eagle-topk 1 "
+                "--speculative-num-draft-tokens 4")
+
+
+@pytest.mark.slow
+def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
+    """A user's own artifacts (the demo world's files, but passed as paths, so nothing is filled from the demo):
+    a correct draft, its training data, a serving dump in the trained layout, a clean launch command. Every
+    notebook runs, none raises a cause, and the index's diagnosis says "no fault found"."""
+    import yaml
+
+    from eagle3lib.demo import world as demo
+    from eagle3lib.demo.sweep import demo_serving_dump
+
+    w = demo.ensure_world(progress=False)
+    dump = demo_serving_dump(tmp_path / "dump", "correct", n=1)
+    paths = {"draft_path": str(w.draft), "target_path": str(w.target)}
+    params = {
+        "00_checkpoint_audit": {**paths, "sample_data": str(w.seed_data)},
+        "01_config_override_discovery": {**paths, "launch_command": CLEAN_LAUNCH.format(target=w.target,
+                                                                                        draft=w.draft),
+                                         "sglang_version": "0.5.6"},
+        "02_training_sample_replay": {**paths, "train_data_path": str(w.seed_data),
+                                      "heldout_data_path": str(w.heldout_data), "serving_dump": str(dump),
+                                      "training_log_path": str(w.training_log), "n_samples": 16},
+        "03_hidden_state_diffing": {**paths, "training_data": str(w.seed_data), "serving_dump": str(dump),
+                                    "replay_samples": 8},
+    }
+    (tmp_path / "clean.yaml").write_text(yaml.safe_dump(params))
+    out = tmp_path / "reports"
+    rc = report.main(["--notebooks", str(ROOT / "notebooks"), "--out", str(out), "--cwd", str(ROOT),
+                      "-f", str(tmp_path / "clean.yaml"), "--only", "00,01,02,03"])
+    index = json.loads((out / "index.json").read_text())
+    failed = {r["notebook"]: r["error"] for r in index["notebooks"] if r["status"] != "ok"}
+    assert rc == 0 and not failed, failed
+    d = index["diagnosis"]
+    alarms = [(v["cause"], v["status"], v["evidence"]) for v in d["verdicts"]
+              if v["status"] in ("confirmed", "conflict", "suspected")]
+    assert d["healthy"] and not alarms, alarms
+    assert d["headline"].startswith("no fault found")
+    heads = {r["notebook"]: r["findings"]["headline"] for r in index["notebooks"]}
+    assert "run as requested" in heads["01_config_override_discovery"], heads
+    assert "healthy" in heads["02_training_sample_replay"] and "no wiring fault" in heads["03_hidden_state_diffing"]

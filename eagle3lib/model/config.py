@@ -16,7 +16,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .. import layout as _layout
-from ..errors import ConfigError, MissingFileError
+from ..errors import ConfigError, MissingFileError, UnsupportedDraftError
 
 # Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning).
 _KNOWN_KEYS = {
@@ -74,6 +74,7 @@ class DraftConfig:
         if not isinstance(raw, Mapping):
             raise ConfigError(source, "config is not a JSON object", expected="an object {...}",
                               found=type(raw).__name__)
+        refuse_other_algorithms(raw, source)
         warnings: list[str] = []
         dialect = detect_dialect(raw)
         # speculators keeps the Llama fields in a nested transformer_layer_config
@@ -209,6 +210,42 @@ class DraftConfig:
             "norm_before_residual": self.norm_before_residual, "fc_norm": self.fc_norm,
             "norm_before_fc": self.norm_before_fc, "norm_output": self.norm_output,
         }
+
+
+# Block drafters predict a block of tokens in parallel from the target's states: another algorithm, whose configs
+# say so in these places (SGLang `_handle_dflash` / `_handle_dspark`, vLLM method names, SpecForge --strategy).
+BLOCK_DRAFTERS = ("dflash", "dspark", "domino", "jetspec")
+_ALGORITHM_KEYS = ("speculators_model_type", "model_type", "method", "algorithm", "speculative_algorithm")
+
+
+def block_drafter(raw: Mapping[str, Any]) -> tuple[str, str] | None:
+    """(algorithm, where it was seen) when `raw` is a block drafter's config, else None."""
+    archs = raw.get("architectures") or []
+    for a in archs if isinstance(archs, list) else []:
+        hit = next((b for b in BLOCK_DRAFTERS if isinstance(a, str) and b in a.lower()), None)
+        if hit:
+            return hit, f"architectures {archs}"
+    for key in _ALGORITHM_KEYS:
+        for where in (raw, raw.get("speculators_config") if isinstance(raw.get("speculators_config"), Mapping)
+                      else {}):
+            v = where.get(key)
+            if isinstance(v, str) and v.lower() in BLOCK_DRAFTERS:
+                return v.lower(), f"{key} = {v!r}"
+    for b in BLOCK_DRAFTERS:
+        if f"{b}_config" in raw or f"{b}_target_layer_ids" in raw:
+            return b, f"key '{b}_config'" if f"{b}_config" in raw else f"key '{b}_target_layer_ids'"
+    return None
+
+
+def refuse_other_algorithms(raw: Mapping[str, Any], source: str = "<dict>") -> None:
+    """UnsupportedDraftError for a block drafter's config (DFlash, DSpark, Domino, JetSpec), naming it."""
+    hit = block_drafter(raw)
+    if hit is not None:
+        algo, where = hit
+        raise UnsupportedDraftError(source, f"a {algo.upper()} block drafter ({where})", expected="an EAGLE-family "
+                                    "draft (EAGLE-3 / EAGLE-3.1 / P-EAGLE): the workbook replays, diffs and serves "
+                                    "those", found=f"{algo} config", cause=f"{algo.upper()} drafts a block of tokens "
+                                    "in parallel; it is another algorithm and is never loaded as EAGLE-3")
 
 
 def detect_dialect(raw: Mapping[str, Any]) -> str:

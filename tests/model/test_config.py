@@ -121,3 +121,23 @@ def test_config_to_dict_round_trip(dialect):
     back = DraftConfig.from_dict(config_to_dict(c, dialect))
     assert back.aux_layout(61) == c.aux_layout(61)
     assert (back.num_aux, back.draft_vocab_size, back.vocab_size) == (4, 32000, 128256)
+
+
+@pytest.mark.parametrize("raw,algo", [
+    ({"architectures": ["DFlashDraftModel"], "hidden_size": 64}, "dflash"),
+    ({"speculators_model_type": "dspark", "speculators_config": {}}, "dspark"),
+    ({"model_type": "domino"}, "domino"),
+    ({"architectures": ["LlamaForCausalLM"], "dflash_config": {"target_layer_ids": [1, 2]}}, "dflash"),
+    ({"speculators_config": {"algorithm": "JetSpec"}}, "jetspec"),
+])
+def test_block_drafters_are_refused_by_name_never_loaded_as_eagle3(raw, algo):
+    """A block drafter's config names its algorithm in the error (a ConfigError subclass), whatever dialect it is."""
+    from eagle3lib.errors import ConfigError, UnsupportedDraftError
+    with pytest.raises(UnsupportedDraftError, match=algo.upper()) as e:
+        DraftConfig.from_dict(raw, source="d/config.json")
+    assert isinstance(e.value, ConfigError) and "d/config.json" in str(e.value) and "EAGLE-family" in str(e.value)
+
+
+def test_an_eagle3_config_is_not_taken_for_a_block_drafter():
+    from eagle3lib.model.config import block_drafter
+    assert block_drafter({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama"}) is None
