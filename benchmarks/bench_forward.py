@@ -152,7 +152,8 @@ def components(d: Eagle3Draft, fwd) -> dict[str, float]:
             handles.append(mod.register_forward_pre_hook(lambda m, a: starts.__setitem__(id(m), now())))
             handles.append(mod.register_forward_hook(
                 lambda m, a, o, key=key: spent.__setitem__(key, spent.get(key, 0) + now() - starts[id(m)])))
-    originals = {f: getattr(draft_mod, f) for f in ("_attend", "apply_rope", "top1")}
+    originals = {f: getattr(draft_mod, f) for f in ("causal_attention", "chain_attention", "apply_rope",
+                                                     "top1")}
 
     def wrap(key, fn):
         def timed(*a, **kw):

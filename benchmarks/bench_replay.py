@@ -9,7 +9,8 @@ weights; the target dir holds embedding + lm_head, so the reference is the targe
 in-memory warm-up, with the data files dropped from the page cache first (posix_fadvise DONTNEED), and reports its
 own peak RSS (VmHWM of /proc/self/status: ru_maxrss would be inherited across fork+exec).
 Goal: peak RSS flat as the dataset grows (2,000 / 500 close to 1).
-Usage: .venv/bin/python benchmarks/bench_replay.py [--samples 500,2000] [--workdir /tmp/e3bench_replay]
+Usage: .venv/bin/python benchmarks/bench_replay.py [--samples 500,2000] [--workdir /tmp/e3bench_replay] [--ab]
+--ab (issue 18): the largest size again with only_scored off/on x prefetch 0/2, each in a fresh subprocess.
 """
 from __future__ import annotations
 
@@ -30,6 +31,7 @@ LAYOUT = ("embed", "layer_in.4", "layer_in.8", "layer_in.12")       # ids [-1, 3
 CHILD = r"""
 import json, os, sys, time
 draft, target, data = sys.argv[1:4]
+only_scored, prefetch = sys.argv[4] == "1", int(sys.argv[5])
 def hwm():   # this process's own peak RSS in bytes
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 root = os.path.dirname(data)
@@ -46,7 +48,7 @@ warm = [Sample(f"w{i}", torch.randint(0, 4096, (256,)), torch.ones(256, dtype=to
 replay(setup, warm, progress=False)      # first-call costs (kernel selection, allocator) outside the timing
 base = hwm()
 t0 = time.perf_counter()
-r = replay(setup, data, progress=False)
+r = replay(setup, data, only_scored=only_scored, prefetch=prefetch, progress=False)
 dt = time.perf_counter() - t0
 print(json.dumps({"seconds": dt, "tokens": int(r.per_sample.tokens.sum()), "samples": len(r.per_sample),
                   "skipped": len(r.skipped), "acc0": r.acc0, "peak_rss": hwm(), "rss_before": base,
@@ -96,10 +98,10 @@ def build(workdir: Path, n: int) -> tuple[Path, Path, Path]:
     return draft, target, data
 
 
-def run(draft: Path, target: Path, index: Path) -> dict:
+def run(draft: Path, target: Path, index: Path, only_scored: bool = True, prefetch: int = 2) -> dict:
     """One replay in a fresh subprocess: seconds, tokens, peak RSS."""
-    out = subprocess.run([sys.executable, "-c", CHILD, str(draft), str(target), str(index)], capture_output=True,
-                         text=True, check=True, cwd=Path(__file__).parent)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(draft), str(target), str(index), str(int(only_scored)),
+                          str(prefetch)], capture_output=True, text=True, check=True, cwd=Path(__file__).parent)
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
@@ -107,23 +109,28 @@ def main() -> None:
     ap = argparse.ArgumentParser()
     ap.add_argument("--samples", default="500,2000", help="dataset sizes replayed (prefixes of the largest)")
     ap.add_argument("--workdir", default="/tmp/e3bench_replay")
+    ap.add_argument("--ab", action="store_true", help="also replay the largest size without only_scored and/or "
+                    "without prefetching (issue 18), interleaved with the default")
     args = ap.parse_args()
     sizes = sorted(int(x) for x in args.samples.split(","))
     draft, target, data = build(Path(args.workdir), sizes[-1])
     lines = (data / "train.jsonl").read_text().splitlines(keepends=True)
     rows = []
-    for n in sizes:
+    plan = [(n, True, 2) for n in sizes]
+    if args.ab:                                              # variants of the largest size, interleaved
+        plan += [(sizes[-1], o, p) for o, p in ((False, 0), (True, 0), (False, 2), (True, 2))]
+    for n, only, pre in plan:
         index = data / f"first_{n}.jsonl"                     # a dataset of the first n samples, same files
         index.write_text("".join(lines[:n]))
         load = os.getloadavg()[0]
-        r = run(draft, target, index)
-        rows.append({"samples": n, "tokens": r["tokens"], "seconds": r["seconds"],
+        r = run(draft, target, index, only, pre)
+        rows.append({"samples": n, "only_scored": only, "prefetch": pre, "tokens": r["tokens"], "seconds": r["seconds"],
                      "tokens/s": r["tokens"] / r["seconds"], "peak RSS MB": r["peak_rss"] / 1e6,
                      "RSS before replay MB": r["rss_before"] / 1e6,
                      "replay RSS growth MB": (r["peak_rss"] - r["rss_before"]) / 1e6,
                      "data on disk MB": sum((data / "hidden_states" / f"s{i:05d}.safetensors").stat().st_size
                                             for i in range(n)) / 1e6, "load avg before": load})
-    small, big = rows[0], rows[-1]
+    small, big = rows[0], rows[len(sizes) - 1]
     finish("replay", rows, {"dataset": {"format": "seed", "target_hidden": HT, "aux_slots": SLOTS, "dtype": "bf16",
                                         "tokens_per_sample": [T_LO, T_HI], "final_hidden": True},
                             "draft": {"hidden": HT, "intermediate": I, "heads": 4, "draft_vocab": VD,
@@ -131,7 +138,9 @@ def main() -> None:
                             "goal": "peak RSS flat as the dataset grows",
                             "peak_rss_ratio": big["peak RSS MB"] / small["peak RSS MB"],
                             "data_ratio": big["data on disk MB"] / small["data on disk MB"],
-                            "tokens_per_s": big["tokens/s"], "threads": r["threads"]})
+                            "tokens_per_s": big["tokens/s"], "threads": r["threads"],
+                            "ab_seconds": {f"only_scored={x['only_scored']},prefetch={x['prefetch']}": x["seconds"]
+                                           for x in rows[len(sizes):]}})
 
 
 if __name__ == "__main__":

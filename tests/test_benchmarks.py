@@ -64,3 +64,16 @@ def test_checks_benchmark_runs_every_config_level_check(tmp_path):
                      str(tmp_path / "work"), "--name", "tiny")
     assert rec["hidden"] == 256 and [r["run"] for r in rec["rows"]] == ["warm-up", 1]
     assert all(r["findings"] >= 10 for r in rec["rows"]) and rec["raised"] == ["quantized_target"]
+
+
+def test_long_benchmark_matches_the_reference_and_scores_less(tmp_path):
+    """Benchmark 5 at Ht=256: the long-sample forward equals the materialised reference, chat rows score fewer
+    outputs than dense rows, every size ran in its own process."""
+    rec = run_script("bench_long.py", tmp_path, "--sizes", "320,640", "--hidden", "256", "--goal", "", "--chat",
+                     "--check-up-to", "640", "--name", "tiny")
+    rows = {(r["tokens"], r["mode"]): r for r in rec["rows"]}
+    assert sorted(rows) == [(320, "chat"), (320, "dense"), (640, "chat"), (640, "dense")]
+    for (T, mode), r in rows.items():
+        assert r["max |diff|"] < 1e-4 and r["seconds"] > 0 and r["peak RSS GB"] >= r["RSS before forward GB"] > 0
+        assert r["scored outputs"] == 3 * T if mode == "dense" else 0 < r["scored outputs"] < 3 * T * 0.5
+    assert rec["time_per_token_ratio"] > 0 and rec["goal_peak_rss_gb"] is None

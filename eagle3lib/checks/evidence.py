@@ -79,10 +79,10 @@ def accuracy_by_position(setup: ReplaySetup, data, n: int = 8, seed: int = 0, bu
                 item = prepare_sample(s, setup, None)
             except Eagle3Error:
                 continue
-            ids = item["ids"][None].to(setup.device)                       # (T,) -> (1, T)
-            aux = item["aux"][None].to(setup.device, setup.dtype)          # (T, k*Ht) -> (1, T, k*Ht)
+            ids = item.ids[None].to(setup.device)                       # (T,) -> (1, T)
+            aux = item.aux[None].to(setup.device, setup.dtype)          # (T, k*Ht) -> (1, T, k*Ht)
             pred = model.ttt_forward(aux, ids, 1, feed="teacher", return_logits=False)[0]   # (1, T) draft ids
-            sc = score(hot[pred[0]].cpu()[None], item["ref"], item["mask"], in_vocab)       # (1, T) target ids
+            sc = score(hot[pred[0]].cpu()[None], item.ref, item.mask, in_vocab)       # (1, T) target ids
             pos = torch.arange(sc.valid.shape[1])
             which = torch.bucketize(pos, torch.tensor(edges[1:]), right=True)   # position -> bucket index
             v = sc.valid[0]

@@ -11,12 +11,16 @@ SpecForge/SGLang state dict loads as a direct copy; `target_id = draft_id + d2t[
 from __future__ import annotations
 
 import math
+from functools import partial
 
 import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DraftConfig
+from .ttt_attention import causal_attention, chain_attention
+
+ROW_ELEMENTS = 1 << 26   # position-wise work of ttt_forward runs in chunks of rows x max(I, Vd, 2H) elements
 
 
 class RMSNorm(nn.Module):
@@ -122,25 +126,10 @@ class KVCache:
         return self.k, self.v
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, diag: list[tuple[Tensor, Tensor]]) -> Tensor:
-    """Softmax attention of q (B, nh, T, hd) over context keys k/v (B, nkv, S, hd) where `allowed` (B|1, 1, T, S),
-    plus 'diagonal' keys (B, nkv, T, hd) that each query sees only at its own position (TTT steps >= 1)."""
-    rep = q.shape[1] // k.shape[1]                          # GQA: nkv -> nh
-    if not diag:
-        return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=rep > 1)
-    k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
-    scores = (q @ k.transpose(-1, -2)) * scale              # (B, nh, T, hd) x (B, nh, hd, S) -> (B, nh, T, S)
-    scores = scores.masked_fill(~allowed, float("-inf"))
-    dk = [kd.repeat_interleave(rep, dim=1) for kd, _ in diag]
-    dv = [vd.repeat_interleave(rep, dim=1) for _, vd in diag]
-    d_scores = torch.stack([(q * kd).sum(-1) for kd in dk], dim=-1) * scale   # (B, nh, T, j)
-    probs = torch.cat([scores, d_scores], dim=-1).float().softmax(-1).to(q.dtype)   # (B, nh, T, S + j)
-    S = k.shape[2]
-    out = probs[..., :S] @ v                                # (B, nh, T, S) x (B, nh, S, hd) -> (B, nh, T, hd)
-    for j, vd in enumerate(dv):
-        out = out + probs[..., S + j, None] * vd            # (B, nh, T, 1) * (B, nh, T, hd)
-    return out
+def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
+    """Softmax attention of q (B, nh, S_q, hd) over keys k/v (B, nkv, S, hd) where `allowed` (B|1, 1, S_q, S)
+    (the KV-cached `step`; ttt_forward attends through ttt_attention, memory linear in T)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=q.shape[1] != k.shape[1])
 
 
 def top1(logits: Tensor) -> Tensor:
@@ -268,7 +257,7 @@ class Eagle3Draft(nn.Module):
 
     # ---- training-style multi-step forward (TTT) / replay ------------------------------------------------
     def ttt_forward(self, aux: Tensor, input_ids: Tensor, num_steps: int = 1, *, feed: str = "teacher",
-                    position_offset: int = 0, return_logits: bool = True) -> list[Tensor]:
+                    position_offset: int = 0, return_logits: bool = True, scored: Tensor | None = None) -> list[Tensor]:
         """K-step forward at every position at once, as EAGLE/SpecForge train it (TTT).
 
         Step k at position t consumes token t+1+k and predicts token t+2+k (valid where t+2+k < T). The hidden
@@ -276,36 +265,136 @@ class Eagle3Draft(nn.Module):
         step-0 keys of positions <= t (causal) plus its own chain's keys of steps 1..k ("diagonal").
         feed="teacher": tokens are ground truth (training, SpecForge accuracy); feed="draft": step k>=1 consumes
         the draft's own step-(k-1) prediction mapped to a target id (chain drafting from every position).
+        scored (K, B, T) bool: the outputs that will be used; the lm_head runs only there, step k only at positions
+        with a used output at a step >= k, and no position after the last of those runs at all (the outputs
+        elsewhere are NaN logits / id -1). None: every output.
+        Memory is linear in T: attention through SDPA (ttt_attention), position-wise work in chunks of rows.
         Returns K tensors: logits (B, T, Vd), or draft top-1 ids (B, T) when return_logits=False.
         """
         if feed not in ("teacher", "draft"):
             raise ValueError(f"feed must be 'teacher' or 'draft', got {feed!r}")
         B, T = input_ids.shape
-        h = self.fuse(aux)                                                   # (B, T, k*Ht) -> (B, T, H)
-        pos = torch.arange(T, device=input_ids.device)[None].expand(B, T) + position_offset
-        causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()[None, None]  # (1, 1, T, T)
-        padded = F.pad(input_ids, (0, num_steps + 1))                        # ids past the end -> 0
-        outs: list[Tensor] = []
-        k0 = v0 = ids1 = None
+        dev, K = input_ids.device, num_steps
+        if scored is None:
+            scored = torch.ones(K, B, T, dtype=torch.bool, device=dev)
+        elif tuple(scored.shape) != (K, B, T):
+            raise ValueError(f"scored must be (num_steps, B, T) = {(K, B, T)}, got {tuple(scored.shape)}")
+        scored = scored.to(device=dev, dtype=torch.bool)
+        live = scored.flip(0).long().cumsum(0).flip(0) > 0                  # (K, B, T): a used output at >= k
+        heads = scored.clone()
+        if feed == "draft":
+            heads[:-1] |= live[1:]                                           # step k+1 eats step k's top-1
+        ids_out = torch.full((K, B, T), -1, dtype=torch.long, device=dev)
+        logits_out = [None] * K
+        if return_logits:
+            fill = torch.empty if bool(scored.all()) else partial(torch.full, fill_value=float("nan"))
+            logits_out = [fill((B, T, self.cfg.draft_vocab_size), dtype=self.fc.weight.dtype, device=dev)
+                          for _ in range(K)]
+        T0 = int(live[0].any(0).nonzero().max()) + 1 if bool(live[0].any()) else 0   # last position used
+        padded = F.pad(input_ids, (0, K + 1))                                # ids past the end -> 0
+        a = self.midlayer.self_attn
         diag: list[tuple[Tensor, Tensor]] = []
-        tokens = padded[:, 1:T + 1]                                          # step 0: token t+1
-        for step in range(num_steps):
-            if step > 0:
-                tokens = padded[:, 1 + step:T + 1 + step] if feed == "teacher" else self.to_target_ids(ids1)
-            cos, sin = self.rotary(pos + step, h.dtype)
-            u, residual = self.midlayer.inputs(self.embed_tokens(tokens), h)
-            q, k, v = self.midlayer.self_attn.qkv(u, cos, sin)
+        k0 = v0 = h = prev = None
+        for step in range(K if T0 else 0):
+            # rows: flat indices b * T + t of the positions this step runs (step 0: all t < T0, they are keys)
+            run = live[step] if step else torch.ones(B, T, dtype=torch.bool, device=dev)
+            run = run.clone()
+            run[:, T0:] = False
+            rows = run.flatten().nonzero().flatten()                         # (n,)
+            t = rows % T
             if step == 0:
-                k0, v0 = k, v
+                h = self.fuse(aux[:, :T0]).reshape(B * T0, -1)               # (B, T0, k*Ht) -> (B*T0, H)
+            else:
+                h = h[prev[rows]]                                            # (n_prev, H) -> (n, H)
+                diag = [(kd[prev[rows]], vd[prev[rows]]) for kd, vd in diag]
+            if step == 0 or feed == "teacher":
+                tokens = padded[:, 1 + step:T + 1 + step].flatten()[rows]    # (B, T) -> (n,) token t+1+k
+            else:
+                tokens = self.to_target_ids(ids_out[step - 1].flatten()[rows])
+            q, k, v, residual = self._rows_in(h, tokens, t + position_offset + step)
+            if step == 0:                                                    # dense (B, T0): square causal SDPA
+                k0 = k.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous()   # (B*T0, nkv, hd) -> (B, nkv, T0, hd)
+                v0 = v.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous()
+                o = causal_attention(q.view(B, T0, a.nh, a.hd).transpose(1, 2), k0, v0)   # (B, nh, T0, hd)
+                o = o.transpose(1, 2).reshape(B * T0, a.nh, a.hd)            # (B, nh, T0, hd) -> (B*T0, nh, hd)
             else:
                 diag.append((k, v))
-            o = _attend(q, k0, v0, causal, diag)
-            out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
-            logits, h = self.head(out)
-            if feed == "draft" or not return_logits:
-                ids1 = top1(logits)                                          # (B, T, Vd) -> (B, T)
-            outs.append(logits if return_logits else ids1)
-        return outs
+                o = self._rows_attend(q, rows, B, T, k0, v0, diag)
+            del q                                                            # free before the next (n, H)s
+            sel = heads[step].flatten()[rows].nonzero().flatten()           # rows whose output is used
+            h = self._rows_out(o, residual, sel, rows, ids_out[step].view(-1) if feed == "draft" or not return_logits
+                               else None, logits_out[step].view(B * T, -1) if return_logits else None)
+            del o, residual
+            prev = torch.full((B * T,), -1, dtype=torch.long, device=dev)
+            prev[rows] = torch.arange(rows.numel(), device=dev)             # flat index -> row of this step
+        return logits_out if return_logits else list(ids_out)
+
+    def _chunk(self) -> int:
+        """Rows per chunk of position-wise work: its widest activation (rows x max(I, Vd, 2H)) <= ROW_ELEMENTS."""
+        c = self.cfg
+        return max(1, ROW_ELEMENTS // max(c.intermediate_size, c.draft_vocab_size, 2 * c.hidden_size))
+
+    def _rows_in(self, h: Tensor, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Attention inputs of n rows (hidden (n, H), target token ids (n,), RoPE positions (n,)): RoPE'd
+        q (n, nh, hd), k, v (n, nkv, hd) and the residual (n, H), in chunks of rows."""
+        m, a = self.midlayer, self.midlayer.self_attn
+        n = h.shape[0]
+        q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.hd)
+        residual = h.new_empty(h.shape) if m.norm_before_residual else h
+        for s in range(0, n, self._chunk()):
+            e = min(n, s + self._chunk())
+            cos, sin = self.rotary(positions[None, s:e], h.dtype)            # (1, c) -> (1, c, hd)
+            u, r = m.inputs(self.embed_tokens(tokens[None, s:e]), h[None, s:e])   # (1, c, 2H), (1, c, H)
+            qc, kc, vc = a.qkv(u, cos, sin)                                  # (1, nh|nkv, c, hd)
+            q[s:e] = qc[0].transpose(0, 1)                                   # (nh, c, hd) -> (c, nh, hd)
+            k[s:e], v[s:e] = kc[0].transpose(0, 1), vc[0].transpose(0, 1)    # (nkv, c, hd) -> (c, nkv, hd)
+            if m.norm_before_residual:
+                residual[s:e] = r[0]
+        return q, k, v, residual
+
+    def _rows_attend(self, q: Tensor, rows: Tensor, B: int, T: int, k0: Tensor, v0: Tensor,
+                     diag: list[tuple[Tensor, Tensor]]) -> Tensor:
+        """Attention of n rows (q (n, nh, hd), flat indices b * T + t) over their sample's step-0 keys and their
+        diagonal keys (n, nkv, hd): rows are laid out (B, n_max) per sample for SDPA and back. Returns (n, nh, hd)."""
+        b, t = rows // T, rows % T
+        counts = torch.bincount(b, minlength=B)                              # rows per sample
+        slot = torch.arange(rows.numel(), device=rows.device) - (counts.cumsum(0) - counts)[b]
+        n_max = int(counts.max())
+
+        def batched(x: Tensor) -> Tensor:                                    # (n, heads, hd) -> (B, heads, n_max, hd)
+            if B == 1:
+                return x.transpose(0, 1)[None]
+            out = x.new_zeros(B, n_max, *x.shape[1:])
+            out[b, slot] = x
+            return out.transpose(1, 2)
+        pos = torch.zeros(B, n_max, dtype=torch.long, device=rows.device)   # padding rows: position 0
+        pos[b, slot] = t
+        o = chain_attention(batched(q), pos, k0, v0, [(batched(kd), batched(vd)) for kd, vd in diag])
+        if B == 1:
+            return o[0].transpose(0, 1)                                      # (1, nh, n, hd) -> (n, nh, hd) view
+        return o.transpose(1, 2)[b, slot]                                    # (B, nh, n_max, hd) -> (n, nh, hd)
+
+    def _rows_out(self, o: Tensor, residual: Tensor, sel: Tensor, rows: Tensor, ids: Tensor | None,
+                  logits: Tensor | None) -> Tensor:
+        """Rest of the layer for n rows (attention out (n, nh, hd), residual (n, H)) in chunks of rows; the rows
+        `sel` (sorted) get the lm_head, written at their flat index `rows[sel]` into ids (B*T,) as top-1 and/or
+        logits (B*T, Vd). Returns the hidden to feed back (n, H)."""
+        m, n = self.midlayer, o.shape[0]
+        h = residual.new_empty(residual.shape)
+        for s in range(0, n, self._chunk()):
+            e = min(n, s + self._chunk())
+            att = m.self_attn.out(o[s:e].transpose(0, 1)[None])              # (c, nh, hd) -> (1, c, H)
+            out = m.finish(att, residual[None, s:e])[0]                      # (1, c, H) -> (c, H)
+            normed = self.norm(out)
+            h[s:e] = normed if self.cfg.norm_output else out
+            lo, hi = (int(i) for i in torch.searchsorted(sel, torch.tensor([s, e], device=sel.device)))
+            if hi > lo:
+                lg = self.lm_head(normed[sel[lo:hi] - s])                    # (m, H) -> (m, Vd)
+                if ids is not None:
+                    ids[rows[sel[lo:hi]]] = top1(lg)                         # (m, Vd) -> (m,)
+                if logits is not None:
+                    logits[rows[sel[lo:hi]]] = lg
+        return h
 
     # ---- incremental drafting with a KV cache (engines) ------------------------------------------------------
     def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> KVCache:
@@ -329,6 +418,6 @@ class Eagle3Draft(nn.Module):
         k_all, v_all = cache.update(positions, k, v)
         slots = torch.arange(cache.max_len, device=positions.device)
         allowed = slots[None, None, None, :] <= positions[:, None, :, None]  # (B, 1, S, max_len)
-        o = _attend(q, k_all, v_all, allowed, [])
+        o = _attend(q, k_all, v_all, allowed)
         out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
         return self.head(out)

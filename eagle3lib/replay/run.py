@@ -23,7 +23,8 @@ from ..samples.sample import Sample
 from ..model.draft import Eagle3Draft
 from ..errors import Eagle3Error, LayoutError
 from ..layout import parse_layout
-from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score
+from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
+from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 
 D2T_MODES = ("offsets", "absolute", "identity")
@@ -199,12 +200,15 @@ def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
 def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n: int | None = None, seed: int = 0,
            data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
            align: int = 0, mask: str = "token", reference: str = "auto", simulate: bool = True,
-           batch_tokens: int = 8192, recapture=None, progress: bool = True) -> ReplayResult:
+           batch_tokens: int = 8192, recapture=None, only_scored: bool = True, prefetch: int = 2,
+           progress: bool = True) -> ReplayResult:
     """Run the draft on samples (Dataset, path or list) under `layout` (default: the training layout) and score it.
 
     Per step k: teacher-forced top-1 (SpecForge accuracy), joint and conditional rates, OOV rate; with
     `simulate`, chain drafting from every position (draft's own tokens and states fed back) scored like a greedy
     verifier whose continuation is the reference. Bad samples are skipped with a reason naming them.
+    only_scored: run the lm_head and the steps >= 1 only where an output is scored (same numbers, less work);
+    prefetch: samples read and prepared ahead in a background thread, overlapping the forward (0: in line).
     """
     options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
                              simulate=simulate)
@@ -212,7 +216,8 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
     with tqdm.tqdm(total=total, desc=f"replay {label or ''}".strip(), disable=not progress) as bar:
-        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar)
+        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar,
+              only_scored=only_scored, prefetch=prefetch)
     if ds is not None:
         counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)
@@ -241,29 +246,38 @@ def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
 
 
 def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: int = 8192, recapture=None,
-          bar=None) -> "ReplayCounts":
-    """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips)."""
+          bar=None, only_scored: bool = True, prefetch: int = 2) -> "ReplayCounts":
+    """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips).
+    prefetch: samples read and prepared ahead in a background thread while the draft runs (0: in line)."""
     model, o = setup.model, counts.opts
+
+    def prepared():                                  # reading + prepare_sample; runs in the prefetch thread
+        for key, s in items:
+            try:
+                with torch.inference_mode():
+                    item = prepare_sample(s, setup, counts.requested, fill=o.fill, recapture=recapture,
+                                          align=o.align, reference=o.reference, key=key)
+            except Eagle3Error as e:
+                item = e
+            yield key, s, item
+
     with torch.inference_mode(), d2t_reading(model, o.d2t) as hot:
         in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
         in_vocab[hot.cpu()] = True
         hot, batch = hot.to(setup.device), []
-        for key, s in items:
+        for key, s, item in ahead(prepared(), prefetch):
             if bar is not None:
                 bar.update(1)
-            try:
-                item = prepare_sample(s, setup, counts.requested, fill=o.fill, recapture=recapture, align=o.align,
-                                      reference=o.reference, key=key)
-            except Eagle3Error as e:
-                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(e)))
+            if isinstance(item, Eagle3Error):
+                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(item)))
                 continue
             padded = (len(batch) + 1) * max([len(item.ids)] + [len(b.ids) for b in batch])   # B x T_max
             if batch and padded > batch_tokens:
-                _run(batch, model, hot, in_vocab, counts)
+                _run(batch, model, hot, in_vocab, counts, only_scored)
                 batch = []
             batch.append(item)
         if batch:
-            _run(batch, model, hot, in_vocab, counts)
+            _run(batch, model, hot, in_vocab, counts, only_scored)
     return counts
 
 
@@ -293,8 +307,10 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
                       shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
 
 
-def _run(batch, model, hot, in_vocab, counts):
-    """One padded batch through ttt_forward (teacher, and draft-fed chain), scored sample by sample."""
+def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):
+    """One padded batch through ttt_forward (teacher, and draft-fed chain), scored sample by sample; with
+    only_scored the forward computes just the outputs `score` reads (teacher: the scored positions of each step;
+    chain: those whose earlier steps are all scored, as only a leading run counts) and leaves -1 elsewhere."""
     B, T = len(batch), max(len(b.ids) for b in batch)
     dev, dt = hot.device, model.fc.weight.dtype
     ids = torch.zeros(B, T, dtype=torch.long)
@@ -303,8 +319,16 @@ def _run(batch, model, hot, in_vocab, counts):
         ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
     ids, aux = ids.to(dev), aux.to(dev)
     K, simulate = counts.K, counts.opts.simulate
-    teach = torch.stack(model.ttt_forward(aux, ids, K, feed="teacher", return_logits=False))   # (K, B, T)
-    chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False)) if simulate else None
+    used = chain_used = None
+    if only_scored:
+        used = torch.zeros(K, B, T, dtype=torch.bool)
+        for i, b in enumerate(batch):
+            used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, counts.opts.mask)[1]
+        used, chain_used = used.to(dev), used.long().cumprod(0).bool().to(dev)    # (K, B, T)
+    teach = torch.stack(model.ttt_forward(aux, ids, K, feed="teacher", return_logits=False, scored=used))
+    chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False, scored=chain_used)) \
+        if simulate else None                                                                 # (K, B, T)
+    hot = torch.cat([hot, hot.new_full((1,), -1)])                   # draft id -1 (not computed) -> target -1
     for i, b in enumerate(batch):
         t = len(b.ids)
         sc = score(hot[teach[:, i, :t]].cpu(), b.ref, b.mask, in_vocab,

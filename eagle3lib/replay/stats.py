@@ -92,10 +92,10 @@ class Scored:
     accepted: Tensor | None
 
 
-def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,
-          mask: str = "token") -> Scored:
-    """Score target-id predictions pred (K, T) (and chain drafts (K, T)) against next_ref (T,)."""
-    K, T = pred.shape
+def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "token") -> tuple[Tensor, Tensor]:
+    """(reference (K, T), valid (K, T)): the target of step k at position t (token t+2+k, -1 where none) and
+    whether that output is scored (its mask is 1 and a reference exists)."""
+    T = next_ref.shape[0]
     ref = torch.full((K, T), -1, dtype=torch.long)
     m = torch.zeros(K, T, dtype=torch.bool)
     lm = loss_mask.bool()
@@ -105,7 +105,14 @@ def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, c
             m[k, :T - k] = lm[k:]                             # mask of token x_{t+k} (SpecForge)
         else:
             m[k, :T - 1 - k] = lm[1 + k:]                     # mask of token x_{t+1+k} (speculators/ModelOpt)
-    valid = m & (ref >= 0)
+    return ref, m & (ref >= 0)
+
+
+def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,
+          mask: str = "token") -> Scored:
+    """Score target-id predictions pred (K, T) (and chain drafts (K, T)) against next_ref (T,); predictions
+    outside the scored positions (`scored_positions`) are never read."""
+    ref, valid = scored_positions(next_ref, loss_mask, pred.shape[0], mask)
     correct = valid & (pred.cpu() == ref)
     oov = valid & ~in_vocab[ref.clamp(min=0)]
     horizon = valid.long().cumprod(0).sum(0)

@@ -80,7 +80,7 @@ def test_attention_gqa_matches_transformers(tiny_cfg_dict):
     mask = torch.full((7, 7), float("-inf")).triu(1)[None, None]
     ref_out, _ = ref(x, position_embeddings=(cos, sin), attention_mask=mask)
     q, k, v = ours.qkv(torch.cat([x, torch.zeros_like(x)], -1), cos, sin)
-    out = ours.out(_attend(q, k, v, torch.ones(7, 7, dtype=torch.bool).tril()[None, None], []))
+    out = ours.out(_attend(q, k, v, torch.ones(7, 7, dtype=torch.bool).tril()[None, None]))
     assert rel_err(out, ref_out) < 1e-5
 
 
