@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import pandas as pd
 import torch
-import tqdm
 
 from ..hidden.capture import capture, load_target_model
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..layout import input_index
 from .inputs import NEEDS, Artifacts
+from ..progress import track
 
 WHERE = "checks.drift"
 SAME = (0.999, 0.01)        # (min cosine, max |norm ratio - 1|): the same model, recomputed
@@ -28,7 +28,7 @@ def drift_table(model, samples, layout, num_layers: int, progress: bool = False)
     k = len(layout)
     cos_sum, ratio_sum, count = torch.zeros(k), torch.zeros(k), 0
     with torch.inference_mode():
-        for s in tqdm.tqdm(samples, desc="recapture", disable=not progress):
+        for s in track(samples, desc="recapture", progress=progress):
             cap = capture(model, s.input_ids, only=list(layout))
             fresh = cap.stack(layout).float()                              # (T, k, H)
             stored = s.aux.float()                                         # (T, k, H)

@@ -11,13 +11,13 @@ from dataclasses import replace
 
 import pandas as pd
 import torch
-import tqdm
 from matplotlib.figure import Figure
 
 from ..model.draft import Eagle3Draft, Rotary
 from ..errors import ConfigError, Eagle3Error
 from ..replay.run import ReplaySetup, as_samples, draft_target_ids, load_setup, prepare_sample, replay
 from ..replay.stats import score
+from ..progress import track
 
 # config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)
 ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")
@@ -74,7 +74,7 @@ def accuracy_by_position(setup: ReplaySetup, data, n: int = 8, seed: int = 0, bu
     total = torch.zeros(len(edges) - 1)
     samples, _, count = as_samples(data, n, seed)
     with torch.inference_mode():
-        for s in tqdm.tqdm(samples, total=count, desc="accuracy by position", disable=not progress):
+        for s in track(samples, total=count, desc="accuracy by position", progress=progress):
             try:
                 item = prepare_sample(s, setup, None)
             except Eagle3Error:

@@ -7,7 +7,6 @@ Checks that need replay evidence run it on `replay_n` training samples (0 = conf
 """
 from __future__ import annotations
 
-import tqdm
 
 from ..causes import Finding, not_checked
 from .context import check_context
@@ -20,6 +19,7 @@ from .rope import check_rope
 from .template import check_template
 from .vocab import check_d2t
 from .weights import check_weights
+from ..progress import track
 
 # check name -> (function of (artifacts, options) -> findings, the causes it reports)
 CHECKS = {
@@ -63,7 +63,7 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n)}
     names = [n for n in CHECKS if only is None or n in only]
     out: list[Finding] = []
-    for name in tqdm.tqdm(names, desc="checks", disable=not progress):
+    for name in track(names, desc="checks", progress=progress):
         fn, causes = CHECKS[name]
         try:
             out.extend(fn(art, opts))

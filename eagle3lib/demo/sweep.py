@@ -16,13 +16,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tqdm
 
 from ..serving.capturespec import CaptureSpec
 from ..errors import DataError, MissingFileError
 from ..layout import to_ids
 from ..throughput.records import RunRecord
 from ..serving.sglang_rule import DEFAULT_VERSION
+from ..progress import bar
 
 PROMPT_SETS = ("heldout", "train", "shifted")
 SOURCE = "eagle3lib demo engine"
@@ -170,12 +170,12 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
     for _, eng, _, st in plan:                                      # warm-up (allocator, kernels), untimed
         eng.generate(ids[0], min(8, max_new_tokens), st)
     runs = [[] for _ in plan]
-    bar = tqdm.tqdm(total=repeats * len(plan), desc="demo sweep", disable=not progress)
+    meter = bar(total=repeats * len(plan), desc="demo sweep", progress=progress)
     for _ in range(repeats):                                        # interleaved: load drifts hit every config
         for i, (_, eng, _, st) in enumerate(plan):
             runs[i].append(_pass(eng, ids, max_new_tokens, st))
-            bar.update(1)
-    bar.close()
+            meter.update(1)
+    meter.close()
     hw, stamp, records = hardware(device), time.strftime("%Y-%m-%d %H:%M:%S"), []
     base_step = statistics.median(r["decode_s"] / max(r["tokens"], 1) for r in runs[0])   # s per target decode step
     for (series, _, spec, st), passes in zip(plan, runs):

@@ -11,11 +11,11 @@ import time
 from dataclasses import dataclass
 
 import torch
-import tqdm
 from torch import Tensor
 
 from ..layout import to_ids
 from .train_target import length_batches, lr_at
+from ..progress import bar, track
 
 ACC_DEFINITION = (
     "SpecForge classic acc_k (training-and-eval.md 2.1), pooled over the split: at TTT step k the draft at position t "
@@ -43,7 +43,7 @@ def capture(model, records: list[tuple[str, list[int], list[int]]], layout: tupl
     L = model.config.num_hidden_layers
     hf_idx = to_ids(layout, "hf", L)                         # HF hidden_states index per slot
     out = []
-    for i in tqdm.trange(0, len(records), batch_size, desc="capture", disable=not progress, mininterval=2.0):
+    for i in track(range(0, len(records), batch_size), desc="capture", progress=progress, mininterval=2.0):
         chunk = records[i:i + batch_size]
         T = max(len(r[1]) for r in chunk)
         ids = torch.zeros(len(chunk), T, dtype=torch.long)
@@ -132,8 +132,8 @@ def train_draft(draft, train: list[Captured], val: list[Captured], lm_head: Tens
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     batches = length_batches([s.input_ids.numel() for s in train], batch_size, random.Random(seed))
     log, run_loss, t0 = [], [], time.perf_counter()
-    bar = tqdm.tqdm(range(1, steps + 1), desc="draft", disable=not progress, mininterval=2.0)
-    for step in bar:
+    meter = bar(total=steps, desc="draft", progress=progress, mininterval=2.0)
+    for step in range(1, steps + 1):
         draft.train()
         ids, mask, aux, final = _batch([train[i] for i in next(batches)])
         for g in opt.param_groups:
@@ -156,6 +156,8 @@ def train_draft(draft, train: list[Captured], val: list[Captured], lm_head: Tens
                    "acc_definition": ACC_DEFINITION}
             log.append(rec)
             run_loss = []
-            bar.set_postfix(val_acc0=rec["val_acc_step0"], refresh=False)
+            meter.set_postfix(val_acc0=rec["val_acc_step0"])
+        meter.update(1)
+    meter.close()
     draft.eval()
     return log

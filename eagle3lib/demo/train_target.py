@@ -11,10 +11,10 @@ import random
 import time
 
 import torch
-import tqdm
 from torch import Tensor
 
 from .corpus import BOS, EOT, PAD
+from ..progress import bar
 
 
 def target_config(vocab_size: int, tokenizer=None):
@@ -72,9 +72,9 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     batches = length_batches([len(s) for s in encoded], batch_size, random.Random(seed))
     losses, n_tok, t0 = [], 0, time.perf_counter()
-    bar = tqdm.tqdm(range(steps), desc="target", disable=not progress, mininterval=2.0)
+    meter = bar(total=steps, desc="target", progress=progress, mininterval=2.0)
     model.train()
-    for step in bar:
+    for step in range(steps):
         ids, mask = pad_batch([encoded[i] for i in next(batches)], config.pad_token_id)
         for g in opt.param_groups:
             g["lr"] = lr_at(step, steps, lr, warmup=max(1, steps // 12))
@@ -85,7 +85,9 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
         opt.zero_grad(set_to_none=True)
         losses.append(out.loss.item())
         n_tok += int(mask.sum())
-        bar.set_postfix(loss=f"{losses[-1]:.3f}", refresh=False)
+        meter.set_postfix(loss=f"{losses[-1]:.3f}")
+        meter.update(1)
+    meter.close()
     model.eval()
     tail = losses[-max(1, steps // 10):]
     stats = {"steps": steps, "batch_size": batch_size, "peak_lr": lr, "tokens_seen": n_tok,

@@ -11,11 +11,11 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tqdm
 from torch import Tensor
 
 from ..errors import CheckpointError, ConfigError, LayoutError, MissingFileError
 from ..layout import boundary_names, input_index, normalize, parse_layout
+from ..progress import bar, track
 
 _FINALS = ("final_prenorm", "final_postnorm")
 
@@ -109,7 +109,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
     wanted = _requested(only, L)
     deepest = max(input_index(n, L) for n in wanted)   # L when a final state is asked for
     got: dict[str, Tensor] = {}
-    bar = tqdm.tqdm(total=deepest, desc="capture", disable=not progress)
+    meter = bar(total=deepest, desc="capture", progress=progress)
 
     def keep(name, t):
         t = t.detach().to("cpu", copy=True)
@@ -121,7 +121,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
             name = "embed" if i == 0 else f"layer_in.{i}"
             if name in wanted:
                 keep(name, x)
-            bar.update(1 if i else 0)
+            meter.update(1 if i else 0)
             if i == deepest:
                 raise _Stop
         return hook
@@ -148,8 +148,8 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
     finally:
         for h in handles:
             h.remove()
-        bar.update(bar.total - bar.n)
-        bar.close()
+        meter.update(meter.total - meter.n)
+        meter.close()
     missing = [n for n in wanted if n not in got]
     if missing:
         raise LayoutError(f"capture of {type(model).__name__}", "hooks did not fire for some boundaries",
@@ -163,7 +163,7 @@ def capture_batch(model, sequences, *, only=None, batch_size: int = 8, pad_id: i
     """Capture many token sequences of different lengths (right-padded in batches); one Capture per sequence."""
     seqs = [torch.as_tensor(s, dtype=torch.long).reshape(-1) for s in sequences]
     out: list[Capture] = []
-    for start in tqdm.tqdm(range(0, len(seqs), batch_size), desc="capture", disable=not progress):
+    for start in track(range(0, len(seqs), batch_size), desc="capture", progress=progress):
         chunk = seqs[start:start + batch_size]
         T = max(len(s) for s in chunk)
         ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)

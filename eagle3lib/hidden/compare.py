@@ -12,12 +12,12 @@ from dataclasses import dataclass
 
 import pandas as pd
 import torch
-import tqdm
 from torch import Tensor
 
 from .capture import Capture, Slots
 from ..errors import DataError, LayoutError
 from ..layout import boundary_names, normalize
+from ..progress import track
 
 IDENTIFIED = ("match", "scaled", "rescaled", "dtype", "zeros")   # "zeros": an all-zero padding slot
 ZERO = "zeros"
@@ -173,7 +173,7 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
     ref_ok = {b: v.isfinite().all(-1) for b, v in refs.items()}             # (n,)
     rows, summary = [], []
     declared = slots.layout or (None,) * slots.k
-    for j in tqdm.tqdm(range(slots.k), desc="compare slots", disable=not progress):
+    for j in track(range(slots.k), desc="compare slots", progress=progress):
         x = slots.tensors[j][s0:s0 + n]
         tol = tolerance_for(x.dtype, ref.dtype)
         base = {"slot": j, "declared": declared[j], "best": None, "shift": 0, "status": "", "note": ""}

@@ -20,13 +20,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tqdm
 from safetensors.torch import save_file
 from torch import Tensor
 
 from .capture import Capture, Slots, as_slots
 from ..errors import DataError, Eagle3Error, MissingFileError
 from ..model.safefiles import load_safetensors, load_torch_file
+from ..progress import track
 
 DUMP_FORMAT = "eagle3lib-dump/1"
 
@@ -69,7 +69,7 @@ def load_sglang_dump(path, *, num_layers: int | None = None, passes=None, decode
     """
     files = _sglang_pass_files(Path(path))
     out = []
-    for n in tqdm.tqdm(sorted(files), desc="sglang dump", disable=not progress):
+    for n in track(sorted(files), desc="sglang dump", progress=progress):
         if passes is not None and n not in passes:
             continue
         d: dict = {}

@@ -23,12 +23,12 @@ from pathlib import Path
 import pandas as pd
 import torch
 import torch.distributed as dist
-import tqdm
 
 from ..samples.readers import Dataset, sample_order, open_dataset
 from ..errors import DataError, Eagle3Error, MissingFileError
 from .run import ReplaySetup, count, load_setup, replay_options, requested_layout
 from .stats import ReplayCounts, ReplayResult
+from ..progress import bar, track
 
 RESULT_FORMAT = "eagle3lib.replay_result/1"
 _FRAMES = ("per_step", "per_sample", "histogram")
@@ -183,8 +183,8 @@ def replay(setup, data, *, target=None, device: str | None = None, dtype="auto",
         counts = ReplayCounts(setup, requested_layout(setup, layout), options)
         items, total, reader_skips = _share(data, w, n, seed, data_format)
         desc = " ".join(x for x in ("replay", label, f"(rank 0 of {w.world_size})") if x)
-        with tqdm.tqdm(total=total, desc=desc, disable=not (progress and w.rank == 0)) as bar:
-            count(setup, items, counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar)
+        with bar(total=total, desc=desc, progress=progress and w.rank == 0) as meter:
+            count(setup, items, counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter)
         counts.read_skipped += reader_skips()
         merged = gather_counts(counts, w)
         return merged.result(label) if merged is not None else None
@@ -225,7 +225,7 @@ def compare_samples(target, data, *, n: int | None = None, seed: int = 0, data_f
         model = load_target_model(target, device=device or w.device, dtype=dtype)
         items, total, reader_skips = _share(data, w, n, seed, data_format)
         rows, failed = [], []
-        for key, s in tqdm.tqdm(items, total=total, desc="compare samples", disable=not (progress and w.rank == 0)):
+        for key, s in track(items, total=total, desc="compare samples", progress=progress and w.rank == 0):
             try:
                 cmp = compare(as_slots(s), capture(model, s.input_ids), shifts=shifts)
             except Eagle3Error as e:

@@ -23,6 +23,7 @@ from ..layout import boundary_names, parse_layout
 from .run import ReplaySetup, replay
 from .stats import ZERO
 from .verdict import THRESHOLDS
+from ..progress import track
 
 
 class Recapture:
@@ -149,7 +150,6 @@ def search_layouts(setup: ReplaySetup, samples, served, *, target_acc: float, n:
     model) is given; the others are listed as untestable with the boundaries they need. Stage 2 (d2t readings,
     token shift) runs on the served layout and on the best stage-1 layout.
     """
-    import tqdm
     if isinstance(samples, (str, os.PathLike)):
         samples = open_dataset(samples)
     samples = list(samples.sample(n, seed) if isinstance(samples, Dataset) else samples)[:n]
@@ -175,7 +175,7 @@ def search_layouts(setup: ReplaySetup, samples, served, *, target_acc: float, n:
 
     stage1 = layout_candidates(served, setup.cfg.num_aux, setup.num_layers, training_layout=setup.training_layout,
                                max_permutations=max_permutations)
-    for c in tqdm.tqdm(stage1, desc="layout search", disable=not progress):
+    for c in track(stage1, desc="layout search", progress=progress):
         run(c)
     best1 = rows[_simplest_best(pd.DataFrame(rows))[0]]
     stage2 = {best1["layout"]: f" + {best1['candidate']}", rows[0]["layout"]: ""}   # best and served layouts

@@ -13,7 +13,6 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-import tqdm
 from torch import Tensor
 
 from ..model.checkpoint import load_draft
@@ -26,6 +25,7 @@ from ..layout import parse_layout
 from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
 from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
+from ..progress import bar
 
 D2T_MODES = ("offsets", "absolute", "identity")
 
@@ -215,8 +215,8 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
-    with tqdm.tqdm(total=total, desc=f"replay {label or ''}".strip(), disable=not progress) as bar:
-        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=bar,
+    with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress) as meter:
+        count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter,
               only_scored=only_scored, prefetch=prefetch)
     if ds is not None:
         counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]

@@ -17,7 +17,6 @@ from dataclasses import dataclass
 import pandas as pd
 import torch
 import torch.nn.functional as F
-import tqdm
 from torch import Tensor
 
 from ..model.draft import Eagle3Draft
@@ -25,6 +24,7 @@ from ..errors import DataError, Eagle3Error, ServingArgsError
 from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample, replay_options, requested_layout
 from .stats import ReplayItem, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
+from ..progress import bar
 
 
 def check_setting(setting) -> tuple[int, int, int]:
@@ -239,10 +239,10 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
     skipped0 = len(ds.skipped) if ds is not None else 0
     model = setup.model
     with torch.inference_mode(), d2t_reading(model, d2t), \
-            tqdm.tqdm(total=total, desc=f"tree replay {label or ''}".strip(), disable=not progress) as bar:
+            bar(total=total, desc=f"tree replay {label or ''}".strip(), progress=progress) as meter:
         batch: list[ReplayItem] = []
         for key, s in enumerate(samples):
-            bar.update(1)
+            meter.update(1)
             try:
                 item = prepare_sample(s, setup, want, fill=fill, recapture=recapture, align=align,
                                       reference=reference, key=key)

@@ -23,6 +23,7 @@ from ..errors import DataError, Eagle3Error, MissingFileError, UnsafeFileError
 from ..layout import parse_layout
 from ..model.safefiles import load_safetensors, load_torch_file, safetensors_metadata
 from .sample import Sample, SampleOptions, as_ids, build_sample, require_fields, split_concat, squeeze_batch
+from ..progress import track
 
 FORMATS = ("specforge", "seed", "speculators", "modelopt")
 SEED_FORMAT = "eagle3lib-seed-v1"
@@ -376,11 +377,7 @@ def open_dataset(path: str | os.PathLike, format: str | None = None, layout=None
 def count_loss_masked_tokens(dataset: Dataset, vocab_size: int, progress: bool = False) -> Tensor:
     """Token counts [V] over loss-masked positions, streamed (input for a d2t/t2d build, as SpecForge counts)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
-    it = dataset
-    if progress:
-        import tqdm
-        it = tqdm.tqdm(dataset, total=len(dataset), desc="counting tokens")
-    for s in it:
+    for s in track(dataset, total=len(dataset), desc="counting tokens", progress=progress):
         ids = s.input_ids[s.loss_mask.bool()]
         if ids.numel() and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
             raise DataError(f"sample '{s.id}' ({s.source})", "token id outside the vocabulary",

@@ -21,6 +21,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError
+from ..progress import bar
 
 # A small grid: chains K = 1..6 and SGLang-like trees (the Llama auto choice (5, 4, 8) among them).
 DEFAULT_GRID = tuple([(k, 1, k + 1) for k in range(1, 7)] +
@@ -190,19 +191,17 @@ def time_settings(engine, prompts, settings, max_new_tokens: int = 48, repeats: 
 
 
 def _time(engine, prompts, settings, max_new_tokens, repeats, progress) -> pd.DataFrame:
-    import tqdm
-
     from ..serving.engine_settings import SpecSettings
 
     plan = [SpecSettings.baseline()] + [SpecSettings(*s) for s in settings]
     runs = [[] for _ in plan]
-    with tqdm.tqdm(total=repeats * len(plan), desc="time settings", disable=not progress) as bar:
+    with bar(total=repeats * len(plan), desc="time settings", progress=progress) as meter:
         for rep in range(repeats + 1):                           # pass 0 warms up, untimed
             for i, st in enumerate(plan):
                 res = [engine.generate(p, max_new_tokens, st) for p in prompts]
                 if rep:
                     runs[i].append(res)
-                    bar.update(1)
+                    meter.update(1)
     rows = []
     for st, passes in zip(plan, runs):
         def med(f):
