@@ -98,3 +98,51 @@ def test_no_ipynb_tracked_under_notebooks():
                              check=True).stdout.split()
     assert [f for f in tracked if f.endswith(".ipynb")] == []
     assert "notebooks/*.ipynb" in (ROOT / ".gitignore").read_text().split()
+
+
+def _lab_config(source: Path):
+    """The jupytext configuration JupyterLab's Jupytext contents manager applies to `source`."""
+    from jupytext.config import find_jupytext_configuration_file, load_jupytext_config
+
+    assert find_jupytext_configuration_file(str(source.parent)) == str(ROOT / "jupytext.toml")
+    return load_jupytext_config(str(source))
+
+
+@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_notebook_source_survives_a_jupytext_round_trip(source):
+    """py:percent -> ipynb -> py:percent with the repository's jupytext.toml gives back the same text."""
+    import jupytext
+    import nbformat
+
+    config, text = _lab_config(source), source.read_text()
+    nb = jupytext.reads(text, fmt="py:percent", config=config)
+    ipynb = nbformat.reads(jupytext.writes(nb, fmt="ipynb"), as_version=4)
+    assert jupytext.writes(ipynb, fmt="py:percent", config=config) == text
+
+
+@pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
+def test_saving_in_lab_leaves_the_tracked_source_unchanged(source):
+    """What a Lab session adds to the paired .ipynb (kernel name and language_info, jupytext's version, cell flags,
+    outputs, papermill's metadata), also to an .ipynb paired before jupytext.toml held the filters, never reaches
+    the .py: only the user's own edits do."""
+    import jupytext
+    import nbformat
+
+    config, text = _lab_config(source), source.read_text()
+    nb = nbformat.reads(jupytext.writes(jupytext.reads(text, fmt="py:percent", config=config), fmt="ipynb"),
+                        as_version=4)
+    nb.metadata["kernelspec"] = {"display_name": "Python 3 (ipykernel)", "language": "python", "name": "python3"}
+    nb.metadata["language_info"] = {"name": "python", "version": "3.11.9", "pygments_lexer": "ipython3"}
+    nb.metadata["widgets"] = {"application/vnd.jupyter.widget-state+json": {"state": {}, "version_major": 2}}
+    nb.metadata["jupytext"] = {"formats": "ipynb,py:percent", "text_representation": {   # as paired by an older
+        "extension": ".py", "format_name": "percent", "format_version": "1.3", "jupytext_version": "1.99.0"}}  # .py
+    for cell in nb.cells:
+        cell.metadata.update({"editable": True, "slideshow": {"slide_type": ""}, "jp-MarkdownHeadingCollapsed": True,
+                              "papermill": {"status": "completed"}, "trusted": True})
+        if cell.cell_type == "code":
+            cell.execution_count = 7
+            cell.metadata["execution"] = {"iopub.status.idle": "2026-01-01T00:00:00Z"}
+            cell.outputs = [nbformat.v4.new_output("stream", text="ran\n")]
+    assert jupytext.writes(nb, fmt="py:percent", config=config) == text
+    nb.cells[1].source += "\nx = 1"                                     # the user's own edit does reach it
+    assert jupytext.writes(nb, fmt="py:percent", config=config) != text
