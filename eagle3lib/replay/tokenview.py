@@ -3,7 +3,8 @@
 At step k, the token at index p is what the draft drafts from position t = p-2-k (eagle3-formats.md §3.4):
 green = the chain from t reached and accepted it, red = rejected, grey = not scored (mask / end). `collect` runs
 the draft on a few samples keeping top-k; `render_html` / `static_view` give HTML (for exported reports),
-`browser` an ipywidgets browser (sample, position, step) for JupyterLab; `show` displays both.
+`browser` an ipywidgets browser (sample, position, step) for JupyterLab, opening each sample on its first
+scored position (`first_scored`); `show` displays both.
 """
 from __future__ import annotations
 
@@ -133,6 +134,12 @@ def position_table(detail: SampleDetail, position: int, tokenizer=None) -> pd.Da
     return pd.DataFrame(rows)
 
 
+def first_scored(detail: SampleDetail) -> int:
+    """The first position t scored at any step (where the token view opens); 0 when none is scored."""
+    scored = detail.valid.any(0).nonzero()
+    return int(scored[0, 0]) if len(scored) else 0
+
+
 def static_view(details, tokenizer=None, step: int = 0, n: int = 3):
     """IPython HTML of the first `n` samples at `step` (what the exported report shows)."""
     from IPython.display import HTML
@@ -147,19 +154,26 @@ def browser(details, tokenizer=None):
         return w.HTML("<i>no sample to show</i>")
     sample = w.Dropdown(options=[(d.id, i) for i, d in enumerate(details)], description="sample")
     step = w.IntSlider(0, 0, details[0].num_steps - 1, description="step")
-    pos = w.IntSlider(0, 0, max(len(details[0].input_ids) - 1, 0), description="position t")
+    pos = w.IntSlider(first_scored(details[0]), 0, max(len(details[0].input_ids) - 1, 0), description="position t")
     text, tab = w.HTML(), w.Output()
 
     def redraw(*_):
         d = details[sample.value]
-        pos.max = max(len(d.input_ids) - 1, 0)
         text.value = render_html(d, tokenizer, step.value, pos.value)
         with tab:
             tab.clear_output(wait=True)
             from IPython.display import display
             display(position_table(d, pos.value, tokenizer))
 
-    for c in (sample, step, pos):
+    def new_sample(_):                      # a sample opens on its first scored position too
+        d = details[sample.value]
+        with pos.hold_trait_notifications():
+            pos.max = max(len(d.input_ids) - 1, 0)
+            pos.value = first_scored(d)
+        redraw()
+
+    sample.observe(new_sample, names="value")
+    for c in (step, pos):
         c.observe(redraw, names="value")
     redraw()
     return w.VBox([w.HBox([sample, step, pos]), text, tab])

@@ -1,6 +1,8 @@
 """Tests for eagle3lib.tokenview: status per token, HTML rendering, position table, collect, widget browser."""
 from __future__ import annotations
 
+import dataclasses
+
 import torch
 
 from eagle3lib.replay import tokenview as TV
@@ -83,3 +85,41 @@ def test_static_view_and_browser(tmp_path):
     controls.children[1].value = 1
     assert text.value != before and "step 1" in text.value
     assert TV.browser([]).value.startswith("<i>")
+
+
+def late_detail(first: int, sid: str = "late") -> TV.SampleDetail:
+    """hand_detail with nothing scored before position `first` (a prompt the loss mask leaves out)."""
+    d = hand_detail()
+    valid = d.valid.clone()
+    valid[:, :first] = False
+    return dataclasses.replace(d, id=sid, valid=valid, correct=d.correct & valid)
+
+
+def test_first_scored_position():
+    assert TV.first_scored(hand_detail()) == 0
+    assert TV.first_scored(late_detail(2)) == 2
+    none = late_detail(6)
+    assert TV.first_scored(none) == 0 and not none.valid.any()
+
+
+def test_browser_opens_on_the_first_scored_position_of_each_sample():
+    """Position 0 of a real sample is never scored: the view starts where the first table has rows to read."""
+    box = TV.browser([late_detail(2, "a"), late_detail(1, "b")], Tok())
+    sample, _, pos = box.children[0].children
+    text = box.children[1]
+    assert pos.value == 2
+    assert TV.position_table(late_detail(2), pos.value, Tok())["reference"][0] == "w4 "      # a scored row
+    assert text.value.count("border-bottom") == 3                      # the window after position 2 is marked
+    sample.value = 1
+    assert pos.value == 1 and "<b>b</b>" in text.value
+    pos.value = 0                                                      # the user may still go anywhere
+    sample.value = 0
+    assert pos.value == 2
+
+
+def test_browser_on_collected_samples_starts_scored(tmp_path):
+    setup = make_setup(tmp_path)
+    samples, _, _ = make_samples(setup, n=2)
+    details = TV.collect(setup, samples, n=2)
+    pos = TV.browser(details).children[0].children[2]
+    assert pos.value == TV.first_scored(details[0]) and bool(details[0].valid[:, pos.value].any())
