@@ -16,6 +16,7 @@ from ..diagnose.combine import Diagnosis, diagnose
 from ..errors import Eagle3Error
 from ..jsonfiles import atomic_write_all
 from .findings import FINDINGS_KEY, findings_of
+from .readable import findings_html
 
 _CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;width:100%}
 th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;text-align:left}th{background:#f3f3f3}
@@ -23,7 +24,8 @@ th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;text-align:left
 .err{font-family:monospace;font-size:.9em;white-space:pre-wrap}ul{margin:.2em 0;padding-left:1.2em}
 .meta{color:#666;font-size:.9em}.stale{color:#666;font-style:italic}
 .confirmed,.conflict{color:#b00020;font-weight:bold}.suspected{color:#a15c00;font-weight:bold}
-.ruled{color:#176f2c}.notchecked{color:#666}.healthy{color:#176f2c;font-weight:bold}"""
+.ruled{color:#176f2c}.notchecked{color:#666}.healthy{color:#176f2c;font-weight:bold}
+table.small{width:auto;margin:.3em 0;font-size:.85em}table.small th,table.small td{padding:.15em .4em}"""
 
 
 def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
@@ -37,23 +39,16 @@ def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
     return kept
 
 
-def _short(value, limit: int = 160) -> str:
-    text = value if isinstance(value, str) else json.dumps(value)
-    return text if len(text) <= limit else text[: limit - 1] + "…"
-
-
 def _row_html(r: dict) -> str:
     esc = html.escape
     status = r.get("status", "?")
     stale = ' <span class="stale">(earlier run)</span>' if r.get("earlier_run") else ""
     found = dict(r.get("findings") or {})
-    headline = found.pop("headline", None)
-    causes = found.pop(FINDINGS_KEY, None)
+    headline = found.get("headline")
+    causes = found.get(FINDINGS_KEY)
+    cells = [f"<b>{esc(str(headline))}</b>" if headline is not None else "", findings_html(found)]
     if causes:
-        found["cause findings"] = f"{len(causes)} (in the diagnosis above)"
-    cells = [f"<b>{esc(str(headline))}</b>" if headline is not None else ""]
-    if found:
-        cells.append("<ul>" + "".join(f"<li>{esc(k)}: {esc(_short(v))}</li>" for k, v in found.items()) + "</ul>")
+        cells.append(f"<p class='meta'>{len(causes)} cause findings, in the diagnosis above</p>")
     links = []
     if r.get("html"):
         links.append(f'<a href="{esc(r["html"])}">{"report" if status == "ok" else "failed run"}</a>')

@@ -100,8 +100,8 @@ def test_html_escapes_every_value():
     for raw in ("<x>", "<i>", "<script>", "<v>", "k<ey>", '"b.html', "<p>.yaml", "n&b"):
         assert raw not in page, raw
     assert "<td>03_&lt;x&gt;</td>" in page and '<td class="o&quot;k&lt;">o&quot;k&lt;</td>' in page
-    assert "<b>&lt;i&gt;big&lt;/i&gt;</b>" in page and "<li>k&lt;ey&gt;: &lt;v&gt;</li>" in page
-    assert "<li>obj: {&quot;a&quot;: &quot;&lt;b&gt;&quot;}</li>" in page
+    assert "<b>&lt;i&gt;big&lt;/i&gt;</b>" in page and "<li><b>k&lt;ey&gt;</b>: &lt;v&gt;</li>" in page
+    assert "<li><b>obj</b>: <div>a: &lt;b&gt;</div></li>" in page
     assert '<td class="err">a &lt; b &amp; c\n&lt;script&gt;alert(1)&lt;/script&gt;</td>' in page
     assert '<a href="a&quot;b.html">failed run</a>' in page and '<a href="n&amp;b.ipynb">notebook</a>' in page
     assert "<td>0.0 s</td>" in page and "params_file: &lt;p&gt;.yaml" in page
@@ -112,7 +112,7 @@ def test_rows_link_their_reports():
     ok, bad, slow = page["00_ok"], page["01_bad"], page["02_slow"]
     assert '<td class="ok">ok</td>' in ok and "<td>1.2 s</td>" in ok                  # 1.25 -> 1.2 (half-even)
     assert '<a href="00_ok.html">report</a> · <a href="00_ok.ipynb">notebook</a>' in ok
-    assert "<b>acc 0.75</b><ul><li>n: 3</li></ul>" in ok and ".failed.html" not in ok
+    assert "<b>acc 0.75</b><ul><li><b>n</b>: 3</li></ul>" in ok and ".failed.html" not in ok
     assert '<td class="failed">failed</td>' in bad and "<td>2.0 s</td>" in bad
     assert ('<a href="01_bad.failed.html">failed run</a> · <a href="01_bad.html">last good report</a> · '
             '<a href="01_bad.failed.ipynb">notebook</a>') in bad
@@ -128,10 +128,13 @@ def test_row_without_optional_fields_and_earlier_run_marker():
     assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
 
 
-def test_long_findings_are_shortened():
+def test_long_findings_are_kept_whole_and_read_as_text():
+    """No finding is cut: a long sentence is shown whole, a dict as words, never as JSON."""
     long = "x" * 200
-    page = I.render_html([{"notebook": "05", "status": "ok", "findings": {"v": long}}], {})
-    assert f"<li>v: {'x' * 159}…</li>" in page and long not in page
+    page = I.render_html([{"notebook": "05", "status": "ok",
+                           "findings": {"v": long, "d": {"sglang_version": "0.5.6", "ok": True}}}], {})
+    assert f"<li><b>v</b>: {long}</li>" in page and "…" not in page
+    assert "<li><b>d</b>: <div>sglang version: 0.5.6 · ok: yes</div></li>" in page and "&quot;" not in page
 
 
 def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path):
@@ -149,4 +152,5 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     page = (tmp_path / "index.html").read_text()
     assert page.index("<h2>Diagnosis</h2>") < page.index("<h2>Notebooks</h2>")
     assert "d2t holds absolute ids [00 / checks.vocab]" in page and "offsets reading is best" in page
-    assert "cause findings: 2 (in the diagnosis above)" in page
+    assert "2 cause findings, in the diagnosis above" in page
+    assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks</h2>")[1])["00_ok"]   # no raw records
