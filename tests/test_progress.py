@@ -105,6 +105,6 @@ def test_a_library_loop_prints_one_line_in_a_report_run(report_run, capsys):
     caps = capture_batch(model, seqs, batch_size=2, progress=True)
     out, err = capsys.readouterr()
     assert len(caps) == 3
-    assert out.count("\n") == 1 and out.startswith("capture: 2/2 it in ") and err == ""
+    assert out.count("\n") == 1 and out.startswith("capture: 2/2 batch in ") and err == ""
     capture_batch(model, seqs, batch_size=2, progress=False)
     assert capsys.readouterr() == ("", "")

@@ -28,7 +28,7 @@ def drift_table(model, samples, layout, num_layers: int, progress: bool = False)
     k = len(layout)
     cos_sum, ratio_sum, count = torch.zeros(k), torch.zeros(k), 0
     with torch.inference_mode():
-        for s in track(samples, desc="recapture", progress=progress):
+        for s in track(samples, desc="recapture", progress=progress, unit="sample"):
             cap = capture(model, s.input_ids, only=list(layout))
             fresh = cap.stack(layout).float()                              # (T, k, H)
             stored = s.aux.float()                                         # (T, k, H)

@@ -74,7 +74,7 @@ def accuracy_by_position(setup: ReplaySetup, data, n: int = 8, seed: int = 0, bu
     total = torch.zeros(len(edges) - 1)
     samples, _, count = as_samples(data, n, seed)
     with torch.inference_mode():
-        for s in track(samples, total=count, desc="accuracy by position", progress=progress):
+        for s in track(samples, total=count, desc="accuracy by position", progress=progress, unit="sample"):
             try:
                 item = prepare_sample(s, setup, None)
             except Eagle3Error:

@@ -63,7 +63,7 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n)}
     names = [n for n in CHECKS if only is None or n in only]
     out: list[Finding] = []
-    for name in track(names, desc="checks", progress=progress):
+    for name in track(names, desc="checks", progress=progress, unit="check"):
         fn, causes = CHECKS[name]
         try:
             out.extend(fn(art, opts))

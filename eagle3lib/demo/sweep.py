@@ -170,7 +170,7 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
     for _, eng, _, st in plan:                                      # warm-up (allocator, kernels), untimed
         eng.generate(ids[0], min(8, max_new_tokens), st)
     runs = [[] for _ in plan]
-    meter = bar(total=repeats * len(plan), desc="demo sweep", progress=progress)
+    meter = bar(total=repeats * len(plan), desc="demo sweep", progress=progress, unit="run")
     for _ in range(repeats):                                        # interleaved: load drifts hit every config
         for i, (_, eng, _, st) in enumerate(plan):
             runs[i].append(_pass(eng, ids, max_new_tokens, st))

@@ -43,7 +43,8 @@ def capture(model, records: list[tuple[str, list[int], list[int]]], layout: tupl
     L = model.config.num_hidden_layers
     hf_idx = to_ids(layout, "hf", L)                         # HF hidden_states index per slot
     out = []
-    for i in track(range(0, len(records), batch_size), desc="capture", progress=progress, mininterval=2.0):
+    for i in track(range(0, len(records), batch_size), desc="capture", progress=progress, unit="batch",
+                   mininterval=2.0):
         chunk = records[i:i + batch_size]
         T = max(len(r[1]) for r in chunk)
         ids = torch.zeros(len(chunk), T, dtype=torch.long)
@@ -132,7 +133,7 @@ def train_draft(draft, train: list[Captured], val: list[Captured], lm_head: Tens
     opt = torch.optim.AdamW(params, lr=lr, betas=(0.9, 0.95), weight_decay=weight_decay)
     batches = length_batches([s.input_ids.numel() for s in train], batch_size, random.Random(seed))
     log, run_loss, t0 = [], [], time.perf_counter()
-    meter = bar(total=steps, desc="draft", progress=progress, mininterval=2.0)
+    meter = bar(total=steps, desc="draft", progress=progress, unit="step", mininterval=2.0)
     for step in range(1, steps + 1):
         draft.train()
         ids, mask, aux, final = _batch([train[i] for i in next(batches)])

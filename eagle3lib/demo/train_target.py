@@ -72,7 +72,7 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     batches = length_batches([len(s) for s in encoded], batch_size, random.Random(seed))
     losses, n_tok, t0 = [], 0, time.perf_counter()
-    meter = bar(total=steps, desc="target", progress=progress, mininterval=2.0)
+    meter = bar(total=steps, desc="target", progress=progress, unit="step", mininterval=2.0)
     model.train()
     for step in range(steps):
         ids, mask = pad_batch([encoded[i] for i in next(batches)], config.pad_token_id)

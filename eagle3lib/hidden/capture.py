@@ -109,7 +109,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
     wanted = _requested(only, L)
     deepest = max(input_index(n, L) for n in wanted)   # L when a final state is asked for
     got: dict[str, Tensor] = {}
-    meter = bar(total=deepest, desc="capture", progress=progress)
+    meter = bar(total=deepest, desc="capture", progress=progress, unit="layer")
 
     def keep(name, t):
         t = t.detach().to("cpu", copy=True)
@@ -163,7 +163,7 @@ def capture_batch(model, sequences, *, only=None, batch_size: int = 8, pad_id: i
     """Capture many token sequences of different lengths (right-padded in batches); one Capture per sequence."""
     seqs = [torch.as_tensor(s, dtype=torch.long).reshape(-1) for s in sequences]
     out: list[Capture] = []
-    for start in track(range(0, len(seqs), batch_size), desc="capture", progress=progress):
+    for start in track(range(0, len(seqs), batch_size), desc="capture", progress=progress, unit="batch"):
         chunk = seqs[start:start + batch_size]
         T = max(len(s) for s in chunk)
         ids = torch.full((len(chunk), T), pad_id, dtype=torch.long)

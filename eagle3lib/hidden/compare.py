@@ -173,7 +173,7 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
     ref_ok = {b: v.isfinite().all(-1) for b, v in refs.items()}             # (n,)
     rows, summary = [], []
     declared = slots.layout or (None,) * slots.k
-    for j in track(range(slots.k), desc="compare slots", progress=progress):
+    for j in track(range(slots.k), desc="compare slots", progress=progress, unit="slot"):
         x = slots.tensors[j][s0:s0 + n]
         tol = tolerance_for(x.dtype, ref.dtype)
         base = {"slot": j, "declared": declared[j], "best": None, "shift": 0, "status": "", "note": ""}

@@ -69,7 +69,7 @@ def load_sglang_dump(path, *, num_layers: int | None = None, passes=None, decode
     """
     files = _sglang_pass_files(Path(path))
     out = []
-    for n in track(sorted(files), desc="sglang dump", progress=progress):
+    for n in track(sorted(files), desc="sglang dump", progress=progress, unit="pass"):
         if passes is not None and n not in passes:
             continue
         d: dict = {}

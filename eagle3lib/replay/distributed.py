@@ -183,7 +183,7 @@ def replay(setup, data, *, target=None, device: str | None = None, dtype="auto",
         counts = ReplayCounts(setup, requested_layout(setup, layout), options)
         items, total, reader_skips = _share(data, w, n, seed, data_format)
         desc = " ".join(x for x in ("replay", label, f"(rank 0 of {w.world_size})") if x)
-        with bar(total=total, desc=desc, progress=progress and w.rank == 0) as meter:
+        with bar(total=total, desc=desc, progress=progress and w.rank == 0, unit="sample") as meter:
             count(setup, items, counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter)
         counts.read_skipped += reader_skips()
         merged = gather_counts(counts, w)
@@ -225,7 +225,8 @@ def compare_samples(target, data, *, n: int | None = None, seed: int = 0, data_f
         model = load_target_model(target, device=device or w.device, dtype=dtype)
         items, total, reader_skips = _share(data, w, n, seed, data_format)
         rows, failed = [], []
-        for key, s in track(items, total=total, desc="compare samples", progress=progress and w.rank == 0):
+        for key, s in track(items, total=total, desc="compare samples", progress=progress and w.rank == 0,
+                            unit="sample"):
             try:
                 cmp = compare(as_slots(s), capture(model, s.input_ids), shifts=shifts)
             except Eagle3Error as e:

@@ -175,7 +175,7 @@ def search_layouts(setup: ReplaySetup, samples, served, *, target_acc: float, n:
 
     stage1 = layout_candidates(served, setup.cfg.num_aux, setup.num_layers, training_layout=setup.training_layout,
                                max_permutations=max_permutations)
-    for c in track(stage1, desc="layout search", progress=progress):
+    for c in track(stage1, desc="layout search", progress=progress, unit="layout"):
         run(c)
     best1 = rows[_simplest_best(pd.DataFrame(rows))[0]]
     stage2 = {best1["layout"]: f" + {best1['candidate']}", rows[0]["layout"]: ""}   # best and served layouts

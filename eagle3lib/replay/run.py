@@ -215,7 +215,7 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
-    with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress) as meter:
+    with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress, unit="sample") as meter:
         count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter,
               only_scored=only_scored, prefetch=prefetch)
     if ds is not None:

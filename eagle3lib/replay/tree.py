@@ -239,7 +239,8 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
     skipped0 = len(ds.skipped) if ds is not None else 0
     model = setup.model
     with torch.inference_mode(), d2t_reading(model, d2t), \
-            bar(total=total, desc=f"tree replay {label or ''}".strip(), progress=progress) as meter:
+            bar(total=total, desc=f"tree replay {label or ''}".strip(), progress=progress,
+                unit="sample") as meter:
         batch: list[ReplayItem] = []
         for key, s in enumerate(samples):
             meter.update(1)

@@ -377,7 +377,7 @@ def open_dataset(path: str | os.PathLike, format: str | None = None, layout=None
 def count_loss_masked_tokens(dataset: Dataset, vocab_size: int, progress: bool = False) -> Tensor:
     """Token counts [V] over loss-masked positions, streamed (input for a d2t/t2d build, as SpecForge counts)."""
     counts = torch.zeros(vocab_size, dtype=torch.long)
-    for s in track(dataset, total=len(dataset), desc="counting tokens", progress=progress):
+    for s in track(dataset, total=len(dataset), desc="counting tokens", progress=progress, unit="sample"):
         ids = s.input_ids[s.loss_mask.bool()]
         if ids.numel() and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
             raise DataError(f"sample '{s.id}' ({s.source})", "token id outside the vocabulary",

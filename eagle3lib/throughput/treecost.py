@@ -195,7 +195,7 @@ def _time(engine, prompts, settings, max_new_tokens, repeats, progress) -> pd.Da
 
     plan = [SpecSettings.baseline()] + [SpecSettings(*s) for s in settings]
     runs = [[] for _ in plan]
-    with bar(total=repeats * len(plan), desc="time settings", progress=progress) as meter:
+    with bar(total=repeats * len(plan), desc="time settings", progress=progress, unit="run") as meter:
         for rep in range(repeats + 1):                           # pass 0 warms up, untimed
             for i, st in enumerate(plan):
                 res = [engine.generate(p, max_new_tokens, st) for p in prompts]
