@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import io
+import sys
 
 import pytest
 import torch
@@ -108,3 +109,30 @@ def test_a_library_loop_prints_one_line_in_a_report_run(report_run, capsys):
     assert out.count("\n") == 1 and out.startswith("capture: 2/2 batch in ") and err == ""
     capture_batch(model, seqs, batch_size=2, progress=False)
     assert capsys.readouterr() == ("", "")
+
+
+class _Shell:
+    def __init__(self, app: str):
+        self.config = {app: {"connection_file": "kernel.json"}}
+
+
+class _IPython:
+    def __init__(self, app: str):
+        self._shell = _Shell(app)
+
+    def get_ipython(self):
+        return self._shell
+
+
+def test_an_interactive_kernel_gets_a_widget_bar_a_report_kernel_the_line(no_report, monkeypatch):
+    monkeypatch.setitem(sys.modules, "IPython", _IPython("IPKernelApp"))        # a Jupyter kernel
+    assert progress.mode() == "notebook"
+    monkeypatch.setenv(findings.ENV_VAR, "x.findings.json")                      # ... that the runner started
+    assert progress.mode() == "summary"
+
+
+def test_a_terminal_ipython_is_not_a_notebook(no_report, monkeypatch):
+    monkeypatch.setitem(sys.modules, "IPython", _IPython("TerminalIPythonApp"))
+    assert progress.mode() == "summary"                                          # stderr captured: not a TTY
+    monkeypatch.setattr("sys.stderr", _Terminal())
+    assert progress.mode() == "live"
