@@ -7,7 +7,7 @@
 - ``"notebook"``: a Jupyter kernel that the report runner did not start: a tqdm.auto (widget) bar;
 - ``"summary"``: a report run (the runner sets ``$EAGLE3LIB_FINDINGS`` for each notebook's kernel) or stderr is
   not a terminal (a log file, a pipe): nothing while the loop runs, then ONE line on stdout when it ends:
-  ``replay heldout: 64/64 in 3.2 s (20.0 it/s)``;
+  ``replay heldout: 64/64 samples in 3.2 s (20 sample/s)``;
 - ``"off"``: ``progress=False``: nothing at all.
 """
 from __future__ import annotations
@@ -49,11 +49,19 @@ def _seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {s % 60:02.0f} s"
 
 
+def plural(unit: str, n) -> str:
+    """'sample' -> 'samples', 'batch' -> 'batches' (tqdm's 'it' stays)."""
+    if unit == "it" or n == 1:
+        return unit
+    return unit + ("es" if unit.endswith(("s", "x", "ch", "sh")) else "s")
+
+
 def summary_line(desc: str, n: int, total, seconds: float, unit: str = "it", postfix: dict | None = None) -> str:
     """The one line a finished loop prints in "summary" mode."""
     count = f"{n}/{total}" if total is not None else f"{n}"
     rate = f"{n / seconds:.3g} {unit}/s" if seconds > 0 else f"- {unit}/s"
-    line = f"{desc or 'progress'}: {count} {unit} in {_seconds(seconds)} ({rate})"
+    line = f"{desc or 'progress'}: {count} {plural(unit, total if total is not None else n)} in " \
+           f"{_seconds(seconds)} ({rate})"
     if postfix:
         line += ", " + ", ".join(f"{k}={v}" for k, v in postfix.items())
     return line

@@ -52,7 +52,7 @@ def test_bar_counts_updates_and_adds_its_postfix(report_run, capsys):
     b.close()                                          # closing twice prints nothing more
     out, err = capsys.readouterr()
     assert out.count("\n") == 1 and err == ""
-    assert out.startswith("draft: 8/10 step in ") and out.rstrip().endswith("step/s), loss=1.250")
+    assert out.startswith("draft: 8/10 steps in ") and out.rstrip().endswith("step/s), loss=1.250")
 
 
 def test_unknown_total_and_an_early_stop(report_run, capsys):
@@ -106,7 +106,7 @@ def test_a_library_loop_prints_one_line_in_a_report_run(report_run, capsys):
     caps = capture_batch(model, seqs, batch_size=2, progress=True)
     out, err = capsys.readouterr()
     assert len(caps) == 3
-    assert out.count("\n") == 1 and out.startswith("capture: 2/2 batch in ") and err == ""
+    assert out.count("\n") == 1 and out.startswith("capture: 2/2 batches in ") and err == ""
     capture_batch(model, seqs, batch_size=2, progress=False)
     assert capsys.readouterr() == ("", "")
 
@@ -136,3 +136,8 @@ def test_a_terminal_ipython_is_not_a_notebook(no_report, monkeypatch):
     assert progress.mode() == "summary"                                          # stderr captured: not a TTY
     monkeypatch.setattr("sys.stderr", _Terminal())
     assert progress.mode() == "live"
+
+
+def test_units_read_as_words():
+    assert [progress.plural(u, n) for u, n in (("sample", 64), ("sample", 1), ("batch", 2), ("it", 5), ("pass", 3))] \
+        == ["samples", "sample", "batches", "it", "passes"]
