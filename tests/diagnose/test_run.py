@@ -36,7 +36,8 @@ def dumps(world, tmp_path_factory):
     root = tmp_path_factory.mktemp("dumps")
     lays = {"correct": "embed,layer_in.2,layer_in.4,layer_in.6",
             "shifted": "embed,layer_in.3,layer_in.5,layer_in.7",
-            "permuted": "embed,layer_in.4,layer_in.2,layer_in.6"}
+            "permuted": "embed,layer_in.4,layer_in.2,layer_in.6",
+            "postnorm": "embed,layer_in.2,layer_in.4,final_postnorm"}
     out = {k: demo_serving_dump(root / k, CaptureSpec.from_layout(v, label=k), n=1) for k, v in lays.items()}
     out["seed"] = demo_serving_dump(root / "seed", "seed", n=1)
     return out
@@ -67,7 +68,7 @@ def test_clean_deployment_raises_nothing(world, dumps):
 
 
 @pytest.mark.parametrize("name,cause", [("seed", "aux_layout_mismatch"), ("permuted", "aux_layout_mismatch"),
-                                        ("shifted", "layer_id_off_by_one")])
+                                        ("shifted", "layer_id_off_by_one"), ("postnorm", "aux_layout_mismatch")])
 def test_a_planted_capture_is_the_one_confirmed_cause(world, dumps, name, cause):
     d = diagnosis(world, dump=dumps[name])
     assert_only(d, cause)
@@ -100,13 +101,15 @@ def _d2t_draft(world, tmp_path, how):
     w = load_file(str(out / "model.safetensors"))
     if how == "absolute":
         w["d2t"] = w["d2t"] + torch.arange(w["d2t"].numel(), dtype=w["d2t"].dtype)
-    else:   # "zeros": offsets lost, draft ids read as target ids
+    elif how == "zeros":   # offsets lost, draft ids read as target ids
         w["d2t"] = torch.zeros_like(w["d2t"])
+    else:                  # "missing": no map at all (engines then use the first Vd target ids)
+        del w["d2t"], w["t2d"]
     save_file(w, str(out / "model.safetensors"))
     return out
 
 
-@pytest.mark.parametrize("how", ["absolute", "zeros"])
+@pytest.mark.parametrize("how", ["absolute", "zeros", "missing"])
 def test_a_broken_d2t_is_the_one_confirmed_cause(world, dumps, tmp_path, how):
     d = diagnosis(world, draft=_d2t_draft(world, tmp_path, how), dump=dumps["correct"])
     assert_only(d, "d2t_mapping")
