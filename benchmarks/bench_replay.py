@@ -1,6 +1,6 @@
 """Benchmark 4 (issue 9): replay over a synthetic dataset streamed from disk: tokens/s and peak RSS, 500 vs 2,000.
 
-Data (written once into --workdir with eagle3lib.datawriters, seed format): 2,000 samples, target hidden 256,
+Data (written once into --workdir with eagle3lib.samples.writers, seed format): 2,000 samples, target hidden 256,
 4 aux slots + the final post-norm state, bf16, T uniform in [96, 160] (mean 128), loss mask on the last 3/4
 (~320 KB a sample, 640 MB in all; T~128 keeps the 2,000-sample replay to minutes on 2 shared cores).
 Draft: hidden 256, 4 heads x 64 (2 kv heads), intermediate 512, draft vocab 1024 of a 4096 target vocab, random

@@ -1,4 +1,4 @@
-"""The vocab maps as a contract check: `eagle3lib.vocab.check_vocab` (d2t missing, arange, absolute ids, out of range,
+"""The vocab maps as a contract check: `eagle3lib.model.vocab.check_vocab` (d2t missing, arange, absolute ids, out of range,
 t2d inconsistent) on the draft's d2t / t2d, as findings. Reads only those two small tensors.
 
 Cause: d2t_mapping. Usage: ``check_d2t(art)``.

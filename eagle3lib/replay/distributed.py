@@ -270,7 +270,7 @@ def result_from_dict(d: dict, where: str = "replay result") -> ReplayResult:
     missing = [k for k in names if k not in d] if isinstance(d, dict) else names
     if missing:
         raise DataError(where, "not a replay result", expected=f"keys {names}", found=f"missing {missing}",
-                        cause="a file written by something else than eagle3lib.distributed.save_result")
+                        cause="a file written by something else than eagle3lib.replay.distributed.save_result")
     kw = {}
     for k in names:
         v = d[k]

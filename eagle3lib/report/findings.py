@@ -66,7 +66,7 @@ def read(path: str | os.PathLike) -> dict:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(str(path), "findings file not found", expected="a JSON file written by "
-                               "eagle3lib.findings.record", found="nothing", cause="the notebook recorded no finding")
+                               "eagle3lib.report.findings.record", found="nothing", cause="the notebook recorded no finding")
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
     except (UnicodeDecodeError, json.JSONDecodeError) as e:

@@ -33,7 +33,7 @@ _PT_IDX = re.compile(r"(\d+)\.pt")
 _NOT_SAMPLES = {"token_freq.pt", "d2t.pt", "t2d.pt", "vocab_mapping.pt"}
 
 
-# ---------------------------------------------------------------- safe reads via eagle3lib.safefiles
+# ---------------------------------------------------------------- safe reads via eagle3lib.model.safefiles
 
 def _read(where: str, path: Path, fmt: str):
     """A dict from a torch.save file, or (tensors, metadata) from a safetensors file; errors name `where`."""

@@ -1,7 +1,7 @@
 """`Sample`, one training sample as every reader returns it, and the per-sample checks behind it.
 
 A sample is validated once when read (lengths, widths, layout, finiteness, loss mask); a failure raises DataError
-naming the sample and its file/line, which the Dataset turns into a skip or an error (see eagle3lib.datasets).
+naming the sample and its file/line, which the Dataset turns into a skip or an error (see eagle3lib.samples.readers).
 """
 from __future__ import annotations
 

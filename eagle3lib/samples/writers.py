@@ -2,7 +2,7 @@
 
 SpecForge `data_<idx>.ckpt[.gz]` (a torch.save'd dict, exactly as `prepare_hidden_states.py` writes it), the seed
 format (`train.jsonl` + per-sample safetensors + `dataset_info.json`) and speculators `hs_<i>.safetensors`.
-All write one sample at a time. Read back with `eagle3lib.datasets.open_dataset`.
+All write one sample at a time. Read back with `eagle3lib.samples.readers.open_dataset`.
 """
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """One EAGLE-3 deployment seen by both engines: SGLang (steps, topk, ndt) ↔ vLLM K, which target boundaries
-each engine feeds the draft (eagle3-formats.md §2, §4), and a lint (notebook 01 calls them via eagle3lib.discovery).
+each engine feeds the draft (eagle3-formats.md §2, §4), and a lint (notebook 01 calls them via eagle3lib.steps.discovery).
 
 SGLang chain: K = steps = ndt − 1; vLLM: K = num_speculative_tokens. `discover(...)` runs every reader and
 never raises on bad input: what failed is in `Discovery.problems`.

@@ -77,7 +77,7 @@ def _requested_settings(requested) -> tuple[dict, dict]:
         if engine != "sglang":
             raise ServingArgsError("sglang_rules.resolve", "the launch command is not an SGLang command",
                                    expected="engine 'sglang'", found=engine,
-                                   cause="vLLM settings are mapped by eagle3lib.crossengine, not by SGLang's rules")
+                                   cause="vLLM settings are mapped by eagle3lib.serving.crossengine, not by SGLang's rules")
         return dict(requested.flags), dict(requested.env)
     if not isinstance(requested, Mapping):
         raise ServingArgsError("sglang_rules.resolve", "requested settings of an unknown kind",

@@ -209,7 +209,7 @@ class Discovery:
                         "or /server_info", measured=status == "confirmed")]
 
     def findings(self) -> dict:
-        """Structured, JSON-ready findings for eagle3lib.findings.record."""
+        """Structured, JSON-ready findings for eagle3lib.report.findings.record."""
         changed = {} if self.resolution is None else {
             f: [req, eff] for f, (req, eff) in self.resolution.changed().items()}
         return {"sglang_version": self.version, "target_arch": self.target_arch, "changed": changed,

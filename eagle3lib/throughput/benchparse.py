@@ -1,6 +1,6 @@
 """Parsers for structured run outputs into ``RunRecord``s: SGLang ``/server_info``, bench_serving /
 bench_one_batch_server / bench_speculative / vllm bench JSON, Prometheus text; `parse_file` picks a parser by
-content (including the text logs of eagle3lib.logparse) and `read_server` asks a live server.
+content (including the text logs of eagle3lib.throughput.logparse) and `read_server` asks a live server.
 """
 from __future__ import annotations
 

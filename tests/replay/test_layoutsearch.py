@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.layoutsearch: the candidate wirings around a served layout, and the search that names the one
+"""Tests for eagle3lib.replay.layoutsearch: the candidate wirings around a served layout, and the search that names the one
 restoring the accuracy (missing embedding, d2t misreading, boundaries recaptured from a tiny HF target)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.tokenview: status per token, HTML rendering, position table, collect, widget browser."""
+"""Tests for eagle3lib.replay.tokenview: status per token, HTML rendering, position table, collect, widget browser."""
 from __future__ import annotations
 
 import dataclasses

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.verdict: decision rules, training-log reading, notebook helpers, and (slow) the verdicts the
+"""Tests for eagle3lib.replay.verdict: decision rules, training-log reading, notebook helpers, and (slow) the verdicts the
 demo world was built to show (with the layout search that fixes the seed's wiring)."""
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.findings: JSON conversion, the env-var file, atomic writes, read errors."""
+"""Tests for eagle3lib.report.findings: JSON conversion, the env-var file, atomic writes, read errors."""
 from __future__ import annotations
 
 import errno

@@ -1,4 +1,4 @@
-"""Tests for the report runner (eagle3lib.report, eagle3lib.report_index) on tiny notebooks written here."""
+"""Tests for the report runner (eagle3lib.report, eagle3lib.report.index) on tiny notebooks written here."""
 from __future__ import annotations
 
 import errno

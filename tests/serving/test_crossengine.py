@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.crossengine: SGLang <-> vLLM mapping, per-engine layer reading, lint, discover."""
+"""Tests for eagle3lib.serving.crossengine: SGLang <-> vLLM mapping, per-engine layer reading, lint, discover."""
 from __future__ import annotations
 
 import json

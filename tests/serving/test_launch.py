@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.launch: launch commands as users write them -> requested settings."""
+"""Tests for eagle3lib.serving.launch: launch commands as users write them -> requested settings."""
 from __future__ import annotations
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.serverinfo: /server_info, startup logs, vLLM speculative config, requested-vs-effective."""
+"""Tests for eagle3lib.serving.serverinfo: /server_info, startup logs, vLLM speculative config, requested-vs-effective."""
 from __future__ import annotations
 
 import json

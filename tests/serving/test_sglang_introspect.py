@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.sglang_introspect against small stand-in `sglang` packages (and the real one if present)."""
+"""Tests for eagle3lib.serving.sglang_introspect against small stand-in `sglang` packages (and the real one if present)."""
 from __future__ import annotations
 
 import importlib

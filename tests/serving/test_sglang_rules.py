@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.sglang_rules: every rule fires inside its version range and not outside it."""
+"""Tests for eagle3lib.serving.sglang_rules: every rule fires inside its version range and not outside it."""
 from __future__ import annotations
 
 import json

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.costmodel: tau formulas, speedup and break-even, the fit, best num_steps."""
+"""Tests for eagle3lib.throughput.costmodel: tau formulas, speedup and break-even, the fit, best num_steps."""
 import random
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.logparse: every historical SGLang / vLLM log-line format, bad lines, run splitting."""
+"""Tests for eagle3lib.throughput.logparse: every historical SGLang / vLLM log-line format, bad lines, run splitting."""
 from pathlib import Path
 
 import pytest

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.plots: each chart is a Figure with the expected artists, labels and annotations."""
+"""Tests for eagle3lib.throughput.plots: each chart is a Figure with the expected artists, labels and annotations."""
 from pathlib import Path
 
 import pytest

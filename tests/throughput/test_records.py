@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.records: RunRecord validation, JSON-lines round trip, DataFrame view."""
+"""Tests for eagle3lib.throughput.records: RunRecord validation, JSON-lines round trip, DataFrame view."""
 import json
 import math
 from pathlib import Path
