@@ -12,7 +12,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.samples.sample import readers as datasets
+from eagle3lib.samples import readers as datasets
 from eagle3lib.hidden import dumps
 from eagle3lib.replay import verdict
 from eagle3lib.samples.readers import Sample

@@ -18,7 +18,7 @@ from safetensors.torch import save_file
 
 from eagle3lib.throughput import benchparse, logparse, records
 from eagle3lib.model import config, safefiles, vocab
-from eagle3lib.samples.sample import readers as datasets
+from eagle3lib.samples import readers as datasets
 from eagle3lib.serving import launch, serverinfo
 from eagle3lib import layout
 from eagle3lib.errors import ALL_ERRORS, VocabError
