@@ -5,14 +5,14 @@ One stable snake_case id per cause of `field-causes.md` (its 19 rows) plus the s
 is `d2t_mapping`). A check says what it saw as ``Finding(cause, status, summary, evidence, where, fix, needs,
 source)``; ``not_checked(cause, where, needs)`` is the finding of a check whose input is missing.
 Usage: ``Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6", {...}, "checks.rope")``.
-This module imports nothing from eagle3lib but `errors`, so every layer may use it.
+This module imports only `errors` and `jsonfiles` (layer 0), so every layer may use it.
 """
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass, field
 
-from .errors import FindingError
+from .errors import FindingError, ReportError
+from .jsonfiles import to_json_value
 
 STATUSES = ("confirmed", "suspected", "ruled out", "not checked")
 
@@ -102,22 +102,17 @@ def cause(cause_id: str) -> Cause:
 
 
 def _plain(value, where: str):
-    """`value` as JSON data (numbers, strings, lists, dicts); numpy/torch scalars converted, NaN -> None."""
-    if value is None or isinstance(value, (bool, str)):
-        return value
-    if isinstance(value, int):
-        return int(value)
-    if isinstance(value, float):
-        return float(value) if math.isfinite(value) else None
-    if isinstance(value, dict):
-        return {str(k): _plain(v, f"{where}[{k!r}]") for k, v in value.items()}
-    if isinstance(value, (list, tuple)):
-        return [_plain(v, f"{where}[{i}]") for i, v in enumerate(value)]
-    tolist = getattr(value, "tolist", None)   # numpy / torch scalars and small arrays
-    if callable(tolist) and type(value).__module__.split(".")[0] in ("numpy", "torch"):
-        return _plain(tolist(), where)
-    raise FindingError(where, "evidence must be numbers, strings, lists or dicts", expected="JSON data",
-                       found=type(value).__name__, cause="a tensor, path or object put into a finding's evidence")
+    """`value` as JSON data (jsonfiles.to_json_value: numpy/torch scalars converted, NaN -> None), dict keys made
+    strings; anything else is a FindingError naming where it was."""
+    def str_keys(v):
+        if isinstance(v, dict):
+            return {str(k): str_keys(x) for k, x in v.items()}
+        return [str_keys(x) for x in v] if isinstance(v, (list, tuple)) else v
+    try:
+        return to_json_value(str_keys(value), where)
+    except ReportError as e:
+        raise FindingError(where, "evidence must be numbers, strings, lists or dicts", expected="JSON data",
+                           found=str(e), cause="a tensor, path or object put into a finding's evidence") from None
 
 
 @dataclass(frozen=True)
