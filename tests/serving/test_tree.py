@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import pytest
 import torch
-from transformers import LlamaConfig, LlamaForCausalLM
 
 from eagle3lib.hidden.capture import capture_for_layout
 from eagle3lib.serving.capturespec import CaptureSpec
@@ -20,7 +19,7 @@ from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.serving.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
     top_children, verify_inputs)
 
-V, H, L = 64, 32, 4
+from tests.serving.test_engine import H, L, V, prompt, reference, target  # noqa: F401 (shared fixtures)
 LAYOUT = ("embed", "layer_in.1", "layer_in.2", "layer_in.3")
 
 
@@ -64,24 +63,6 @@ class SecondChoiceOracle(Eagle3Draft):
                 else:
                     out[b, s, t] = 0.0
         return out, h
-
-
-@pytest.fixture(scope="module")
-def target():
-    torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=V, hidden_size=H, intermediate_size=64, num_hidden_layers=L, num_attention_heads=4,
-                      num_key_value_heads=2, head_dim=8, max_position_embeddings=512, eos_token_id=None)
-    return LlamaForCausalLM(cfg).double().eval()
-
-
-@pytest.fixture(scope="module")
-def prompt():
-    return torch.randint(0, V, (12,), generator=torch.Generator().manual_seed(3))
-
-
-@pytest.fixture(scope="module")
-def reference(target, prompt):
-    return SpecEngine(target).generate(prompt, 48, SpecSettings.baseline()).output_ids
 
 
 # ---- node selection -------------------------------------------------------------------------------------------
