@@ -23,7 +23,17 @@ if ! "$VENV/bin/python" -c "import torch" >/dev/null 2>&1; then
   echo "bootstrap: installing $TORCH_SPEC"
   "$VENV/bin/python" -m pip install -q "$TORCH_SPEC"
 fi
-"$VENV/bin/python" -m pip install -q -e ".[dev]"
+# The parity peers (tests/model/test_parity_*.py, benchmarks/bench_peers.py): the real SpecForge and speculators,
+# without their dependency pins (sglang, a CUDA torch, an older transformers). PARITY=0 skips them; their tests then
+# skip with the reason.
+PEERS=${PEERS:-specforge==0.2.0 speculators==0.9.0}
+EXTRAS=dev
+if [ "${PARITY:-1}" != "0" ]; then
+  # shellcheck disable=SC2086
+  "$VENV/bin/python" -m pip install -q --no-deps $PEERS
+  EXTRAS=dev,parity
+fi
+"$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 "$VENV/bin/python" - <<'PY'
 import torch, transformers, papermill
 from eagle3lib.report.runner import ensure_kernel
