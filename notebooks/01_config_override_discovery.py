@@ -24,6 +24,9 @@ server_url: str = ""        # a live SGLang server to read /server_info from, e.
 server_log_path: str = ""   # the server's startup log (repo-relative or absolute); empty: the demo's sample log (demo only)
 target_path: str = ""       # target model folder (its config.json is read); empty: the demo world's target (demo only)
 draft_path: str = ""        # draft folder (its config.json is read); empty: the embedded demo world
+served_log_path: str = ""   # decode log / benchmark output with accept lengths (comma-separated); "" for none
+train_data_path: str = ""   # training samples to replay under the served setting; empty: the demo's (demo only)
+serving_dump: str = ""      # a serving dump (decides the served layout); empty: the demo's (demo only), else rules
 
 # %% [markdown]
 # ## 1. What the command asks for
@@ -38,7 +41,7 @@ from IPython.display import display
 
 from eagle3lib.serving import crossengine, serverinfo, sglang_introspect, sglang_rules
 from eagle3lib.causes import findings_frame
-from eagle3lib.steps import discovery
+from eagle3lib.steps import discovery, served_prediction
 from eagle3lib.report import findings
 
 inp = discovery.resolve_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
@@ -145,7 +148,27 @@ causes = discovery.contract_checks(inp, seed)
 findings_frame(causes)
 
 # %% [markdown]
-# ## 11. Findings
+# ## 11. Served accept length against the replay, under the setting the server ran
+# A served τ says little alone: the same draft accepts more under a tree than under the chain of its depth, so a
+# tree-served τ read against a chain prediction shows a loss that is not there (or hides one). Each served run is
+# set beside the draft replayed on its training samples under that run's own setting (tree drafting when
+# topk > 1) and in the layout the server feeds (a serving dump, else the engine's capture rules); the chain of the
+# same depth is shown for contrast. Served well below the replay points at the serving path; in line with it, the
+# server does what the draft can. On the demo world the served runs are its engine's, under the seed launch's
+# effective settings.
+
+# %%
+served = served_prediction.served_vs_predicted(
+    seed, draft_path=draft_path, target_path=inp.target_path, data_path=train_data_path,
+    served_paths=[p for p in served_log_path.split(",") if p.strip()], server_url=server_url,
+    serving_dump=serving_dump)
+for note in served.notes + served.problems:
+    print(note)
+causes += served.findings()
+served.frame()
+
+# %% [markdown]
+# ## 12. Findings
 # The headline names the first speculative knob SGLang changed, the rule, and the first SGLang version that has
 # it. The structured findings keep every changed setting, the vLLM equivalent, the layers per engine and the
 # lint codes.

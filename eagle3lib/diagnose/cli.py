@@ -23,6 +23,8 @@ def parser() -> argparse.ArgumentParser:
     a("--launch", default="", help="the serving launch command, quoted (SGLang or vLLM)")
     a("--sglang-version", default="", help="SGLang version the server ran (rule table, capture rules)")
     a("--log", default="", help="the server's startup log")
+    a("--served-log", default="", help="decode logs / benchmark outputs with accept lengths, comma-separated "
+                                       "(compared with the replay under the setting each run ran)")
     a("--server-url", default="", help="a live SGLang server (/server_info)")
     a("--dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
     a("--serving-layout", default="", help="the layout the server feeds, when known, e.g. layer_in.2,layer_in.4")

@@ -1,5 +1,5 @@
 """Every check of the notebooks on one set of artifacts, without notebooks: the same step functions, in the same
-order (00 artifacts, 01 serving settings, 02 replay, 03 hidden states), and one diagnosis of their findings.
+order (00 artifacts, 01 serving settings and the served τ against the replay, 02 replay, 03 hidden states), and one diagnosis of their findings.
 
 A missing input narrows what is checked (its findings say `not checked` and name the input); it never fails.
 No draft given means the demo world, as in the notebooks.
@@ -12,7 +12,7 @@ from ..causes import Finding
 from ..errors import Eagle3Error
 from ..replay import layoutsearch, verdict
 from ..replay.run import load_setup, replay
-from ..steps import checkpoint_audit, diffing, discovery, sample_replay
+from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction
 from .combine import Diagnosis, diagnose
 
 
@@ -26,6 +26,7 @@ class Inputs:
     launch: str = ""
     sglang_version: str = ""
     log: str = ""
+    served_log: str = ""
     server_url: str = ""
     dump: str = ""
     serving_layout: str = ""
@@ -66,9 +67,14 @@ def run(inp: Inputs, progress=None) -> Run:
     audit_in = checkpoint_audit.resolve_inputs(inp.draft, inp.target, inp.data)
     part("00 checkpoint audit", lambda: checkpoint_audit.contract_checks(audit_in))
     disc_in = discovery.resolve_inputs(inp.launch, "", inp.sglang_version, inp.log, inp.target, inp.draft)
-    part("01 serving settings", lambda: discovery.contract_checks(disc_in, discovery.discover(
-        disc_in.launch_command, disc_in.sglang_version, disc_in.target_path, disc_in.draft_path,
-        server_info=inp.server_url, server_log=disc_in.server_log)))
+    disc = discovery.discover(disc_in.launch_command, disc_in.sglang_version, disc_in.target_path,
+                              disc_in.draft_path, server_info=inp.server_url, server_log=disc_in.server_log)
+    part("01 serving settings", lambda: discovery.contract_checks(disc_in, disc))
+    part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
+        disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
+        served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
+        serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
+        progress=False).findings())
     if inp.data or not inp.draft:
         part("02 training-sample replay", lambda: _replay(inp))
     else:

@@ -6,6 +6,7 @@
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
 - `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports).
 - `tree`         simulated SGLang tree acceptance from every training-sample position, next to the chain.
+- `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.
 - `cli`          the command line behind `python -m eagle3lib.replay` / `torchrun ... -m eagle3lib.replay`.
 """

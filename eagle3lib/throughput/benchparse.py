@@ -206,7 +206,8 @@ def parse_file(path: str | Path, **kw) -> ParseResult:
     if not p.is_file():
         raise MissingFileError(str(p), "file not found", expected="a log, JSON or metrics file", found="nothing")
     head = p.read_bytes()[:200_000].decode("utf-8", errors="replace")
-    if head.lstrip().startswith(("{", "[")):
+    body = head.lstrip()
+    if body.startswith("{") or re.match(r"\[\s*[\[{\"\]]", body):   # JSON, JSONL or a JSON array; a log's "[2026-.."
         return parse_json(p, **kw)
     if re.search(r"^(vllm|sglang):\w+", head, re.M) or head.lstrip().startswith("# HELP"):
         return parse_prometheus(p, **kw)

@@ -127,3 +127,13 @@ def test_read_server_uses_server_info_then_metrics():
             srv.shutdown()
     with pytest.raises(LogParseError, match="did not answer"):
         bp.read_server("http://127.0.0.1:9", timeout=0.5)
+
+
+def test_parse_file_reads_a_raw_sglang_log_that_starts_with_a_timestamp(tmp_path):
+    """A real SGLang log opens with "[2026-..": a log, not a JSON array (JSON arrays of objects still are JSON)."""
+    text = "\n".join(l for l in (SAMPLES / "sglang_seed_decode.log").read_text().splitlines()
+                     if l.startswith("[")) + "\n"
+    res = bp.parse_file(_write(tmp_path, "raw.log", text))
+    assert res.records and any(r.accept_length for r in res.records)
+    arr = bp.parse_file(_write(tmp_path, "arr.json", [{"speculative_algorithm": None, "internal_states": []}]))
+    assert len(arr.records) == 1
