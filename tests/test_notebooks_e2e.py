@@ -54,14 +54,21 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
     from eagle3lib.demo import world as demo
     from eagle3lib.demo.sweep import demo_serving_dump
 
+    from eagle3lib.demo.sweep import run_demo_sweep
+    from eagle3lib.throughput.records import write_jsonl
+
     w = demo.ensure_world(progress=False)
     dump = demo_serving_dump(tmp_path / "dump", "correct", n=1)
+    served = write_jsonl([r for r in run_demo_sweep([(3, 1, 4), (3, 3, 6)], captures=("correct",), repeats=1,
+                                                    num_prompts=4, prompts="train") if r.num_steps],
+                         tmp_path / "served.jsonl")      # the server's own runs: a chain and a tree
     paths = {"draft_path": str(w.draft), "target_path": str(w.target)}
     params = {
         "00_checkpoint_audit": {**paths, "sample_data": str(w.seed_data)},
         "01_config_override_discovery": {**paths, "launch_command": CLEAN_LAUNCH.format(target=w.target,
                                                                                         draft=w.draft),
-                                         "sglang_version": "0.5.6"},
+                                         "sglang_version": "0.5.6", "served_log_path": str(served),
+                                         "train_data_path": str(w.seed_data)},
         "02_training_sample_replay": {**paths, "train_data_path": str(w.seed_data),
                                       "heldout_data_path": str(w.heldout_data), "serving_dump": str(dump),
                                       "training_log_path": str(w.training_log), "n_samples": 16},
@@ -80,6 +87,9 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
               if v["status"] in ("confirmed", "conflict", "suspected")]
     assert d["healthy"] and not alarms, alarms
     assert d["headline"].startswith("no fault found")
+    served = [f for v in d["verdicts"] if v["cause"] == "engine_regression" for f in v["findings"]
+              if "served accept length" in f["where"]]
+    assert [(f["status"], f["evidence"]["topk"]) for f in served] == [("ruled out", 1), ("ruled out", 3)], served
     heads = {r["notebook"]: r["findings"]["headline"] for r in index["notebooks"]}
     assert "run as requested" in heads["01_config_override_discovery"], heads
     assert "healthy" in heads["02_training_sample_replay"] and "no wiring fault" in heads["03_hidden_state_diffing"]
