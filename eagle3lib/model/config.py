@@ -30,8 +30,56 @@ _KNOWN_KEYS = {
     "speculators_config", "speculators_model_type", "speculators_version", "transformer_layer_config",
     "embed_requires_grad", "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id",
     "eagle_architecture_config", "has_lm_head", "layer_types", "output_router_logits",
+    *("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "rope_interleave"),
 }
+# SGLang's class for EAGLE-3 / EAGLE-3.1 drafts with DeepSeek-V2 multi-latent attention (Kimi-K2.x, DeepSeek-V3)
+MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+_MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 _DIALECTS = ("eagle", "specforge", "vllm", "speculators", "modelopt")
+
+
+def yarn_mscale(factor: float, mscale: float = 1.0) -> float:
+    """DeepSeek's YaRN magnitude factor 0.1 * mscale * ln(factor) + 1 (1 when factor <= 1)."""
+    return 1.0 if factor <= 1 else 0.1 * mscale * math.log(factor) + 1.0
+
+
+@dataclass(frozen=True)
+class MlaConfig:
+    """The multi-latent attention fields of an MLA draft (SGLang `Eagle3DeepseekV2ForCausalLM`).
+
+    q = q_b_proj(q_a_layernorm(q_a_proj(u))) (q_proj(u) when q_lora_rank is None), nh heads of qk_head_dim =
+    qk_nope_head_dim + qk_rope_head_dim; kv_a_proj_with_mqa(u) = [latent (kv_lora_rank), k_pe (qk_rope_head_dim,
+    one head shared by all)]; kv_b_proj(kv_a_layernorm(latent)) = nh x [k_nope, v (v_head_dim)].
+    """
+
+    q_lora_rank: int | None
+    kv_lora_rank: int
+    qk_nope_head_dim: int
+    qk_rope_head_dim: int
+    v_head_dim: int
+    rope_interleave: bool = True          # RoPE on interleaved pairs (x0, x1), (x2, x3)... (SGLang: always)
+    rope_scaling: Mapping[str, Any] | None = field(default=None, repr=False)
+    # derived once
+    qk_head_dim: int = field(init=False)
+    softmax_scale: float = field(init=False)   # qk_head_dim**-0.5 x yarn_mscale(factor, mscale_all_dim)**2
+    rope_mscale: float = field(init=False)     # cos/sin factor: yarn_mscale(f, mscale) / yarn_mscale(f, mscale_all_dim)
+
+    def __post_init__(self):
+        object.__setattr__(self, "qk_head_dim", self.qk_nope_head_dim + self.qk_rope_head_dim)
+        scale, rope = self.qk_head_dim ** -0.5, 1.0
+        s = self.rope_scaling
+        if s:                       # SGLang DeepseekV2AttentionMLA: any rope_scaling is DeepSeek YaRN
+            f = float(s.get("factor", 1.0))
+            scale *= yarn_mscale(f, float(s.get("mscale_all_dim") or 0.0)) ** 2
+            rope = yarn_mscale(f, float(s.get("mscale") or 1.0)) / yarn_mscale(f, float(s.get("mscale_all_dim") or 0.0))
+        object.__setattr__(self, "softmax_scale", scale)
+        object.__setattr__(self, "rope_mscale", rope)
+
+    def as_dict(self) -> dict[str, Any]:
+        """The config.json fields (SGLang / transformers DeepseekV3Config names)."""
+        return {"q_lora_rank": self.q_lora_rank, "kv_lora_rank": self.kv_lora_rank,
+                "qk_nope_head_dim": self.qk_nope_head_dim, "qk_rope_head_dim": self.qk_rope_head_dim,
+                "v_head_dim": self.v_head_dim, "rope_interleave": self.rope_interleave}
 
 
 @dataclass(frozen=True)
@@ -63,6 +111,7 @@ class DraftConfig:
     hidden_act: str = "silu"
     bias: bool = False                # fc / attention bias (EAGLE `bias`)
     num_hidden_layers: int = 1
+    mla: MlaConfig | None = None      # multi-latent attention (MLA drafts); None: Llama attention
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -124,6 +173,13 @@ class DraftConfig:
             raise ConfigError(f"{source}, key 'num_key_value_heads'", "must divide num_attention_heads (GQA)",
                               expected=f"a divisor of {nh}", found=nkv)
         head_dim = opt_int("head_dim", max(hidden // nh, 1), body)
+        mla = None
+        if MLA_ARCHITECTURE in archs or any(body.get(k) is not None for k in _MLA_SIZES):
+            mla = _read_mla(body, str(archs[0]), warnings, source)
+            if nkv != nh:
+                warnings.append(f"num_key_value_heads={nkv} in an MLA draft: multi-latent attention expands the "
+                                f"latent to all {nh} heads (SGLang ignores num_key_value_heads)")
+            nkv, head_dim = nh, mla.qk_head_dim          # the q/k head width of the expanded attention
         vocab = req("vocab_size")
         draft_vocab = opt_int("draft_vocab_size", opt("draft_vocab_size", None, body))
         if draft_vocab is None:
@@ -141,6 +197,15 @@ class DraftConfig:
             num_aux = len(ids) if ids else 3
 
         rope_theta, rope_scaling = _read_rope(raw, body, dialect, warnings, source)
+        if mla is not None and rope_scaling:
+            if rope_scaling.get("rope_type") != "yarn":
+                warnings.append(f"rope_scaling type {rope_scaling.get('rope_type')!r} in an MLA draft: SGLang's "
+                                "DeepseekV2AttentionMLA applies DeepSeek YaRN to any rope_scaling")
+            if "factor" not in rope_scaling:
+                raise ConfigError(f"{source}, key 'rope_scaling.factor'", "required for an MLA draft's scaled RoPE",
+                                  expected="a number (YaRN factor)", found="nothing",
+                                  cause="SGLang reads rope_scaling['factor'] for the MLA softmax scale")
+            mla = MlaConfig(**{**mla.as_dict(), "rope_scaling": rope_scaling})
         eps = opt("rms_norm_eps", 1e-6, body)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
@@ -176,7 +241,7 @@ class DraftConfig:
             fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
             norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
             hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
-            num_hidden_layers=int(layers), source=source, warnings=tuple(warnings),
+            num_hidden_layers=int(layers), mla=mla, source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -209,6 +274,8 @@ class DraftConfig:
             "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None, "eps": self.rms_norm_eps,
             "norm_before_residual": self.norm_before_residual, "fc_norm": self.fc_norm,
             "norm_before_fc": self.norm_before_fc, "norm_output": self.norm_output,
+            "attention": "MLA" if self.mla else "Llama",
+            **({f"mla {k}": v for k, v in self.mla.as_dict().items()} if self.mla else {}),
         }
 
 
@@ -301,6 +368,49 @@ def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], s
     return None, None, None
 
 
+def _read_mla(body: Mapping[str, Any], arch: str, warnings: list[str], source: str = "<dict>") -> MlaConfig:
+    """The MLA fields of a multi-latent-attention draft; ConfigError naming the key for a missing or bad one."""
+    def size(key: str, optional: bool = False) -> int | None:
+        value = body.get(key)
+        if value is None and optional:
+            return None
+        if value is None:
+            raise ConfigError(f"{source}, key '{key}'", "required field of an MLA draft missing",
+                              expected="a positive integer", found="nothing",
+                              cause=f"an {MLA_ARCHITECTURE} config needs all of {list(_MLA_SIZES)} (truncated or "
+                              "hand-edited config?)")
+        if isinstance(value, bool) or not isinstance(value, int) or value <= 0:
+            raise ConfigError(f"{source}, key '{key}'", "wrong type or value", expected="a positive integer",
+                              found=repr(value), cause="a hand-edited config")
+        return value
+
+    q_lora, kv_lora = size("q_lora_rank", optional=True), size("kv_lora_rank")
+    nope, rope, v = size("qk_nope_head_dim"), size("qk_rope_head_dim"), size("v_head_dim")
+    if rope % 2:
+        raise ConfigError(f"{source}, key 'qk_rope_head_dim'", "must be even (RoPE rotates pairs of dims)",
+                          expected="an even integer", found=rope, cause="a hand-edited config")
+    interleave = body.get("rope_interleave", True)
+    if interleave is None:
+        interleave = True
+    if not isinstance(interleave, bool):
+        raise ConfigError(f"{source}, key 'rope_interleave'", "wrong type", expected="true or false",
+                          found=repr(interleave))
+    if arch != MLA_ARCHITECTURE:
+        warnings.append(f"MLA fields in a {arch} config: modelled as multi-latent attention; SGLang serves MLA "
+                        f"EAGLE-3 drafts only as {MLA_ARCHITECTURE}")
+    if q_lora is None:
+        warnings.append("q_lora_rank is null (q_proj, no query LoRA): SGLang's kimi_k25_eagle3.py refuses this "
+                        "draft ('Eagle3 MLA layer requires q_lora_rank')")
+    if not interleave:
+        warnings.append("rope_interleave is false: SGLang's DeepseekV2AttentionMLA always rotates interleaved "
+                        "pairs (is_neox_style=False) and ignores the key; served RoPE differs from this config's")
+    if body.get("attention_bias"):
+        warnings.append("attention_bias is true in an MLA draft: SGLang builds its MLA projections without bias "
+                        "(modelled bias-free)")
+    return MlaConfig(q_lora_rank=q_lora, kv_lora_rank=kv_lora, qk_nope_head_dim=nope, qk_rope_head_dim=rope,
+                     v_head_dim=v, rope_interleave=interleave)
+
+
 def _read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dict>"):
     """(rope_theta, normalized rope_scaling) from legacy keys or transformers-5 `rope_parameters`."""
     params = body.get("rope_parameters") or raw.get("rope_parameters")
@@ -375,8 +485,16 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         out_conv = "output" if dialect == "specforge" else "input"
         if cfg.aux_ids_convention != out_conv:
             ids = [i + 1 for i in ids] if out_conv == "input" else [i - 1 for i in ids]
+    if cfg.mla is not None:
+        if dialect != "specforge":
+            raise ConfigError("config_to_dict", f"an MLA draft has no {dialect} config", expected="specforge (the "
+                              f"SGLang dialect, {MLA_ARCHITECTURE})", found=dialect,
+                              cause="only SGLang serves EAGLE-3 drafts with multi-latent attention")
+        llama.pop("head_dim")                          # HF DeepseekV3Config derives its own (= qk_rope_head_dim)
+        llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
     if dialect == "specforge":
-        d = {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+        arch = MLA_ARCHITECTURE if cfg.mla else "LlamaForCausalLMEagle3"
+        d = {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
              "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux, **flags}
         if ids is not None:
             d["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}

@@ -141,3 +141,64 @@ def test_block_drafters_are_refused_by_name_never_loaded_as_eagle3(raw, algo):
 def test_an_eagle3_config_is_not_taken_for_a_block_drafter():
     from eagle3lib.model.config import block_drafter
     assert block_drafter({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama"}) is None
+
+
+# An MLA draft in SGLang's dialect with Kimi-K2's attention sizes (DeepSeek-V3 MLA, YaRN x32)
+MLA = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 7168,
+       "intermediate_size": 18432, "num_attention_heads": 64, "num_key_value_heads": 64, "vocab_size": 163840,
+       "draft_vocab_size": 32000, "rms_norm_eps": 1e-6, "rope_theta": 50000.0, "max_position_embeddings": 131072,
+       "num_hidden_layers": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_rope_head_dim": 64,
+       "qk_nope_head_dim": 128, "v_head_dim": 128,
+       "rope_scaling": {"type": "yarn", "factor": 32.0, "mscale": 1.0, "mscale_all_dim": 1.0, "beta_fast": 1.0,
+                        "beta_slow": 1.0, "original_max_position_embeddings": 4096},
+       "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 29, 57], "use_aux_hidden_state": True}}
+
+
+def test_mla_fields_and_derived_scale():
+    """An MLA draft config gets `mla` with qk_head_dim and the YaRN softmax scale computed once; Llama drafts None."""
+    import math
+    c = DraftConfig.from_dict(MLA)
+    m = c.mla
+    assert (m.q_lora_rank, m.kv_lora_rank, m.qk_nope_head_dim, m.qk_rope_head_dim, m.v_head_dim) == \
+        (1536, 512, 128, 64, 128)
+    assert m.rope_interleave is True and m.qk_head_dim == 192 == c.head_dim and c.num_key_value_heads == 64
+    assert m.softmax_scale == pytest.approx(192 ** -0.5 * (0.1 * math.log(32) + 1) ** 2)
+    assert m.rope_mscale == pytest.approx(1.0)                       # mscale == mscale_all_dim: cos/sin unscaled
+    assert c.dialect == "specforge" and not any("unknown fields" in w for w in c.warnings)
+    assert c.summary()["attention"] == "MLA" and DraftConfig.from_dict(SPECFORGE).mla is None
+    plain = DraftConfig.from_dict({k: v for k, v in MLA.items() if k != "rope_scaling"}).mla
+    assert plain.softmax_scale == pytest.approx(192 ** -0.5) and plain.rope_mscale == 1.0
+
+
+def test_mla_detected_from_fields_and_engine_limits_warned():
+    """MLA fields alone make an MLA config (warned: SGLang serves only Eagle3DeepseekV2ForCausalLM); null
+    q_lora_rank, rope_interleave false and a kv-head count are warnings naming what SGLang does instead."""
+    c = DraftConfig.from_dict(dict(MLA, architectures=["LlamaForCausalLMEagle3"], q_lora_rank=None,
+                                   rope_interleave=False, num_key_value_heads=8))
+    assert c.mla is not None and c.mla.q_lora_rank is None and c.mla.rope_interleave is False
+    text = " ".join(c.warnings)
+    assert "Eagle3DeepseekV2ForCausalLM" in text and "requires q_lora_rank" in text
+    assert "is_neox_style=False" in text and "num_key_value_heads=8" in text and c.num_key_value_heads == 64
+
+
+@pytest.mark.parametrize("over,key", [({"kv_lora_rank": None}, "kv_lora_rank"), ({"v_head_dim": 0}, "v_head_dim"),
+                                      ({"qk_rope_head_dim": 63}, "qk_rope_head_dim"),
+                                      ({"q_lora_rank": "1536"}, "q_lora_rank"),
+                                      ({"rope_interleave": "yes"}, "rope_interleave"),
+                                      ({"rope_scaling": {"type": "yarn"}}, "rope_scaling.factor")])
+def test_mla_inconsistent_values_are_config_errors(over, key):
+    """A missing or bad MLA field is a ConfigError naming the file and the key."""
+    with pytest.raises(ConfigError, match=key.replace(".", r"\.")) as e:
+        DraftConfig.from_dict(dict(MLA, **over), source="kimi/config.json")
+    assert "kimi/config.json" in str(e.value)
+
+
+def test_mla_config_to_dict_round_trip():
+    """The SGLang-dialect config of an MLA draft reads back to the same sizes; other dialects are refused."""
+    c = DraftConfig.from_dict(MLA)
+    d = config_to_dict(c, "specforge")
+    assert d["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and "head_dim" not in d
+    back = DraftConfig.from_dict(d)
+    assert back.mla == c.mla and back.aux_layout(61) == c.aux_layout(61) and back.head_dim == 192
+    with pytest.raises(ConfigError, match="MLA"):
+        config_to_dict(c, "vllm")
