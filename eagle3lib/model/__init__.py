@@ -6,6 +6,8 @@
 - `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
 - `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.
 - `draft`      `Eagle3Draft`, the forward in plain PyTorch: step 0, TTT steps, KV-cached chain drafting.
+- `mla`        `MlaAttention`: DeepSeek-V2 multi-latent attention for MLA drafts (SGLang
+               `Eagle3DeepseekV2ForCausalLM`, Kimi-K2.x), its partial interleaved RoPE and YaRN softmax scale.
 - `ttt_attention` the draft's attention at every TTT step in memory linear in T (SDPA in query blocks, diagonal keys
                merged in the same softmax), exact against the materialised scores.
 - `target`     target-model facts, its embedding / lm_head read alone, its tokenizer.
