@@ -18,6 +18,7 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DraftConfig
+from .mla import MlaAttention
 from .ttt_attention import causal_attention, chain_attention
 
 ROW_ELEMENTS = 1 << 26   # position-wise work of ttt_forward runs in chunks of rows x max(I, Vd, 2H) elements
@@ -84,11 +85,14 @@ def rope_inv_freq(head_dim: int, theta: float, scaling, max_pos: int) -> tuple[T
 
 
 class Rotary(nn.Module):
-    """cos/sin tables for given absolute positions."""
+    """cos/sin tables for given absolute positions (MLA: of the qk_rope_head_dim part, DeepSeek YaRN magnitude)."""
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
-        inv, self.scale = rope_inv_freq(cfg.head_dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
+        dim = cfg.mla.qk_rope_head_dim if cfg.mla else cfg.head_dim
+        inv, self.scale = rope_inv_freq(dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
+        if cfg.mla:
+            self.scale = cfg.mla.rope_mscale
         self.register_buffer("inv_freq", inv, persistent=False)
 
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
@@ -111,25 +115,27 @@ class KVCache:
     query at position q see slots <= q.
     """
 
-    def __init__(self, batch: int, max_len: int, num_kv_heads: int, head_dim: int, dtype, device):
+    def __init__(self, batch: int, max_len: int, num_kv_heads: int, head_dim: int, dtype, device,
+                 v_head_dim: int | None = None):
         self.k = torch.zeros(batch, num_kv_heads, max_len, head_dim, dtype=dtype, device=device)
-        self.v = torch.zeros_like(self.k)
+        self.v = torch.zeros(batch, num_kv_heads, max_len, v_head_dim or head_dim, dtype=dtype, device=device)
         self.max_len = max_len
 
     def update(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
-        """Write k/v (B, nkv, S, hd) at positions (B, S); return the whole buffers."""
+        """Write k (B, nkv, S, hd) / v (B, nkv, S, vd) at positions (B, S); return the whole buffers."""
         if int(positions.max()) >= self.max_len:
             raise ValueError(f"draft KV cache holds {self.max_len} positions, asked to write {int(positions.max())}")
-        idx = positions[:, None, :, None].expand_as(k)      # (B, S) -> (B, nkv, S, hd)
-        self.k.scatter_(2, idx, k)
-        self.v.scatter_(2, idx, v)
+        self.k.scatter_(2, positions[:, None, :, None].expand_as(k), k)   # (B, S) -> (B, nkv, S, hd)
+        self.v.scatter_(2, positions[:, None, :, None].expand_as(v), v)   # (B, S) -> (B, nkv, S, vd)
         return self.k, self.v
 
 
-def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor) -> Tensor:
-    """Softmax attention of q (B, nh, S_q, hd) over keys k/v (B, nkv, S, hd) where `allowed` (B|1, 1, S_q, S)
-    (the KV-cached `step`; ttt_forward attends through ttt_attention, memory linear in T)."""
-    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, enable_gqa=q.shape[1] != k.shape[1])
+def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | None = None) -> Tensor:
+    """Softmax attention of q (B, nh, S_q, hd) over keys k (B, nkv, S, hd) / values v (B, nkv, S, vd) where
+    `allowed` (B|1, 1, S_q, S), scores x scale (default hd**-0.5) (the KV-cached `step`; ttt_forward attends
+    through ttt_attention, memory linear in T)."""
+    return F.scaled_dot_product_attention(q, k, v, attn_mask=allowed, scale=scale,
+                                          enable_gqa=q.shape[1] != k.shape[1])
 
 
 def top1(logits: Tensor) -> Tensor:
@@ -151,7 +157,7 @@ class DraftAttention(nn.Module):
     def __init__(self, cfg: DraftConfig, in_features: int):
         super().__init__()
         nh, nkv, hd, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
-        self.nh, self.nkv, self.hd = nh, nkv, hd
+        self.nh, self.nkv, self.hd, self.vd, self.scale = nh, nkv, hd, hd, hd ** -0.5
         self.q_proj = nn.Linear(in_features, nh * hd, bias=cfg.bias)
         self.k_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
         self.v_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
@@ -192,7 +198,7 @@ class DraftLayer(nn.Module):
         H, eps = cfg.hidden_size, cfg.rms_norm_eps
         self.hidden_norm = RMSNorm(H, eps)
         self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = DraftAttention(cfg, 2 * H)
+        self.self_attn = MlaAttention(cfg, 2 * H, RMSNorm) if cfg.mla else DraftAttention(cfg, 2 * H)
         self.post_attention_layernorm = RMSNorm(H, eps)
         self.mlp = DraftMLP(cfg)
         self.norm_before_residual = cfg.norm_before_residual
@@ -314,9 +320,9 @@ class Eagle3Draft(nn.Module):
             q, k, v, residual = self._rows_in(h, tokens, t + position_offset + step)
             if step == 0:                                                    # dense (B, T0): square causal SDPA
                 k0 = k.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous()   # (B*T0, nkv, hd) -> (B, nkv, T0, hd)
-                v0 = v.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous()
-                o = causal_attention(q.view(B, T0, a.nh, a.hd).transpose(1, 2), k0, v0)   # (B, nh, T0, hd)
-                o = o.transpose(1, 2).reshape(B * T0, a.nh, a.hd)            # (B, nh, T0, hd) -> (B*T0, nh, hd)
+                v0 = v.view(B, T0, a.nkv, a.vd).transpose(1, 2).contiguous()   # (B*T0, nkv, vd) -> (B, nkv, T0, vd)
+                o = causal_attention(q.view(B, T0, a.nh, a.hd).transpose(1, 2), k0, v0, a.scale)   # (B, nh, T0, vd)
+                o = o.transpose(1, 2).reshape(B * T0, a.nh, a.vd)            # (B, nh, T0, vd) -> (B*T0, nh, vd)
             else:
                 diag.append((k, v))
                 o = self._rows_attend(q, rows, B, T, k0, v0, diag)
@@ -336,18 +342,18 @@ class Eagle3Draft(nn.Module):
 
     def _rows_in(self, h: Tensor, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Attention inputs of n rows (hidden (n, H), target token ids (n,), RoPE positions (n,)): RoPE'd
-        q (n, nh, hd), k, v (n, nkv, hd) and the residual (n, H), in chunks of rows."""
+        q (n, nh, hd), k (n, nkv, hd), v (n, nkv, vd) and the residual (n, H), in chunks of rows."""
         m, a = self.midlayer, self.midlayer.self_attn
         n = h.shape[0]
-        q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.hd)
+        q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.vd)
         residual = h.new_empty(h.shape) if m.norm_before_residual else h
         for s in range(0, n, self._chunk()):
             e = min(n, s + self._chunk())
             cos, sin = self.rotary(positions[None, s:e], h.dtype)            # (1, c) -> (1, c, hd)
             u, r = m.inputs(self.embed_tokens(tokens[None, s:e]), h[None, s:e])   # (1, c, 2H), (1, c, H)
-            qc, kc, vc = a.qkv(u, cos, sin)                                  # (1, nh|nkv, c, hd)
+            qc, kc, vc = a.qkv(u, cos, sin)                                  # (1, nh|nkv, c, hd|vd)
             q[s:e] = qc[0].transpose(0, 1)                                   # (nh, c, hd) -> (c, nh, hd)
-            k[s:e], v[s:e] = kc[0].transpose(0, 1), vc[0].transpose(0, 1)    # (nkv, c, hd) -> (c, nkv, hd)
+            k[s:e], v[s:e] = kc[0].transpose(0, 1), vc[0].transpose(0, 1)    # (nkv, c, hd|vd) -> (c, nkv, hd|vd)
             if m.norm_before_residual:
                 residual[s:e] = r[0]
         return q, k, v, residual
@@ -355,13 +361,14 @@ class Eagle3Draft(nn.Module):
     def _rows_attend(self, q: Tensor, rows: Tensor, B: int, T: int, k0: Tensor, v0: Tensor,
                      diag: list[tuple[Tensor, Tensor]]) -> Tensor:
         """Attention of n rows (q (n, nh, hd), flat indices b * T + t) over their sample's step-0 keys and their
-        diagonal keys (n, nkv, hd): rows are laid out (B, n_max) per sample for SDPA and back. Returns (n, nh, hd)."""
+        diagonal keys (n, nkv, hd|vd): rows are laid out (B, n_max) per sample for SDPA and back. Returns
+        (n, nh, vd)."""
         b, t = rows // T, rows % T
         counts = torch.bincount(b, minlength=B)                              # rows per sample
         slot = torch.arange(rows.numel(), device=rows.device) - (counts.cumsum(0) - counts)[b]
         n_max = int(counts.max())
 
-        def batched(x: Tensor) -> Tensor:                                    # (n, heads, hd) -> (B, heads, n_max, hd)
+        def batched(x: Tensor) -> Tensor:                                    # (n, heads, d) -> (B, heads, n_max, d)
             if B == 1:
                 return x.transpose(0, 1)[None]
             out = x.new_zeros(B, n_max, *x.shape[1:])
@@ -369,21 +376,22 @@ class Eagle3Draft(nn.Module):
             return out.transpose(1, 2)
         pos = torch.zeros(B, n_max, dtype=torch.long, device=rows.device)   # padding rows: position 0
         pos[b, slot] = t
-        o = chain_attention(batched(q), pos, k0, v0, [(batched(kd), batched(vd)) for kd, vd in diag])
+        o = chain_attention(batched(q), pos, k0, v0, [(batched(kd), batched(vd)) for kd, vd in diag],
+                            scale=self.midlayer.self_attn.scale)
         if B == 1:
-            return o[0].transpose(0, 1)                                      # (1, nh, n, hd) -> (n, nh, hd) view
-        return o.transpose(1, 2)[b, slot]                                    # (B, nh, n_max, hd) -> (n, nh, hd)
+            return o[0].transpose(0, 1)                                      # (1, nh, n, vd) -> (n, nh, vd) view
+        return o.transpose(1, 2)[b, slot]                                    # (B, nh, n_max, vd) -> (n, nh, vd)
 
     def _rows_out(self, o: Tensor, residual: Tensor, sel: Tensor, rows: Tensor, ids: Tensor | None,
                   logits: Tensor | None) -> Tensor:
-        """Rest of the layer for n rows (attention out (n, nh, hd), residual (n, H)) in chunks of rows; the rows
+        """Rest of the layer for n rows (attention out (n, nh, vd), residual (n, H)) in chunks of rows; the rows
         `sel` (sorted) get the lm_head, written at their flat index `rows[sel]` into ids (B*T,) as top-1 and/or
         logits (B*T, Vd). Returns the hidden to feed back (n, H)."""
         m, n = self.midlayer, o.shape[0]
         h = residual.new_empty(residual.shape)
         for s in range(0, n, self._chunk()):
             e = min(n, s + self._chunk())
-            att = m.self_attn.out(o[s:e].transpose(0, 1)[None])              # (c, nh, hd) -> (1, c, H)
+            att = m.self_attn.out(o[s:e].transpose(0, 1)[None])              # (c, nh, vd) -> (1, c, H)
             out = m.finish(att, residual[None, s:e])[0]                      # (1, c, H) -> (c, H)
             normed = self.norm(out)
             h[s:e] = normed if self.cfg.norm_output else out
@@ -399,9 +407,8 @@ class Eagle3Draft(nn.Module):
     # ---- incremental drafting with a KV cache (engines) ------------------------------------------------------
     def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> KVCache:
         """An empty draft KV cache for `max_len` positions."""
-        p = self.fc.weight
-        return KVCache(batch, max_len, self.cfg.num_key_value_heads, self.cfg.head_dim, dtype or p.dtype,
-                       device or p.device)
+        p, a = self.fc.weight, self.midlayer.self_attn
+        return KVCache(batch, max_len, a.nkv, a.hd, dtype or p.dtype, device or p.device, v_head_dim=a.vd)
 
     def step(self, hidden: Tensor, token_ids: Tensor, positions: Tensor, cache: KVCache,
              fuse: bool = False) -> tuple[Tensor, Tensor]:
@@ -418,6 +425,6 @@ class Eagle3Draft(nn.Module):
         k_all, v_all = cache.update(positions, k, v)
         slots = torch.arange(cache.max_len, device=positions.device)
         allowed = slots[None, None, None, :] <= positions[:, None, :, None]  # (B, 1, S, max_len)
-        o = _attend(q, k_all, v_all, allowed)
+        o = _attend(q, k_all, v_all, allowed, self.midlayer.self_attn.scale)
         out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
         return self.head(out)
