@@ -220,7 +220,9 @@ def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(config, DraftConfig):    # write the config in the dialect that goes with the weights
-        raw = config_to_dict(config, {"speculators": "speculators", "eagle": "eagle"}.get(format, "specforge"))
+        dialect = {"speculators": "speculators", "eagle": "eagle"}.get(format, "specforge")
+        # an MLA draft has one config dialect, SGLang's (its loader reads midlayer.* and layers.0.* names alike)
+        raw = config_to_dict(config, "specforge" if config.mla else dialect)
     else:
         raw = dict(config)
     tmp = out_dir / "model.safetensors.tmp"

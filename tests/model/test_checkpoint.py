@@ -231,3 +231,62 @@ def test_bf16_load_keeps_vocab_dtypes(world):
     assert m.fc.weight.dtype == torch.bfloat16 and m.d2t.dtype == torch.int64 and m.t2d.dtype == torch.bool
     table = param_table(m)
     assert table.iloc[-1]["numel"] == sum(p.numel() for p in m.parameters()) + m.d2t.numel() + m.t2d.numel()
+
+
+MLA_RAW = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3", "hidden_size": 32,
+           "intermediate_size": 64, "num_attention_heads": 4, "num_key_value_heads": 4, "vocab_size": 120,
+           "draft_vocab_size": 40, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 64,
+           "q_lora_rank": 16, "kv_lora_rank": 12, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 6,
+           "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                            "original_max_position_embeddings": 16},
+           "fc_norm": True, "norm_output": True, "num_aux_hidden_states": 3,
+           "eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 3, 5], "use_aux_hidden_state": True}}
+
+
+def test_mla_expected_tensors_are_the_checkpoint_names():
+    """An MLA draft expects SGLang's / DeepSeek's MLA names and shapes (q_lora_rank set and null)."""
+    from eagle3lib.model.checkpoint import expected_tensors
+    exp = {k: s for k, (s, _) in expected_tensors(DraftConfig.from_dict(MLA_RAW)).items()}
+    att = {k.split("self_attn.")[1]: s for k, s in exp.items() if "self_attn." in k}
+    assert att == {"q_a_proj.weight": (16, 64), "q_a_layernorm.weight": (16,), "q_b_proj.weight": (4 * 16, 16),
+                   "kv_a_proj_with_mqa.weight": (12 + 8, 64), "kv_a_layernorm.weight": (12,),
+                   "kv_b_proj.weight": (4 * (8 + 6), 12), "o_proj.weight": (32, 4 * 6)}
+    assert {"fc_norm.0.weight", "fc.weight", "midlayer.mlp.gate_proj.weight", "norm.weight"} <= set(exp)
+    no_q_lora = expected_tensors(DraftConfig.from_dict(dict(MLA_RAW, q_lora_rank=None)))
+    assert no_q_lora["midlayer.self_attn.q_proj.weight"][0] == (4 * 16, 64)
+    assert not any("q_a_" in k or "q_b_" in k for k in no_q_lora)
+
+
+@pytest.mark.parametrize("fmt", ["specforge", "speculators", "sglang_prefixed"])
+def test_mla_round_trip(tmp_path, fmt):
+    """MLA drafts load as a direct copy (midlayer.*, Kimi's layers.0.*, SGLang's model.* names) and save_draft
+    round-trips them with an SGLang-dialect config."""
+    cfg = DraftConfig.from_dict(MLA_RAW)
+    draft = _trained_like(cfg)
+    d = tmp_path / fmt
+    if fmt == "sglang_prefixed":
+        d.mkdir()
+        (d / "config.json").write_text(json.dumps(MLA_RAW))
+        save_file({("model." + k if k != "lm_head.weight" else k): v.contiguous()
+                   for k, v in draft.state_dict().items()}, str(d / "model.safetensors"))
+    else:
+        save_draft(draft, cfg, d, format=fmt, include_embed=True)
+        written = json.loads((d / "config.json").read_text())
+        assert written["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and written["kv_lora_rank"] == 12
+    loaded = load_draft(d)
+    assert loaded.cfg.mla == cfg.mla and set(loaded.report.status) == {"ok"}
+    for k, v in draft.state_dict().items():
+        assert torch.equal(loaded.model.state_dict()[k], v), k
+    assert _same_outputs(loaded.model, draft)
+    again = load_draft(save_draft(loaded.model, loaded.cfg, tmp_path / "again", include_embed=True))
+    assert _same_outputs(again.model, draft)
+
+
+def test_mla_wrong_latent_shape_names_key(tmp_path):
+    """A kv_b_proj trained for another kv_lora_rank is refused naming the key, expected and found shapes."""
+    cfg = DraftConfig.from_dict(MLA_RAW)
+    sd = _trained_like(cfg).state_dict()
+    sd["midlayer.self_attn.kv_b_proj.weight"] = torch.zeros(4 * 14, 10)
+    save_draft(sd, MLA_RAW, tmp_path / "bad", include_embed=True)
+    with pytest.raises(CheckpointError, match=r"kv_b_proj.*\[56, 12\].*\[56, 10\]"):
+        load_draft(tmp_path / "bad")
