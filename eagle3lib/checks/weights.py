@@ -35,11 +35,23 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
         out["fc.bias"] = (H,)
     m = "midlayer."
     out.update({m + "hidden_norm.weight": (H,), m + "input_layernorm.weight": (H,)})
-    for proj, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)):
+    vd = hd
+    if cfg.mla is not None:                                              # multi-latent attention (MLA drafts)
+        a, ml = m + "self_attn.", cfg.mla
+        vd = ml.v_head_dim
+        if ml.q_lora_rank is None:
+            out[a + "q_proj.weight"] = (nh * hd, 2 * H)
+        else:
+            out.update({a + "q_a_proj.weight": (ml.q_lora_rank, 2 * H), a + "q_a_layernorm.weight": (ml.q_lora_rank,),
+                        a + "q_b_proj.weight": (nh * hd, ml.q_lora_rank)})
+        out.update({a + "kv_a_proj_with_mqa.weight": (ml.kv_lora_rank + ml.qk_rope_head_dim, 2 * H),
+                    a + "kv_a_layernorm.weight": (ml.kv_lora_rank,),
+                    a + "kv_b_proj.weight": (nh * (ml.qk_nope_head_dim + vd), ml.kv_lora_rank)})
+    for proj, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)) if cfg.mla is None else ():
         out[f"{m}self_attn.{proj}_proj.weight"] = (rows, 2 * H)          # q/k/v read [embedding, hidden]: 2H
         if cfg.bias:
             out[f"{m}self_attn.{proj}_proj.bias"] = (rows,)
-    out.update({m + "self_attn.o_proj.weight": (H, nh * hd), m + "post_attention_layernorm.weight": (H,),
+    out.update({m + "self_attn.o_proj.weight": (H, nh * vd), m + "post_attention_layernorm.weight": (H,),
                 m + "mlp.gate_proj.weight": (inter, H), m + "mlp.up_proj.weight": (inter, H),
                 m + "mlp.down_proj.weight": (H, inter), "norm.weight": (H,),
                 "lm_head.weight": (cfg.draft_vocab_size, H)})

@@ -45,9 +45,14 @@ def test_engine_name_rules():
     assert engine_name("layers.0.mlp.up_proj.weight", "vllm", None) == ("midlayer.mlp.up_proj.weight", True)
 
 
+MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "q_lora_rank": 16, "kv_lora_rank": 12,
+              "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 6}
+
+
 @pytest.mark.parametrize("changes", [{}, {"fc_norm": True, "bias": True}, {"norm_before_fc": True,
                                      "num_aux_hidden_states": 4, "eagle_config": {"eagle_aux_hidden_state_layer_ids":
-                                                                                  [-1, 1, 3, 5]}}])
+                                                                                  [-1, 1, 3, 5]}},
+                                     dict(MLA_FIELDS, fc_norm=True), dict(MLA_FIELDS, q_lora_rank=None, bias=True)])
 def test_expected_shapes_equal_the_built_draft(changes):
     """The config-only shape table equals the tensors Eagle3Draft actually builds (flags, bias, 4 slots)."""
     cfg = DraftConfig.from_dict(draft_raw(**changes))
