@@ -20,11 +20,17 @@ from eagle3lib.errors import LayoutError
 from tests.conftest import TINY_SPECFORGE
 
 LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # TINY_SPECFORGE ids [-1,1,3,5] of an 8-layer target
+# the same draft with DeepSeek-V2 multi-latent attention (SGLang's Kimi-K2.x MLA drafts), YaRN RoPE
+MLA = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek_v3", "num_key_value_heads": 4,
+       "q_lora_rank": 16, "kv_lora_rank": 12, "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 6,
+       "rope_scaling": {"rope_type": "yarn", "factor": 4.0, "mscale": 1.0, "mscale_all_dim": 1.0,
+                        "original_max_position_embeddings": 64}}
 
 
-def make_setup(tmp_path, *, lm_head: torch.Tensor | None = None) -> R.ReplaySetup:
-    """A random tiny draft (Vd=40 of V=120) + a target dir holding only config, embedding and lm_head."""
-    raw = copy.deepcopy(TINY_SPECFORGE)
+def make_setup(tmp_path, *, lm_head: torch.Tensor | None = None, mla: bool = False) -> R.ReplaySetup:
+    """A random tiny draft (Vd=40 of V=120; MLA attention with mla=True) + a target dir holding only config,
+    embedding and lm_head."""
+    raw = copy.deepcopy(TINY_SPECFORGE) | (copy.deepcopy(MLA) if mla else {})
     model = Eagle3Draft(DraftConfig.from_dict(raw))
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
@@ -182,9 +188,12 @@ def test_shift_positions_and_d2t_readings(tmp_path):
 
 # ---------------------------------------------------------------- replay bookkeeping
 
-def test_replay_counts_match_the_constructed_truth(tmp_path):
-    """Data built so the draft is right exactly where planned: acc_0, OOV rate and positions come out exactly."""
-    setup = make_setup(tmp_path)
+@pytest.mark.parametrize("mla", [False, True])
+def test_replay_counts_match_the_constructed_truth(tmp_path, mla):
+    """Data built so the draft is right exactly where planned: acc_0, OOV rate and positions come out exactly
+    (Llama and MLA attention)."""
+    setup = make_setup(tmp_path, mla=mla)
+    assert (setup.model.cfg.mla is not None) == mla
     samples, acc, oov = make_samples(setup)
     r = R.replay(setup, samples, num_steps=3, progress=False)
     assert r.reference == "data" and r.layout == LAYOUT and not r.skipped
@@ -215,10 +224,12 @@ def test_chain_simulation_equals_teacher_forced_leading_run(tmp_path):
     assert r.per_step.acc.tolist() == pytest.approx(batch.per_step.acc.tolist())
 
 
-def test_chain_drafts_match_incremental_drafting(tmp_path):
-    """The chain replay uses drafts identical to KV-cached chain drafting from that position (own tokens, states)."""
+@pytest.mark.parametrize("mla", [False, True])
+def test_chain_drafts_match_incremental_drafting(tmp_path, mla):
+    """The chain replay uses drafts identical to KV-cached chain drafting from that position (own tokens, states),
+    Llama and MLA attention."""
     from eagle3lib.replay.tokenview import collect
-    setup = make_setup(tmp_path)
+    setup = make_setup(tmp_path, mla=mla)
     samples, _, _ = make_samples(setup, n=1)
     d = collect(setup, samples, n=1, num_steps=3)[0]
     m, s, hot = setup.model, samples[0], R.draft_target_ids(setup.model)
