@@ -88,6 +88,20 @@ def test_layout_of_explicit_slots():
         CaptureSpec.from_ids([7], "input").layout(L)
 
 
+def test_kimi_target_captures_for_an_mla_draft_with_the_deepseek_first_id_rule():
+    """A Kimi-K2.5 target (KimiK25ForConditionalGeneration) captures in its DeepSeek-V3 language model: an MLA
+    draft's ids [2, 30, 58] (capture-before convention) are fed as inputs of layers 2/30/58, not 3/31/59, and
+    output-of-layer ids [1, 29, 57] as the same boundaries; before v0.5.12 every id got +1."""
+    from eagle3lib.serving.capturespec import FIRST_ID_RULE_TARGETS
+    kimi = "KimiK25ForConditionalGeneration"
+    assert any(kimi.startswith(p) and "deepseek_v2.py" in f for p, f, _ in FIRST_ID_RULE_TARGETS)
+    new = CaptureSpec.sglang([2, 30, 58], "0.5.23", target_arch=kimi)
+    assert new.engine == "sglang-first-id" and new.layout(61) == ("layer_in.2", "layer_in.30", "layer_in.58")
+    assert CaptureSpec.sglang([1, 29, 57], "0.5.23", target_arch=kimi).layout(61) == new.layout(61)
+    old = CaptureSpec.sglang([2, 30, 58], "0.5.6", target_arch=kimi)
+    assert old.layout(61) == ("layer_in.3", "layer_in.31", "layer_in.59")
+
+
 def test_layout_of_engine_rules():
     """SGLang adds +1 to every id before v0.5.12, then only when ids[0] == 1; vLLM never; both ascending."""
     L32 = 32
