@@ -168,6 +168,13 @@ def test_mla_fields_and_derived_scale():
     assert c.summary()["attention"] == "MLA" and DraftConfig.from_dict(SPECFORGE).mla is None
     plain = DraftConfig.from_dict({k: v for k, v in MLA.items() if k != "rope_scaling"}).mla
     assert plain.softmax_scale == pytest.approx(192 ** -0.5) and plain.rope_mscale == 1.0
+    # SGLang's DeepSeek YaRN defaults mscale=1, mscale_all_dim=0 (transformers takes get_mscale(factor) when
+    # either is missing): cos/sin x mscale(f, 1) / mscale(f, 0.5), softmax scale x mscale(f, 0.5)**2
+    half = DraftConfig.from_dict(dict(MLA, rope_scaling={"type": "yarn", "factor": 32.0, "mscale_all_dim": 0.5,
+                                                         "original_max_position_embeddings": 4096})).mla
+    g = 0.1 * math.log(32)
+    assert half.rope_mscale == pytest.approx((g + 1) / (0.5 * g + 1))
+    assert half.softmax_scale == pytest.approx(192 ** -0.5 * (0.5 * g + 1) ** 2)
 
 
 def test_mla_detected_from_fields_and_engine_limits_warned():

@@ -14,11 +14,11 @@ from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft, top1
 
 
-def reference_attend(q, k, v, allowed, diag):
+def reference_attend(q, k, v, allowed, diag, scale=None):
     """The former draft._attend: (B, nh, T, S) scores materialised, diagonal scores concatenated, one softmax."""
     rep = q.shape[1] // k.shape[1]
     k, v = k.repeat_interleave(rep, dim=1), v.repeat_interleave(rep, dim=1)
-    scale = 1.0 / math.sqrt(q.shape[-1])
+    scale = 1.0 / math.sqrt(q.shape[-1]) if scale is None else scale
     scores = ((q @ k.transpose(-1, -2)) * scale).masked_fill(~allowed, float("-inf"))   # (B, nh, T, S)
     dk = [kd.repeat_interleave(rep, dim=1) for kd, _ in diag]
     dv = [vd.repeat_interleave(rep, dim=1) for _, vd in diag]
@@ -100,6 +100,21 @@ def test_chain_attention_equals_materialised_softmax():
         ref = reference_attend(q, k, v, causal, diag)
         assert float((A.chain_attention(q, pos, k, v, diag, block_elements=4 * (T + 8)) - ref).abs().max()) <= 1e-5
     assert float((A.causal_attention(q, k, v) - reference_attend(q, k, v, causal, [])).abs().max()) <= 1e-5
+
+
+def test_chain_attention_with_mla_head_dims_and_scale():
+    """Value width != key width (MLA: qk_head_dim 12, v_head_dim 5) and a given softmax scale (YaRN mscale)."""
+    B, nh, T, scale = 2, 4, 13, 0.37
+    q, k, v = torch.randn(B, nh, T, 12) * 2, torch.randn(B, nh, T, 12) * 2, torch.randn(B, nh, T, 5)
+    causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
+    pos = torch.arange(T)[None].expand(B, T)
+    for j in (0, 2):
+        diag = [(torch.randn(B, nh, T, 12) * 2, torch.randn(B, nh, T, 5)) for _ in range(j)]
+        ref = reference_attend(q, k, v, causal, diag, scale)
+        out = A.chain_attention(q, pos, k, v, diag, block_elements=3 * (T + 8), scale=scale)
+        assert out.shape == (B, nh, T, 5) and float((out - ref).abs().max()) <= 1e-5
+    ref = reference_attend(q, k, v, causal, [], scale)
+    assert float((A.causal_attention(q, k, v, scale) - ref).abs().max()) <= 1e-5
 
 
 @pytest.mark.parametrize("feed", ["teacher", "draft"])
