@@ -73,7 +73,9 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     }
     state = "loads cleanly" if not len(problems) and not len(vocab_errors) else \
         f"{len(problems)} tensor problem(s), {len(vocab_errors)} vocab error(s)"
-    findings["headline"] = (f"{cfg.dialect} draft {state}: {cfg.num_aux} aux slots "
+    findings["attention"] = "MLA" if cfg.mla else "Llama"
+    kind = " (MLA attention)" if cfg.mla else ""
+    findings["headline"] = (f"{cfg.dialect} draft{kind} {state}: {cfg.num_aux} aux slots "
                             f"[{', '.join(layout) if layout else 'engine defaults'}], "
                             f"Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}")
     return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model), reading,

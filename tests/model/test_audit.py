@@ -35,6 +35,18 @@ def test_audit_tables_and_findings(tmp_path, tiny_cfg_dict):
     assert a.params.iloc[-1]["module"] == "total"
 
 
+def test_audit_of_an_mla_draft(tmp_path, tiny_cfg_dict):
+    """An MLA draft (Kimi-K2.x kind) audits cleanly; the headline and config table say MLA and its latent sizes."""
+    tiny_cfg_dict.update(architectures=["Eagle3DeepseekV2ForCausalLM"], draft_vocab_size=120, num_key_value_heads=4,
+                         q_lora_rank=16, kv_lora_rank=12, qk_rope_head_dim=8, qk_nope_head_dim=8, v_head_dim=6)
+    draft, target = _world(tmp_path, tiny_cfg_dict)
+    a = audit_draft(draft, target)
+    assert "(MLA attention) loads cleanly" in a.findings["headline"] and a.findings["attention"] == "MLA"
+    table = dict(zip(a.config_table.field, a.config_table.value))
+    assert table["attention"] == "MLA" and table["mla kv_lora_rank"] == 12 and table["mla q_lora_rank"] == 16
+    assert a.findings["tensor_problems"] == 0
+
+
 def test_audit_flags_missing_vocab_map(tmp_path, tiny_cfg_dict):
     """A reduced-vocab draft without d2t is reported as a vocab error in the headline."""
     draft, target = _world(tmp_path, tiny_cfg_dict, drop_d2t=True)
