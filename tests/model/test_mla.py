@@ -217,3 +217,17 @@ def test_mla_attention_needs_an_mla_config(tiny_cfg_dict):
     from eagle3lib.model.draft import RMSNorm
     with pytest.raises(ValueError, match="MLA config"):
         MlaAttention(DraftConfig.from_dict(tiny_cfg_dict), 64, RMSNorm)
+
+
+def test_bf16_forward_runs_and_is_close():
+    """An MLA draft runs TTT and cached steps in bf16 (the served dtype) and stays close to fp32."""
+    d = random_draft(DraftConfig.from_dict(mla_dict(scaling=YARN, fc_norm=True, norm_output=True)))
+    aux, ids = torch.randn(1, 8, K_AUX * HT), torch.randint(0, V, (1, 8))
+    with torch.no_grad():
+        ref = d.ttt_forward(aux, ids, 2)
+        d = d.to(torch.bfloat16)
+        out = d.ttt_forward(aux.bfloat16(), ids, 2)
+        step, _ = d.step(aux.bfloat16(), torch.nn.functional.pad(ids, (0, 1))[:, 1:], torch.arange(8)[None],
+                         d.new_cache(1, 16), fuse=True)
+    assert out[0].dtype == step.dtype == torch.bfloat16
+    assert rel_err(out[1].float(), ref[1]) < 0.05 and rel_err(step.float(), ref[0]) < 0.05
