@@ -87,7 +87,7 @@ class MlaAttention(nn.Module):
         k_pe = rope_pairs(k_pe[:, None], cos, sin, self.interleaved)    # (B, T, dr) -> (B, 1, T, dr)
         q = torch.cat([q_nope, q_pe], dim=-1)                           # -> (B, nh, T, hd)
         k = torch.cat([k_nope, k_pe.expand(-1, self.nh, -1, -1)], dim=-1)   # (B, 1, T, dr) shared -> (B, nh, T, hd)
-        return q, k, v.contiguous()
+        return q, k, v
 
     def out(self, o: Tensor) -> Tensor:
         B, _, T, _ = o.shape
