@@ -70,15 +70,32 @@ class Capture:
                        self.dtype, f"{self.source}[{b}]")
 
 
-def _parts(model):
-    """(embed_tokens, layers, norm) of a Llama-style causal LM (or of its bare decoder)."""
-    base = model.model if hasattr(model, "model") and hasattr(model.model, "layers") else model
-    missing = [a for a in ("embed_tokens", "layers", "norm") if not hasattr(base, a)]
-    if missing:
-        raise LayoutError(f"target model {type(model).__name__}", "not a Llama-style decoder",
-                          expected="model.model.{embed_tokens, layers, norm}", found=f"missing {missing}",
-                          cause="an architecture whose decoder stack is named differently")
-    return base, base.layers, base.norm
+# Where causal LMs keep their decoder stack (a module with `layers` and a final `norm`), first match wins:
+# Llama / Qwen3 / Qwen3-MoE / DeepSeek-V3 / gpt-oss `XxxForCausalLM.model`; VLM wrappers (Kimi-K2.5's
+# `Kimi_K25ForConditionalGeneration.model.language_model`, Llava-style `language_model.model`); a bare decoder.
+DECODER_PATHS = ("model", "model.language_model", "language_model.model", "language_model", "")
+
+
+def _submodule(model, path: str):
+    for part in path.split(".") if path else ():
+        model = getattr(model, part, None)
+        if model is None:
+            return None
+    return model
+
+
+def decoder_stack(model):
+    """(decoder, layers, final norm) of an HF causal LM: the module called on token ids, its decoder layers (each
+    called on the residual stream) and the norm applied after the last one (paths in DECODER_PATHS)."""
+    for path in DECODER_PATHS:
+        base = _submodule(model, path)
+        if base is not None and isinstance(getattr(base, "layers", None), torch.nn.ModuleList) \
+                and isinstance(getattr(base, "norm", None), torch.nn.Module):
+            return base, base.layers, base.norm
+    raise LayoutError(f"target model {type(model).__name__}", "no decoder stack found",
+                      expected=" or ".join(f"{p + '.' if p else ''}{{layers, norm}}" for p in DECODER_PATHS),
+                      found=f"children {[n for n, _ in model.named_children()][:8]}",
+                      cause="an architecture whose decoder stack is named differently (e.g. GPT-2's transformer.h)")
 
 
 def _requested(only, num_layers: int) -> list[str]:
@@ -97,7 +114,7 @@ class _Stop(Exception):
 def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None, device=None, dtype=None,
             progress: bool = False) -> Capture:
     """Run the target on (T,) or (B, T) ids and keep every (or each `only`) residual boundary."""
-    base, layers, norm = _parts(model)
+    base, layers, norm = decoder_stack(model)
     L = len(layers)
     ids = torch.as_tensor(input_ids, dtype=torch.long)
     if ids.dim() not in (1, 2) or ids.numel() == 0:
@@ -154,7 +171,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
     if missing:
         raise LayoutError(f"capture of {type(model).__name__}", "hooks did not fire for some boundaries",
                           expected=wanted, found=sorted(got), cause="the model skips layers or its forward "
-                          "does not call model.layers[i] / model.norm")
+                          "does not call its decoder layers / final norm")
     return Capture({n: got[n] for n in wanted}, ids.clone(), L, p.dtype)
 
 
@@ -179,7 +196,7 @@ def capture_batch(model, sequences, *, only=None, batch_size: int = 8, pad_id: i
 
 def capture_for_layout(model, input_ids, layout, **kwargs) -> Tensor:
     """The aux tensor a draft trained on `layout` takes: (T, k*H) (or (B, T, k*H)), slots in layout order."""
-    L = len(_parts(model)[1])
+    L = len(decoder_stack(model)[1])
     names = parse_layout(layout, L)
     return capture(model, input_ids, only=names, **kwargs).concat(names)
 

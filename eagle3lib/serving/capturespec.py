@@ -15,6 +15,7 @@ import torch
 from torch import Tensor
 
 from .advice import captured_by
+from ..hidden.capture import decoder_stack
 from ..errors import LayoutError
 from ..layout import normalize, parse_layout
 from .sglang_rule import DEFAULT_VERSION, parse_version
@@ -157,13 +158,9 @@ class CaptureSpec:
 
 
 def decoder_parts(model):
-    """(layers, final norm) of an HF Llama-style causal LM, or a LayoutError naming what is missing."""
-    base = model.model if hasattr(model, "model") and hasattr(model.model, "layers") else model
-    if not (hasattr(base, "layers") and hasattr(base, "norm")):
-        raise LayoutError(f"target model {type(model).__name__}", "not a Llama-style decoder",
-                          expected="model.model.layers and model.model.norm", found="missing",
-                          cause="an architecture whose decoder stack is named differently")
-    return base.layers, base.norm
+    """(layers, final norm) of an HF causal LM (`hidden.capture.decoder_stack`), or a LayoutError."""
+    _, layers, norm = decoder_stack(model)
+    return layers, norm
 
 
 class HiddenTap:

@@ -104,12 +104,12 @@ def test_dtype_and_progress(ids):
 
 
 def test_bad_requests_raise_layout_errors(model, ids):
-    """Unknown names, layers beyond the target and non-Llama modules fail with LayoutError."""
+    """Unknown names, layers beyond the target and modules without a decoder stack fail with LayoutError."""
     with pytest.raises(LayoutError, match="unknown boundary"):
         capture(model, ids, only=["layer7"])
     with pytest.raises(LayoutError, match="beyond"):
         capture(model, ids, only=["layer_in.9"])
-    with pytest.raises(LayoutError, match="Llama-style"):
+    with pytest.raises(LayoutError, match="no decoder stack"):
         capture(torch.nn.Linear(2, 2), ids)
     with pytest.raises(LayoutError, match="non-empty"):
         capture(model, torch.zeros(0, dtype=torch.long))

@@ -169,7 +169,7 @@ def test_decoder_parts(model):
     layers, norm = decoder_parts(model)
     assert layers is model.model.layers and norm is model.model.norm and len(layers) == L
     assert decoder_parts(model.model) == (model.model.layers, model.model.norm)
-    with pytest.raises(LayoutError, match=r"target model Linear: not a Llama-style decoder"):
+    with pytest.raises(LayoutError, match=r"target model Linear: no decoder stack found"):
         decoder_parts(torch.nn.Linear(2, 2))
 
 
