@@ -201,8 +201,34 @@ def capture_for_layout(model, input_ids, layout, **kwargs) -> Tensor:
     return capture(model, input_ids, only=names, **kwargs).concat(names)
 
 
+def _native_class(config_file: Path):
+    """(class, config) when config.json names a model_type transformers lacks (remote code, e.g. Kimi-K2's `kimi_k2`)
+    but an architecture transformers ships (`DeepseekV3ForCausalLM`); None when AutoModel can load it as is."""
+    import json
+
+    import transformers
+    from transformers import CONFIG_MAPPING
+
+    try:
+        raw = json.loads(config_file.read_text())
+    except (OSError, ValueError):
+        return None                          # AutoConfig reports it
+    if not isinstance(raw, dict) or raw.get("model_type") in CONFIG_MAPPING:
+        return None
+    cls = next((getattr(transformers, a) for a in raw.get("architectures") or []
+                if isinstance(a, str) and hasattr(getattr(transformers, a, None), "config_class")), None)
+    if cls is None:
+        return None
+    fields = {k: v for k, v in raw.items() if k not in ("model_type", "auto_map")}
+    return cls, cls.config_class.from_dict(fields)
+
+
 def load_target_model(path, device="cpu", dtype=None):
-    """`AutoModelForCausalLM.from_pretrained(path)` (no remote code), on `device` in `dtype`, in eval mode."""
+    """`AutoModelForCausalLM.from_pretrained(path)` (no remote code), on `device` in `dtype`, in eval mode.
+
+    A config whose model_type only remote code knows but whose `architectures` names a transformers class (Kimi-K2:
+    model_type `kimi_k2`, a `DeepseekV3ForCausalLM` stack) is loaded with that class, as vLLM / SGLang pick the
+    model file by architecture."""
     import transformers
 
     p = Path(path)
@@ -216,9 +242,11 @@ def load_target_model(path, device="cpu", dtype=None):
         dtype = getattr(torch, dtype.replace("torch.", ""), None) or dtype
     key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
     transformers.utils.logging.disable_progress_bar()   # a per-load "Loading weights" bar is noise in reports
+    native = _native_class(p / "config.json") if p.is_dir() else None
+    cls, extra = (native[0], {"config": native[1]}) if native else (transformers.AutoModelForCausalLM, {})
     try:
-        model = transformers.AutoModelForCausalLM.from_pretrained(str(p), trust_remote_code=False,
-                                                                  **({key: dtype} if dtype is not None else {}))
+        model = cls.from_pretrained(str(p), trust_remote_code=False, **extra,
+                                    **({key: dtype} if dtype is not None else {}))
     except ValueError as e:
         raise ConfigError(f"target model {path}/config.json", "transformers cannot build this architecture",
                           expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],

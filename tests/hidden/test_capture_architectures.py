@@ -85,3 +85,32 @@ def test_decoder_found_inside_a_vlm_wrapper(ids):
     assert base is lm.model and layers is lm.model.layers and norm is lm.model.norm
     a, b = capture(wrapper, ids), capture(lm, ids)
     assert a.names == b.names and all(torch.equal(a[n], b[n]) for n in a.names)
+
+
+def test_kimi_k2_model_type_loads_as_its_deepseek_v3_architecture(tmp_path, ids):
+    """Kimi-K2's config says model_type kimi_k2 (remote code) over a DeepseekV3ForCausalLM stack: loaded natively."""
+    import json
+
+    folder = save_tiny_target("deepseek_v3", tmp_path / "k2")
+    raw = json.loads((folder / "config.json").read_text())
+    raw.update(model_type="kimi_k2", auto_map={"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"})
+    (folder / "config.json").write_text(json.dumps(raw))
+    model = load_target_model(folder)
+    assert type(model).__name__ == "DeepseekV3ForCausalLM" and model.config.first_k_dense_replace == 1
+    ref = load_target_model(save_tiny_target("deepseek_v3", tmp_path / "v3"))
+    a, b = capture(model, ids), capture(ref, ids)
+    assert all(torch.equal(a[n], b[n]) for n in b.names)
+
+
+def test_unknown_model_type_without_a_known_architecture_is_a_config_error(tmp_path):
+    """Remote-code-only configs (no transformers architecture to fall back on) are refused with the cause."""
+    import json
+
+    from eagle3lib.errors import ConfigError
+
+    folder = save_tiny_target("llama", tmp_path / "x")
+    raw = json.loads((folder / "config.json").read_text())
+    raw.update(model_type="my_remote_model", architectures=["MyRemoteForCausalLM"])
+    (folder / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(ConfigError, match="remote code"):
+        load_target_model(folder)

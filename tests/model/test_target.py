@@ -9,6 +9,7 @@ from safetensors.torch import save_file
 
 from eagle3lib.errors import CheckpointError, ConfigError
 from eagle3lib.model.target import load_target_info, load_target_tensor, load_tokenizer
+from tests.tiny_targets import ARCHS, H, V, tiny_target
 
 
 def _sharded_target(d, tied=False, text_config=False):
@@ -54,3 +55,40 @@ def test_missing_fields_and_embedding(tmp_path):
 def test_no_tokenizer_is_none(tmp_path):
     """A directory without tokenizer files gives None, not an exception."""
     assert load_tokenizer(tmp_path) is None
+
+
+@pytest.mark.parametrize("arch", ARCHS)
+def test_saved_architectures_info_embedding_and_lm_head(tmp_path, arch):
+    """Facts, embedding and lm_head of targets saved by transformers (Qwen3 tied: no lm_head key, the embedding)."""
+    model = tiny_target(arch)
+    model.save_pretrained(tmp_path)
+    info = load_target_info(tmp_path)
+    cfg = model.config
+    assert (info.architecture, info.model_type) == (type(model).__name__, cfg.model_type)
+    assert (info.num_layers, info.hidden_size, info.vocab_size) == (cfg.num_hidden_layers, H, V)
+    assert info.tie_word_embeddings == (arch == "qwen3")
+    assert torch.equal(load_target_tensor(tmp_path, "embed"), model.model.embed_tokens.weight.detach())
+    assert torch.equal(load_target_tensor(tmp_path, "lm_head"), model.lm_head.weight.detach())
+    if arch == "qwen3":
+        from eagle3lib.model.safefiles import read_safetensors_header
+        assert "lm_head.weight" not in read_safetensors_header(tmp_path / "model.safetensors")
+
+
+def test_kimi_k2_and_kimi_k25_configs(tmp_path):
+    """Kimi-K2 ships a DeepSeek-V3 stack under model_type kimi_k2; Kimi-K2.5 nests it in text_config."""
+    k2 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "num_hidden_layers": 61,
+          "first_k_dense_replace": 1, "hidden_size": 7168, "vocab_size": 163840, "tie_word_embeddings": False,
+          "kv_lora_rank": 512, "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+    (tmp_path / "config.json").write_text(json.dumps(k2))
+    info = load_target_info(tmp_path)
+    assert (info.architecture, info.model_type, info.num_layers) == ("DeepseekV3ForCausalLM", "kimi_k2", 61)
+    k25 = {"architectures": ["KimiK25ForConditionalGeneration"], "model_type": "kimi_k25",
+           "text_config": {**k2, "model_type": "kimi_k2"}, "vision_config": {"hidden_size": 1152}}
+    (tmp_path / "config.json").write_text(json.dumps(k25))
+    info = load_target_info(tmp_path)
+    assert (info.model_type, info.num_layers, info.hidden_size, info.tie_word_embeddings) == (
+        "kimi_k2", 61, 7168, False)
+    save_file({"language_model.model.embed_tokens.weight": torch.ones(4, 2),
+               "language_model.lm_head.weight": torch.zeros(4, 2)}, str(tmp_path / "model.safetensors"))
+    assert torch.equal(load_target_tensor(tmp_path, "embed"), torch.ones(4, 2))
+    assert torch.equal(load_target_tensor(tmp_path, "lm_head"), torch.zeros(4, 2))
