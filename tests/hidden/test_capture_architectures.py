@@ -114,3 +114,17 @@ def test_unknown_model_type_without_a_known_architecture_is_a_config_error(tmp_p
     (folder / "config.json").write_text(json.dumps(raw))
     with pytest.raises(ConfigError, match="remote code"):
         load_target_model(folder)
+
+
+@pytest.mark.parametrize("arch", ["deepseek_v3", "gpt_oss"])
+def test_replay_recapture_fills_missing_slots_from_the_saved_target(tmp_path, ids, arch):
+    """replay's Recapture loads the saved MLA / sliding-window target and returns the boundaries a sample lacks."""
+    from eagle3lib.replay.layoutsearch import Recapture
+    from eagle3lib.samples.sample import Sample
+
+    folder = save_tiny_target(arch, tmp_path / arch)
+    ref = capture(load_target_model(folder), ids)
+    s = Sample("s0", ids, torch.ones(T, dtype=torch.long), ref.stack(["embed"]), ("embed",))
+    got = Recapture(folder).states(s, ["layer_in.1", "final_prenorm"])
+    assert sorted(got) == ["final_prenorm", "layer_in.1"]
+    assert torch.equal(got["layer_in.1"], ref["layer_in.1"]) and torch.equal(got["final_prenorm"], ref["final_prenorm"])
