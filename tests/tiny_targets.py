@@ -61,7 +61,14 @@ def tiny_target(arch: str, seed: int = 0, dtype=torch.float32, **over):
         for name, p in model.named_parameters():
             if p.dim() >= 2 or "sinks" in name or "bias" in name:
                 p.normal_(0, 0.2)
-    return model.to(dtype).eval()
+    return exact(model) if dtype == torch.float64 else model.to(dtype).eval()
+
+
+def exact(model):
+    """`model` in float64 with the experts run one by one (grouped_mm, the default kernel, has no float64), so a
+    batched verify and one-token decoding pick the same argmax."""
+    model.config._experts_implementation = "eager"
+    return model.double().eval()
 
 
 def save_tiny_target(arch: str, folder, seed: int = 0, **over) -> Path:

@@ -128,6 +128,25 @@ class SpecEngine:
             kw[self._keep_kw] = 1
         return self.target(input_ids=ids, **kw).logits
 
+    def _new_cache(self):
+        """An HF DynamicCache for the target in which every layer keeps every position.
+
+        transformers gives a sliding-window layer (gpt-oss, every other layer) a cache of its last window only, which
+        cannot be cropped back once the window is full, so a rejected verify could not be rolled back. A full layer
+        attends the same (the sliding mask comes from the config, not the cache) at the cost of memory."""
+        from transformers import DynamicCache
+        try:
+            cache = DynamicCache(config=self.target.config)
+        except TypeError:                                  # transformers < 4.56: no config argument
+            return DynamicCache()
+        layers = getattr(cache, "layers", None)
+        if layers and any(getattr(ly, "is_sliding", False) for ly in layers):
+            from transformers.cache_utils import DynamicLayer
+            for i, ly in enumerate(layers):
+                if getattr(ly, "is_sliding", False):
+                    layers[i] = DynamicLayer()
+        return cache
+
     @staticmethod
     def _crop(cache, keep: int):
         """Drop cached positions >= keep (negative crop works in transformers 4.x and 5.x alike)."""
@@ -202,8 +221,6 @@ class SpecEngine:
 
         tree: draft SGLang trees (default: when topk > 1); tree=True with topk 1 runs the tree code on a chain.
         """
-        from transformers import DynamicCache
-
         settings = settings or SpecSettings()
         eff = self.resolve(settings)
         if max_new_tokens < 1:
@@ -211,10 +228,7 @@ class SpecEngine:
         ids = self._prompt(prompt_ids)
         lines: list[str] = []
         self._launch(eff, lines)
-        try:
-            cache = DynamicCache(config=self.target.config)
-        except TypeError:                                  # transformers < 4.56: no config argument
-            cache = DynamicCache()
+        cache = self._new_cache()
         st = _Req(ids, max_new_tokens, self.eos)
         if eff.speculative:
             with HiddenTap(self.target, self.layout) as tap:

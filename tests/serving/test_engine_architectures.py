@@ -1,0 +1,77 @@
+"""The offline engine on tiny random Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 (MLA + MoE) and gpt-oss targets.
+
+Each target is saved and loaded back through `load_target_model`, in float64 (experts looped). The reference is
+a greedy loop that re-runs the whole sequence without any cache, so it is independent of the engine's KV handling
+(cropping after rejections; gpt-oss's sliding-window layers).
+"""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3lib.hidden.capture import capture_for_layout, load_target_model
+from eagle3lib.model.draft import Eagle3Draft
+from eagle3lib.serving.capturespec import CaptureSpec
+from eagle3lib.serving.engine import SpecEngine
+from eagle3lib.serving.engine_settings import SpecSettings
+from tests.serving.test_engine import OracleDraft, _draft_cfg, _expected_rounds, _random_draft
+from tests.tiny_targets import ARCHS, H, V, exact, save_tiny_target
+
+LAYOUT = ("embed", "layer_in.1", "final_prenorm")
+N_NEW = 30
+
+
+def _cfg(**over):
+    return _draft_cfg(vocab_size=V, target_hidden_size=H, num_aux_hidden_states=3,
+                      eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}, **over)
+
+
+@pytest.fixture(scope="module", params=ARCHS)
+def case(request, tmp_path_factory):
+    """(arch, float64 target loaded through eagle3lib, prompt, uncached greedy continuation of N_NEW + 8 tokens:
+    the oracle draft reads past the last emitted token)."""
+    model = exact(load_target_model(save_tiny_target(request.param, tmp_path_factory.mktemp(request.param))))
+    prompt = torch.randint(0, V, (12,), generator=torch.Generator().manual_seed(3))
+    seq = prompt.clone()
+    with torch.no_grad():
+        for _ in range(N_NEW + 8):
+            nxt = model(seq[None], use_cache=False).logits[0, -1].argmax()
+            seq = torch.cat([seq, nxt.view(1)])
+    return request.param, model, prompt, tuple(seq[len(prompt):].tolist())
+
+
+@pytest.mark.parametrize("steps", [1, 3])
+def test_random_draft_chain_equals_target_greedy(case, steps):
+    """Chain drafting with a random draft (d2t offsets) gives exactly the uncached target-only greedy tokens."""
+    arch, model, prompt, ref = case
+    ref = ref[:N_NEW]
+    eng = SpecEngine(model, _random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
+    assert eng.generate(prompt, N_NEW, SpecSettings.baseline()).output_ids == ref
+    r = eng.generate(prompt, N_NEW, SpecSettings(steps, 1, steps + 1))
+    assert r.output_ids == ref, arch
+    assert r.rounds >= 1 and r.finish_reason == "length"
+
+
+def test_oracle_acceptance_and_rollback_match_a_fresh_pass(case):
+    """A draft right except at chosen positions: exact accept lengths, greedy output, and the aux rows handed to the
+    draft after accepts and crops equal one fresh no-cache capture (the target KV was rolled back right)."""
+    arch, model, prompt, ref = case
+    truth = list(prompt.tolist()) + list(ref)
+    wrong = {14, 15, 19, 24, 25, 31, 36}
+    draft = _random_draft(_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong=wrong)
+    r = SpecEngine(model, draft, CaptureSpec.from_layout(LAYOUT)).generate(prompt, N_NEW, SpecSettings(3, 1, 4),
+                                                                          keep_aux=True)
+    taus, per_pos = _expected_rounds(len(prompt), N_NEW, 3, wrong)
+    assert r.output_ids == ref[:N_NEW]
+    assert list(r.accept_lengths) == taus and list(r.accepted_per_position) == per_pos
+    assert 1 < r.accept_length < 4
+    P = r.aux.shape[0]
+    seq = torch.tensor(truth[:P])
+    assert torch.equal(r.aux_ids, seq)
+    fresh = capture_for_layout(model, seq, LAYOUT)                 # (P, 3H), one pass without a cache
+    assert torch.allclose(r.aux, fresh, atol=1e-9), (arch, (r.aux - fresh).abs().max())
+    cache = draft.caches[-1]
+    ref_cache = draft.new_cache(1, cache.max_len)
+    Eagle3Draft.step(draft, fresh[None], torch.tensor(truth[1:P + 1])[None], torch.arange(P)[None], ref_cache,
+                     fuse=True)
+    assert torch.allclose(cache.k[:, :, :P], ref_cache.k[:, :, :P], atol=1e-9)
