@@ -19,7 +19,8 @@ import torch
 from torch import Tensor
 
 from ..hidden.dumps import save_dump
-from .capturespec import CaptureSpec, HiddenTap, decoder_parts
+from .capturespec import CaptureSpec, HiddenTap
+from ..hidden.capture import decoder_stack
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
 from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
@@ -82,9 +83,9 @@ class SpecEngine:
                  model_path: str = "", draft_path: str = "", max_total_tokens: int = 131072, log=None,
                  stop_at_eos: bool = True, clock=time.perf_counter):
         self.target, self.draft, self.capture = target.eval(), draft, capture
-        layers, _ = decoder_parts(target)
-        self.num_layers, self.hidden = len(layers), int(target.config.hidden_size)
-        self.vocab = int(target.config.vocab_size)
+        base, layers, _ = decoder_stack(target)
+        text = getattr(base, "config", target.config)      # a VLM wrapper's decoder has the text config
+        self.num_layers, self.hidden, self.vocab = len(layers), int(text.hidden_size), int(text.vocab_size)
         self.model_path, self.draft_path, self.log = model_path, draft_path, log
         self.clock = clock        # seconds for timings: wall (perf_counter) or this thread's CPU (thread_time)
         self.max_total_tokens = max_total_tokens          # the KV pool size 'token usage' is printed against
@@ -94,6 +95,9 @@ class SpecEngine:
         self._cache_kw = "cache" if "cache" in params else "past_key_values"
         self._keep_kw = "logits_to_keep" if "logits_to_keep" in params else None
         self.arch = (getattr(target.config, "architectures", None) or [None])[0]
+        # window of the target's sliding-window layers (gpt-oss), for the tree verify mask; None without such layers
+        self._window = (getattr(text, "sliding_window", None)
+                        if "sliding_attention" in (getattr(text, "layer_types", None) or ()) else None)
         self.layout: tuple[str, ...] = ()
         self._server = None      # counters of the emulated server: launch key, decode iterations, log window
         self.lines: list[str] = []
@@ -319,7 +323,7 @@ class SpecEngine:
         self._sync()
         t1 = self.clock()
         verify = tr.tokens[None]                                       # (n,) -> (1, n) at positions p + depth
-        kw = verify_inputs(tr, p, next(self.target.parameters()).dtype)
+        kw = verify_inputs(tr, p, next(self.target.parameters()).dtype, self._window)
         y = self._forward(verify, cache, last_only=False, **kw)[0].argmax(-1)   # y[j] = target's token after node j
         path = greedy_path(tr, y)                                      # accepted nodes, root first
         keep_cache_rows(cache, p, path)                                # x, d_1..d_a moved to p..p+a; rest dropped

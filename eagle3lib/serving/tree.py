@@ -187,12 +187,27 @@ def greedy_path(tree: DraftTree, target_next: Tensor) -> list[int]:
     return path[::-1]
 
 
-def verify_inputs(tree: DraftTree, prefix_len: int, dtype: torch.dtype) -> dict:
-    """position_ids (1, n) and an additive 4D attention mask (1, 1, n, prefix_len + n) for an HF verify forward."""
-    allowed = torch.cat([torch.ones(tree.size, prefix_len, dtype=torch.bool, device=tree.tokens.device),
+def verify_inputs(tree: DraftTree, prefix_len: int, dtype: torch.dtype, sliding_window: int | None = None) -> dict:
+    """position_ids (1, n) and an additive 4D attention mask (1, 1, n, prefix_len + n) for an HF verify forward.
+
+    sliding_window: the target also has sliding-window layers (gpt-oss): the mask is a dict, `full_attention` as
+    above and `sliding_attention` also hiding keys `sliding_window` or more positions behind the query (HF's
+    sliding rule, q_pos - k_pos < window), which models with layer_types take in place of their own masks."""
+    dev = tree.tokens.device
+    allowed = torch.cat([torch.ones(tree.size, prefix_len, dtype=torch.bool, device=dev),
                          tree.mask()], dim=-1)                                 # (n, L) + (n, n) -> (n, L + n)
-    mask = torch.zeros(allowed.shape, dtype=dtype, device=allowed.device).masked_fill(~allowed, torch.finfo(dtype).min)
-    return {"position_ids": (prefix_len + tree.depths)[None], "attention_mask": mask[None, None]}
+
+    def additive(ok):
+        return torch.zeros(ok.shape, dtype=dtype, device=dev).masked_fill(~ok, torch.finfo(dtype).min)[None, None]
+
+    q_pos = prefix_len + tree.depths                                           # (n,)
+    out = {"position_ids": q_pos[None], "attention_mask": additive(allowed)}
+    if sliding_window:
+        k_pos = torch.cat([torch.arange(prefix_len, device=dev), q_pos])       # (L + n,)
+        near = (q_pos[:, None] - k_pos[None, :]) < int(sliding_window)         # (n, 1) - (1, L + n) -> (n, L + n)
+        out["attention_mask"] = {"full_attention": out["attention_mask"],
+                                 "sliding_attention": additive(allowed & near)}
+    return out
 
 
 def keep_cache_rows(cache, start: int, nodes: list[int]):

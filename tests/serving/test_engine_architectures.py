@@ -15,6 +15,7 @@ from eagle3lib.serving.capturespec import CaptureSpec
 from eagle3lib.serving.engine import SpecEngine
 from eagle3lib.serving.engine_settings import SpecSettings
 from tests.serving.test_engine import OracleDraft, _draft_cfg, _expected_rounds, _random_draft
+from tests.serving.test_tree import SecondChoiceOracle
 from tests.tiny_targets import ARCHS, H, V, exact, save_tiny_target
 
 LAYOUT = ("embed", "layer_in.1", "final_prenorm")
@@ -75,3 +76,20 @@ def test_oracle_acceptance_and_rollback_match_a_fresh_pass(case):
     Eagle3Draft.step(draft, fresh[None], torch.tensor(truth[1:P + 1])[None], torch.arange(P)[None], ref_cache,
                      fuse=True)
     assert torch.allclose(cache.k[:, :, :P], ref_cache.k[:, :, :P], atol=1e-9)
+
+
+def test_tree_keeps_greedy_accepts_side_branches_and_rolls_back(case):
+    """topk-2 trees (gpt-oss: the verify mask also has the sliding window) give the greedy tokens; with a draft whose
+    first choice is wrong at some positions every round accepts 3 via second children, and the aux rows after
+    the accepted side branches were moved into place equal one fresh no-cache capture."""
+    arch, model, prompt, ref = case
+    eng = SpecEngine(model, _random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
+    assert eng.generate(prompt, 24, SpecSettings(3, 4, 8)).output_ids == ref[:24], arch
+    truth = list(prompt.tolist()) + list(ref)
+    draft = _random_draft(_cfg(draft_vocab_size=V), SecondChoiceOracle, truth=truth, wrong={14, 15, 19, 24, 25, 31})
+    r = SpecEngine(model, draft, CaptureSpec.from_layout(LAYOUT)).generate(prompt, N_NEW, SpecSettings(2, 2, 7),
+                                                                          keep_aux=True)
+    assert r.output_ids == ref[:N_NEW] and set(r.accept_lengths) == {3}
+    fresh = capture_for_layout(model, r.aux_ids, LAYOUT)
+    assert torch.equal(r.aux_ids, torch.tensor(truth[:len(r.aux_ids)]))
+    assert torch.allclose(r.aux, fresh, atol=1e-9), (arch, (r.aux - fresh).abs().max())
