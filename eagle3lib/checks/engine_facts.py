@@ -1,7 +1,8 @@
 """Engine facts as data: which engine (and from which version / PR) reads which draft config field, flag or key.
 
 Each `Fact` row carries its source (PR / file) so a finding that rests on it can cite it. Layer-id capture rules
-are NOT restated here: they live in `eagle3lib.serving.advice` / `eagle3lib.serving.capturespec` / `eagle3lib.serving.crossengine` (the
+are NOT restated here: they live in `eagle3lib.serving.advice` / `eagle3lib.serving.capturespec` / `eagle3lib.serving.crossengine`
+/ `eagle3lib.serving.capture_rules` (MLA targets, multi-layer drafts) (the
 checks call those). Versions: `since` is the first release that has the behaviour when the release is known
 (SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A); `None` = only the PR date is known.
 Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown).

@@ -9,6 +9,8 @@
 - `crossengine`       one deployment seen by SGLang and vLLM; which boundaries each feeds a draft config; lint.
 - `advice`            which layer ids to write per engine for a trained layout; what an engine captures for ids.
 - `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
+- `capture_rules`     what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
+                      by version, with sources (data), and the resolvers over it.
 - `engine_settings`   the emulated SGLang server: launch settings -> effective settings -> its log lines.
 - `tree`              SGLang-style draft trees (topk > 1): beams by cumulative score, `num_draft_tokens` nodes kept,
                       the tree mask, greedy longest-path acceptance (SGLang v0.5.x rules).
