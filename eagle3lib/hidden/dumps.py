@@ -33,7 +33,18 @@ DUMP_FORMAT = "eagle3lib-dump/1"
 
 _RANK_DIR = re.compile(r"^TP(\d+)_PP(\d+)_Rank\d+_pid\d+$")
 _PASS = re.compile(r"^Pass(\d+)\.pt$")
-_LAYER_NORM = re.compile(r"^model\.layers\.(\d+)\.input_layernorm$")
+_LAYER_NORM = re.compile(r"^layers\.(\d+)\.input_layernorm$")
+# SGLang module-name prefix of the decoder stack, first match wins: causal LMs (Llama, Qwen3, DeepSeek-V3 / Kimi-K2,
+# gpt-oss) name it `model.`; VLM wrappers (Kimi-K2.5) put the causal LM under `language_model.`.
+DUMP_PREFIXES = ("model.", "language_model.model.", "model.language_model.")
+
+
+def _decoder_prefix(d: dict) -> str:
+    for p in DUMP_PREFIXES:
+        if any(k.startswith(p) and (k[len(p):] in ("embed_tokens", "norm") or _LAYER_NORM.match(k[len(p):]))
+               for k in d):
+            return p
+    return DUMP_PREFIXES[0]
 
 
 def _sglang_pass_files(root: Path) -> dict[int, list[Path]]:
@@ -61,7 +72,8 @@ def load_sglang_dump(path, *, num_layers: int | None = None, passes=None, decode
                      progress: bool = False) -> list[Capture]:
     """Target boundaries from an SGLang tensor dump, one Capture per forward pass (extend passes by default).
 
-    SGLang hooks every leaf module: `model.embed_tokens` gives `embed`; the fused add-RMSNorm
+    SGLang hooks every leaf module (names under the decoder prefix, `model.` or a VLM's `language_model.model.`,
+    DUMP_PREFIXES): `model.embed_tokens` gives `embed`; the fused add-RMSNorm
     `model.layers.<i>.input_layernorm` returns [normed, residual] with residual = input of layer i (`layer_in.i`);
     `model.norm` returns [final_postnorm, final_prenorm]. Aux states the draft receives are not a module output,
     so they are not in the dump: compare these served boundaries with the HF reference, or test the draft's dumped
@@ -86,14 +98,15 @@ def load_sglang_dump(path, *, num_layers: int | None = None, passes=None, decode
         if not decode and seq_lens is not None and ids.numel() <= seq_lens.numel():
             continue  # one token per request: a decode pass
         states: dict[str, Tensor] = {}
-        if isinstance(d.get("model.embed_tokens"), Tensor):
-            states["embed"] = d["model.embed_tokens"]
+        pre = _decoder_prefix(d)
+        if isinstance(d.get(pre + "embed_tokens"), Tensor):
+            states["embed"] = d[pre + "embed_tokens"]
         for key, val in d.items():
-            m = _LAYER_NORM.match(key)
+            m = _LAYER_NORM.match(key[len(pre):]) if key.startswith(pre) else None
             if m and int(m.group(1)) > 0 and isinstance(val, list) and len(val) == 2:
                 states[f"layer_in.{int(m.group(1))}"] = val[1]
-        if isinstance(d.get("model.norm"), list) and len(d["model.norm"]) == 2:
-            states["final_postnorm"], states["final_prenorm"] = d["model.norm"]
+        if isinstance(d.get(pre + "norm"), list) and len(d[pre + "norm"]) == 2:
+            states["final_postnorm"], states["final_prenorm"] = d[pre + "norm"]
         if not states:
             continue
         L = num_layers or 1 + max([int(k.split(".")[1]) for k in states if k.startswith("layer_in.")] + [0])

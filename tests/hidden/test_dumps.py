@@ -12,15 +12,15 @@ from eagle3lib.errors import DataError, MissingFileError
 from tests.hidden.test_capture import H, L, ids, model  # noqa: F401  (module-scoped fixtures shared with test_capture)
 
 
-def _write_sglang_pass(d, n, cap: Capture, norm_module, decode=False):
-    T = cap.input_ids.shape[0]
+def _write_sglang_pass(d, n, cap: Capture, norm_module, decode=False, prefix="model."):
+    T, L = cap.input_ids.shape[0], cap.num_layers
     st = {"model.forward_batch_info.input_ids": cap.input_ids[:1] if decode else cap.input_ids,
           "model.forward_batch_info.seq_lens": torch.tensor([T]),
           "model.forward_batch_info.positions": torch.arange(T),
-          "model.embed_tokens": cap["embed"], "model.layers.0.input_layernorm": cap["embed"] * 0.5}
+          prefix + "embed_tokens": cap["embed"], prefix + "layers.0.input_layernorm": cap["embed"] * 0.5}
     for i in range(1, L):
-        st[f"model.layers.{i}.input_layernorm"] = [cap[f"layer_in.{i}"] * 0.5, cap[f"layer_in.{i}"]]
-    st["model.norm"] = [cap["final_postnorm"], cap["final_prenorm"]]
+        st[f"{prefix}layers.{i}.input_layernorm"] = [cap[f"layer_in.{i}"] * 0.5, cap[f"layer_in.{i}"]]
+    st[prefix + "norm"] = [cap["final_postnorm"], cap["final_prenorm"]]
     if decode:
         st = {k: (v[:1] if torch.is_tensor(v) and v.dim() > 0 else v) for k, v in st.items()}
     torch.save(st, d / f"Pass{n:05d}.pt")
@@ -45,6 +45,23 @@ def test_load_sglang_dump_reads_boundaries(tmp_path, model, ids):
     assert len(load_sglang_dump(tmp_path / "dump", decode=True)) == 2
     with pytest.raises(MissingFileError, match="rank folders"):
         load_sglang_dump(tmp_path)
+
+
+def test_sglang_dump_of_a_vlm_wrapped_mla_target(tmp_path, ids):
+    """A Kimi-K2.5-style dump (decoder under language_model.model., a vision tower beside it) of a tiny DeepSeek-V3
+    capture reads back every boundary; the vision tower's layers are not taken for decoder layers."""
+    from tests.tiny_targets import tiny_target
+
+    cap = capture(tiny_target("deepseek_v3"), ids)
+    rank = tmp_path / "TP0_PP0_Rank0_pid7"
+    rank.mkdir()
+    _write_sglang_pass(rank, 0, cap, None, prefix="language_model.model.")
+    st = torch.load(rank / "Pass00000.pt", weights_only=True)
+    st["vision_tower.encoder.layers.1.input_layernorm"] = [torch.zeros(3), torch.ones(3)]
+    torch.save(st, rank / "Pass00000.pt")
+    got = load_sglang_dump(rank)[0]
+    assert got.num_layers == cap.num_layers and got.names == cap.names
+    assert all(torch.equal(got[n], cap[n]) for n in cap.names)
 
 
 def test_sglang_dump_without_states_is_a_data_error(tmp_path):
