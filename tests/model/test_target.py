@@ -67,6 +67,9 @@ def test_saved_architectures_info_embedding_and_lm_head(tmp_path, arch):
     assert (info.architecture, info.model_type) == (type(model).__name__, cfg.model_type)
     assert (info.num_layers, info.hidden_size, info.vocab_size) == (cfg.num_hidden_layers, H, V)
     assert info.tie_word_embeddings == (arch == "qwen3")
+    assert info.attention == {"deepseek_v3": "mla", "gpt_oss": "sliding+full"}.get(arch, "full")
+    assert info.moe == (arch in ("qwen3_moe", "deepseek_v3", "gpt_oss"))
+    assert info.first_k_dense_replace == (1 if arch == "deepseek_v3" else None)
     assert torch.equal(load_target_tensor(tmp_path, "embed"), model.model.embed_tokens.weight.detach())
     assert torch.equal(load_target_tensor(tmp_path, "lm_head"), model.lm_head.weight.detach())
     if arch == "qwen3":
@@ -78,7 +81,7 @@ def test_kimi_k2_and_kimi_k25_configs(tmp_path):
     """Kimi-K2 ships a DeepSeek-V3 stack under model_type kimi_k2; Kimi-K2.5 nests it in text_config."""
     k2 = {"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "num_hidden_layers": 61,
           "first_k_dense_replace": 1, "hidden_size": 7168, "vocab_size": 163840, "tie_word_embeddings": False,
-          "kv_lora_rank": 512, "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
+          "kv_lora_rank": 512, "n_routed_experts": 384, "auto_map": {"AutoModelForCausalLM": "modeling_deepseek.DeepseekV3ForCausalLM"}}
     (tmp_path / "config.json").write_text(json.dumps(k2))
     info = load_target_info(tmp_path)
     assert (info.architecture, info.model_type, info.num_layers) == ("DeepseekV3ForCausalLM", "kimi_k2", 61)
@@ -88,6 +91,7 @@ def test_kimi_k2_and_kimi_k25_configs(tmp_path):
     info = load_target_info(tmp_path)
     assert (info.model_type, info.num_layers, info.hidden_size, info.tie_word_embeddings) == (
         "kimi_k2", 61, 7168, False)
+    assert (info.attention, info.first_k_dense_replace, info.moe) == ("mla", 1, True)
     save_file({"language_model.model.embed_tokens.weight": torch.ones(4, 2),
                "language_model.lm_head.weight": torch.zeros(4, 2)}, str(tmp_path / "model.safetensors"))
     assert torch.equal(load_target_tensor(tmp_path, "embed"), torch.ones(4, 2))
