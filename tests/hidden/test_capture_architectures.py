@@ -128,3 +128,26 @@ def test_replay_recapture_fills_missing_slots_from_the_saved_target(tmp_path, id
     got = Recapture(folder).states(s, ["layer_in.1", "final_prenorm"])
     assert sorted(got) == ["final_prenorm", "layer_in.1"]
     assert torch.equal(got["layer_in.1"], ref["layer_in.1"]) and torch.equal(got["final_prenorm"], ref["final_prenorm"])
+
+
+def test_deepseek_checkpoint_with_an_mtp_layer_loads_without_it(tmp_path, ids):
+    """DeepSeek-V3 / Kimi-K2 checkpoints carry their MTP layer as model.layers.<L>.* (num_nextn_predict_layers):
+    the target loads without it and captures its L decoder layers exactly as before."""
+    import json
+
+    from safetensors.torch import load_file, save_file
+
+    folder = save_tiny_target("deepseek_v3", tmp_path / "mtp")
+    ref = capture(load_target_model(folder), ids)
+    weights = load_file(str(folder / "model.safetensors"))
+    L = ref.num_layers
+    weights.update({k.replace("model.layers.0.", f"model.layers.{L}."): v.clone()
+                    for k, v in weights.items() if k.startswith("model.layers.0.")})
+    weights[f"model.layers.{L}.eh_proj.weight"] = torch.zeros(H, 2 * H)
+    save_file(weights, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    raw = json.loads((folder / "config.json").read_text())
+    (folder / "config.json").write_text(json.dumps({**raw, "num_nextn_predict_layers": 1}))
+    model = load_target_model(folder)
+    got = capture(model, ids)
+    assert len(model.model.layers) == L and got.names == ref.names
+    assert all(torch.equal(got[n], ref[n]) for n in ref.names)
