@@ -2,11 +2,14 @@
 
 `capture(model, input_ids)` runs an HF causal LM with plain forward (pre-)hooks and keeps `embed`, `layer_in.i`,
 `final_prenorm`, `final_postnorm` (layout.py names; or only those asked for, stopping after the deepest).
+`decoder_stack` finds the decoder layers and final norm (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 / Kimi-K2, gpt-oss,
+VLM wrappers: DECODER_PATHS); `load_target_model` loads a local HF target without remote code.
 `Slots` are the k tensors a draft receives; `as_slots` builds them from training samples or any tensors.
 Serving dumps (SGLang tensor dumps, eagle3lib dumps) are read in `dumps.py`.
 """
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -204,8 +207,6 @@ def capture_for_layout(model, input_ids, layout, **kwargs) -> Tensor:
 def _native_class(config_file: Path):
     """(class, config) when config.json names a model_type transformers lacks (remote code, e.g. Kimi-K2's `kimi_k2`)
     but an architecture transformers ships (`DeepseekV3ForCausalLM`); None when AutoModel can load it as is."""
-    import json
-
     import transformers
     from transformers import CONFIG_MAPPING
 
