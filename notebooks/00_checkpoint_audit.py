@@ -14,6 +14,8 @@ sample_data: str = ""       # training data for a forward on real tokens; empty:
 device: str = "cpu"         # "cuda" on a GPU box
 dtype: str = "float32"      # "bfloat16" to load as served
 num_steps: int = 3          # TTT steps shown in the forward preview
+demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
+
 
 # %%
 import torch
@@ -22,6 +24,9 @@ from eagle3lib.causes import findings_frame
 from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
+from eagle3lib.demo.world import select as select_demo_world
+
+select_demo_world(demo_world)
 
 inp = checkpoint_audit.resolve_inputs(draft_path, target_path, sample_data)
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)

@@ -27,6 +27,8 @@ draft_path: str = ""        # draft folder (its config.json is read); empty: the
 served_log_path: str = ""   # decode log / benchmark output with accept lengths (comma-separated); "" for none
 train_data_path: str = ""   # training samples to replay under the served setting; empty: the demo's (demo only)
 serving_dump: str = ""      # a serving dump (decides the served layout); empty: the demo's (demo only), else rules
+demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
+
 
 # %% [markdown]
 # ## 1. What the command asks for
@@ -43,6 +45,9 @@ from eagle3lib.serving import crossengine, serverinfo, sglang_introspect, sglang
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import discovery, served_prediction
 from eagle3lib.report import findings
+from eagle3lib.demo.world import select as select_demo_world
+
+select_demo_world(demo_world)
 
 inp = discovery.resolve_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
                                draft_path)

@@ -34,6 +34,8 @@ recapture: bool = True          # let the search run the full target to capture 
 device: str = "cpu"             # "cuda" on a GPU box
 dtype: str = "float32"          # "bfloat16" on GPU
 seed: int = 0                   # sample draw
+demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
+
 
 # %%
 from IPython.display import display
@@ -42,6 +44,9 @@ from eagle3lib.checks import evidence
 from eagle3lib.report import findings
 from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
+from eagle3lib.demo.world import select as select_demo_world
+
+select_demo_world(demo_world)
 
 inp = sample_replay.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                                    new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)

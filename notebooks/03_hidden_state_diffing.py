@@ -19,6 +19,8 @@ replay_samples: int = 16    # training samples replayed for the proof of fix
 device: str = "cpu"         # "cuda" on a GPU box
 dtype: str = "float32"      # target dtype for the reference capture ("bfloat16" to match serving)
 drift_samples: int = 4      # training samples recaptured through the target for the drift check (0: skip)
+demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
+
 
 # %%
 # %matplotlib inline
@@ -28,6 +30,9 @@ from eagle3lib.serving import advice
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import diffing
 from eagle3lib.report import findings
+from eagle3lib.demo.world import select as select_demo_world
+
+select_demo_world(demo_world)
 
 inp = diffing.inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
                      getattr(torch, dtype))

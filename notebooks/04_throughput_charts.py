@@ -22,6 +22,8 @@ sweep_repeats: int = 3         # timed repeats per setting; the median is kept
 tree_replay_samples: int = 8   # held-out samples the chain-vs-tree replay drafts from (every position); 0: skip
 baseline_tok_s: float = 0.0    # tok/s without speculation for the served runs; 0 means take it from the records
 device: str = "cpu"            # device for the demo sweep ("cuda" on a GPU box)
+demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
+
 
 # %% [markdown]
 # ## 1. The served runs: what the logs and files say
@@ -39,6 +41,9 @@ from eagle3lib.throughput import costmodel, plots, records
 from eagle3lib.report import findings
 from eagle3lib.demo.sweep import series_of
 from eagle3lib.steps import throughput_runs
+from eagle3lib.demo.world import select as select_demo_world
+
+select_demo_world(demo_world)
 
 CORRECT = series_of("correct")     # the demo sweep's series with the training layout
 

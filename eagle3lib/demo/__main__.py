@@ -1,4 +1,5 @@
-"""``python -m eagle3lib.demo [--force] [--root DIR]``: build the demo world (if needed) and print its timing table."""
+"""``python -m eagle3lib.demo [--world llama|mla] [--force] [--root DIR]``: build the demo world (if needed) and print
+its timing table."""
 from __future__ import annotations
 
 import argparse
@@ -10,19 +11,21 @@ from .world import ensure_world
 def main(argv: list[str] | None = None) -> int:
     """Build or reuse the demo world, then print stage timings, the draft's accuracy and the target's samples."""
     ap = argparse.ArgumentParser(prog="python -m eagle3lib.demo", description=__doc__)
+    ap.add_argument("--world", default=None, choices=["llama", "mla"],
+                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, MLA draft")
     ap.add_argument("--force", action="store_true", help="rebuild even when an up-to-date world exists")
     ap.add_argument("--root", default=None, help="where to build (default data/demo or $EAGLE3LIB_DEMO_DIR)")
     ap.add_argument("--from-scratch", action="store_true",
                     help="train target and draft instead of restoring the shipped ones in data/demo_artifacts")
     ap.add_argument("--export", action="store_true",
-                    help="after building, copy the trained target and draft to data/demo_artifacts")
+                    help="after building, copy the trained target and draft to data/demo_artifacts(_mla)")
     args = ap.parse_args(argv)
-    p = ensure_world(args.root, force=args.force, progress=True, from_scratch=args.from_scratch)
+    p = ensure_world(args.root, force=args.force, progress=True, from_scratch=args.from_scratch, world=args.world)
     if args.export:
         from .build import export_artifacts
         print(f"exported the trained target and draft to {export_artifacts(p.root)}")
     world = json.loads(p.world_json.read_text())
-    print(f"\ndemo world at {p.root} (builder {world['builder_version']}, seed {world['seed']}, "
+    print(f"\n{world.get('kind', 'llama')} demo world at {p.root} (builder {world['builder_version']}, seed {world['seed']}, "
           f"{world['environment']['threads']} torch threads)")
     print(f"{'stage':<24}{'wall s':>9}{'CPU s':>9}")
     for row in world["timings"]:

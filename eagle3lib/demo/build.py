@@ -6,6 +6,8 @@ the seed's serving capture [out L1, out L3, out L5] is recorded as data. Usage: 
 (normally through ``eagle3lib.demo.ensure_world()``, which builds into a temp dir and renames it in place).
 The trained target and draft are also shipped in ``data/demo_artifacts/`` (about 10 MB): `restore_world` rebuilds
 the corpus and the captured training data from them in seconds; `export_artifacts` writes them after a build.
+`kind="mla"` builds the same story over a DeepSeek-V3-architecture target (MLA + MoE) with an MLA draft, shipped in
+``data/demo_artifacts_mla/``.
 """
 from __future__ import annotations
 
@@ -72,6 +74,12 @@ def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], sh
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "data" / "demo_artifacts"
 SAMPLES = ARTIFACTS.parent / "samples"
+KINDS = ("llama", "mla")
+
+
+def artifacts_dir(kind: str = "llama") -> Path:
+    """Where a world's trained target and draft are shipped: data/demo_artifacts (llama), data/demo_artifacts_mla."""
+    return ARTIFACTS if kind == "llama" else ARTIFACTS.with_name(f"{ARTIFACTS.name}_{kind}")
 _SHIPPED = ("target", "draft")       # trained models; corpus, tokenizer inputs and hidden-state data are rebuilt
 
 
@@ -96,21 +104,22 @@ def _corpus(p: DemoPaths, seed: int):
                             for name, recs in splits.items()}
 
 
-def artifacts_current(artifacts: Path = ARTIFACTS) -> bool:
+def artifacts_current(kind: str = "llama", artifacts: Path | None = None) -> bool:
     """True when shipped artifacts exist and were exported by this builder version."""
     try:
-        return json.loads((artifacts / "world.json").read_text()).get("builder_version") == BUILDER_VERSION
+        w = json.loads(((artifacts or artifacts_dir(kind)) / "world.json").read_text())
+        return w.get("builder_version") == BUILDER_VERSION and w.get("kind", "llama") == kind
     except (OSError, ValueError):
         return False
 
 
-def restore_world(root: str | Path, artifacts: Path = ARTIFACTS, progress: bool = True) -> dict:
+def restore_world(root: str | Path, artifacts: Path | None = None, progress: bool = True, kind: str = "llama") -> dict:
     """The world from shipped artifacts: copy the trained target and draft, regenerate the corpus and recapture
     the training data with the shipped target (deterministic; seconds instead of minutes)."""
     import shutil
 
     from transformers import AutoModelForCausalLM
-    p = DemoPaths(Path(root))
+    p, artifacts = DemoPaths(Path(root), kind), artifacts or artifacts_dir(kind)
     world = json.loads((artifacts / "world.json").read_text())
     timer, threads = _Timer(progress), torch.get_num_threads()
     torch.set_num_threads(SIZES["threads"])
@@ -127,7 +136,7 @@ def restore_world(root: str | Path, artifacts: Path = ARTIFACTS, progress: bool 
                    for name in ("draft_train", "heldout", "shifted")}
         with timer.stage("write training data"):
             _write_data(p, cap["draft_train"], cap["heldout"], cap["shifted"], target.config.num_hidden_layers)
-        world["restored"] = {"from": "data/demo_artifacts (trained target + draft shipped with the repo)",
+        world["restored"] = {"from": f"data/{artifacts.name} (trained target + draft shipped with the repo)",
                              "timings": timer.rows, "seconds": round(time.perf_counter() - t_all, 1)}
         p.world_json.write_text(json.dumps(world, indent=2) + "\n")
         return world
@@ -135,10 +144,12 @@ def restore_world(root: str | Path, artifacts: Path = ARTIFACTS, progress: bool 
         torch.set_num_threads(threads)
 
 
-def export_artifacts(root: str | Path, artifacts: Path = ARTIFACTS) -> Path:
+def export_artifacts(root: str | Path, artifacts: Path | None = None) -> Path:
     """Copy a freshly built world's trained target and draft (and world.json) to the shipped artifacts."""
     import shutil
     p = DemoPaths(Path(root))
+    kind = json.loads(p.world_json.read_text()).get("kind", "llama")
+    artifacts = artifacts or artifacts_dir(kind)
     for name in _SHIPPED:
         if (artifacts / name).exists():
             shutil.rmtree(artifacts / name)
@@ -154,12 +165,15 @@ def export_artifacts(root: str | Path, artifacts: Path = ARTIFACTS) -> Path:
     return artifacts
 
 
-def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
-    """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict."""
+def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: str = "llama") -> dict:
+    """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict.
+    kind: "llama" (Llama target, Llama-style draft) or "mla" (DeepSeek-V3 target, MLA draft)."""
     from ..model.draft import Eagle3Draft
     from ..model.checkpoint import save_draft
     from ..model.config import DraftConfig
-    p = DemoPaths(Path(root))
+    if kind not in KINDS:
+        raise ValueError(f"demo world kind must be one of {KINDS}, got {kind!r}")
+    p = DemoPaths(Path(root), kind)
     timer, threads = _Timer(progress), torch.get_num_threads()
     torch.set_num_threads(SIZES["threads"])
     t_all = time.perf_counter()
@@ -167,7 +181,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
         with timer.stage("corpus + tokenizer"):
             splits, hf_tok, enc = _corpus(p, seed)
         with timer.stage("target training"):
-            cfg = target_config(len(hf_tok), hf_tok)
+            cfg = target_config(len(hf_tok), hf_tok, kind)
             target, tstats = train_target([e[1] for e in enc["target_train"]], cfg, SIZES["target_steps"],
                                           SIZES["target_batch"], lr=SIZES["target_lr"], seed=seed,
                                           progress=progress)
@@ -218,18 +232,20 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True) -> dict:
                 for rec in log:
                     f.write(json.dumps(rec) + "\n")
         world = {
-            "builder_version": BUILDER_VERSION, "seed": seed, "sizes": SIZES,
+            "builder_version": BUILDER_VERSION, "kind": kind, "seed": seed, "sizes": SIZES,
             "layouts": {"training": list(TRAINING_LAYOUT), "serving": list(SERVING_LAYOUT)},
             "training_layout": list(TRAINING_LAYOUT), "serving_layout": list(SERVING_LAYOUT),
             "layout_note": "training slots = [embedding output, out L1, out L3, out L5] of 8 layers (draft config "
                            f"ids {to_ids(TRAINING_LAYOUT, 'output', 8)}, output-of-layer; HF hidden_states "
                            f"{to_ids(TRAINING_LAYOUT, 'hf', 8)}); the seed's serving capture has 3 slots "
                            "[out L1, out L3, out L5] while fc expects 4: whoever serves must express that mismatch",
-            "target": {"num_layers": cfg.num_hidden_layers, "hidden_size": cfg.hidden_size, "vocab_size": V,
+            "target": {"architecture": type(target).__name__, "num_layers": cfg.num_hidden_layers,
+                       "hidden_size": cfg.hidden_size, "vocab_size": V,
                        "params": sum(t.numel() for t in target.parameters()), "dtype": "float32", **tstats},
             "vocab": vocab,
             "draft": {"recorded_val_acc_step0": log[-1]["val_acc_step0"], "val_acc": log[-1]["val_acc"],
                       "train_acc": train_ev["acc"], "shifted_acc": shifted_ev["acc"], "ttt_steps": SIZES["ttt_steps"],
+                      "architecture": dcfg_dict["architectures"][0],
                       "loss_decay": 0.8, "lm_head_init": "target lm_head rows of the draft vocab",
                       "acc_definition": ACC_DEFINITION},
             "data": {"specforge": "data/specforge", "seed": "data/seed/train.jsonl",

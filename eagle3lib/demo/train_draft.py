@@ -61,18 +61,29 @@ def capture(model, records: list[tuple[str, list[int], list[int]]], layout: tupl
 
 
 def draft_config_dict(target_config, draft_vocab_size: int, layout: tuple[str, ...]) -> dict:
-    """SpecForge/SGLang draft config.json for the demo target (layer ids in the output-of-layer convention)."""
-    ids = to_ids(layout, "output", target_config.num_hidden_layers)    # embed -> -1
-    return {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
-            "hidden_size": target_config.hidden_size, "intermediate_size": target_config.intermediate_size,
-            "num_attention_heads": target_config.num_attention_heads,
-            "num_key_value_heads": target_config.num_key_value_heads, "head_dim": target_config.head_dim,
-            "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
-            "max_position_embeddings": target_config.max_position_embeddings,
-            "vocab_size": target_config.vocab_size, "draft_vocab_size": draft_vocab_size,
-            "target_hidden_size": target_config.hidden_size, "tie_word_embeddings": False,
-            "torch_dtype": "float32", "num_aux_hidden_states": len(layout),
-            "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    """SpecForge/SGLang draft config.json for the demo target (layer ids in the output-of-layer convention).
+
+    A DeepSeek-V3 target gets the MLA draft SGLang serves for Kimi-K2.x (`Eagle3DeepseekV2ForCausalLM`: the
+    target's latent sizes, a q LoRA, which SGLang's MLA draft layer requires, interleaved RoPE)."""
+    tc = target_config
+    ids = to_ids(layout, "output", tc.num_hidden_layers)               # embed -> -1
+    d = {"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama", "num_hidden_layers": 1,
+         "hidden_size": tc.hidden_size, "intermediate_size": tc.intermediate_size,
+         "num_attention_heads": tc.num_attention_heads, "num_key_value_heads": tc.num_key_value_heads,
+         "head_dim": getattr(tc, "head_dim", tc.hidden_size // tc.num_attention_heads),
+         "rms_norm_eps": 1e-5, "rope_theta": 10000.0, "hidden_act": "silu",
+         "max_position_embeddings": tc.max_position_embeddings,
+         "vocab_size": tc.vocab_size, "draft_vocab_size": draft_vocab_size,
+         "target_hidden_size": tc.hidden_size, "tie_word_embeddings": False,
+         "torch_dtype": "float32", "num_aux_hidden_states": len(layout),
+         "eagle_config": {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}}
+    if tc.model_type == "deepseek_v3":
+        d.update(architectures=["Eagle3DeepseekV2ForCausalLM"], model_type="deepseek_v3",
+                 num_key_value_heads=tc.num_attention_heads, q_lora_rank=tc.q_lora_rank or 64,
+                 kv_lora_rank=tc.kv_lora_rank, qk_nope_head_dim=tc.qk_nope_head_dim,
+                 qk_rope_head_dim=tc.qk_rope_head_dim, v_head_dim=tc.v_head_dim, rope_interleave=True)
+        del d["head_dim"]
+    return d
 
 
 def _batch(samples: list[Captured]) -> tuple[Tensor, Tensor, Tensor, Tensor]:

@@ -1,4 +1,5 @@
-"""Train the demo world's target: a small transformers `LlamaForCausalLM` on the chat corpus.
+"""Train the demo world's target: a small transformers model on the chat corpus — `LlamaForCausalLM` (the llama
+world) or `DeepseekV3ForCausalLM` (the mla world: multi-latent attention, a dense first layer then MoE layers).
 
 Plain next-token loss over whole conversations (prompt and answer), right-padded length-bucketed batches,
 AdamW with warmup + cosine. ``model, stats = train_target(encoded, target_config(V), steps=220)``; then
@@ -17,17 +18,29 @@ from .corpus import BOS, EOT, PAD
 from ..progress import bar
 
 
-def target_config(vocab_size: int, tokenizer=None):
-    """The demo target's LlamaConfig: 8 layers, hidden 128, 4 heads / 2 KV heads (GQA), rope_theta 10000."""
-    from transformers import LlamaConfig
+def target_config(vocab_size: int, tokenizer=None, kind: str = "llama"):
+    """The demo target's config: 8 layers, hidden 128, 4 heads, rope_theta 10000.
+
+    llama: LlamaConfig, 2 KV heads (GQA), head_dim 32. mla: DeepseekV3Config with MLA (kv_lora_rank 64,
+    q LoRA 64, qk_nope 32 + qk_rope 16, v 32, interleaved RoPE as DeepSeek-V3 ships) and MoE after one dense layer
+    (4 routed experts, top-2, 1 shared).
+    """
     ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
     if tokenizer is not None:
         ids = {name: tokenizer.convert_tokens_to_ids(tok) for name, tok in
                (("bos_token_id", BOS), ("eos_token_id", EOT), ("pad_token_id", PAD))}
-    return LlamaConfig(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=8,
-                       num_attention_heads=4, num_key_value_heads=2, head_dim=32, max_position_embeddings=512,
-                       rms_norm_eps=1e-5, rope_theta=10000.0, tie_word_embeddings=False, hidden_act="silu",
-                       attn_implementation="sdpa", **ids)
+    common = dict(vocab_size=vocab_size, hidden_size=128, intermediate_size=344, num_hidden_layers=8,
+                  num_attention_heads=4, max_position_embeddings=512, rms_norm_eps=1e-5, tie_word_embeddings=False,
+                  hidden_act="silu", attn_implementation="sdpa", **ids)
+    if kind == "mla":
+        from transformers import DeepseekV3Config
+        return DeepseekV3Config(**common, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64,
+                                qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, rope_interleave=True,
+                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                                first_k_dense_replace=1, moe_intermediate_size=96, n_routed_experts=4,
+                                num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1)
+    from transformers import LlamaConfig
+    return LlamaConfig(**common, num_key_value_heads=2, head_dim=32, rope_theta=10000.0)
 
 
 def pad_batch(seqs: list[list[int]], pad_id: int = 0) -> tuple[Tensor, Tensor]:
@@ -65,10 +78,10 @@ def lr_at(step: int, total: int, peak: float, warmup: int) -> float:
 
 def train_target(encoded: list[list[int]], config, steps: int, batch_size: int = 32, lr: float = 3e-3,
                  seed: int = 0, progress: bool = False):
-    """(trained LlamaForCausalLM in eval mode, stats dict) after `steps` AdamW steps on the token lists."""
-    from transformers import LlamaForCausalLM
+    """(trained causal LM in eval mode, stats dict) after `steps` AdamW steps on the token lists."""
+    from transformers import AutoModelForCausalLM
     torch.manual_seed(seed)
-    model = LlamaForCausalLM(config)
+    model = AutoModelForCausalLM.from_config(config)
     opt = torch.optim.AdamW(model.parameters(), lr=lr, betas=(0.9, 0.98), weight_decay=0.01)
     batches = length_batches([len(s) for s in encoded], batch_size, random.Random(seed))
     losses, n_tok, t0 = [], 0, time.perf_counter()
@@ -98,18 +111,23 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
 
 @torch.no_grad()
 def rescale_residual(model, c: float) -> None:
-    """Scale the residual stream by `c` exactly: embedding, o_proj, down_proj x c and every RMSNorm eps x c**2.
+    """Scale the residual stream by `c` exactly: embedding, every o_proj and down_proj (dense, shared and routed
+    experts) x c, the eps of every residual-stream RMSNorm (input / post-attention layernorms, the final norm) x c**2.
 
     RMSNorm(c*x) with eps*c**2 equals RMSNorm(x) with eps, so every logit is unchanged (up to rounding) while
-    every hidden state is c times larger.
+    every hidden state is c times larger. Norms inside attention (DeepSeek-V3's kv_a / q_a layernorms) read
+    unscaled latents and keep their eps (transformers builds them with its default, not `rms_norm_eps`).
     """
     model.model.embed_tokens.weight.mul_(c)
+    norms = [model.model.norm]
     for layer in model.model.layers:
-        layer.self_attn.o_proj.weight.mul_(c)
-        layer.mlp.down_proj.weight.mul_(c)
-    for mod in model.modules():
-        if hasattr(mod, "variance_epsilon"):              # LlamaRMSNorm
-            mod.variance_epsilon *= c * c
+        norms += [layer.input_layernorm, layer.post_attention_layernorm]
+        for name, prm in [*layer.self_attn.o_proj.named_parameters(prefix="o_proj"),
+                          *layer.mlp.named_parameters()]:
+            if name.split(".")[-1] == "down_proj" or ".down_proj." in f".{name}" or name.startswith("o_proj"):
+                prm.mul_(c)                                   # (E, H, I) routed experts or (H, I) / (H,) linears
+    for norm in norms:
+        norm.variance_epsilon *= c * c
     model.config.rms_norm_eps *= c * c
 
 

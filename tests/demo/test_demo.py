@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 
 import pytest
+
+from eagle3lib.errors import DataError
 import torch
 
 from eagle3lib.demo import world as demo
@@ -89,12 +91,14 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
     import eagle3lib.demo.build as build
     calls = []
 
-    def fake_build(root, seed=0, progress=True):
+    def fake_build(root, seed=0, progress=True, kind="llama"):
         calls.append(root)
-        demo.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": demo.BUILDER_VERSION}))
+        demo.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": demo.BUILDER_VERSION,
+                                                               "kind": kind}))
 
     monkeypatch.setattr(build, "build_world", fake_build)
-    monkeypatch.setattr(build, "restore_world", lambda root, progress=True: fake_build(root, progress=progress))
+    monkeypatch.setattr(build, "restore_world", lambda root, progress=True, kind="llama": fake_build(
+        root, progress=progress, kind=kind))
     root = tmp_path / "w"
     p = demo.ensure_world(root, progress=False)
     assert p.world_json.is_file() and len(calls) == 1 and calls[0] != root   # built elsewhere, then renamed
@@ -106,22 +110,39 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
     demo.ensure_world(root, force=True, progress=False)
     assert len(calls) == 3
     assert sorted(x.name for x in tmp_path.iterdir() if not x.name.endswith(".lock")) == ["w"]
+    demo.ensure_world(root, progress=False, world="mla")                  # a llama world is not an mla world
+    assert len(calls) == 4 and json.loads(p.world_json.read_text())["kind"] == "mla"
 
 
-def test_rescale_residual_is_an_exact_reparametrization():
-    """rescale_residual multiplies every residual state by c and leaves logits and the final post-norm state alone."""
-    from transformers import LlamaConfig, LlamaForCausalLM
+def test_the_demo_world_is_chosen_by_one_name(monkeypatch):
+    """select() (the notebooks' demo_world parameter) picks the folder every later paths() call uses."""
+    monkeypatch.delenv("EAGLE3LIB_DEMO_DIR", raising=False)
+    monkeypatch.setenv(demo.WORLD_ENV, "")                               # restored after the test
+    assert demo.paths().kind == "llama" and demo.paths().root.name == "demo"
+    assert demo.select("") == "llama"                                    # empty keeps the current choice
+    assert demo.select("MLA") == "mla" and demo.paths().root.name == "demo_mla" and demo.paths().kind == "mla"
+    assert demo.paths(world="llama").root.name == "demo"
+    with pytest.raises(DataError, match="unknown demo world"):
+        demo.select("qwen")
 
-    from eagle3lib.demo.train_target import rescale_residual
+
+@pytest.mark.parametrize("kind", ["llama", "mla"])
+def test_rescale_residual_is_an_exact_reparametrization(kind, tmp_path):
+    """rescale_residual multiplies every residual state by c and leaves logits and the final post-norm state alone,
+    on the Llama target and on the DeepSeek-V3 one (MLA latent norms and MoE experts), also after a save and load."""
+    from transformers import AutoModelForCausalLM
+
+    from eagle3lib.demo.train_target import rescale_residual, target_config
     torch.manual_seed(0)
-    cfg = LlamaConfig(vocab_size=60, hidden_size=32, intermediate_size=64, num_hidden_layers=3, num_attention_heads=2,
-                      num_key_value_heads=1, head_dim=16, rms_norm_eps=1e-5)
-    model = LlamaForCausalLM(cfg).eval()
+    cfg = target_config(60, kind=kind)
+    cfg.num_hidden_layers = 3
+    model = AutoModelForCausalLM.from_config(cfg).eval()
     ids = torch.randint(0, 60, (2, 12))
     with torch.no_grad():
         a = model(input_ids=ids, output_hidden_states=True)
         rescale_residual(model, 10.0)
-        b = model(input_ids=ids, output_hidden_states=True)
+        model.save_pretrained(tmp_path)
+        b = AutoModelForCausalLM.from_pretrained(tmp_path).eval()(input_ids=ids, output_hidden_states=True)
     assert torch.allclose(a.logits, b.logits, atol=1e-4)
     for i in range(3):                                               # embed, layer_in.1, layer_in.2: x 10
         assert torch.allclose(b.hidden_states[i], 10 * a.hidden_states[i], rtol=1e-4, atol=1e-5)
