@@ -1,7 +1,8 @@
 """Check 9, weights: every key the draft holds (tensor headers only) mapped the way each engine's loader maps it
 (`midlayer.*` vs `layers.0.*`, a `model.` prefix; facts in `engine_facts` topic "keys"), against the tensors a draft
 of this config needs (`expected_shapes`, equal to `checkpoint.expected_tensors`). A key an engine drops silently, or
-a tensor it would leave at random init, is confirmed with the key name.
+a tensor it would leave at random init, is confirmed with the key name. With an engine, a multi-layer draft is checked against
+the engine's draft model file rules (`serving.capture_rules.draft_rules`: layers >= 1 refused or their keys skipped).
 
 Cause: weights_dropped. Usage: ``check_weights(art, engine="sglang", engine_version="0.5.6")``.
 """
@@ -12,6 +13,7 @@ import re
 from ..causes import Finding, not_checked
 from ..model.checkpoint import canonicalize
 from ..errors import Eagle3Error
+from ..serving.capture_rules import draft_rules
 from . import engine_facts
 from .inputs import Artifacts
 
@@ -141,6 +143,21 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     if unsure:
         return [Finding("weights_dropped", "suspected", f"whether {eng} maps {', '.join(unsure[:3])} depends on its "
                         "version", ev, WHERE, needs="the engine version", source=src)]
+    layers = art.draft_cfg.num_hidden_layers                               # the draft model file's layer rules
+    rules = draft_rules(eng, art.draft_cfg.architecture, engine_version) if layers > 1 else ()
+    bad = [r for r in rules if r.extra_layers != "loaded"]
+    if bad:
+        ev["layer_rules"] = [{"source": r.source, "extra_layers": r.extra_layers} for r in rules]
+        status = "confirmed" if len(bad) == len(rules) else "suspected"
+        what = {"refused": "refuses drafts of more than one layer (the load fails)",
+                "dropped": "builds layers >= 1 but skips their checkpoint keys (they run at random init)",
+                "load_error": "does not know the layers.1.* keys (the load fails)"}[bad[0].extra_layers]
+        return [Finding("weights_dropped", status, f"{eng} {engine_version or ''}: a {layers}-layer draft; its "
+                        f"model file {what}".replace("  ", " ") + ("" if status == "confirmed" else
+                        " by one of the rules that may apply to this version"), ev, WHERE,
+                        fix="serve it with an engine version that loads every draft layer (SGLang >= ~0.5.12, "
+                        "PR #24663; vLLM after PR #26164)", source="; ".join(r.source for r in bad),
+                        needs="" if status == "confirmed" else "the exact engine version")]
     return [Finding("weights_dropped", "ruled out", f"{eng} maps all {len(keys)} keys", ev, WHERE, source=src)]
 
 

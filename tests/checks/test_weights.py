@@ -57,3 +57,17 @@ def test_expected_shapes_equal_the_built_draft(changes):
     """The config-only shape table equals the tensors Eagle3Draft actually builds (flags, bias, 4 slots)."""
     cfg = DraftConfig.from_dict(draft_raw(**changes))
     assert expected_shapes(cfg) == {k: v[0] for k, v in expected_tensors(cfg).items()}
+
+
+def test_a_multi_layer_draft_on_an_engine_that_drops_its_extra_layers(tmp_path):
+    """Two draft layers: SGLang before ~0.5.12 refuses or skips layer 1 (capture_rules), 0.5.12 loads it; a
+    one-layer draft is not affected by those rules."""
+    raw = {**draft_raw(), "num_hidden_layers": 2}
+    t = canonical_tensors(draft_raw())
+    art = read_artifacts(draft=write_draft(tmp_path, raw, t))
+    old = check_weights(art, "sglang", "0.5.6")
+    assert [f.status for f in old] == ["confirmed"] and "2-layer draft" in old[0].summary
+    assert "PR #24663" in old[0].fix and old[0].evidence["layer_rules"]
+    assert [f.status for f in check_weights(art, "sglang", "0.5.12")] == ["ruled out"]
+    one = read_artifacts(draft=write_draft(tmp_path / "one", draft_raw(), t))
+    assert [f.status for f in check_weights(one, "sglang", "0.5.6")] == ["ruled out"]
