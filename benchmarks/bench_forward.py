@@ -23,7 +23,8 @@ import torch.nn.functional as F
 
 from _common import RESULTS, finish
 from eagle3lib.model.config import DraftConfig
-from eagle3lib.model.draft import Eagle3Draft, apply_rope
+from eagle3lib.model.draft import Eagle3Draft
+from eagle3lib.model.layers import apply_rope
 
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear"}
 # wall clock by default; --clock thread (with --threads 1) counts only the CPU time this thread got, which other
@@ -137,6 +138,7 @@ def components(d: Eagle3Draft, fwd) -> dict[str, float]:
     """Inclusive wall seconds of one forward by component: each nn.Linear by name, the norms, embedding, and
     the draft module's attention / RoPE / top-1 functions (timed by wrapping them for this one call)."""
     import eagle3lib.model.draft as draft_mod
+    import eagle3lib.model.layers as layers_mod
     spent: dict[str, float] = {}
     starts: dict[int, float] = {}
 
@@ -147,13 +149,14 @@ def components(d: Eagle3Draft, fwd) -> dict[str, float]:
 
     handles = []
     for name, mod in d.named_modules():
-        if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding, draft_mod.RMSNorm)) or name == "rotary":
+        if isinstance(mod, (torch.nn.Linear, torch.nn.Embedding, layers_mod.RMSNorm)) or name == "rotary":
             key = label(name, mod)
             handles.append(mod.register_forward_pre_hook(lambda m, a: starts.__setitem__(id(m), now())))
             handles.append(mod.register_forward_hook(
                 lambda m, a, o, key=key: spent.__setitem__(key, spent.get(key, 0) + now() - starts[id(m)])))
-    originals = {f: getattr(draft_mod, f) for f in ("causal_attention", "chain_attention", "apply_rope",
-                                                     "top1")}
+    homes = {"causal_attention": draft_mod, "chain_attention": draft_mod, "apply_rope": layers_mod,
+             "top1": draft_mod}
+    originals = {f: getattr(mod, f) for f, mod in homes.items()}
 
     def wrap(key, fn):
         def timed(*a, **kw):
@@ -163,14 +166,14 @@ def components(d: Eagle3Draft, fwd) -> dict[str, float]:
             return out
         return timed
     for f, fn in originals.items():
-        setattr(draft_mod, f, wrap(f.strip("_"), fn))
+        setattr(homes[f], f, wrap(f.strip("_"), fn))
     try:
         t0 = now()
         fwd()
         spent["total"] = now() - t0
     finally:
         for f, fn in originals.items():
-            setattr(draft_mod, f, fn)
+            setattr(homes[f], f, fn)
         for hd in handles:
             hd.remove()
     spent["rest (glue: cat, residual adds, silu*up, transposes)"] = spent["total"] - sum(

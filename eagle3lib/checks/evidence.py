@@ -13,7 +13,8 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from ..model.draft import Eagle3Draft, Rotary
+from ..model.draft import Eagle3Draft
+from ..model.layers import Rotary
 from ..errors import ConfigError, Eagle3Error
 from ..replay.run import ReplaySetup, as_samples, draft_target_ids, load_setup, prepare_sample, replay
 from ..replay.stats import score

@@ -5,7 +5,10 @@
 - `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.
 - `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
 - `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.
-- `draft`      `Eagle3Draft`, the forward in plain PyTorch: step 0, TTT steps, KV-cached chain drafting.
+- `layers`     the building blocks: RMSNorm, RoPE, Llama / Qwen3 (q/k-norm, attention bias) attention, MLP, the
+               first EAGLE-3 decoder layer (`midlayer`, 2H input) and the later plain layers (`layers.N`, width H).
+- `draft`      `Eagle3Draft`, the forward in plain PyTorch over 1..N decoder layers: step 0, TTT steps, KV-cached
+               chain drafting (one cache per layer).
 - `mla`        `MlaAttention`: DeepSeek-V2 multi-latent attention for MLA drafts (SGLang
                `Eagle3DeepseekV2ForCausalLM`, Kimi-K2.x), its partial interleaved RoPE and YaRN softmax scale.
 - `ttt_attention` the draft's attention at every TTT step in memory linear in T (SDPA in query blocks, diagonal keys

@@ -2,7 +2,10 @@
 
 Canonical names are the EAGLE/SpecForge/SGLang on-disk names (`fc.weight`, `midlayer.*`, `norm.weight`,
 `lm_head.weight`, `d2t`, `t2d`, optional `embed_tokens.weight`, `fc_norm.{i}.weight`, `input_norm.weight`).
-Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
+Multi-layer drafts: layer 0 is always `midlayer.*`; layers N >= 1 are `layers.N.*` under the HF decoder-layer names
+(`input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.*`; Qwen3 adds `self_attn.q_norm` /
+`k_norm`) in every format, as speculators writes them and vLLM / SGLang (>= PR #24663, `midlayer` -> `layers.0`)
+read them. Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
 Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a DataFrame)
 """
 from __future__ import annotations
@@ -17,7 +20,8 @@ import torch
 from safetensors.torch import save_file
 
 from .config import DraftConfig, config_to_dict, load_config
-from .draft import Eagle3Draft, Rotary
+from .draft import Eagle3Draft
+from .layers import Rotary
 from ..errors import CheckpointError
 from .safefiles import load_state_dict, weight_files
 from .target import load_target_tensor
@@ -36,7 +40,7 @@ TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
     (r"^aux_norm_high\.", "fc_norm.2.", "SGLang legacy"),
     (r"^draft_id_to_target_id$", "d2t", "vLLM in-memory"),
 )
-# canonical -> on-disk names per format, and keys the format does not store
+# canonical -> on-disk names per format, and keys the format does not store (layers.N, N >= 1: the same everywhere)
 SAVE_MAPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "specforge": ((), ()),
     "eagle": ((), ()),
@@ -65,7 +69,8 @@ def canonicalize(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], 
 
 
 def detect_format(keys) -> str:
-    """Which writer produced these keys: specforge (midlayer.*), speculators (layers.0.*), modelopt, sglang."""
+    """Which writer produced these keys: specforge (midlayer.*), speculators (layers.0.*), modelopt, sglang (later
+    layers are layers.N.* in all of them)."""
     keys = list(keys)
     if any(k.startswith("eagle_module.") for k in keys):
         return "modelopt"
@@ -116,9 +121,22 @@ def validate(sd: dict[str, torch.Tensor], cfg: DraftConfig) -> pd.DataFrame:
         t = sd[key]
         rows.append({"key": key, "expected_shape": None, "found_shape": list(t.shape),
                      "dtype": str(t.dtype).replace("torch.", ""), "status": "unexpected",
-                     "note": "old SGLang drops unknown names silently; vLLM refuses them"})
+                     "note": _unexpected_hint(key, cfg)})
     cols = ["key", "status", "expected_shape", "found_shape", "dtype", "note"]
     return pd.DataFrame(rows, columns=cols)
+
+
+def _unexpected_hint(key: str, cfg: DraftConfig) -> str:
+    """Why a checkpoint tensor has no place in the draft the config describes."""
+    later = re.match(r"^layers\.(\d+)\.", key)
+    if later and int(later.group(1)) >= cfg.num_hidden_layers:
+        return (f"decoder layer {later.group(1)}, but the config says num_hidden_layers={cfg.num_hidden_layers}: "
+                "set it to the checkpoint's layer count")
+    if re.search(r"\.(q_norm|k_norm)\.weight$", key) and not cfg.qk_norm:
+        return "a Qwen3 per-head q/k norm, but the config's layers are Llama: its model_type should be 'qwen3'"
+    if key.endswith(".bias"):
+        return "a bias the config does not switch on (attention_bias / mlp_bias / bias)"
+    return "old SGLang drops unknown names silently; vLLM refuses them"
 
 
 def _shape_hint(key: str, found: tuple, expected: tuple, cfg: DraftConfig) -> str:

@@ -109,8 +109,12 @@ class DraftConfig:
     norm_before_fc: bool              # gpt-oss drafts: RMSNorm over the concatenation (input_norm)
     norm_output: bool                 # EAGLE-3.1: feed back the post-norm hidden state
     hidden_act: str = "silu"
-    bias: bool = False                # fc / attention bias (EAGLE `bias`)
-    num_hidden_layers: int = 1
+    bias: bool = False                # fc / q,k,v bias (EAGLE `bias`)
+    num_hidden_layers: int = 1        # layer 0 (`midlayer`) reads 2H; layers 1.. (`layers.N`) are plain, width H
+    layer_type: str = "llama"         # the decoder layers' architecture: "llama" or "qwen3" (model_type)
+    qk_norm: bool = False             # derived: Qwen3 RMSNorm of each q/k head before RoPE (q_norm, k_norm)
+    attention_bias: bool = False      # HF Llama / Qwen3: bias on q/k/v/o_proj
+    mlp_bias: bool = False            # HF Llama: bias on gate/up/down_proj
     mla: MlaConfig | None = None      # multi-latent attention (MLA drafts); None: Llama attention
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
@@ -211,9 +215,7 @@ class DraftConfig:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
                               found=repr(eps))
         layers = opt_int("num_hidden_layers", 1, body)
-        if layers != 1:
-            warnings.append(f"num_hidden_layers={layers}: only the first (EAGLE-3) layer is modelled; later "
-                            "layers are plain Llama layers in vLLM")
+        layer_type = _read_layer_type(raw, body, warnings, source)
         if opt("tie_word_embeddings", False, body):
             warnings.append("tie_word_embeddings is true: EAGLE-3 drafts have their own lm_head (expected false)")
         norm_output = bool(opt("norm_output", False))
@@ -241,7 +243,9 @@ class DraftConfig:
             fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
             norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
             hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
-            num_hidden_layers=int(layers), mla=mla, source=source, warnings=tuple(warnings),
+            num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
+            attention_bias=_flag(body, raw, "attention_bias", source), mlp_bias=_flag(body, raw, "mlp_bias", source),
+            mla=mla, source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -276,7 +280,35 @@ class DraftConfig:
             "norm_before_fc": self.norm_before_fc, "norm_output": self.norm_output,
             "attention": "MLA" if self.mla else "Llama",
             **({f"mla {k}": v for k, v in self.mla.as_dict().items()} if self.mla else {}),
+            "decoder layers": self.num_hidden_layers, "layer type": self.layer_type,
+            "attention bias": self.attention_bias,
         }
+
+
+# model_type of the decoder layers -> the layer type modelled (speculators `model_classes`: llama, qwen3)
+LAYER_TYPES = {"llama": "llama", "qwen3": "qwen3"}
+
+
+def _read_layer_type(raw: Mapping[str, Any], body: Mapping[str, Any], warnings: list[str], source: str) -> str:
+    """"llama" or "qwen3" from the layers' model_type (speculators: transformer_layer_config.model_type)."""
+    mt = body.get("model_type") or raw.get("model_type") or "llama"
+    if not isinstance(mt, str):
+        raise ConfigError(f"{source}, key 'model_type'", "wrong type", expected="a string such as 'llama'",
+                          found=repr(mt))
+    if mt not in LAYER_TYPES:
+        warnings.append(f"model_type {mt!r} is not modelled: the decoder layers run as Llama layers "
+                        f"(modelled: {sorted(LAYER_TYPES)})")
+    return LAYER_TYPES.get(mt, "llama")
+
+
+def _flag(body: Mapping[str, Any], raw: Mapping[str, Any], key: str, source: str) -> bool:
+    """A boolean field read from the layer config (speculators' transformer_layer_config) or the top level."""
+    value = body.get(key, raw.get(key))
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="true or false", found=repr(value))
+    return value
 
 
 # Block drafters predict a block of tokens in parallel from the target's states: another algorithm, whose configs
@@ -467,14 +499,18 @@ def load_config(path: str | Path) -> DraftConfig:
     return DraftConfig.from_dict(raw, source=str(file))
 
 
+_HF_CLASS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
+
+
 def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, Any]:
     """A config.json dict for `dialect` (specforge, vllm, speculators, eagle) describing the same draft."""
     llama = {
-        "model_type": "llama", "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
+        "model_type": cfg.layer_type, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
         "head_dim": cfg.head_dim, "num_hidden_layers": cfg.num_hidden_layers, "rms_norm_eps": cfg.rms_norm_eps,
         "rope_theta": cfg.rope_theta, "max_position_embeddings": cfg.max_position_embeddings,
         "vocab_size": cfg.vocab_size, "hidden_act": cfg.hidden_act, "tie_word_embeddings": False,
+        "attention_bias": cfg.attention_bias, "mlp_bias": cfg.mlp_bias,
     }
     if cfg.rope_scaling:
         llama["rope_scaling"] = dict(cfg.rope_scaling)
@@ -506,10 +542,15 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
                 "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
                                        "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}]},
-                "transformer_layer_config": {**llama, "architectures": ["LlamaForCausalLM"]},
+                "transformer_layer_config": {**llama, "architectures": [_HF_CLASS[cfg.layer_type]]},
                 "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
                 "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": False, **flags}
     if dialect == "eagle":
+        if cfg.layer_type != "llama" or cfg.num_hidden_layers != 1:
+            raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts are one Llama layer",
+                              expected="layer_type 'llama', num_hidden_layers 1",
+                              found=f"{cfg.layer_type!r}, {cfg.num_hidden_layers}",
+                              cause="write this draft in the speculators or specforge dialect")
         if cfg.num_aux != 3:
             raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts have exactly 3 aux slots",
                               expected=3, found=cfg.num_aux, cause="EAGLE's fc is target_hidden_size * 3")

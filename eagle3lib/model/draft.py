@@ -4,13 +4,14 @@
     u     = concat(input_layernorm(E[x_{t+1}]), hidden_norm(h))     # embedding FIRST, hidden second
     h1    = h + o_proj(Attn(q/k/v_proj(u)))            # RoPE position t (+k at TTT / chain step k)
     h2    = h1 + MLP(post_attention_layernorm(h1))
+    h2    = layer N(h2) for N = 1 .. num_hidden_layers-1          # multi-layer drafts: plain layers of width H
     logits = lm_head(norm(h2)); next h = h2 (pre-norm; post-norm under norm_output)
-Parameter names are the checkpoint's (`fc`, `midlayer.*`, `norm`, `lm_head`, buffers `d2t`, `t2d`), so a
-SpecForge/SGLang state dict loads as a direct copy; `target_id = draft_id + d2t[draft_id]`.
+Parameter names are the checkpoint's (`fc`, `midlayer.*`, `layers.N.*` for N >= 1, `norm`, `lm_head`, buffers `d2t`,
+`t2d`), so a SpecForge/SGLang state dict loads as a direct copy; `target_id = draft_id + d2t[draft_id]`. The layers
+themselves (Llama or Qwen3 attention, MLP, norms, RoPE) are in `layers`.
 """
 from __future__ import annotations
 
-import math
 from functools import partial
 
 import torch
@@ -18,98 +19,14 @@ import torch.nn.functional as F
 from torch import Tensor, nn
 
 from .config import DraftConfig
-from .mla import MlaAttention
+from .layers import DecoderLayer, DraftLayer, ResidualLayer, RMSNorm, Rotary
 from .ttt_attention import causal_attention, chain_attention
 
 ROW_ELEMENTS = 1 << 26   # position-wise work of ttt_forward runs in chunks of rows x max(I, Vd, 2H) elements
 
 
-class RMSNorm(nn.Module):
-    """Llama RMSNorm: normalise in fp32, scale in the input dtype."""
-
-    def __init__(self, dim: int, eps: float):
-        super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
-        self.eps = eps
-
-    def forward(self, x: Tensor) -> Tensor:
-        dtype = x.dtype
-        x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
-
-
-def rope_inv_freq(head_dim: int, theta: float, scaling, max_pos: int) -> tuple[Tensor, float]:
-    """Inverse frequencies (head_dim/2,) and the attention scaling for default/linear/llama3/yarn RoPE."""
-    inv = 1.0 / (theta ** (torch.arange(0, head_dim, 2, dtype=torch.int64).float() / head_dim))
-    if not scaling:
-        return inv, 1.0
-    rtype, factor = scaling.get("rope_type", "default"), float(scaling.get("factor", 1.0))
-    if rtype == "linear":
-        return inv / factor, 1.0
-    if rtype == "llama3":
-        lo_f, hi_f = float(scaling.get("low_freq_factor", 1.0)), float(scaling.get("high_freq_factor", 4.0))
-        old = float(scaling.get("original_max_position_embeddings", 8192))
-        wavelen = 2 * math.pi / inv
-        inv_l = torch.where(wavelen > old / lo_f, inv / factor, inv)     # long waves: fully interpolated
-        smooth = (old / wavelen - lo_f) / (hi_f - lo_f)
-        smoothed = (1 - smooth) * inv_l / factor + smooth * inv_l
-        medium = (wavelen >= old / hi_f) & (wavelen <= old / lo_f)
-        return torch.where(medium, smoothed, inv_l), 1.0
-    if rtype == "yarn":
-        old = float(scaling.get("original_max_position_embeddings") or max_pos)
-        mscale, mscale_all = scaling.get("mscale"), scaling.get("mscale_all_dim")
-
-        def get_mscale(s, m=1.0):
-            return 1.0 if s <= 1 else 0.1 * m * math.log(s) + 1.0
-
-        attn = scaling.get("attention_factor")
-        if attn is None:
-            attn = (get_mscale(factor, mscale) / get_mscale(factor, mscale_all)) if mscale and mscale_all \
-                else get_mscale(factor)
-        beta_fast, beta_slow = float(scaling.get("beta_fast") or 32), float(scaling.get("beta_slow") or 1)
-
-        def corr_dim(rot):
-            return (head_dim * math.log(old / (rot * 2 * math.pi))) / (2 * math.log(theta))
-
-        low, high = corr_dim(beta_fast), corr_dim(beta_slow)
-        if scaling.get("truncate", True):
-            low, high = math.floor(low), math.ceil(high)
-        low, high = max(low, 0), min(high, head_dim - 1)
-        if low == high:
-            high += 0.001
-        ramp = ((torch.arange(head_dim // 2, dtype=torch.float32) - low) / (high - low)).clamp(0, 1)
-        extrap = 1 - ramp                                   # 1 = keep the original (high) frequency
-        return (inv / factor) * (1 - extrap) + inv * extrap, float(attn)
-    return inv, 1.0                                         # dynamic NTK equals default within max_pos
-
-
-class Rotary(nn.Module):
-    """cos/sin tables for given absolute positions (MLA: of the qk_rope_head_dim part, DeepSeek YaRN magnitude)."""
-
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        dim = cfg.mla.qk_rope_head_dim if cfg.mla else cfg.head_dim
-        inv, self.scale = rope_inv_freq(dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
-        if cfg.mla:
-            self.scale = cfg.mla.rope_mscale
-        self.register_buffer("inv_freq", inv, persistent=False)
-
-    def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
-        freqs = positions.float()[..., None] * self.inv_freq.float()   # (B, T) -> (B, T, hd/2)
-        emb = torch.cat([freqs, freqs], dim=-1)                        # (B, T, hd)
-        return (emb.cos() * self.scale).to(dtype), (emb.sin() * self.scale).to(dtype)
-
-
-def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate-half RoPE on (B, nh, T, hd) with cos/sin (B, T, hd)."""
-    cos, sin = cos[:, None], sin[:, None]                   # (B, T, hd) -> (B, 1, T, hd)
-    x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
-
-
 class KVCache:
-    """Draft KV cache addressed by absolute position: slot p holds the key/value of position p.
+    """One decoder layer's KV cache addressed by absolute position: slot p holds the key/value of position p.
 
     Rolling back rejected draft tokens costs nothing: later writes overwrite them, and the mask only lets a
     query at position q see slots <= q.
@@ -128,6 +45,24 @@ class KVCache:
         self.k.scatter_(2, positions[:, None, :, None].expand_as(k), k)   # (B, S) -> (B, nkv, S, hd)
         self.v.scatter_(2, positions[:, None, :, None].expand_as(v), v)   # (B, S) -> (B, nkv, S, vd)
         return self.k, self.v
+
+    def rows(self, rows: slice) -> "KVCache":
+        """A view of some batch rows: writes through it land in this cache."""
+        view = object.__new__(KVCache)
+        view.k, view.v, view.max_len = self.k[rows], self.v[rows], self.max_len
+        return view
+
+
+class DraftCache:
+    """The draft's KV cache: one `KVCache` per decoder layer (`layers[i]` for layer i), one position space."""
+
+    def __init__(self, layers: list[KVCache]):
+        self.layers = tuple(layers)
+        self.max_len = self.layers[0].max_len
+
+    def rows(self, rows: slice) -> "DraftCache":
+        """A view of some batch rows of every layer's cache (writes go through)."""
+        return DraftCache([c.rows(rows) for c in self.layers])
 
 
 def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, scale: float | None = None) -> Tensor:
@@ -151,71 +86,9 @@ def top1(logits: Tensor) -> Tensor:
     return b * blk + inner.max(-1).indices
 
 
-class DraftAttention(nn.Module):
-    """Llama attention whose q/k/v read `in_features` (2H in the EAGLE-3 layer) and o_proj writes H."""
-
-    def __init__(self, cfg: DraftConfig, in_features: int):
-        super().__init__()
-        nh, nkv, hd, H = cfg.num_attention_heads, cfg.num_key_value_heads, cfg.head_dim, cfg.hidden_size
-        self.nh, self.nkv, self.hd, self.vd, self.scale = nh, nkv, hd, hd, hd ** -0.5
-        self.q_proj = nn.Linear(in_features, nh * hd, bias=cfg.bias)
-        self.k_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
-        self.v_proj = nn.Linear(in_features, nkv * hd, bias=cfg.bias)
-        self.o_proj = nn.Linear(nh * hd, H, bias=False)
-
-    def qkv(self, u: Tensor, cos: Tensor, sin: Tensor) -> tuple[Tensor, Tensor, Tensor]:
-        """Projected, RoPE'd q (B, nh, T, hd) and k, v (B, nkv, T, hd)."""
-        B, T, _ = u.shape
-        q = self.q_proj(u).view(B, T, self.nh, self.hd).transpose(1, 2)    # (B, T, 2H) -> (B, nh, T, hd)
-        k = self.k_proj(u).view(B, T, self.nkv, self.hd).transpose(1, 2)   # (B, T, 2H) -> (B, nkv, T, hd)
-        v = self.v_proj(u).view(B, T, self.nkv, self.hd).transpose(1, 2)   # (B, T, 2H) -> (B, nkv, T, hd)
-        return apply_rope(q, cos, sin), apply_rope(k, cos, sin), v
-
-    def out(self, o: Tensor) -> Tensor:
-        B, _, T, _ = o.shape
-        return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))   # (B, nh, T, hd) -> (B, T, H)
-
-
-class DraftMLP(nn.Module):
-    """SwiGLU MLP (gate_proj, up_proj, down_proj)."""
-
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        H, I = cfg.hidden_size, cfg.intermediate_size
-        self.gate_proj = nn.Linear(H, I, bias=False)
-        self.up_proj = nn.Linear(H, I, bias=False)
-        self.down_proj = nn.Linear(I, H, bias=False)
-
-    def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # (B, T, H) -> (B, T, I) -> (B, T, H)
-
-
-class DraftLayer(nn.Module):
-    """The single EAGLE-3 decoder layer (`midlayer` in EAGLE/SpecForge, `layers.0` in speculators/vLLM)."""
-
-    def __init__(self, cfg: DraftConfig):
-        super().__init__()
-        H, eps = cfg.hidden_size, cfg.rms_norm_eps
-        self.hidden_norm = RMSNorm(H, eps)
-        self.input_layernorm = RMSNorm(H, eps)
-        self.self_attn = MlaAttention(cfg, 2 * H, RMSNorm) if cfg.mla else DraftAttention(cfg, 2 * H)
-        self.post_attention_layernorm = RMSNorm(H, eps)
-        self.mlp = DraftMLP(cfg)
-        self.norm_before_residual = cfg.norm_before_residual
-
-    def inputs(self, emb: Tensor, h: Tensor) -> tuple[Tensor, Tensor]:
-        """(attention input u (B, T, 2H), residual (B, T, H))."""
-        hn = self.hidden_norm(h)
-        u = torch.cat([self.input_layernorm(emb), hn], dim=-1)   # (B, T, H) + (B, T, H) -> (B, T, 2H)
-        return u, (hn if self.norm_before_residual else h)
-
-    def finish(self, attn_out: Tensor, residual: Tensor) -> Tensor:
-        h1 = residual + attn_out
-        return h1 + self.mlp(self.post_attention_layernorm(h1))
-
-
 class Eagle3Draft(nn.Module):
-    """EAGLE-3 draft: fc over k aux slots, one decoder layer, norm, lm_head over the draft vocab, d2t/t2d.
+    """EAGLE-3 draft: fc over k aux slots, the EAGLE-3 layer (`midlayer`) and any later plain layers (`layers.N`,
+    N >= 1), norm, lm_head over the draft vocab, d2t/t2d.
 
     `embed_tokens` is the TARGET's embedding (V, H): drafts usually ship without it (load it from the target).
     """
@@ -231,6 +104,7 @@ class Eagle3Draft(nn.Module):
             self.fc_norm = nn.ModuleList(RMSNorm(Ht, cfg.rms_norm_eps) for _ in range(k))
         self.fc = nn.Linear(k * Ht, H, bias=cfg.bias)
         self.midlayer = DraftLayer(cfg)
+        self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg) for i in range(1, cfg.num_hidden_layers)})
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
         self.lm_head = nn.Linear(H, cfg.draft_vocab_size, bias=False)
         self.rotary = Rotary(cfg)
@@ -239,6 +113,11 @@ class Eagle3Draft(nn.Module):
         self.register_buffer("t2d", torch.ones(cfg.vocab_size, dtype=torch.bool))
 
     # ---- pieces ---------------------------------------------------------------------------------------
+    @property
+    def decoder_layers(self) -> list[ResidualLayer]:
+        """Every decoder layer in order: the EAGLE-3 layer, then layers 1 .. num_hidden_layers-1."""
+        return [self.midlayer, *self.layers.values()]
+
     def fuse(self, aux: Tensor) -> Tensor:
         """Fuse concatenated aux slots: (B, T, k*Ht) -> (B, T, H)."""
         if aux.shape[-1] != self.fc.in_features:
@@ -298,9 +177,11 @@ class Eagle3Draft(nn.Module):
                           for _ in range(K)]
         T0 = int(live[0].any(0).nonzero().max()) + 1 if bool(live[0].any()) else 0   # last position used
         padded = F.pad(input_ids, (0, K + 1))                                # ids past the end -> 0
-        a = self.midlayer.self_attn
-        diag: list[tuple[Tensor, Tensor]] = []
-        k0 = v0 = h = prev = None
+        layers = self.decoder_layers
+        k0: list[Tensor] = []                                                # per layer: step-0 keys (B, nkv, T0, hd)
+        v0: list[Tensor] = []
+        diag: list[list[tuple[Tensor, Tensor]]] = [[] for _ in layers]       # per layer: steps 1..k, (n, nkv, hd|vd)
+        h = prev = None
         for step in range(K if T0 else 0):
             # rows: flat indices b * T + t of the positions this step runs (step 0: all t < T0, they are keys)
             run = live[step] if step else torch.ones(B, T, dtype=torch.bool, device=dev)
@@ -312,25 +193,29 @@ class Eagle3Draft(nn.Module):
                 h = self.fuse(aux[:, :T0]).reshape(B * T0, -1)               # (B, T0, k*Ht) -> (B*T0, H)
             else:
                 h = h[prev[rows]]                                            # (n_prev, H) -> (n, H)
-                diag = [(kd[prev[rows]], vd[prev[rows]]) for kd, vd in diag]
+                diag = [[(kd[prev[rows]], vd[prev[rows]]) for kd, vd in d] for d in diag]
             if step == 0 or feed == "teacher":
                 tokens = padded[:, 1 + step:T + 1 + step].flatten()[rows]    # (B, T) -> (n,) token t+1+k
             else:
                 tokens = self.to_target_ids(ids_out[step - 1].flatten()[rows])
-            q, k, v, residual = self._rows_in(h, tokens, t + position_offset + step)
-            if step == 0:                                                    # dense (B, T0): square causal SDPA
-                k0 = k.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous()   # (B*T0, nkv, hd) -> (B, nkv, T0, hd)
-                v0 = v.view(B, T0, a.nkv, a.vd).transpose(1, 2).contiguous()   # (B*T0, nkv, vd) -> (B, nkv, T0, vd)
-                o = causal_attention(q.view(B, T0, a.nh, a.hd).transpose(1, 2), k0, v0, a.scale)   # (B, nh, T0, vd)
-                o = o.transpose(1, 2).reshape(B * T0, a.nh, a.vd)            # (B, nh, T0, vd) -> (B*T0, nh, vd)
-            else:
-                diag.append((k, v))
-                o = self._rows_attend(q, rows, B, T, k0, v0, diag)
-            del q                                                            # free before the next (n, H)s
+            for i, layer in enumerate(layers):                               # the last layer's output is fed back
+                a = layer.self_attn
+                q, k, v, residual = self._rows_in(layer, h, tokens if i == 0 else None, t + position_offset + step)
+                if step == 0:                                                # dense (B, T0): square causal SDPA
+                    k0.append(k.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous())   # -> (B, nkv, T0, hd)
+                    v0.append(v.view(B, T0, a.nkv, a.vd).transpose(1, 2).contiguous())   # -> (B, nkv, T0, vd)
+                    o = causal_attention(q.view(B, T0, a.nh, a.hd).transpose(1, 2), k0[i], v0[i],
+                                         a.scale)                            # (B, nh, T0, vd)
+                    o = o.transpose(1, 2).reshape(B * T0, a.nh, a.vd)        # (B, nh, T0, vd) -> (B*T0, nh, vd)
+                else:
+                    diag[i].append((k, v))
+                    o = self._rows_attend(q, rows, B, T, k0[i], v0[i], diag[i], a.scale)
+                del q                                                        # free before the next (n, H)s
+                h = self._rows_finish(layer, o, residual)
+                del o, residual
             sel = heads[step].flatten()[rows].nonzero().flatten()           # rows whose output is used
-            h = self._rows_out(o, residual, sel, rows, ids_out[step].view(-1) if feed == "draft" or not return_logits
-                               else None, logits_out[step].view(B * T, -1) if return_logits else None)
-            del o, residual
+            h = self._rows_head(h, sel, rows, ids_out[step].view(-1) if feed == "draft" or not return_logits
+                                else None, logits_out[step].view(B * T, -1) if return_logits else None)
             prev = torch.full((B * T,), -1, dtype=torch.long, device=dev)
             prev[rows] = torch.arange(rows.numel(), device=dev)             # flat index -> row of this step
         return logits_out if return_logits else list(ids_out)
@@ -340,29 +225,32 @@ class Eagle3Draft(nn.Module):
         c = self.cfg
         return max(1, ROW_ELEMENTS // max(c.intermediate_size, c.draft_vocab_size, 2 * c.hidden_size))
 
-    def _rows_in(self, h: Tensor, tokens: Tensor, positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
-        """Attention inputs of n rows (hidden (n, H), target token ids (n,), RoPE positions (n,)): RoPE'd
-        q (n, nh, hd), k (n, nkv, hd), v (n, nkv, vd) and the residual (n, H), in chunks of rows."""
-        m, a = self.midlayer, self.midlayer.self_attn
+    def _rows_in(self, layer: ResidualLayer, h: Tensor, tokens: Tensor | None,
+                 positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+        """Attention inputs of `layer` for n rows (hidden (n, H), target token ids (n,) for the first layer, None
+        for later ones, RoPE positions (n,)): RoPE'd q (n, nh, hd), k (n, nkv, hd), v (n, nkv, vd) and the residual
+        (n, H), in chunks of rows."""
+        a = layer.self_attn
         n = h.shape[0]
         q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.vd)
-        residual = h.new_empty(h.shape) if m.norm_before_residual else h
+        residual = h.new_empty(h.shape) if layer.norm_before_residual else h
         for s in range(0, n, self._chunk()):
             e = min(n, s + self._chunk())
             cos, sin = self.rotary(positions[None, s:e], h.dtype)            # (1, c) -> (1, c, hd)
-            u, r = m.inputs(self.embed_tokens(tokens[None, s:e]), h[None, s:e])   # (1, c, 2H), (1, c, H)
+            emb = self.embed_tokens(tokens[None, s:e]) if tokens is not None else None   # (1, c, H)
+            u, r = layer.inputs(emb, h[None, s:e])                           # (1, c, 2H|H), (1, c, H)
             qc, kc, vc = a.qkv(u, cos, sin)                                  # (1, nh|nkv, c, hd|vd)
             q[s:e] = qc[0].transpose(0, 1)                                   # (nh, c, hd) -> (c, nh, hd)
             k[s:e], v[s:e] = kc[0].transpose(0, 1), vc[0].transpose(0, 1)    # (nkv, c, hd|vd) -> (c, nkv, hd|vd)
-            if m.norm_before_residual:
+            if layer.norm_before_residual:
                 residual[s:e] = r[0]
         return q, k, v, residual
 
     def _rows_attend(self, q: Tensor, rows: Tensor, B: int, T: int, k0: Tensor, v0: Tensor,
-                     diag: list[tuple[Tensor, Tensor]]) -> Tensor:
+                     diag: list[tuple[Tensor, Tensor]], scale: float | None = None) -> Tensor:
         """Attention of n rows (q (n, nh, hd), flat indices b * T + t) over their sample's step-0 keys and their
-        diagonal keys (n, nkv, hd|vd): rows are laid out (B, n_max) per sample for SDPA and back. Returns
-        (n, nh, vd)."""
+        diagonal keys (n, nkv, hd|vd), scores x scale: rows are laid out (B, n_max) per sample for SDPA and back.
+        Returns (n, nh, vd)."""
         b, t = rows // T, rows % T
         counts = torch.bincount(b, minlength=B)                              # rows per sample
         slot = torch.arange(rows.numel(), device=rows.device) - (counts.cumsum(0) - counts)[b]
@@ -376,25 +264,33 @@ class Eagle3Draft(nn.Module):
             return out.transpose(1, 2)
         pos = torch.zeros(B, n_max, dtype=torch.long, device=rows.device)   # padding rows: position 0
         pos[b, slot] = t
-        o = chain_attention(batched(q), pos, k0, v0, [(batched(kd), batched(vd)) for kd, vd in diag],
-                            scale=self.midlayer.self_attn.scale)
+        o = chain_attention(batched(q), pos, k0, v0, [(batched(kd), batched(vd)) for kd, vd in diag], scale=scale)
         if B == 1:
             return o[0].transpose(0, 1)                                      # (1, nh, n, vd) -> (n, nh, vd) view
         return o.transpose(1, 2)[b, slot]                                    # (B, nh, n_max, vd) -> (n, nh, vd)
 
-    def _rows_out(self, o: Tensor, residual: Tensor, sel: Tensor, rows: Tensor, ids: Tensor | None,
-                  logits: Tensor | None) -> Tensor:
-        """Rest of the layer for n rows (attention out (n, nh, vd), residual (n, H)) in chunks of rows; the rows
-        `sel` (sorted) get the lm_head, written at their flat index `rows[sel]` into ids (B*T,) as top-1 and/or
-        logits (B*T, Vd). Returns the hidden to feed back (n, H)."""
-        m, n = self.midlayer, o.shape[0]
-        h = residual.new_empty(residual.shape)
+    def _rows_finish(self, layer: ResidualLayer, o: Tensor, residual: Tensor) -> Tensor:
+        """Rest of `layer` for n rows (attention out (n, nh, vd), residual (n, H)) in chunks: its output (n, H)."""
+        n = o.shape[0]
+        out = residual.new_empty(residual.shape)
         for s in range(0, n, self._chunk()):
             e = min(n, s + self._chunk())
-            att = m.self_attn.out(o[s:e].transpose(0, 1)[None])              # (c, nh, vd) -> (1, c, H)
-            out = m.finish(att, residual[None, s:e])[0]                      # (1, c, H) -> (c, H)
-            normed = self.norm(out)
-            h[s:e] = normed if self.cfg.norm_output else out
+            att = layer.self_attn.out(o[s:e].transpose(0, 1)[None])          # (c, nh, vd) -> (1, c, H)
+            out[s:e] = layer.finish(att, residual[None, s:e])[0]             # (1, c, H) -> (c, H)
+        return out
+
+    def _rows_head(self, out: Tensor, sel: Tensor, rows: Tensor, ids: Tensor | None,
+                   logits: Tensor | None) -> Tensor:
+        """Final norm for n rows (last layer's output (n, H)) in chunks; the rows `sel` (sorted) get the lm_head,
+        written at their flat index `rows[sel]` into ids (B*T,) as top-1 and/or logits (B*T, Vd). Returns the
+        hidden to feed back (n, H): `out` itself, or its post-norm copy under norm_output."""
+        n = out.shape[0]
+        fed = out.new_empty(out.shape) if self.cfg.norm_output else out
+        for s in range(0, n, self._chunk()):
+            e = min(n, s + self._chunk())
+            normed = self.norm(out[s:e])
+            if self.cfg.norm_output:
+                fed[s:e] = normed
             lo, hi = (int(i) for i in torch.searchsorted(sel, torch.tensor([s, e], device=sel.device)))
             if hi > lo:
                 lg = self.lm_head(normed[sel[lo:hi] - s])                    # (m, H) -> (m, Vd)
@@ -402,17 +298,19 @@ class Eagle3Draft(nn.Module):
                     ids[rows[sel[lo:hi]]] = top1(lg)                         # (m, Vd) -> (m,)
                 if logits is not None:
                     logits[rows[sel[lo:hi]]] = lg
-        return h
+        return fed
 
     # ---- incremental drafting with a KV cache (engines) ------------------------------------------------------
-    def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> KVCache:
-        """An empty draft KV cache for `max_len` positions."""
-        p, a = self.fc.weight, self.midlayer.self_attn
-        return KVCache(batch, max_len, a.nkv, a.hd, dtype or p.dtype, device or p.device, v_head_dim=a.vd)
+    def new_cache(self, batch: int, max_len: int, device=None, dtype=None) -> DraftCache:
+        """An empty draft KV cache for `max_len` positions: one KVCache per decoder layer."""
+        p = self.fc.weight
+        return DraftCache([KVCache(batch, max_len, layer.self_attn.nkv, layer.self_attn.hd, dtype or p.dtype,
+                                   device or p.device, v_head_dim=layer.self_attn.vd)
+                           for layer in self.decoder_layers])
 
-    def step(self, hidden: Tensor, token_ids: Tensor, positions: Tensor, cache: KVCache,
+    def step(self, hidden: Tensor, token_ids: Tensor, positions: Tensor, cache: DraftCache,
              fuse: bool = False) -> tuple[Tensor, Tensor]:
-        """Run S new positions through the draft layer, reading/writing `cache` by absolute position.
+        """Run S new positions through every decoder layer, reading/writing each layer's cache by absolute position.
 
         hidden: (B, S, H) fed-back states, or (B, S, k*Ht) aux states with fuse=True (target features);
         token_ids: (B, S) TARGET ids of the next tokens; positions: (B, S) RoPE positions.
@@ -420,11 +318,13 @@ class Eagle3Draft(nn.Module):
         """
         h = self.fuse(hidden) if fuse else hidden
         cos, sin = self.rotary(positions, h.dtype)
-        u, residual = self.midlayer.inputs(self.embed_tokens(token_ids), h)
-        q, k, v = self.midlayer.self_attn.qkv(u, cos, sin)
-        k_all, v_all = cache.update(positions, k, v)
+        emb = self.embed_tokens(token_ids)
         slots = torch.arange(cache.max_len, device=positions.device)
         allowed = slots[None, None, None, :] <= positions[:, None, :, None]  # (B, 1, S, max_len)
-        o = _attend(q, k_all, v_all, allowed, self.midlayer.self_attn.scale)
-        out = self.midlayer.finish(self.midlayer.self_attn.out(o), residual)
-        return self.head(out)
+        for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
+            u, residual = layer.inputs(emb, h)
+            q, k, v = layer.self_attn.qkv(u, cos, sin)
+            k_all, v_all = layer_cache.update(positions, k, v)
+            o = _attend(q, k_all, v_all, allowed, layer.self_attn.scale)
+            h = layer.finish(layer.self_attn.out(o), residual)
+        return self.head(h)

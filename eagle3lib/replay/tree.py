@@ -75,32 +75,39 @@ def _attend(q: Tensor, k: Tensor, v: Tensor, allowed: Tensor, diag: list[tuple[T
 def tree_candidates(model: Eagle3Draft, aux: Tensor, input_ids: Tensor, steps: int, topk: int) -> TreeBuilder:
     """Every position's round of candidates: aux (B, T, k*Ht), ids (B, T) -> a TreeBuilder with leading (B, T)."""
     B, T = input_ids.shape
-    S, layer = topk, model.midlayer
+    S, layers = topk, model.decoder_layers
     h = model.fuse(aux)                                                      # (B, T, k*Ht) -> (B, T, H)
     H = h.shape[-1]
     pos = torch.arange(T, device=input_ids.device)[None].expand(B, T)
     causal = torch.ones(T, T, dtype=torch.bool, device=input_ids.device).tril()[None, None]   # (1, 1, T, T)
     tokens = F.pad(input_ids, (0, 1))[:, 1:T + 1]                            # step 0: token t+1
     cos, sin = model.rotary(pos, h.dtype)
-    u, residual = layer.inputs(model.embed_tokens(tokens), h)
-    q, k0, v0 = layer.self_attn.qkv(u, cos, sin)
-    out = layer.finish(layer.self_attn.out(_attend(q, k0, v0, causal, [])), residual)
+    emb, out, k0, v0 = model.embed_tokens(tokens), h, [], []                  # k0 / v0: per layer
+    for layer in layers:                                                     # every layer; the last one's output
+        u, residual = layer.inputs(emb, out)
+        q, k, v = layer.self_attn.qkv(u, cos, sin)
+        k0.append(k)
+        v0.append(v)
+        out = layer.finish(layer.self_attn.out(_attend(q, k, v, causal, [])), residual)
     logits, h = model.head(out)                                              # (B, T, Vd), (B, T, H)
     tree = TreeBuilder(topk)
     p, idx = top_children(logits, topk)                                      # (B, T, S)
     tok = tree.root(p, model.to_target_ids(idx))
     hs = h[:, :, None].expand(B, T, S, H)                                    # (B, T, H) -> (B, T, S, H)
-    k0, v0 = k0.repeat_interleave(S, dim=0), v0.repeat_interleave(S, dim=0)  # (B, nkv, T, hd) -> (B*S, ...)
+    k0 = [k.repeat_interleave(S, dim=0) for k in k0]                         # (B, nkv, T, hd) -> (B*S, ...)
+    v0 = [v.repeat_interleave(S, dim=0) for v in v0]
     pos = pos.repeat_interleave(S, dim=0)                                    # (B, T) -> (B*S, T)
-    diag: list[tuple[Tensor, Tensor]] = []
+    diag: list[list[tuple[Tensor, Tensor]]] = [[] for _ in layers]           # per layer
     for i in range(1, steps):
         cos, sin = model.rotary(pos + i, h.dtype)
         slot_tok = tok.permute(0, 2, 1).reshape(B * S, T)                    # (B, T, S) -> (B*S, T)
         slot_h = hs.permute(0, 2, 1, 3).reshape(B * S, T, H)                 # (B, T, S, H) -> (B*S, T, H)
-        u, residual = layer.inputs(model.embed_tokens(slot_tok), slot_h)
-        q, k, v = layer.self_attn.qkv(u, cos, sin)
-        diag.append((k, v))                                                  # slot r keeps slot r's keys (SGLang)
-        out = layer.finish(layer.self_attn.out(_attend(q, k0, v0, causal, diag)), residual)
+        emb, out = model.embed_tokens(slot_tok), slot_h
+        for j, layer in enumerate(layers):
+            u, residual = layer.inputs(emb, out)
+            q, k, v = layer.self_attn.qkv(u, cos, sin)
+            diag[j].append((k, v))                                           # slot r keeps slot r's keys (SGLang)
+            out = layer.finish(layer.self_attn.out(_attend(q, k0[j], v0[j], causal, diag[j])), residual)
         lg, hn = model.head(out)                                             # (B*S, T, Vd), (B*S, T, H)
         p, idx = top_children(lg, topk)                                      # (B*S, T, topk)
         p = p.view(B, S, T, topk).permute(0, 2, 1, 3)                        # -> (B, T, S, topk)

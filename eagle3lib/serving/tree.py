@@ -31,7 +31,7 @@ from dataclasses import dataclass
 import torch
 from torch import Tensor
 
-from ..model.draft import KVCache, top1
+from ..model.draft import DraftCache, top1
 from ..errors import DataError, ServingArgsError
 
 
@@ -227,20 +227,21 @@ def keep_cache_rows(cache, start: int, nodes: list[int]):
 
 
 class SlotCache:
-    """The draft KV cache of a tree round: one row per beam slot, sharing the prefix (SGLang's per-slot KV).
+    """The draft KV cache of a tree round (every layer's): one row per beam slot, sharing the prefix (SGLang's
+    per-slot KV).
 
     `lead` is a batch-1 view of row 0 for the prefill / draft extend; `share(lo, hi)` copies its positions lo..hi-1
     into every slot row. `cache` (topk rows) is what the beam steps read and write.
     """
 
-    def __init__(self, cache: KVCache):
+    def __init__(self, cache: DraftCache):
         self.cache = cache
-        self.lead = object.__new__(KVCache)
-        self.lead.k, self.lead.v, self.lead.max_len = cache.k[:1], cache.v[:1], cache.max_len
+        self.lead = cache.rows(slice(0, 1))
 
     def share(self, lo: int, hi: int):
-        self.cache.k[1:, :, lo:hi] = self.cache.k[:1, :, lo:hi]
-        self.cache.v[1:, :, lo:hi] = self.cache.v[:1, :, lo:hi]
+        for c in self.cache.layers:                                           # every decoder layer's cache
+            c.k[1:, :, lo:hi] = c.k[:1, :, lo:hi]
+            c.v[1:, :, lo:hi] = c.v[:1, :, lo:hi]
 
 
 def draft_tree(draft, logits: Tensor, hidden: Tensor, position: int, slots: SlotCache, steps: int, topk: int,

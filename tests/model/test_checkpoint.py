@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.model.checkpoint import canonicalize, detect_format, load_draft, param_table, save_draft, validate
+from eagle3lib.model.checkpoint import (canonicalize, detect_format, expected_tensors, load_draft, param_table,
+                                       save_draft, validate)
 from eagle3lib.model.config import DraftConfig, config_to_dict
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.errors import CheckpointError, MissingFileError, UnsafeFileError
@@ -290,3 +291,46 @@ def test_mla_wrong_latent_shape_names_key(tmp_path):
     save_draft(sd, MLA_RAW, tmp_path / "bad", include_embed=True)
     with pytest.raises(CheckpointError, match=r"kv_b_proj.*\[56, 12\].*\[56, 10\]"):
         load_draft(tmp_path / "bad")
+
+
+@pytest.mark.parametrize("over", [{"num_hidden_layers": 3},
+                                  {"num_hidden_layers": 2, "model_type": "qwen3", "attention_bias": True}])
+@pytest.mark.parametrize("fmt", ["specforge", "speculators"])
+def test_multi_layer_and_qwen3_keys_round_trip(world, tmp_path, tiny_cfg_dict, over, fmt):
+    """Layer 0 is midlayer.* (layers.0.* in speculators), later layers layers.N.* in both formats, Qwen3 adds the
+    q/k norms and biases: expected_tensors names them all, and save -> load gives the same outputs."""
+    cfg = DraftConfig.from_dict(dict(tiny_cfg_dict, **over))
+    draft = _trained_like(cfg)
+    draft.embed_tokens.weight.data.copy_(world[1].embed_tokens.weight)                 # the target's embedding
+    exp = expected_tensors(cfg)
+    L = cfg.num_hidden_layers
+    assert {f"layers.{i}.input_layernorm.weight" for i in range(1, L)} <= set(exp)
+    assert exp["layers.1.self_attn.q_proj.weight"][0] == (32, 32)                      # later layers read H
+    assert exp["midlayer.self_attn.q_proj.weight"][0] == (32, 64)                      # the first one 2H
+    assert not any(k.startswith(("layers.0.", f"layers.{L}.")) for k in exp)
+    if cfg.qk_norm:
+        assert exp["layers.1.self_attn.k_norm.weight"][0] == (8,) and "midlayer.self_attn.o_proj.bias" in exp
+    out = save_draft(draft, cfg, tmp_path / fmt, format=fmt)
+    from safetensors import safe_open
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    first = "layers.0." if fmt == "speculators" else "midlayer."
+    assert {k.replace("midlayer.", first, 1) for k in exp if k != "embed_tokens.weight"} == keys
+    loaded = load_draft(out, target=world[2])
+    assert (loaded.cfg.num_hidden_layers, loaded.cfg.qk_norm) == (L, cfg.qk_norm)
+    assert set(loaded.report.status) == {"ok", "from_target"}
+    assert _same_outputs(loaded.model, draft)
+
+
+def test_layer_count_and_architecture_mismatches_are_named(world, tiny_cfg_dict):
+    """A 2-layer Qwen3 checkpoint read with a 1-layer Llama config: its layer 1 and q/k norms are reported
+    unexpected with the config field to fix; read with a 3-layer config, layer 2 is missing."""
+    cfg2 = DraftConfig.from_dict(dict(tiny_cfg_dict, num_hidden_layers=2, model_type="qwen3"))
+    sd = {k: v for k, v in _trained_like(cfg2).state_dict().items() if k != "embed_tokens.weight"}
+    rep = validate(sd, DraftConfig.from_dict(tiny_cfg_dict)).set_index("key")
+    assert rep.loc["layers.1.mlp.up_proj.weight", "status"] == "unexpected"
+    assert "num_hidden_layers=1" in rep.loc["layers.1.mlp.up_proj.weight", "note"]
+    assert "model_type should be 'qwen3'" in rep.loc["midlayer.self_attn.q_norm.weight", "note"]
+    rep3 = validate(sd, DraftConfig.from_dict(dict(tiny_cfg_dict, num_hidden_layers=3, model_type="qwen3")))
+    missing = set(rep3[rep3.status == "missing"].key)
+    assert "layers.2.self_attn.q_proj.weight" in missing and not any(k.startswith("layers.1.") for k in missing)

@@ -209,3 +209,36 @@ def test_mla_config_to_dict_round_trip():
     assert back.mla == c.mla and back.aux_layout(61) == c.aux_layout(61) and back.head_dim == 192
     with pytest.raises(ConfigError, match="MLA"):
         config_to_dict(c, "vllm")
+
+
+def test_qwen3_layers_and_biases_from_the_speculators_layer_config():
+    """transformer_layer_config.model_type 'qwen3' -> Qwen3 layers (q/k norm); attention / MLP biases are read
+    where the dialect keeps them; a multi-layer draft no longer warns that only one layer is modelled."""
+    raw = dict(SPECULATORS, transformer_layer_config=dict(SPECULATORS["transformer_layer_config"], model_type="qwen3",
+                                                          num_hidden_layers=3, attention_bias=True))
+    c = DraftConfig.from_dict(raw)
+    assert (c.layer_type, c.qk_norm, c.attention_bias, c.mlp_bias, c.num_hidden_layers) == ("qwen3", True, True,
+                                                                                          False, 3)
+    assert not any("num_hidden_layers" in w for w in c.warnings)
+    llama = DraftConfig.from_dict(dict(SPECFORGE, num_hidden_layers=2, mlp_bias=True))
+    assert (llama.layer_type, llama.qk_norm, llama.attention_bias, llama.mlp_bias) == ("llama", False, False, True)
+    other = DraftConfig.from_dict(dict(SPECFORGE, model_type="qwen3_next"))
+    assert other.layer_type == "llama" and any("qwen3_next" in w and "not modelled" in w for w in other.warnings)
+    with pytest.raises(ConfigError, match="attention_bias"):
+        DraftConfig.from_dict(dict(SPECFORGE, attention_bias="yes"))
+
+
+@pytest.mark.parametrize("dialect", ["specforge", "vllm", "speculators"])
+def test_config_to_dict_keeps_layers_and_architecture(dialect):
+    """Layer count, Qwen3 layer type and attention bias survive a round trip through every writable dialect;
+    the EAGLE dialect (one Llama layer) refuses such a draft by name."""
+    raw = dict(SPECULATORS, transformer_layer_config=dict(SPECULATORS["transformer_layer_config"], model_type="qwen3",
+                                                          num_hidden_layers=2, attention_bias=True, head_dim=128))
+    c = DraftConfig.from_dict(raw)
+    out = config_to_dict(c, dialect)
+    back = DraftConfig.from_dict(out)
+    assert (back.num_hidden_layers, back.layer_type, back.qk_norm, back.attention_bias) == (2, "qwen3", True, True)
+    if dialect == "speculators":
+        assert out["transformer_layer_config"]["architectures"] == ["Qwen3ForCausalLM"]
+    with pytest.raises(ConfigError, match="one Llama layer"):
+        config_to_dict(c, "eagle")

@@ -7,7 +7,8 @@ from transformers import LlamaConfig
 from transformers.models.llama import modeling_llama as ml
 
 from eagle3lib.model.config import DraftConfig
-from eagle3lib.model.draft import DraftMLP, Eagle3Draft, RMSNorm, Rotary, _attend, apply_rope, top1
+from eagle3lib.model.draft import Eagle3Draft, _attend, top1
+from eagle3lib.model.layers import DraftMLP, RMSNorm, Rotary, apply_rope
 
 
 def rel_err(a, b):
@@ -118,7 +119,8 @@ def test_ttt_step0_matches_manual_math(tiny_cfg_dict):
 
 
 @pytest.mark.parametrize("variant", [{}, {"norm_output": True}, {"norm_before_residual": True},
-                                     {"fc_norm": True}, {"norm_before_fc": True}])
+                                     {"fc_norm": True}, {"norm_before_fc": True}, {"num_hidden_layers": 3},
+                                     {"model_type": "qwen3", "attention_bias": True, "num_hidden_layers": 2}])
 def test_ttt_equals_cached_chain_drafting(tiny_cfg_dict, variant):
     """TTT (all positions at once) equals incremental chain drafting with the KV cache, step by step."""
     cfg = DraftConfig.from_dict(dict(tiny_cfg_dict, **variant))

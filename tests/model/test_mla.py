@@ -214,7 +214,7 @@ def test_rope_pairs_rotates_the_right_pairs():
 
 
 def test_mla_attention_needs_an_mla_config(tiny_cfg_dict):
-    from eagle3lib.model.draft import RMSNorm
+    from eagle3lib.model.layers import RMSNorm
     with pytest.raises(ValueError, match="MLA config"):
         MlaAttention(DraftConfig.from_dict(tiny_cfg_dict), 64, RMSNorm)
 

@@ -32,27 +32,31 @@ def reference_attend(q, k, v, allowed, diag, scale=None):
 
 
 def reference_ttt(d: Eagle3Draft, aux, input_ids, num_steps, feed="teacher"):
-    """The former Eagle3Draft.ttt_forward (logits of every step at every position)."""
+    """The former Eagle3Draft.ttt_forward (logits of every step at every position), over every decoder layer: each
+    layer keeps its own step-0 keys and diagonal keys, the last layer's output is fed back."""
     B, T = input_ids.shape
     h = d.fuse(aux)
     pos = torch.arange(T)[None].expand(B, T)
     causal = torch.ones(T, T, dtype=torch.bool).tril()[None, None]
     padded = F.pad(input_ids, (0, num_steps + 1))
-    outs, diag, k0 = [], [], None
+    layers = d.decoder_layers
+    outs, diag, k0, v0 = [], [[] for _ in layers], [None] * len(layers), [None] * len(layers)
     tokens = padded[:, 1:T + 1]
     for step in range(num_steps):
         if step > 0:
             tokens = padded[:, 1 + step:T + 1 + step] if feed == "teacher" else d.to_target_ids(outs[-1].argmax(-1))
         cos, sin = d.rotary(pos + step, h.dtype)
-        u, residual = d.midlayer.inputs(d.embed_tokens(tokens), h)
-        q, k, v = d.midlayer.self_attn.qkv(u, cos, sin)
-        if step == 0:
-            k0, v0 = k, v
-            o = F.scaled_dot_product_attention(q, k0, v0, attn_mask=causal, enable_gqa=q.shape[1] != k.shape[1])
-        else:
-            diag.append((k, v))
-            o = reference_attend(q, k0, v0, causal, diag)
-        out = d.midlayer.finish(d.midlayer.self_attn.out(o), residual)
+        emb, out = d.embed_tokens(tokens), h
+        for i, layer in enumerate(layers):
+            u, residual = layer.inputs(emb, out)
+            q, k, v = layer.self_attn.qkv(u, cos, sin)
+            if step == 0:
+                k0[i], v0[i] = k, v
+                o = F.scaled_dot_product_attention(q, k, v, attn_mask=causal, enable_gqa=q.shape[1] != k.shape[1])
+            else:
+                diag[i].append((k, v))
+                o = reference_attend(q, k0[i], v0[i], causal, diag[i])
+            out = layer.finish(layer.self_attn.out(o), residual)
         logits, h = d.head(out)
         outs.append(logits)
     return outs
@@ -68,7 +72,10 @@ def random_draft(cfg_dict, **over) -> Eagle3Draft:
 
 
 @pytest.mark.parametrize("over", [{}, {"num_key_value_heads": 4}, {"num_key_value_heads": 1},
-                                  {"norm_output": True}, {"norm_before_residual": True}, {"fc_norm": True}])
+                                  {"norm_output": True}, {"norm_before_residual": True}, {"fc_norm": True},
+                                  {"num_hidden_layers": 2}, {"num_hidden_layers": 3, "norm_before_residual": True,
+                                                             "norm_output": True},
+                                  {"model_type": "qwen3", "attention_bias": True, "num_hidden_layers": 2}])
 @pytest.mark.parametrize("feed", ["teacher", "draft"])
 def test_ttt_forward_equals_the_former_implementation(tiny_cfg_dict, monkeypatch, over, feed):
     """Every step's logits within 1e-5 (fp32) of the materialised-scores implementation, with query blocks and
@@ -117,12 +124,13 @@ def test_chain_attention_with_mla_head_dims_and_scale():
     assert float((A.causal_attention(q, k, v, scale) - ref).abs().max()) <= 1e-5
 
 
+@pytest.mark.parametrize("layers", [1, 2])
 @pytest.mark.parametrize("feed", ["teacher", "draft"])
-def test_only_scored_outputs_are_computed_and_equal(tiny_cfg_dict, monkeypatch, feed):
+def test_only_scored_outputs_are_computed_and_equal(tiny_cfg_dict, monkeypatch, feed, layers):
     """With `scored`, the used outputs equal the full forward's; the lm_head runs only there (feed="draft": also
     where the next step eats the top-1), the rest is NaN logits / id -1, including every position after the last
     used one and a last step nobody uses."""
-    d = random_draft(tiny_cfg_dict)
+    d = random_draft(tiny_cfg_dict, num_hidden_layers=layers)
     B, T, K = 2, 21, 3
     aux, ids = torch.randn(B, T, 4 * 32), torch.randint(0, 120, (B, T))
     scored = torch.rand(K, B, T) < 0.4
@@ -151,9 +159,10 @@ def test_only_scored_outputs_are_computed_and_equal(tiny_cfg_dict, monkeypatch, 
         d.ttt_forward(aux, ids, K, scored=scored[:2])
 
 
-def test_gradients_equal_the_former_implementation(tiny_cfg_dict):
-    """Training backpropagates through the row buffers: parameter gradients equal the reference's."""
-    d = random_draft(tiny_cfg_dict)
+@pytest.mark.parametrize("over", [{}, {"num_hidden_layers": 2, "norm_output": True}])
+def test_gradients_equal_the_former_implementation(tiny_cfg_dict, over):
+    """Training backpropagates through the row buffers (every layer's): parameter gradients equal the reference's."""
+    d = random_draft(tiny_cfg_dict, **over)
     aux, ids = torch.randn(2, 11, 4 * 32), torch.randint(0, 120, (2, 11))
 
     def grads(fn):

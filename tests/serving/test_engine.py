@@ -131,10 +131,12 @@ def test_oracle_acceptance_bookkeeping_and_equivalence(target, prompt, reference
     assert 1 < r.accept_length < steps + 1                                  # both accepts and rejections happened
 
 
-def test_kv_rollback_matches_fresh_recompute(target, prompt, reference):
-    """After rounds with rejections, the captured target states and the draft's KV cache equal a fresh no-cache pass."""
+@pytest.mark.parametrize("layers", [1, 2])
+def test_kv_rollback_matches_fresh_recompute(target, prompt, reference, layers):
+    """After rounds with rejections, the captured target states and the draft's KV cache (every layer's) equal a
+    fresh no-cache pass."""
     truth = list(prompt.tolist()) + list(reference)
-    draft = _random_draft(_draft_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong={14, 15, 19, 24, 25, 31})
+    draft = _random_draft(_draft_cfg(draft_vocab_size=V, num_hidden_layers=layers), OracleDraft, truth=truth, wrong={14, 15, 19, 24, 25, 31})
     eng = SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 30, SpecSettings(3, 1, 4), keep_aux=True)
     P = r.aux.shape[0]                                  # rows extended into the draft = positions 0..P-1
@@ -145,8 +147,9 @@ def test_kv_rollback_matches_fresh_recompute(target, prompt, reference):
     cache = draft.caches[-1]
     ref_cache = draft.new_cache(1, cache.max_len)
     Eagle3Draft.step(draft, fresh[None], seq[None, 1:P + 1], torch.arange(P)[None], ref_cache, fuse=True)
-    assert torch.allclose(cache.k[:, :, :P], ref_cache.k[:, :, :P], atol=1e-9)
-    assert torch.allclose(cache.v[:, :, :P], ref_cache.v[:, :, :P], atol=1e-9)
+    for got, ref in zip(cache.layers, ref_cache.layers, strict=True):          # one cache per decoder layer
+        assert torch.allclose(got.k[:, :, :P], ref.k[:, :, :P], atol=1e-9)
+        assert torch.allclose(got.v[:, :, :P], ref.v[:, :, :P], atol=1e-9)
 
 
 def test_eos_stops_both_modes(prompt):

@@ -193,8 +193,9 @@ def test_tree_finds_second_choices_and_keeps_both_caches_right(target, prompt, r
     rows = draft.caches[-2]                                     # the slot cache of the last beam step
     ref_cache = draft.new_cache(1, rows.max_len)
     Eagle3Draft.step(draft, fresh[None], seq[None, 1:P + 1], torch.arange(P)[None], ref_cache, fuse=True)
-    assert rows.k.shape[0] == 2
-    assert torch.allclose(rows.k[:, :, :P], ref_cache.k[:, :, :P].expand_as(rows.k[:, :, :P]), atol=1e-9)
+    for got, ref in zip(rows.layers, ref_cache.layers, strict=True):             # one cache per decoder layer
+        assert got.k.shape[0] == 2
+        assert torch.allclose(got.k[:, :, :P], ref.k[:, :, :P].expand_as(got.k[:, :, :P]), atol=1e-9)
 
 
 def test_tree_log_lines_parse_as_sglang(target, prompt):
