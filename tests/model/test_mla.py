@@ -184,7 +184,7 @@ def test_ttt_equals_cached_chain_drafting(q_lora, eagle31):
         ttt = d.ttt_forward(aux, ids, num_steps=K)
         padded = torch.nn.functional.pad(ids, (0, K + 1))
         cache = d.new_cache(1, 32)
-        assert cache.k.shape[-1] == 16 and cache.v.shape[-1] == 6            # qk_head_dim, v_head_dim
+        assert cache.layers[0].k.shape[-1] == 16 and cache.layers[0].v.shape[-1] == 6   # qk_head_dim, v_head_dim
         logits, _ = d.step(aux, padded[:, 1:T + 1], torch.arange(T)[None], cache, fuse=True)
         assert rel_err(logits, ttt[0]) < 1e-5                               # step 0 at every position
         for t in (0, 4, T - 1):
