@@ -35,28 +35,39 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
     out["fc.weight"] = (H, k * Ht)
     if cfg.bias:
         out["fc.bias"] = (H,)
-    m = "midlayer."
-    out.update({m + "hidden_norm.weight": (H,), m + "input_layernorm.weight": (H,)})
-    vd = hd
-    if cfg.mla is not None:                                              # multi-latent attention (MLA drafts)
-        a, ml = m + "self_attn.", cfg.mla
-        vd = ml.v_head_dim
-        if ml.q_lora_rank is None:
-            out[a + "q_proj.weight"] = (nh * hd, 2 * H)
-        else:
-            out.update({a + "q_a_proj.weight": (ml.q_lora_rank, 2 * H), a + "q_a_layernorm.weight": (ml.q_lora_rank,),
-                        a + "q_b_proj.weight": (nh * hd, ml.q_lora_rank)})
-        out.update({a + "kv_a_proj_with_mqa.weight": (ml.kv_lora_rank + ml.qk_rope_head_dim, 2 * H),
-                    a + "kv_a_layernorm.weight": (ml.kv_lora_rank,),
-                    a + "kv_b_proj.weight": (nh * (ml.qk_nope_head_dim + vd), ml.kv_lora_rank)})
-    for proj, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)) if cfg.mla is None else ():
-        out[f"{m}self_attn.{proj}_proj.weight"] = (rows, 2 * H)          # q/k/v read [embedding, hidden]: 2H
-        if cfg.bias:
-            out[f"{m}self_attn.{proj}_proj.bias"] = (rows,)
-    out.update({m + "self_attn.o_proj.weight": (H, nh * vd), m + "post_attention_layernorm.weight": (H,),
-                m + "mlp.gate_proj.weight": (inter, H), m + "mlp.up_proj.weight": (inter, H),
-                m + "mlp.down_proj.weight": (H, inter), "norm.weight": (H,),
-                "lm_head.weight": (cfg.draft_vocab_size, H)})
+    for i in range(cfg.num_hidden_layers):          # layer 0: midlayer.*, 2H input; layers N >= 1: layers.N.*, H
+        m, width = ("midlayer.", 2 * H) if i == 0 else (f"layers.{i}.", H)
+        if i == 0:
+            out[m + "hidden_norm.weight"] = (H,)
+        out[m + "input_layernorm.weight"] = (H,)
+        vd = hd
+        if cfg.mla is not None:                                          # multi-latent attention (MLA drafts)
+            a, ml = m + "self_attn.", cfg.mla
+            vd = ml.v_head_dim
+            if ml.q_lora_rank is None:
+                out[a + "q_proj.weight"] = (nh * hd, width)
+            else:
+                out.update({a + "q_a_proj.weight": (ml.q_lora_rank, width),
+                            a + "q_a_layernorm.weight": (ml.q_lora_rank,),
+                            a + "q_b_proj.weight": (nh * hd, ml.q_lora_rank)})
+            out.update({a + "kv_a_proj_with_mqa.weight": (ml.kv_lora_rank + ml.qk_rope_head_dim, width),
+                        a + "kv_a_layernorm.weight": (ml.kv_lora_rank,),
+                        a + "kv_b_proj.weight": (nh * (ml.qk_nope_head_dim + vd), ml.kv_lora_rank)})
+        for proj, rows in (("q", nh * hd), ("k", nkv * hd), ("v", nkv * hd)) if cfg.mla is None else ():
+            out[f"{m}self_attn.{proj}_proj.weight"] = (rows, width)      # layer 0 reads [embedding, hidden]
+            if cfg.bias or cfg.attention_bias:
+                out[f"{m}self_attn.{proj}_proj.bias"] = (rows,)
+        out[m + "self_attn.o_proj.weight"] = (H, nh * vd)
+        if cfg.attention_bias and cfg.mla is None:
+            out[m + "self_attn.o_proj.bias"] = (H,)
+        if cfg.qk_norm:
+            out.update({m + "self_attn.q_norm.weight": (hd,), m + "self_attn.k_norm.weight": (hd,)})
+        out[m + "post_attention_layernorm.weight"] = (H,)
+        for proj, shape in (("gate", (inter, H)), ("up", (inter, H)), ("down", (H, inter))):
+            out[f"{m}mlp.{proj}_proj.weight"] = shape
+            if cfg.mlp_bias:
+                out[f"{m}mlp.{proj}_proj.bias"] = shape[:1]
+    out.update({"norm.weight": (H,), "lm_head.weight": (cfg.draft_vocab_size, H)})
     return out
 
 

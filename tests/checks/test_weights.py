@@ -3,6 +3,7 @@ from __future__ import annotations
 
 from eagle3lib.checks.inputs import read_artifacts
 import pytest
+import torch
 
 from eagle3lib.model.checkpoint import expected_tensors
 from eagle3lib.checks.weights import check_weights, engine_name, expected_shapes
@@ -52,9 +53,13 @@ MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "q_lora_rank": 1
 @pytest.mark.parametrize("changes", [{}, {"fc_norm": True, "bias": True}, {"norm_before_fc": True,
                                      "num_aux_hidden_states": 4, "eagle_config": {"eagle_aux_hidden_state_layer_ids":
                                                                                   [-1, 1, 3, 5]}},
-                                     dict(MLA_FIELDS, fc_norm=True), dict(MLA_FIELDS, q_lora_rank=None, bias=True)])
+                                     dict(MLA_FIELDS, fc_norm=True), dict(MLA_FIELDS, q_lora_rank=None, bias=True),
+                                     dict(MLA_FIELDS, num_hidden_layers=2),
+                                     {"num_hidden_layers": 3, "mlp_bias": True},
+                                     {"num_hidden_layers": 2, "model_type": "qwen3", "attention_bias": True}])
 def test_expected_shapes_equal_the_built_draft(changes):
-    """The config-only shape table equals the tensors Eagle3Draft actually builds (flags, bias, 4 slots)."""
+    """The config-only shape table equals the tensors Eagle3Draft actually builds (flags, bias, 4 slots, later
+    layers, Qwen3 q/k norms and biases)."""
     cfg = DraftConfig.from_dict(draft_raw(**changes))
     assert expected_shapes(cfg) == {k: v[0] for k, v in expected_tensors(cfg).items()}
 
@@ -63,11 +68,13 @@ def test_a_multi_layer_draft_on_an_engine_that_drops_its_extra_layers(tmp_path):
     """Two draft layers: SGLang before ~0.5.12 refuses or skips layer 1 (capture_rules), 0.5.12 loads it; a
     one-layer draft is not affected by those rules."""
     raw = {**draft_raw(), "num_hidden_layers": 2}
-    t = canonical_tensors(draft_raw())
+    t = canonical_tensors(raw)                                             # layer 0, plus layer 1 by shape
+    t.update({k: torch.zeros(s) for k, s in expected_shapes(DraftConfig.from_dict(raw)).items()
+              if k.startswith("layers.1.")})
     art = read_artifacts(draft=write_draft(tmp_path, raw, t))
     old = check_weights(art, "sglang", "0.5.6")
     assert [f.status for f in old] == ["confirmed"] and "2-layer draft" in old[0].summary
     assert "PR #24663" in old[0].fix and old[0].evidence["layer_rules"]
     assert [f.status for f in check_weights(art, "sglang", "0.5.12")] == ["ruled out"]
-    one = read_artifacts(draft=write_draft(tmp_path / "one", draft_raw(), t))
+    one = read_artifacts(draft=write_draft(tmp_path / "one", draft_raw(), canonical_tensors(draft_raw())))
     assert [f.status for f in check_weights(one, "sglang", "0.5.6")] == ["ruled out"]

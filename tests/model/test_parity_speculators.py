@@ -1,6 +1,6 @@
 """Parity with the real speculators `Eagle3DraftModel`: it builds a draft with random weights and saves it with its own
 `save_pretrained`; eagle3lib loads that directory with `load_draft` and its logits equal the real TTT forward's at
-every step (fp32, relative error < 1e-5). Variants: Llama 1 and 2 layers, Qwen3 1 layer (q/k norm, attention bias),
+every step (fp32, relative error < 1e-5). Variants: Llama and Qwen3 (q/k norm, attention bias), 1 and 2 layers,
 each with norm_before_residual false and true; four aux slots (more than the default three)."""
 from __future__ import annotations
 
@@ -66,7 +66,7 @@ def real_ttt_logits(model: Eagle3DraftModel, aux, ids) -> list[torch.Tensor]:
 
 
 @pytest.mark.parametrize("norm_before_residual", [False, True])
-@pytest.mark.parametrize("layer_type,layers", [("llama", 1), ("llama", 2), ("qwen3", 1)])
+@pytest.mark.parametrize("layer_type,layers", [("llama", 1), ("llama", 2), ("qwen3", 1), ("qwen3", 2)])
 def test_speculators_checkpoint_loads_and_matches_every_ttt_step(tmp_path, layer_type, layers, norm_before_residual):
     model = speculators_draft(layer_type, layers, norm_before_residual)
     model.save_pretrained(tmp_path / "draft")
