@@ -76,8 +76,19 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "keys", "unknown_dropped_silently", True, None, "", "sglang llama_eagle3.py load_weights "
       "(03d5a777)", "any other name is skipped without a warning"),
     F("sglang", "keys", "model.* prefix", True, None, "", "sglang llama_eagle3.py (name or model.name)"),
+    F("sglang", "keys", "layers.N.input_layernorm", False, "0.5.12", "2026-05", "sglang PR#24663 llama_eagle3.py "
+      "(read at Dogacel/sglang ae77ec7)", "multi-layer drafts: a later layer (N >= 1) normalises its input with "
+      "hidden_norm; input_layernorm (the name vLLM / speculators write) loads into a parameter the forward never "
+      "uses, and hidden_norm stays at its init"),
+    F("sglang", "keys", "layers.N.hidden_norm", True, "0.5.12", "2026-05", "sglang PR#24663 llama_eagle3.py "
+      "(read at Dogacel/sglang ae77ec7)", "the later layers' input norm"),
     F("vllm", "keys", "midlayer.*", True, None, "", "vllm llama_eagle3.py (midlayer. -> layers.0.)"),
     F("vllm", "keys", "layers.0.*", True, None, "", "vllm llama_eagle3.py"),
+    F("vllm", "keys", "layers.N.input_layernorm", True, None, "", "vllm llama_eagle3.py (PR#26164: a later layer "
+      "runs input_layernorm(hidden, residual))"),
+    F("vllm", "keys", "layers.N.hidden_norm", False, None, "", "vllm llama_eagle3.py (every layer builds "
+      "hidden_norm, only layer 0 uses it)", "a later layer's hidden_norm loads without error and is never used; "
+      "its input_layernorm stays at init"),
     F("vllm", "keys", "unknown_dropped_silently", False, None, "", "vllm llama_eagle3.py (params_dict[name] "
       "raises)", "unknown names fail the load"),
     F("vllm", "keys", "model.* prefix", False, None, "", "vllm Eagle3LlamaForCausalLM.load_weights "

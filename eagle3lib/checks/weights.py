@@ -19,6 +19,7 @@ from .inputs import Artifacts
 
 WHERE = "checks.weights"
 OPTIONAL = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")   # checks.embedding / vocab checks own these
+LATER_NORM = re.compile(r"^(model\.)?layers\.([1-9]\d*)\.(input_layernorm|hidden_norm)\.")   # a later layer's input norm
 
 
 def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
@@ -76,6 +77,12 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
     version: None = depends on a version not given)."""
     known = True
     name = key
+    later = LATER_NORM.match(key)
+    if later and engine in engine_facts.SERVING_ENGINES:      # a later layer's input norm: each engine uses one name
+        r = engine_facts.reads(engine, "keys", f"layers.N.{later.group(3)}", version)
+        if r is False:
+            return None, True
+        known = r is not None
     if engine == "sglang":
         name = re.sub(r"^model\.", "", name)
         if name.startswith("layers.0."):
@@ -89,6 +96,7 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
             return None, True            # vLLM adds model. itself: model.model.* is refused
         name = name.replace("midlayer.", "layers.0.", 1).replace("layers.0.", "midlayer.", 1)
         name = name.replace("draft_id_to_target_id", "d2t")
+    name = re.sub(r"^layers\.([1-9]\d*)\.hidden_norm\.", r"layers.\1.input_layernorm.", name)   # SGLang's name
     return name, known
 
 
@@ -147,6 +155,8 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     src = "; ".join(f.source for f in engine_facts.facts("keys", eng))
     if dropped:
         how = "drops them silently (those tensors stay at random init)" if silent else "refuses them (load fails)"
+        if all(LATER_NORM.match(k) for k in dropped):       # loaded under the engine's other norm name
+            how = "loads them into a norm its forward never uses (the norm it runs stays at its init)"
         return [Finding("weights_dropped", "confirmed", f"{eng} {engine_version or ''} does not map "
                         f"{', '.join(dropped[:5])}: it {how}".replace("  ", " "), ev, WHERE,
                         fix="rename the keys to the engine's names (checkpoint.save_draft(..., format=...))",

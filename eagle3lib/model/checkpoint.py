@@ -32,6 +32,8 @@ TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
     (r"^eagle_module\.", "", "ModelOpt (internal prefix)"),
     (r"^model\.", "", "SGLang in-memory / HF-prefixed"),
     (r"^layers\.0\.", "midlayer.", "speculators / vLLM / ModelOpt 2026"),
+    (r"^layers\.([1-9]\d*)\.hidden_norm\.", r"layers.\1.input_layernorm.", "SGLang >= PR #24663 (a later layer's "
+     "input norm)"),
     (r"^hidden_norm\.weight$", "midlayer.hidden_norm.weight", "ModelOpt Dec-2025"),
     (r"^input_embeds_norm\.weight$", "midlayer.input_layernorm.weight", "ModelOpt Dec-2025"),
     (r"^eagle_lm_head\.weight$", "lm_head.weight", "ModelOpt Dec-2025"),
@@ -61,7 +63,8 @@ def canonicalize(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], 
         if new in out:
             raise CheckpointError(f"key '{key}'", "two checkpoint keys map to the same canonical name",
                                   expected="one tensor per name", found=new,
-                                  cause="a checkpoint mixing midlayer.* and layers.0.* copies")
+                                  cause="a checkpoint holding two copies under different writers' names "
+                                  "(midlayer.* and layers.0.*, or a later layer's hidden_norm and input_layernorm)")
         out[new] = t
         if new != key:
             renames.append((key, new, who))

@@ -334,3 +334,14 @@ def test_layer_count_and_architecture_mismatches_are_named(world, tiny_cfg_dict)
     rep3 = validate(sd, DraftConfig.from_dict(dict(tiny_cfg_dict, num_hidden_layers=3, model_type="qwen3")))
     missing = set(rep3[rep3.status == "missing"].key)
     assert "layers.2.self_attn.q_proj.weight" in missing and not any(k.startswith("layers.1.") for k in missing)
+
+
+def test_a_later_layers_sglang_norm_name_is_its_input_layernorm():
+    """SGLang (>= PR #24663) calls a later layer's input norm hidden_norm: it maps to layers.N.input_layernorm;
+    a checkpoint with both names is refused, naming the key."""
+    out, renames = canonicalize({"model.layers.2.hidden_norm.weight": torch.ones(2),
+                                 "layers.0.hidden_norm.weight": torch.ones(2)})
+    assert set(out) == {"layers.2.input_layernorm.weight", "midlayer.hidden_norm.weight"}
+    assert ("model.layers.2.hidden_norm.weight", "layers.2.input_layernorm.weight") in [r[:2] for r in renames]
+    with pytest.raises(CheckpointError, match="hidden_norm and input_layernorm"):
+        canonicalize({"layers.1.hidden_norm.weight": torch.ones(1), "layers.1.input_layernorm.weight": torch.ones(1)})
