@@ -19,7 +19,8 @@ from .inputs import Artifacts
 
 WHERE = "checks.weights"
 OPTIONAL = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")   # checks.embedding / vocab checks own these
-LATER_NORM = re.compile(r"^(model\.)?layers\.([1-9]\d*)\.(input_layernorm|hidden_norm)\.")   # a later layer's input norm
+# a later layer's input norm, under either engine's name
+LATER_NORM = re.compile(r"^(model\.)?layers\.([1-9]\d*)\.(input_layernorm|hidden_norm)\.")
 
 
 def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
