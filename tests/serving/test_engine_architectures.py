@@ -75,7 +75,8 @@ def test_oracle_acceptance_and_rollback_match_a_fresh_pass(case):
     ref_cache = draft.new_cache(1, cache.max_len)
     Eagle3Draft.step(draft, fresh[None], torch.tensor(truth[1:P + 1])[None], torch.arange(P)[None], ref_cache,
                      fuse=True)
-    assert torch.allclose(cache.k[:, :, :P], ref_cache.k[:, :, :P], atol=1e-9)
+    for got, want in zip(cache.layers, ref_cache.layers, strict=True):
+        assert torch.allclose(got.k[:, :, :P], want.k[:, :, :P], atol=1e-9)
 
 
 def test_tree_keeps_greedy_accepts_side_branches_and_rolls_back(case):
