@@ -3,7 +3,8 @@
 Dialects (eagle3-formats.md §2): EAGLE `traineagle3` (LlamaForCausalLM + draft_vocab_size, no layer ids),
 SpecForge/SGLang (`LlamaForCausalLMEagle3`, ids nested in `eagle_config`, output-of-layer), vLLM (top-level
 `eagle_aux_hidden_state_layer_ids`, input-of-layer), speculators (`Eagle3Speculator`, `transformer_layer_config`)
-and ModelOpt exports (nested `eagle_config` with `use_last_layernorm` & co). Usage:
+and ModelOpt exports (nested `eagle_config` with `use_last_layernorm` & co). P-EAGLE drafts (all K drafts in one
+forward, model/peagle.py) are recognised in each dialect: `parallel_drafting`, `mask_token_id`, `parallel_depths`. Usage:
     cfg = load_config("path/to/draft")   # or DraftConfig.from_dict(d, source="...")
 """
 from __future__ import annotations
@@ -31,6 +32,7 @@ _KNOWN_KEYS = {
     "embed_requires_grad", "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id",
     "eagle_architecture_config", "has_lm_head", "layer_types", "output_router_logits",
     *("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "rope_interleave"),
+    "pard_token", "ptd_token_id", "num_depths",
 }
 # SGLang's class for EAGLE-3 / EAGLE-3.1 drafts with DeepSeek-V2 multi-latent attention (Kimi-K2.x, DeepSeek-V3)
 MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
@@ -116,6 +118,9 @@ class DraftConfig:
     attention_bias: bool = False      # HF Llama / Qwen3: bias on q/k/v/o_proj
     mlp_bias: bool = False            # HF Llama: bias on gate/up/down_proj
     mla: MlaConfig | None = None      # multi-latent attention (MLA drafts); None: Llama attention
+    parallel_drafting: bool = False           # P-EAGLE: positions after the first get mask_hidden + mask_token_id
+    mask_token_id: int | None = None          # P-EAGLE's mask token (a TARGET id); None: not in the config (SpecForge)
+    parallel_depths: int | None = None        # P-EAGLE's K (num_depths) where the config records it
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -222,8 +227,10 @@ class DraftConfig:
         if norm_output:
             warnings.append("norm_output=true: SGLang/vLLM feed back the post-norm state (EAGLE-3.1); a SpecForge "
                             "draft trained before PR #879 with norm_output=true is a plain EAGLE-3 draft")
+        parallel, mask_id, depths = _read_parallel(raw, vocab, warnings, source)
         if dialect == "speculators" and "norm_before_residual" not in raw:
-            warnings.append("speculators config without norm_before_residual: vLLM defaults it to True")
+            warnings.append("speculators config without norm_before_residual: vLLM defaults it to "
+                            f"{not parallel} ({'peagle' if parallel else 'eagle3'})")
         eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
         if eagle_cfg.get("use_aux_hidden_state") is False:
             warnings.append("eagle_config.use_aux_hidden_state is false: engines then skip fc (not an EAGLE-3 draft)")
@@ -245,7 +252,8 @@ class DraftConfig:
             hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
             num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
             attention_bias=_flag(body, raw, "attention_bias", source), mlp_bias=_flag(body, raw, "mlp_bias", source),
-            mla=mla, source=source, warnings=tuple(warnings),
+            mla=mla, parallel_drafting=parallel, mask_token_id=mask_id,
+            parallel_depths=depths, source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -282,6 +290,8 @@ class DraftConfig:
             **({f"mla {k}": v for k, v in self.mla.as_dict().items()} if self.mla else {}),
             "decoder layers": self.num_hidden_layers, "layer type": self.layer_type,
             "attention bias": self.attention_bias,
+            "P-EAGLE (parallel drafting)": self.parallel_drafting,
+            "mask token / K": f"{self.mask_token_id} / {self.parallel_depths}" if self.parallel_drafting else None,
         }
 
 
@@ -359,9 +369,39 @@ def detect_dialect(raw: Mapping[str, Any]) -> str:
         return "modelopt"
     if raw.get("eagle_aux_hidden_state_layer_ids") is not None:
         return "vllm"
-    if arch.endswith("Eagle3") or arch.startswith("Eagle3") or eagle_cfg:
+    if arch.endswith("Eagle3") or arch.startswith("Eagle3") or eagle_cfg or arch == "PEagleDraftModel":
         return "specforge"
     return "eagle"
+
+
+def _read_parallel(raw: Mapping[str, Any], vocab: int, warnings: list[str], source: str = "<dict>"):
+    """(parallel_drafting, mask_token_id, K) of a P-EAGLE draft: speculators `speculators_model_type: "peagle"`,
+    SpecForge / speculators `PEagleDraftModel`, vLLM `Peagle*ForCausalLM` or `parallel_drafting: true`; the mask id
+    from `mask_token_id` (speculators, vLLM) or vLLM's aliases `pard_token` / `ptd_token_id`."""
+    spec = raw.get("speculators_config") if isinstance(raw.get("speculators_config"), Mapping) else {}
+    archs = raw.get("architectures") if isinstance(raw.get("architectures"), list) else []
+    parallel = (raw.get("speculators_model_type") == "peagle" or spec.get("algorithm") == "peagle"
+                or raw.get("parallel_drafting") is True or any(isinstance(a, str) and "peagle" in a.lower()
+                                                                for a in archs))
+    if not parallel:
+        return False, None, None
+    key, mask_id = next(((k, raw[k]) for k in ("mask_token_id", "pard_token", "ptd_token_id")
+                         if raw.get(k) is not None), (None, None))
+    if mask_id is not None and (isinstance(mask_id, bool) or not isinstance(mask_id, int) or not 0 <= mask_id < vocab):
+        raise ConfigError(f"{source}, key '{key}'", "P-EAGLE mask token id outside the target vocab",
+                          expected=f"an integer in 0..{vocab - 1}", found=repr(mask_id),
+                          cause="a mask id from another tokenizer, or a hand-edited config")
+    depths = raw.get("num_depths")
+    methods = spec.get("proposal_methods") if isinstance(spec.get("proposal_methods"), list) else []
+    if depths is None and methods and isinstance(methods[0], Mapping):
+        depths = methods[0].get("speculative_tokens")
+    if depths is not None and (isinstance(depths, bool) or not isinstance(depths, int) or depths <= 0):
+        raise ConfigError(f"{source}, key 'num_depths'", "wrong type or value", expected="an integer > 0",
+                          found=repr(depths), cause="a hand-edited config")
+    if mask_id is None:
+        warnings.append("P-EAGLE draft without mask_token_id: SpecForge keeps it in its training config, vLLM "
+                        "refuses the draft; replay resolves it from the tokenizer as SpecForge does")
+    return True, mask_id, depths
 
 
 def _read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], source: str = "<dict>"):
@@ -516,6 +556,8 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         llama["rope_scaling"] = dict(cfg.rope_scaling)
     flags = {"norm_before_residual": cfg.norm_before_residual, "fc_norm": cfg.fc_norm,
              "norm_before_fc": cfg.norm_before_fc, "norm_output": cfg.norm_output}
+    if cfg.parallel_drafting:     # P-EAGLE: vLLM reads mask_token_id at the top level of every dialect
+        flags.update(mask_token_id=cfg.mask_token_id, parallel_drafting=True)
     ids = list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None
     if ids is not None:      # express the ids in the dialect's own convention
         out_conv = "output" if dialect == "specforge" else "input"
@@ -529,7 +571,7 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         llama.pop("head_dim")                          # HF DeepseekV3Config derives its own (= qk_rope_head_dim)
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
     if dialect == "specforge":
-        arch = MLA_ARCHITECTURE if cfg.mla else "LlamaForCausalLMEagle3"
+        arch = MLA_ARCHITECTURE if cfg.mla else "PEagleDraftModel" if cfg.parallel_drafting else "LlamaForCausalLMEagle3"
         d = {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
              "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux, **flags}
         if ids is not None:
@@ -539,12 +581,15 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
                 "target_hidden_size": cfg.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids, **flags}
     if dialect == "speculators":
-        return {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3",
-                "speculators_config": {"algorithm": "eagle3", "default_proposal_method": "greedy",
-                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": 3}]},
+        algo = "peagle" if cfg.parallel_drafting else "eagle3"
+        steps = (cfg.parallel_depths or 8) if cfg.parallel_drafting else 3      # speculators' num_depths default: 8
+        return {"architectures": ["PEagleDraftModel" if cfg.parallel_drafting else "Eagle3Speculator"],
+                "speculators_model_type": algo,
+                "speculators_config": {"algorithm": algo, "default_proposal_method": "greedy",
+                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": steps}]},
                 "transformer_layer_config": {**llama, "architectures": [_HF_CLASS[cfg.layer_type]]},
                 "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
-                "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": False, **flags}
+                "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": cfg.parallel_drafting, **flags}
     if dialect == "eagle":
         if cfg.layer_type != "llama" or cfg.num_hidden_layers != 1:
             raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts are one Llama layer",

@@ -242,3 +242,46 @@ def test_config_to_dict_keeps_layers_and_architecture(dialect):
         assert out["transformer_layer_config"]["architectures"] == ["Qwen3ForCausalLM"]
     with pytest.raises(ConfigError, match="one Llama layer"):
         config_to_dict(c, "eagle")
+
+
+# P-EAGLE: the config dialects speculators (speculators_model_type "peagle", PEagleDraftModel) and SpecForge
+# (a LlamaConfig named PEagleDraftModel, mask id kept in the training config) write, and vLLM's parallel_drafting.
+SPECULATORS_PEAGLE = dict(SPECULATORS, architectures=["PEagleDraftModel"], speculators_model_type="peagle",
+                          speculators_config={"algorithm": "peagle", "proposal_methods": [
+                              {"proposal_type": "greedy", "speculative_tokens": 8}]},
+                          mask_token_id=128002, embed_requires_grad=True)
+SPECFORGE_PEAGLE = {"architectures": ["PEagleDraftModel"], "model_type": "llama", **LLAMA, "draft_vocab_size": 32000,
+                    "target_hidden_size": 4096, "norm_before_residual": False}
+
+
+def test_speculators_peagle_is_parallel_with_its_mask_token_and_depths():
+    c = DraftConfig.from_dict(SPECULATORS_PEAGLE)
+    assert (c.dialect, c.parallel_drafting, c.mask_token_id, c.parallel_depths) == ("speculators", True, 128002, 8)
+    assert not any("unknown fields" in w for w in c.warnings)
+    assert not DraftConfig.from_dict(SPECULATORS).parallel_drafting
+
+
+def test_specforge_peagle_is_parallel_without_a_mask_token_and_warns():
+    c = DraftConfig.from_dict(SPECFORGE_PEAGLE)
+    assert (c.dialect, c.parallel_drafting, c.mask_token_id, c.parallel_depths) == ("specforge", True, None, None)
+    assert c.num_aux == 3 and any("without mask_token_id" in w for w in c.warnings)
+
+
+@pytest.mark.parametrize("key", ["mask_token_id", "pard_token", "ptd_token_id"])
+def test_vllm_parallel_drafting_reads_every_mask_token_alias(key):
+    c = DraftConfig.from_dict({**VLLM, "parallel_drafting": True, key: 5})
+    assert (c.parallel_drafting, c.mask_token_id) == (True, 5)
+
+
+def test_peagle_mask_token_outside_the_vocab_is_an_error_naming_the_key():
+    with pytest.raises(ConfigError, match="mask_token_id.*outside the target vocab"):
+        DraftConfig.from_dict(dict(SPECULATORS_PEAGLE, mask_token_id=128256))
+
+
+@pytest.mark.parametrize("dialect", ["specforge", "vllm", "speculators"])
+def test_peagle_config_round_trips_through_every_dialect(dialect):
+    c = DraftConfig.from_dict(SPECULATORS_PEAGLE)
+    back = DraftConfig.from_dict(config_to_dict(c, dialect))
+    assert (back.parallel_drafting, back.mask_token_id, back.aux_layout(61)) == (True, 128002, c.aux_layout(61))
+    if dialect == "speculators":
+        assert back.parallel_depths == 8
