@@ -11,6 +11,8 @@
                chain drafting (one cache per layer).
 - `mla`        `MlaAttention`: DeepSeek-V2 multi-latent attention for MLA drafts (SGLang
                `Eagle3DeepseekV2ForCausalLM`, Kimi-K2.x), its partial interleaved RoPE and YaRN softmax scale.
+- `peagle`     `PEagleDraft`: P-EAGLE (parallel drafting), all K drafts in one forward with `mask_hidden` and the
+               mask token; `draft_for(cfg)` builds the model a config describes.
 - `ttt_attention` the draft's attention at every TTT step in memory linear in T (SDPA in query blocks, diagonal keys
                merged in the same softmax), exact against the materialised scores.
 - `target`     target-model facts, its embedding / lm_head read alone, its tokenizer.

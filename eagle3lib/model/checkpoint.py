@@ -1,7 +1,8 @@
 """Draft checkpoints: declarative key maps between formats, a validation report, strict loading, saving.
 
 Canonical names are the EAGLE/SpecForge/SGLang on-disk names (`fc.weight`, `midlayer.*`, `norm.weight`,
-`lm_head.weight`, `d2t`, `t2d`, optional `embed_tokens.weight`, `fc_norm.{i}.weight`, `input_norm.weight`).
+`lm_head.weight`, `d2t`, `t2d`, optional `embed_tokens.weight`, `fc_norm.{i}.weight`, `input_norm.weight`; P-EAGLE
+drafts add `mask_hidden` (1, 1, k*Ht), model/peagle.py).
 Multi-layer drafts: layer 0 is always `midlayer.*`; layers N >= 1 are `layers.N.*` under the HF decoder-layer names
 (`input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.*`; Qwen3 adds `self_attn.q_norm` /
 `k_norm`) in every format, as speculators writes them and vLLM / SGLang (>= PR #24663, `midlayer` -> `layers.0`)
@@ -11,6 +12,7 @@ Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a Dat
 from __future__ import annotations
 
 import json
+import math
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -22,6 +24,7 @@ from safetensors.torch import save_file
 from .config import DraftConfig, config_to_dict, load_config
 from .draft import Eagle3Draft
 from .layers import Rotary
+from .peagle import draft_for
 from ..errors import CheckpointError
 from .safefiles import load_state_dict, weight_files
 from .target import load_target_tensor
@@ -48,6 +51,7 @@ SAVE_MAPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "eagle": ((), ()),
     "speculators": (((r"^midlayer\.", "layers.0."),), ()),
     "modelopt": (((r"^midlayer\.", "layers.0."),), ("t2d",)),
+    "specforge-peagle": (((r"^midlayer\.", "layers.0."),), ()),    # SpecForge's PEagleDraftModel keeps `layers`
 }
 _FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
 
@@ -89,7 +93,7 @@ def detect_format(keys) -> str:
 def expected_tensors(cfg: DraftConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{canonical name: (shape, dtype)} of a draft built from cfg (built on the meta device: no memory)."""
     with torch.device("meta"):
-        model = Eagle3Draft(cfg)
+        model = draft_for(cfg)
     return {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
 
 
@@ -102,7 +106,9 @@ def validate(sd: dict[str, torch.Tensor], cfg: DraftConfig) -> pd.DataFrame:
         row = {"key": key, "expected_shape": list(shape), "found_shape": None, "dtype": None, "note": ""}
         if t is None:
             if key == "embed_tokens.weight":
-                row.update(status="from_target", note="drafts usually ship without it; taken from the target")
+                row.update(status="from_target", note="P-EAGLE trains its embedding (embed_requires_grad): the "
+                           "target's is a stand-in" if cfg.parallel_drafting else
+                           "drafts usually ship without it; taken from the target")
             elif key == "lm_head.weight" and cfg.draft_vocab_size == cfg.vocab_size:
                 row.update(status="from_target", note="full-vocab draft: lm_head from the target (SGLang)")
             elif key in ("d2t", "t2d"):
@@ -139,6 +145,9 @@ def _unexpected_hint(key: str, cfg: DraftConfig) -> str:
         return "a Qwen3 per-head q/k norm, but the config's layers are Llama: its model_type should be 'qwen3'"
     if key.endswith(".bias"):
         return "a bias the config does not switch on (attention_bias / mlp_bias / bias)"
+    if key == "mask_hidden":
+        return ("a P-EAGLE tensor, but the config does not say P-EAGLE (speculators_model_type 'peagle', "
+                "PEagleDraftModel or parallel_drafting): it is replayed as plain EAGLE-3")
     return "old SGLang drops unknown names silently; vLLM refuses them"
 
 
@@ -150,6 +159,10 @@ def _shape_hint(key: str, found: tuple, expected: tuple, cfg: DraftConfig) -> st
         return f"lm_head has {found[0]} rows, draft_vocab_size is {cfg.draft_vocab_size}"
     if key == "d2t":
         return f"d2t has {found} entries, the draft vocab has {cfg.draft_vocab_size}"
+    if key == "mask_hidden":
+        n = math.prod(found)
+        return (f"mask_hidden holds {n / cfg.target_hidden_size:g} aux slots of {cfg.target_hidden_size}, fc reads "
+                f"{cfg.num_aux}: it is fed through fc, so it must be (1, 1, {cfg.fc_in_features})")
     return "config and weights disagree"
 
 
@@ -213,7 +226,7 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
         sd["t2d"] = t2d_from_d2t(sd["d2t"].clamp(max=cfg.vocab_size - 1), cfg.vocab_size)
     sd["t2d"] = sd["t2d"].bool()
     with torch.device("meta"):
-        model = Eagle3Draft(cfg)
+        model = draft_for(cfg)
     model.load_state_dict({k: v for k, v in sd.items() if k in dict(model.state_dict())}, strict=True, assign=True)
     model.rotary = Rotary(cfg)                       # non-persistent buffer: rebuild off the meta device
     model = model.to(device)
@@ -225,15 +238,18 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
 
 def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: str | Path,
                format: str = "specforge", include_embed: bool = False) -> Path:
-    """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt)."""
+    """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt). A P-EAGLE draft
+    keeps its (trained) embedding and `mask_hidden`; in SpecForge format its layer is `layers.0.*` as SpecForge's
+    PEagleDraftModel names it."""
     if format not in SAVE_MAPS:
         raise CheckpointError("save_draft", "unknown format", expected=sorted(SAVE_MAPS), found=format)
     sd = state.state_dict() if isinstance(state, torch.nn.Module) else dict(state)
     sd, _ = canonicalize(sd)
-    rules, dropped = SAVE_MAPS[format]
+    parallel = config.parallel_drafting if isinstance(config, DraftConfig) else "mask_hidden" in sd
+    rules, dropped = SAVE_MAPS["specforge-peagle" if parallel and format == "specforge" else format]
     out = {}
     for k, t in sd.items():
-        if k in dropped or (k == "embed_tokens.weight" and not include_embed):
+        if k in dropped or (k == "embed_tokens.weight" and not (include_embed or parallel)):   # P-EAGLE trains it
             continue
         for pattern, repl in rules:
             k = re.sub(pattern, repl, k)

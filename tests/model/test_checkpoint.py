@@ -345,3 +345,57 @@ def test_a_later_layers_sglang_norm_name_is_its_input_layernorm():
     assert ("model.layers.2.hidden_norm.weight", "layers.2.input_layernorm.weight") in [r[:2] for r in renames]
     with pytest.raises(CheckpointError, match="hidden_norm and input_layernorm"):
         canonicalize({"layers.1.hidden_norm.weight": torch.ones(1), "layers.1.input_layernorm.weight": torch.ones(1)})
+
+
+# ---------------------------------------------------------------- P-EAGLE: mask_hidden, the trained embedding
+
+def _peagle(tiny_cfg_dict):
+    from eagle3lib.model.peagle import PEagleDraft
+    raw = {**tiny_cfg_dict, "architectures": ["PEagleDraftModel"], "mask_token_id": 7}
+    cfg = DraftConfig.from_dict(raw)
+    d = PEagleDraft(cfg)
+    with torch.no_grad():
+        for p in d.parameters():
+            p.normal_(0, 0.1)
+    return raw, cfg, d.eval()
+
+
+@pytest.mark.parametrize("fmt,layer_key", [("speculators", "layers.0.mlp.up_proj.weight"),
+                                           ("specforge", "layers.0.mlp.up_proj.weight")])
+def test_peagle_round_trip_keeps_mask_hidden_and_the_trained_embedding(tmp_path, tiny_cfg_dict, fmt, layer_key):
+    """save_draft writes mask_hidden and embed_tokens (P-EAGLE trains it) and SpecForge's layers.0 names; loading
+    it back gives the same P-EAGLE forward, without a target."""
+    from safetensors import safe_open
+    raw, cfg, d = _peagle(tiny_cfg_dict)
+    out = save_draft(d, cfg, tmp_path / fmt, format=fmt)
+    with safe_open(str(out / "model.safetensors"), "pt") as f:
+        keys = set(f.keys())
+    assert {"mask_hidden", "embed_tokens.weight", layer_key} <= keys and not any("midlayer" in k for k in keys)
+    loaded = load_draft(out)
+    assert loaded.cfg.parallel_drafting and loaded.cfg.mask_token_id == 7
+    assert torch.equal(loaded.model.mask_hidden, d.mask_hidden)
+    aux, ids = torch.randn(1, 6, cfg.fc_in_features), torch.randint(0, cfg.vocab_size, (1, 6))
+    with torch.no_grad():
+        assert all(torch.equal(a, b) for a, b in zip(loaded.model.parallel_forward(aux, ids, 3),
+                                                     d.parallel_forward(aux, ids, 3)))
+
+
+def test_peagle_mask_hidden_missing_or_misshapen_is_named(tmp_path, tiny_cfg_dict):
+    raw, cfg, d = _peagle(tiny_cfg_dict)
+    sd = {k: v.contiguous() for k, v in d.state_dict().items()}
+    rep = validate({k: v for k, v in sd.items() if k != "mask_hidden"}, cfg)
+    assert rep.set_index("key").loc["mask_hidden", "status"] == "missing"
+    bad = dict(sd, mask_hidden=torch.zeros(1, 1, 2 * cfg.target_hidden_size))
+    row = validate(bad, cfg).set_index("key").loc["mask_hidden"]
+    assert row.status == "shape_mismatch" and "holds 2 aux slots" in row.note
+    (tmp_path / "d").mkdir()
+    save_file(bad, str(tmp_path / "d" / "model.safetensors"))
+    (tmp_path / "d" / "config.json").write_text(json.dumps(raw))
+    with pytest.raises(CheckpointError, match="mask_hidden"):
+        load_draft(tmp_path / "d")
+
+
+def test_mask_hidden_under_a_plain_eagle3_config_is_flagged_as_p_eagle(tiny_cfg_dict):
+    raw, cfg, d = _peagle(tiny_cfg_dict)
+    rep = validate(dict(d.state_dict()), DraftConfig.from_dict(tiny_cfg_dict)).set_index("key")
+    assert rep.loc["mask_hidden", "status"] == "unexpected" and "P-EAGLE" in rep.loc["mask_hidden", "note"]
