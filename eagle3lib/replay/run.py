@@ -4,6 +4,8 @@ Step k at position t consumes token t+1+k and is scored against the reference fo
 loss_mask[t+k] = 1 (SpecForge, training-and-eval.md §1.3; ``mask="next"``: loss_mask[t+1+k], speculators/ModelOpt).
 Reference: the target's greedy token argmax(lm_head(final_hidden[t+1+k])) when the sample stores the final post-norm
 state and the lm_head is loaded (SpecForge: OOV is a miss), else the data token. E[accept] = 1 + Σ_k Π_{j<k} p_j.
+A P-EAGLE draft (model.peagle) runs its one parallel forward instead of the TTT steps: step k is its depth k, scored
+on the rows its COD sampling can keep, and the chain simulation is that same forward (nothing is fed back).
 """
 from __future__ import annotations
 
@@ -20,6 +22,7 @@ from ..model.config import DraftConfig
 from ..samples.readers import Dataset, open_dataset
 from ..samples.sample import Sample
 from ..model.draft import Eagle3Draft
+from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..errors import Eagle3Error, LayoutError
 from ..layout import parse_layout
 from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
@@ -81,8 +84,32 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") 
         notes.append("no target given: the reference is the data's next token, the layout is the data's own")
     if lay is None and target_path:
         notes.append("the draft config names no aux layer ids: the training layout is the data's declared layout")
+    if isinstance(loaded.model, PEagleDraft):
+        notes += peagle_notes(loaded.model, tok)
     return ReplaySetup(loaded.model, loaded.cfg, str(draft_path), str(target_path) if target_path else None, L,
                        lay, lm_head, tok, tuple(notes))
+
+
+def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
+    """Resolve a P-EAGLE draft's mask token when its config has none (SpecForge) and say how it is replayed."""
+    notes = ["P-EAGLE draft: the K drafts come from ONE forward (mask_hidden and the mask token at depths >= 1); "
+             "acc per step is its position_{d}_acc on the rows its COD sampling keeps; SpecForge leaves out rows "
+             "whose target is outside the draft vocab (acc / (1 - oov_rate)), here they are misses"]
+    if model.mask_token_id is None:
+        mask_id, where = resolve_mask_token_id(model.cfg, tokenizer)
+        model.mask_token_id = mask_id
+        notes.append(f"P-EAGLE mask token {mask_id}: {where}" if mask_id is not None else
+                     f"P-EAGLE mask token unknown ({where}): replay needs mask_token_id in the config")
+    return notes
+
+
+def draft_steps(model: Eagle3Draft, aux: Tensor, ids: Tensor, K: int, *, feed: str = "teacher",
+                return_logits: bool = True, scored: Tensor | None = None) -> list[Tensor]:
+    """The K outputs replay scores: `ttt_forward` (TTT steps) for EAGLE-3, `parallel_forward` (depths) for a
+    P-EAGLE draft, whose drafts are the same whichever `feed` (it feeds nothing back)."""
+    if isinstance(model, PEagleDraft):
+        return model.parallel_forward(aux, ids, K, return_logits=return_logits, scored=scored)
+    return model.ttt_forward(aux, ids, K, feed=feed, return_logits=return_logits, scored=scored)
 
 
 # ---------------------------------------------------------------- sample -> draft inputs
@@ -213,6 +240,10 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
                              simulate=simulate)
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
+    depths = setup.cfg.parallel_depths
+    if setup.cfg.parallel_drafting and depths and num_steps > depths:
+        counts.notes.add(f"num_steps={num_steps} but the P-EAGLE draft was trained for {depths} depths: the depths "
+                         f"past {depths - 1} were never trained")
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
     with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress, unit="sample") as meter:
@@ -308,7 +339,8 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
 
 
 def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):
-    """One padded batch through ttt_forward (teacher, and draft-fed chain), scored sample by sample; with
+    """One padded batch through ttt_forward (teacher, and draft-fed chain) or a P-EAGLE draft's parallel_forward,
+    scored sample by sample; with
     only_scored the forward computes just the outputs `score` reads (teacher: the scored positions of each step;
     chain: those whose earlier steps are all scored, as only a leading run counts) and leaves -1 elsewhere."""
     B, T = len(batch), max(len(b.ids) for b in batch)
@@ -319,19 +351,23 @@ def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):
         ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
     ids, aux = ids.to(dev), aux.to(dev)
     K, simulate = counts.K, counts.opts.simulate
+    parallel = isinstance(model, PEagleDraft)
     used = chain_used = None
     if only_scored:
         used = torch.zeros(K, B, T, dtype=torch.bool)
         for i, b in enumerate(batch):
-            used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, counts.opts.mask)[1]
+            used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, counts.opts.mask, parallel)[1]
         used, chain_used = used.to(dev), used.long().cumprod(0).bool().to(dev)    # (K, B, T)
-    teach = torch.stack(model.ttt_forward(aux, ids, K, feed="teacher", return_logits=False, scored=used))
-    chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False, scored=chain_used)) \
-        if simulate else None                                                                 # (K, B, T)
+    teach = torch.stack(draft_steps(model, aux, ids, K, feed="teacher", return_logits=False, scored=used))
+    if parallel:                       # one forward drafts all K: the chain is the teacher-forced run (used >= chain)
+        chain = teach if simulate else None
+    else:
+        chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False, scored=chain_used)) \
+            if simulate else None                                                             # (K, B, T)
     hot = torch.cat([hot, hot.new_full((1,), -1)])                   # draft id -1 (not computed) -> target -1
     for i, b in enumerate(batch):
         t = len(b.ids)
         sc = score(hot[teach[:, i, :t]].cpu(), b.ref, b.mask, in_vocab,
-                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts.mask)
+                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts.mask, parallel)
         counts.add(b, sc)
 

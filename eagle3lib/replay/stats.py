@@ -92,9 +92,12 @@ class Scored:
     accepted: Tensor | None
 
 
-def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "token") -> tuple[Tensor, Tensor]:
+def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "token",
+                     parallel: bool = False) -> tuple[Tensor, Tensor]:
     """(reference (K, T), valid (K, T)): the target of step k at position t (token t+2+k, -1 where none) and
-    whether that output is scored (its mask is 1 and a reference exists)."""
+    whether that output is scored (its mask is 1 and a reference exists). parallel (P-EAGLE): depth d >= 1 at t is
+    scored where the masks of depths 1..d all hold, the rows COD sampling can keep (speculators / SpecForge
+    `generate_cod_sample_indices`: depth d's pool is depth d-1's rows shifted by one, filtered by the mask)."""
     T = next_ref.shape[0]
     ref = torch.full((K, T), -1, dtype=torch.long)
     m = torch.zeros(K, T, dtype=torch.bool)
@@ -105,14 +108,16 @@ def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "t
             m[k, :T - k] = lm[k:]                             # mask of token x_{t+k} (SpecForge)
         else:
             m[k, :T - 1 - k] = lm[1 + k:]                     # mask of token x_{t+1+k} (speculators/ModelOpt)
+    if parallel and K > 1:
+        m[1:] = m[1:].long().cumprod(0).bool()                # depth d: masks of depths 1..d (depth 0 alone)
     return ref, m & (ref >= 0)
 
 
 def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,
-          mask: str = "token") -> Scored:
+          mask: str = "token", parallel: bool = False) -> Scored:
     """Score target-id predictions pred (K, T) (and chain drafts (K, T)) against next_ref (T,); predictions
-    outside the scored positions (`scored_positions`) are never read."""
-    ref, valid = scored_positions(next_ref, loss_mask, pred.shape[0], mask)
+    outside the scored positions (`scored_positions`, P-EAGLE's rows with `parallel`) are never read."""
+    ref, valid = scored_positions(next_ref, loss_mask, pred.shape[0], mask, parallel)
     correct = valid & (pred.cpu() == ref)
     oov = valid & ~in_vocab[ref.clamp(min=0)]
     horizon = valid.long().cumprod(0).sum(0)

@@ -1,0 +1,119 @@
+"""replay() on a P-EAGLE draft: per-depth accuracy on the rows COD sampling keeps, counted against drafts made the
+way a server makes them (KV-cached `step`: the context, then K-1 mask slots appended, causal)."""
+from __future__ import annotations
+
+import copy
+import json
+
+import pytest
+import torch
+from safetensors.torch import save_file
+
+from eagle3lib.errors import ConfigError
+from eagle3lib.model.checkpoint import save_draft
+from eagle3lib.model.config import DraftConfig
+from eagle3lib.model.peagle import PEagleDraft
+from eagle3lib.replay import run as R
+from eagle3lib.samples.sample import Sample
+from tests.conftest import TINY_SPECFORGE
+
+LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # TINY_SPECFORGE ids [-1,1,3,5] of an 8-layer target
+K = 3
+
+
+def make_setup(tmp_path, mask_token_id=5) -> R.ReplaySetup:
+    """A random tiny P-EAGLE draft (Vd=40 of V=120) and a target dir with config, embedding and lm_head."""
+    raw = {**copy.deepcopy(TINY_SPECFORGE), "architectures": ["PEagleDraftModel"]}
+    if mask_token_id is not None:
+        raw["mask_token_id"] = mask_token_id
+    model = PEagleDraft(DraftConfig.from_dict(raw))
+    for p in model.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    used = torch.sort(torch.randperm(120)[:40]).values
+    model.d2t.copy_(used - torch.arange(40))
+    save_draft(model, raw, tmp_path / "draft")
+    (tmp_path / "target").mkdir()
+    (tmp_path / "target" / "config.json").write_text(json.dumps(
+        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 8, "hidden_size": 32,
+         "vocab_size": 120}))
+    save_file({"model.embed_tokens.weight": torch.randn(120, 32), "lm_head.weight": torch.randn(120, 32)},
+              str(tmp_path / "target" / "model.safetensors"))
+    return R.load_setup(tmp_path / "draft", tmp_path / "target")
+
+
+def served_drafts(model: PEagleDraft, aux: torch.Tensor, ids: torch.Tensor, a: int) -> list[int]:
+    """The K target ids a server drafts from anchor a: the context 0..a (aux, token t+1) through the KV-cached step,
+    then K-1 slots of (fc(mask_hidden), mask token) at positions a+1.. appended, each seeing the slots before it."""
+    hot = R.draft_target_ids(model)
+    cache = model.new_cache(1, a + K + 1)
+    with torch.inference_mode():
+        ctx, _ = model.step(aux[None, :a + 1], ids[None, 1:a + 2], torch.arange(a + 1)[None], cache, fuse=True)
+        masks = model.fuse(model.mask_hidden).expand(1, K - 1, -1)                     # (1, 1, H) -> (1, K-1, H)
+        tail, _ = model.step(masks, torch.full((1, K - 1), model.mask_token_id), torch.arange(a + 1, a + K)[None],
+                             cache)
+    return [int(hot[x.argmax()]) for x in torch.cat([ctx[0, -1:], tail[0]])]
+
+
+def make_samples(model, n=3, T=26, seed=0):
+    """Samples whose tokens follow the served drafts of every (K+1)-th anchor for all K depths (the rest random),
+    so every depth has hits; the mask holds on [4, T-3)."""
+    g = torch.Generator().manual_seed(seed)
+    out = []
+    for i in range(n):
+        aux = torch.randn(T, 4, 32, generator=g)
+        ids = torch.randint(0, 120, (T,), generator=g)
+        for a in range(2, T - K - 1, K + 1):
+            ids[a + 2:a + 2 + K] = torch.tensor(served_drafts(model, aux.flatten(1), ids, a))
+        mask = torch.zeros(T, dtype=torch.long)
+        mask[4:T - 3] = 1
+        out.append(Sample(f"s{i}", ids, mask, aux, LAYOUT, None, f"mem:{i}"))
+    return out
+
+
+def expected(model, samples, mask_mode):
+    """(valid, correct) per depth and the mean accepted length of full-horizon anchors, from the served drafts:
+    depth d >= 1 at anchor a is counted where the masks of depths 1..d all hold (P-EAGLE's COD pool)."""
+    valid, correct, accepted = [0] * K, [0] * K, []
+    for s in samples:
+        T, lm = len(s.input_ids), s.loss_mask.bool().tolist()
+        m = lambda a, d: (a + d + (mask_mode == "next")) < T and lm[a + d + (mask_mode == "next")]  # noqa: E731
+        for a in range(T - 2):
+            drafts = served_drafts(model, s.aux.flatten(1), s.input_ids, a)
+            ok = [(a + 2 + d < T) and (m(a, 0) if d == 0 else all(m(a, j) for j in range(1, d + 1)))
+                  for d in range(K)]
+            hit = [ok[d] and drafts[d] == int(s.input_ids[a + 2 + d]) for d in range(K)]
+            for d in range(K):
+                valid[d] += ok[d]
+                correct[d] += hit[d]
+            if all(ok):
+                run = next((d for d in range(K) if not hit[d]), K)
+                accepted.append(1 + run)
+    return valid, correct, sum(accepted) / len(accepted)
+
+
+@pytest.mark.parametrize("mask", ["token", "next"])
+def test_replay_reports_p_eagle_per_depth_accuracy(tmp_path, mask):
+    setup = make_setup(tmp_path)
+    assert isinstance(setup.model, PEagleDraft) and any("P-EAGLE" in n for n in setup.notes)
+    samples = make_samples(setup.model)
+    valid, correct, accept = expected(setup.model, samples, mask)
+    r = R.replay(setup, samples, num_steps=K, mask=mask, progress=False)
+    assert r.reference == "data" and not r.skipped
+    assert r.per_step.positions.tolist() == valid
+    assert r.per_step.acc.tolist() == pytest.approx([c / v for c, v in zip(correct, valid)])
+    assert all(c > 0 for c in correct)                           # every depth has hits: the case is not degenerate
+    assert r.simulated_accept_length == pytest.approx(accept)
+    small = R.replay(setup, samples, num_steps=K, mask=mask, batch_tokens=30, only_scored=False, progress=False)
+    assert small.per_step.acc.tolist() == pytest.approx(r.per_step.acc.tolist())
+    assert small.simulated_accept_length == pytest.approx(accept)
+
+
+def test_untrained_depths_are_noted_and_an_unknown_mask_token_is_an_error(tmp_path):
+    setup = make_setup(tmp_path / "a")
+    object.__setattr__(setup, "cfg", DraftConfig.from_dict({**setup.cfg.raw, "num_depths": 2}))
+    r = R.replay(setup, make_samples(setup.model, n=1), num_steps=K, progress=False)
+    assert any("never trained" in n for n in r.notes)
+    bare = make_setup(tmp_path / "b", mask_token_id=None)             # SpecForge: no mask id, no tokenizer here
+    assert bare.model.mask_token_id is None and any("mask token unknown" in n for n in bare.notes)
+    with pytest.raises(ConfigError, match="mask_token_id"):
+        R.replay(bare, make_samples(setup.model, n=1), num_steps=K, progress=False)
