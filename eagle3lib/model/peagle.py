@@ -11,7 +11,8 @@ anchor's depths 1..d (speculators / SpecForge `create_peagle_mask_mod`; vLLM app
 accepted token, causal). `mask_hidden` (1, 1, k*Ht) lives in the aux space and goes through fc (and fc_norm /
 input_norm) like a capture (vLLM `combine_hidden_states(mask_hidden)`). Nothing is fed back between depths, so the
 forward from every anchor is also what a server drafts: teacher-forced and draft-fed are the same here.
-Only the first (EAGLE-3) decoder layer is modelled, as in `draft.Eagle3Draft`.
+Every layer runs the same P-EAGLE attention pattern over the K depth streams (speculators / SpecForge use one
+mask for all layers); the stack is `draft.Eagle3Draft`'s (its first, EAGLE-3, layer today).
 """
 from __future__ import annotations
 
@@ -21,7 +22,7 @@ from torch import Tensor, nn
 
 from .config import DraftConfig
 from .draft import ROW_ELEMENTS, Eagle3Draft, top1
-from ..errors import ConfigError
+from ..errors import ConfigError, UnsupportedDraftError
 from .ttt_attention import causal_attention, chain_attention
 
 
@@ -48,6 +49,12 @@ class PEagleDraft(Eagle3Draft):
             raise ConfigError(f"{self.cfg.source}, key 'mask_token_id'", "P-EAGLE mask token id unknown",
                               expected="a target token id", found=None, cause="SpecForge keeps it in its training "
                               "config: pass mask_token_id= or give replay a target whose tokenizer resolves it")
+        stack = self._stack()
+        if len(stack) != self.cfg.num_hidden_layers:
+            raise UnsupportedDraftError(f"{self.cfg.source}, key 'num_hidden_layers'", "P-EAGLE draft deeper than "
+                                        "the modelled layer stack", expected=len(stack),
+                                        found=self.cfg.num_hidden_layers, cause="a multi-layer P-EAGLE draft "
+                                        "(SpecForge's default is 4 layers): its drafts would be wrong, not replayed")
         B, T = input_ids.shape
         K, dev = num_depths, input_ids.device
         if scored is None:
@@ -55,32 +62,36 @@ class PEagleDraft(Eagle3Draft):
         elif tuple(scored.shape) != (K, B, T):
             raise ValueError(f"scored must be (num_depths, B, T) = {(K, B, T)}, got {tuple(scored.shape)}")
         scored = scored.to(device=dev, dtype=torch.bool)
-        layer, attn = self.midlayer, self.midlayer.self_attn
         dtype = self.fc.weight.dtype
         anchors = torch.arange(T, device=dev)[None].expand(B, T)              # (B, T) key index of each anchor
-        outs: list[Tensor] = []
-        k0 = v0 = None
-        diag: list[tuple[Tensor, Tensor]] = []
-        for d in range(K):
-            cos, sin = self.rotary(anchors[:1] + position_offset + d, dtype)   # (1, T) -> (1, T, hd)
-            if d == 0:
-                h = self.fuse(aux)                                             # (B, T, k*Ht) -> (B, T, H)
-                tokens = F.pad(input_ids[:, 1:], (0, 1))                       # (B, T) token t+1 (0 past the end)
-                u, residual = layer.inputs(self.embed_tokens(tokens), h)       # (B, T, 2H), (B, T, H)
-                q, k0, v0 = attn.qkv(u, cos, sin)                              # (B, nh|nkv, T, hd)
-                o = causal_attention(q, k0, v0)                                # (B, nh, T, hd)
-            else:
-                # every anchor feeds depth d the same (mask_hidden, mask token): project ONE row, RoPE broadcasts
-                h = self.fuse(self.mask_hidden.to(dtype))                      # (1, 1, k*Ht) -> (1, 1, H)
-                mask_tok = torch.full((1, 1), mask_id, dtype=torch.long, device=dev)
-                u, residual = layer.inputs(self.embed_tokens(mask_tok), h)     # (1, 1, 2H), (1, 1, H)
-                q, k, v = attn.qkv(u, cos, sin)                                # (1, nh|nkv, 1, hd) x (1, T, hd)
-                q = q.expand(B, -1, T, -1)                                     # (1, nh, T, hd) -> (B, nh, T, hd)
-                diag.append((k.expand(B, -1, T, -1), v.expand(B, -1, T, -1)))  # (1, nkv, *, hd) -> (B, nkv, T, hd)
-                o = chain_attention(q, anchors, k0, v0, diag)                  # (B, nh, T, hd)
-            out = layer.finish(attn.out(o), residual)                          # (B, nh, T, hd) -> (B, T, H)
-            outs.append(self._depth_head(out, scored[d], return_logits))
+        rope = [self.rotary(anchors[:1] + position_offset + d, dtype) for d in range(K)]   # K x (1, T, hd)
+        # depth inputs: every anchor feeds depth d >= 1 the same (fc(mask_hidden), mask token), so the first layer
+        # projects ONE row for it and RoPE broadcasts it over the T anchors
+        mask_tok = torch.full((1, 1), mask_id, dtype=torch.long, device=dev)
+        embs = [self.embed_tokens(F.pad(input_ids[:, 1:], (0, 1)))]            # (B, T) token t+1 -> (B, T, H)
+        embs += [self.embed_tokens(mask_tok)] * (K - 1)                        # (1, 1) -> (1, 1, H)
+        hs = [self.fuse(aux)]                                                  # (B, T, k*Ht) -> (B, T, H)
+        hs += [self.fuse(self.mask_hidden.to(dtype))] * (K - 1)                # (1, 1, k*Ht) -> (1, 1, H)
+        for layer in stack:
+            attn, k0, v0, diag, nxt = layer.self_attn, None, None, [], []
+            for d in range(K):
+                u, residual = layer.inputs(embs[d], hs[d])                     # (B|1, T|1, 2H), (B|1, T|1, H)
+                q, k, v = attn.qkv(u, *rope[d])                                # (B|1, nh|nkv, T, hd); v: T|1
+                if d == 0:
+                    k0, v0 = k, v
+                    o = causal_attention(q, k0, v0)                            # (B, nh, T, hd)
+                else:
+                    q = q.expand(B, -1, T, -1)                                 # (1, nh, T, hd) -> (B, nh, T, hd)
+                    diag.append((k.expand(B, -1, T, -1), v.expand(B, -1, T, -1)))   # -> (B, nkv, T, hd)
+                    o = chain_attention(q, anchors, k0, v0, diag)              # (B, nh, T, hd)
+                nxt.append(layer.finish(attn.out(o), residual))                # (B, nh, T, hd) -> (B, T, H)
+            hs = nxt
+        outs = [self._depth_head(h, scored[d], return_logits) for d, h in enumerate(hs)]
         return outs
+
+    def _stack(self) -> list[nn.Module]:
+        """The decoder layers in order (the EAGLE-3 layer only, as `Eagle3Draft` models)."""
+        return [self.midlayer]
 
     def _depth_head(self, out: Tensor, scored: Tensor, return_logits: bool) -> Tensor:
         """lm_head over the scored rows of one depth (out (B, T, H), scored (B, T)), in chunks of rows:

@@ -16,7 +16,8 @@ import torch
 from torch import Tensor
 
 from ..errors import Eagle3Error
-from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample
+from ..model.peagle import PEagleDraft
+from .run import ReplaySetup, as_samples, d2t_reading, draft_steps, prepare_sample
 from .stats import score
 
 _COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
@@ -70,11 +71,12 @@ def collect(setup: ReplaySetup, data, *, layout=None, n: int = 3, seed: int = 0,
             except Eagle3Error:
                 continue
             aux, ids = b.aux[None].to(setup.device, setup.dtype), b.ids[None].to(setup.device)
-            logits = model.ttt_forward(aux, ids, num_steps, feed="teacher")               # K x (1, T, Vd)
-            chain = torch.stack(model.ttt_forward(aux, ids, num_steps, feed="draft", return_logits=False))[:, 0]
+            logits = draft_steps(model, aux, ids, num_steps, feed="teacher")              # K x (1, T, Vd)
+            chain = torch.stack(draft_steps(model, aux, ids, num_steps, feed="draft", return_logits=False))[:, 0]
             probs = torch.stack([lg[0].float().softmax(-1) for lg in logits])             # (K, T, Vd)
             p, i = probs.topk(min(topk, probs.shape[-1]), dim=-1)                         # (K, T, topk)
-            sc = score(hot[i[..., 0]].cpu(), b.ref, b.mask, in_vocab, hot[chain].cpu())
+            sc = score(hot[i[..., 0]].cpu(), b.ref, b.mask, in_vocab, hot[chain].cpu(),
+                       parallel=isinstance(model, PEagleDraft))
             out.append(SampleDetail(b.id, b.source, b.ids, b.mask, sc.reference, sc.valid, sc.correct,
                                     hot[i].cpu(), p.cpu(), hot[chain].cpu(), sc.accepted, b.kind))
             if len(out) >= n:

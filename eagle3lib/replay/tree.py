@@ -20,7 +20,7 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model.draft import Eagle3Draft
-from ..errors import DataError, Eagle3Error, ServingArgsError
+from ..errors import DataError, Eagle3Error, ServingArgsError, UnsupportedDraftError
 from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample, replay_options, requested_layout
 from .stats import ReplayItem, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
@@ -239,6 +239,10 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
     Inputs, layout, d2t, reference and skips as `replay.replay`; `batch_tokens` bounds B x T x topk per forward.
     """
     replay_options(fill=fill, d2t=d2t, align=align, mask=mask, reference=reference)   # checked once, as replay()
+    if setup.cfg.parallel_drafting:
+        raise UnsupportedDraftError(setup.draft_path, "tree replay of a P-EAGLE draft", expected="an EAGLE-3 draft",
+                                    found="P-EAGLE (parallel drafting)", cause="P-EAGLE drafts one chain of K tokens "
+                                    "in one forward (vLLM parallel_drafting has no tree): replay() scores that chain")
     want = requested_layout(setup, layout)
     counts = TreeCounts(settings)
     widest = max(k for _, k, _ in counts.settings)

@@ -85,6 +85,14 @@ def test_unknown_mask_token_is_an_error_naming_the_key(tiny_cfg_dict):
         d.parallel_forward(torch.zeros(1, 3, cfg.fc_in_features), torch.zeros(1, 3, dtype=torch.long), 2)
 
 
+def test_a_deeper_p_eagle_than_the_modelled_stack_is_refused(tiny_cfg_dict):
+    from eagle3lib.errors import UnsupportedDraftError
+    d = PEagleDraft(_peagle_cfg(tiny_cfg_dict))
+    object.__setattr__(d.cfg, "num_hidden_layers", len(d._stack()) + 1)
+    with pytest.raises(UnsupportedDraftError, match="num_hidden_layers"):
+        d.parallel_forward(torch.zeros(1, 3, d.cfg.fc_in_features), torch.zeros(1, 3, dtype=torch.long), 2)
+
+
 def test_mask_token_resolution_follows_specforge_order(tiny_cfg_dict):
     cfg = DraftConfig.from_dict({**tiny_cfg_dict, "architectures": ["PEagleDraftModel"]})
     tok = type("Tok", (), {"mask_token_id": None, "pad_token_id": 3, "eos_token_id": 2, "unk_token_id": None,

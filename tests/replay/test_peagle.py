@@ -117,3 +117,17 @@ def test_untrained_depths_are_noted_and_an_unknown_mask_token_is_an_error(tmp_pa
     assert bare.model.mask_token_id is None and any("mask token unknown" in n for n in bare.notes)
     with pytest.raises(ConfigError, match="mask_token_id"):
         R.replay(bare, make_samples(setup.model, n=1), num_steps=K, progress=False)
+
+
+def test_token_view_shows_the_parallel_drafts_and_tree_replay_refuses_p_eagle(tmp_path):
+    from eagle3lib.errors import UnsupportedDraftError
+    from eagle3lib.replay.tokenview import collect
+    from eagle3lib.replay.tree import replay_tree
+    setup = make_setup(tmp_path)
+    samples = make_samples(setup.model, n=1)
+    (detail,) = collect(setup, samples, n=1, num_steps=K)
+    s = samples[0]
+    for a in (2, 7):                                             # served-way drafts, depth by depth
+        assert detail.chain_ids[:, a].tolist() == served_drafts(setup.model, s.aux.flatten(1), s.input_ids, a)
+    with pytest.raises(UnsupportedDraftError, match="P-EAGLE"):
+        replay_tree(setup, samples, [(3, 2, 4)], progress=False)
