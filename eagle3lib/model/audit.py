@@ -14,6 +14,7 @@ import torch
 
 from .. import layout as _layout
 from .checkpoint import LoadedDraft, load_draft, param_table
+from .peagle import PEagleDraft, resolve_mask_token_id
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
 
@@ -87,12 +88,19 @@ def forward_preview(loaded: LoadedDraft, input_ids: torch.Tensor, aux: torch.Ten
                     num_steps: int = 3, max_rows: int = 12) -> pd.DataFrame:
     """Draft predictions on one real sample: per position, the next tokens vs the draft's steps 0..K-1.
 
-    input_ids (T,), aux (T, k*Ht) in the draft's training layout. Step k at position t predicts token t+2+k.
+    input_ids (T,), aux (T, k*Ht) in the draft's training layout. Step k at position t predicts token t+2+k (a
+    P-EAGLE draft: its depth k).
     """
     model = loaded.model
     p = next(model.parameters())
     ids = input_ids[None].to(p.device)
-    outs = model.ttt_forward(aux[None].to(p.device, p.dtype), ids, num_steps, return_logits=False)
+    if isinstance(model, PEagleDraft):     # P-EAGLE: its K depths from one forward (the mask id as replay resolves it)
+        mask_id = model.mask_token_id if model.mask_token_id is not None else \
+            resolve_mask_token_id(loaded.cfg, tokenizer)[0]
+        outs = model.parallel_forward(aux[None].to(p.device, p.dtype), ids, num_steps, mask_token_id=mask_id,
+                                      return_logits=False)
+    else:
+        outs = model.ttt_forward(aux[None].to(p.device, p.dtype), ids, num_steps, return_logits=False)
     T = input_ids.numel()
 
     def tok(i):
