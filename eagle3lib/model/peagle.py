@@ -12,7 +12,7 @@ accepted token, causal). `mask_hidden` (1, 1, k*Ht) lives in the aux space and g
 input_norm) like a capture (vLLM `combine_hidden_states(mask_hidden)`). Nothing is fed back between depths, so the
 forward from every anchor is also what a server drafts: teacher-forced and draft-fed are the same here.
 Every layer runs the same P-EAGLE attention pattern over the K depth streams (speculators / SpecForge use one
-mask for all layers); the stack is `draft.Eagle3Draft`'s (its first, EAGLE-3, layer today).
+mask for all layers): `midlayer` (the EAGLE-3 layer, 2H input) then the plain `layers.N` (SpecForge's default is 4).
 """
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ from torch import Tensor, nn
 
 from .config import DraftConfig
 from .draft import ROW_ELEMENTS, Eagle3Draft, top1
-from ..errors import ConfigError, UnsupportedDraftError
+from ..errors import ConfigError
 from .ttt_attention import causal_attention, chain_attention
 
 
@@ -49,12 +49,7 @@ class PEagleDraft(Eagle3Draft):
             raise ConfigError(f"{self.cfg.source}, key 'mask_token_id'", "P-EAGLE mask token id unknown",
                               expected="a target token id", found=None, cause="SpecForge keeps it in its training "
                               "config: pass mask_token_id= or give replay a target whose tokenizer resolves it")
-        stack = self._stack()
-        if len(stack) != self.cfg.num_hidden_layers:
-            raise UnsupportedDraftError(f"{self.cfg.source}, key 'num_hidden_layers'", "P-EAGLE draft deeper than "
-                                        "the modelled layer stack", expected=len(stack),
-                                        found=self.cfg.num_hidden_layers, cause="a multi-layer P-EAGLE draft "
-                                        "(SpecForge's default is 4 layers): its drafts would be wrong, not replayed")
+        stack = self.decoder_layers
         B, T = input_ids.shape
         K, dev = num_depths, input_ids.device
         if scored is None:
@@ -88,10 +83,6 @@ class PEagleDraft(Eagle3Draft):
             hs = nxt
         outs = [self._depth_head(h, scored[d], return_logits) for d, h in enumerate(hs)]
         return outs
-
-    def _stack(self) -> list[nn.Module]:
-        """The decoder layers in order (the EAGLE-3 layer only, as `Eagle3Draft` models)."""
-        return [self.midlayer]
 
     def _depth_head(self, out: Tensor, scored: Tensor, return_logits: bool) -> Tensor:
         """lm_head over the scored rows of one depth (out (B, T, H), scored (B, T)), in chunks of rows:

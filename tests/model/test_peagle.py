@@ -85,14 +85,6 @@ def test_unknown_mask_token_is_an_error_naming_the_key(tiny_cfg_dict):
         d.parallel_forward(torch.zeros(1, 3, cfg.fc_in_features), torch.zeros(1, 3, dtype=torch.long), 2)
 
 
-def test_a_deeper_p_eagle_than_the_modelled_stack_is_refused(tiny_cfg_dict):
-    from eagle3lib.errors import UnsupportedDraftError
-    d = PEagleDraft(_peagle_cfg(tiny_cfg_dict))
-    object.__setattr__(d.cfg, "num_hidden_layers", len(d._stack()) + 1)
-    with pytest.raises(UnsupportedDraftError, match="num_hidden_layers"):
-        d.parallel_forward(torch.zeros(1, 3, d.cfg.fc_in_features), torch.zeros(1, 3, dtype=torch.long), 2)
-
-
 def test_mask_token_resolution_follows_specforge_order(tiny_cfg_dict):
     cfg = DraftConfig.from_dict({**tiny_cfg_dict, "architectures": ["PEagleDraftModel"]})
     tok = type("Tok", (), {"mask_token_id": None, "pad_token_id": 3, "eos_token_id": 2, "unk_token_id": None,
@@ -138,7 +130,8 @@ def _full_grid(seq_length, num_depths=K, **_):
     return anchor, depth
 
 
-@pytest.mark.parametrize("variant", [{}, {"norm_before_residual": True}, {"fc_norm": True}, {"grid": True}])
+@pytest.mark.parametrize("variant", [{}, {"norm_before_residual": True}, {"fc_norm": True}, {"grid": True},
+                                     {"layers": 3}, {"layers": 2, "grid": True}])
 def test_parity_with_speculators_peagle(tmp_path, monkeypatch, variant):
     """speculators' PEagleDraftModel (random weights, saved in its own format) and eagle3lib's load of it give the
     same logits at every sampled (anchor, depth) of its training forward; "grid": every anchor at every depth."""
@@ -150,9 +143,10 @@ def test_parity_with_speculators_peagle(tmp_path, monkeypatch, variant):
     from speculators.proposals.greedy import GreedyTokenProposalConfig
     core = importlib.import_module("speculators.models.peagle.core")
     tl = LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                     num_hidden_layers=1, vocab_size=50, max_position_embeddings=128, rms_norm_eps=1e-6)
+                     num_hidden_layers=variant.get("layers", 1), vocab_size=50, max_position_embeddings=128,
+                     rms_norm_eps=1e-6)
     tl._attn_implementation = "eager"          # CPU: a dense mask from P-EAGLE's own mask_mod instead of flex
-    flags = {k: v for k, v in variant.items() if k != "grid"}
+    flags = {k: v for k, v in variant.items() if k not in ("grid", "layers")}
     cfg = PEagleSpeculatorConfig(
         transformer_layer_config=tl, draft_vocab_size=40, mask_token_id=7, eagle_aux_hidden_state_layer_ids=[1, 2, 3],
         speculators_config=SpeculatorsConfig(
@@ -168,6 +162,7 @@ def test_parity_with_speculators_peagle(tmp_path, monkeypatch, variant):
     real.save_pretrained(tmp_path / "spec")
     loaded = load_draft(tmp_path / "spec")
     assert isinstance(loaded.model, PEagleDraft) and loaded.cfg.parallel_drafting and loaded.format == "speculators"
+    assert len(loaded.model.decoder_layers) == variant.get("layers", 1)
     assert torch.equal(loaded.model.d2t, real.d2t) and loaded.model.mask_token_id == 7
     seen = {}
     sample = _full_grid if variant.get("grid") else core.generate_cod_sample_indices
@@ -185,7 +180,8 @@ def test_parity_with_speculators_peagle(tmp_path, monkeypatch, variant):
     _compare(loaded, seen["logits"], anchor, depth, hidden, spec_ids)
 
 
-def test_parity_with_specforge_peagle(tmp_path, monkeypatch):
+@pytest.mark.parametrize("layers", [1, 4])
+def test_parity_with_specforge_peagle(tmp_path, monkeypatch, layers):
     """SpecForge's PEagleDraftModel (random weights, save_pretrained) run by its OnlinePEagleModel training forward
     and eagle3lib's load of it give the same logits at every sampled (anchor, depth). CPU stand-ins: flex attention
     uncompiled, and the triton loss module replaced when triton is missing (the logits come before the loss)."""
@@ -205,13 +201,14 @@ def test_parity_with_specforge_peagle(tmp_path, monkeypatch):
     sfm = importlib.import_module("specforge.algorithms.peagle.model")
     monkeypatch.setattr(sfp, "compile_friendly_flex_attention", flex_attention)
     cfg = LlamaConfig(hidden_size=32, intermediate_size=64, num_attention_heads=4, num_key_value_heads=2, head_dim=8,
-                      num_hidden_layers=1, vocab_size=50, max_position_embeddings=128, rms_norm_eps=1e-6,
+                      num_hidden_layers=layers, vocab_size=50, max_position_embeddings=128, rms_norm_eps=1e-6,
                       draft_vocab_size=50, target_hidden_size=24)
     real = _random(sfp.PEagleDraftModel(cfg))
     real.save_pretrained(tmp_path / "sf")
     loaded = load_draft(tmp_path / "sf")
     assert isinstance(loaded.model, PEagleDraft) and loaded.cfg.dialect == "specforge"
     assert loaded.cfg.mask_token_id is None and loaded.cfg.target_hidden_size == 24
+    assert len(loaded.model.decoder_layers) == layers
     seen = {}
     monkeypatch.setattr(sfm, "generate_cod_sample_indices",
                         lambda *a, _real=sfm.generate_cod_sample_indices, **kw: seen.setdefault("rows", _real(*a, **kw)))

@@ -21,9 +21,9 @@ LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # TINY_SPECFORGE 
 K = 3
 
 
-def make_setup(tmp_path, mask_token_id=5) -> R.ReplaySetup:
+def make_setup(tmp_path, mask_token_id=5, layers=1) -> R.ReplaySetup:
     """A random tiny P-EAGLE draft (Vd=40 of V=120) and a target dir with config, embedding and lm_head."""
-    raw = {**copy.deepcopy(TINY_SPECFORGE), "architectures": ["PEagleDraftModel"]}
+    raw = {**copy.deepcopy(TINY_SPECFORGE), "architectures": ["PEagleDraftModel"], "num_hidden_layers": layers}
     if mask_token_id is not None:
         raw["mask_token_id"] = mask_token_id
     model = PEagleDraft(DraftConfig.from_dict(raw))
@@ -91,9 +91,9 @@ def expected(model, samples, mask_mode):
     return valid, correct, sum(accepted) / len(accepted)
 
 
-@pytest.mark.parametrize("mask", ["token", "next"])
-def test_replay_reports_p_eagle_per_depth_accuracy(tmp_path, mask):
-    setup = make_setup(tmp_path)
+@pytest.mark.parametrize("mask,layers", [("token", 1), ("next", 1), ("token", 2)])
+def test_replay_reports_p_eagle_per_depth_accuracy(tmp_path, mask, layers):
+    setup = make_setup(tmp_path, layers=layers)
     assert isinstance(setup.model, PEagleDraft) and any("P-EAGLE" in n for n in setup.notes)
     samples = make_samples(setup.model)
     valid, correct, accept = expected(setup.model, samples, mask)
