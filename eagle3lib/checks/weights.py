@@ -34,6 +34,8 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
         out["input_norm.weight"] = (k * Ht,)
     if cfg.fc_norm:
         out.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
+    if cfg.parallel_drafting:                                            # P-EAGLE's learnable padding state
+        out["mask_hidden"] = (1, 1, k * Ht)
     out["fc.weight"] = (H, k * Ht)
     if cfg.bias:
         out["fc.bias"] = (H,)

@@ -55,6 +55,7 @@ MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "q_lora_rank": 1
                                                                                   [-1, 1, 3, 5]}},
                                      dict(MLA_FIELDS, fc_norm=True), dict(MLA_FIELDS, q_lora_rank=None, bias=True),
                                      dict(MLA_FIELDS, num_hidden_layers=2),
+                                     {"parallel_drafting": True, "mask_token_id": 3},
                                      {"num_hidden_layers": 3, "mlp_bias": True},
                                      {"num_hidden_layers": 2, "model_type": "qwen3", "attention_bias": True}])
 def test_expected_shapes_equal_the_built_draft(changes):
