@@ -2,7 +2,10 @@
 
 - `runner`    `python -m eagle3lib.report`: jupytext -> papermill -> nbconvert per notebook, atomic writes,
               partial output kept on failure; parameters from YAML.
-- `index`     `reports/index.json` (data) and `reports/index.html`.
+- `export`    a notebook -> one self-contained HTML page (template `templates/eagle3lib_offline`, nothing
+              loaded from the network), its heading anchors, its index figure, finding -> evidence section.
+- `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).
+- `index`     `reports/index.json` (data) and `reports/index.html` (figures inline, links to the evidence).
 - `readable`  a notebook's findings as the index shows them: short sentences and small tables.
 - `findings`  `record(key, value)`: the headline findings a notebook leaves for the index.
 """

@@ -2,15 +2,19 @@
 
 Rows are the report runner's per-notebook results (status, time, error, findings, links). Rows of notebooks
 not run this time are carried over from the previous index.json, so ``--only 02`` keeps the others' rows.
+Each row shows the notebook's index figure (the PNG, or table, of its cell tagged ``index-figure``, inline) and links
+each finding to the section of the notebook's report that holds its evidence; the page loads nothing.
 The page opens with the diagnosis: the cause findings of every notebook combined into one ranked answer
 (eagle3lib.diagnose.combine); ``index.json`` holds it under ``"diagnosis"``.
 """
 from __future__ import annotations
 
+import base64
 import datetime as dt
 import html
 import json
 from pathlib import Path
+from urllib.parse import quote
 
 from ..diagnose.combine import Diagnosis, diagnose
 from ..errors import Eagle3Error
@@ -25,7 +29,10 @@ th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;text-align:left
 .meta{color:#666;font-size:.9em}.stale{color:#666;font-style:italic}
 .confirmed,.conflict{color:#b00020;font-weight:bold}.suspected{color:#a15c00;font-weight:bold}
 .ruled{color:#176f2c}.notchecked{color:#666}.healthy{color:#176f2c;font-weight:bold}
-table.small{width:auto;margin:.3em 0;font-size:.85em}table.small th,table.small td{padding:.15em .4em}"""
+table.small{width:auto;margin:.3em 0;font-size:.85em}table.small th,table.small td{padding:.15em .4em}
+img.fig{max-width:320px;max-height:220px;display:block}.cap{color:#666;font-size:.8em}
+.figtable{max-width:420px;max-height:240px;overflow:auto;font-size:.75em}.figtable table{width:auto}
+.figtable th,.figtable td{padding:.1em .3em}"""
 
 
 def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
@@ -39,14 +46,59 @@ def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
     return kept
 
 
-def _row_html(r: dict) -> str:
+_FRAGMENT_SAFE = "?/:@!$&'()*+,;=%"
+
+
+def evidence_links(r: dict) -> dict[str, str]:
+    """{finding key: "NN.html#anchor"} of one row (none without a report or recorded anchors)."""
+    page = r.get("html")
+    ev = r.get("evidence") or {}
+    if not page or not isinstance(ev, dict):
+        return {}
+    # the anchor as nbconvert wrote the heading's id (already URL-quoted): kept, with what is left unsafe quoted
+    return {k: f"{quote(page)}#{quote(v['anchor'], safe=_FRAGMENT_SAFE)}" for k, v in ev.items()
+            if isinstance(v, dict) and isinstance(v.get("anchor"), str) and v["anchor"]}
+
+
+def figure_of(out_dir: Path, r: dict) -> str | None:
+    """The row's index figure as inline HTML: its PNG as a ``data:`` image, or its table (``.figure.html``);
+    None when it has none or the file is gone."""
+    name = r.get("figure")
+    path = Path(out_dir) / str(name) if name else None
+    if path is None or not path.is_file() or path.resolve().parent != Path(out_dir).resolve():
+        return None
+    if path.suffix == ".html":
+        return f"<div class='figtable'>{path.read_text(encoding='utf-8')}</div>"
+    uri = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
+    return f'<img class="fig" alt="{html.escape(str(r.get("notebook", "")))} figure" src="{uri}">'
+
+
+def _figure_html(r: dict, figure: str | None, links: dict[str, str]) -> str:
+    if not figure:
+        return ""
+    esc = html.escape
+    section = ((r.get("evidence") or {}).get("headline") or {}).get("section", "")
+    cap = f"<div class='cap'>from § {esc(section)}</div>" if section else ""
+    target = links.get("headline") or (quote(r["html"]) if r.get("html") else None)
+    if target and figure.startswith("<img"):
+        return f'<a href="{esc(target)}">{figure}</a>' + cap
+    return figure + (f'<div class="cap"><a href="{esc(target)}">from § {esc(section) or "the report"}</a></div>'
+                     if target else cap)
+
+
+def _row_html(r: dict, figure: str | None = None) -> str:
     esc = html.escape
     status = r.get("status", "?")
     stale = ' <span class="stale">(earlier run)</span>' if r.get("earlier_run") else ""
     found = dict(r.get("findings") or {})
     headline = found.get("headline")
     causes = found.get(FINDINGS_KEY)
-    cells = [f"<b>{esc(str(headline))}</b>" if headline is not None else "", findings_html(found)]
+    to_evidence = evidence_links(r)
+    head = f"<b>{esc(str(headline))}</b>" if headline is not None else ""
+    if head and to_evidence.get("headline"):
+        section = r["evidence"]["headline"].get("section") or "evidence"
+        head += f' <a class="cap" href="{esc(to_evidence["headline"])}">evidence: § {esc(section)}</a>'
+    cells = [head, findings_html(found, to_evidence)]
     if causes:
         cells.append(f"<p class='meta'>{len(causes)} cause findings, in the diagnosis above</p>")
     links = []
@@ -59,8 +111,8 @@ def _row_html(r: dict) -> str:
     notes = [r["error"]] if r.get("error") else []
     notes += list(r.get("warnings") or [])
     return (f'<tr><td>{esc(r.get("notebook", "?"))}{stale}</td><td class="{esc(status)}">{esc(status)}</td>'
-            f'<td>{float(r.get("seconds") or 0):.1f} s</td><td>{"".join(cells)}</td>'
-            f'<td class="err">{esc(chr(10).join(notes))}</td><td>{" · ".join(links)}</td></tr>')
+            f'<td>{float(r.get("seconds") or 0):.1f} s</td><td>{_figure_html(r, figure, to_evidence)}</td>'
+            f'<td>{"".join(cells)}</td><td class="err">{esc(chr(10).join(notes))}</td><td>{" · ".join(links)}</td></tr>')
 
 
 def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
@@ -90,16 +142,20 @@ def _diagnosis_html(d: Diagnosis, bad: list[str]) -> str:
             "input needed</th><th>fix</th></tr>" + "".join(rows) + "</table><h2>Notebooks</h2>")
 
 
-def render_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None) -> str:
-    """The index page: run conditions, the diagnosis, then one row per notebook."""
+def render_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None,
+                figures: dict[str, str] | None = None) -> str:
+    """The index page: run conditions, the diagnosis, then one row per notebook; `figures` maps a notebook to
+    its figure as inline HTML (`figure_of`)."""
+    figures = figures or {}
     d, bad = diagnosis if diagnosis is not None else diagnosis_of(rows)
     n_ok = sum(r.get("status") == "ok" for r in rows)
     info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, ""))
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
             f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
             f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad)}<table>"
-            "<tr><th>notebook</th><th>status</th><th>time</th><th>headline findings</th><th>error / warnings</th>"
-            "<th>files</th></tr>" + "".join(_row_html(r) for r in rows) + "</table></body></html>\n")
+            "<tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
+            "<th>error / warnings</th><th>files</th></tr>"
+            + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table></body></html>\n")
 
 
 def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
@@ -108,5 +164,6 @@ def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
     d, bad = diagnosis_of(rows)
     data = {**meta, "diagnosis": {**d.to_dict(), "unreadable": bad}, "notebooks": rows}
     out_dir = Path(out_dir)
+    figures = {r.get("notebook"): f for r in rows if (f := figure_of(out_dir, r))}
     atomic_write_all({out_dir / "index.json": json.dumps(data, indent=2) + "\n",
-                      out_dir / "index.html": render_html(rows, meta, (d, bad))})
+                      out_dir / "index.html": render_html(rows, meta, (d, bad), figures)})

@@ -133,8 +133,15 @@ def _layout_table(layouts: dict[str, list]) -> str:
                   [[str(i)] + [text(v[i]) for v in layouts.values()] for i in range(n)])
 
 
-def findings_html(found: dict) -> str:
-    """Every finding but the headline and the cause findings, as a list of sentences and small tables."""
+def _key_html(key: str, links: dict[str, str]) -> str:
+    label = html.escape(_label(key))
+    return f'<a href="{html.escape(links[key])}">{label}</a>' if key in links else label
+
+
+def findings_html(found: dict, links: dict[str, str] | None = None) -> str:
+    """Every finding but the headline and the cause findings, as a list of sentences and small tables; a key in
+    `links` ({key: address}) links to the section holding its evidence."""
+    links = links or {}
     found = {k: v for k, v in dict(found or {}).items() if k not in ("headline", FINDINGS_KEY)}
     layouts = {k: v for k, v in found.items() if k.endswith("layout") and isinstance(v, list) and v
                and all(_scalar(x) for x in v)}
@@ -145,9 +152,9 @@ def findings_html(found: dict) -> str:
         items = []
     short = {k: v for k, v in found.items() if _short(v)}
     if short:                                                                # the small facts: one line
-        items.append("<li>" + " · ".join(f"<b>{html.escape(_label(k))}</b>: {text(v)}" for k, v in short.items())
+        items.append("<li>" + " · ".join(f"<b>{_key_html(k, links)}</b>: {text(v)}" for k, v in short.items())
                      + "</li>")
     for k, v in found.items():
         if k not in short:
-            items.append(f"<li><b>{html.escape(_label(k))}</b>: {value_html(k, v)}</li>")
+            items.append(f"<li><b>{_key_html(k, links)}</b>: {value_html(k, v)}</li>")
     return f"<ul>{''.join(items)}</ul>" if items else ""

@@ -28,6 +28,7 @@ from .. import __version__
 from . import findings as findings_mod
 from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
+from .export import evidence_anchors, external_loads, index_figure, sections, to_html
 from .index import load_rows, write_index
 
 KERNEL = "python3"
@@ -50,6 +51,8 @@ class NotebookResult:
     previous_html: str | None  # the last good NN.html, kept when this run failed
     warnings: tuple[str, ...]
     finished_at: str
+    figure: str | None = None  # NN.figure.png (or .html: a table) of the cell tagged index-figure, beside `html`
+    evidence: dict = dataclasses.field(default_factory=dict)  # {finding key: {"anchor", "section"}} in `html`
 
 
 def discover(notebooks_dir: str | os.PathLike) -> list[Path]:
@@ -240,18 +243,6 @@ def _execute(nb, tmp_nb: Path, params: dict, timeout: float | None, cwd: Path, f
     return "ok", None
 
 
-def to_html(nb, title: str, banner: str | None = None) -> bytes:
-    """Static HTML of a notebook (PNG figures inline, widget state kept), with an optional banner cell on top."""
-    import nbformat
-    from nbconvert import HTMLExporter
-
-    if banner:
-        nb = copy.deepcopy(nb)
-        nb.cells.insert(0, nbformat.v4.new_markdown_cell(banner))
-    body, _ = HTMLExporter(template_name="lab").from_notebook_node(nb, resources={"metadata": {"name": title}})
-    return body.encode("utf-8")
-
-
 def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeout: float | None = DEFAULT_TIMEOUT_S,
                  cwd: Path | None = None, warnings: tuple[str, ...] = ()) -> NotebookResult:
     """Execute one notebook source and publish its executed notebook, HTML and findings into `out_dir`."""
@@ -263,7 +254,7 @@ def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeou
     fd, tmp_name = tempfile.mkstemp(dir=out_dir, prefix=f".{stem}.running.", suffix=".ipynb")
     os.close(fd)
     tmp_nb, tmp_findings = Path(tmp_name), Path(tmp_name[: -len(".ipynb")] + ".findings.json")
-    warnings, executed, found, wrote = list(warnings), None, {}, False
+    warnings, executed, found, wrote, extras = list(warnings), None, {}, False, (None, {})
     t0 = time.monotonic()
     try:
         try:
@@ -282,7 +273,7 @@ def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeou
             except Eagle3Error as e:
                 warnings.append(str(e))
         try:
-            _publish(out_dir, stem, executed, found, status, error)
+            extras = _publish(out_dir, stem, executed, found, status, error, warnings)
             wrote = True
         except Exception as e:  # disk full, read-only folder, an export that breaks: this row fails, not the run
             status, error = "failed", f"could not write the report files: {type(e).__name__}: {e}" + (
@@ -296,11 +287,15 @@ def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeou
         notebook=stem, source=str(source), status=status, seconds=round(seconds, 2), error=error, findings=found,
         html=f"{base}.html" if wrote else None, ipynb=f"{base}.ipynb" if wrote else None,
         previous_html=good.name if status != "ok" and good.exists() else None,
-        warnings=tuple(warnings), finished_at=dt.datetime.now().isoformat(timespec="seconds"))
+        warnings=tuple(warnings), finished_at=dt.datetime.now().isoformat(timespec="seconds"),
+        figure=extras[0], evidence=extras[1])
 
 
-def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error: str | None) -> None:
-    """Stage then replace NN[.failed].{findings.json,ipynb,html}; raises OSError when a write fails."""
+def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error: str | None,
+             warnings: list[str]) -> tuple[str | None, dict]:
+    """Stage then replace NN[.failed].{findings.json,ipynb,figure.png|html,html}; returns (figure file or None,
+    evidence anchors). Raises OSError when a write fails; appends to `warnings` what a reader would miss."""
+    import base64
     import nbformat
 
     ok = status == "ok"
@@ -309,13 +304,35 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
         executed = nbformat.v4.new_notebook()
     banner = None if ok else (f"**This run {'timed out' if status == 'timeout' else 'failed'}.** The last good "
                               f"report, if any, is kept as `{stem}.html`.\n\n```text\n{error}\n```")
+    page = to_html(executed, stem, banner)
+    text = page.decode("utf-8")
+    outside = external_loads(text)
+    if outside:
+        warnings.append(f"{base}.html loads {len(outside)} address(es) from outside (first: {outside[0]}); it "
+                        "will not open complete offline")
+    try:
+        figure = index_figure(executed, f"{stem}, cells")
+    except Eagle3Error as e:
+        warnings.append(str(e))
+        figure = None
+    heads = sections(executed, text)  # the banner cell is not in `executed`: sections() skips it
+    anchors = evidence_anchors(found, heads, figure.cell if figure else None)
+    titles = {h.anchor: h.title for h in heads}
+    evidence = {k: {"anchor": a, "section": titles.get(a, "")} for k, a in anchors.items()}
     files = {out_dir / f"{base}.findings.json": json.dumps(found, indent=2) + "\n",
-             out_dir / f"{base}.ipynb": nbformat.writes(executed),
-             out_dir / f"{base}.html": to_html(executed, stem, banner)}  # html last: replaced only if all else was
+             out_dir / f"{base}.ipynb": nbformat.writes(executed)}
+    fig_name = f"{base}{figure.suffix}" if figure else None
+    if figure:
+        files[out_dir / fig_name] = base64.b64decode(figure.data) if figure.kind == "png" else figure.data
+    files[out_dir / f"{base}.html"] = page  # html last: replaced only if all else was
     atomic_write_all(files)
+    stale = [f"{base}.figure.{k}" for k in ("png", "html") if f"{base}.figure.{k}" != fig_name]
     if ok:  # a good run retires the failure files of earlier runs
-        for suffix in (".failed.html", ".failed.ipynb", ".failed.findings.json"):
-            (out_dir / f"{stem}{suffix}").unlink(missing_ok=True)
+        stale += [f"{stem}{suffix}" for suffix in (".failed.html", ".failed.ipynb", ".failed.findings.json",
+                                                  ".failed.figure.png", ".failed.figure.html")]
+    for name in stale:  # and a figure this run no longer shows
+        (out_dir / name).unlink(missing_ok=True)
+    return fig_name, evidence
 
 
 def params_template(sources: list[Path]) -> str:

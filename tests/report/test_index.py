@@ -1,6 +1,7 @@
 """The report index (eagle3lib.report.index): rows carried over, index.json + index.html written atomically."""
 from __future__ import annotations
 
+import base64
 import json
 import re
 import tempfile
@@ -124,7 +125,7 @@ def test_rows_link_their_reports():
 def test_row_without_optional_fields_and_earlier_run_marker():
     page = render_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
     assert '<tr><td>04_x <span class="stale">(earlier run)</span></td><td class="?">?</td><td>0.0 s</td>' \
-           '<td></td><td class="err"></td><td></td></tr>' in page
+           '<td></td><td></td><td class="err"></td><td></td></tr>' in page
     assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
 
 
@@ -154,3 +155,45 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     assert "d2t holds absolute ids [00 / checks.vocab]" in page and "offsets reading is best" in page
     assert "2 cause findings, in the diagnosis above" in page
     assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks</h2>")[1])["00_ok"]   # no raw records
+
+
+# ---------------------------------------------------------------- figures and evidence links
+
+PNG = bytes.fromhex("89504e470d0a1a0a0000000d49484452000000010000000108060000001f15c4890000000d49444154789c63f8cf"
+                    "c0f01f0005000201ffa65f6c0000000049454e44ae426082")   # a 1x1 PNG
+
+
+def test_the_index_shows_each_notebooks_figure_inline_and_links_findings_to_their_evidence(tmp_path):
+    (tmp_path / "00_ok.figure.png").write_bytes(PNG)
+    row = dict(ROWS[0], figure="00_ok.figure.png", findings={"headline": "acc 0.75", "n": 3, "layout": "x y"},
+               evidence={"headline": {"anchor": "2.-Replay-on-the-samples", "section": "2. Replay on the samples"},
+                         "n": {"anchor": "Über & more", "section": "s"}})
+    write_index(tmp_path, [row, ROWS[1]], {})
+    page = (tmp_path / "index.html").read_text()
+    tr = rows_by_name(page)["00_ok"]
+    uri = "data:image/png;base64," + base64.b64encode(PNG).decode()
+    assert f'<a href="00_ok.html#2.-Replay-on-the-samples"><img class="fig" alt="00_ok figure" src="{uri}"></a>' in tr
+    assert "from § 2. Replay on the samples" in tr
+    assert ('<b>acc 0.75</b> <a class="cap" href="00_ok.html#2.-Replay-on-the-samples">evidence: § 2. Replay on '
+            'the samples</a>') in tr
+    assert '<b><a href="00_ok.html#%C3%9Cber%20&amp;%20more">n</a></b>: 3' in tr      # an anchor is quoted
+    assert "<b>layout</b>: x y" in tr                                                   # no anchor: no link
+    assert "<img" not in rows_by_name(page)["01_bad"]
+    table = dict(ROWS[0], notebook="03_t", figure="03_t.figure.html", html="03_t.html")
+    (tmp_path / "03_t.figure.html").write_text("<table><tr><td>cell</td></tr></table>")
+    write_index(tmp_path, [table], {})
+    assert ("<div class='figtable'><table><tr><td>cell</td></tr></table></div><div class=\"cap\"><a "
+            "href=\"03_t.html\">from § the report</a></div>") in (tmp_path / "index.html").read_text()
+    assert "00_ok.figure.png" not in page and "http" not in page.split("</style>", 1)[1]   # inline, no load
+
+
+def test_a_missing_or_outside_figure_file_is_left_out(tmp_path):
+    (tmp_path.parent / "outside.png").write_bytes(PNG)
+    assert I.figure_of(tmp_path, {"figure": "gone.png"}) is None
+    assert I.figure_of(tmp_path, {"figure": "../outside.png"}) is None
+    assert I.figure_of(tmp_path, {}) is None
+    (tmp_path / "01_t.figure.html").write_text("<table><tr><td>16 → 2</td></tr></table>")
+    assert I.figure_of(tmp_path, {"figure": "01_t.figure.html"}) == \
+        "<div class='figtable'><table><tr><td>16 → 2</td></tr></table></div>"     # a table, inline
+    assert I.evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
+    assert I.evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}

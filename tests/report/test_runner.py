@@ -296,3 +296,52 @@ def test_declared_parameters_reads_help_after_the_value(tmp_path):
         "tag": ('"a#b"', "hash inside"), "rate": ("0.5", "")}
     with pytest.raises(ReportError, match="01_y.py.*not valid Python"):
         report.params_template(report.discover(nbs))
+
+
+FIGURE = '''\
+# %% [markdown]
+# # Figure notebook
+
+# %% tags=["parameters"]
+tag_it: bool = True  # unused here: the tag is in the cell header
+
+# %% [markdown]
+# ## 1. Layout search: the evidence
+
+# %% tags=["index-figure"]
+import matplotlib.pyplot as plt
+fig, ax = plt.subplots(figsize=(2, 1.5))
+ax.plot([0, 1, 4])
+plt.show()
+
+# %% [markdown]
+# ## 2. Findings
+
+# %%
+from eagle3lib.report import findings
+findings.record("headline", "figure drawn")
+findings.record("layout_search", {"best": "a"})
+'''
+
+
+def test_the_tagged_figure_and_evidence_anchors_reach_the_index(tmp_path):
+    """The PNG of the cell tagged index-figure is written beside the report and shown inline in the index; the
+    headline links to the figure's section, a finding to the section named after it; untagged: no figure."""
+    nbs = _write(tmp_path / "notebooks", {"00_fig.py": FIGURE})
+    out = tmp_path / "reports"
+    assert report.main(["--notebooks", str(nbs), "--out", str(out)]) == 0
+    row = _rows(out)["00_fig"]
+    assert row["figure"] == "00_fig.figure.png"
+    assert (out / "00_fig.figure.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+    anchor = row["evidence"]["headline"]["anchor"]
+    assert row["evidence"] == {"headline": {"anchor": anchor, "section": "1. Layout search: the evidence"},
+                               "layout_search": {"anchor": anchor, "section": "1. Layout search: the evidence"}}
+    page = (out / "00_fig.html").read_text()
+    assert f'id="{anchor}"' in page and "celltag_index-figure" in page
+    index = (out / "index.html").read_text()
+    assert f'<a href="00_fig.html#{anchor}"><img class="fig"' in index and "data:image/png;base64," in index
+
+    (nbs / "00_fig.py").write_text(FIGURE.replace('# %% tags=["index-figure"]', "# %%"))
+    assert report.main(["--notebooks", str(nbs), "--out", str(out)]) == 0
+    assert _rows(out)["00_fig"]["figure"] is None and not (out / "00_fig.figure.png").exists()
+    assert "<img" not in (out / "index.html").read_text()
