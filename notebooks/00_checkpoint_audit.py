@@ -51,7 +51,7 @@ for w in a.warnings:
 # SGLang/SpecForge write *output-of-layer* ids (and SGLang adds +1 internally); vLLM/speculators read
 # *input-of-layer* ids. The same numbers therefore name different tensors in different engines.
 
-# %%
+# %% tags=["index-figure"]
 a.layer_reading
 
 # %% [markdown]

@@ -66,7 +66,7 @@ seed.requested_frame()
 # something the table does not know. `agrees` compares the table's prediction with the server's answer
 # (empty where the table says nothing about that setting).
 
-# %%
+# %% tags=["index-figure"]
 seed.diff
 
 # %% [markdown]

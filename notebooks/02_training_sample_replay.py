@@ -101,7 +101,7 @@ for label, r in train.items():
 # tokens, so the count is exact for such a verifier; `target_agreement` says how often the target's greedy
 # token equals the data's. The histogram covers positions with all `num_steps` drafts inside the answer.
 
-# %%
+# %% tags=["index-figure"]
 verdict.plot_replay(train)
 
 # %% [markdown]

@@ -61,7 +61,7 @@ diffing.similarity_plot(s.training)
 # %%
 diffing.slot_table(s.serving)
 
-# %%
+# %% tags=["index-figure"]
 diffing.similarity_plot(s.serving)
 
 # %% [markdown]

@@ -87,7 +87,7 @@ rec.fit.table if rec else "no fit"
 # ceiling of `K + 1`. Where a line crosses the baseline is its break-even accept length τ* = 1 + v + K·c (marked ×).
 # If τ* is above `K + 1`, no draft can break even at that `K`.
 
-# %%
+# %% tags=["index-figure"]
 plots.tok_s_vs_accept_length(served, fit=rec.fit if rec else None, baseline=baseline_tok_s or None,
                              title="Served runs: throughput vs accept length")
 

@@ -1,7 +1,8 @@
-"""Shared fixtures: tiny draft configs in each dialect, written by the tests themselves."""
+"""Shared fixtures: tiny draft configs in each dialect, written by the tests themselves; the demo's reports."""
 from __future__ import annotations
 
 import copy
+from pathlib import Path
 
 import pytest
 import torch
@@ -26,3 +27,15 @@ def tiny_cfg_dict():
 @pytest.fixture(autouse=True)
 def _seed():
     torch.manual_seed(0)
+
+
+@pytest.fixture(scope="session")
+def demo_reports(tmp_path_factory):
+    """(exit code, output folder) of one real report run over every notebook on the embedded demo world; run
+    once per test session (minutes), shared by the end-to-end test and the offline-HTML check."""
+    from eagle3lib.report import runner
+
+    root = Path(__file__).resolve().parents[1]
+    out = tmp_path_factory.mktemp("demo") / "reports"
+    rc = runner.main(["--notebooks", str(root / "notebooks"), "--out", str(out), "--cwd", str(root)])
+    return rc, out

@@ -14,12 +14,11 @@ EXPECTED = ("00", "01", "02", "03", "04")  # the workbook's notebooks (issues 2,
 
 
 @pytest.mark.slow
-def test_every_notebook_runs_on_the_embedded_default(tmp_path):
+def test_every_notebook_runs_on_the_embedded_default(demo_reports):
     """Every notebook executes ok, has one tagged parameters cell, and records a 'headline' finding."""
     sources = report.discover(ROOT / "notebooks")
     assert set(EXPECTED) <= {p.name[:2] for p in sources}, [p.name for p in sources]
-    out = tmp_path / "reports"
-    rc = report.main(["--notebooks", str(ROOT / "notebooks"), "--out", str(out), "--cwd", str(ROOT)])
+    rc, out = demo_reports
     index = json.loads((out / "index.json").read_text())
     rows = {r["notebook"]: r for r in index["notebooks"]}
     failed = {k: r["error"] for k, r in rows.items() if r["status"] != "ok"}

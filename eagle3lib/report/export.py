@@ -13,6 +13,7 @@ import copy
 import dataclasses
 import html
 import re
+from html.parser import HTMLParser
 from pathlib import Path
 
 from ..errors import ReportError
@@ -23,7 +24,7 @@ TEMPLATE = "eagle3lib_offline"
 TEMPLATE_DIR = Path(__file__).resolve().parent / "templates"
 FIGURE_TAG = "index-figure"                 # the cell whose last PNG the index shows for the notebook
 _SKIP_WORDS = {"the", "and", "for", "vs", "of", "to", "in", "on", "a", "an", "by", "per"}
-_LINKS = re.compile(r"""(?:\bsrc|\bhref|\bposter|\bdata)\s*=\s*["']([^"']*)["']|url\(\s*["']?([^"')]*)""", re.I)
+_CSS_LOADS = re.compile(r"""url\(\s*["']?([^"')]*)|@import\s+["']([^"']+)""", re.I)
 _HEADING = re.compile(r"<h([1-6])\b[^>]*\bid=\"([^\"]+)\"[^>]*>(.*?)</h\1>", re.S | re.I)
 _CELL = re.compile(r'id="cell-id=([^"]+)"')
 
@@ -65,11 +66,34 @@ def to_html(nb, title: str, banner: str | None = None) -> bytes:
     return body.encode("utf-8")
 
 
+class _Loads(HTMLParser):
+    """The addresses the tags of a page fetch: ``src`` / ``srcset`` / ``poster`` of any tag, ``<link href>``,
+    ``<object data>`` (an ``<a href>`` is a link a reader may follow, not a load)."""
+
+    def __init__(self):
+        super().__init__(convert_charrefs=True)
+        self.urls: list[str] = []
+
+    def handle_starttag(self, tag, attrs):
+        for name, value in attrs:
+            if value is None:
+                continue
+            if name in ("src", "poster") or (name == "href" and tag == "link") or (name == "data" and tag == "object"):
+                self.urls.append(value)
+            elif name == "srcset":
+                self.urls += [part.split()[0] for part in value.split(",") if part.strip()]
+
+
 def external_loads(page: str) -> list[str]:
-    """Every address a page would fetch that is not inline (``data:``) or a link within the page (``#...``)."""
+    """Every address a page would fetch that is not inline (``data:``) or within the page (``#...``): tags'
+    sources and stylesheets, CSS ``url(...)`` and ``@import``."""
+    tags = _Loads()
+    tags.feed(page)
+    tags.close()
+    css = [m.group(1) if m.group(1) is not None else m.group(2) for m in _CSS_LOADS.finditer(page)]
     found = []
-    for m in _LINKS.finditer(page):
-        url = (m.group(1) if m.group(1) is not None else m.group(2) or "").strip()
+    for url in tags.urls + css:
+        url = (url or "").strip()
         if url and not url.startswith(("data:", "#", "about:", "javascript:")):
             found.append(url)
     return found

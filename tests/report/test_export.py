@@ -55,9 +55,12 @@ def test_the_page_loads_nothing_from_outside_and_keeps_figures_inline():
 
 def test_external_loads_lists_what_a_page_would_fetch():
     page = ('<script src="https://cdn.example/x.js"></script><img src="data:image/png;base64,AA">'
-            '<a href="#sec">s</a><link href="//fonts.example/css" rel=stylesheet>'
-            "<style>a{background:url('img/local.png')}b{background:url(data:image/svg+xml;base64,AA)}</style>")
-    assert export.external_loads(page) == ["https://cdn.example/x.js", "//fonts.example/css", "img/local.png"]
+            '<a href="#sec">s</a><a href="02_x.html#y">report</a><link href="//fonts.example/css" rel=stylesheet>'
+            '<img srcset="a.png 1x, b.png 2x"><object data="x.svg"></object>'
+            "<style>@import 'https://fonts.example/f.css';a{background:url('img/local.png')}"
+            "b{background:url(data:image/svg+xml;base64,AA)}</style>")
+    assert export.external_loads(page) == ["https://cdn.example/x.js", "//fonts.example/css", "a.png", "b.png",
+                                           "x.svg", "https://fonts.example/f.css", "img/local.png"]
 
 
 def test_sections_are_the_anchors_nbconvert_gives_the_headings():
