@@ -112,3 +112,15 @@ def test_evidence_anchors_link_a_finding_only_to_a_section_that_names_it():
     assert "headline" not in export.evidence_anchors(found, heads, figure_cell=None)
     both = heads + [export.Section(7, 2, "4. More training", "more")]
     assert "training" not in export.evidence_anchors(found, both)           # two candidates: no link
+
+
+def test_the_template_ships_with_the_package():
+    """pyproject's package-data globs cover every file of the offline template (a wheel without them exports
+    nothing)."""
+    tomllib = pytest.importorskip("tomllib")
+    root = export.TEMPLATE_DIR.parents[2]
+    globs = tomllib.loads((root / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    here = export.TEMPLATE_DIR.parent
+    shipped = {p for g in globs["eagle3lib.report"] for p in here.glob(g)}
+    files = {p for p in (export.TEMPLATE_DIR).rglob("*") if p.is_file()}
+    assert files and files <= shipped and (export.TEMPLATE_DIR / export.TEMPLATE / "index.html.j2") in files
