@@ -5,7 +5,8 @@ host mapped to NOTFOUND and a proxy on a closed port, so nothing can leave the m
 protocol over ``--remote-debugging-pipe`` (JSON messages on file descriptors 3 and 4: no port, no websocket).
 `Browser.open(path)` returns a `PageView`: every request and which failed, console errors and uncaught
 exceptions, each image and whether it decoded (``naturalWidth > 0``), the page's visible text, its heading
-anchors and the static widget views. `Browser.screenshot` writes a PNG of the whole page.
+anchors and the static widget views. `Browser.screenshot` writes a PNG of the whole page. `Browser(loopback=True).page(url)` drives a live page
+on 127.0.0.1 (a JupyterLab server): `Page.evaluate`, `Page.wait_for` (a condition, bounded), `Page.key`.
 Usage: ``with Browser() as b: view = b.open("reports/02_training_sample_replay.html"); view.problems()``.
 """
 from __future__ import annotations
@@ -29,10 +30,11 @@ from .static_widgets import CSS_CLASS
 NAMES = ("chromium", "chromium-browser", "google-chrome", "google-chrome-stable")
 ENV_VAR = "EAGLE3LIB_CHROMIUM"          # a browser binary to use instead of the first of NAMES on PATH
 OFFLINE_FLAGS = ("--headless", "--no-sandbox", "--disable-gpu", "--disable-background-networking",
-                 "--proxy-server=127.0.0.1:9", "--proxy-bypass-list=<-loopback>",
-                 "--host-resolver-rules=MAP * ~NOTFOUND", "--no-first-run", "--no-default-browser-check",
-                 "--disable-extensions", "--disable-sync", "--disable-component-update",
-                 "--disable-default-apps", "--mute-audio", "--hide-scrollbars")
+                 "--proxy-server=127.0.0.1:9", "--no-first-run",
+                 "--no-default-browser-check", "--disable-extensions", "--disable-sync",
+                 "--disable-component-update", "--disable-default-apps", "--mute-audio", "--hide-scrollbars")
+OFFLINE = ("--host-resolver-rules=MAP * ~NOTFOUND", "--proxy-bypass-list=<-loopback>")  # 127.0.0.1 too: no
+LOOPBACK = ("--host-resolver-rules=MAP * ~NOTFOUND, EXCLUDE 127.0.0.1",)                # 127.0.0.1 only
 
 _INSPECT = """(async () => {
   await Promise.all([...document.images].map(i => i.decode().catch(() => null)));
@@ -94,12 +96,13 @@ def _high_fd(fd: int) -> int:
 class Browser:
     """A headless Chromium with the network off, driven over the DevTools pipe. Use as a context manager."""
 
-    def __init__(self, binary: str | None = None, width: int = 1280, height: int = 900, timeout: float = 60.0):
+    def __init__(self, binary: str | None = None, width: int = 1280, height: int = 900, timeout: float = 60.0,
+                 loopback: bool = False):
         self.binary = binary or find_chromium()
         if not self.binary:
             raise MissingFileError("chromium", "no headless browser found", expected=f"one of {NAMES} on PATH or "
                                    f"${ENV_VAR}", found="none", cause="install it: apt-get install -y chromium")
-        self.width, self.height, self.timeout = width, height, timeout
+        self.width, self.height, self.timeout, self.loopback = width, height, timeout, loopback
         self._next_id, self._events, self._replies = 0, [], {}
         self._inbox: queue.Queue = queue.Queue()
         self._proc = None
@@ -115,8 +118,8 @@ class Browser:
             os.dup2(a, 3)
             os.dup2(b, 4)
 
-        argv = [self.binary, *OFFLINE_FLAGS, "--remote-debugging-pipe", f"--user-data-dir={self._profile}",
-                f"--window-size={self.width},{self.height}", "about:blank"]
+        argv = [self.binary, *OFFLINE_FLAGS, *(LOOPBACK if self.loopback else OFFLINE), "--remote-debugging-pipe",
+                f"--user-data-dir={self._profile}", f"--window-size={self.width},{self.height}", "about:blank"]
         try:
             self._proc = subprocess.Popen(argv, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                                           stderr=subprocess.PIPE, preexec_fn=child_fds, close_fds=False)
@@ -203,10 +206,13 @@ class Browser:
             self._pump(deadline)
 
     # ------------------------------------------------------------------ pages
-    def _load(self, path: str | os.PathLike, fragment: str = "") -> tuple[str, str, str, int]:
-        path = Path(path).resolve()
-        if not path.is_file():
-            raise MissingFileError(str(path), "report page not found", expected="an HTML file", found="nothing")
+    def _load(self, path: str | os.PathLike, fragment: str = "", url: str | None = None) -> tuple[str, str, str, int]:
+        if url is None:
+            path = Path(path).resolve()
+            if not path.is_file():
+                raise MissingFileError(str(path), "report page not found", expected="an HTML file",
+                                       found="nothing")
+            url = path.as_uri() + (f"#{fragment}" if fragment else "")
         target = self._send("Target.createTarget", {"url": "about:blank"})["targetId"]
         session = self._send("Target.attachToTarget", {"targetId": target, "flatten": True})["sessionId"]
         for domain in ("Page", "Network", "Runtime", "Log"):
@@ -214,10 +220,14 @@ class Browser:
         self._send("Emulation.setDeviceMetricsOverride", {"width": self.width, "height": self.height,
                                                           "deviceScaleFactor": 1, "mobile": False}, session)
         since = len(self._events)
-        url = path.as_uri() + (f"#{fragment}" if fragment else "")
         self._send("Page.navigate", {"url": url}, session)
         self._wait_for("Page.loadEventFired", session, since)
         return target, session, url, since
+
+    def page(self, url: str) -> "Page":
+        """A live page at `url` (loaded), to drive with `Page.evaluate` / `wait_for` / `key`; close it after."""
+        target, session, _, _ = self._load(None, url=url)
+        return Page(self, target, session)
 
     def open(self, path: str | os.PathLike, fragment: str = "") -> PageView:
         """Load a page (at ``#fragment``, as a link would), let its images decode, and report what a reader
@@ -278,3 +288,41 @@ class Browser:
         out = Path(out)
         out.write_bytes(base64.b64decode(shot["data"]))
         return out
+
+
+class Page:
+    """One live tab of a `Browser`."""
+
+    def __init__(self, browser: Browser, target: str, session: str):
+        self.browser, self.target, self.session = browser, target, session
+
+    def evaluate(self, expression: str):
+        """The JSON value of a JavaScript expression in the page (promises awaited)."""
+        got = self.browser._send("Runtime.evaluate", {"expression": expression, "awaitPromise": True,
+                                                      "returnByValue": True}, self.session)
+        if "exceptionDetails" in got:
+            d = got["exceptionDetails"]
+            raise ReportError("page script", "a script raised in the page", expected="a value",
+                              found=d.get("exception", {}).get("description") or d.get("text"))
+        return got.get("result", {}).get("value")
+
+    def wait_for(self, expression: str, timeout: float, what: str, every: float = 0.25):
+        """Poll `expression` until it is truthy (returns its value); ReportError after `timeout` seconds."""
+        deadline = time.monotonic() + timeout
+        while True:
+            value = self.evaluate(expression)
+            if value:
+                return value
+            if time.monotonic() > deadline:
+                raise ReportError("live page", f"{what}: not within {timeout:g} s", expected=what,
+                                  found=repr(value))
+            self.browser._drain(every)
+
+    def key(self, key: str, code: str | None = None, key_code: int | None = None) -> None:
+        """Press and release one key in the focused element ("ArrowRight", code "ArrowRight", keyCode 39)."""
+        params = {"key": key, "code": code or key, **({"windowsVirtualKeyCode": key_code} if key_code else {})}
+        for kind in ("keyDown", "keyUp"):
+            self.browser._send("Input.dispatchKeyEvent", {"type": kind, **params}, self.session)
+
+    def close(self) -> None:
+        self.browser._send("Target.closeTarget", {"targetId": self.target})

@@ -35,6 +35,9 @@ KERNEL = "python3"
 DEFAULT_TIMEOUT_S = 1800.0  # per cell; demo cells take seconds, real targets on a GPU box minutes
 NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.py$")
 STATUSES = ("ok", "failed", "timeout")
+# the kernel starts with matplotlib's inline support, as `%matplotlib inline` would: a cell whose value is a
+# matplotlib Figure (the library's plots draw without pyplot) is shown as a PNG, not as "<Figure size ...>"
+KERNEL_ARGS = ["--InteractiveShellApp.matplotlib=inline"]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +230,7 @@ def _execute(nb, tmp_nb: Path, params: dict, timeout: float | None, cwd: Path, f
             papermill.execute_notebook(nb, str(tmp_nb), parameters=params, kernel_name=KERNEL, language="python",
                                        progress_bar=bar, log_output=False, cwd=str(cwd), start_timeout=180,
                                        execution_timeout=timeout, request_save_on_cell_execute=True,
-                                       config=_kernel_config(socket_dir))
+                                       config=_kernel_config(socket_dir), extra_arguments=KERNEL_ARGS)
     except PapermillExecutionError as e:
         return "failed", f"{e.ename}: {e.evalue} (In [{e.exec_count}])"
     except CellTimeoutError as e:

@@ -314,6 +314,12 @@ fig, ax = plt.subplots(figsize=(2, 1.5))
 ax.plot([0, 1, 4])
 plt.show()
 
+# %%
+from matplotlib.figure import Figure  # the library's plots: no pyplot, the Figure is the cell's value
+bare = Figure(figsize=(2, 1.5))
+bare.subplots().plot([3, 1])
+bare
+
 # %% [markdown]
 # ## 2. Findings
 
@@ -326,7 +332,8 @@ findings.record("layout_search", {"best": "a"})
 
 def test_the_tagged_figure_and_evidence_anchors_reach_the_index(tmp_path):
     """The PNG of the cell tagged index-figure is written beside the report and shown inline in the index; the
-    headline links to the figure's section, a finding to the section named after it; untagged: no figure."""
+    headline links to the figure's section, a finding to the section named after it; untagged: no figure. A
+    matplotlib Figure that is a cell's value (no pyplot) is drawn in the report, not printed as text."""
     nbs = _write(tmp_path / "notebooks", {"00_fig.py": FIGURE})
     out = tmp_path / "reports"
     assert report.main(["--notebooks", str(nbs), "--out", str(out)]) == 0
@@ -338,6 +345,7 @@ def test_the_tagged_figure_and_evidence_anchors_reach_the_index(tmp_path):
                                "layout_search": {"anchor": anchor, "section": "1. Layout search: the evidence"}}
     page = (out / "00_fig.html").read_text()
     assert f'id="{anchor}"' in page and "celltag_index-figure" in page
+    assert page.count('src="data:image/png;base64,') == 2 and "Figure size" not in page   # the bare Figure too
     index = (out / "index.html").read_text()
     assert f'<a href="00_fig.html#{anchor}"><img class="fig"' in index and "data:image/png;base64," in index
 
