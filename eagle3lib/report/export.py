@@ -4,8 +4,8 @@
 require.js, the widget embed script, MathJax or mermaid) after `static_widgets.staticize`; CSS and PNG figures
 are inline, so the page loads nothing (`external_loads` lists what a page would fetch). `sections` reads the
 anchors nbconvert gives markdown headings, `index_figure` the PNG (or, with none, the table) of the cell a
-notebook tags ``index-figure`` (its figure for the index), and `evidence_anchors` links each recorded finding to the section
-whose heading names it.
+notebook tags ``index-figure`` (its figure for the index), and `evidence_anchors` links each recorded finding
+to the section whose heading names it.
 """
 from __future__ import annotations
 

@@ -112,7 +112,8 @@ def _row_html(r: dict, figure: str | None = None) -> str:
     notes += list(r.get("warnings") or [])
     return (f'<tr><td>{esc(r.get("notebook", "?"))}{stale}</td><td class="{esc(status)}">{esc(status)}</td>'
             f'<td>{float(r.get("seconds") or 0):.1f} s</td><td>{_figure_html(r, figure, to_evidence)}</td>'
-            f'<td>{"".join(cells)}</td><td class="err">{esc(chr(10).join(notes))}</td><td>{" · ".join(links)}</td></tr>')
+            f'<td>{"".join(cells)}</td><td class="err">{esc(chr(10).join(notes))}</td>'
+            f'<td>{" · ".join(links)}</td></tr>')
 
 
 def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:

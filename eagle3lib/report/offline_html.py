@@ -5,8 +5,9 @@ host mapped to NOTFOUND and a proxy on a closed port, so nothing can leave the m
 protocol over ``--remote-debugging-pipe`` (JSON messages on file descriptors 3 and 4: no port, no websocket).
 `Browser.open(path)` returns a `PageView`: every request and which failed, console errors and uncaught
 exceptions, each image and whether it decoded (``naturalWidth > 0``), the page's visible text, its heading
-anchors and the static widget views. `Browser.screenshot` writes a PNG of the whole page. `Browser(loopback=True).page(url)` drives a live page
-on 127.0.0.1 (a JupyterLab server): `Page.evaluate`, `Page.wait_for` (a condition, bounded), `Page.key`.
+anchors and the static widget views. `Browser.screenshot` writes a PNG of the whole page.
+`Browser(loopback=True).page(url)` drives a live page on 127.0.0.1 (a JupyterLab server): `Page.evaluate`,
+`Page.wait_for` (a condition, bounded), `Page.key`.
 Usage: ``with Browser() as b: view = b.open("reports/02_training_sample_replay.html"); view.problems()``.
 """
 from __future__ import annotations
