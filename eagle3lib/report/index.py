@@ -5,7 +5,8 @@ not run this time are carried over from the previous index.json, so ``--only 02`
 Each row shows the notebook's index figure (the PNG, or table, of its cell tagged ``index-figure``, inline) and links
 each finding to the section of the notebook's report that holds its evidence; the page loads nothing.
 The page opens with the diagnosis: the cause findings of every notebook combined into one ranked answer
-(eagle3lib.diagnose.combine); ``index.json`` holds it under ``"diagnosis"``.
+(eagle3lib.diagnose.combine), each place in its evidence ("[02 training-sample replay / ...]") linking to
+that notebook's report; ``index.json`` holds it under ``"diagnosis"``.
 """
 from __future__ import annotations
 
@@ -13,6 +14,7 @@ import base64
 import datetime as dt
 import html
 import json
+import re
 from pathlib import Path
 from urllib.parse import quote
 
@@ -127,8 +129,25 @@ def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
     return diagnose(found), bad
 
 
-def _diagnosis_html(d: Diagnosis, bad: list[str]) -> str:
+_WHERE = re.compile(r"\[(\d\d)\b([^\[\]]*)\]")   # "[02 training-sample replay / ...]" in a verdict's evidence
+
+
+def _link_wheres(text: str, pages: dict[str, str]) -> str:
+    """Escaped `text` whose "[NN ...]" places link to notebook NN's report (when it has one)."""
+    def link(m):
+        page = pages.get(m.group(1))
+        inner = html.escape(m.group(1) + m.group(2))
+        return f'[<a href="{html.escape(quote(page))}">{inner}</a>]' if page else f"[{inner}]"
+    out, last = [], 0
+    for m in _WHERE.finditer(text):
+        out += [html.escape(text[last:m.start()]), link(m)]
+        last = m.end()
+    return "".join(out + [html.escape(text[last:])])
+
+
+def _diagnosis_html(d: Diagnosis, bad: list[str], pages: dict[str, str] | None = None) -> str:
     esc = html.escape
+    pages = pages or {}
     if not d.verdicts:
         return "<h2>Diagnosis</h2><p>No notebook recorded cause findings.</p>"
     head = (f"<p class='healthy'>{esc(d.headline())}</p>" if d.healthy else f"<p><b>{esc(d.headline())}</b></p>")
@@ -137,7 +156,7 @@ def _diagnosis_html(d: Diagnosis, bad: list[str]) -> str:
         cls = v.status.replace(" ", "").replace("ruledout", "ruled")
         detail = v.needs if v.status == "not checked" else v.evidence
         rows.append(f"<tr><td class='{cls}'>{esc(v.status)}</td><td><b>{esc(v.cause)}</b><br>{esc(v.title)}</td>"
-                    f"<td>{esc(detail)}</td><td>{esc(v.fix)}</td></tr>")
+                    f"<td>{_link_wheres(detail, pages)}</td><td>{esc(v.fix)}</td></tr>")
     warn = "".join(f"<p class='err'>{esc(b)}</p>" for b in bad)
     return ("<h2>Diagnosis</h2>" + head + warn + "<table><tr><th>status</th><th>cause</th><th>evidence (where) / "
             "input needed</th><th>fix</th></tr>" + "".join(rows) + "</table><h2>Notebooks</h2>")
@@ -151,9 +170,10 @@ def render_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[s
     d, bad = diagnosis if diagnosis is not None else diagnosis_of(rows)
     n_ok = sum(r.get("status") == "ok" for r in rows)
     info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, ""))
+    pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in rows if r.get("html")}  # where -> its report
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
             f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
-            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad)}<table>"
+            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad, pages)}<table>"
             "<tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
             "<th>error / warnings</th><th>files</th></tr>"
             + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table></body></html>\n")

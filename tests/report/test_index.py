@@ -143,7 +143,7 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     from eagle3lib.causes import Finding
     f0 = Finding("d2t_mapping", "confirmed", "d2t holds absolute ids", {"n": 3}, "00 / checks.vocab").to_dict()
     f2 = Finding("d2t_mapping", "ruled out", "offsets reading is best", {}, "02 / layout search").to_dict()
-    f3 = Finding("ndt_override", "ruled out", "knobs as requested", {}, "01 / serving settings").to_dict()
+    f3 = Finding("ndt_override", "ruled out", "knobs <as> requested", {}, "01 / serving settings").to_dict()
     rows = [dict(ROWS[0], findings={"headline": "a", "findings": [f0, f3]}),
             dict(ROWS[1], findings={"headline": "b", "findings": [f2]})]
     write_index(tmp_path, rows, {})
@@ -152,8 +152,11 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     assert not d["healthy"] and [v["status"] for v in d["verdicts"]] == ["conflict", "ruled out"]
     page = (tmp_path / "index.html").read_text()
     assert page.index("<h2>Diagnosis</h2>") < page.index("<h2>Notebooks</h2>")
-    assert "d2t holds absolute ids [00 / checks.vocab]" in page and "offsets reading is best" in page
+    assert 'd2t holds absolute ids [<a href="00_ok.html">00 / checks.vocab</a>]' in page   # linked to its report
+    assert 'offsets reading is best [<a href="01_bad.failed.html">02 / layout search</a>]' not in page
+    assert "offsets reading is best [02 / layout search]" in page          # no notebook 02 row: no link
     assert "2 cause findings, in the diagnosis above" in page
+    assert 'knobs &lt;as&gt; requested [<a href="01_bad.failed.html">01 / serving settings</a>]' in page
     assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks</h2>")[1])["00_ok"]   # no raw records
 
 

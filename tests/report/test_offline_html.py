@@ -2,7 +2,9 @@
 page, on a small report this test makes through the real runner, and on the demo's real reports."""
 from __future__ import annotations
 
+import html
 import json
+import re
 from pathlib import Path
 from urllib.parse import unquote
 
@@ -86,6 +88,14 @@ def _check_links(browser, out: Path, rows: list[dict]) -> dict[str, str]:
     return landed
 
 
+def _links_resolve(out: Path) -> int:
+    """Every <a href> of the index names a file beside it (the reports, notebooks, evidence sections)."""
+    hrefs = re.findall(r'<a [^>]*href="([^"]+)"', (out / "index.html").read_text(encoding="utf-8"))
+    for href in hrefs:
+        assert (out / unquote(html.unescape(href).split("#", 1)[0])).is_file(), href
+    return len(hrefs)
+
+
 def test_the_check_sees_what_an_online_page_would_miss(browser, tmp_path):
     """A page that needs the network: its CDN script and remote image fail, a console error is caught, a
     missing local image does not decode, hidden text is not 'visible'."""
@@ -129,6 +139,7 @@ def test_a_small_report_and_its_index_open_offline(browser, tmp_path):
     assert _check_links(browser, out, rows) == {"00_tiny.html#1.-Replay:-the-evidence": "1.-Replay:-the-evidence"}
     assert view.anchors[:2] == ("00-%C2%B7-Tiny-report", "1.-Replay:-the-evidence")   # nbconvert's heading ids
     assert browser.open(out / "00_tiny.html", "no-such-heading").target is None
+    assert _links_resolve(out) >= 4
 
 
 @pytest.mark.slow
@@ -159,3 +170,4 @@ def test_the_demo_reports_open_offline(browser, demo_reports):
     pngs = sum(r["figure"].endswith(".png") for r in rows)
     assert len(page.images) == pngs
     assert _check_links(browser, out, rows)
+    assert _links_resolve(out) > 2 * len(rows)
