@@ -1,7 +1,8 @@
 """A notebook as one self-contained HTML page that opens offline, and what the index takes from it.
 
 `to_html` exports with the ``eagle3lib_offline`` template (``templates/``: nbconvert's lab template without
-require.js, the widget embed script, MathJax or mermaid) after `static_widgets.staticize`; CSS and PNG figures
+require.js, the widget embed script, MathJax or mermaid: `tex_cells` names the cells that would need MathJax)
+after `static_widgets.staticize`; CSS and PNG figures
 are inline, so the page loads nothing (`external_loads` lists what a page would fetch). `sections` reads the
 anchors nbconvert gives markdown headings, `index_figure` the PNG (or, with none, the table) of the cell a
 notebook tags ``index-figure`` (its figure for the index), and `evidence_anchors` links each recorded finding
@@ -27,6 +28,7 @@ _SKIP_WORDS = {"the", "and", "for", "vs", "of", "to", "in", "on", "a", "an", "by
 _CSS_LOADS = re.compile(r"""url\(\s*["']?([^"')]*)|@import\s+["']([^"']+)""", re.I)
 _HEADING = re.compile(r"<h([1-6])\b[^>]*\bid=\"([^\"]+)\"[^>]*>(.*?)</h\1>", re.S | re.I)
 _CELL = re.compile(r'id="cell-id=([^"]+)"')
+_TEX = re.compile(r"\$\$.+?\$\$|(?<![\\$\w])\$[^\s$`][^$`\n]*?(?<![\s\\])\$(?![\w$])|\\\(.+?\\\)|\\\[.+?\\\]", re.S)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -97,6 +99,13 @@ def external_loads(page: str) -> list[str]:
         if url and not url.startswith(("data:", "#", "about:", "javascript:")):
             found.append(url)
     return found
+
+
+def tex_cells(nb) -> list[int]:
+    """Markdown cells that hold TeX math (``$x$``, ``$$x$$``, ``\\(x\\)``, ``\\[x\\]``; code spans left out):
+    the offline page loads no MathJax, so there they show as their source."""
+    return [i for i, c in enumerate(nb.cells) if c.cell_type == "markdown"
+            and _TEX.search(re.sub(r"`[^`]*`", "", c.source))]
 
 
 def _text(fragment: str) -> str:

@@ -13,6 +13,7 @@ Usage: ``with Browser() as b: view = b.open("reports/02_training_sample_replay.h
 from __future__ import annotations
 
 import base64
+import contextlib
 import dataclasses
 import fcntl
 import json
@@ -143,13 +144,10 @@ class Browser:
             except (OSError, subprocess.TimeoutExpired):
                 self._proc.kill()
                 self._proc.wait(timeout=10)
-        for fd in (getattr(self, "_to_chrome", None),):
-            if fd is not None:
-                try:
-                    os.close(fd)
-                except OSError:
-                    pass
-            self._to_chrome = None
+        fd, self._to_chrome = getattr(self, "_to_chrome", None), None
+        if fd is not None:
+            with contextlib.suppress(OSError):
+                os.close(fd)
         shutil.rmtree(getattr(self, "_profile", ""), ignore_errors=True)
 
     def _read(self) -> None:

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import base64
 import contextlib
 import copy
 import dataclasses
@@ -28,7 +29,7 @@ from .. import __version__
 from . import findings as findings_mod
 from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
-from .export import evidence_anchors, external_loads, index_figure, sections, to_html
+from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
 from .index import load_rows, write_index
 
 KERNEL = "python3"
@@ -298,7 +299,6 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
              warnings: list[str]) -> tuple[str | None, dict]:
     """Stage then replace NN[.failed].{findings.json,ipynb,figure.png|html,html}; returns (figure file or None,
     evidence anchors). Raises OSError when a write fails; appends to `warnings` what a reader would miss."""
-    import base64
     import nbformat
 
     ok = status == "ok"
@@ -313,6 +313,9 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
     if outside:
         warnings.append(f"{base}.html loads {len(outside)} address(es) from outside (first: {outside[0]}); it "
                         "will not open complete offline")
+    tex = tex_cells(executed)
+    if tex:
+        warnings.append(f"markdown cells {tex} hold TeX math: {base}.html shows it as source (no MathJax offline)")
     try:
         figure = index_figure(executed, f"{stem}, cells")
     except Eagle3Error as e:

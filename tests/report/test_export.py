@@ -125,3 +125,21 @@ def test_the_template_ships_with_the_package():
     shipped = {p for g in globs["eagle3lib.report"] for p in here.glob(g)}
     files = {p for p in (export.TEMPLATE_DIR).rglob("*") if p.is_file()}
     assert files and files <= shipped and (export.TEMPLATE_DIR / export.TEMPLATE / "index.html.j2") in files
+
+
+@pytest.mark.parametrize("text, tex", [("costs $5 and $6", False), ("`$x$` in code", False), ("a $x^2$ term", True),
+                                       ("$$\\sum_k p_k$$", True), ("\\(a+b\\)", True), ("E[accept] = 1 + Σ p_j", False),
+                                       ("price: $ 3", False)])
+def test_tex_cells_finds_the_math_mathjax_would_render(text, tex):
+    nb = nbformat.v4.new_notebook()
+    nb.cells = [nbformat.v4.new_code_cell("x = '$y$'"), nbformat.v4.new_markdown_cell(text)]
+    assert export.tex_cells(nb) == ([1] if tex else [])
+
+
+def test_no_workbook_notebook_needs_mathjax():
+    """The offline template drops MathJax; that holds while no notebook's markdown uses TeX math."""
+    from eagle3lib.report import runner
+
+    root = export.TEMPLATE_DIR.parents[2]
+    for source in runner.discover(root / "notebooks"):
+        assert export.tex_cells(runner.read_source(source)) == [], source.name
