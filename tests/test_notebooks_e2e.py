@@ -92,3 +92,20 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
     heads = {r["notebook"]: r["findings"]["headline"] for r in index["notebooks"]}
     assert "run as requested" in heads["01_config_override_discovery"], heads
     assert "healthy" in heads["02_training_sample_replay"] and "no wiring fault" in heads["03_hidden_state_diffing"]
+
+
+@pytest.mark.slow
+def test_the_mla_demo_world_tells_the_same_story(tmp_path):
+    """`demo_world: mla` (one parameter) runs the notebooks on the MLA world: a DeepSeek-V3 target and an MLA
+    EAGLE-3 draft; the audit says MLA and the diagnosis confirms the seed's causes there too."""
+    (tmp_path / "mla.yaml").write_text((ROOT / "params" / "demo-mla.yaml").read_text())
+    out = tmp_path / "reports"
+    rc = report.main(["--notebooks", str(ROOT / "notebooks"), "--out", str(out), "--cwd", str(ROOT),
+                      "-f", str(tmp_path / "mla.yaml"), "--only", "00,01,02"])
+    index = json.loads((out / "index.json").read_text())
+    failed = {r["notebook"]: r["error"] for r in index["notebooks"] if r["status"] != "ok"}
+    assert rc == 0 and not failed, failed
+    heads = {r["notebook"]: r["findings"]["headline"] for r in index["notebooks"]}
+    assert "MLA attention" in heads["00_checkpoint_audit"], heads
+    confirmed = {v["cause"] for v in index["diagnosis"]["verdicts"] if v["status"] == "confirmed"}
+    assert {"ndt_override", "aux_layout_mismatch"} <= confirmed, index["diagnosis"]["headline"]

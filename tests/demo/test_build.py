@@ -39,3 +39,23 @@ def test_export_round_trip(tmp_path):
     out = export_artifacts(world.root, tmp_path / "art")
     assert sorted(p.name for p in out.iterdir()) == ["draft", "target", "world.json"]
     assert (out / "draft" / "model.safetensors").read_bytes() == (world.draft / "model.safetensors").read_bytes()
+
+
+def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_path):
+    """The MLA world (DeepSeek-V3 target with MLA + MoE, an MLA EAGLE-3 draft) is shipped for this builder, small,
+    restores, and tells the seed's story: its draft replays well in the trained layout and badly as served."""
+    from eagle3lib.demo.build import SERVING_LAYOUT, artifacts_dir
+    from eagle3lib.replay.run import load_setup, replay
+    from eagle3lib.replay.stats import ZERO
+
+    assert artifacts_current("mla"), "run: python -m eagle3lib.demo --world mla --force --from-scratch --export"
+    art = artifacts_dir("mla")
+    assert sum(f.stat().st_size for f in art.rglob("*") if f.is_file()) < 16e6
+    world = restore_world(tmp_path / "mla", progress=False, kind="mla")
+    assert world["kind"] == "mla" and world["target"]["architecture"] == "DeepseekV3ForCausalLM"
+    p = demo.DemoPaths(tmp_path / "mla", "mla")
+    setup = load_setup(p.draft, p.target)
+    assert setup.cfg.mla is not None and setup.cfg.architecture == "Eagle3DeepseekV2ForCausalLM"
+    trained = replay(setup, p.seed_data, n=8, progress=False)
+    served = replay(setup, p.seed_data, layout=(*SERVING_LAYOUT, ZERO), n=8, fill="zeros", progress=False)
+    assert trained.acc0 > 0.8 and served.acc0 < trained.acc0 - 0.2, (trained.acc0, served.acc0)
