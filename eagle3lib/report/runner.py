@@ -11,7 +11,6 @@ import argparse
 import ast
 import base64
 import contextlib
-import copy
 import dataclasses
 import datetime as dt
 import json

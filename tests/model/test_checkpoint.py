@@ -10,7 +10,7 @@ from safetensors.torch import save_file
 
 from eagle3lib.model.checkpoint import (canonicalize, detect_format, expected_tensors, load_draft, param_table,
                                        save_draft, validate)
-from eagle3lib.model.config import DraftConfig, config_to_dict
+from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.errors import CheckpointError, MissingFileError, UnsafeFileError
 from eagle3lib.model.vocab import build_vocab_map
