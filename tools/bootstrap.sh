@@ -27,11 +27,11 @@ fi
 # without their dependency pins (sglang, a CUDA torch, an older transformers). PARITY=0 skips them; their tests then
 # skip with the reason.
 PEERS=${PEERS:-specforge==0.2.0 speculators==0.9.0}
-EXTRAS=dev
+EXTRAS=dev,lab      # lab: JupyterLab, as the README runs it (and tests/test_lab_e2e.py in a real browser)
 if [ "${PARITY:-1}" != "0" ]; then
   # shellcheck disable=SC2086
   "$VENV/bin/python" -m pip install -q --no-deps $PEERS
-  EXTRAS=dev,parity
+  EXTRAS=$EXTRAS,parity
 fi
 "$VENV/bin/python" -m pip install -q -e ".[$EXTRAS]"
 "$VENV/bin/python" - <<'PY'
