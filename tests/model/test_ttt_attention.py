@@ -78,8 +78,9 @@ def random_draft(cfg_dict, **over) -> Eagle3Draft:
                                   {"model_type": "qwen3", "attention_bias": True, "num_hidden_layers": 2}])
 @pytest.mark.parametrize("feed", ["teacher", "draft"])
 def test_ttt_forward_equals_the_former_implementation(tiny_cfg_dict, monkeypatch, over, feed):
-    """Every step's logits within 1e-5 (fp32) of the materialised-scores implementation, with query blocks and
-    row chunks far smaller than T so that every block/chunk boundary case runs; top-1 ids are their argmax."""
+    """Every step's logits within 1e-5 x their scale (fp32) of the materialised-scores implementation, with query
+    blocks and row chunks far smaller than T so that every block/chunk boundary case runs; top-1 ids are their
+    argmax."""
     d = random_draft(tiny_cfg_dict, **over)
     B, T, K = 3, 23, 4
     aux, ids = torch.randn(B, T, 4 * 32), torch.randint(0, 120, (B, T))
@@ -91,7 +92,8 @@ def test_ttt_forward_equals_the_former_implementation(tiny_cfg_dict, monkeypatch
         small = d.ttt_forward(aux, ids, K, feed=feed)
         top = d.ttt_forward(aux, ids, K, feed=feed, return_logits=False)
     for r, a, b, t in zip(ref, full, small, top):
-        assert float((a - r).abs().max()) <= 1e-5 and float((b - r).abs().max()) <= 1e-5
+        tol = 1e-5 * max(1.0, float(r.abs().max()))                   # fp32 rounding grows with depth and scale
+        assert float((a - r).abs().max()) <= tol and float((b - r).abs().max()) <= tol
         assert torch.equal(t, b.argmax(-1))
 
 
