@@ -1,8 +1,9 @@
 """Check 9, weights: every key the draft holds (tensor headers only) mapped the way each engine's loader maps it
 (`midlayer.*` vs `layers.0.*`, a `model.` prefix; facts in `engine_facts` topic "keys"), against the tensors a draft
 of this config needs (`expected_shapes`, equal to `checkpoint.expected_tensors`). A key an engine drops silently, or
-a tensor it would leave at random init, is confirmed with the key name. With an engine, a multi-layer draft is checked against
-the engine's draft model file rules (`serving.capture_rules.draft_rules`: layers >= 1 refused or their keys skipped).
+a tensor it would leave at random init, is confirmed with the key name. With an engine, a multi-layer draft is
+checked against the engine's draft model file rules (`serving.capture_rules.draft_rules`: layers >= 1 refused or
+their keys skipped).
 
 Cause: weights_dropped. Usage: ``check_weights(art, engine="sglang", engine_version="0.5.6")``.
 """

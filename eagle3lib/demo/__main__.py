@@ -12,7 +12,8 @@ def main(argv: list[str] | None = None) -> int:
     """Build or reuse the demo world, then print stage timings, the draft's accuracy and the target's samples."""
     ap = argparse.ArgumentParser(prog="python -m eagle3lib.demo", description=__doc__)
     ap.add_argument("--world", default=None, choices=["llama", "mla"],
-                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, MLA draft")
+                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, "
+                         "MLA draft")
     ap.add_argument("--force", action="store_true", help="rebuild even when an up-to-date world exists")
     ap.add_argument("--root", default=None, help="where to build (default data/demo or $EAGLE3LIB_DEMO_DIR)")
     ap.add_argument("--from-scratch", action="store_true",
@@ -25,7 +26,8 @@ def main(argv: list[str] | None = None) -> int:
         from .build import export_artifacts
         print(f"exported the trained target and draft to {export_artifacts(p.root)}")
     world = json.loads(p.world_json.read_text())
-    print(f"\n{world.get('kind', 'llama')} demo world at {p.root} (builder {world['builder_version']}, seed {world['seed']}, "
+    print(f"\n{world.get('kind', 'llama')} demo world at {p.root} (builder {world['builder_version']}, "
+          f"seed {world['seed']}, "
           f"{world['environment']['threads']} torch threads)")
     print(f"{'stage':<24}{'wall s':>9}{'CPU s':>9}")
     for row in world["timings"]:

@@ -1,5 +1,6 @@
 """Every check of the notebooks on one set of artifacts, without notebooks: the same step functions, in the same
-order (00 artifacts, 01 serving settings and the served τ against the replay, 02 replay, 03 hidden states), and one diagnosis of their findings.
+order (00 artifacts, 01 serving settings and the served τ against the replay, 02 replay, 03 hidden states), and
+one diagnosis of their findings.
 
 A missing input narrows what is checked (its findings say `not checked` and name the input); it never fails.
 No draft given means the demo world, as in the notebooks.
