@@ -6,8 +6,11 @@
    timed alone, so 1 - floor/forward is the share of time that is not matmul work (or matmuls run slower in place).
 2. The same forward against a reference written the way EAGLE's code does it (every step recomputed from
    scratch without a cache, separate q/k/v matmuls, explicit mask matrices): speedup and max |diff| of the logits.
+--device cuda: the same on the GPU: every timing synchronised (torch.cuda.synchronize), the peak GPU memory of
+   the forward (torch.cuda.max_memory_allocated), achieved FLOP/s also against the device's datasheet peak
+   (_common.DEVICE_PEAKS) besides the best matmul rate measured in the run.
 Usage: .venv/bin/python benchmarks/bench_forward.py [--sizes 1024,2048,4096] [--dtypes float32,bfloat16]
-       [--profile]  (torch.profiler breakdown of one forward per size: where the time goes)
+       [--profile]  (torch.profiler breakdown of one forward per size: where the time goes) [--device cuda]
 """
 from __future__ import annotations
 
@@ -21,7 +24,7 @@ import time
 import torch
 import torch.nn.functional as F
 
-from _common import RESULTS, finish
+from _common import RESULTS, device_peak_flops, finish, peak_bytes, pick_device, reset_peak, sync
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.model.layers import apply_rope
@@ -29,11 +32,12 @@ from eagle3lib.model.layers import apply_rope
 GEMM_OPS = {"aten::mm", "aten::addmm", "aten::matmul", "aten::linear"}
 # wall clock by default; --clock thread (with --threads 1) counts only the CPU time this thread got, which other
 # jobs on a shared machine cannot inflate (every kernel then runs on the calling thread: MKL, oneDNN, ATen)
-CLOCK = {"fn": time.perf_counter}
+CLOCK = {"fn": time.perf_counter, "device": "cpu"}
 
 
 def now() -> float:
-    """The benchmark's clock (see CLOCK)."""
+    """The benchmark's clock (see CLOCK), after the device's queued work is done."""
+    sync(CLOCK["device"])
     return CLOCK["fn"]()
 
 
@@ -85,7 +89,7 @@ def best_seconds(fn, repeats: int = 3) -> float:
 
 def linear_seconds(m: int, i: int, o: int, dtype, repeats: int = 3) -> float:
     """Best time of F.linear (M, in) x (out, in)^T, the call nn.Linear makes."""
-    x, w = torch.randn(m, i, dtype=dtype), torch.randn(o, i, dtype=dtype)
+    x, w = torch.randn(m, i, dtype=dtype, device=CLOCK["device"]), torch.randn(o, i, dtype=dtype, device=CLOCK["device"])
     return best_seconds(lambda: F.linear(x, w), repeats)
 
 
@@ -108,6 +112,7 @@ def reference_ttt(d: Eagle3Draft, aux: torch.Tensor, ids: torch.Tensor, K: int) 
     """EAGLE-style: recompute every step from scratch (no cache), q/k/v separately, explicit masks."""
     m, a = d.midlayer, d.midlayer.self_attn
     B, T = ids.shape
+    dev = aux.device
     outs = []
     for last in range(K):
         h = aux @ d.fc.weight.T
@@ -115,17 +120,17 @@ def reference_ttt(d: Eagle3Draft, aux: torch.Tensor, ids: torch.Tensor, K: int) 
         for step in range(last + 1):
             nxt = F.pad(ids, (0, K + 1))[:, 1 + step:T + 1 + step]
             u = torch.cat([m.input_layernorm(d.embed_tokens(nxt)), m.hidden_norm(h)], -1)
-            cos, sin = d.rotary(torch.arange(T)[None] + step, h.dtype)
+            cos, sin = d.rotary(torch.arange(T, device=dev)[None] + step, h.dtype)
             q = apply_rope((u @ a.q_proj.weight.T).view(B, T, a.nh, a.hd).transpose(1, 2), cos, sin)
             k = apply_rope((u @ a.k_proj.weight.T).view(B, T, a.nkv, a.hd).transpose(1, 2), cos, sin)
             v = (u @ a.v_proj.weight.T).view(B, T, a.nkv, a.hd).transpose(1, 2)
             ks.append(k.repeat_interleave(a.nh // a.nkv, 1))
             vs.append(v.repeat_interleave(a.nh // a.nkv, 1))
             keys, vals = torch.cat(ks, 2), torch.cat(vs, 2)                      # (B, nh, T*(step+1), hd)
-            mask = torch.full((T, T * (step + 1)), float("-inf"))
-            mask[:, :T] = torch.full((T, T), float("-inf")).triu(1)
+            mask = torch.full((T, T * (step + 1)), float("-inf"), device=dev)
+            mask[:, :T] = torch.full((T, T), float("-inf"), device=dev).triu(1)
             for j in range(1, step + 1):
-                mask[:, j * T:(j + 1) * T] = torch.full((T, T), float("-inf")).fill_diagonal_(0)
+                mask[:, j * T:(j + 1) * T] = torch.full((T, T), float("-inf"), device=dev).fill_diagonal_(0)
             p = ((q @ keys.transpose(-1, -2)) / math.sqrt(a.hd) + mask).softmax(-1).to(vals.dtype)  # fp32 mask
             o = (p @ vals).transpose(1, 2).reshape(B, T, -1) @ a.o_proj.weight.T
             h1 = h + o
@@ -190,14 +195,20 @@ def profile_forward(d: Eagle3Draft, fwd) -> dict:
     for k, v in sorted(comp.items(), key=lambda kv: -kv[1]):
         if k != "total":
             print(f"    {v / total:6.1%}  {v * 1e3:8.1f} ms  {k}")
-    with profile(activities=[ProfilerActivity.CPU], record_shapes=True) as prof:
+    cuda = CLOCK["device"] == "cuda"
+    acts = [ProfilerActivity.CPU] + ([ProfilerActivity.CUDA] if cuda else [])
+    with profile(activities=acts, record_shapes=True) as prof:
         fwd()
+        sync(CLOCK["device"])
     events = prof.key_averages(group_by_input_shape=True)
-    total_op = sum(e.self_cpu_time_total for e in events)
-    gemm = sum(e.self_cpu_time_total for e in events if e.key in GEMM_OPS)
-    rest = sorted((e for e in events if e.key not in GEMM_OPS), key=lambda e: -e.self_cpu_time_total)[:8]
+
+    def self_time(e):                     # CUDA: the kernels' time on the device; CPU: ATen self time
+        return e.self_device_time_total if cuda else e.self_cpu_time_total
+    total_op = sum(self_time(e) for e in events) or 1
+    gemm = sum(self_time(e) for e in events if e.key in GEMM_OPS)
+    rest = sorted((e for e in events if e.key not in GEMM_OPS), key=lambda e: -self_time(e))[:8]
     top = [{"op": e.key, "shapes": str(e.input_shapes)[:70], "calls": e.count,
-            "share": e.self_cpu_time_total / total_op} for e in rest]
+            "share": self_time(e) / total_op} for e in rest]
     print(f"  ATen ops: GEMM (mm/addmm) {gemm / total_op:.1%} of self time; largest others:")
     for t in top:
         print(f"    {t['share']:6.1%}  x{t['calls']:<3} {t['op']:<28} {t['shapes']}")
@@ -209,15 +220,16 @@ def bench_size(h: int, dtype, T: int, K: int, repeats: int, peak_shape: tuple[in
     """One row. Each repeat times, back to back, the peak GEMM, the forward, each of the forward's matmuls alone
     (same weights) and the reference, so all see the same load; best-of-repeats and paired ratios come from
     that. Returns (row, best peak FLOP/s seen)."""
-    cfg = make_cfg(h)
-    d = build(cfg, dtype)
-    aux = torch.randn(1, T, cfg.fc_in_features, dtype=dtype)
-    ids = torch.randint(0, cfg.vocab_size, (1, T))
+    cfg, dev = make_cfg(h), CLOCK["device"]
+    d = build(cfg, dtype).to(dev)
+    aux = torch.randn(1, T, cfg.fc_in_features, dtype=dtype, device=dev)
+    ids = torch.randint(0, cfg.vocab_size, (1, T), device=dev)
     fl = forward_flops(cfg, T, K)
     pm, pi, po = peak_shape
-    px, pw = torch.randn(pm, pi, dtype=dtype), torch.randn(po, pi, dtype=dtype)
+    px, pw = torch.randn(pm, pi, dtype=dtype, device=dev), torch.randn(po, pi, dtype=dtype, device=dev)
     mods = dict(d.named_modules())
-    linears = [(c, torch.randn(m, i, dtype=dtype), next(mod for n, mod in mods.items() if n.endswith(name)).weight)
+    linears = [(c, torch.randn(m, i, dtype=dtype, device=dev),
+                next(mod for n, mod in mods.items() if n.endswith(name)).weight)
                for name, m, i, o, c in gemms(cfg, T, K)]
 
     def clock(fn) -> float:
@@ -240,6 +252,9 @@ def bench_size(h: int, dtype, T: int, K: int, repeats: int, peak_shape: tuple[in
                 times.append(clock(lambda: F.linear(x, w)))
             t_ref.append(clock(lambda: reference_ttt(d, aux, ids, K)) if reference else math.nan)
         prof = profile_forward(d, fwd) if do_profile else None
+        reset_peak(dev)
+        fwd()
+        peak_mem = peak_bytes(dev) if dev == "cuda" else None             # CPU: RSS is bench_long's to report
         ours = d.ttt_forward(aux, ids, K)
         ref = reference_ttt(d, aux, ids, K) if reference else ours
     peak_fl = 2 * pm * pi * po
@@ -254,7 +269,11 @@ def bench_size(h: int, dtype, T: int, K: int, repeats: int, peak_shape: tuple[in
            "speedup vs ref": min(t_ref) / best,
            "paired speedup": statistics.median(tr / tf for tr, tf in zip(t_ref, t_fwd)),
            "ref work ratio": reference_flops(cfg, T, K) / fl, "max |diff|": diff, "top1 agree": agree,
-           "load": round((load0 + os.getloadavg()[0]) / 2, 2), "forward s (all repeats)": t_fwd}
+           "load": round((load0 + os.getloadavg()[0]) / 2, 2), "forward s (all repeats)": t_fwd,
+           "peak GPU GB": peak_mem / 1e9 if peak_mem is not None else None}
+    if dev == "cuda":
+        pk = device_peak_flops(torch.cuda.get_device_name(0), row["dtype"])
+        row["device peak GFLOP/s"], row["of device peak"] = (pk / 1e9, fl / best / pk) if pk else (None, None)
     if prof:
         row["profile"] = prof
     return row, peak_fl / min(t_peak)
@@ -274,10 +293,14 @@ def main() -> None:
     ap.add_argument("--clock", choices=("wall", "thread"), default="wall",
                     help="thread: CPU time of this thread (needs --threads 1); immune to other jobs' load")
     ap.add_argument("--append", action="store_true", help="keep that file's rows for other sizes/dtypes/threads")
+    ap.add_argument("--device", default="cpu", choices=("cpu", "cuda"))
     args = ap.parse_args()
+    CLOCK["device"] = pick_device(args.device)
     if args.threads:
         torch.set_num_threads(args.threads)
     if args.clock == "thread":
+        if args.device == "cuda":
+            ap.error("--clock thread measures CPU time: not with --device cuda")
         if torch.get_num_threads() != 1:
             ap.error("--clock thread measures one thread: add --threads 1")
         CLOCK["fn"] = time.thread_time
@@ -306,7 +329,8 @@ def main() -> None:
         row["threads"], row["clock"], row["when"] = torch.get_num_threads(), args.clock, time.strftime("%H:%M")
     cols = ["Ht", "dtype", "threads", "clock", "tokens/s", "GFLOP/s", "peak GFLOP/s", "of peak", "paired of peak", "ours s",
             "GEMM floor s", "floor/ours", "ref s", "speedup vs ref", "paired speedup", "ref work ratio", "max |diff|",
-            "top1 agree", "load", "when"]
+            "top1 agree", "load", "when"] + (["peak GPU GB", "device peak GFLOP/s", "of device peak"]
+                                            if args.device == "cuda" else [])
     table = [{c: r[c] for c in cols} for r in rows]
     tag = "{Ht}/{dtype}/{threads}/{clock}".format
     extra = {"forward_s_all_repeats": {tag(**r): r["forward s (all repeats)"] for r in rows},
@@ -321,7 +345,7 @@ def main() -> None:
             extra[key] = {**old.get(key, {}), **extra[key]}
     big = max(table, key=lambda r: (r["Ht"], r["dtype"] == "float32", r["clock"] == "wall"))
     finish(args.name, table, {
-        "T": T, "K": K, "draft_vocab": 32000, "goal": "of peak >= 0.5 at Ht=4096",
+        "T": T, "K": K, "draft_vocab": 32000, "goal": "of peak >= 0.5 at Ht=4096", "device": args.device,
         "of_peak_at_largest": big["of peak"], "speedup_at_largest": big["speedup vs ref"], **extra,
         "load_note": "load = 1-min load average of this 2-core machine during the row (other jobs run too); "
                      "rows may come from separate runs (column 'when'), each against its own run's peak"})

@@ -24,19 +24,17 @@ import sys
 import time
 from pathlib import Path
 
-from _common import finish
+from _common import finish, pick_device
 
 CHILD = r"""
 import json, sys, time
 import torch
+from _common import peak_bytes, sync
 from bench_forward import build, forward_flops, make_cfg, reference_ttt
 hidden, T, device, chat, check = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4] == "1", sys.argv[5] == "1"
 K = 3
 def hwm():   # this process's own peak RSS in bytes
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
-def sync():
-    if device == "cuda":
-        torch.cuda.synchronize()
 torch.manual_seed(0)
 cfg = make_cfg(hidden)
 d = build(cfg, torch.float32).to(device)
@@ -61,10 +59,10 @@ with torch.inference_mode():
     before = hwm()
     if device == "cuda":
         torch.cuda.reset_peak_memory_stats()
-    sync()
+    sync(device)
     t0 = time.perf_counter()
     top = d.ttt_forward(aux, ids, K, feed="draft", return_logits=False, **kw)
-    sync()
+    sync(device)
     seconds = time.perf_counter() - t0
     peak = hwm()
     diff = None
@@ -75,7 +73,7 @@ with torch.inference_mode():
         diff = max(float((a[s[i]] - b[s[i]]).abs().max()) if bool(s[i].any()) else 0.0
                    for i, (a, b) in enumerate(zip(ours, ref_logits)))
 print(json.dumps({"seconds": seconds, "peak_rss": peak, "rss_before": before, "threads": torch.get_num_threads(),
-                  "cuda_peak": torch.cuda.max_memory_allocated() if device == "cuda" else None,
+                  "cuda_peak": peak_bytes("cuda") if device == "cuda" else None,
                   "scored": int(scored.sum()) if scored is not None else K * T, "flops": forward_flops(cfg, T, K),
                   "max_diff": diff}))
 """
@@ -110,6 +108,7 @@ def main() -> None:
     ap.add_argument("--code", default=None, help="run the forward of the eagle3lib checkout in this directory "
                     "(an older commit, for before/after; no --chat before issue 18)")
     args = ap.parse_args()
+    pick_device(args.device)
     plan = [(args.hidden, int(s)) for s in args.sizes.split(",") if s]
     if args.goal:
         plan.append(tuple(int(x) for x in args.goal.split(":")))

@@ -79,3 +79,28 @@ def test_long_benchmark_matches_the_reference_and_scores_less(tmp_path):
                                                                            # different child processes
         assert r["scored outputs"] == 3 * T if mode == "dense" else 0 < r["scored outputs"] < 3 * T * 0.5
     assert rec["time_per_token_ratio"] > 0 and rec["goal_peak_rss_gb"] is None
+
+
+def test_peers_benchmark_matches_specforge_and_speculators(tmp_path):
+    """Benchmark 6 --quick (Ht 256, T 128, fp32): eagle3lib's teacher-fed forward gives the real peers' logits and
+    top-1 ids on the same weights, with the chat mask (eagle3lib computing only the scored outputs) and without."""
+    pytest.importorskip("specforge")
+    pytest.importorskip("speculators")
+    rec = run_script("bench_peers.py", tmp_path, "--quick", "--repeats", "1", "--name", "tiny")
+    rows = {r["mask"]: r for r in rec["rows"]}
+    assert sorted(rows) == ["chat", "none"] and rec["peer_notes"] == {}
+    assert 0 < rows["chat"]["scored share"] < 0.5 and rows["none"]["scored share"] == 1.0
+    for r in rows.values():
+        assert (r["Ht"], r["tokens"], r["dtype"], r["notes"]) == (256, 128, "float32", None)
+        for peer in ("specforge", "speculators"):
+            assert r[f"max |diff| {peer}"] < 1e-4 and r[f"top1 agree {peer}"] == 1.0
+            assert r[f"{peer} s"] > 0 and r[f"x vs {peer}"] > 0
+
+
+@pytest.mark.skipif(__import__("torch").cuda.is_available(), reason="this machine has CUDA")
+@pytest.mark.parametrize("name", ["bench_forward.py", "bench_replay.py", "bench_long.py", "bench_peers.py"])
+def test_cuda_benchmarks_say_there_is_no_cuda(name):
+    """--device cuda without a GPU: a one-line reason and a failing exit status, before any work."""
+    p = subprocess.run([sys.executable, name, "--device", "cuda"], cwd=BENCH, capture_output=True, text=True,
+                       timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
+    assert p.returncode != 0 and "--device cuda: no CUDA device here" in p.stderr and p.stdout == ""
