@@ -104,3 +104,15 @@ def test_cuda_benchmarks_say_there_is_no_cuda(name):
     p = subprocess.run([sys.executable, name, "--device", "cuda"], cwd=BENCH, capture_output=True, text=True,
                        timeout=120, env={**os.environ, "OMP_NUM_THREADS": "1"})
     assert p.returncode != 0 and "--device cuda: no CUDA device here" in p.stderr and p.stdout == ""
+
+
+def test_prefetch_benchmark_measures_both_limits(tmp_path):
+    """The prefetch benchmark on 5 small samples: read limit, compute limit and three replays of the same tokens."""
+    rec = run_script("bench_replay.py", tmp_path, "--prefetch-bench", "--world", "small", "--prefetch-samples", "5",
+                     "--workdir", str(tmp_path / "work"))
+    lengths = [len(json.loads(x)["input_ids"]) for x in
+               (tmp_path / "work" / "small" / "data" / "train.jsonl").read_text().splitlines()]
+    assert rec["benchmark"] == "replay_prefetch" and rec["samples"] == 5 and len(lengths) == 5
+    assert [r["prefetch"] for r in rec["rows"]] == [None, 0, 0, 2, 32]
+    assert all(r["tokens"] == sum(lengths) and r["seconds"] > 0 for r in rec["rows"])
+    assert set(rec["replay_fraction_of_slower"]) == {"prefetch=0", "prefetch=2", "prefetch=32"}
