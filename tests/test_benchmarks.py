@@ -113,6 +113,6 @@ def test_prefetch_benchmark_measures_both_limits(tmp_path):
     lengths = [len(json.loads(x)["input_ids"]) for x in
                (tmp_path / "work" / "small" / "data" / "train.jsonl").read_text().splitlines()]
     assert rec["benchmark"] == "replay_prefetch" and rec["samples"] == 5 and len(lengths) == 5
-    assert [r["prefetch"] for r in rec["rows"]] == [None, 0, 0, 2, 32]
+    assert [r["prefetch"] for r in rec["rows"]] == [None, 0, 0, 0, 2, 32]
     assert all(r["tokens"] == sum(lengths) and r["seconds"] > 0 for r in rec["rows"])
     assert set(rec["replay_fraction_of_slower"]) == {"prefetch=0", "prefetch=2", "prefetch=32"}
