@@ -208,9 +208,13 @@ def bench_row(fns: dict, notes: dict, raw: dict, T: int, dtype, mask_kind: str, 
     times = {n: [] for n in run}
     outs, peaks = {}, {}
     with torch.inference_mode():
-        for n in list(run):                                                   # warm-up (compiles, allocator)
+        # warm-up (compiles, kernels): on two short slices when the row is long (two shapes make SpecForge's
+        # torch.compile'd norms and RoPE dynamic, so the row's own size does not recompile), else the row itself
+        for n in list(run):
             try:
-                run[n](False)
+                for w in ((128, 256) if T > 512 else (T,)):
+                    (fns[n](aux[:, :w], ids[:, :w], False, None if scored is None else scored[..., :w])
+                     if n == "eagle3lib" else fns[n](aux[:, :w], ids[:, :w], False))
             except Exception as e:                                            # noqa: BLE001 - a peer failing is a result
                 row_notes[n] = f"failed: {type(e).__name__}: {str(e).splitlines()[0][:160]}"
                 traceback.print_exc()
