@@ -2,6 +2,7 @@
 
 - `config`     `DraftConfig`: one frozen view of a draft's config.json, whatever tool wrote it (EAGLE, SpecForge /
                SGLang, vLLM, speculators, ModelOpt); ids and their convention, slots, variant flags, RoPE.
+- `config_fields` how each dialect spells a field: the readers `DraftConfig` uses, `MlaConfig`, the block-drafter gate.
 - `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.
 - `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
 - `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.

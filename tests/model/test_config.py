@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from eagle3lib.model.config import DraftConfig, config_to_dict, detect_dialect, load_config
+from eagle3lib.model.config import DraftConfig, config_to_dict, load_config
+from eagle3lib.model.config_fields import detect_dialect
 from eagle3lib.errors import ConfigError, MissingFileError
 
 LLAMA = {"hidden_size": 4096, "intermediate_size": 14336, "num_attention_heads": 32, "num_key_value_heads": 8,
@@ -139,7 +140,7 @@ def test_block_drafters_are_refused_by_name_never_loaded_as_eagle3(raw, algo):
 
 
 def test_an_eagle3_config_is_not_taken_for_a_block_drafter():
-    from eagle3lib.model.config import block_drafter
+    from eagle3lib.model.config_fields import block_drafter
     assert block_drafter({"architectures": ["LlamaForCausalLMEagle3"], "model_type": "llama"}) is None
 
 
