@@ -41,7 +41,7 @@ def _draft_cfg(**over) -> DraftConfig:
     return DraftConfig.from_dict(d)
 
 
-def _random_draft(cfg: DraftConfig, cls=Eagle3Draft, **kw) -> Eagle3Draft:
+def random_draft(cfg: DraftConfig, cls=Eagle3Draft, **kw) -> Eagle3Draft:
     torch.manual_seed(1)
     draft = cls(cfg, **kw)
     with torch.no_grad():
@@ -108,7 +108,7 @@ def _expected_rounds(n_prompt: int, n_new: int, m: int, wrong: set) -> tuple[lis
 @pytest.mark.parametrize("steps", [1, 2, 3, 5])
 def test_random_draft_output_equals_target_greedy(target, prompt, reference, steps):
     """Speculative output (random draft, d2t offsets) equals target-only greedy decoding for num_steps 1, 2, 3, 5."""
-    eng = SpecEngine(target, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(target, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 40, SpecSettings(steps, 1, steps + 1))
     assert r.output_ids == reference[:40]
     assert r.effective.num_draft_tokens == steps + 1 and r.finish_reason == "length"
@@ -119,7 +119,7 @@ def test_oracle_acceptance_bookkeeping_and_equivalence(target, prompt, reference
     """A draft wrong at chosen positions gives exactly the simulated accept lengths; output still equals greedy."""
     truth = list(prompt.tolist()) + list(reference)
     wrong = {15, 16, 22, 27, 28, 29, 35, 41, 44}
-    draft = _random_draft(_draft_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong=wrong)
+    draft = random_draft(_draft_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong=wrong)
     eng = SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 30, SpecSettings(steps, 1, steps + 1))
     taus, per_pos = _expected_rounds(len(prompt), 30, steps, wrong)
@@ -136,7 +136,7 @@ def test_kv_rollback_matches_fresh_recompute(target, prompt, reference, layers):
     """After rounds with rejections, the captured target states and the draft's KV cache (every layer's) equal a
     fresh no-cache pass."""
     truth = list(prompt.tolist()) + list(reference)
-    draft = _random_draft(_draft_cfg(draft_vocab_size=V, num_hidden_layers=layers), OracleDraft, truth=truth, wrong={14, 15, 19, 24, 25, 31})
+    draft = random_draft(_draft_cfg(draft_vocab_size=V, num_hidden_layers=layers), OracleDraft, truth=truth, wrong={14, 15, 19, 24, 25, 31})
     eng = SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 30, SpecSettings(3, 1, 4), keep_aux=True)
     P = r.aux.shape[0]                                  # rows extended into the draft = positions 0..P-1
@@ -161,7 +161,7 @@ def test_eos_stops_both_modes(prompt):
     free = SpecEngine(tgt).generate(prompt, 30, SpecSettings.baseline()).output_ids
     tgt.config.eos_token_id = free[7]
     stop = free.index(free[7]) + 1
-    eng = SpecEngine(tgt, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(tgt, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
     base = eng.generate(prompt, 30, SpecSettings.baseline())
     spec = eng.generate(prompt, 30, SpecSettings(3, 1, 4))
     assert base.output_ids == spec.output_ids == free[:stop]
@@ -171,7 +171,7 @@ def test_eos_stops_both_modes(prompt):
 # ---- settings normalization and the log ---------------------------------------------------------------------
 def test_seed_launch_runs_two_draft_tokens_and_logs_it(target, prompt, reference):
     """--speculative-num-steps 1 --speculative-eagle-topk 1 --speculative-num-draft-tokens 16 runs 2 draft tokens."""
-    eng = SpecEngine(target, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT), model_path="/m")
+    eng = SpecEngine(target, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT), model_path="/m")
     r = eng.generate(prompt, 30, SpecSettings(1, 1, 16, decode_log_interval=4))
     assert (r.effective.num_steps, r.effective.topk, r.effective.num_draft_tokens) == (1, 1, 2)
     assert r.drafted == r.rounds and r.output_ids == reference[:30]
@@ -188,7 +188,7 @@ def test_seed_launch_runs_two_draft_tokens_and_logs_it(target, prompt, reference
 def test_decode_lines_parse_with_the_real_format(target, prompt, reference):
     """v0.5.6 decode lines match SGLang's format; accept len / rate per window equal the engine's counters."""
     truth = list(prompt.tolist()) + list(reference)
-    draft = _random_draft(_draft_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong={15, 20, 21, 30})
+    draft = random_draft(_draft_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong={15, 20, 21, 30})
     eng = SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 40, SpecSettings(3, 1, 4, version="0.5.6", decode_log_interval=3))
     lines = [ln for ln in r.log_lines if "Decode batch" in ln]
@@ -222,7 +222,7 @@ def test_baseline_lines_have_no_accept_len(target, prompt):
 ])
 def test_rejected_settings_name_setting_value_and_range(target, settings, field):
     """Settings SGLang (or this engine) refuses raise ServingArgsError naming the setting and the allowed range."""
-    eng = SpecEngine(target, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(target, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
     with pytest.raises(ServingArgsError, match=field) as e:
         eng.generate([1, 2, 3], 4, settings)
     assert e.value.expected is not None and "found" in str(e.value)
@@ -270,21 +270,21 @@ def test_capture_pad_policies():
 
 def test_capture_errors_at_engine_construction(target):
     """A layer the target lacks, a 3-slot capture for a 4-slot fc, and a width or vocab mismatch are refused."""
-    draft = _random_draft(_draft_cfg())
+    draft = random_draft(_draft_cfg())
     with pytest.raises(LayoutError, match="4-layer target does not have") as e:
         SpecEngine(target, draft, CaptureSpec.from_layout("embed,layer_in.1,layer_in.2,layer_in.6"))
     assert e.value.found == 6
     with pytest.raises(LayoutError, match="pad_policy"):
         SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT[1:]))
     with pytest.raises(LayoutError, match="hidden size"):
-        SpecEngine(target, _random_draft(_draft_cfg(target_hidden_size=48)), CaptureSpec.from_layout(LAYOUT))
+        SpecEngine(target, random_draft(_draft_cfg(target_hidden_size=48)), CaptureSpec.from_layout(LAYOUT))
     with pytest.raises(VocabError, match="vocab"):
-        SpecEngine(target, _random_draft(_draft_cfg(vocab_size=V + 1)), CaptureSpec.from_layout(LAYOUT))
+        SpecEngine(target, random_draft(_draft_cfg(vocab_size=V + 1)), CaptureSpec.from_layout(LAYOUT))
 
 
 def test_wrong_capture_keeps_output_and_lowers_acceptance(target, prompt, reference):
     """The seed's 3-slot capture padded with zeros still emits the target's tokens; misordered slots run too."""
-    draft = _random_draft(_draft_cfg())
+    draft = random_draft(_draft_cfg())
     seed = SpecEngine(target, draft, CaptureSpec.from_layout(LAYOUT[1:], pad_policy="zeros"))
     r = seed.generate(prompt, 20, SpecSettings(2, 1, 3))
     assert r.output_ids == reference[:20] and r.layout == LAYOUT[1:]
@@ -294,13 +294,13 @@ def test_wrong_capture_keeps_output_and_lowers_acceptance(target, prompt, refere
 
 def test_dump_round_trips_through_capture_format(target, prompt, tmp_path):
     """keep_aux rows written with save_dump read back (eagle3lib-dump/1) with the declared layout and ids."""
-    eng = SpecEngine(target, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(target, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT))
     r = eng.generate(prompt, 16, SpecSettings(2, 1, 3), keep_aux=True)
     d = load_dump(eng.save_dump([r], tmp_path / "dump"))
     assert d.manifest["slots"] == list(LAYOUT) and d.manifest["num_layers"] == L and len(d) == 1
     assert d[0].k == 4 and torch.equal(d[0].input_ids, r.aux_ids)
     assert torch.allclose(torch.cat(d[0].tensors, -1), r.aux)
-    padded = SpecEngine(target, _random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT[1:], pad_policy="zeros"))
+    padded = SpecEngine(target, random_draft(_draft_cfg()), CaptureSpec.from_layout(LAYOUT[1:], pad_policy="zeros"))
     r2 = padded.generate(prompt, 8, SpecSettings(2, 1, 3), keep_aux=True)
     assert load_dump(padded.save_dump([r2], tmp_path / "dump2")).manifest["slots"] is None
 

@@ -14,7 +14,7 @@ from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.serving.capturespec import CaptureSpec
 from eagle3lib.serving.engine import SpecEngine
 from eagle3lib.serving.engine_settings import SpecSettings
-from tests.serving.test_engine import OracleDraft, _draft_cfg, _expected_rounds, _random_draft
+from tests.serving.test_engine import OracleDraft, _draft_cfg, _expected_rounds, random_draft
 from tests.serving.test_tree import SecondChoiceOracle
 from tests.tiny_targets import ARCHS, H, V, exact, save_tiny_target
 
@@ -46,7 +46,7 @@ def test_random_draft_chain_equals_target_greedy(case, steps):
     """Chain drafting with a random draft (d2t offsets) gives exactly the uncached target-only greedy tokens."""
     arch, model, prompt, ref = case
     ref = ref[:N_NEW]
-    eng = SpecEngine(model, _random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(model, random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
     assert eng.generate(prompt, N_NEW, SpecSettings.baseline()).output_ids == ref
     r = eng.generate(prompt, N_NEW, SpecSettings(steps, 1, steps + 1))
     assert r.output_ids == ref, arch
@@ -59,7 +59,7 @@ def test_oracle_acceptance_and_rollback_match_a_fresh_pass(case):
     arch, model, prompt, ref = case
     truth = list(prompt.tolist()) + list(ref)
     wrong = {14, 15, 19, 24, 25, 31, 36}
-    draft = _random_draft(_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong=wrong)
+    draft = random_draft(_cfg(draft_vocab_size=V), OracleDraft, truth=truth, wrong=wrong)
     r = SpecEngine(model, draft, CaptureSpec.from_layout(LAYOUT)).generate(prompt, N_NEW, SpecSettings(3, 1, 4),
                                                                           keep_aux=True)
     taus, per_pos = _expected_rounds(len(prompt), N_NEW, 3, wrong)
@@ -84,10 +84,10 @@ def test_tree_keeps_greedy_accepts_side_branches_and_rolls_back(case):
     first choice is wrong at some positions every round accepts 3 via second children, and the aux rows after
     the accepted side branches were moved into place equal one fresh no-cache capture."""
     arch, model, prompt, ref = case
-    eng = SpecEngine(model, _random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
+    eng = SpecEngine(model, random_draft(_cfg()), CaptureSpec.from_layout(LAYOUT))
     assert eng.generate(prompt, 24, SpecSettings(3, 4, 8)).output_ids == ref[:24], arch
     truth = list(prompt.tolist()) + list(ref)
-    draft = _random_draft(_cfg(draft_vocab_size=V), SecondChoiceOracle, truth=truth, wrong={14, 15, 19, 24, 25, 31})
+    draft = random_draft(_cfg(draft_vocab_size=V), SecondChoiceOracle, truth=truth, wrong={14, 15, 19, 24, 25, 31})
     r = SpecEngine(model, draft, CaptureSpec.from_layout(LAYOUT)).generate(prompt, N_NEW, SpecSettings(2, 2, 7),
                                                                           keep_aux=True)
     assert r.output_ids == ref[:N_NEW] and set(r.accept_lengths) == {3}

@@ -19,7 +19,7 @@ from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.serving.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
     top_children, verify_inputs)
 
-from tests.serving.test_engine import H, L, V, prompt, reference, target  # noqa: F401 (shared fixtures)
+from tests.serving.test_engine import H, L, V, prompt, random_draft, reference, target  # noqa: F401 (shared)
 LAYOUT = ("embed", "layer_in.1", "layer_in.2", "layer_in.3")
 
 
@@ -30,17 +30,6 @@ def draft_cfg(draft_vocab: int = 16) -> DraftConfig:
         "num_hidden_layers": 1, "rms_norm_eps": 1e-6, "rope_theta": 10000.0, "max_position_embeddings": 512,
         "vocab_size": V, "draft_vocab_size": draft_vocab, "target_hidden_size": H, "num_aux_hidden_states": 4,
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1, 2]}})
-
-
-def random_draft(cfg: DraftConfig, cls=Eagle3Draft, **kw) -> Eagle3Draft:
-    torch.manual_seed(1)
-    draft = cls(cfg, **kw)
-    with torch.no_grad():
-        for p in draft.parameters():
-            p.normal_(0, 0.2)
-        if cfg.draft_vocab_size < cfg.vocab_size:
-            draft.d2t.copy_(torch.arange(cfg.draft_vocab_size) * 3)
-    return draft.double().eval()
 
 
 class SecondChoiceOracle(Eagle3Draft):
