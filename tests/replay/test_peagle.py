@@ -2,20 +2,16 @@
 way a server makes them (KV-cached `step`: the context, then K-1 mask slots appended, causal)."""
 from __future__ import annotations
 
-import copy
-import json
 
 import pytest
 import torch
-from safetensors.torch import save_file
 
 from eagle3lib.errors import ConfigError
-from eagle3lib.model.checkpoint import save_draft
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.peagle import PEagleDraft
 from eagle3lib.replay import run as R
 from eagle3lib.samples.sample import Sample
-from tests.conftest import TINY_SPECFORGE
+from tests.replay.test_run import make_setup as make_eagle3_setup
 
 LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # TINY_SPECFORGE ids [-1,1,3,5] of an 8-layer target
 K = 3
@@ -23,22 +19,10 @@ K = 3
 
 def make_setup(tmp_path, mask_token_id=5, layers=1) -> R.ReplaySetup:
     """A random tiny P-EAGLE draft (Vd=40 of V=120) and a target dir with config, embedding and lm_head."""
-    raw = {**copy.deepcopy(TINY_SPECFORGE), "architectures": ["PEagleDraftModel"], "num_hidden_layers": layers}
+    over = {"architectures": ["PEagleDraftModel"], "num_hidden_layers": layers}
     if mask_token_id is not None:
-        raw["mask_token_id"] = mask_token_id
-    model = PEagleDraft(DraftConfig.from_dict(raw))
-    for p in model.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    used = torch.sort(torch.randperm(120)[:40]).values
-    model.d2t.copy_(used - torch.arange(40))
-    save_draft(model, raw, tmp_path / "draft")
-    (tmp_path / "target").mkdir()
-    (tmp_path / "target" / "config.json").write_text(json.dumps(
-        {"architectures": ["LlamaForCausalLM"], "model_type": "llama", "num_hidden_layers": 8, "hidden_size": 32,
-         "vocab_size": 120}))
-    save_file({"model.embed_tokens.weight": torch.randn(120, 32), "lm_head.weight": torch.randn(120, 32)},
-              str(tmp_path / "target" / "model.safetensors"))
-    return R.load_setup(tmp_path / "draft", tmp_path / "target")
+        over["mask_token_id"] = mask_token_id
+    return make_eagle3_setup(tmp_path, over=over, cls=PEagleDraft)
 
 
 def served_drafts(model: PEagleDraft, aux: torch.Tensor, ids: torch.Tensor, a: int) -> list[int]:

@@ -27,11 +27,12 @@ MLA = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "model_type": "deepseek
                         "original_max_position_embeddings": 64}}
 
 
-def make_setup(tmp_path, *, lm_head: torch.Tensor | None = None, mla: bool = False) -> R.ReplaySetup:
-    """A random tiny draft (Vd=40 of V=120; MLA attention with mla=True) + a target dir holding only config,
-    embedding and lm_head."""
-    raw = copy.deepcopy(TINY_SPECFORGE) | (copy.deepcopy(MLA) if mla else {})
-    model = Eagle3Draft(DraftConfig.from_dict(raw))
+def make_setup(tmp_path, *, lm_head: torch.Tensor | None = None, mla: bool = False, over: dict | None = None,
+               cls=Eagle3Draft) -> R.ReplaySetup:
+    """A random tiny draft (Vd=40 of V=120; MLA attention with mla=True; `over` config fields, `cls` the model
+    class, e.g. PEagleDraft) + a target dir holding only config, embedding and lm_head."""
+    raw = copy.deepcopy(TINY_SPECFORGE) | (copy.deepcopy(MLA) if mla else {}) | (over or {})
+    model = cls(DraftConfig.from_dict(raw))
     for p in model.parameters():
         torch.nn.init.normal_(p, std=0.3)
     used = torch.sort(torch.randperm(120)[:40]).values
