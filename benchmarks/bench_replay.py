@@ -11,7 +11,7 @@ own peak RSS (VmHWM of /proc/self/status: ru_maxrss would be inherited across fo
 Goal: peak RSS flat as the dataset grows (2,000 / 500 close to 1).
 Usage: .venv/bin/python benchmarks/bench_replay.py [--samples 500,2000] [--workdir /tmp/e3bench_replay] [--ab]
        [--device cpu|cuda] [--prefetch-bench [--seconds 60]]
---ab (issue 18): the largest size again with only_scored off/on x prefetch 0/2, each in a fresh subprocess.
+--ab (issue 18): the largest size again with only_scored off/on x prefetch off/default, each in a fresh subprocess.
 --device cuda: the replays run on the GPU (dtype auto = bf16 there), timed after torch.cuda.synchronize, with the
    peak GPU memory (torch.cuda.max_memory_allocated) and the dense-work FLOP/s against the device's datasheet peak.
 --prefetch-bench (issue 18 item 3): dataset-scale replay at the seed's hidden size: 4 aux slots of 7168 in bf16
@@ -21,8 +21,11 @@ Usage: .venv/bin/python benchmarks/bench_replay.py [--samples 500,2000] [--workd
    data dropped from the page cache: the read limit (open_dataset streaming every sample, nothing else), the
    compute limit (replay of samples already in memory, prefetch 0, scaled to the dataset's tokens; timed before
    and after the replays, as the load of a shared machine drifts) and the
-   replay from disk with prefetch 0, 2 (the default) and 32; the replay's fraction of the slower limit (1.0: reading
+   replay from disk with a read-ahead of 0, 512 (two samples: the old default, counted in samples), 8192 (the
+   default: one batch, `batch_tokens`) and 32768 tokens; the replay's fraction of the slower limit (1.0: reading
    fully hidden behind the forward, or the reverse).
+   --disk-mbps R: every read (read limit and replays) is paced to a disk of R MB/s of hidden states, so that the
+   read side can be made as slow as the forward, as on a GPU box whose forward is ~50x this CPU's.
 """
 from __future__ import annotations
 
@@ -52,8 +55,15 @@ WORLDS = {
 CHILD = r"""
 import json, os, sys, time
 draft, target, data = sys.argv[1:4]
-only_scored, prefetch, device, mode = sys.argv[4] == "1", int(sys.argv[5]), sys.argv[6], sys.argv[7]
-world = json.loads(sys.argv[8])
+only_scored, device, mode = sys.argv[4] == "1", sys.argv[6], sys.argv[7]
+prefetch = None if sys.argv[5] == "default" else int(sys.argv[5])
+world, disk_rate = json.loads(sys.argv[8]), float(sys.argv[9]) * 1e6
+def paced(samples):   # a disk of disk_rate bytes/s: a sample is handed on no earlier than its bytes allow
+    t0, done = time.perf_counter(), 0
+    for s in samples:
+        done += s.aux.numel() * s.aux.element_size()
+        time.sleep(max(0.0, t0 + done / disk_rate - time.perf_counter()))
+        yield s
 def hwm():   # this process's own peak RSS in bytes
     return next(int(l.split()[1]) * 1024 for l in open("/proc/self/status") if l.startswith("VmHWM"))
 root = os.path.dirname(data)
@@ -68,7 +78,7 @@ from eagle3lib.samples.sample import Sample
 from eagle3lib.replay.run import load_setup, replay
 if mode == "read":       # the read limit: stream every sample through the reader, touch its tensors, nothing else
     t0, tokens, nbytes = time.perf_counter(), 0, 0
-    for s in open_dataset(data):
+    for s in (paced(open_dataset(data)) if disk_rate else open_dataset(data)):
         tokens += s.num_tokens
         nbytes += s.aux.numel() * s.aux.element_size()
         float(s.aux.sum(dtype=torch.float32))        # every byte read, however the reader maps the file
@@ -82,11 +92,13 @@ warm = [Sample(f"w{i}", torch.randint(0, world["vocab"], (256,)), torch.ones(256
 replay(setup, warm, progress=False)      # first-call costs (kernel selection, allocator) outside the timing
 if mode == "memory":     # the compute limit: samples already in memory (read untimed), no disk in the timing
     data = list(open_dataset(data))
+elif disk_rate:
+    data = paced(open_dataset(data))
 base = hwm()
 reset_peak(device) if device == "cuda" else None
 sync(device)
 t0 = time.perf_counter()
-r = replay(setup, data, only_scored=only_scored, prefetch=prefetch, progress=False)
+r = replay(setup, data, only_scored=only_scored, prefetch_tokens=prefetch, progress=False)
 sync(device)
 dt = time.perf_counter() - t0
 print(json.dumps({"seconds": dt, "tokens": int(r.per_sample.tokens.sum()), "samples": len(r.per_sample),
@@ -146,12 +158,14 @@ def build(workdir: Path, n: int, world: dict | None = None) -> tuple[Path, Path,
     return draft, target, data
 
 
-def run(draft: Path, target: Path, index: Path, only_scored: bool = True, prefetch: int = 2, device: str = "cpu",
-        mode: str = "disk", world: dict | None = None) -> dict:
+def run(draft: Path, target: Path, index: Path, only_scored: bool = True, prefetch: int | None = None,
+        device: str = "cpu", mode: str = "disk", world: dict | None = None, disk_mbps: float = 0) -> dict:
     """One replay (mode "disk"; "memory": samples read before the timing; "read": only the reader) in a fresh
-    subprocess: seconds, tokens, peak RSS."""
+    subprocess: seconds, tokens, peak RSS. prefetch: replay's prefetch_tokens (None: its default); disk_mbps > 0:
+    reads paced to a disk of that many MB/s."""
     out = subprocess.run([sys.executable, "-c", CHILD, str(draft), str(target), str(index), str(int(only_scored)),
-                          str(prefetch), device, mode, json.dumps(world or WORLDS["small"])],
+                          "default" if prefetch is None else str(prefetch), device, mode,
+                          json.dumps(world or WORLDS["small"]), str(disk_mbps)],
                          stdout=subprocess.PIPE, text=True, cwd=Path(__file__).parent)
     if out.returncode != 0:
         raise SystemExit(f"bench_replay child ({mode}, prefetch {prefetch}) failed (its error is above)")
@@ -197,21 +211,23 @@ def prefetch_bench(args) -> None:
     rows = []
 
     def add(what, r, prefetch=None, scale=1.0):
-        rows.append({"what": what, "prefetch": prefetch, "tokens": round(r["tokens"] * scale), "seconds": r["seconds"] * scale,
+        rows.append({"what": what, "prefetch tokens": prefetch, "tokens": round(r["tokens"] * scale), "seconds": r["seconds"] * scale,
                      "tokens/s": r["tokens"] / r["seconds"], "MB/s of hidden states": r["tokens"] * per_token / r[
                          "seconds"] / 1e6, "peak RSS MB": r["peak_rss"] / 1e6, "load": round(os.getloadavg()[0], 2),
                      "when": time.strftime("%H:%M")})
-        print(f"  {what} (prefetch {prefetch}): {rows[-1]['seconds']:.1f} s", flush=True)
-    read = run(draft, target, index, mode="read", world=world)
-    add("read limit (reader only, cold cache)", read)
+        print(f"  {what} (prefetch tokens {prefetch}): {rows[-1]['seconds']:.1f} s", flush=True)
+    disk = args.disk_mbps
+    read = run(draft, target, index, mode="read", world=world, disk_mbps=disk)
+    add("read limit (reader only, cold cache" + (f", paced to {disk:g} MB/s)" if disk else ")"), read)
     mem_n = min(n, 64)                                        # compute side on <= 64 samples held in memory
     mem_index = data / f"mem_{mem_n}.jsonl"
     mem_index.write_text("".join(lines[:mem_n]))
     comp = run(draft, target, mem_index, True, 0, args.device, "memory", world)
     add(f"compute limit (replay of {mem_n} in-memory samples, scaled to {read['tokens']} tokens)", comp, 0,
         read["tokens"] / comp["tokens"])
-    for pre in (0, 2, 32):
-        add("replay from disk (cold cache)", run(draft, target, index, True, pre, args.device, "disk", world), pre)
+    for pre in (0, 512, None, 32768):            # None: replay's default, one batch (batch_tokens = 8192)
+        add("replay from disk (cold cache)", run(draft, target, index, True, pre, args.device, "disk", world, disk),
+            8192 if pre is None else pre)
     comp2 = run(draft, target, mem_index, True, 0, args.device, "memory", world)     # again: the load may drift
     add("compute limit again (after the replays)", comp2, 0, read["tokens"] / comp2["tokens"])
     rows.insert(2, rows.pop())
@@ -221,9 +237,10 @@ def prefetch_bench(args) -> None:
         r["fraction of the slower limit"] = slower / r["seconds"]
     finish("replay_prefetch", rows, {
         "world": world, "samples": n, "data_on_disk_MB": disk_mb, "bytes_per_token": per_token,
-        "device": args.device, "read_limit_s": read_s, "compute_limit_s": comp_s,
+        "device": args.device, "disk_paced_MBps": disk or None, "read_limit_s": read_s, "compute_limit_s": comp_s,
         "slower": "read" if read_s > comp_s else "compute",
-        "replay_fraction_of_slower": {f"prefetch={r['prefetch']}": r["fraction of the slower limit"] for r in rows[3:]},
+        "replay_fraction_of_slower": {f"prefetch_tokens={r['prefetch tokens']}": r["fraction of the slower limit"]
+                                      for r in rows[3:]},
         "note": "fraction = slower limit / replay time (compute limit: the mean of its runs before and after the "
                 "replays): 1.0 = the faster side fully hidden; the sum of both limits is what no overlap costs"})
 
@@ -239,6 +256,8 @@ def main() -> None:
                     "the seed's hidden size (issue 18 item 3) instead of benchmark 4")
     ap.add_argument("--seconds", type=float, default=60, help="--prefetch-bench: target compute time")
     ap.add_argument("--prefetch-samples", type=int, default=0, help="--prefetch-bench: samples (0: from --seconds)")
+    ap.add_argument("--disk-mbps", type=float, default=0, help="--prefetch-bench: pace every read to a disk of this "
+                    "many MB/s (0: the real disk, here mostly the page cache's speed)")
     ap.add_argument("--world", default="seed7168", choices=sorted(WORLDS), help="--prefetch-bench: data and draft "
                     "sizes (small: benchmark 4's, for the smoke test)")
     args = ap.parse_args()
@@ -249,15 +268,15 @@ def main() -> None:
     draft, target, data = build(Path(args.workdir), sizes[-1])
     lines = (data / "train.jsonl").read_text().splitlines(keepends=True)
     rows = []
-    plan = [(n, True, 2) for n in sizes]
+    plan = [(n, True, None) for n in sizes]                  # None: replay's default read-ahead
     if args.ab:                                              # variants of the largest size, interleaved
-        plan += [(sizes[-1], o, p) for o, p in ((False, 0), (True, 0), (False, 2), (True, 2))]
+        plan += [(sizes[-1], o, p) for o, p in ((False, 0), (True, 0), (False, None), (True, None))]
     for n, only, pre in plan:
         index = data / f"first_{n}.jsonl"                     # a dataset of the first n samples, same files
         index.write_text("".join(lines[:n]))
         load = os.getloadavg()[0]
         r = run(draft, target, index, only, pre, args.device)
-        rows.append({"samples": n, "only_scored": only, "prefetch": pre, "tokens": r["tokens"], "seconds": r["seconds"],
+        rows.append({"samples": n, "only_scored": only, "prefetch tokens": 8192 if pre is None else pre, "tokens": r["tokens"], "seconds": r["seconds"],
                      "tokens/s": r["tokens"] / r["seconds"], "peak RSS MB": r["peak_rss"] / 1e6,
                      "RSS before replay MB": r["rss_before"] / 1e6,
                      "replay RSS growth MB": (r["peak_rss"] - r["rss_before"]) / 1e6,
@@ -278,7 +297,7 @@ def main() -> None:
                             "peak_rss_ratio": big["peak RSS MB"] / small["peak RSS MB"],
                             "data_ratio": big["data on disk MB"] / small["data on disk MB"],
                             "tokens_per_s": big["tokens/s"], "threads": r["threads"], "device": args.device,
-                            "ab_seconds": {f"only_scored={x['only_scored']},prefetch={x['prefetch']}": x["seconds"]
+                            "ab_seconds": {f"only_scored={x['only_scored']},prefetch_tokens={x['prefetch tokens']}": x["seconds"]
                                            for x in rows[len(sizes):]}})
 
 

@@ -107,12 +107,16 @@ def test_cuda_benchmarks_say_there_is_no_cuda(name):
 
 
 def test_prefetch_benchmark_measures_both_limits(tmp_path):
-    """The prefetch benchmark on 5 small samples: read limit, compute limit and three replays of the same tokens."""
+    """The prefetch benchmark on 5 small samples, reads paced to a 5 MB/s disk: read limit, compute limit and four
+    replays of the same tokens (read-ahead 0 / 512 / 8192 / 32768 tokens), none reading faster than the disk."""
     rec = run_script("bench_replay.py", tmp_path, "--prefetch-bench", "--world", "small", "--prefetch-samples", "5",
-                     "--workdir", str(tmp_path / "work"))
+                     "--disk-mbps", "5", "--workdir", str(tmp_path / "work"))
     lengths = [len(json.loads(x)["input_ids"]) for x in
                (tmp_path / "work" / "small" / "data" / "train.jsonl").read_text().splitlines()]
     assert rec["benchmark"] == "replay_prefetch" and rec["samples"] == 5 and len(lengths) == 5
-    assert [r["prefetch"] for r in rec["rows"]] == [None, 0, 0, 0, 2, 32]
+    assert [r["prefetch tokens"] for r in rec["rows"]] == [None, 0, 0, 0, 512, 8192, 32768]
     assert all(r["tokens"] == sum(lengths) and r["seconds"] > 0 for r in rec["rows"])
-    assert set(rec["replay_fraction_of_slower"]) == {"prefetch=0", "prefetch=2", "prefetch=32"}
+    assert rec["disk_paced_MBps"] == 5
+    from_disk = [r for r in rec["rows"] if r["what"].startswith(("read limit", "replay from disk"))]
+    assert len(from_disk) == 5 and all(r["MB/s of hidden states"] <= 5.0 for r in from_disk)
+    assert set(rec["replay_fraction_of_slower"]) == {f"prefetch_tokens={p}" for p in (0, 512, 8192, 32768)}

@@ -10,7 +10,9 @@ on the rows its COD sampling can keep, and the chain simulation is that same for
 from __future__ import annotations
 
 import contextlib
+import itertools
 import os
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -214,12 +216,16 @@ def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "au
 # ---------------------------------------------------------------- scoring one sample
 
 def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
-    """(iterable of Samples, dataset or None, total for the progress bar) from a Dataset, path or iterable."""
+    """(iterable of Samples, dataset or None, total for the progress bar) from a Dataset, path or iterable. An
+    iterator (a generator of Samples: a capture loop, a custom reader) is consumed lazily, `n` first items, total
+    unknown; other iterables are taken as a list."""
     if isinstance(data, (str, os.PathLike)):
         data = open_dataset(Path(data), format=data_format or None, hidden_size=None)
     if isinstance(data, Dataset):
         it = data.sample(n, seed) if n else iter(data)
         return it, data, (min(n, len(data)) if n else len(data))
+    if isinstance(data, Iterator):
+        return (itertools.islice(data, n) if n else data), None, None
     data = list(data)
     return data[:n] if n else data, None, len(data[:n] if n else data)
 
@@ -227,15 +233,16 @@ def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
 def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n: int | None = None, seed: int = 0,
            data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
            align: int = 0, mask: str = "token", reference: str = "auto", simulate: bool = True,
-           batch_tokens: int = 8192, recapture=None, only_scored: bool = True, prefetch: int = 2,
-           progress: bool = True) -> ReplayResult:
+           batch_tokens: int = 8192, recapture=None, only_scored: bool = True,
+           prefetch_tokens: int | None = None, progress: bool = True) -> ReplayResult:
     """Run the draft on samples (Dataset, path or list) under `layout` (default: the training layout) and score it.
 
     Per step k: teacher-forced top-1 (SpecForge accuracy), joint and conditional rates, OOV rate; with
     `simulate`, chain drafting from every position (draft's own tokens and states fed back) scored like a greedy
     verifier whose continuation is the reference. Bad samples are skipped with a reason naming them.
     only_scored: run the lm_head and the steps >= 1 only where an output is scored (same numbers, less work);
-    prefetch: samples read and prepared ahead in a background thread, overlapping the forward (0: in line).
+    prefetch_tokens: tokens of samples read and prepared ahead in a background thread, overlapping the forward
+    (None: one batch, `batch_tokens`, so the next batch is read while this one runs; 0: in line).
     """
     options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
                              simulate=simulate)
@@ -248,7 +255,7 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     skipped0 = len(ds.skipped) if ds is not None else 0
     with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress, unit="sample") as meter:
         count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter,
-              only_scored=only_scored, prefetch=prefetch)
+              only_scored=only_scored, prefetch_tokens=prefetch_tokens)
     if ds is not None:
         counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)
@@ -277,9 +284,11 @@ def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
 
 
 def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: int = 8192, recapture=None,
-          bar=None, only_scored: bool = True, prefetch: int = 2) -> "ReplayCounts":
+          bar=None, only_scored: bool = True, prefetch_tokens: int | None = None) -> "ReplayCounts":
     """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips).
-    prefetch: samples read and prepared ahead in a background thread while the draft runs (0: in line)."""
+    prefetch_tokens: tokens of samples read and prepared ahead in a background thread while the draft runs
+    (None: `batch_tokens`, the next batch; 0: in line). Counted in tokens, not samples: a batch holds tens of
+    samples, and a reader two samples ahead would wait through most of every forward (benchmarks/NOTES.md 9.3)."""
     model, o = setup.model, counts.opts
 
     def prepared():                                  # reading + prepare_sample; runs in the prefetch thread
@@ -296,7 +305,8 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
         in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
         in_vocab[hot.cpu()] = True
         hot, batch = hot.to(setup.device), []
-        for key, s, item in ahead(prepared(), prefetch):
+        depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
+        for key, s, item in ahead(prepared(), depth, weight=_tokens_of):
             if bar is not None:
                 bar.update(1)
             if isinstance(item, Eagle3Error):
@@ -336,6 +346,12 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)
     return ReplayItem(key, s.id, s.source, s.input_ids, s.loss_mask, eff,
                       shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
+
+
+def _tokens_of(prepared: tuple) -> int:
+    """What a (key, Sample, ReplayItem | error) from `count`'s reader weighs in the read-ahead budget: its tokens."""
+    item = prepared[2]
+    return len(item.ids) if isinstance(item, ReplayItem) else 1
 
 
 def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):

@@ -1,8 +1,10 @@
-"""prefetch.ahead: order, read-ahead, errors and early close; replay with and without prefetching agree."""
+"""prefetch.ahead: order, read-ahead by items or by weight, errors and early close; replay with and without
+prefetching agree, and a replay streams a generator of samples."""
 from __future__ import annotations
 
 import itertools
 import threading
+import time
 
 import pandas as pd
 import pytest
@@ -66,8 +68,46 @@ def test_replay_with_prefetch_equals_replay_in_line(tmp_path):
     bad = Sample("wide", torch.zeros(T, dtype=torch.long), torch.ones(T, dtype=torch.long), torch.randn(T, 4, 16),
                  LAYOUT)
     data = good[:1] + [bad] + good[1:]
-    r0, r2 = (R.replay(setup, data, batch_tokens=40, prefetch=p, progress=False) for p in (0, 2))
-    for name in ("per_step", "per_sample", "histogram"):
-        pd.testing.assert_frame_equal(getattr(r2, name), getattr(r0, name), check_exact=True)
-    assert r2.summary() == r0.summary() and r2.skipped == r0.skipped and len(r0.skipped) == 1
-    assert len(r0.per_sample) == 3
+    r0, *others = (R.replay(setup, data, batch_tokens=40, prefetch_tokens=p, progress=False) for p in (0, 1, None))
+    for r in others:
+        for name in ("per_step", "per_sample", "histogram"):
+            pd.testing.assert_frame_equal(getattr(r, name), getattr(r0, name), check_exact=True)
+        assert r.summary() == r0.summary() and r.skipped == r0.skipped
+    assert len(r0.skipped) == 1 and len(r0.per_sample) == 3
+
+
+def test_ahead_by_weight_holds_at_most_the_budget_and_lets_a_heavy_item_through():
+    """Budget 10 units: items of weight 4 -> 2 held (the third would make 12) plus the one in the worker's hands;
+    an item of weight 25 still passes, alone."""
+    produced, consumed = [], []
+    weights = [4, 4, 4, 4, 25, 1]
+
+    def source():
+        for i, w in enumerate(weights):
+            produced.append(i)
+            yield (i, w)
+    it = ahead(source(), 10, weight=lambda x: x[1])
+    consumed.append(next(it))
+    deadline = time.monotonic() + 30
+    while len(produced) < 4 and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)                                   # the worker would go on here if the budget did not hold it
+    assert produced == [0, 1, 2, 3]                   # 1 and 2 held (8 units), 3 produced and waiting for room
+    consumed += list(it)
+    assert consumed == [(i, w) for i, w in enumerate(weights)]
+
+
+def test_replay_streams_a_generator_of_samples(tmp_path):
+    """A generator (a capture loop, a custom reader) is replayed lazily, n first items, with the list's numbers."""
+    setup = make_setup(tmp_path)
+    good = make_samples(setup, n=3, T=20)[0]
+    pulled = []
+
+    def stream():
+        for s in good:
+            pulled.append(s.id)
+            yield s
+    r_list = R.replay(setup, good[:2], batch_tokens=40, progress=False)
+    r_gen = R.replay(setup, stream(), n=2, batch_tokens=40, progress=False)
+    pd.testing.assert_frame_equal(r_gen.per_step, r_list.per_step, check_exact=True)
+    assert len(r_gen.per_sample) == 2 and pulled == [s.id for s in good[:2]]
