@@ -137,6 +137,13 @@ def target_rules(engine: str, target_arch: str | None, version: str | None = Non
                  and target_arch.startswith(r.archs) and _in_force(r, version))
 
 
+def target_model_file(engine: str, target_arch: str | None) -> str:
+    """The engine's model file that serves `target_arch` (a TARGET_RULES row), else llama.py, the file Llama-,
+    Qwen- and Mistral-style targets go through."""
+    return next((r.model_file for r in TARGET_RULES if r.engine == engine and target_arch
+                 and target_arch.startswith(r.archs)), "llama.py")
+
+
 def draft_rules(engine: str, draft_arch: str, version: str | None = None) -> tuple[DraftRule, ...]:
     """Rows for `engine`'s model file of `draft_arch` that may be in force at `version` (None: any)."""
     return tuple(r for r in DRAFT_RULES if r.engine == engine and draft_arch in r.archs and _in_force(r, version))

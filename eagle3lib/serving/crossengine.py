@@ -11,6 +11,7 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .capture_rules import target_model_file
 from .capturespec import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION
 from ..errors import ConfigError
 from .launch import LaunchArgs
@@ -83,7 +84,8 @@ def _ids(value, where: str):
     return tuple(value)
 
 
-def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str]) -> EngineReading:
+def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str],
+                target_arch: str | None = None) -> EngineReading:
     if engine != "trained":   # engines test `i in layers_to_capture` inside the layer loop: ascending, once each
         pairs = sorted(dict(zip(capture, ids)).items())
         if [c for c, _ in pairs] != list(capture):
@@ -101,8 +103,8 @@ def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str]
         else:
             names.append(from_ids([i], "input", L)[0])
             if i == 0 and engine != "trained":
-                bad = ("embedding at index 0: llama.py adds a None residual there and crashes (SGLang; older vLLM); "
-                       "only some model files guard it")
+                bad = (f"embedding at index 0: {target_model_file(engine, target_arch)} adds a None residual there "
+                       "and crashes (SGLang; older vLLM); only some model files guard it")
         slot_problems.append(bad)
     return EngineReading(engine, key, tuple(ids), tuple(capture), tuple(names), tuple(slot_problems),
                          tuple(problems))
@@ -137,7 +139,7 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
             probs.append("PR #25454: first id != 1, so no +1: ids are used as capture-before indices")
         else:
             cap = tuple(i + 1 for i in nested)
-    out.append(_boundaries("sglang", key, ids, cap, L, probs))
+    out.append(_boundaries("sglang", key, ids, cap, L, probs, target_arch))
     probs = []
     if top is None:
         ids, key = default, "default (2, L//2, L-3) (no top-level ids)"
@@ -145,7 +147,7 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
             probs.append("eagle_config.eagle_aux_hidden_state_layer_ids is not read by vLLM (top level only)")
     else:
         ids, key = top, "eagle_aux_hidden_state_layer_ids (top level)"
-    out.append(_boundaries("vllm", key, ids, ids, L, probs))
+    out.append(_boundaries("vllm", key, ids, ids, L, probs, target_arch))
     return tuple(out)
 
 

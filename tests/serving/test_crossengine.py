@@ -54,6 +54,9 @@ def test_layer_reading_of_the_sample_draft():
     assert trained.boundaries == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert sgl.capture == (0, 2, 4, 6) and sgl.boundaries == trained.boundaries
     assert "crashes" in sgl.slot_problems[0] and sgl.slot_problems[1:] == (None, None, None)
+    assert "llama.py adds a None residual" in sgl.slot_problems[0]
+    ds = layer_reading(DRAFT, 8, "0.5.6", "DeepseekV3ForCausalLM")[1]       # the file that serves the target
+    assert "deepseek_v2.py adds a None residual" in ds.slot_problems[0]
     assert vll.ids == (2, 4, 5) and vll.boundaries == ("layer_in.2", "layer_in.4", "layer_in.5")
     assert any("not read by vLLM" in p for p in vll.problems)
     frame = layer_frame((trained, sgl, vll))
