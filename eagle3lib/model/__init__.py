@@ -12,6 +12,8 @@
                chain drafting (one cache per layer).
 - `mla`        `MlaAttention`: DeepSeek-V2 multi-latent attention for MLA drafts (SGLang
                `Eagle3DeepseekV2ForCausalLM`, Kimi-K2.x), its partial interleaved RoPE and YaRN softmax scale.
+- `mla_vllm`   vLLM's dialect of the MLA draft as data (deepseek_eagle3.py: `Eagle3DeepseekV2/V3ForCausalLM`, the
+               config fields it reads, its unused later-layer `hidden_norm`, its fused tensors); its forward is `draft`'s.
 - `peagle`     `PEagleDraft`: P-EAGLE (parallel drafting), all K drafts in one forward with `mask_hidden` and the
                mask token; `draft_for(cfg)` builds the model a config describes.
 - `ttt_attention` the draft's attention at every TTT step in memory linear in T (SDPA in query blocks, diagonal keys

@@ -18,8 +18,10 @@ from typing import Any, Mapping
 
 from .. import layout as _layout
 from ..errors import ConfigError, MissingFileError
-from .config_fields import (MLA_ARCHITECTURE, MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_layer_ids,
-                            read_layer_type, read_mla, read_parallel, read_rope, refuse_other_algorithms)
+from .config_fields import (MLA_ARCHITECTURE, MLA_ARCHITECTURES, MLA_SIZES, MlaConfig, detect_dialect, read_flag,
+                            read_layer_ids, read_layer_type, read_mla, read_parallel, read_rope,
+                            refuse_other_algorithms)
+from .mla_vllm import config_warnings as vllm_mla_warnings
 
 # Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning).
 _KNOWN_KEYS = {
@@ -34,7 +36,7 @@ _KNOWN_KEYS = {
     "embed_requires_grad", "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id",
     "eagle_architecture_config", "has_lm_head", "layer_types", "output_router_logits",
     *("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "rope_interleave"),
-    "pard_token", "ptd_token_id", "num_depths",
+    "pard_token", "ptd_token_id", "num_depths", "logit_scale",
 }
 # SGLang's class for EAGLE-3 / EAGLE-3.1 drafts with DeepSeek-V2 multi-latent attention (Kimi-K2.x, DeepSeek-V3)
 _DIALECTS = ("eagle", "specforge", "vllm", "speculators", "modelopt")
@@ -139,7 +141,7 @@ class DraftConfig:
                               expected=f"a divisor of {nh}", found=nkv)
         head_dim = opt_int("head_dim", max(hidden // nh, 1), body)
         mla = None
-        if MLA_ARCHITECTURE in archs or any(body.get(k) is not None for k in MLA_SIZES):
+        if any(a in MLA_ARCHITECTURES for a in archs) or any(body.get(k) is not None for k in MLA_SIZES):
             mla = read_mla(body, str(archs[0]), warnings, source)
             if nkv != nh:
                 warnings.append(f"num_key_value_heads={nkv} in an MLA draft: multi-latent attention expands the "
@@ -171,6 +173,8 @@ class DraftConfig:
                                   expected="a number (YaRN factor)", found="nothing",
                                   cause="SGLang reads rope_scaling['factor'] for the MLA softmax scale")
             mla = MlaConfig(**{**mla.as_dict(), "rope_scaling": rope_scaling})
+        if mla is not None and dialect == "vllm":      # what vLLM's deepseek_eagle3.py reads differently
+            warnings.extend(vllm_mla_warnings(raw, body, rope_theta, int(num_aux)))
         eps = opt("rms_norm_eps", 1e-6, body)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
@@ -301,12 +305,17 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         if cfg.aux_ids_convention != out_conv:
             ids = [i + 1 for i in ids] if out_conv == "input" else [i - 1 for i in ids]
     if cfg.mla is not None:
-        if dialect != "specforge":
+        if dialect not in ("specforge", "vllm"):
             raise ConfigError("config_to_dict", f"an MLA draft has no {dialect} config", expected="specforge (the "
-                              f"SGLang dialect, {MLA_ARCHITECTURE})", found=dialect,
-                              cause="only SGLang serves EAGLE-3 drafts with multi-latent attention")
+                              f"SGLang dialect) or vllm, both {MLA_ARCHITECTURE}", found=dialect,
+                              cause="only SGLang and vLLM serve EAGLE-3 drafts with multi-latent attention")
         llama.pop("head_dim")                          # HF DeepseekV3Config derives its own (= qk_rope_head_dim)
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
+        if dialect == "vllm":   # deepseek_eagle3.py sizes fc from num_aux_hidden_states; the target reads top-level ids
+            arch = cfg.architecture if cfg.architecture in MLA_ARCHITECTURES else MLA_ARCHITECTURE
+            return {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
+                    "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux,
+                    "eagle_aux_hidden_state_layer_ids": ids, **flags}
     if dialect == "specforge":
         arch = MLA_ARCHITECTURE if cfg.mla else "PEagleDraftModel" if cfg.parallel_drafting else "LlamaForCausalLMEagle3"
         d = {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,

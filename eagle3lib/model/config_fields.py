@@ -11,8 +11,10 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedDraftError
+from .mla_vllm import ARCHITECTURES as VLLM_MLA_ARCHITECTURES, VLLM_ONLY_ARCHITECTURES
 
-MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"
+MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"      # SGLang kimi_k25_eagle3.py, vLLM deepseek_eagle3.py
+MLA_ARCHITECTURES = (MLA_ARCHITECTURE, *(a for a in VLLM_MLA_ARCHITECTURES if a != MLA_ARCHITECTURE))
 MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
@@ -133,7 +135,7 @@ def detect_dialect(raw: Mapping[str, Any]) -> str:
     if "eagle_architecture_config" in raw or any(
             k in eagle_cfg for k in ("use_last_layernorm", "use_input_layernorm_in_first_layer", "use_mtp_layernorm")):
         return "modelopt"
-    if raw.get("eagle_aux_hidden_state_layer_ids") is not None:
+    if raw.get("eagle_aux_hidden_state_layer_ids") is not None or arch in VLLM_ONLY_ARCHITECTURES:
         return "vllm"
     if arch.endswith("Eagle3") or arch.startswith("Eagle3") or eagle_cfg or arch == "PEagleDraftModel":
         return "specforge"
@@ -233,15 +235,21 @@ def read_mla(body: Mapping[str, Any], arch: str, warnings: list[str], source: st
     if not isinstance(interleave, bool):
         raise ConfigError(f"{source}, key 'rope_interleave'", "wrong type", expected="true or false",
                           found=repr(interleave))
-    if arch != MLA_ARCHITECTURE:
+    if arch not in MLA_ARCHITECTURES:
         warnings.append(f"MLA fields in a {arch} config: modelled as multi-latent attention; SGLang serves MLA "
-                        f"EAGLE-3 drafts only as {MLA_ARCHITECTURE}")
+                        f"EAGLE-3 drafts only as {MLA_ARCHITECTURE}, vLLM as {' or '.join(VLLM_MLA_ARCHITECTURES)}")
+    elif arch in VLLM_ONLY_ARCHITECTURES:
+        warnings.append(f"{arch} is vLLM's alias of {MLA_ARCHITECTURE} (deepseek_eagle3.py @ 03590193): SGLang has "
+                        f"no class of that name; write {MLA_ARCHITECTURE} to serve this draft with both engines")
     if q_lora is None:
         warnings.append("q_lora_rank is null (q_proj, no query LoRA): SGLang's kimi_k25_eagle3.py refuses this "
-                        "draft ('Eagle3 MLA layer requires q_lora_rank')")
+                        "draft ('Eagle3 MLA layer requires q_lora_rank'); vLLM's deepseek_eagle3.py @ 03590193 "
+                        "renames kv_a_proj_with_mqa to fused_qkv_a_proj, which exists only with q_lora_rank, so "
+                        "its load fails")
     if not interleave:
-        warnings.append("rope_interleave is false: SGLang's DeepseekV2AttentionMLA always rotates interleaved "
-                        "pairs (is_neox_style=False) and ignores the key; served RoPE differs from this config's")
+        warnings.append("rope_interleave is false: SGLang's DeepseekV2AttentionMLA and vLLM's (deepseek_v2.py @ "
+                        "002d6073) always rotate interleaved pairs (is_neox_style=False) and ignore the key; served "
+                        "RoPE differs from this config's")
     if body.get("attention_bias"):
         warnings.append("attention_bias is true in an MLA draft: SGLang builds its MLA projections without bias "
                         "(modelled bias-free)")

@@ -113,7 +113,8 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       "vllm vllm/model_executor/models/deepseek_eagle3.py @ 03590193 (layers.<i> for i < num_hidden_layers, "
       "MLA with input 2H at layer 0 and H after; fc = target_hidden_size x (num_aux_hidden_states, else "
       "len(eagle_config ids), else 3))", "fc_norm, norm_output and norm_before_residual read; midlayer. -> "
-      "layers.0."),
+      "layers.0.; q_a_proj + kv_a_proj_with_mqa stacked into fused_qkv_a_proj, so a null q_lora_rank fails to load; "
+      "layers >= 1 build an unread hidden_norm; no rope_scaling -> RoPE theta 10000 (model/mla_vllm.py)"),
 )
 
 

@@ -202,14 +202,19 @@ def test_mla_inconsistent_values_are_config_errors(over, key):
 
 
 def test_mla_config_to_dict_round_trip():
-    """The SGLang-dialect config of an MLA draft reads back to the same sizes; other dialects are refused."""
+    """The SGLang- and vLLM-dialect configs of an MLA draft read back to the same sizes and layout (vLLM's with
+    top-level input-of-layer ids and num_aux_hidden_states); the other dialects are refused."""
     c = DraftConfig.from_dict(MLA)
     d = config_to_dict(c, "specforge")
     assert d["architectures"] == ["Eagle3DeepseekV2ForCausalLM"] and "head_dim" not in d
     back = DraftConfig.from_dict(d)
     assert back.mla == c.mla and back.aux_layout(61) == c.aux_layout(61) and back.head_dim == 192
+    v = config_to_dict(c, "vllm")
+    assert v["eagle_aux_hidden_state_layer_ids"] == [2, 30, 58] and v["num_aux_hidden_states"] == 3
+    back = DraftConfig.from_dict(v)
+    assert back.dialect == "vllm" and back.mla == c.mla and back.aux_layout(61) == c.aux_layout(61)
     with pytest.raises(ConfigError, match="MLA"):
-        config_to_dict(c, "vllm")
+        config_to_dict(c, "speculators")
 
 
 def test_qwen3_layers_and_biases_from_the_speculators_layer_config():
