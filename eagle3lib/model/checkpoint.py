@@ -7,6 +7,8 @@ Multi-layer drafts: layer 0 is always `midlayer.*`; layers N >= 1 are `layers.N.
 (`input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.*`; Qwen3 adds `self_attn.q_norm` /
 `k_norm`) in every format, as speculators writes them and vLLM / SGLang (>= PR #24663, `midlayer` -> `layers.0`)
 read them. Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
+MLA drafts in vLLM's dialect (model/mla_vllm.py) also drop its unused `layers.N.hidden_norm` (N >= 1, DROPPED) and
+split its fused `fused_qkv_a_proj` / `gate_up_proj` back into the checkpoint's names (STACKED).
 Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a DataFrame)
 """
 from __future__ import annotations
@@ -24,6 +26,7 @@ from safetensors.torch import save_file
 from .config import DraftConfig, config_to_dict, load_config
 from .draft import Eagle3Draft
 from .layers import Rotary
+from .mla_vllm import DROPPED as VLLM_MLA_DROPPED, is_vllm_checkpoint, unstack
 from .peagle import draft_for
 from ..errors import CheckpointError
 from .safefiles import load_state_dict, weight_files
@@ -52,14 +55,21 @@ SAVE_MAPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
     "speculators": (((r"^midlayer\.", "layers.0."),), ()),
     "modelopt": (((r"^midlayer\.", "layers.0."),), ("t2d",)),
     "specforge-peagle": (((r"^midlayer\.", "layers.0."),), ()),    # SpecForge's PEagleDraftModel keeps `layers`
+    "vllm": (((r"^midlayer\.", "layers.0."),), ()),   # vLLM's own names (MLA: deepseek_eagle3.py, model/mla_vllm.py)
 }
 _FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 
-def canonicalize(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], list[tuple[str, str, str]]]:
-    """(state dict under canonical names, [(old, new, rule source)] for every rename)."""
+def canonicalize(sd: dict[str, torch.Tensor], drop: tuple[tuple[str, str], ...] = ()
+                 ) -> tuple[dict[str, torch.Tensor], list[tuple[str, str | None, str]]]:
+    """(state dict under canonical names, [(old, new, rule source)] for every rename; new is None for a key matched
+    by a (pattern, source) of `drop`: a tensor the format holds but no forward reads)."""
     out, renames = {}, []
     for key, t in sd.items():
+        gone = next((who for pattern, who in drop if re.search(pattern, key)), None)
+        if gone is not None:
+            renames.append((key, None, gone))
+            continue
         new, who = key, None
         for pattern, repl, source in TO_CANONICAL:
             if re.search(pattern, new):
@@ -75,10 +85,12 @@ def canonicalize(sd: dict[str, torch.Tensor]) -> tuple[dict[str, torch.Tensor], 
     return out, renames
 
 
-def detect_format(keys) -> str:
+def detect_format(keys, mla: bool = False) -> str:
     """Which writer produced these keys: specforge (midlayer.*), speculators (layers.0.*), modelopt, sglang (later
-    layers are layers.N.* in all of them)."""
+    layers are layers.N.* in all of them), vllm (an MLA draft with names only vLLM's modules have)."""
     keys = list(keys)
+    if mla and is_vllm_checkpoint(keys):
+        return "vllm"
     if any(k.startswith("eagle_module.") for k in keys):
         return "modelopt"
     if any(k.startswith("layers.0.") for k in keys):
@@ -187,7 +199,9 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     cfg = load_config(path)
     files = weight_files(path)
     raw_sd = load_state_dict(path)
-    sd, renames = canonicalize(raw_sd)
+    sd, renames = canonicalize(raw_sd, VLLM_MLA_DROPPED if cfg.mla else ())
+    sd, split = unstack(sd, cfg, str(files[0]))                  # vLLM's fused tensors -> the checkpoint's names
+    renames += split
     report = validate(sd, cfg)
     bad = report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])]
     if len(bad):
@@ -232,13 +246,13 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     model = model.to(device)
     if dtype is not None:
         model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool
-    return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files], detect_format(raw_sd),
-                       renames, tuple(from_target))
+    return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files],
+                       detect_format(raw_sd, cfg.mla is not None), renames, tuple(from_target))
 
 
 def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: str | Path,
                format: str = "specforge", include_embed: bool = False) -> Path:
-    """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt). A P-EAGLE draft
+    """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt, vllm). A P-EAGLE draft
     keeps its (trained) embedding and `mask_hidden`; in SpecForge format its layer is `layers.0.*` as SpecForge's
     PEagleDraftModel names it."""
     if format not in SAVE_MAPS:
@@ -257,9 +271,9 @@ def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(config, DraftConfig):    # write the config in the dialect that goes with the weights
-        dialect = {"speculators": "speculators", "eagle": "eagle"}.get(format, "specforge")
-        # an MLA draft has one config dialect, SGLang's (its loader reads midlayer.* and layers.0.* names alike)
-        raw = config_to_dict(config, "specforge" if config.mla else dialect)
+        dialect = {"speculators": "speculators", "eagle": "eagle", "vllm": "vllm"}.get(format, "specforge")
+        # an MLA draft: SGLang's config (its loader reads midlayer.* and layers.0.* alike), or vLLM's
+        raw = config_to_dict(config, ("vllm" if format == "vllm" else "specforge") if config.mla else dialect)
     else:
         raw = dict(config)
     tmp = out_dir / "model.safetensors.tmp"
