@@ -58,22 +58,40 @@ def random_draft(cfg: DraftConfig) -> Eagle3Draft:
     return d.eval()
 
 
+def hf_config(raw: dict, layers: int = 1) -> DeepseekV3Config:
+    """A tiny DeepseekV3Config with the draft config's sizes and RoPE; its first `layers` layers dense (MLP)."""
+    rope = {"rope_type": "default", "rope_theta": raw["rope_theta"]}
+    if raw.get("rope_scaling"):
+        rope = {**raw["rope_scaling"], "rope_theta": raw["rope_theta"]}
+    hf = DeepseekV3Config(
+        hidden_size=H, intermediate_size=raw["intermediate_size"], num_attention_heads=NH,
+        num_key_value_heads=NH, q_lora_rank=raw["q_lora_rank"], kv_lora_rank=raw["kv_lora_rank"],
+        qk_rope_head_dim=raw["qk_rope_head_dim"], qk_nope_head_dim=raw["qk_nope_head_dim"],
+        v_head_dim=raw["v_head_dim"], rope_parameters=rope, rope_interleave=raw["rope_interleave"],
+        max_position_embeddings=raw["max_position_embeddings"], rms_norm_eps=raw["rms_norm_eps"],
+        vocab_size=V, num_hidden_layers=layers, first_k_dense_replace=layers)
+    hf._attn_implementation = "eager"
+    return hf
+
+
+def ttt_mask(T: int, k: int) -> torch.Tensor:
+    """Additive mask (1, 1, (k+1)T, (k+1)T) over the rows of TTT steps 0..k (step-major): a step-j query at t sees
+    the step-0 keys <= t and its own chain's keys of steps 1..j (SpecForge's TTT mask)."""
+    t = torch.arange(T)
+    seen = torch.zeros((k + 1) * T, (k + 1) * T, dtype=torch.bool)
+    for j in range(k + 1):
+        seen[j * T:(j + 1) * T, :T] = t[None, :] <= t[:, None]          # step-0 keys <= t
+        for i in range(1, j + 1):
+            seen[j * T + t, i * T + t] = True                           # own chain's step-i key
+    return torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))[None, None]
+
+
 class SglangMlaDraft(nn.Module):
     """kimi_k25_eagle3's Eagle3MLAModel + lm_head, on transformers' DeepSeek-V3 blocks (see the module docstring)."""
 
     def __init__(self, raw: dict):
         super().__init__()
-        rope = {"rope_type": "default", "rope_theta": raw["rope_theta"]}
-        if raw.get("rope_scaling"):
-            rope = {**raw["rope_scaling"], "rope_theta": raw["rope_theta"]}
-        hf = DeepseekV3Config(
-            hidden_size=H, intermediate_size=raw["intermediate_size"], num_attention_heads=NH,
-            num_key_value_heads=NH, q_lora_rank=raw["q_lora_rank"], kv_lora_rank=raw["kv_lora_rank"],
-            qk_rope_head_dim=raw["qk_rope_head_dim"], qk_nope_head_dim=raw["qk_nope_head_dim"],
-            v_head_dim=raw["v_head_dim"], rope_parameters=rope, rope_interleave=raw["rope_interleave"],
-            max_position_embeddings=raw["max_position_embeddings"], rms_norm_eps=raw["rms_norm_eps"],
-            vocab_size=V, num_hidden_layers=1)
-        hf._attn_implementation = "eager"
+        hf = hf_config(raw)
         eps, self.norm_output = raw["rms_norm_eps"], raw["norm_output"]
         self.embed_tokens = nn.Embedding(V, H)
         self.fc_norm = nn.ModuleList(dv3.DeepseekV3RMSNorm(HT, eps) for _ in range(K_AUX)) if raw["fc_norm"] \
@@ -119,14 +137,7 @@ class SglangMlaDraft(nn.Module):
             rows = torch.cat(inputs, dim=1)                                   # (B, (k+1)T, 2H)
             pos = torch.cat([torch.arange(T) + j for j in range(k + 1)])[None].expand(B, -1)
             cos_sin = self.rotary(rows, pos)
-            t = torch.arange(T)
-            seen = torch.zeros((k + 1) * T, (k + 1) * T, dtype=torch.bool)
-            for j in range(k + 1):
-                seen[j * T:(j + 1) * T, :T] = t[None, :] <= t[:, None]          # step-0 keys <= t
-                for i in range(1, j + 1):
-                    seen[j * T + t, i * T + t] = True                           # own chain's step-i key
-            mask = torch.zeros(seen.shape).masked_fill(~seen, float("-inf"))[None, None]
-            attn = self.self_attn(rows, cos_sin, mask)[0][:, k * T:]           # step k's rows
+            attn = self.self_attn(rows, cos_sin, ttt_mask(T, k))[0][:, k * T:]           # step k's rows
             residual = attn + h                                                 # fused add-norm 1
             mlp_out = self.mlp(self.post_attention_layernorm(residual))
             residual = mlp_out + residual                                       # fused add-norm 2
