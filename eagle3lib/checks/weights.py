@@ -13,6 +13,7 @@ import re
 
 from ..causes import Finding, not_checked
 from ..model.checkpoint import canonicalize
+from ..model.mla_vllm import DROPPED as VLLM_MLA_DROPPED
 from ..errors import Eagle3Error
 from ..serving.capture_rules import draft_rules
 from . import engine_facts
@@ -111,7 +112,8 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
         return [not_checked("weights_dropped", WHERE, need)]
     keys = list(art.tensors)
     try:
-        canon, renames = canonicalize({k: None for k in keys})
+        # an MLA draft's later-layer hidden_norm is vLLM's unread copy, not SGLang's name for input_layernorm
+        canon, renames = canonicalize({k: None for k in keys}, VLLM_MLA_DROPPED if art.draft_cfg.mla else ())
     except Eagle3Error as e:
         return [Finding("weights_dropped", "confirmed", f"two checkpoint keys map to one tensor: {e.found}",
                         {"key": str(e.where)}, WHERE, fix="keep one copy (midlayer.* or layers.0.*)",
