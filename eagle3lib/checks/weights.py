@@ -3,7 +3,8 @@
 of this config needs (`expected_shapes`, equal to `checkpoint.expected_tensors`). A key an engine drops silently, or
 a tensor it would leave at random init, is confirmed with the key name. With an engine, a multi-layer draft is
 checked against the engine's draft model file rules (`serving.capture_rules.draft_rules`: layers >= 1 refused or
-their keys skipped).
+their keys skipped). An MLA draft is read as vLLM's deepseek_eagle3 and eagle3lib read it (`mla_vllm.header_view`:
+fused tensors as their parts, the later layers' unread hidden_norm left out); SGLang sees its raw keys.
 
 Cause: weights_dropped. Usage: ``check_weights(art, engine="sglang", engine_version="0.5.6")``.
 """
@@ -13,7 +14,7 @@ import re
 
 from ..causes import Finding, not_checked
 from ..model.checkpoint import canonicalize
-from ..model.mla_vllm import DROPPED as VLLM_MLA_DROPPED
+from ..model.mla_vllm import header_view
 from ..errors import Eagle3Error
 from ..serving.capture_rules import draft_rules
 from . import engine_facts
@@ -111,9 +112,12 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     if need:
         return [not_checked("weights_dropped", WHERE, need)]
     keys = list(art.tensors)
+    # an MLA draft as eagle3lib's loader and vLLM's deepseek_eagle3 read it: fused tensors as their parts, the later
+    # layers' unread hidden_norm left out (SGLang knows neither: it sees the raw keys)
+    tensors = header_view(art.tensors, art.draft_cfg) if art.draft_cfg.mla else dict(art.tensors)
+    seen = {eng: list(tensors) if eng == "vllm" else keys for eng in engine_facts.SERVING_ENGINES}
     try:
-        # an MLA draft's later-layer hidden_norm is vLLM's unread copy, not SGLang's name for input_layernorm
-        canon, renames = canonicalize({k: None for k in keys}, VLLM_MLA_DROPPED if art.draft_cfg.mla else ())
+        canon, renames = canonicalize({k: None for k in tensors})
     except Eagle3Error as e:
         return [Finding("weights_dropped", "confirmed", f"two checkpoint keys map to one tensor: {e.found}",
                         {"key": str(e.where)}, WHERE, fix="keep one copy (midlayer.* or layers.0.*)",
@@ -122,15 +126,15 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     needed = [k for k in exp if k not in OPTIONAL]
     missing = [k for k in needed if k not in canon]
     unknown = sorted(k for k in canon if k not in exp)
-    shape_bad = [k for k in needed if k in canon and tuple(art.tensors[_raw(k, renames)][0]) != exp[k]]
+    shape_bad = [k for k in needed if k in canon and tuple(tensors[_raw(k, renames)][0]) != exp[k]]
     ev = {"keys": len(keys), "format_renames": len(renames), "missing": missing[:10], "unexpected": unknown[:10],
           "shape_mismatch": shape_bad[:10]}
     if engine is None:
         per = {}
         for eng in engine_facts.SERVING_ENGINES:
-            names = [engine_name(k, eng, None) for k in keys]
-            per[eng] = {"unmapped": [k for k, (n, _) in zip(keys, names) if n is None or n not in exp][:10],
-                        "version_dependent": [k for k, (n, ok) in zip(keys, names) if ok is False][:10]}
+            names = [engine_name(k, eng, None) for k in seen[eng]]
+            per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp][:10],
+                        "version_dependent": [k for k, (n, ok) in zip(seen[eng], names) if ok is False][:10]}
         ev["engines"] = per
     if missing:
         return [Finding("weights_dropped", "confirmed", f"tensors a draft of this config needs are absent: "
@@ -153,7 +157,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     eng = engine.lower()
     if eng not in engine_facts.SERVING_ENGINES:
         return [not_checked("weights_dropped", WHERE, f"an engine the library knows, not {engine!r}")]
-    names = {k: engine_name(k, eng, engine_version) for k in keys}
+    names = {k: engine_name(k, eng, engine_version) for k in seen[eng]}
     dropped = [k for k, (n, _) in names.items() if n is None or n not in exp]
     unsure = [k for k, (n, ok) in names.items() if ok is False and k not in dropped]
     silent = engine_facts.reads(eng, "keys", "unknown_dropped_silently")

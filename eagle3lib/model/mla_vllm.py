@@ -76,40 +76,74 @@ _ROWS: Mapping[str, Callable[[Any], int | None]] = {
 }
 
 
+def fused_parts(key: str, cfg) -> list[tuple[str, int | None]] | None:
+    """[(part key, its rows from the config: None when the config has no size for it)] when `key` is one of vLLM's
+    fused tensors (STACKED), else None."""
+    for fused, parts in STACKED:
+        if key.endswith(fused):
+            prefix = key[: -len(fused)]
+            return [(prefix + name, _ROWS[size](cfg)) for name, size in parts]
+    return None
+
+
+def is_unread(key: str) -> bool:
+    """A tensor DSE3 loads but no forward reads (DROPPED)."""
+    return any(re.search(p, key) for p, _ in DROPPED)
+
+
 def unstack(sd: dict[str, torch.Tensor], cfg, where: str) -> tuple[dict[str, torch.Tensor], list[tuple]]:
     """Split vLLM's fused tensors (STACKED) of a canonical state dict into the checkpoint's own names; CheckpointError
     naming the fused key when its rows do not add up to the config's sizes. Returns (state dict, renames)."""
     out, renames = dict(sd), []
     for key in sorted(sd):
-        for fused, parts in STACKED:
-            if not key.endswith(fused):
-                continue
-            prefix, t = key[: -len(fused)], out.pop(key)
-            rows = [_ROWS[size](cfg) for _, size in parts]
-            if None in rows:
-                raise CheckpointError(f"{where}, key '{key}'", "a fused tensor the config has no sizes for",
-                                      expected=" + ".join(s for _, s in parts), found="q_lora_rank null",
-                                      cause="vLLM builds fused_qkv_a_proj only when q_lora_rank is set: set it "
-                                      "in config.json, or split the tensor into q_proj / kv_a_proj_with_mqa")
-            if t.dim() != 2 or t.shape[0] != sum(rows):
-                raise CheckpointError(f"{where}, key '{key}'", "fused tensor of the wrong shape",
-                                      expected=f"[{' + '.join(map(str, rows))} = {sum(rows)}, in_features]",
-                                      found=list(t.shape), cause=f"rows are {' + '.join(s for _, s in parts)} "
-                                      "stacked in that order: the config is not this draft's")
-            for (name, _), piece in zip(parts, torch.split(t, rows, dim=0)):   # (r1 + r2, in) -> (r1, in), (r2, in)
-                if prefix + name in out:
-                    raise CheckpointError(f"{where}, key '{key}'", "fused and split copies of one tensor",
-                                          expected="one of them", found=f"{key} and {prefix + name}")
-                out[prefix + name] = piece
-                renames.append((key, prefix + name, f"{DSE3} (orig_to_new_stacked, split back)"))
+        parts = fused_parts(key, cfg)
+        if parts is None:
+            continue
+        sizes = " + ".join(size for f, ps in STACKED if key.endswith(f) for _, size in ps)
+        t, rows = out.pop(key), [r for _, r in parts]
+        if None in rows:
+            raise CheckpointError(f"{where}, key '{key}'", "a fused tensor the config has no sizes for",
+                                  expected=sizes, found="q_lora_rank null",
+                                  cause="vLLM builds fused_qkv_a_proj only when q_lora_rank is set: set it "
+                                  "in config.json, or split the tensor into q_proj / kv_a_proj_with_mqa")
+        if t.dim() != 2 or t.shape[0] != sum(rows):
+            raise CheckpointError(f"{where}, key '{key}'", "fused tensor of the wrong shape",
+                                  expected=f"[{' + '.join(map(str, rows))} = {sum(rows)}, in_features]",
+                                  found=list(t.shape), cause=f"rows are {sizes} stacked in that order: the config "
+                                  "is not this draft's")
+        for (name, _), piece in zip(parts, torch.split(t, rows, dim=0)):   # (r1 + r2, in) -> (r1, in), (r2, in)
+            if name in out:
+                raise CheckpointError(f"{where}, key '{key}'", "fused and split copies of one tensor",
+                                      expected="one of them", found=f"{key} and {name}")
+            out[name] = piece
+            renames.append((key, name, f"{DSE3} (orig_to_new_stacked, split back)"))
     return out, renames
+
+
+def header_view(tensors: Mapping[str, tuple], cfg) -> dict[str, tuple]:
+    """A checkpoint's {key: (shape, dtype)} as vLLM's loader (and eagle3lib's) reads an MLA draft: each fused tensor
+    as its parts (rows from the config; when they do not add up, every part keeps the fused shape, which the shape
+    check then names), the later layers' unread hidden_norm left out."""
+    out = {}
+    for key, (shape, dtype) in tensors.items():
+        if is_unread(key):
+            continue
+        parts = fused_parts(key, cfg)
+        if parts is None:
+            out[key] = (tuple(shape), dtype)
+            continue
+        rows = [r for _, r in parts]
+        fits = None not in rows and len(shape) == 2 and sum(rows) == shape[0]
+        for name, r in parts:
+            out[name] = ((r, *shape[1:]) if fits else tuple(shape), dtype)
+    return out
 
 
 def is_vllm_checkpoint(keys) -> bool:
     """True when MLA-draft keys carry a name only vLLM's modules have (fused tensors, a later layer's unused
     hidden_norm, draft_id_to_target_id); plain layers.0.* names are shared with Kimi's and speculators' exports."""
-    marks = [p for p, _ in DROPPED] + [re.escape(f) + "$" for f, _ in STACKED] + [r"^draft_id_to_target_id$"]
-    return any(re.search(p, k) for k in keys for p in marks)
+    marks = [re.escape(f) + "$" for f, _ in STACKED] + [r"^draft_id_to_target_id$"]
+    return any(is_unread(k) or re.search(p, k) for k in keys for p in marks)
 
 
 def config_warnings(raw: Mapping[str, Any], body: Mapping[str, Any], rope_theta: float, num_aux: int) -> list[str]:

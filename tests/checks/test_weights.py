@@ -105,3 +105,25 @@ def test_a_multi_layer_draft_on_an_engine_that_drops_its_extra_layers(tmp_path):
     assert "PR #24663" in old[0].fix and old[0].evidence["layer_rules"]
     one = read_artifacts(draft=write_draft(tmp_path / "one", draft_raw(), canonical_tensors(draft_raw())))
     assert [f.status for f in check_weights(one, "sglang", "0.5.6")] == ["ruled out"]
+
+
+def test_a_vllm_mla_checkpoint_is_read_as_vllm_reads_it(tmp_path):
+    """A 3-layer MLA draft in vLLM's names (fused fused_qkv_a_proj / gate_up_proj, an unread hidden_norm in layers
+    1-2): vLLM's deepseek_eagle3 loads all of it (ruled out); SGLang knows neither fused name (confirmed); a fused
+    tensor whose rows do not add up is named as a wrong shape."""
+    from tests.model.test_mla_vllm import random_draft, vllm_raw, vllm_state, write, YARN
+    raw = vllm_raw(layers=3, scaling=YARN)
+    draft = random_draft(DraftConfig.from_dict(raw))
+    art = read_artifacts(draft=write(tmp_path / "ok", raw, vllm_state(draft, fused=True)))
+    f = check_weights(art, "vllm")
+    assert [x.status for x in f] == ["ruled out"], f[0].summary
+    sg = check_weights(art, "sglang", "0.5.12")
+    assert [x.status for x in sg] == ["confirmed"] and "fused_qkv_a_proj" in sg[0].summary
+    agnostic = check_weights(art)
+    assert [x.status for x in agnostic] == ["suspected"] and "sglang" in agnostic[0].summary
+    assert agnostic[0].evidence["missing"] == [] and agnostic[0].evidence["engines"]["vllm"]["unmapped"] == []
+    bad = vllm_state(draft, fused=True)
+    w = bad["layers.0.self_attn.fused_qkv_a_proj.weight"]
+    bad["layers.0.self_attn.fused_qkv_a_proj.weight"] = w[:-1]                 # one row short
+    f = check_weights(read_artifacts(draft=write(tmp_path / "bad", raw, bad)), "vllm")
+    assert [x.status for x in f] == ["confirmed"] and "midlayer.self_attn.q_a_proj.weight" in f[0].summary
