@@ -181,9 +181,17 @@ def max_diff(a: list[torch.Tensor], b: list[torch.Tensor], where: torch.Tensor) 
                else 0.0 for k, (x, y) in enumerate(zip(a, b)))
 
 
+def top1_agreement(a: list[torch.Tensor], b: list[torch.Tensor], where: torch.Tensor) -> float:
+    """Mean over the K steps of the share of scored outputs `where` (K, T) whose argmax agree in a and b."""
+    return statistics.mean(float((x[0][where[k]].argmax(-1) == y[0][where[k]].argmax(-1)).float().mean())
+                           if bool(where[k].any()) else 1.0 for k, (x, y) in enumerate(zip(a, b)))
+
+
 def bench_row(fns: dict, notes: dict, raw: dict, T: int, dtype, mask_kind: str, device: str, repeats: int,
-              check: bool, turn: tuple[int, int], spec_attn: str) -> dict:
-    """One (Ht, T, dtype, mask) row: every implementation timed in turn, outputs compared where scored."""
+              check: bool, turn: tuple[int, int], spec_attn: str, reference=None) -> dict:
+    """One (Ht, T, dtype, mask) row: every implementation timed in turn, outputs compared where scored.
+    reference(aux, ids): fp32 logits of the same weights (bf16 rows): each implementation's top-1 agreement with
+    it says whose rounding moves the outputs, when the two bf16 implementations disagree with each other."""
     torch.manual_seed(1)
     aux = torch.randn(1, T, 3 * raw["hidden_size"], dtype=dtype, device=device)
     ids = torch.randint(0, raw["vocab_size"], (1, T), device=device)
@@ -228,14 +236,21 @@ def bench_row(fns: dict, notes: dict, raw: dict, T: int, dtype, mask_kind: str, 
                 times[n].append(clocked(lambda: box.setdefault("o", run[n](False)), device))
                 peaks[n] = max(peaks.get(n, 0), peak_bytes(device) or 0)
                 outs[n] = box["o"]
-        diffs = {}
+        diffs, vs32 = {}, {}
         if check:
             mine = run["eagle3lib"](True)
+            truth = reference(aux.float(), ids) if reference is not None else None
+            if truth is not None:
+                vs32["eagle3lib"] = top1_agreement(mine, truth, where)
             for n in run:
                 if n != "eagle3lib":
-                    diffs[n] = max_diff(mine, run[n](True), where)
+                    theirs = run[n](True)
+                    diffs[n] = max_diff(mine, theirs, where)
+                    if truth is not None:
+                        vs32[n] = top1_agreement(theirs, truth, where)
                     sync(device)
-            del mine
+                    del theirs
+            del mine, truth
     best = {n: min(t) for n, t in times.items()}
     row = {"Ht": raw["hidden_size"], "tokens": T, "dtype": str(dtype).removeprefix("torch."), "mask": mask_kind,
            "scored share": float(valid.float().mean()), "eagle3lib s": best["eagle3lib"]}
@@ -255,6 +270,9 @@ def bench_row(fns: dict, notes: dict, raw: dict, T: int, dtype, mask_kind: str, 
                         f"top1 agree {n}": None})
     ratios = [row[f"x vs {n}"] for n in PEERS if row[f"x vs {n}"] is not None]
     row["x vs fastest peer"] = min(ratios) if ratios else None
+    for n in ("eagle3lib", *PEERS):
+        if reference is not None:
+            row[f"top1 vs fp32 {n}"] = vs32.get(n)
     for n in times:
         row[f"peak {'GPU' if device == 'cuda' else 'RSS'} GB {n}"] = peaks[n] / 1e9 if peaks.get(n) else None
     row["load"] = round(os.getloadavg()[0], 2)
@@ -294,6 +312,10 @@ def main() -> None:
             d = make_ours(raw, dtype, device)
             fns = {"eagle3lib": lambda aux, ids, logits, scored, d=d: d.ttt_forward(
                 aux, ids, K, feed="teacher", return_logits=logits, scored=scored)}
+            reference = None
+            if dtype != torch.float32:           # the same weights in fp32 (make_ours casts one fp32 draft)
+                d32 = make_ours(raw, torch.float32, device)
+                reference = lambda aux, ids, d32=d32: d32.ttt_forward(aux, ids, K, feed="teacher", return_logits=True)
             notes = {}
             for name in args.peers.split(","):
                 module, make = PEERS[name]
@@ -310,14 +332,14 @@ def main() -> None:
             for T in tokens:
                 for mask_kind in args.masks.split(","):
                     row = bench_row(fns, notes, raw, T, dtype, mask_kind, device, args.repeats,
-                                    T <= args.check_up_to, turn, args.spec_attn)
+                                    T <= args.check_up_to, turn, args.spec_attn, reference)
                     row["when"] = time.strftime("%H:%M")
                     rows.append(row)
                     print(f"  Ht={h} T={T} {dt} {mask_kind}: eagle3lib {row['eagle3lib s']:.3f} s, "
                           + ", ".join(f"{n} {row[f'{n} s']:.3f} s ({row[f'x vs {n}']:.2f}x, max|diff| "
                                       f"{row[f'max |diff| {n}']})" for n in PEERS if row[f"{n} s"] is not None)
                           + (f"; {row['notes']}" if row["notes"] else ""), flush=True)
-            del fns, d
+            del fns, d, reference
     short = ["Ht", "tokens", "dtype", "mask", "scored share", "eagle3lib s", "specforge s", "x vs specforge",
              "max |diff| specforge", "speculators s", "x vs speculators", "max |diff| speculators",
              "x vs fastest peer", "load"]
