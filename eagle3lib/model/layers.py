@@ -95,6 +95,16 @@ class Rotary(nn.Module):
             self.scale = cfg.mla.rope_mscale
         self.register_buffer("inv_freq", inv, persistent=False)
 
+    def _apply(self, fn, recurse: bool = True):
+        """Moves with the model but stays fp32 when the model is cast (`.to(torch.bfloat16)`): a bf16 frequency is off
+        by up to 2**-9 of itself, and so is every angle: up to ~0.5 rad at position 256 and ~8 rad at 4096 for the
+        frequencies near 1, where the engines and HF compute the angles in fp32 and round only cos/sin."""
+        inv = self.inv_freq
+        super()._apply(fn, recurse)
+        moved = self.inv_freq                          # on the new device, in the new dtype
+        self.inv_freq = moved.float() if inv.is_meta else inv.to(device=moved.device, dtype=torch.float32)
+        return self
+
     def forward(self, positions: Tensor, dtype: torch.dtype) -> tuple[Tensor, Tensor]:
         freqs = positions.float()[..., None] * self.inv_freq.float()   # (B, T) -> (B, T, hd/2)
         emb = torch.cat([freqs, freqs], dim=-1)                        # (B, T, hd)

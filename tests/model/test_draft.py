@@ -62,6 +62,22 @@ def test_rotary_matches_transformers(tiny_cfg_dict, scaling):
     assert rel_err(cos, cos_r) < 1e-5 and rel_err(sin, sin_r) < 1e-5
 
 
+def test_rotary_angles_stay_fp32_in_a_bf16_draft(tiny_cfg_dict):
+    """Casting the draft to bf16 leaves the RoPE frequencies in fp32 (as HF and the engines compute the angles):
+    cos/sin at position 4000 are the fp32 tables rounded once, not tables of rounded frequencies (an angle off by
+    up to 2**-9 of itself: radians at positions in the thousands). Moving to the meta device and back keeps working."""
+    d = _random_draft(DraftConfig.from_dict(dict(tiny_cfg_dict, rope_theta=500000.0)))
+    pos = torch.arange(3990, 4000)[None]
+    cos32, sin32 = d.rotary(pos, torch.float32)
+    d = d.to(torch.bfloat16)
+    assert d.rotary.inv_freq.dtype == torch.float32 and d.fc.weight.dtype == torch.bfloat16
+    cos, sin = d.rotary(pos, torch.bfloat16)
+    assert torch.equal(cos, cos32.bfloat16()) and torch.equal(sin, sin32.bfloat16())
+    inv = d.rotary.inv_freq                     # the bug this guards against: angles of rounded frequencies
+    assert float((pos.float()[..., None] * (inv.bfloat16().float() - inv)).abs().max()) > 0.01   # radians
+    assert d.to("meta").rotary.inv_freq.dtype == torch.float32
+
+
 def test_attention_gqa_matches_transformers(tiny_cfg_dict):
     """Our q/k/v + RoPE + causal GQA attention equals LlamaAttention with the same weights."""
     cfg = DraftConfig.from_dict(tiny_cfg_dict)
