@@ -110,6 +110,19 @@ def _requested(only, num_layers: int) -> list[str]:
     return names
 
 
+def cast_keeping_rope(model, device=None, dtype=None):
+    """`model.to(device, dtype)`, except that RoPE frequency buffers (`*inv_freq`, as transformers' rotary embeddings
+    hold them) stay fp32: cast to bf16 they put every angle off by up to 2**-9 of itself (radians past a few hundred
+    positions), where the engines compute the angles in fp32 and round only cos/sin."""
+    keep = {n: b for n, b in model.named_buffers() if n.endswith("inv_freq") and b.dtype == torch.float32}
+    model.to(device=device, dtype=dtype)
+    for name, b in keep.items():
+        owner, _, attr = name.rpartition(".")
+        mod = model.get_submodule(owner) if owner else model
+        setattr(mod, attr, b.to(device=getattr(mod, attr).device))
+    return model
+
+
 class _Stop(Exception):
     """Raised from a hook once every requested boundary is captured."""
 
@@ -124,7 +137,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
         raise LayoutError("capture input_ids", "token ids must be (T,) or (B, T) and non-empty",
                           expected="(T,) or (B, T)", found=tuple(ids.shape))
     if device is not None or dtype is not None:  # moves / casts the model in place
-        model.to(device=device, dtype=dtype)
+        cast_keeping_rope(model, device, dtype)
     p = next(model.parameters())
     wanted = _requested(only, L)
     deepest = max(input_index(n, L) for n in wanted)   # L when a final state is asked for

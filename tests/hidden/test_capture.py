@@ -103,6 +103,19 @@ def test_dtype_and_progress(ids):
     assert cap.dtype == torch.bfloat16 and cap["layer_in.5"].dtype == torch.bfloat16
 
 
+def test_a_bf16_capture_keeps_the_rope_frequencies_fp32(tmp_path, ids):
+    """Casting the target for a bf16 capture (and loading it in bf16) leaves transformers' rotary inv_freq in fp32,
+    with the fp32 values: the engines compute RoPE angles in fp32. Without the guard, `.to(bfloat16)` rounds it."""
+    m = tiny_llama()
+    inv32 = m.model.rotary_emb.inv_freq.clone()
+    assert inv32.dtype == torch.float32 and not torch.equal(inv32.bfloat16().float(), inv32)   # rounding would show
+    capture(m, ids, dtype=torch.bfloat16, only=["layer_in.2"])
+    assert m.model.layers[0].self_attn.q_proj.weight.dtype == torch.bfloat16
+    assert torch.equal(m.model.rotary_emb.inv_freq, inv32)
+    m.save_pretrained(tmp_path / "t")
+    assert torch.equal(load_target_model(tmp_path / "t", dtype="bfloat16").model.rotary_emb.inv_freq, inv32)
+
+
 def test_bad_requests_raise_layout_errors(model, ids):
     """Unknown names, layers beyond the target and modules without a decoder stack fail with LayoutError."""
     with pytest.raises(LayoutError, match="unknown boundary"):
