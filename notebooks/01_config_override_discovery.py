@@ -41,7 +41,8 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 import pandas as pd
 from IPython.display import display
 
-from eagle3lib.serving import crossengine, serverinfo, sglang_introspect, sglang_rules
+from eagle3lib.serving import crossengine, serverinfo, sglang_introspect
+from eagle3lib.engines import sglang_resolver
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import discovery, served_prediction
 from eagle3lib.report import findings
@@ -87,7 +88,7 @@ seed.log_proof()
 
 # %%
 display(seed.hits_frame())
-sglang_rules.rules_frame(seed.version)
+sglang_resolver.rules_frame(seed.version)
 
 # %% [markdown]
 # ## 5. The corrected command

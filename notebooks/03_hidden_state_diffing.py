@@ -26,7 +26,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %matplotlib inline
 import torch
 
-from eagle3lib.serving import advice
+from eagle3lib.engines import advice
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import diffing
 from eagle3lib.report import findings

@@ -13,6 +13,7 @@ PKG = Path(__file__).resolve().parents[1] / "eagle3lib"
 LAYERS = [
     {"errors", "layout", "causes", "jsonfiles", "progress"},
     {"model"},
+    {"engines"},
     {"samples"},
     {"hidden"},
     {"serving"},

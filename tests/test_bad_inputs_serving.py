@@ -12,7 +12,8 @@ import pytest
 
 from eagle3lib.throughput import benchparse, logparse, records
 from eagle3lib.report import findings
-from eagle3lib.serving import launch, serverinfo, sglang_rules
+from eagle3lib.serving import launch, serverinfo
+from eagle3lib.engines import sglang_resolver as sglang_rules
 from eagle3lib.errors import DataError, LogParseError, MissingFileError, ReportError, ServingArgsError
 from tests.test_bad_inputs import Case, Skipped, Warned, ids, pending, run_case
 

@@ -2,7 +2,6 @@
 `eagle3lib.causes.Finding`s; a missing input gives ``not checked`` naming it.
 
 - `inputs`      read_artifacts(): configs, tensor headers, data, launch, read once (never raises)
-- `engine_facts` which engine / version reads which config field, flag or key, with its source (data)
 - `evidence`    replay evidence: accuracy under config variants, accuracy by position (and its plot)
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
 - `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine

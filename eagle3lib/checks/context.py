@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from . import engine_facts
+from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.context"

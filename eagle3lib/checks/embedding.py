@@ -1,5 +1,5 @@
 """Check 5, embedding and lm_head: a draft that ships `embed_tokens` is compared with the target's row by row
-(identical / scaled / permuted / different) and each engine's choice is named (`engine_facts` topic "embed"); a
+(identical / scaled / permuted / different) and each engine's choice is named (`engines.facts` topic "embed"); a
 draft without `lm_head`; vocab sizes that differ only by padding. Only the two embedding tensors are read.
 
 Causes: wrong_embedding, lm_head_missing. Usage: ``check_embedding(art, engine="vllm")``.
@@ -12,7 +12,7 @@ from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..model.safefiles import load_state_dict
 from ..model.target import load_target_tensor
-from . import engine_facts
+from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.embedding"

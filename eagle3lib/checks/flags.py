@@ -1,6 +1,6 @@
 """Check 2, variant flags: `norm_before_fc` (top level or nested in `eagle_config`), `fc_norm`, `norm_output`,
 `norm_before_residual` — where the config sets them, which of them the named engine version reads
-(`engine_facts`, with sources), weights that only a flag would use, and the replay accuracy with the flag on vs off.
+(`engines.facts`, with sources), weights that only a flag would use, and the replay accuracy with the flag on vs off.
 
 Cause: dropped_variant_flags. Usage: ``check_flags(art, engine="vllm", engine_version=None, replay_n=8)``.
 """
@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from . import engine_facts
+from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.flags"

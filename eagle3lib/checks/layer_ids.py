@@ -1,15 +1,15 @@
 """Check 1, layer ids: are the aux layer ids there, where, and which boundaries each engine captures for them,
 against the training layout (the data's declared layout, else the config's ids) and the fc's slot count.
 
-Capture rules are the library's own (`crossengine.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
+Capture rules are the library's own (`engines.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
 for SpecForge / speculators / EAGLE); this module only compares. Causes: missing_layer_ids, layer_id_off_by_one,
 aux_layout_mismatch, final_norm_slot.
 """
 from __future__ import annotations
 
-from ..serving.advice import captured_by
+from ..engines.advice import captured_by
 from ..causes import Finding, not_checked
-from ..serving.crossengine import layer_reading
+from ..engines.layer_reading import layer_reading
 from ..errors import Eagle3Error
 from ..layout import input_index
 from .inputs import NEEDS, Artifacts
@@ -17,9 +17,9 @@ from .inputs import NEEDS, Artifacts
 WHERE = "checks.layer_ids"
 CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
 SERVING = ("sglang", "vllm")
-_SOURCES = {"sglang": "crossengine.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
+_SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
                       "(first-id rule, ~v0.5.12)",
-            "vllm": "crossengine.layer_reading: vllm eagle3_utils (top-level ids, input-of-layer), PR#50170 "
+            "vllm": "engines.layer_reading: vllm eagle3_utils (top-level ids, input-of-layer), PR#50170 "
                     "(silent default)"}
 
 
@@ -102,7 +102,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     except Eagle3Error as e:
         return [Finding("missing_layer_ids", "confirmed", f"the config's layer ids name no boundary of the "
                         f"{L}-layer target: {e}", {"ids": list(cfg.aux_layer_ids or [])}, WHERE,
-                        fix="write ids for this target", source="crossengine.layer_reading")]
+                        fix="write ids for this target", source="engines.layer_reading")]
     base = {"ids": list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None, "ids_at": places,
             "num_layers": L, "fc_slots": k, "fc_slots_from": k_from, "trained": list(trained) if trained else None,
             "trained_from": trained_from}

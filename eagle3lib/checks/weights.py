@@ -1,8 +1,8 @@
 """Check 9, weights: every key the draft holds (tensor headers only) mapped the way each engine's loader maps it
-(`midlayer.*` vs `layers.0.*`, a `model.` prefix; facts in `engine_facts` topic "keys"), against the tensors a draft
+(`midlayer.*` vs `layers.0.*`, a `model.` prefix; facts in `engines.facts` topic "keys"), against the tensors a draft
 of this config needs (`expected_shapes`, equal to `checkpoint.expected_tensors`). A key an engine drops silently, or
 a tensor it would leave at random init, is confirmed with the key name. With an engine, a multi-layer draft is
-checked against the engine's draft model file rules (`serving.capture_rules.draft_rules`: layers >= 1 refused or
+checked against the engine's draft model file rules (`engines.capture_rules.draft_rules`: layers >= 1 refused or
 their keys skipped). An MLA draft is read as vLLM's deepseek_eagle3 and eagle3lib read it (`mla_vllm.header_view`:
 fused tensors as their parts, the later layers' unread hidden_norm left out); SGLang sees its raw keys.
 
@@ -16,8 +16,8 @@ from ..causes import Finding, not_checked
 from ..model.checkpoint import canonicalize
 from ..model.mla_vllm import header_view
 from ..errors import Eagle3Error
-from ..serving.capture_rules import draft_rules
-from . import engine_facts
+from ..engines.capture_rules import draft_rules
+from ..engines import facts as engine_facts
 from .inputs import Artifacts
 
 WHERE = "checks.weights"

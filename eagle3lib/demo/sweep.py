@@ -21,7 +21,7 @@ from ..serving.capturespec import CaptureSpec
 from ..errors import DataError, MissingFileError
 from ..layout import to_ids
 from ..throughput.records import RunRecord
-from ..serving.sglang_rule import DEFAULT_VERSION
+from ..engines.versions import DEFAULT_VERSION
 from ..progress import bar
 
 PROMPT_SETS = ("heldout", "train", "shifted")
@@ -154,7 +154,7 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
            progress) -> list[RunRecord]:
     from ..serving.engine import SpecEngine
     from ..serving.engine_settings import SpecSettings
-    from ..serving.sglang_rules import accept_rate
+    from ..engines.sglang_resolver import accept_rate
 
     world = load_demo(device, root)
     ids = demo_prompts(prompts, num_prompts, world)

@@ -14,28 +14,14 @@ from dataclasses import dataclass, replace
 import torch
 from torch import Tensor
 
-from .advice import captured_by
+from ..engines.advice import captured_by
+from ..engines.capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION
 from ..hidden.capture import decoder_stack
 from ..errors import LayoutError
 from ..layout import normalize, parse_layout
-from .sglang_rule import DEFAULT_VERSION, parse_version
+from ..engines.versions import DEFAULT_VERSION, parse_version
 
 PAD_POLICIES = ("error", "zeros", "repeat_last")
-# PR #25454 (2026-05-18): "+1 only when ids[0] == 1", in the model files that carry it (the DeepseekV2 file); the
-# release mapping after v0.5.6 is approximate (serving-and-throughput.md A.1), v0.5.12 is the first cut after it.
-FIRST_ID_RULE_VERSION = "0.5.12"
-# Target architectures (class-name prefixes) whose SGLang model file reads the draft's ids with that rule, as data:
-# (prefix, the model file that captures, source). Kimi-K2.x targets, whose drafts are the MLA EAGLE-3 drafts
-# (Eagle3DeepseekV2ForCausalLM, kimi_k25_eagle3.py), capture in the DeepSeek-V3 language model they wrap: the MLA
-# draft is fed the inputs of the layers named (hidden + residual before layer i), as for any DeepSeek target.
-FIRST_ID_RULE_TARGETS = (
-    ("DeepseekV2", "deepseek_v2.py", "sglang PR #25454: DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"),
-    ("DeepseekV3", "deepseek_v2.py", "sglang deepseek_v2.py (DeepseekV3ForCausalLM / V32 subclass DeepseekV2's)"),
-    ("KimiK25", "kimi_k25.py -> deepseek_v2.py", "sglang kimi_k25.py KimiK25ForConditionalGeneration."
-     "set_eagle3_layers_to_capture delegates to its language_model, a DeepseekV3ForCausalLM (sgl-project/sglang "
-     "@00a239e, read 2026-12)"),
-)
-FIRST_ID_RULE_ARCHS = tuple(prefix for prefix, _, _ in FIRST_ID_RULE_TARGETS)
 
 
 @dataclass(frozen=True)

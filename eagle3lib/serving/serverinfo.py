@@ -21,10 +21,10 @@ import pandas as pd
 
 from ..errors import LogParseError, MissingFileError, ServingArgsError
 from .launch import FLAGS, LaunchArgs, SPEC_FIELDS
-from .sglang_rule import LATEST_TRACED
-from .sglang_table import RULES
-from .sglang_rule import parse_version
-from .sglang_rules import Resolution, accept_rate_formula, accept_rate_versions
+from ..engines.versions import LATEST_TRACED
+from ..engines.sglang_table import RULES
+from ..engines.versions import parse_version
+from ..engines.sglang_resolver import Resolution, accept_rate_formula, accept_rate_versions
 
 _EXTRA_FIELDS = {"tokenizer_mode", "skip_tokenizer_init", "load_format", "revision", "prefill_only_one_req",
                  "speculative_draft_model_revision", "cuda_graph_config", "enable_dp_lm_head", "nnodes", "node_rank",
@@ -79,7 +79,7 @@ class LogEvent:
     level: str | None
     kind: str                 # "adjustment", "server_args" or "vllm_spec"
     message: str
-    rule_id: str | None       # the sglang_rules row whose exact line this is
+    rule_id: str | None       # the engines.sglang_table row whose exact line this is
     field: str | None
 
 
@@ -393,7 +393,7 @@ def accept_rate_definitions() -> pd.DataFrame:
          "unconditional, non-increasing; τ = 1 + Σ rate_i"),
     ]
     rows[1:1] = [("sglang", "accept rate", f.pretty, versions + (f" {f.source}" if f.source else ""), f.note)
-                 for versions, f in accept_rate_versions()]     # one home: sglang_rules.ACCEPT_RATE_FORMULAS
+                 for versions, f in accept_rate_versions()]     # one home: engines.sglang_resolver.ACCEPT_RATE_FORMULAS
     return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
 
 

@@ -24,9 +24,9 @@ import pandas as pd
 
 from ..errors import ServingArgsError
 from .launch import LaunchArgs
-from .sglang_rule import KNOBS
-from .sglang_table import RULES
-from .sglang_rules import Resolution
+from ..engines.sglang_rule import KNOBS
+from ..engines.sglang_table import RULES
+from ..engines.sglang_resolver import Resolution
 
 _RULE_FIELDS = frozenset({f for r in RULES for f in r.fields} | {"page_size", "device", "speculative_algorithm"})
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}   # never let SGLang reach the hub from here
@@ -122,7 +122,7 @@ def _introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None, env: Map
                                found=launch.engine)
     if not available():
         raise ServingArgsError("sglang_introspect", "SGLang is not importable here", expected="an installed sglang",
-                               found="none", cause="the optional path; use the rule table (sglang_rules) instead")
+                               found="none", cause="the optional path; use the rule table (engines.sglang_resolver) instead")
     version = installed_version()
     try:
         server_args_mod = importlib.import_module("sglang.srt.server_args")

@@ -13,17 +13,17 @@ from pathlib import Path
 import pandas as pd
 
 from ..demo import world as demo
-from ..serving.crossengine import (EngineReading, LintWarning, layer_reading, lint, sglang_to_vllm, vllm_command,
-    vllm_effective)
+from ..engines.layer_reading import EngineReading, layer_reading
+from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command, vllm_effective
 from ..causes import Finding, not_checked
 from ..checks.run import run_checks
 from ..errors import Eagle3Error
 from ..serving.launch import LaunchArgs, parse_launch
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
-from ..serving.sglang_rule import DEFAULT_VERSION, parse_version
-from ..serving.sglang_table import RULES
-from ..serving.sglang_rule import KNOBS
-from ..serving.sglang_rules import read_config, resolve
+from ..engines.versions import DEFAULT_VERSION, parse_version
+from ..engines.sglang_table import RULES
+from ..engines.sglang_rule import KNOBS
+from ..engines.sglang_resolver import read_config, resolve
 from ..model.target import load_target_info
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
@@ -87,7 +87,7 @@ class Discovery:
     version: str
     target_arch: str | None
     num_layers: int | None
-    resolution: object | None            # sglang_rules.Resolution
+    resolution: object | None            # engines.sglang_resolver.Resolution
     server_info: object | None           # serverinfo.ServerInfo
     log: object | None                   # serverinfo.LogReading
     diff: pd.DataFrame

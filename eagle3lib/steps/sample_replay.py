@@ -27,7 +27,7 @@ from ..model.config import read_config_json
 from ..model.target import load_target_info
 from ..replay.stats import ZERO, ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
-from ..serving.crossengine import layer_reading
+from ..engines.layer_reading import layer_reading
 
 SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
                  "or serving_engine + serving_version"

@@ -15,7 +15,7 @@ from pathlib import Path
 from ..errors import DataError, LogParseError, MissingFileError
 from .records import RunRecord
 from ..serving.serverinfo import SERVER_ARGS_MARK, server_args_from_line
-from ..serving.sglang_rules import accept_rate_versions
+from ..engines.sglang_resolver import accept_rate_versions
 
 MAX_BAD_SHOWN = 10
 _ANSI = re.compile(r"\x1b\[[0-9;]*[A-Za-z]")
@@ -24,7 +24,7 @@ _MARKER = re.compile(r"^\s*#+\s*run:\s*(.*?)\s*$")
 _KV = re.compile(r"(\w+)=('(?:[^'\\]|\\.)*'|\"[^\"]*\"|[^,()\s]+)")
 _FLAG = re.compile(r"--([a-z][\w-]*)[ =]('[^']*'|\"[^\"]*\"|\S+)")
 _SG_DECODE = re.compile(r"Decode batch(?: \[\d+\])?[.,]\s+(#running-req.*)$")
-# every `accept rate` formula SGLang ever logged, labelled with its versions (one table: sglang_rules)
+# every `accept rate` formula SGLang ever logged, labelled with its versions (one table: engines.sglang_resolver)
 _SG_RATE_DEFS = {f"{f.name} ({versions})": f.fn for versions, f in accept_rate_versions()}
 _UNIT_SCALE = {"token/s": 1.0, "tokens/s": 1.0, "tok/s": 1.0, "token/ms": 1000.0, "tokens/ms": 1000.0}
 

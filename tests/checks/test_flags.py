@@ -1,7 +1,7 @@
 """Check 2 (variant flags): a flag the named engine drops is raised with its source; no flag set rules it out."""
 from __future__ import annotations
 
-from eagle3lib.checks import engine_facts
+from eagle3lib.engines import facts as engine_facts
 from eagle3lib.checks.flags import check_flags, flag_places
 from eagle3lib.checks.inputs import read_artifacts
 from tests.checks.world import canonical_tensors, draft_raw, statuses, write_draft

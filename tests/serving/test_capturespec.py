@@ -92,7 +92,7 @@ def test_kimi_target_captures_for_an_mla_draft_with_the_deepseek_first_id_rule()
     """A Kimi-K2.5 target (KimiK25ForConditionalGeneration) captures in its DeepSeek-V3 language model: an MLA
     draft's ids [2, 30, 58] (capture-before convention) are fed as inputs of layers 2/30/58, not 3/31/59, and
     output-of-layer ids [1, 29, 57] as the same boundaries; before v0.5.12 every id got +1."""
-    from eagle3lib.serving.capturespec import FIRST_ID_RULE_TARGETS
+    from eagle3lib.engines.capture_rules import FIRST_ID_RULE_TARGETS
     kimi = "KimiK25ForConditionalGeneration"
     assert any(kimi.startswith(p) and "deepseek_v2.py" in f for p, f, _ in FIRST_ID_RULE_TARGETS)
     new = CaptureSpec.sglang([2, 30, 58], "0.5.23", target_arch=kimi)

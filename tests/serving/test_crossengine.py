@@ -5,12 +5,12 @@ import json
 
 import pytest
 
-from eagle3lib.serving.crossengine import (draft_slots, layer_frame, layer_reading, lint, sglang_to_vllm,
-    vllm_command, vllm_effective, vllm_to_sglang)
+from eagle3lib.engines.layer_reading import draft_slots, layer_frame, layer_reading
+from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command, vllm_effective, vllm_to_sglang
 from eagle3lib.steps.discovery import SAMPLES_DIR
 from eagle3lib.errors import ConfigError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.serving.sglang_rules import resolve
+from eagle3lib.engines.sglang_resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "

@@ -12,7 +12,7 @@ import pytest
 from eagle3lib.serving import sglang_introspect as si
 from eagle3lib.errors import ServingArgsError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.serving.sglang_rules import resolve
+from eagle3lib.engines.sglang_resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "

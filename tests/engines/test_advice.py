@@ -7,7 +7,7 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from eagle3lib.serving.advice import ENGINES, advise, captured_by, config_snippet
+from eagle3lib.engines.advice import ENGINES, advise, captured_by, config_snippet
 from eagle3lib.errors import LayoutError
 from eagle3lib.layout import from_ids
 

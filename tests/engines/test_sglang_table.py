@@ -4,8 +4,8 @@ from __future__ import annotations
 import pytest
 
 from eagle3lib.errors import ServingArgsError
-from eagle3lib.serving.sglang_rule import parse_version
-from eagle3lib.serving.sglang_table import RULES
+from eagle3lib.engines.versions import parse_version
+from eagle3lib.engines.sglang_table import RULES
 
 
 def test_rows_are_well_formed():

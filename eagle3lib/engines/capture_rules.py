@@ -20,9 +20,24 @@ import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from .advice import captured_by
-from .capturespec import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION
 from ..errors import LayoutError
 from ..layout import input_index
+
+# PR #25454 (2026-05-18): "+1 only when ids[0] == 1", in the model files that carry it (the DeepseekV2 file); the
+# release mapping after v0.5.6 is approximate (serving-and-throughput.md A.1), v0.5.12 is the first cut after it.
+FIRST_ID_RULE_VERSION = "0.5.12"
+# Target architectures (class-name prefixes) whose SGLang model file reads the draft's ids with that rule, as data:
+# (prefix, the model file that captures, source). Kimi-K2.x targets, whose drafts are the MLA EAGLE-3 drafts
+# (Eagle3DeepseekV2ForCausalLM, kimi_k25_eagle3.py), capture in the DeepSeek-V3 language model they wrap: the MLA
+# draft is fed the inputs of the layers named (hidden + residual before layer i), as for any DeepSeek target.
+FIRST_ID_RULE_TARGETS = (
+    ("DeepseekV2", "deepseek_v2.py", "sglang PR #25454: DeepseekV2ForCausalLM.set_eagle3_layers_to_capture"),
+    ("DeepseekV3", "deepseek_v2.py", "sglang deepseek_v2.py (DeepseekV3ForCausalLM / V32 subclass DeepseekV2's)"),
+    ("KimiK25", "kimi_k25.py -> deepseek_v2.py", "sglang kimi_k25.py KimiK25ForConditionalGeneration."
+     "set_eagle3_layers_to_capture delegates to its language_model, a DeepseekV3ForCausalLM (sgl-project/sglang "
+     "@00a239e, read 2026-12)"),
+)
+FIRST_ID_RULE_ARCHS = tuple(prefix for prefix, _, _ in FIRST_ID_RULE_TARGETS)
 
 _SG, _VL = "sglang", "vllm"
 NEWER_DRAFTERS_VERSION = "0.5.12"   # sglang PR#24663 "Support newer EAGLE-3 drafters" (2026-05, approx. release)
@@ -186,7 +201,7 @@ def served_capture(engine: str, ids, num_layers: int, *, target_arch: str | None
         names = captured_by(generic, ids, L)
         note = (f"no model-file rule for {target_arch or 'an unnamed target'} in this table: the Llama-file rule "
                 f"({generic}) is assumed")
-        return Served(engine, (Reading("eagle3lib.serving.advice.captured_by", names, (note,)),))
+        return Served(engine, (Reading("eagle3lib.engines.advice.captured_by", names, (note,)),))
     out = []
     for r in rules:
         names = captured_by(r.id_rule, ids, L)

@@ -15,9 +15,10 @@ import pandas as pd
 
 from ..model.config import read_config_json
 from ..errors import ConfigError, ServingArgsError
-from .sglang_rule import CHECKED_AGAINST, DEFAULT_VERSION, parse_version
+from .versions import CHECKED_AGAINST, DEFAULT_VERSION, parse_version
 from .sglang_table import RULES
-from .sglang_rule import KNOBS, LATEST_TRACED, Rule, RuleContext, RuleRejection
+from .sglang_rule import KNOBS, Rule, RuleContext, RuleRejection
+from .versions import LATEST_TRACED
 
 @dataclass(frozen=True)
 class RuleHit:
@@ -75,12 +76,12 @@ def _requested_settings(requested) -> tuple[dict, dict]:
     engine = getattr(requested, "engine", None)
     if engine is not None:
         if engine != "sglang":
-            raise ServingArgsError("sglang_rules.resolve", "the launch command is not an SGLang command",
+            raise ServingArgsError("sglang_resolver.resolve", "the launch command is not an SGLang command",
                                    expected="engine 'sglang'", found=engine,
                                    cause="vLLM settings are mapped by eagle3lib.serving.crossengine, not by SGLang's rules")
         return dict(requested.flags), dict(requested.env)
     if not isinstance(requested, Mapping):
-        raise ServingArgsError("sglang_rules.resolve", "requested settings of an unknown kind",
+        raise ServingArgsError("sglang_resolver.resolve", "requested settings of an unknown kind",
                                expected="LaunchArgs or {ServerArgs field: value}", found=type(requested).__name__)
     return dict(requested), {}
 

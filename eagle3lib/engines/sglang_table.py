@@ -1,12 +1,13 @@
 """The rule table: how SGLang rewrites or refuses speculative settings at startup, one `Rule` row per rewrite.
 
 Each row holds the SGLang version range where it holds (min inclusive, max exclusive), its source (PR / commit
-from serving-and-throughput.md Part A), its condition, its effect and the line SGLang logs. sglang_rules
+from serving-and-throughput.md Part A), its condition, its effect and the line SGLang logs. sglang_resolver
 resolves a launch against it; sglang_rule says what a row is.
 """
 from __future__ import annotations
 
-from .sglang_rule import KNOBS, LATEST_TRACED, Rule, RuleContext, RuleRejection
+from .sglang_rule import KNOBS, Rule, RuleContext, RuleRejection
+from .versions import LATEST_TRACED
 
 _DEEPSEEK = ("DeepseekV2", "DeepseekV3")                       # prefixes; DeepseekV32 included
 _MOE_314 = ("Glm4Moe", "GlmMoeDsa", "BailingMoe", "MistralLarge3", "Pixtral", "MiMoV2")

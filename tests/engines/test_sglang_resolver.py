@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.serving.sglang_rules: every rule fires inside its version range and not outside it."""
+"""Tests for eagle3lib.engines.sglang_resolver: every rule fires inside its version range and not outside it."""
 from __future__ import annotations
 
 import json
@@ -8,10 +8,11 @@ from packaging.version import Version
 
 from eagle3lib.errors import ConfigError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.serving.sglang_rule import DEFAULT_VERSION, KNOBS, LATEST_TRACED, parse_version
-from eagle3lib.serving.sglang_rules import (adjustment_warning, normalize_speculative, resolve, rules_frame,
-                                            target_arch_from_config)
-from eagle3lib.serving.sglang_table import RULES
+from eagle3lib.engines.versions import DEFAULT_VERSION, LATEST_TRACED, parse_version
+from eagle3lib.engines.sglang_rule import KNOBS
+from eagle3lib.engines.sglang_resolver import (adjustment_warning, normalize_speculative, resolve, rules_frame,
+    target_arch_from_config)
+from eagle3lib.engines.sglang_table import RULES
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "

@@ -1,17 +1,15 @@
 """What one SGLang startup rule is: `Rule` (a row of sglang_table), the `RuleContext` it reads, `RuleRejection`,
-and the SGLang versions the table was traced and checked against."""
+the SGLang versions it holds in (`engines.versions` holds the versions the table was traced and checked
+against)."""
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from typing import Callable, Mapping
 
-from packaging.version import InvalidVersion, Version
+from packaging.version import Version
 
-from ..errors import ServingArgsError
+from .versions import parse_version
 
-DEFAULT_VERSION = "0.5.6"     # the version the shipped samples and the demo engine's log imitate
-LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
-CHECKED_AGAINST = "0.5.23"    # newest SGLang whose own ServerArgs resolution was compared with this table (grid)
 EAGLE_FAMILY = ("EAGLE", "EAGLE3", "STANDALONE", "NEXTN")
 KNOBS = ("speculative_num_steps", "speculative_eagle_topk", "speculative_num_draft_tokens")
 # union of candidate_steps over DEFAULT_ADAPTIVE_CONFIG's batch-size slots, by first version (read from the wheels)
@@ -87,15 +85,3 @@ class Rule:
                 and (self.max_version is None or v < parse_version(self.max_version)))
 
 
-def parse_version(version: str | Version) -> Version:
-    """An SGLang version string (``0.5.3.post3``, ``v0.5.6``, ``head``) as a comparable Version."""
-    if isinstance(version, Version):
-        return version
-    text = str(version).strip().lstrip("vV")
-    if text.lower() in ("head", "latest", "main"):
-        text = LATEST_TRACED
-    try:
-        return Version(text)
-    except InvalidVersion:
-        raise ServingArgsError("SGLang version", "cannot be read as a version", expected="e.g. 0.5.6 or 0.4.6.post1",
-                               found=repr(version)[:60]) from None

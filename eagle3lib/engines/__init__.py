@@ -1,0 +1,12 @@
+"""Engines: what SGLang and vLLM do with a draft, by version, as data with its source; and the real vLLM itself.
+
+- `versions`        one version parser per engine; the versions the tables were read and checked against.
+- `facts`           which engine / version reads which config field, flag or key (rows with since / until, source).
+- `sglang_rule`     what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
+- `sglang_table`    the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
+- `sglang_resolver` the offline resolver over that table; SGLang's accept-rate formulas by version.
+- `advice`          which layer ids to write per engine for a trained layout; what an engine captures for ids.
+- `capture_rules`   what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
+                    by version, with sources (data), and the resolvers over it.
+- `layer_reading`   which ids each engine reads from a draft config and the boundaries it then captures.
+"""
