@@ -66,6 +66,10 @@ class ServingArgsError(Eagle3Error):
     """A launch command, server setting or /server_info that cannot be parsed or would be rejected."""
 
 
+class EngineError(Eagle3Error):
+    """The real serving engine (vLLM in its own venv) is absent, refused the input, or failed while running it."""
+
+
 class LogParseError(Eagle3Error):
     """A server log or benchmark output with nothing readable in it."""
 

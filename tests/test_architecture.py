@@ -13,9 +13,9 @@ PKG = Path(__file__).resolve().parents[1] / "eagle3lib"
 LAYERS = [
     {"errors", "layout", "causes", "jsonfiles", "progress"},
     {"model"},
-    {"engines"},
     {"samples"},
     {"hidden"},
+    {"engines"},
     {"serving"},
     {"replay", "throughput"},
     {"checks"},

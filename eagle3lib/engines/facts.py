@@ -1,10 +1,11 @@
 """Engine facts as data: which engine (and from which version / PR) reads which draft config field, flag or key.
 
-Each `Fact` row carries its source (PR / file) so a finding that rests on it can cite it. Layer-id capture rules
-are NOT restated here: they live in `eagle3lib.serving.advice` / `eagle3lib.serving.capturespec` / `eagle3lib.serving.crossengine`
-/ `eagle3lib.serving.capture_rules` (MLA targets, multi-layer drafts) (the
-checks call those). Versions: `since` is the first release that has the behaviour when the release is known
-(SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A); `None` = only the PR date is known.
+Each `Fact` row carries its source (PR / file) so a finding that rests on it can cite it, and `checked` says how
+it was verified beyond reading that source (the running engine, its version). Layer-id capture rules are NOT
+restated here: they live in `engines.advice` / `engines.layer_reading` / `engines.capture_rules` (MLA targets,
+multi-layer drafts); the checks call those. Versions: the row holds from `since` (inclusive) to `until`
+(exclusive), releases where known (SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A);
+`since` None with a `date` = only the PR date is known, so a version cannot place it.
 Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown).
 """
 from __future__ import annotations
@@ -12,7 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 import pandas as pd
-from packaging.version import InvalidVersion, Version
+
+from .versions import in_force, maybe_version, parse_version
 
 SERVING_ENGINES = ("sglang", "vllm")
 
@@ -28,6 +30,8 @@ class Fact:
     date: str           # when the PR landed ("" = long-standing)
     source: str         # PR / file
     note: str = ""
+    until: str | None = None   # first version without it (exclusive); None = still so
+    checked: str = ""          # how the row was verified beyond reading the source (e.g. the running engine)
 
 
 F = Fact
@@ -111,16 +115,6 @@ FACTS: tuple[Fact, ...] = (
 )
 
 
-def _version(v: str) -> Version | None:
-    text = str(v).strip().lstrip("vV")
-    if text.lower() in ("head", "latest", "main"):
-        return Version("9999")
-    try:
-        return Version(text)
-    except InvalidVersion:
-        return None
-
-
 def facts(topic: str | None = None, engine: str | None = None) -> tuple[Fact, ...]:
     """The fact rows of one topic (and engine)."""
     return tuple(f for f in FACTS if (topic is None or f.topic == topic) and (engine is None or f.engine == engine))
@@ -133,24 +127,20 @@ def fact(engine: str, topic: str, subject: str) -> Fact | None:
 
 def reads(engine: str, topic: str, subject: str, version: str | None = None) -> bool | None:
     """Does `engine` at `version` have the behaviour? True / False, or None when unknown (no row, no version, or
-    a row whose first version is unknown)."""
+    a row whose first version is unknown). Inside [since, until) the row's `reads`; outside it the opposite."""
     f = fact(engine, topic, subject)
     if f is None:
         return None
-    if f.since is None:
+    if f.since is None and f.until is None:
         if not f.date:
             return f.reads                       # long-standing behaviour
-        v = _version(version) if version else None
-        return f.reads if v is not None and v >= Version("9999") else None
-    if not version:
-        return None
-    v = _version(version)
-    if v is None:
-        return None
-    return f.reads if v >= Version(f.since) else (not f.reads)
+        v = maybe_version(version, engine) if version else None
+        return f.reads if v is not None and v >= parse_version("head", engine) else None
+    held = in_force(f.since, f.until, version, engine) if version else None
+    return None if held is None else (f.reads if held else not f.reads)
 
 
 def facts_frame(topic: str | None = None) -> pd.DataFrame:
     """The fact rows as a table (what the notebooks show next to a finding)."""
-    cols = ["engine", "topic", "subject", "reads", "since", "date", "source", "note"]
+    cols = ["engine", "topic", "subject", "reads", "since", "until", "date", "source", "checked", "note"]
     return pd.DataFrame([vars(f) for f in facts(topic)], columns=cols)
