@@ -50,14 +50,14 @@ select_demo_world(demo_world)
 
 inp = sample_replay.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                                    new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
-setup = replay.load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
+setup = sample_replay.load_replay_setup(inp, device=device, dtype=dtype, recapture=recapture)
 served = sample_replay.serving_layout(inp, setup.num_layers, typed=serving_layout, engine=serving_engine,
                                       engine_version=serving_version, device=device)
 compare = sample_replay.layouts_to_replay(setup.training_layout, served)
 print("draft:", inp.draft_path, "| target:", inp.target_path, "| demo world:", inp.demo)
 print("serving layout:", served.layout, "<-", served.source, "|", served.detail)
 print("recorded validation accuracy:", inp.recorded_acc, f"({inp.recorded_from})")
-print("training layout (draft config):", setup.training_layout)
+print("training layout:", setup.training_layout, f"({setup.training_layout_source})")
 for note in setup.notes:
     print("NOTE:", note)
 

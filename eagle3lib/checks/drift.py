@@ -55,22 +55,27 @@ def classify(table: pd.DataFrame) -> str:
     return "different"
 
 
-def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool = False) -> list[Finding]:
-    """Recapture `n` training samples through the target and say which of same / cast / scaled / different."""
+def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool = False,
+                model=None) -> list[Finding]:
+    """Recapture `n` training samples through the target and say which of same / cast / scaled / different.
+
+    Each slot is compared with the boundary it holds: the one identified by recapture (`art.trained`), else the
+    data's declared layout, else the config's claim; a slot that matched no boundary is compared with its claim,
+    which is where drift shows. `model`: the target already loaded (else loaded here)."""
     need = art.missing("target", "data")
     if need or not art.target_path:
         return [not_checked("target_drift", WHERE, need or NEEDS["target"])]
     L = art.target_info.num_layers
-    layout = art.data.layout
-    if layout is None and art.draft_cfg is not None:
-        layout = art.draft_cfg.aux_layout(L)
+    tl = art.trained
+    layout = tl.layout if tl is not None else art.data.layout
     if layout is None:
-        return [not_checked("target_drift", WHERE, "the training data's layout (declared, or draft config ids)")]
+        return [not_checked("target_drift", WHERE, "the training data's layout (identified by recapture, declared, "
+                            "or draft config ids)")]
     samples = [s for s in art.data.sample(min(n, len(art.data)), 0)]
     if not samples:
         return [not_checked("target_drift", WHERE, NEEDS["data"] + " (no readable sample)")]
     try:
-        model = load_target_model(art.target_path, device=device)
+        model = model if model is not None else load_target_model(art.target_path, device=device)
         if samples[0].hidden_size != model.config.hidden_size:
             return [Finding("target_drift", "confirmed", f"the stored states are {samples[0].hidden_size} wide, the "
                             f"target's are {model.config.hidden_size}: data from another model", {}, WHERE,
@@ -80,7 +85,8 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
         return [not_checked("target_drift", WHERE, "a target transformers can run on these tokens", str(e)[:200])]
     kind = classify(table)
     slots = table[["boundary", "cosine", "norm_ratio"]].to_dict("records")
-    ev = {"samples": len(samples), "kind": kind, "slots": slots}
+    ev = {"samples": len(samples), "kind": kind, "slots": slots,
+          "layout_from": tl.source if tl is not None else "declared"}
     quant = (dict(art.target_info.raw).get("quantization_config") or {})
     if kind == "same":
         return [Finding("target_drift", "ruled out", "the target recomputes the stored training states (same model)",

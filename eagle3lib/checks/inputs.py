@@ -6,6 +6,7 @@ checks that need it report ``not checked`` naming it. Nothing here raises on a b
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -17,6 +18,7 @@ from ..errors import Eagle3Error
 from ..serving.launch import LaunchArgs, parse_launch
 from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
 from ..model.target import TargetInfo, load_target_info
+from ..hidden.identify import TrainedLayout, trained_layout
 
 # what each input is called in a `needs` sentence
 NEEDS = {"draft": "the draft checkpoint (config.json)", "weights": "the draft's weight files",
@@ -41,6 +43,7 @@ class Artifacts:
     training_raw: Mapping[str, Any] | None = None
     served_prompts: tuple | None = None
     problems: Mapping[str, str] = field(default_factory=dict)
+    trained: TrainedLayout | None = None             # the trained layout and its evidence (hidden.identify)
 
     def missing(self, *names: str) -> str | None:
         """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
@@ -139,4 +142,15 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
         attempt("training_config", read_training)
     if served_prompts is not None:
         got["served_prompts"] = tuple(served_prompts)
-    return Artifacts(**got, problems=MappingProxyType(problems))
+    art = Artifacts(**got, problems=MappingProxyType(problems))
+    if art.draft_cfg is not None or art.data is not None:
+        L = art.target_info.num_layers if art.target_info is not None else None
+        art = dataclasses.replace(art, trained=trained_layout(art.data, art.draft_cfg, L))
+    return art
+
+
+def with_identified_layout(art: Artifacts, model, n: int = 3) -> Artifacts:
+    """`art` with its trained layout identified by recapturing `n` training samples through the target `model`
+    (the claims stay in `art.trained` beside it)."""
+    L = art.target_info.num_layers if art.target_info is not None else None
+    return dataclasses.replace(art, trained=trained_layout(art.data, art.draft_cfg, L, model=model, n=n))

@@ -9,10 +9,11 @@ from __future__ import annotations
 
 
 from ..causes import Finding, not_checked
+from ..errors import Eagle3Error
 from .context import check_context
 from .embedding import check_embedding
 from .flags import check_flags
-from .inputs import read_artifacts
+from .inputs import read_artifacts, with_identified_layout
 from .launch import check_launch
 from .layer_ids import check_layer_ids
 from .rope import check_rope
@@ -35,17 +36,34 @@ CHECKS = {
     "weights": (lambda a, o: check_weights(a, o["engine"], o["engine_version"]), ("weights_dropped",)),
     "template": (lambda a, o: check_template(a), ("chat_template_mismatch",)),
     "vocab": (lambda a, o: check_d2t(a), ("d2t_mapping",)),
-    "drift": (lambda a, o: _drift(a, o["replay_n"]), ("target_drift",)),
+    "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"]), ("target_drift",)),
 }
+# the checks that read the trained layout: with replay evidence, the training data's slots are identified against
+# the target's own boundaries first (one recapture, shared with the drift check)
+USES_TRAINED_LAYOUT = ("layer_ids", "drift")
 
 
-def _drift(art, n: int):
+def _drift(art, n: int, model=None):
     """The recapture check runs the whole target: only when replay evidence is asked for (n > 0)."""
     if n <= 0:
         return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
                             "through the target)")]
     from .drift import check_drift
-    return check_drift(art, n=n)
+    return check_drift(art, n=n, model=model)
+
+
+def _identified(art, names, replay_n: int):
+    """(art with the trained layout identified by recapture, the loaded target model) when replay evidence is
+    asked for and a check that reads the layout runs; else (art, None). A target that will not load is left to
+    the drift check to report."""
+    if replay_n <= 0 or not art.target_path or art.data is None or not set(names) & set(USES_TRAINED_LAYOUT):
+        return art, None
+    from ..hidden.capture import load_target_model
+    try:
+        model = load_target_model(art.target_path)
+    except Eagle3Error:
+        return art, None
+    return with_identified_layout(art, model), model
 
 
 def _engine(engine, launch):
@@ -60,8 +78,10 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
                only=None) -> list[Finding]:
     """Every check (or those named in `only`) on the inputs given; each returns Findings, never raises."""
     art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
-    opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n)}
     names = [n for n in CHECKS if only is None or n in only]
+    art, model = _identified(art, names, int(replay_n))
+    opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n),
+            "target_model": model}
     out: list[Finding] = []
     for name in track(names, desc="checks", progress=progress, unit="check"):
         fn, causes = CHECKS[name]

@@ -12,7 +12,7 @@ from dataclasses import dataclass, field
 from ..causes import Finding
 from ..errors import Eagle3Error
 from ..replay import layoutsearch, verdict
-from ..replay.run import load_setup, replay
+from ..replay.run import replay
 from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction
 from .combine import Diagnosis, diagnose
 
@@ -89,7 +89,7 @@ def run(inp: Inputs, progress=None) -> Run:
 def _replay(inp: Inputs) -> list[Finding]:
     ri = sample_replay.resolve_inputs(inp.draft, inp.target, inp.data, "", inp.heldout, "", inp.recorded_acc,
                                       inp.training_log, inp.dump, inp.device)
-    setup = load_setup(ri.draft_path, ri.target_path or None, device=inp.device, dtype=inp.dtype)
+    setup = sample_replay.load_replay_setup(ri, device=inp.device, dtype=inp.dtype)
     served = sample_replay.serving_layout(ri, setup.num_layers, typed=inp.serving_layout,
                                           engine=inp.serving_engine, engine_version=inp.sglang_version,
                                           device=inp.device)

@@ -3,5 +3,7 @@
 - `capture`  reference captures of every residual boundary of an HF target; `Slots` (what a draft is fed).
 - `dumps`    serving dumps in: SGLang debug tensor dumps and the eagle3lib dump format (`save_dump` / `load_dump`).
 - `compare`  slot-vs-boundary similarity and identification; which layout a dumped fc input was fed.
+- `identify` which boundaries a training shard's slots hold: identified against the target's own boundaries,
+             else the data's declared layout, else the config's claim (`trained_layout`).
 - `explain`  `explain(expected, actual)`: how two slot layouts differ, in words (`LayoutExplanation`, a list of `Difference`s).
 """

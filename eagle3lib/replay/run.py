@@ -10,6 +10,7 @@ on the rows its COD sampling can keep, and the chain simulation is that same for
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import itertools
 import os
 from collections.abc import Iterator
@@ -30,6 +31,8 @@ from ..layout import parse_layout
 from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
 from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
+from ..hidden.capture import load_target_model
+from ..hidden.identify import trained_layout
 from ..progress import bar
 
 D2T_MODES = ("offsets", "absolute", "identity")
@@ -43,10 +46,11 @@ class ReplaySetup:
     draft_path: str
     target_path: str | None
     num_layers: int | None                       # target decoder layers (None without a target)
-    training_layout: tuple[str, ...] | None      # the boundaries the draft's config says its fc was trained on
+    training_layout: tuple[str, ...] | None      # the boundaries the fc was trained on (see training_layout_source)
     lm_head: Tensor | None                       # (V, Ht) target lm_head, for the SpecForge reference
     tokenizer: object | None
     notes: tuple[str, ...] = ()
+    training_layout_source: str = "config"       # hidden.identify.SOURCES: "identified", "declared", "config"
 
     @property
     def device(self) -> torch.device:
@@ -90,6 +94,27 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") 
         notes += peagle_notes(loaded.model, tok)
     return ReplaySetup(loaded.model, loaded.cfg, str(draft_path), str(target_path) if target_path else None, L,
                        lay, lm_head, tok, tuple(notes))
+
+
+def with_trained_layout(setup: ReplaySetup, trained) -> ReplaySetup:
+    """The setup with the trained layout a `hidden.identify.TrainedLayout` established (unchanged when it names
+    none): replays default to it, and samples that declare no layout are read as holding it."""
+    if trained is None or trained.layout is None:
+        return setup
+    return dataclasses.replace(setup, training_layout=tuple(trained.layout), training_layout_source=trained.source,
+                               notes=setup.notes + (f"training layout {trained.detail}",))
+
+
+def identify_training_layout(setup: ReplaySetup, data, *, model=None, recapture: bool = True, n: int = 3,
+                             data_format: str | None = None, device: str = "cpu"):
+    """`hidden.identify.trained_layout` for this setup's draft and target on `data`. With `recapture`, the target
+    (`model`, else loaded here from the setup's target path) recaptures `n` samples to identify the slots;
+    without it (or without a target) the answer is the data's declared layout or the config's claim."""
+    ds = data if isinstance(data, Dataset) else open_dataset(Path(data), format=data_format or None,
+                                                            hidden_size=None)
+    if recapture and model is None and setup.target_path:
+        model = load_target_model(setup.target_path, device=device)
+    return trained_layout(ds, setup.cfg, setup.num_layers, model=model if recapture else None, n=n)
 
 
 def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:

@@ -10,6 +10,7 @@ replayed and the result names the input that would decide it.
 """
 from __future__ import annotations
 
+import dataclasses
 import math
 from dataclasses import dataclass, field
 from typing import Mapping
@@ -25,6 +26,7 @@ from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain
 from ..layout import parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
+from ..replay.run import ReplaySetup, identify_training_layout, load_setup, with_trained_layout
 from ..replay.stats import ZERO, ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
@@ -71,6 +73,22 @@ def resolve_inputs(draft_path: str = "", target_path: str = "", train_data_path:
         rec, src = read_recorded_accuracy(training_log_path)
     return ReplayInputs(draft_path, target_path, train_data_path, train_data_format or None, held, rec, src,
                         serving_dump, demo)
+
+
+def load_replay_setup(inp: ReplayInputs, *, device: str = "cpu", dtype="auto", recapture: bool = True,
+                      n: int = 3) -> ReplaySetup:
+    """The draft and target loaded for replay, with the trained layout taken from the training data: its slots
+    identified against the target's own boundaries (`recapture`: `n` samples through the target), else the
+    data's declared layout, else the config's ids (`hidden.identify.trained_layout`; the setup's notes say
+    which)."""
+    setup = load_setup(inp.draft_path, inp.target_path or None, device=device, dtype=dtype)
+    try:
+        trained = identify_training_layout(setup, inp.train_data, recapture=recapture, n=n,
+                                           data_format=inp.train_format, device=device)
+    except Eagle3Error as e:
+        return dataclasses.replace(setup, notes=setup.notes + (f"training layout not identified ({e}): the "
+                                                               "config's ids stand",))
+    return with_trained_layout(setup, trained)
 
 
 # ---------------------------------------------------------------- the serving side, from evidence

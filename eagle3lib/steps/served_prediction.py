@@ -17,7 +17,6 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
-from ..replay.run import load_setup
 from ..replay.served import WHERE, ServedVsPredicted, compare
 from ..throughput.records import RunRecord
 from .discovery import Discovery
@@ -109,7 +108,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
         if not runs:
             return ServedPrediction((), tuple(problems), (), tuple(notes))
     try:
-        setup = load_setup(ri.draft_path, ri.target_path or None, device=device)
+        setup = sample_replay.load_replay_setup(ri, device=device)
         engine = d.launch.engine if d.launch is not None else ""
         served = sample_replay.serving_layout(ri, setup.num_layers, typed=serving_layout, engine=engine,
                                               engine_version=d.version if engine == "sglang" else "", device=device)

@@ -78,3 +78,26 @@ def test_classify_cast_and_missing_inputs(tmp_path):
     assert classify(t) == "cast"
     f = check_drift(read_artifacts())
     assert [x.status for x in f] == ["not checked"] and f[0].needs
+
+
+def test_undeclared_data_is_read_at_its_identified_boundaries_not_the_configs_claim(world, tmp_path):
+    """A shard that declares no layout, a draft config whose ids (vLLM's input-of-layer ids in eagle_config) read
+    as output-of-layer name other boundaries: the slots are identified by recapture, so the same target is not
+    reported as drift (it was, when the config's claim labelled the slots)."""
+    from eagle3lib.checks.run import run_checks
+    from eagle3lib.samples.readers import open_dataset
+    from eagle3lib.samples.writers import specforge_sample_path, write_specforge_sample
+    from tests.checks.world import draft_raw
+    import json
+    for i, s in enumerate(open_dataset(world / "data")):
+        write_specforge_sample(specforge_sample_path(tmp_path / "sf", i), s.input_ids, s.loss_mask,
+                               torch.zeros(s.num_tokens, 32), s.aux.reshape(s.num_tokens, -1))
+    raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 2, 4], "use_aux_hidden_state": True})
+    raw["vocab_size"] = 100
+    (tmp_path / "draft").mkdir()
+    (tmp_path / "draft" / "config.json").write_text(json.dumps(raw))
+    found = run_checks(draft=tmp_path / "draft", target=world / "target_a", data=tmp_path / "sf", only=("drift",),
+                       replay_n=3)
+    assert [(f.cause, f.status) for f in found] == [("target_drift", "ruled out")]
+    assert found[0].evidence["layout_from"] == "identified"
+    assert [s["boundary"] for s in found[0].evidence["slots"]] == list(LAYOUT)
