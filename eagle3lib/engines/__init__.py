@@ -9,6 +9,7 @@
 - `capture_rules`   what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
                     by version, with sources (data), and the resolvers over it.
 - `layer_reading`   which ids each engine reads from a draft config and the boundaries it then captures.
+- `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
 - `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.
 - `vllm_side/`      the scripts that run inside the vLLM venv (they never import eagle3lib).
 """

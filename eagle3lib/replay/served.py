@@ -21,7 +21,10 @@ import pandas as pd
 
 from ..causes import Finding
 from ..errors import DataError
+from ..hidden.explain import causes_of, explain
+from .as_served import ASPECT_CAUSE
 from .run import ReplaySetup
+from .stats import ZERO
 from .tree import TreeReplayResult, check_setting, label_of, replay_tree
 
 WHERE = "served accept length vs replay under the served setting"
@@ -120,3 +123,102 @@ def compare(setup: ReplaySetup, data, served: float, setting, *, source: str = "
     return ServedVsPredicted((steps, topk, ndt), float(served), source, predicted, chain, res.positions,
                              tuple(res.layout), res.reference,
                              tolerance if tolerance is not None else tolerance_for(predicted))
+
+
+# ---------------------------------------------------------------- the served τ against the draft as served
+
+AS_SERVED = "served accept length vs the draft replayed as the engine loads it"
+WIRING_CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot",
+                 "d2t_mapping", "wrong_embedding", "lm_head_missing", "rope_mismatch")
+
+
+def aspect_causes(aspect: str, as_served, num_layers: int | None, ids_read: bool = True) -> tuple[str, ...]:
+    """The catalogue causes an aspect served differently stands for: the kind of layout difference (hidden.explain),
+    `missing_layer_ids` when the engine read no ids and fell back to its default; the cause of every other aspect."""
+    if aspect != "layout":
+        return (ASPECT_CAUSE[aspect],)
+    expl = explain(tuple(as_served.trained["layout"]),
+                   tuple(b if b is not None else ZERO for b in as_served.served["layout"]), num_layers=num_layers)
+    found = causes_of(expl) or ("aux_layout_mismatch",)
+    return (("missing_layer_ids",) if not ids_read else ()) + tuple(found)
+
+
+def as_served_findings(served: float, source: str, as_served, *, num_layers: int | None, ids_read: bool = True,
+                       tolerance: float | None = None) -> list[Finding]:
+    """What a served τ measured by the real engine says about each wiring cause, beside the draft replayed as
+    trained and as the engine loads it (replay.as_served). Every finding rests on that measurement:
+    - served ≈ as trained: the engine runs the draft as trained; every wiring cause is ruled out, whatever a table
+      or the view predicted (the view is then wrong where it differs, and the finding says so);
+    - served ≈ as served < as trained: the aspects whose own replay drops are confirmed, the others ruled out, and
+      the loss is explained (no engine regression);
+    - served below both, or between them: the loss is not (fully) explained: the differing aspects and an engine
+      regression stay suspected.
+    """
+    tr, sv = as_served.get("as trained"), as_served.get("as served") or as_served.get("as trained")
+    tol = tolerance if tolerance is not None else tolerance_for(tr.tau)
+    ev = {"served": round(served, 3), "served_source": source, "tau_as_trained": round(tr.tau, 3),
+          "tau_as_served": round(sv.tau, 3), "tolerance": round(tol, 3), "num_steps": as_served.num_steps,
+          "differing": list(as_served.differing), "sources": dict(as_served.sources),
+          "trained_layout": list(as_served.trained["layout"]),
+          "served_layout": [b or "nothing" for b in as_served.served["layout"]], "positions": tr.positions}
+    head = (f"served τ {served:.2f} ({source}); replayed as trained {tr.tau:.2f}, as the engine loads it "
+            f"{sv.tau:.2f}")
+    diff = as_served.differing
+    blamed = {a: aspect_causes(a, as_served, num_layers, ids_read) for a in diff}
+    out: list[Finding] = []
+    if abs(served - tr.tau) <= tol:
+        for c in WIRING_CAUSES:
+            why = next((a for a, cs in blamed.items() if c in cs), None)
+            text = f"{head}: the engine serves the draft as trained"
+            if why is not None and sv.tau < tr.tau - tol:
+                text += (f" although its {as_served.sources.get(why, '?')} view loads {why} as "
+                         f"{as_served.served[why]!r}, which would replay at {sv.tau:.2f}: that view is wrong")
+            out.append(Finding(c, "ruled out", text, ev, AS_SERVED, measured=True))
+        out.append(Finding("engine_regression", "ruled out", f"{head}: no acceptance is lost in serving", ev,
+                           AS_SERVED, measured=True))
+        return out
+    explained = bool(diff) and abs(served - sv.tau) <= tol and sv.tau < tr.tau - tol
+    for a in diff:
+        alone = as_served.get(f"{a} as served") or sv
+        drop = alone.tau < tr.tau - tol
+        for c in blamed[a]:
+            if explained:
+                status = "confirmed" if drop else "ruled out"
+                text = (f"{head}: serving {a} as {_short(as_served.served[a])} (from the "
+                        f"{as_served.sources.get(a, '?')}) alone replays at {alone.tau:.2f}"
+                        + (", which the served τ reproduces" if drop else ": not what loses acceptance"))
+            else:
+                status = "suspected" if drop else "ruled out"
+                text = (f"{head}: serving {a} as {_short(as_served.served[a])} replays at {alone.tau:.2f}; the "
+                        "served τ matches neither replay")
+            fix = {"d2t_mapping": "store the map under the name the engine reads ('d2t')",
+                   "wrong_embedding": "ship no embed_tokens (engines share the target's) or the target's own",
+                   "lm_head_missing": "ship the trained lm_head.weight",
+                   "rope_mismatch": "serve with the RoPE the draft was trained with"}.get(
+                c, f"make the engine feed [{', '.join(as_served.trained['layout'])}]") if status != "ruled out" else ""
+            out.append(Finding(c, status, text, {**ev, "aspect": a, "tau_aspect_alone": round(alone.tau, 3)},
+                               AS_SERVED, fix=fix, measured=True))
+    named = {c for cs in blamed.values() for c in cs}
+    if explained or not diff:
+        for c in WIRING_CAUSES:
+            if c not in named:
+                out.append(Finding(c, "ruled out", f"{head}: nothing the engine loads differently touches it", ev,
+                                   AS_SERVED, measured=True))
+    if explained:
+        out.append(Finding("engine_regression", "ruled out", f"{head}: the loss is what the engine loads "
+                           f"({', '.join(diff)}), not the serving path", ev, AS_SERVED, measured=True))
+    elif served < min(tr.tau, sv.tau) - tol:
+        out.append(Finding("engine_regression", "suspected", f"{head}: the server accepts less than the draft does "
+                           "even as the engine loads it (an engine regression, prompts unlike the replayed data, or "
+                           "an aspect this view does not model)", ev, AS_SERVED,
+                           fix="replay on samples of the served prompts; compare another engine version",
+                           measured=True))
+    elif served > tr.tau + tol:
+        out.append(Finding("measurement_artefact", "suspected", f"{head}: the server accepts more than greedy "
+                           "verification on the replayed data reaches (repetitive outputs, a lossy threshold, a "
+                           "counter convention)", ev, AS_SERVED, measured=True))
+    return out
+
+
+def _short(v) -> str:
+    return "[" + ", ".join(str(x) for x in v) + "]" if isinstance(v, tuple) else str(v)

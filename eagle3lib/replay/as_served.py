@@ -1,0 +1,227 @@
+"""The draft replayed as an engine really loads it, aspect by aspect, beside the draft as it was trained.
+
+An `engines.loaded_view.EngineView` says what the engine feeds and loads (layout, d2t, embedding, lm_head; which
+source answered each). `replay_as_served(setup, data, view, num_steps=K)` replays the chain of K drafts (simulated
+greedy acceptance, the served τ's definition: accepted tokens per round + the bonus token) three ways:
+- **as trained**: the identified training layout, the checkpoint's d2t, the embedding it was trained with (the
+  target's; a shipped copy that differs is measured both ways and the better one is taken as trained), its own
+  lm_head, and its config's RoPE — or the training config's / the target's RoPE when `trained_rope` says so;
+- **as served**: every aspect as the view says;
+- **one aspect at a time**: as trained with only that aspect as served, so a drop is pinned on its aspect.
+`variant(model, **fields)` runs the same weights under other config values (RoPE fields; flags switched off).
+The served τ then decides (steps.served_prediction): equal to the trained replay rules every differing aspect out;
+equal to the as-served replay while that is lower confirms the aspects whose own replay drops.
+"""
+from __future__ import annotations
+
+import contextlib
+from dataclasses import dataclass, field, replace
+
+import pandas as pd
+import torch
+
+from ..errors import ConfigError, Eagle3Error
+from ..model.draft import Eagle3Draft
+from ..model.layers import Rotary
+from ..model.target import load_target_tensor
+from .run import ReplaySetup, replay
+from .stats import ZERO
+
+# config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)
+ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")
+FLAG_FIELDS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+ASPECT_CAUSE = {"d2t": "d2t_mapping", "embedding": "wrong_embedding", "lm_head": "lm_head_missing",
+                "rope": "rope_mismatch"}      # layout: the kind of layout difference decides (hidden.explain)
+
+
+@contextlib.contextmanager
+def variant(model: Eagle3Draft, **changes):
+    """Temporarily run `model` with its config fields changed (RoPE fields; flags switched off only)."""
+    bad = [k for k in changes if k not in ROPE_FIELDS + FLAG_FIELDS]
+    turned_on = [k for k in changes if k in FLAG_FIELDS and changes[k] and not getattr(model.cfg, k)]
+    if bad or turned_on:
+        raise ConfigError("replay.as_served.variant", "cannot replay this variant",
+                          expected=f"RoPE fields {ROPE_FIELDS} or flags switched off {FLAG_FIELDS}",
+                          found=bad or turned_on, cause="a flag switched on has no trained weights to use")
+    old = (model.cfg, model.rotary, model.midlayer.norm_before_residual)
+    cfg = replace(model.cfg, **changes)
+    device = model.fc.weight.device
+    model.cfg, model.rotary = cfg, Rotary(cfg).to(device)
+    model.midlayer.norm_before_residual = cfg.norm_before_residual
+    try:
+        yield model
+    finally:
+        model.cfg, model.rotary, model.midlayer.norm_before_residual = old
+
+
+@dataclass(frozen=True, eq=False)
+class Tensors:
+    """The alternatives an engine may load instead of the draft's own tensors (None where not available)."""
+    own_embed: torch.Tensor | None          # the draft's shipped embed_tokens (None: it ships none)
+    target_embed: torch.Tensor | None       # (V, H) the target's
+    target_head: torch.Tensor | None        # (V, Ht) the target's lm_head
+
+
+def alternatives(setup: ReplaySetup, own_embed: torch.Tensor | None) -> Tensors:
+    """The target's embedding and lm_head for `setup` (read from its target folder), beside the draft's own."""
+    emb = None
+    if setup.target_path:
+        try:
+            emb = load_target_tensor(setup.target_path, "embed")
+        except Eagle3Error:
+            emb = None
+    return Tensors(own_embed, emb, setup.lm_head)
+
+
+@contextlib.contextmanager
+def loaded_as(setup: ReplaySetup, tensors: Tensors, *, d2t: str | None = None, embedding: str | None = None,
+              lm_head: str | None = None):
+    """Temporarily give `setup.model` the tensors an engine would load (None: keep the model's own)."""
+    m = setup.model
+    saved = (m.d2t.clone(), m.embed_tokens.weight.data.clone(), m.lm_head.weight.data.clone())
+    try:
+        if d2t == "zeros":
+            m.d2t.zero_()                                  # draft id i is served as target id i
+        if embedding in ("own", "target"):
+            t = tensors.own_embed if embedding == "own" else tensors.target_embed
+            if t is None:
+                raise ConfigError("replay.as_served", f"no {embedding} embedding to load", expected="a tensor",
+                                  found=None)
+            m.embed_tokens.weight.data = t.to(m.embed_tokens.weight)
+        if lm_head in ("target", "target_sliced"):
+            if tensors.target_head is None:
+                raise ConfigError("replay.as_served", "no target lm_head to borrow", expected="the target's "
+                                  "lm_head", found=None, cause="no target given, or it has no lm_head")
+            rows = m.lm_head.weight.shape[0]                # (Vd, H): the first Vd rows of the target's head
+            m.lm_head.weight.data = tensors.target_head[:rows].to(m.lm_head.weight)
+        elif lm_head == "random":
+            g = torch.Generator().manual_seed(0)
+            w = torch.empty_like(m.lm_head.weight, device="cpu")
+            m.lm_head.weight.data = torch.nn.init.kaiming_uniform_(w, a=5 ** 0.5, generator=g).to(m.lm_head.weight)
+        yield m
+    finally:
+        m.d2t.copy_(saved[0])
+        m.embed_tokens.weight.data, m.lm_head.weight.data = saved[1], saved[2]
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """One variant's replay: what it changed, its layout and its numbers."""
+    label: str                      # "as trained", "as served", or the aspect served alone
+    aspects: tuple[str, ...]        # the aspects set as served
+    layout: tuple[str, ...]
+    tau: float                      # simulated τ of the chain (bonus token included)
+    acc0: float
+    positions: int
+
+
+@dataclass(frozen=True)
+class AsServed:
+    """The replays of one draft as trained, as served and one aspect at a time; what differs and from where."""
+    num_steps: int
+    trained: dict                   # aspect -> value as trained
+    served: dict                    # aspect -> value as the engine loads it
+    sources: dict                   # aspect -> which source answered (engines.loaded_view.SOURCES)
+    replays: tuple[Replayed, ...]
+    notes: tuple[str, ...] = field(default_factory=tuple)
+
+    @property
+    def differing(self) -> tuple[str, ...]:
+        return tuple(a for a in self.served if self.served[a] != self.trained.get(a))
+
+    def get(self, label: str) -> Replayed | None:
+        return next((r for r in self.replays if r.label == label), None)
+
+    def frame(self) -> pd.DataFrame:
+        rows = [{"replay": r.label, "aspects as served": ", ".join(r.aspects) or "-", "layout": ", ".join(r.layout),
+                 "acc step 0": round(r.acc0, 4), "τ (chain)": round(r.tau, 3), "positions": r.positions}
+                for r in self.replays]
+        return pd.DataFrame(rows)
+
+    def aspect_frame(self) -> pd.DataFrame:
+        rows = [{"aspect": a, "as trained": _show(self.trained.get(a)), "as served": _show(v),
+                 "differs": v != self.trained.get(a), "served from": self.sources.get(a, "")}
+                for a, v in self.served.items()]
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict:
+        return {"num_steps": self.num_steps, "trained": {k: _plain(v) for k, v in self.trained.items()},
+                "served": {k: _plain(v) for k, v in self.served.items()}, "sources": dict(self.sources),
+                "replays": [{"label": r.label, "aspects": list(r.aspects), "layout": list(r.layout),
+                             "tau": r.tau, "acc0": r.acc0, "positions": r.positions} for r in self.replays],
+                "notes": list(self.notes)}
+
+
+def _show(v) -> str:
+    return ", ".join(map(str, v)) if isinstance(v, tuple) else str(v)
+
+
+def _plain(v):
+    return list(v) if isinstance(v, tuple) else v
+
+
+def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, seed, recapture) -> Replayed:
+    lay = tuple(x if x is not None else ZERO for x in values["layout"])
+    rope = values.get("rope") or {}
+    with loaded_as(setup, tensors, d2t=values.get("d2t"), embedding=values.get("embedding"),
+                   lm_head=values.get("lm_head")), variant(setup.model, **rope):
+        r = replay(setup, data, layout=lay, label=label, n=n, seed=seed, num_steps=num_steps, fill="zeros",
+                   recapture=recapture, progress=False)
+    s = r.summary()
+    tau = s["simulated_accept_length"]
+    return Replayed(label, tuple(aspects), tuple(r.layout), float(tau) if tau is not None else float("nan"),
+                    float(s["acc_per_step"][0]) if s["acc_per_step"][0] is not None else float("nan"),
+                    int(s["positions"]))
+
+
+def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=(), n: int = 16, seed: int = 0,
+                     own_embed: torch.Tensor | None = None, trained_rope: dict | None = None,
+                     recapture=None) -> AsServed:
+    """Replay the draft as trained, as `view` serves it, and with each differing aspect served alone.
+
+    shipped: the tensor names the draft's checkpoint carries; own_embed: its shipped embed_tokens (read by the
+    caller); trained_rope: RoPE fields the draft was trained with where they differ from its config (e.g.
+    {"rope_theta": 1e4}, from the training config or the target), else None; recapture: what captures the
+    boundaries a served layout needs and the samples lack (layoutsearch.Recapture; None: they are zeros, noted)."""
+    if setup.training_layout is None:
+        raise ConfigError("replay.as_served", "no trained layout", expected="the identified training layout",
+                          found=None, cause="give training data (its slots are identified against the target)")
+    tensors = alternatives(setup, own_embed)
+    served = {"layout": tuple(view.value("layout") or ()), "d2t": view.value("d2t") or "checkpoint",
+              "embedding": view.value("embedding") or "target", "lm_head": view.value("lm_head") or "own"}
+    trained = {"layout": tuple(setup.training_layout), "d2t": "checkpoint", "embedding": "target", "lm_head": "own"}
+    sources = {a: view.source(a) for a in served}
+    notes = []
+    if served["lm_head"] != "own" and "lm_head.weight" not in set(shipped):
+        notes.append("the checkpoint has no lm_head: the trained head is not known, so 'as trained' uses what "
+                     "eagle3lib's loader gave (the target's)")
+        trained["lm_head"] = served["lm_head"]
+    kw = dict(num_steps=num_steps, n=n, seed=seed, recapture=recapture)
+    if recapture is None and any(b is not None and b not in setup.training_layout for b in served["layout"]):
+        notes.append("the served layout needs boundaries the training samples lack and nothing recaptures them: "
+                     "they are replayed as zeros")
+    # aspects the checkpoint alone does not settle: the one that replays best is the one the draft was trained with
+    open_ = []
+    if tensors.own_embed is not None and tensors.target_embed is not None:
+        open_.append(("embedding", {"own": "own", "target": "target"}, "its own embed_tokens", "the target's"))
+    if trained_rope:                          # the engine reads the config's RoPE; the target's / training's differ
+        served["rope"], sources["rope"] = {}, "config"
+        open_.append(("rope", {"config": {}, "other": dict(trained_rope)}, "the config's RoPE",
+                      "RoPE " + ", ".join(f"{k} {v:g}" if isinstance(v, float) else f"{k} {v}"
+                                          for k, v in trained_rope.items())))
+    for aspect, alts, first, second in open_:
+        acc = {k: _run(setup, data, tensors, {**trained, aspect: v}, label=f"{aspect} {k}", aspects=(),
+                       **kw).acc0 for k, v in alts.items()}
+        best = max(acc, key=lambda k: acc[k])
+        trained[aspect] = alts[best]
+        a, b = acc[list(alts)[0]], acc[list(alts)[1]]
+        notes.append(f"{aspect}: step-0 accuracy {a:.3f} with {first} vs {b:.3f} with {second}: the draft was "
+                     f"trained with {first if best == list(alts)[0] else second}")
+    out = [_run(setup, data, tensors, trained, label="as trained", aspects=(), **kw)]
+    diff = [a for a in served if served[a] != trained.get(a)]
+    if diff:
+        out.append(_run(setup, data, tensors, served, label="as served", aspects=diff, **kw))
+        if len(diff) > 1:
+            out += [_run(setup, data, tensors, {**trained, a: served[a]}, label=f"{a} as served", aspects=(a,), **kw)
+                    for a in diff]
+    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes))

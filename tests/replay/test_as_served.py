@@ -1,0 +1,139 @@
+"""Tests for eagle3lib.replay.as_served: the demo draft replayed as an engine loads it, aspect by aspect; and
+replay.served.as_served_findings: what a served τ decides about each wiring cause."""
+from __future__ import annotations
+
+import math
+
+import pytest
+from safetensors.torch import load_file
+
+from eagle3lib.demo import deployments
+from eagle3lib.demo import world as demo
+from eagle3lib.engines.loaded_view import Aspect, EngineView
+from eagle3lib.replay.as_served import AsServed, Replayed, replay_as_served
+from eagle3lib.replay.layoutsearch import Recapture
+from eagle3lib.replay.run import identify_training_layout, load_setup, replay, with_trained_layout
+from eagle3lib.replay.served import WIRING_CAUSES, as_served_findings
+
+TRAINED = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
+
+
+def view(**values) -> EngineView:
+    base = {"layout": TRAINED, "d2t": "checkpoint", "embedding": "target", "lm_head": "own"}
+    base.update(values)
+    return EngineView("vllm", "0.32.0", "v1", {k: Aspect(k, v, "log" if k == "layout" else "probe", "test")
+                                               for k, v in base.items()}, 4)
+
+
+@pytest.fixture(scope="module")
+def world():
+    return demo.ensure_world(progress=False)
+
+
+def setup_of(world, draft):
+    s = load_setup(draft, world.target)
+    return with_trained_layout(s, identify_training_layout(s, world.specforge_data))
+
+
+@pytest.mark.slow
+def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
+    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    assert healthy.training_layout == TRAINED and healthy.training_layout_source == "identified"
+    a = replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=12)
+    assert a.differing == () and [r.label for r in a.replays] == ["as trained"]
+    plain = replay(healthy, world.heldout_data, n=12, num_steps=3, progress=False).summary()
+    assert a.get("as trained").tau == pytest.approx(plain["simulated_accept_length"])
+    assert a.get("as trained").tau > 3.0
+
+    # d2t left at zeros: draft id i served as target id i
+    d = replay_as_served(healthy, world.heldout_data, view(d2t="zeros"), num_steps=3, n=12)
+    assert d.differing == ("d2t",) and d.get("as served").tau < d.get("as trained").tau - 1.0
+    # the shipped random embedding: it was trained with the target's, the engine keeps its own
+    emb_dir = deployments.write("own_embedding", tmp_path / "e")
+    own = load_file(str(emb_dir / "model.safetensors"))["embed_tokens.weight"]
+    e = replay_as_served(setup_of(world, emb_dir), world.heldout_data, view(embedding="own"), num_steps=3, n=12,
+                         own_embed=own, shipped={"embed_tokens.weight"})
+    assert e.trained["embedding"] == "target" and any("trained with the target's" in x for x in e.notes)
+    assert e.get("as served").tau < e.get("as trained").tau - 1.0
+    # two aspects at once: each is replayed alone too
+    both = replay_as_served(healthy, world.heldout_data, view(d2t="zeros", lm_head="target_sliced"), num_steps=3,
+                            n=8, shipped={"lm_head.weight"})
+    assert set(both.differing) == {"d2t", "lm_head"}
+    assert {r.label for r in both.replays} == {"as trained", "as served", "d2t as served", "lm_head as served"}
+
+
+@pytest.mark.slow
+def test_served_layout_recaptured_and_rope_measured(world, tmp_path):
+    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    shifted = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
+    lay = replay_as_served(healthy, world.heldout_data, view(layout=shifted), num_steps=3, n=8,
+                           recapture=Recapture(world.target))
+    assert lay.get("as served").layout == shifted and lay.notes == ()
+    assert lay.get("as served").tau < lay.get("as trained").tau - 1.0
+    zeros = replay_as_served(healthy, world.heldout_data, view(layout=shifted), num_steps=3, n=4)
+    assert any("replayed as zeros" in x for x in zeros.notes)
+    # the config's RoPE (1e6) against the target's (1e4): the better one is what it was trained with
+    rope = setup_of(world, deployments.write("rope_theta", tmp_path / "r"))
+    r = replay_as_served(rope, world.heldout_data, view(), num_steps=3, n=8, trained_rope={"rope_theta": 1e4})
+    assert r.trained["rope"] == {"rope_theta": 1e4} and r.differing == ("rope",)
+    assert r.get("as served").tau < r.get("as trained").tau
+    clean = replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=8, trained_rope={"rope_theta": 1e6})
+    assert clean.trained["rope"] == {} and clean.differing == ()
+
+
+def fake(trained: float, served: float | None = None, alone: dict | None = None, **values) -> AsServed:
+    base = {"layout": TRAINED, "d2t": "checkpoint", "embedding": "target", "lm_head": "own"}
+    srv = {**base, **values}
+    reps = [Replayed("as trained", (), TRAINED, trained, 0.9, 500)]
+    diff = tuple(k for k in srv if srv[k] != base[k])
+    if diff:
+        reps.append(Replayed("as served", diff, tuple(srv["layout"]), served, 0.3, 500))
+    for k, t in (alone or {}).items():
+        reps.append(Replayed(f"{k} as served", (k,), TRAINED, t, 0.5, 500))
+    return AsServed(3, base, srv, {k: "log" for k in srv}, tuple(reps))
+
+
+def by_cause(found):
+    out = {}
+    for f in found:
+        out.setdefault(f.cause, set()).add(f.status)
+    return out
+
+
+def test_served_equal_to_trained_rules_every_wiring_cause_out_even_against_the_view():
+    found = as_served_findings(3.2, "server.log:10", fake(3.3, 1.2, d2t="zeros"), num_layers=8)
+    got = by_cause(found)
+    assert all(got[c] == {"ruled out"} for c in WIRING_CAUSES) and got["engine_regression"] == {"ruled out"}
+    assert all(f.measured for f in found)
+    d2t = next(f for f in found if f.cause == "d2t_mapping")
+    assert "that view is wrong" in d2t.summary
+
+
+def test_served_equal_to_as_served_confirms_the_aspect_that_drops():
+    got = by_cause(as_served_findings(1.3, "metrics", fake(3.3, 1.26, d2t="zeros"), num_layers=8))
+    assert got["d2t_mapping"] == {"confirmed"}
+    assert all(got[c] == {"ruled out"} for c in WIRING_CAUSES if c != "d2t_mapping")
+    assert got["engine_regression"] == {"ruled out"}
+
+
+def test_a_shifted_layout_is_the_off_by_one_cause_only():
+    shifted = ("layer_in.3", "layer_in.5", "layer_in.7", "final_prenorm")
+    got = by_cause(as_served_findings(1.5, "x", fake(3.3, 1.55, layout=shifted), num_layers=8))
+    assert got["layer_id_off_by_one"] == {"confirmed"}
+    assert got["aux_layout_mismatch"] == {"ruled out"} and got["missing_layer_ids"] == {"ruled out"}
+    default = by_cause(as_served_findings(1.5, "x", fake(3.3, 1.55, layout=shifted), num_layers=8, ids_read=False))
+    assert default["missing_layer_ids"] == {"confirmed"}
+
+
+def test_two_aspects_are_told_apart_by_their_own_replays():
+    a = fake(3.3, 1.2, alone={"d2t": 1.25, "embedding": 3.25}, d2t="zeros", embedding="own")
+    got = by_cause(as_served_findings(1.22, "x", a, num_layers=8))
+    assert got["d2t_mapping"] == {"confirmed"} and got["wrong_embedding"] == {"ruled out"}
+
+
+def test_an_unexplained_loss_stays_suspected():
+    got = by_cause(as_served_findings(1.0, "x", fake(3.3, 2.5, d2t="zeros"), num_layers=8))
+    assert got["engine_regression"] == {"suspected"} and got["d2t_mapping"] == {"suspected"}
+    above = by_cause(as_served_findings(4.0, "x", fake(3.0), num_layers=8))
+    assert above["measurement_artefact"] == {"suspected"}
+    assert not math.isnan(fake(3.0).get("as trained").tau)
