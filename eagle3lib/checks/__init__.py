@@ -6,7 +6,8 @@
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
 - `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine
 - `rope`        3 RoPE fields of draft vs target (Transformers 4 and 5 locations) vs the training config
-- `context`     4 draft max_position_embeddings vs the target, the data and served prompt lengths
+- `context`     4 draft max_position_embeddings vs the target, the data and served prompt lengths; the draft's
+                  sliding window / layer_types vs the target's
 - `embedding`   5 the draft's own embed_tokens vs the target's; lm_head missing; vocab padding
 - `drift`       6 stored training hidden states vs the current target's recapture (cosine, norm ratio)
 - `launch`      7 algorithm vs architecture, lossy thresholds, sampling, quantized target, hidden sizes
