@@ -4,7 +4,8 @@
 - `inputs`      read_artifacts(): configs, tensor headers, data, launch, read once (never raises)
 - `evidence`    replay evidence: accuracy under config variants, accuracy by position (and its plot)
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
-- `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine
+- `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine;
+                  fc_norm + norm_before_fc together; what a SpecForge norm_output means (before PR#879)
 - `rope`        3 RoPE fields of draft vs target (Transformers 4 and 5 locations) vs the training config
 - `context`     4 draft max_position_embeddings vs the target, the data and served prompt lengths; the draft's
                   sliding window / layer_types vs the target's
