@@ -15,5 +15,7 @@
 - `template`    8 chat-template markers in the training samples vs the target tokenizer and served prompts
 - `vocab`         d2t / t2d (vocab.check_vocab) as findings
 - `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
+- `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,
+                  chunked prefill, an mRoPE target, TRT-LLM's acceptance gate
 - `run`         run_checks(...): every check on whatever inputs are given
 """
