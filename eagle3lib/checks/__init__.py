@@ -17,5 +17,7 @@
 - `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
 - `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,
                   chunked prefill, an mRoPE target, TRT-LLM's acceptance gate
+- `draft_serving` 11 how the engine runs and verifies the draft: rejection method, adaptive / lossy depth, a
+                  quantized drafter under CUDA graphs, the KV-cache dtype
 - `run`         run_checks(...): every check on whatever inputs are given
 """
