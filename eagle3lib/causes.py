@@ -2,8 +2,9 @@
 
 One stable snake_case id per cause of `field-causes.md` (its 33 rows: 19 ranked, 14 reported in 2026) plus the
 seed's two (`ndt_override`, `aux_layout_mismatch`) and two the workbook tells apart (`generalization_gap`,
-`lossy_threshold`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as ``Finding(cause, status, summary, evidence, where, fix, needs,
-source)``; ``not_checked(cause, where, needs)`` is the finding of a check whose input is missing.
+`lossy_threshold`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
+``Finding(cause, status, summary, evidence, where, fix, needs, source)``; ``not_checked(cause, where, needs)`` is
+the finding of a check whose input is missing.
 Usage: ``Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6", {...}, "checks.rope")``.
 This module imports only `errors` and `jsonfiles` (layer 0), so every layer may use it.
 """
