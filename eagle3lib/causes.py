@@ -1,9 +1,10 @@
 """The catalogue of causes a served EAGLE-3 draft underperforms for, and the `Finding` every check returns.
 
-One stable snake_case id per cause of `field-causes.md` (its 19 rows) plus the seed's two (`ndt_override`,
-`aux_layout_mismatch`) and three the workbook tells apart (`generalization_gap`, `lossy_threshold`; the d2t row
-is `d2t_mapping`). A check says what it saw as ``Finding(cause, status, summary, evidence, where, fix, needs,
-source)``; ``not_checked(cause, where, needs)`` is the finding of a check whose input is missing.
+One stable snake_case id per cause of `field-causes.md` (its 33 rows: 19 ranked, 14 reported in 2026) plus the
+seed's two (`ndt_override`, `aux_layout_mismatch`) and two the workbook tells apart (`generalization_gap`,
+`lossy_threshold`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
+``Finding(cause, status, summary, evidence, where, fix, needs, source)``; ``not_checked(cause, where, needs)`` is
+the finding of a check whose input is missing.
 Usage: ``Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6", {...}, "checks.rope")``.
 This module imports only `errors` and `jsonfiles` (layer 0), so every layer may use it.
 """
@@ -86,10 +87,45 @@ _ROWS = (
      "acceptance above what greedy verification gives", "crossengine.py lint; SGLang "
      "--speculative-accept-threshold-single/-acc"),
 )
-CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r) for r in _ROWS}
+# field-causes.md rows 20-33 ("Causes and facts reported in 2026 beyond the 19 rows"), after the ids above so their
+# order (the diagnosis ranks within a status by catalogue order) stays as it was
+_ROWS_2026 = (
+    ("rejection_method", "the rejection-sampling method differs by vLLM model runner (strict exact-match vs "
+     "probabilistic), or a synthetic / simulated acceptance replaces the draft's", "lower acceptance at "
+     "temperature > 0 on one runner; an accept length set by a knob, not by the draft",
+     _FC + "20; vllm#40551, PR#40651, PR#35461, #37639"),
+    ("prefix_cache_stale_kv", "prefix caching: block hashes committed before the KV is written, so a request "
+     "admitted in the same step reads stale or zero KV", "accept length decays over hours on shared prefixes; a "
+     "restart resets it", _FC + "21; vllm#41838; PR#53388, #51771"),
+    ("quantized_draft_graphs", "a quantized drafter (NVFP4, compressed-tensors) under CUDA graphs",
+     "0% acceptance with graphs, 92% eager", _FC + "22; vllm#54997; sglang#28196; vllm#40849"),
+    ("draft_window_ignored", "the engine ignores the draft's own layer_types / sliding_window and uses the "
+     "target's", "low AL for sliding-window drafts", _FC + "23; speculators#684"),
+    ("dp_attention", "data-parallel attention or TP/DP groups around the draft",
+     "SGLang spec-v2 + --enable-dp-attention: AL 2.35 -> 1.48", _FC + "24; sglang#16274, #20492; tokenspeed#298"),
+    ("lora_target", "LoRA adapters on the target while the draft runs without them", "acceptance drops per adapter",
+     _FC + "25; sglang#34337"),
+    ("kv_cache_dtype", "the draft shares the target's KV pool with another dtype or bounds (fp8 in an NVFP4 "
+     "cache, MLA pool reuse)", "cold-start AL 1.8 vs 3.4", _FC + "26; TRT-LLM#17656, #19422; sglang#26506"),
+    ("adaptive_depth", "adaptive or lossy depth (--speculative-adaptive, vLLM adaptive / FLy verification)",
+     "AL not comparable with fixed-depth runs", _FC + "27; sglang#21599, #23336"),
+    ("structured_output", "structured output / grammar with EAGLE-3 (bitmask desync, aborted requests under PD "
+     "disaggregation)", "engine dies or requests abort", _FC + "28; vllm#51660; sglang#29110, PR#28682"),
+    ("mrope_draft_extend", "multimodal mRoPE positions in draft-extend (Qwen3-VL)", "crashes under batched traffic",
+     _FC + "29; sglang#34152 (fix PR#34154)"),
+    ("chunked_prefill_boundary", "the chunked-prefill boundary token rotated wrongly", "small AL loss on long "
+     "prompts", _FC + "30; sglang#26329 (closed without a merge)"),
+    ("specforge_norm_output", "a SpecForge draft trained before PR#879: norm_output matched neither EAGLE-3 nor 3.1",
+     "a flag that does not mean what it says", _FC + "31; SpecForge#879"),
+    ("fc_norm_conflict", "fc_norm and norm_before_fc both set (mutually exclusive fc normalizations)",
+     "refused or mis-loaded configs", _FC + "32; speculators#670"),
+    ("trtllm_acceptance_gate", "TRT-LLM acceptance_rate_threshold turns speculation off permanently; relaxed "
+     "acceptance in thinking inflates AL", "AL ~1.0, or an inflated AL", _FC + "33; TRT-LLM#12905, #12353, #18905"),
+)
+CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r) for r in _ROWS + _ROWS_2026}
 
 # field-causes.md row number -> catalogue id (each row maps to exactly one id)
-FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19])}
+FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19] + _ROWS_2026)}
 
 
 def cause(cause_id: str) -> Cause:

@@ -20,15 +20,23 @@ FIELD_CAUSES_MD = next((p for p in (ROOT.parent / "shared" / "reference" / "fiel
 
 
 def test_catalogue_covers_the_field_causes_and_the_seed_once_each():
-    """19 field causes map to 19 distinct ids; the seed's two and the extras are there; ids are snake_case."""
-    assert sorted(FIELD_CAUSES) == list(range(1, 20))
-    assert len(set(FIELD_CAUSES.values())) == 19
+    """33 field causes map to 33 distinct ids; the seed's two and the extras are there; ids are snake_case."""
+    assert sorted(FIELD_CAUSES) == list(range(1, 34))
+    assert len(set(FIELD_CAUSES.values())) == 33
     for extra in ("ndt_override", "aux_layout_mismatch", "generalization_gap", "d2t_mapping", "lossy_threshold"):
         assert extra in CATALOGUE
     for cid, c in CATALOGUE.items():
         assert re.fullmatch(r"[a-z][a-z0-9_]*", cid) and c.id == cid and c.title and c.reference
     for row, cid in FIELD_CAUSES.items():
         assert CATALOGUE[cid].reference.startswith(f"field-causes.md #{row};")
+
+
+def test_ids_added_for_rows_20_to_33_keep_the_earlier_order():
+    """The 19 ranked rows and the seed's ids keep their catalogue positions; rows 20-33 come after them."""
+    ids = list(CATALOGUE)
+    assert ids[:19] == [FIELD_CAUSES[r] for r in range(1, 20)]
+    assert ids[19:23] == ["ndt_override", "aux_layout_mismatch", "generalization_gap", "lossy_threshold"]
+    assert ids[23:] == [FIELD_CAUSES[r] for r in range(20, 34)]
 
 
 @pytest.mark.skipif(not FIELD_CAUSES_MD.is_file(), reason="reference notes not on this machine")

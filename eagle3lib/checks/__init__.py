@@ -4,14 +4,20 @@
 - `inputs`      read_artifacts(): configs, tensor headers, data, launch, read once (never raises)
 - `evidence`    replay evidence: accuracy under config variants, accuracy by position (and its plot)
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
-- `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine
+- `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine;
+                  fc_norm + norm_before_fc together; what a SpecForge norm_output means (before PR#879)
 - `rope`        3 RoPE fields of draft vs target (Transformers 4 and 5 locations) vs the training config
-- `context`     4 draft max_position_embeddings vs the target, the data and served prompt lengths
+- `context`     4 draft max_position_embeddings vs the target, the data and served prompt lengths; the draft's
+                  sliding window / layer_types vs the target's
 - `embedding`   5 the draft's own embed_tokens vs the target's; lm_head missing; vocab padding
 - `drift`       6 stored training hidden states vs the current target's recapture (cosine, norm ratio)
 - `launch`      7 algorithm vs architecture, lossy thresholds, sampling, quantized target, hidden sizes
 - `template`    8 chat-template markers in the training samples vs the target tokenizer and served prompts
 - `vocab`         d2t / t2d (vocab.check_vocab) as findings
 - `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
+- `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,
+                  chunked prefill, an mRoPE target, TRT-LLM's acceptance gate
+- `draft_serving` 11 how the engine runs and verifies the draft: rejection method, adaptive / lossy depth, a
+                  quantized drafter under CUDA graphs, the KV-cache dtype
 - `run`         run_checks(...): every check on whatever inputs are given
 """

@@ -68,6 +68,12 @@ def _tokenizer(art: Artifacts):
         return None
 
 
+def served_prompt_lengths(art: Artifacts) -> list[int] | None:
+    """Token counts of the served prompts given (text counted with the target's tokenizer); None when none were given
+    or text cannot be counted without a tokenizer."""
+    return served_lengths(art.served_prompts, _tokenizer(art)) if art.served_prompts else None
+
+
 def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Finding]:
     """One finding: is the draft's declared context shorter than what it is trained on / served with?"""
     need = art.missing("draft")
@@ -76,7 +82,7 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Findin
     draft_mp = max_position(dict(art.draft_raw))
     target_mp = max_position(dict(art.target_raw)) if art.target_raw is not None else None
     data = data_lengths(art, n)
-    served = served_lengths(art.served_prompts, _tokenizer(art)) if art.served_prompts else None
+    served = served_prompt_lengths(art)
     ev = {"draft_max_position_embeddings": draft_mp, "target_max_position_embeddings": target_mp,
           "data_max_len": max(data) if data else None, "data_samples": len(data),
           "served_max_len": max(served) if served else None}
@@ -120,3 +126,60 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Findin
         return [not_checked("short_context", WHERE, NEEDS["target"])]
     return [Finding("short_context", "ruled out", f"the draft declares {draft_mp} positions, enough for the target"
                     " and the lengths seen", ev, WHERE)]
+
+
+# --- cause 23: the draft's own attention window against the target's, which engines have used instead ---
+
+WINDOW_SOURCE = ("speculators PR#684 (vLLM ignored the draft's layer_types / sliding_window and fell through to the "
+                 "verifier's cache_config.sliding_window); read for Qwen3 EAGLE-3 drafts from vllm PR#47568, "
+                 "SGLang EAGLE-3 SWA drafters from sglang PR#24664")
+
+
+def attention_window(raw) -> dict:
+    """The sliding window a config declares: {'window': tokens or None, 'sliding_layers': [i, ...] or 'all',
+    'interleaved': bool}. `use_sliding_window: false` (Qwen2) switches a given window off; speculators'
+    transformer_layer_config is read."""
+    body = raw.get("transformer_layer_config") if isinstance(raw.get("transformer_layer_config"), dict) else raw
+    sw = body.get("sliding_window")
+    sw = int(sw) if isinstance(sw, int) and not isinstance(sw, bool) and sw > 0 else None
+    types = body.get("layer_types") if isinstance(body.get("layer_types"), list) else None
+    if types:
+        sliding = [i for i, t in enumerate(types) if t == "sliding_attention"]
+        return {"window": sw if sliding else None, "sliding_layers": sliding,
+                "interleaved": 0 < len(sliding) < len(types)}
+    on = sw is not None and body.get("use_sliding_window") is not False
+    return {"window": sw if on else None, "sliding_layers": "all" if on else [], "interleaved": False}
+
+
+def check_window(art: Artifacts) -> list[Finding]:
+    """One finding: does the draft's own attention window differ from the one an engine would take from the target?"""
+    c, w = "draft_window_ignored", f"{WHERE}.window"
+    need = art.missing("draft", "target")
+    if need:
+        return [not_checked(c, w, need)]
+    d, t = attention_window(dict(art.draft_raw)), attention_window(dict(art.target_raw))
+    target_mp = max_position(dict(art.target_raw))
+    ev = {"draft": d, "target": t, "target_max_position_embeddings": target_mp}
+    uniform = None if t["interleaved"] else t["window"]    # the one window a target-wide setting would carry
+    if d["window"] is None:
+        if uniform is not None and (target_mp is None or uniform < target_mp):
+            return [Finding(c, "suspected", f"the draft declares full attention, the target a {uniform}-token "
+                            "sliding window on every layer: an engine that takes the window from the target runs "
+                            "the draft windowed, as it was not trained", ev, w, fix="compare the served accept length "
+                            "on prompts longer than the window; give the draft config an explicit layer_types",
+                            needs="the engine version", source=WINDOW_SOURCE)]
+        why = ("the target's windows are per layer (interleaved)" if t["interleaved"] else
+               "the target declares none either" if uniform is None else
+               f"the target's window ({uniform}) covers its whole context")
+        return [Finding(c, "ruled out", f"the draft declares full attention and {why}: nothing of the draft's own "
+                        "for an engine to ignore", ev, w)]
+    if uniform == d["window"] and not d["interleaved"]:
+        return [Finding(c, "ruled out", f"draft and target share a {uniform}-token window: the draft attends as "
+                        "trained whichever config the engine reads", ev, w)]
+    return [Finding(c, "suspected", f"the draft declares a {d['window']}-token sliding window (layers "
+                    f"{d['sliding_layers']}), the target {uniform or 'none'}"
+                    + (" (per layer)" if t["interleaved"] else "") + ": an engine that ignores the draft's own "
+                    "layer_types / sliding_window runs it with the target's, not as it was trained", ev, w,
+                    fix="serve with an engine version that reads the draft's window "
+                    "(vllm PR#47568 for Qwen3 drafts, sglang PR#24664)", needs="the engine version",
+                    source=WINDOW_SOURCE)]

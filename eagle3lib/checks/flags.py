@@ -121,3 +121,91 @@ def check_flags(art: Artifacts, engine: str | None = None, engine_version: str |
         out.append(Finding("dropped_variant_flags", "ruled out", f"{eng} reads every flag set", ev, WHERE,
                            source="; ".join(dict.fromkeys(sources))))
     return out
+
+
+# --- causes 31 / 32: what the norm flags of the config mean, and whether they can mean anything at all ---
+
+MARGIN = 0.05     # step-1 accuracy gain with norm_output off that shows the weights were trained without it
+FC_NORM_SOURCE = "speculators src/speculators/models/eagle3/config.py _check_norm_flags (PR#670)"
+
+
+def _present(art: Artifacts, flag: str) -> bool:
+    """Does the checkpoint hold the weights only `flag` uses (canonical or speculators names)?"""
+    names = {k.removeprefix("model.").replace("layers.0.", "midlayer.") for k in art.tensors or {}}
+    return any(t in names for t in FLAG_TENSORS[flag])
+
+
+def _fc_norm_conflict(art: Artifacts) -> Finding:
+    w = f"{WHERE}.fc_norm_conflict"
+    places = flag_places(dict(art.draft_raw))
+    both = "fc_norm" in places and "norm_before_fc" in places
+    ev = {"flags_set": {k: v for k, v in places.items() if k in ("fc_norm", "norm_before_fc")}}
+    if not both:
+        return Finding("fc_norm_conflict", "ruled out", "at most one fc normalization is set (fc_norm / "
+                       "norm_before_fc)", ev, w)
+    if art.tensors is not None:
+        ev["weights"] = {f: _present(art, f) for f in ("fc_norm", "norm_before_fc")}
+        missing = [f for f, there in ev["weights"].items() if not there]
+        if missing:
+            return Finding("fc_norm_conflict", "confirmed", "the config sets both fc_norm and norm_before_fc, and "
+                           f"the weights hold none for {', '.join(missing)}: the draft was trained with one mode, and "
+                           "an engine that builds both runs the other at its initial weights (or refuses the load)",
+                           ev, w, fix=f"set {' and '.join(missing)} false in config.json", source=FC_NORM_SOURCE)
+    return Finding("fc_norm_conflict", "suspected", "the config sets both fc_norm (a norm per aux state) and "
+                   "norm_before_fc (one norm over their concatenation): speculators refuses such a config as "
+                   "mutually exclusive, and the engines' order for applying both is unverified", ev, w,
+                   fix="keep the one mode the draft was trained with", needs="the draft's training config",
+                   source=FC_NORM_SOURCE)
+
+
+def _norm_output_key(raw) -> tuple[bool | None, str]:
+    """(norm_output as written, where): top level, eagle_config, or (None, '') when the config does not set it."""
+    if "norm_output" in raw:
+        return raw["norm_output"], "top"
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    return (ec["norm_output"], "eagle_config") if "norm_output" in ec else (None, "")
+
+
+def _norm_output_meaning(art: Artifacts, replay_n: int) -> Finding:
+    c, w = "specforge_norm_output", f"{WHERE}.norm_output_meaning"
+    raw = dict(art.draft_raw)
+    value, where = _norm_output_key(raw)
+    src = "SpecForge PR#879 (2026-09-15; before it, norm_output true trained EAGLE-3, false fed neither variant)"
+    if where == "":
+        return Finding(c, "ruled out", "the config does not set norm_output: a SpecForge draft trained before PR#879 "
+                       "then ran as EAGLE-3 (its default normed only the lm_head input), which is what engines run "
+                       "without the key", {"norm_output": None}, w, source=src)
+    ev = {"norm_output": value, "set_in": where}
+    if "speculators_config" in raw or "transformer_layer_config" in raw:
+        return Finding(c, "ruled out", "a speculators config: norm_output has its EAGLE-3.1 meaning (not a SpecForge "
+                       "draft)", ev, w)
+    rep = _replay_evidence(art, ["norm_output"], replay_n) if value is True else {}
+    ev.update(rep)
+    on, off = rep.get("acc_1_flags_on"), rep.get("acc_1_norm_output_off")
+    if on is not None and off is not None:
+        if off > on + MARGIN:
+            return Finding(c, "confirmed", f"norm_output true, but the weights predict better without it (step-1 "
+                           f"accuracy {on:.3f} on, {off:.3f} off): trained as EAGLE-3, which SpecForge before PR#879 "
+                           "did under norm_output true", ev, w, fix="set norm_output false (EAGLE-3) in config.json",
+                           source=src, measured=True)
+        return Finding(c, "ruled out", f"the weights fit norm_output true (step-1 accuracy {on:.3f} on, {off:.3f} off)",
+                       ev, w, source=src, measured=True)
+    specforge = art.tensors is not None and any(k.startswith("midlayer.") for k in art.tensors)
+    needs = ("the SpecForge commit the draft was trained with (before PR#879 norm_output meant something else), or "
+             "replay evidence (replay_n > 0 with the training data)")
+    if specforge:
+        return Finding(c, "suspected", f"norm_output {value} in a SpecForge-style checkpoint (midlayer.* keys): "
+                       "before PR#879 SpecForge trained norm_output true as EAGLE-3 and false as neither variant, "
+                       "so the flag may not mean what the engine reads", ev, w,
+                       fix="check the training commit; retrain or set the flag to what was trained", needs=needs,
+                       source=src)
+    return Finding(c, "not checked", f"not checked: norm_output {value} is set; which trainer wrote it decides its "
+                   "meaning", ev, w, needs=needs, source=src)
+
+
+def check_norm_meaning(art: Artifacts, replay_n: int = 0) -> list[Finding]:
+    """Findings on fc_norm + norm_before_fc together (32) and on what a SpecForge norm_output means (31)."""
+    need = art.missing("draft")
+    if need:
+        return [not_checked("fc_norm_conflict", WHERE, need), not_checked("specforge_norm_output", WHERE, need)]
+    return [_fc_norm_conflict(art), _norm_output_meaning(art, replay_n)]

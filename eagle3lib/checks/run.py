@@ -10,11 +10,13 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from .context import check_context
+from .context import check_context, check_window
+from .draft_serving import check_draft_serving
 from .embedding import check_embedding
-from .flags import check_flags
+from .flags import check_flags, check_norm_meaning
 from .inputs import read_artifacts, with_identified_layout
 from .launch import check_launch
+from .launch_flags import check_launch_flags
 from .layer_ids import check_layer_ids
 from .rope import check_rope
 from .template import check_template
@@ -37,7 +39,17 @@ CHECKS = {
     "template": (lambda a, o: check_template(a), ("chat_template_mismatch",)),
     "vocab": (lambda a, o: check_d2t(a), ("d2t_mapping",)),
     "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"]), ("target_drift",)),
+    "norm_meaning": (lambda a, o: check_norm_meaning(a, o["replay_n"]), ("fc_norm_conflict", "specforge_norm_output")),
+    "window": (lambda a, o: check_window(a), ("draft_window_ignored",)),
+    "launch_flags": (lambda a, o: check_launch_flags(a), ("prefix_cache_stale_kv", "dp_attention", "lora_target",
+                                                         "structured_output", "chunked_prefill_boundary",
+                                                         "mrope_draft_extend", "trtllm_acceptance_gate")),
+    "draft_serving": (lambda a, o: check_draft_serving(a), ("rejection_method", "adaptive_depth",
+                                                           "quantized_draft_graphs", "kv_cache_dtype")),
 }
+# a check that runs whenever the one it is part of is asked for by name (`only=("launch",)` runs launch_flags too),
+# so callers that name the older checks get the field-causes.md rows 20-33 that read the same inputs
+PART_OF = {"norm_meaning": "flags", "window": "context", "launch_flags": "launch", "draft_serving": "launch"}
 # the checks that read the trained layout: with replay evidence, the training data's slots are identified against
 # the target's own boundaries first (one recapture, shared with the drift check)
 USES_TRAINED_LAYOUT = ("layer_ids", "drift")
@@ -76,9 +88,10 @@ def _engine(engine, launch):
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
                only=None) -> list[Finding]:
-    """Every check (or those named in `only`) on the inputs given; each returns Findings, never raises."""
+    """Every check (or those named in `only`, with the checks PART_OF them) on the inputs given; each returns
+    Findings, never raises."""
     art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
-    names = [n for n in CHECKS if only is None or n in only]
+    names = [n for n in CHECKS if only is None or n in only or (n in PART_OF and PART_OF[n] in only)]
     art, model = _identified(art, names, int(replay_n))
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n),
             "target_model": model}

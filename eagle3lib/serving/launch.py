@@ -60,6 +60,11 @@ _S = {
     "schedule-policy": ("schedule_policy", "str"), "stream-interval": ("stream_interval", "int"),
     "enable-torch-compile": ("enable_torch_compile", "bool"),
     "enable-return-hidden-states": ("enable_return_hidden_states", "bool"),
+    "speculative-adaptive-config": ("speculative_adaptive_config", "str"), "enable-lora": ("enable_lora", "bool"),
+    "lora-paths": ("lora_paths", "str"), "max-loras-per-batch": ("max_loras_per_batch", "int"),
+    "grammar-backend": ("grammar_backend", "str"), "disaggregation-mode": ("disaggregation_mode", "str"),
+    "enable-dp-lm-head": ("enable_dp_lm_head", "bool"), "tool-call-parser": ("tool_call_parser", "str"),
+    "reasoning-parser": ("reasoning_parser", "str"),
 }
 _V = {
     "model": ("model", "str"), "speculative-config": ("speculative_config", "json"),
@@ -77,6 +82,11 @@ _V = {
     "enable-prefix-caching": ("enable_prefix_caching", "bool"), "async-scheduling": ("async_scheduling", "bool"),
     "attention-backend": ("attention_backend", "str"), "compilation-config O": ("compilation_config", "json"),
     "tokenizer": ("tokenizer", "str"), "chat-template": ("chat_template", "str"),
+    "enable-lora": ("enable_lora", "bool"), "lora-modules": ("lora_modules", "str"), "max-loras": ("max_loras", "int"),
+    "structured-outputs-config": ("structured_outputs_config", "json"),
+    "guided-decoding-backend": ("guided_decoding_backend", "str"),
+    "enable-auto-tool-choice": ("enable_auto_tool_choice", "bool"), "tool-call-parser": ("tool_call_parser", "str"),
+    "reasoning-parser": ("reasoning_parser", "str"), "enable-expert-parallel": ("enable_expert_parallel", "bool"),
 }
 
 

@@ -56,3 +56,36 @@ def test_accuracy_falling_past_the_draft_context():
     assert accuracy_falls_past(rows, 64) == {"before": 0.8, "past": 0.2}
     assert accuracy_falls_past(rows, 128) is None
     assert accuracy_falls_past([{**rows[0]}, {**rows[1], "acc": 0.7}], 64) is None
+
+
+def _window(tmp_path, draft_changes=None, target_changes=None):
+    from eagle3lib.checks.context import check_window
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw(**(draft_changes or {}))),
+                         target=write_target(tmp_path, {**TARGET, **(target_changes or {})}))
+    [f] = check_window(art)
+    return f
+
+
+def test_window_ruled_out_when_neither_or_both_declare_the_same(tmp_path):
+    """No window anywhere (the demo's case), a Qwen2-style window switched off, or the same window on both: ruled
+    out; an interleaved target with a full-attention draft: ruled out."""
+    assert _window(tmp_path).status == "ruled out"
+    assert _window(tmp_path, target_changes={"sliding_window": 64, "use_sliding_window": False}).status == \
+        "ruled out"
+    same = {"sliding_window": 64, "layer_types": ["sliding_attention"]}
+    assert _window(tmp_path, same, {"sliding_window": 64}).status == "ruled out"
+    inter = {"sliding_window": 64, "layer_types": ["sliding_attention", "full_attention"] * 4}
+    f = _window(tmp_path, target_changes=inter)
+    assert f.status == "ruled out" and f.evidence["target"]["interleaved"]
+
+
+def test_draft_window_differing_from_the_target_is_suspected(tmp_path):
+    """A sliding-window draft (layer_types) on a full-attention target: suspected, citing speculators PR#684; a
+    full-attention draft on a target windowed everywhere: suspected; missing target: not checked."""
+    f = _window(tmp_path, {"sliding_window": 128, "layer_types": ["sliding_attention"]})
+    assert f.status == "suspected" and "684" in f.source and f.evidence["draft"]["window"] == 128
+    f = _window(tmp_path, target_changes={"sliding_window": 64})
+    assert f.status == "suspected" and f.evidence["target"]["window"] == 64
+    from eagle3lib.checks.context import check_window
+    [f] = check_window(read_artifacts(draft=write_draft(tmp_path, draft_raw(), name="alone")))
+    assert f.status == "not checked" and "target" in f.needs

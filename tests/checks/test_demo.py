@@ -59,3 +59,32 @@ def test_planted_flag_the_engine_drops_carries_replay_evidence(world, tmp_path):
     ev = f[0].evidence
     assert ev["acc_1_norm_output_off"] > ev["acc_1_flags_on"] + 0.05   # trained without it: step 1 suffers
     assert ev["acc_0_norm_output_off"] == ev["acc_0_flags_on"]        # step 0 does not feed a state back
+
+
+def test_demo_world_with_clean_launches_raises_no_row_20_to_33_cause(world):
+    """The built demo world (draft, target, training data, replay evidence) with a clean SGLang and a clean vLLM
+    launch: every field-causes.md row 20-33 cause is ruled out or not checked (naming its input)."""
+    from eagle3lib.causes import FIELD_CAUSES
+    new = {FIELD_CAUSES[r] for r in range(20, 34)}
+    d, t = world.draft, world.target
+    for launch in (f"python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 "
+                   f"--speculative-draft-model-path {d} --speculative-num-steps 15 --speculative-eagle-topk 1 "
+                   "--speculative-num-draft-tokens 16",
+                   f"vllm serve {t} --speculative-config '{{\"method\": \"eagle3\", \"model\": \"{d}\", "
+                   "\"num_speculative_tokens\": 3}'"):
+        f = [x for x in run_checks(draft=d, target=t, data=world.specforge_data, launch=launch, replay_n=2)
+             if x.cause in new]
+        assert {x.cause for x in f} == new
+        assert raised(f) == [], findings_frame(raised(f)).to_string()
+        assert all(x.needs for x in f if x.status == "not checked")
+
+
+def test_planted_norm_output_is_confirmed_by_replay_as_a_pre_879_meaning(world, tmp_path):
+    """norm_output true written into the demo draft's config (trained as EAGLE-3): the replay predicts better with
+    it off, so the flag does not mean what it says -> specforge_norm_output confirmed, as a measurement."""
+    from eagle3lib.checks.flags import check_norm_meaning
+    d = _edited_draft(world, tmp_path, norm_output=True)
+    art = read_artifacts(draft=d, target=world.target, data=world.specforge_data)
+    f = {x.cause: x for x in check_norm_meaning(art, replay_n=6)}["specforge_norm_output"]
+    assert f.status == "confirmed" and f.measured
+    assert f.evidence["acc_1_norm_output_off"] > f.evidence["acc_1_flags_on"] + 0.05

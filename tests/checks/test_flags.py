@@ -65,3 +65,41 @@ def test_engine_facts_read_by_version():
     assert engine_facts.reads("vllm", "flag", "no_such_flag@top") is None
     assert set(engine_facts.facts_frame().columns) >= {"engine", "subject", "source"}
     assert all(f.source for f in engine_facts.FACTS)
+
+
+def _meaning(tmp_path, raw, tensors=None, name="draft") -> dict:
+    from eagle3lib.checks.flags import check_norm_meaning
+    return {x.cause: x for x in check_norm_meaning(read_artifacts(draft=write_draft(tmp_path, raw, tensors, name)))}
+
+
+def test_fc_norm_and_norm_before_fc_together(tmp_path):
+    """Both set: suspected (speculators refuses it); both set while the weights hold only fc_norm's: confirmed;
+    one of them: ruled out."""
+    import torch
+    raw = draft_raw(fc_norm=True, norm_before_fc=True)
+    f = _meaning(tmp_path, raw)["fc_norm_conflict"]
+    assert f.status == "suspected" and "_check_norm_flags" in f.source
+    tensors = {**canonical_tensors(raw), **{f"fc_norm.{i}.weight": torch.ones(32) for i in range(3)}}
+    f = _meaning(tmp_path, raw, tensors, "with_weights")["fc_norm_conflict"]
+    assert f.status == "confirmed" and f.evidence["weights"] == {"fc_norm": True, "norm_before_fc": False}
+    assert "norm_before_fc" in f.fix
+    assert _meaning(tmp_path, draft_raw(fc_norm=True), name="one")["fc_norm_conflict"].status == "ruled out"
+    raw = draft_raw(use_aux_norm=True, eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5],
+                                                     "norm_before_fc": True})
+    assert _meaning(tmp_path, raw, name="nested")["fc_norm_conflict"].status == "suspected"
+
+
+def test_specforge_norm_output_meaning(tmp_path):
+    """No norm_output key: ruled out; set in a SpecForge-style checkpoint (midlayer.*): suspected, naming the
+    training commit; set in a config alone: not checked; a speculators config: ruled out."""
+    assert _meaning(tmp_path, draft_raw())["specforge_norm_output"].status == "ruled out"
+    raw = draft_raw(norm_output=True)
+    f = _meaning(tmp_path, raw, canonical_tensors(raw), "sf")["specforge_norm_output"]
+    assert f.status == "suspected" and "879" in f.source and "SpecForge commit" in f.needs
+    f = _meaning(tmp_path, draft_raw(norm_output=False), name="cfg_only")["specforge_norm_output"]
+    assert f.status == "not checked" and f.needs
+    spec = {"architectures": ["Eagle3Speculator"], "speculators_model_type": "eagle3", "norm_output": True,
+            "speculators_config": {"algorithm": "eagle3"}, "transformer_layer_config": draft_raw()}
+    assert _meaning(tmp_path, spec, name="spec")["specforge_norm_output"].status == "ruled out"
+    from eagle3lib.checks.flags import check_norm_meaning
+    assert {x.status for x in check_norm_meaning(read_artifacts())} == {"not checked"}

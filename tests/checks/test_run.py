@@ -1,6 +1,8 @@
 """run_checks: every check on whatever is given; missing inputs narrow the answer, broken checks never raise."""
 from __future__ import annotations
 
+import pytest
+
 from eagle3lib.causes import CATALOGUE, Finding
 from eagle3lib.checks import run as R
 from eagle3lib.causes import findings_frame
@@ -42,3 +44,46 @@ def test_unreadable_inputs_and_a_broken_check_do_not_raise(tmp_path, monkeypatch
     assert [(x.cause, x.status) for x in f] == [("rope_mismatch", "not checked")] and "kaboom" in f[0].summary
     assert all(isinstance(x, Finding) for x in f)
     assert list(findings_frame(f).columns) == ["cause", "status", "summary", "where", "fix", "needs", "source"]
+
+
+ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
+# field-causes.md rows 20-33
+NEW_CAUSES = {"rejection_method", "prefix_cache_stale_kv", "quantized_draft_graphs", "draft_window_ignored",
+              "dp_attention", "lora_target", "kv_cache_dtype", "adaptive_depth", "structured_output",
+              "mrope_draft_extend", "chunked_prefill_boundary", "specforge_norm_output", "fc_norm_conflict",
+              "trtllm_acceptance_gate"}
+CLEAN = {"sglang": "python -m sglang.launch_server --model-path {t} --speculative-algorithm EAGLE3 "
+                   "--speculative-draft-model-path {d} --speculative-num-steps 15 --speculative-eagle-topk 1 "
+                   "--speculative-num-draft-tokens 16",
+         "vllm": "vllm serve {t} --speculative-config '{{\"method\": \"eagle3\", \"model\": \"{d}\", "
+                 "\"num_speculative_tokens\": 3}}'"}
+
+
+def test_rows_20_to_33_are_each_reported_by_a_check():
+    """Each field-causes.md row 20-33 is a cause some contract check reports (rows 13, 15, 18 are the notebooks')."""
+    from eagle3lib.causes import FIELD_CAUSES
+    reported = {c for _, causes in R.CHECKS.values() for c in causes}
+    assert NEW_CAUSES == {FIELD_CAUSES[r] for r in range(20, 34)} and NEW_CAUSES <= reported
+
+
+def test_only_runs_the_checks_that_are_part_of_the_named_one(tmp_path):
+    """only=("launch",) also runs launch_flags and draft_serving; only=("flags",) the norm-meaning check."""
+    f = run_checks(launch=CLEAN["vllm"].format(t="t", d="d"), only=("launch",))
+    assert {"prefix_cache_stale_kv", "rejection_method", "wrong_method"} <= {x.cause for x in f}
+    f = run_checks(draft=write_draft(tmp_path, draft_raw()), only=["flags"])
+    assert {x.cause for x in f} == {"dropped_variant_flags", "fc_norm_conflict", "specforge_norm_output"}
+    assert {x.cause for x in run_checks(only="window")} == {"draft_window_ignored"}
+
+
+@pytest.mark.parametrize("world", ["demo_artifacts", "demo_artifacts_mla"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_healthy_demo_world_gives_no_alarm_for_rows_20_to_33(world, engine):
+    """The demo worlds' trained draft and target (as shipped in data/, the files the demo world copies) with a
+    clean launch of either engine: every row 20-33 cause is ruled out, or not checked naming its input."""
+    d, t = ROOT / "data" / world / "draft", ROOT / "data" / world / "target"
+    f = [x for x in run_checks(draft=d, target=t, launch=CLEAN[engine].format(t=t, d=d)) if x.cause in NEW_CAUSES]
+    assert {x.cause for x in f} == NEW_CAUSES
+    bad = [x for x in f if x.raised]
+    assert bad == [], findings_frame(bad).to_string()
+    assert all(x.needs for x in f if x.status == "not checked")
+    assert sum(x.status == "ruled out" for x in f) >= 9

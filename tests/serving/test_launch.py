@@ -158,3 +158,16 @@ def test_no_argv_crashes_the_parser(engine, tokens, strict):
     except Eagle3Error:
         return
     assert a.engine == engine
+
+
+def test_flags_the_2026_cause_checks_read_are_known_and_typed():
+    """LoRA, grammar, adaptive depth, PD and prefix-caching flags are known (not `unknown`) and typed per engine."""
+    a = parse_launch(SEED + " --enable-lora --lora-paths a=/x --max-loras-per-batch 2 --grammar-backend none "
+                     "--speculative-adaptive --speculative-adaptive-config /c.json --disaggregation-mode decode")
+    assert a.unknown == ()
+    assert (a.flags["enable_lora"], a.flags["lora_paths"], a.flags["max_loras_per_batch"]) == (True, "a=/x", 2)
+    assert (a.flags["grammar_backend"], a.flags["speculative_adaptive"]) == ("none", True)
+    v = parse_launch("vllm serve m --no-enable-prefix-caching --enable-lora --lora-modules a=/x --max-loras 2 "
+                     "--structured-outputs-config '{\"backend\": \"xgrammar\"}' --enable-auto-tool-choice")
+    assert v.unknown == () and v.flags["enable_prefix_caching"] is False
+    assert v.flags["structured_outputs_config"] == {"backend": "xgrammar"} and v.flags["max_loras"] == 2

@@ -1,0 +1,202 @@
+"""Check 11, how the engine runs and verifies the draft, from the launch command and the draft config: the
+rejection-sampling method (vLLM `rejection_sample_method`, SGLang's simulated acceptance), adaptive or lossy depth,
+a quantized drafter under CUDA graphs, and the KV-cache dtype the draft shares with the target.
+
+Causes: rejection_method, adaptive_depth, quantized_draft_graphs, kv_cache_dtype. Usage: ``check_draft_serving(art)``.
+Rests on: vllm PR#35461 / PR#38045 / PR#41035 (methods), PR#50808 / PR#53987 (FLy, lossy); sglang PR#21599 /
+PR#23336 (adaptive steps); vllm#54997 (NVFP4 drafter under graphs), sglang PR#28196 (draft inherits --quantization),
+vllm PR#40849 (vLLM keeps an external draft unquantized), vLLM `llama_eagle3.get_cache_config` (the draft's KV dtype
+is the target's unless speculative_config.kv_cache_dtype), tokenspeed PR#1012 (fp8 draft KV: AL 2.7 -> 1.8).
+"""
+from __future__ import annotations
+
+from ..causes import Finding, not_checked
+from .inputs import Artifacts
+from .launch_flags import spec_config, speculating, switch
+
+WHERE = "checks.draft_serving"
+SYNTHETIC_KEYS = ("synthetic_acceptance_rates", "synthetic_acceptance_length", "synthetic_acceptance_rate")
+PLAIN_KV = ("auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "float")   # not a quantized cache
+NEEDS_SAMPLED = ("served accept lengths at temperature 0 and at the served temperature (greedy vs sampled), and the "
+                 "vLLM model runner (VLLM_USE_V2_MODEL_RUNNER, or the startup log)")
+
+
+def draft_quantization(raw) -> str | None:
+    """The quantization method the draft checkpoint's own config declares (speculators: transformer_layer_config)."""
+    for body in (raw, raw.get("transformer_layer_config") if isinstance(raw.get("transformer_layer_config"), dict)
+                 else {}):
+        q = body.get("quantization_config")
+        if isinstance(q, dict) and q:
+            return str(q.get("quant_method") or q.get("quant_algo") or "declared")
+        if isinstance(q, str) and q:
+            return q
+    return None
+
+
+def is_mla_draft(raw) -> bool:
+    """A multi-latent-attention draft (SGLang Eagle3DeepseekV2ForCausalLM: kv_lora_rank in its config)."""
+    arch = " ".join(raw.get("architectures") or [])
+    return "kv_lora_rank" in raw or "Deepseek" in arch
+
+
+def _rejection(la) -> Finding:
+    c, w = "rejection_method", f"{WHERE}.rejection"
+    if la.engine == "sglang":
+        sim = la.env.get("SGLANG_SIMULATE_ACC_LEN")
+        ev = {"engine": "sglang", "SGLANG_SIMULATE_ACC_LEN": sim}
+        if sim not in (None, ""):
+            try:
+                val = float(sim)
+            except ValueError:
+                return Finding(c, "not checked", f"not checked: SGLANG_SIMULATE_ACC_LEN={sim!r} is not a number", ev,
+                               w, needs="the launch's SGLANG_SIMULATE_ACC_LEN as a number (or unset)")
+            if val > 0:
+                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: the server accepts draft tokens at a "
+                               "simulated rate, so its accept length is the knob's, not the draft's", ev, w,
+                               fix="unset SGLANG_SIMULATE_ACC_LEN before measuring the draft",
+                               source="sglang #34740, PR#40598; ROCm/ATOM#555")
+        return Finding(c, "ruled out", "SGLang launch without simulated acceptance: accepted tokens are verified "
+                       "against the target (the vLLM runners' strict / probabilistic choice does not apply)", ev, w)
+    spec, bad = spec_config(la)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+    method = spec.get("rejection_sample_method")
+    ev = {"rejection_sample_method": method, "VLLM_USE_V2_MODEL_RUNNER": la.env.get("VLLM_USE_V2_MODEL_RUNNER"),
+          **{k: spec[k] for k in SYNTHETIC_KEYS + ("draft_sample_method",) if k in spec}}
+    if method == "synthetic":
+        return Finding(c, "confirmed", "rejection_sample_method synthetic: draft tokens are accepted with a configured "
+                       "probability, so the served accept length is the synthetic one, not the draft's", ev, w,
+                       fix="use rejection_sample_method standard when measuring the draft",
+                       source="vllm PR#38045, PR#41035")
+    if method == "strict":
+        return Finding(c, "suspected", "rejection_sample_method strict: a draft token counts only when it equals the "
+                       "target's sample, which lowers acceptance at temperature > 0 against probabilistic sampling "
+                       "(vllm PR#35461)", ev, w, fix="rejection_sample_method standard (probabilistic)",
+                       needs=NEEDS_SAMPLED, source="vllm PR#35461")
+    if method in ("standard", "probabilistic"):
+        return Finding(c, "ruled out", f"rejection_sample_method {method}: probabilistic rejection sampling, set "
+                       "explicitly", ev, w, source="vllm PR#35461")
+    if method == "fly":
+        return Finding(c, "ruled out", "rejection_sample_method fly, set explicitly (its lossy acceptance is reported "
+                       "as adaptive_depth)", ev, w)
+    if method is not None:
+        return Finding(c, "not checked", f"not checked: rejection_sample_method {method!r} is none of standard / "
+                       "strict / synthetic / fly", ev, w, needs="a rejection_sample_method this workbook knows")
+    return Finding(c, "not checked", "not checked: the launch leaves the rejection-sampling method to the vLLM "
+                   "version and model runner", ev, w, needs=NEEDS_SAMPLED, source="vllm#40551, PR#40651, PR#35461")
+
+
+def _depth(la) -> Finding:
+    c, w = "adaptive_depth", f"{WHERE}.depth"
+    if la.engine == "sglang":
+        on, bad = switch(la, "speculative_adaptive")
+        ev = {"speculative_adaptive": on, "speculative_adaptive_config": la.flags.get("speculative_adaptive_config"),
+              "speculative_num_steps": la.num_steps}
+        if bad:
+            return Finding(c, "not checked", f"not checked: {bad}", ev, w,
+                           needs="the launch command with a valid value (--speculative-adaptive)")
+        if on:
+            return Finding(c, "suspected", "--speculative-adaptive: SGLang switches speculative_num_steps among its "
+                           "candidate steps at run time, so the served accept length mixes depths and is not "
+                           "comparable with a fixed-depth replay", ev, w, fix="compare accept lengths with "
+                           "--speculative-adaptive off (a fixed --speculative-num-steps)",
+                           source="sglang PR#21599, PR#23336")
+        steps = la.num_steps if la.num_steps is not None else "as the engine sets it"
+        return Finding(c, "ruled out", f"fixed depth (speculative_num_steps {steps}), no adaptive steps", ev, w)
+    spec, bad = spec_config(la)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+    ev = {"rejection_sample_method": spec.get("rejection_sample_method"),
+          "num_speculative_tokens": spec.get("num_speculative_tokens")}
+    if spec.get("rejection_sample_method") == "fly":
+        return Finding(c, "confirmed", "rejection_sample_method fly: FLy accepts some rejected draft tokens by design "
+                       "(lossy), so the served accept length is inflated against exact verification", ev, w,
+                       fix="measure with rejection_sample_method standard", source="vllm PR#50808, PR#53987")
+    k = spec.get("num_speculative_tokens", "as the engine sets it")
+    return Finding(c, "ruled out", f"fixed depth (num_speculative_tokens {k}), no lossy verification method", ev, w)
+
+
+def _quantized(art: Artifacts, la) -> Finding:
+    c, w = "quantized_draft_graphs", f"{WHERE}.quantization"
+    own = draft_quantization(dict(art.draft_raw)) if art.draft_raw is not None else None
+    if la.engine == "sglang":
+        off, bad = switch(la, "disable_cuda_graph")
+        given, inherited = la.flags.get("speculative_draft_model_quantization"), la.flags.get("quantization")
+        # the draft inherits --quantization unless it is given one or its checkpoint declares one (sglang PR#28196)
+        if own or given is None:
+            effective = own or inherited
+        else:
+            effective = None if str(given).lower() in ("unquant", "none") else given
+        graphs = "off (--disable-cuda-graph)" if off else "on (default)"
+    else:
+        off, bad = switch(la, "enforce_eager")
+        cc = la.flags.get("compilation_config")
+        if not off and isinstance(cc, dict) and str(cc.get("cudagraph_mode", "")).upper() == "NONE":
+            off = True
+        spec, bad2 = spec_config(la)
+        bad = bad or bad2
+        given, inherited = (spec or {}).get("quantization"), None   # vLLM keeps an external draft unquantized
+        effective = own or given
+        graphs = "off (--enforce-eager / cudagraph_mode NONE)" if off else "on (default)"
+    ev = {"engine": la.engine, "draft_config_quantization": own, "draft_quantization_given": given,
+          "target_quantization_flag": inherited, "draft_quantization": effective, "cuda_graphs": graphs}
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", ev, w, needs="the launch command with a valid value")
+    if off:
+        return Finding(c, "ruled out", f"the drafter runs without CUDA graphs ({graphs})", ev, w)
+    if effective:
+        how = "its config declares" if own else ("--speculative-draft-model-quantization" if given else
+                                                 "inherited from --quantization (sglang PR#28196)")
+        return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: an NVFP4 compressed-tensors "
+                       "drafter accepted 0% with graphs and 92% eager (vllm#54997; bf16 / FP8-dynamic drafters were "
+                       "fine)", ev, w, fix="compare the served accept length with --enforce-eager (vLLM) / "
+                       "--disable-cuda-graph (SGLang), or serve the draft in bf16",
+                       needs="served accept length with and without CUDA graphs",
+                       source="vllm#54997; sglang PR#28196; vllm PR#40849")
+    if art.draft_raw is None:
+        return not_checked(c, w, art.missing("draft"), "not checked: CUDA graphs are on; whether the drafter is "
+                           "quantized needs its config")
+    return Finding(c, "ruled out", "the drafter runs unquantized (its config declares no quantization and none is "
+                   "given" + (" or inherited" if la.engine == "sglang" else "") + ")", ev, w)
+
+
+def _kv_dtype(art: Artifacts, la) -> Finding:
+    c, w = "kv_cache_dtype", f"{WHERE}.kv_cache"
+    target = la.flags.get("kv_cache_dtype") or "auto"
+    spec, bad = spec_config(la) if la.engine == "vllm" else ({}, None)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+    own = (spec or {}).get("kv_cache_dtype")
+    draft = str(own or target)
+    mla = is_mla_draft(dict(art.draft_raw)) if art.draft_raw is not None else None
+    ev = {"kv_cache_dtype": target, "draft_kv_cache_dtype": draft, "mla_draft": mla}
+    if draft.lower() not in PLAIN_KV:
+        return Finding(c, "suspected", f"the draft reads and writes a {draft} KV cache (the target's --kv-cache-dtype"
+                       + ("" if own else ", which the draft shares") + "), while drafts are trained on bf16 attention: "
+                       "a draft following the target's FP8 KV fell from AL ~2.7 to 1.79 (tokenspeed PR#1012)", ev, w,
+                       fix="give the draft its own bf16 KV cache (vLLM: speculative_config.kv_cache_dtype \"auto\"), "
+                           "or compare served accept lengths with --kv-cache-dtype auto",
+                       source="tokenspeed PR#1012; vllm llama_eagle3.py get_cache_config, PR#24505; sglang PR#34337 "
+                              "(every worker gets the same ServerArgs)")
+    if mla:
+        return Finding(c, "not checked", "not checked: the KV cache keeps the model dtype, but an MLA draft shares "
+                       "the target's MLA pool, whose bounds faults show only in served accept lengths",
+                       ev, w, needs="served accept length on a cold start against a warm one",
+                       source="TRT-LLM#17656; sglang PR#26982")
+    return Finding(c, "ruled out", f"the draft's KV cache keeps the model dtype ({draft})", ev, w)
+
+
+def check_draft_serving(art: Artifacts) -> list[Finding]:
+    """One finding per cause above (rejection method, depth, quantized drafter, KV dtype)."""
+    causes = ("rejection_method", "adaptive_depth", "quantized_draft_graphs", "kv_cache_dtype")
+    if art.launch is None:
+        need = art.missing("launch")
+        own = draft_quantization(dict(art.draft_raw)) if art.draft_raw is not None else None
+        note = {"quantized_draft_graphs": f"not checked: the draft config declares {own} quantization; whether it "
+                "runs under CUDA graphs needs the launch command"} if own else {}
+        return [not_checked(c, WHERE, need, note.get(c, "")) for c in causes]
+    la = art.launch
+    if speculating(la) is False:
+        return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
+                        {"engine": la.engine}, WHERE) for c in causes]
+    return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la)]

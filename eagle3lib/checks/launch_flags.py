@@ -1,0 +1,254 @@
+"""Check 10, serving features around the draft, from the launch command (SGLang flags and env; vLLM top-level
+flags and `--speculative-config`): prefix caching, DP attention / DP groups, LoRA adapters on the target,
+structured output, the chunked-prefill boundary, a multimodal-RoPE target in draft-extend, and whether the
+deployment is TRT-LLM's at all.
+
+Causes: prefix_cache_stale_kv, dp_attention, lora_target, structured_output, chunked_prefill_boundary,
+mrope_draft_extend (an mRoPE target), trtllm_acceptance_gate. An engine default alone never raises a cause
+(vLLM's prefix caching is on by default: what decides it is the served accept length over time).
+Usage: ``check_launch_flags(art)``.
+"""
+from __future__ import annotations
+
+from ..causes import Finding, not_checked
+from ..serving.launch import LaunchArgs
+from .context import served_prompt_lengths
+from .inputs import NEEDS, Artifacts
+
+WHERE = "checks.launch_flags"
+NEEDS_OVER_TIME = ("served accept lengths over time (served_log_path) against the replay: a decay over hours that "
+                   "a restart resets points at stale prefix-cache KV")
+NEEDS_REQUESTS = ("the served requests' structured-output options (response_format / json_schema / regex / "
+                  "tool_choice) and the server log (engine deaths, aborted requests)")
+
+
+def flag(field_name: str) -> str:
+    """The command-line spelling of a LaunchArgs field (``enable_lora`` -> ``--enable-lora``)."""
+    return "--" + field_name.replace("_", "-")
+
+
+def switch(la: LaunchArgs, name: str) -> tuple[bool | None, str | None]:
+    """(value, problem) of a switch: True / False / None when absent; a sentence naming the flag when the command
+    gave it a value that is not true/false (parse_launch keeps such a value as a string and notes it)."""
+    v = la.flags.get(name)
+    if v is None or isinstance(v, bool):
+        return v, None
+    return None, f"{flag(name)} has the value {v!r}, not a switch (true/false)"
+
+
+def integer(la: LaunchArgs, name: str) -> tuple[int | None, str | None]:
+    """(value, problem) of an integer flag, like `switch`."""
+    v = la.flags.get(name)
+    if v is None or (isinstance(v, int) and not isinstance(v, bool)):
+        return v, None
+    return None, f"{flag(name)} has the value {v!r}, not an integer"
+
+
+def spec_config(la: LaunchArgs) -> tuple[dict | None, str | None]:
+    """(vLLM --speculative-config as a dict ({} when absent), problem naming the flag when it is not JSON)."""
+    v = la.flags.get("speculative_config")
+    if v is None:
+        return {}, None
+    if isinstance(v, dict):
+        return v, None
+    return None, f"--speculative-config is not a JSON object ({str(v)[:80]!r})"
+
+
+def speculating(la: LaunchArgs) -> bool | None:
+    """Does the launch run speculative decoding (None when its --speculative-config cannot be read)?"""
+    if la.engine == "sglang":
+        return bool(la.algorithm)
+    spec, bad = spec_config(la)
+    return None if bad else bool(spec.get("method") or spec.get("model"))
+
+
+def _bad(cause: str, where: str, problem: str, ev: dict | None = None) -> Finding:
+    """The finding of a garbled flag value: not checked, naming the flag and what a valid value looks like."""
+    return Finding(cause, "not checked", f"not checked: {problem}", ev or {}, where,
+                   needs=f"the launch command with a valid value ({problem.split(' ', 1)[0]})")
+
+
+def _prefix_cache(la: LaunchArgs) -> Finding:
+    c, w = "prefix_cache_stale_kv", f"{WHERE}.prefix_cache"
+    if la.engine == "sglang":
+        off, bad = switch(la, "disable_radix_cache")
+        if bad:
+            return _bad(c, w, bad)
+        if off:
+            return Finding(c, "ruled out", "--disable-radix-cache: no request reuses another's KV", {"radix_cache":
+                           "off"}, w)
+        return Finding(c, "not checked", "not checked: SGLang's radix cache is on (its default); the stale-KV race "
+                       "was reported in vLLM's prefix cache (vllm#41838), and only served accept lengths over time "
+                       "show it", {"radix_cache": "on (default)"}, w, needs=NEEDS_OVER_TIME, source="vllm#41838")
+    on, bad = switch(la, "enable_prefix_caching")
+    if bad:
+        return _bad(c, w, bad)
+    if on is False:
+        return Finding(c, "ruled out", "--no-enable-prefix-caching: no request reuses another's KV blocks",
+                       {"prefix_caching": "off"}, w)
+    spec, bad = spec_config(la)
+    if bad:
+        return _bad(c, w, bad)
+    ev = {"prefix_caching": "on (--enable-prefix-caching)" if on else "on (vLLM default)",
+          "disable_eagle_block_drop": spec.get("disable_eagle_block_drop")}
+    if spec.get("disable_eagle_block_drop") is True:
+        return Finding(c, "suspected", "disable_eagle_block_drop with prefix caching on: the drafter reuses the "
+                       "trailing cached block's draft KV instead of recomputing it (vllm PR#53388 warns this can "
+                       "change acceptance; vllm#51771 measured -0.8% to -5% accept length)", ev, w,
+                       fix="drop disable_eagle_block_drop, or compare served accept lengths with it on and off",
+                       needs=NEEDS_OVER_TIME, source="vllm PR#53388, #51771")
+    return Finding(c, "not checked", "not checked: prefix caching is on, which by itself shows nothing; the race "
+                   "(hashes committed before the KV is written) shows as served accept length decaying over time "
+                   "while the replay stays flat", ev, w, needs=NEEDS_OVER_TIME, source="vllm#41838")
+
+
+def _dp(la: LaunchArgs) -> Finding:
+    c, w = "dp_attention", f"{WHERE}.dp_attention"
+    if la.engine == "sglang":
+        dpa, bad = switch(la, "enable_dp_attention")
+        if bad:
+            return _bad(c, w, bad)
+        ev = {"enable_dp_attention": bool(dpa), "dp_size": la.flags.get("dp_size"), "tp_size": la.flags.get("tp_size"),
+              "SGLANG_ENABLE_SPEC_V2": la.env.get("SGLANG_ENABLE_SPEC_V2")}
+        if dpa:
+            return Finding(c, "suspected", f"--enable-dp-attention with --speculative-algorithm {la.algorithm}: "
+                           "SGLang's draft-extend under DP attention lost accept length (2.35 -> 1.48, sglang#16274, "
+                           "fixed by PR#16310) and sized the draft KV pool by the wrong TP group (PR#23498)", ev, w,
+                           fix="compare the served accept length without --enable-dp-attention (same TP), or use a "
+                               "version with sglang PR#16310", needs="served accept length with and without DP "
+                           "attention", source="sglang#16274, PR#16310, PR#23498, PR#15268")
+        return Finding(c, "ruled out", "the launch sets no --enable-dp-attention: the draft runs in the target's TP "
+                       "group", ev, w)
+    dp, bad = integer(la, "data_parallel_size")
+    if bad:
+        return _bad(c, w, bad)
+    ev = {"data_parallel_size": dp, "tensor_parallel_size": la.flags.get("tensor_parallel_size")}
+    if dp is not None and dp > 1:
+        return Finding(c, "not checked", f"not checked: data_parallel_size {dp}; the accept-length loss under DP "
+                       "was reported on SGLang (sglang#16274) and tokenspeed (#298), no vLLM thread", ev, w,
+                       needs="served accept length at data_parallel_size 1 against the served one",
+                       source="sglang#16274; tokenspeed#298")
+    return Finding(c, "ruled out", "no data parallelism (data_parallel_size 1 or unset): no DP group around the draft",
+                   ev, w)
+
+
+def _lora(la: LaunchArgs) -> Finding:
+    c, w = "lora_target", f"{WHERE}.lora"
+    on, bad = switch(la, "enable_lora")
+    if bad:
+        return _bad(c, w, bad)
+    adapters = la.flags.get("lora_paths" if la.engine == "sglang" else "lora_modules")
+    ev = {"enable_lora": bool(on), "adapters": adapters}
+    if on or adapters:
+        return Finding(c, "suspected", "LoRA adapters on the target: they apply to the target only and the shared "
+                       "draft runs unadapted, so acceptance drops on adapted requests (sglang PR#34337)", ev, w,
+                       fix="compare the served accept length of base-model requests with adapted ones; train a "
+                           "draft on the adapted target's hidden states", source="sglang PR#34337")
+    return Finding(c, "ruled out", "the launch sets no LoRA adapter", ev, w)
+
+
+def _structured(la: LaunchArgs) -> Finding:
+    c, w = "structured_output", f"{WHERE}.structured_output"
+    if la.engine == "sglang":
+        gb = la.flags.get("grammar_backend")
+        ev = {"grammar_backend": gb, "disaggregation_mode": la.flags.get("disaggregation_mode")}
+        if isinstance(gb, str) and gb.lower() == "none":
+            return Finding(c, "ruled out", "--grammar-backend none: no request can use a grammar", ev, w)
+    else:
+        ev = {"structured_outputs_config": la.flags.get("structured_outputs_config"),
+              "enable_auto_tool_choice": la.flags.get("enable_auto_tool_choice")}
+    return Finding(c, "not checked", "not checked: grammars are chosen per request, which the launch does not show",
+                   ev, w, needs=NEEDS_REQUESTS, source="vllm#51660; sglang#29110, PR#28682")
+
+
+def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:
+    c, w = "chunked_prefill_boundary", f"{WHERE}.chunked_prefill"
+    name = "chunked_prefill_size" if la.engine == "sglang" else "max_num_batched_tokens"
+    size, bad = integer(la, name)
+    if bad:
+        return _bad(c, w, bad)
+    on, bad = switch(la, "enable_chunked_prefill") if la.engine == "vllm" else (None, None)
+    if bad:
+        return _bad(c, w, bad)
+    ev = {name: size}
+    if on is False or (size is not None and size <= 0 and la.engine == "sglang"):
+        return Finding(c, "ruled out", "chunked prefill is off: no prompt is split at a chunk boundary", ev, w)
+    lengths = served_prompt_lengths(art)
+    ev["served_max_len"] = max(lengths) if lengths else None
+    src = "sglang#26329 (closed without a merge)"
+    if size is None:
+        return Finding(c, "not checked", f"not checked: {flag(name)} not given (the engine picks the chunk size)", ev,
+                       w, needs=f"{flag(name)} and served prompt lengths (served_prompts)", source=src)
+    if not lengths:
+        return Finding(c, "not checked", f"not checked: chunks of {size} tokens; no served prompt lengths to compare",
+                       ev, w, needs=NEEDS["served_prompts"], source=src)
+    if max(lengths) <= size:
+        return Finding(c, "ruled out", f"served prompts ({max(lengths)} tokens at most) fit in one {size}-token chunk",
+                       ev, w)
+    return Finding(c, "not checked", f"not checked: served prompts reach {max(lengths)} tokens and cross the "
+                   f"{size}-token chunk boundary; whether its token is rotated wrongly shows only in served accept "
+                   "lengths by prompt length", ev, w,
+                   needs=f"served accept length by prompt length, around multiples of {size} tokens", source=src)
+
+
+def mrope(art: Artifacts) -> dict | None:
+    """How the target declares multimodal RoPE (mrope_section / rope type mrope in rope_scaling or
+    rope_parameters, of the text config or the whole config), or None when it does not."""
+    bodies = [dict(art.target_raw or {}), dict(art.target_info.raw) if art.target_info is not None else {}]
+    for body in bodies:
+        for key in ("rope_scaling", "rope_parameters"):
+            rp = body.get(key)
+            if isinstance(rp, dict) and ("mrope_section" in rp or "mrope" in str(rp.get("rope_type", rp.get("type")))):
+                return {"key": key, "mrope_section": rp.get("mrope_section"),
+                        "mrope_interleaved": rp.get("mrope_interleaved")}
+    return None
+
+
+def _mrope(art: Artifacts, la: LaunchArgs) -> Finding:
+    c, w = "mrope_draft_extend", f"{WHERE}.mrope"
+    need = art.missing("target")
+    if need:
+        return not_checked(c, w, need)
+    m = mrope(art)
+    ev = {"target_architecture": art.target_info.architecture, "mrope": m, "engine": la.engine}
+    if m is None:
+        return Finding(c, "ruled out", "the target declares no multimodal RoPE (no mrope_section): draft-extend "
+                       "positions are plain token positions", ev, w)
+    src = "sglang#34152 (fix PR#34154), PR#28464"
+    if la.engine == "sglang":
+        return Finding(c, "suspected", f"an mRoPE target ({art.target_info.architecture}) with --speculative-algorithm "
+                       f"{la.algorithm}: SGLang's draft-extend built one mRoPE position per request instead of per "
+                       "extended token and crashed on batched traffic (single requests work)", ev, w,
+                       fix="use a version with the fix, and test batched multimodal traffic before serving",
+                       needs="the server log under batched multimodal traffic", source=src)
+    return Finding(c, "not checked", "not checked: an mRoPE target; the draft-extend crash was reported on SGLang "
+                   "(sglang#34152), no vLLM thread", ev, w, needs="the server log under batched multimodal traffic",
+                   source=src)
+
+
+def _trtllm(art: Artifacts) -> Finding:
+    c, w = "trtllm_acceptance_gate", f"{WHERE}.trtllm"
+    if art.launch is None:
+        return not_checked(c, w, art.missing("launch") + " (for a TRT-LLM deployment: its LLM API config, "
+                           "acceptance_rate_threshold and relaxed acceptance, which this workbook does not read)")
+    return Finding(c, "ruled out", f"the deployment is {art.launch.engine}: TRT-LLM's acceptance_rate_threshold gate "
+                   "and relaxed acceptance do not apply", {"engine": art.launch.engine}, w)
+
+
+def check_launch_flags(art: Artifacts) -> list[Finding]:
+    """One finding per cause above, from the launch command (and the served prompt lengths for the chunk check)."""
+    causes = ("prefix_cache_stale_kv", "dp_attention", "lora_target", "structured_output", "chunked_prefill_boundary",
+              "mrope_draft_extend")
+    if art.launch is None:
+        need = art.missing("launch")
+        out = [not_checked(c, WHERE, need) for c in causes[:-1]]
+        m = mrope(art) if art.target_info is not None else None
+        out.append(not_checked("mrope_draft_extend", f"{WHERE}.mrope", need) if art.target_info is None or m else
+                   Finding("mrope_draft_extend", "ruled out", "the target declares no multimodal RoPE (no "
+                           "mrope_section)", {"mrope": None}, f"{WHERE}.mrope"))
+        return out + [_trtllm(art)]
+    la = art.launch
+    if speculating(la) is False:
+        return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
+                        {"engine": la.engine}, WHERE) for c in causes] + [_trtllm(art)]
+    return [_prefix_cache(la), _dp(la), _lora(la), _structured(la), _chunked(art, la), _mrope(art, la), _trtllm(art)]
