@@ -11,5 +11,10 @@
 - `layer_reading`   which ids each engine reads from a draft config and the boundaries it then captures.
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
 - `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.
+- `vllm_server`     one real vLLM OpenAI server as a child process group: start, /health, HTTP, stop by its pid.
+- `vllm_prompts`    the prompts sent to a real engine: a prompts .jsonl, or a dataset's user turns (`write_prompts`).
+- `vllm_errors`     the exceptions a vLLM log's tracebacks (and native aborts) end with; the engine's own root error.
+- `vllm_dump`       the real vLLM's offline engine on prompts -> an eagle3lib dump of what its draft's fc got
+                    (+ its first-step draft logits); `identify` names the dumped slots' boundaries.
 - `vllm_side/`      the scripts that run inside the vLLM venv (they never import eagle3lib).
 """

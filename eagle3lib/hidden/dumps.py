@@ -6,11 +6,16 @@ dump as `capture.Capture`s; `save_dump` / `load_dump` write and read what a serv
 Dump format "eagle3lib-dump/1" (written by `save_dump`, e.g. by the demo engine; read by `load_dump`):
     <dir>/manifest.json  {"format": "eagle3lib-dump/1", "source": "<writer>", "hidden_size": H,
                           "slots": ["layer_in.4", ...] or null,   # what the writer CLAIMS each slot holds
-                          "num_layers": L or null, "files": ["req_00000.safetensors", ...]}
+                          "num_layers": L or null, "files": ["req_00000.safetensors", ...],
+                          "engine": {...} or absent,      # optional: what the serving engine says it ran, e.g.
+                                    # {"name": "vllm", "version": "0.32.0", "runner": "V1", "aux_layer_ids": [0, 2],
+                                    #  "draft_architecture": "Eagle3LlamaForCausalLM", ...}
+                          "extras": ["draft_logits", ...] or absent}   # optional per-request tensors
     <dir>/req_<n>.safetensors, one request each:
         "aux"        (T, k*H)  the concatenated tensor handed to the draft's fc, slots in order
         "input_ids"  (T,) int64  token of each row: row t holds the target's state for token t
         "positions"  (T,) int64  optional
+        <extra>      any tensor named in "extras" (e.g. "draft_logits" (T, Vd): the engine's draft logits per row)
 """
 from __future__ import annotations
 
@@ -25,6 +30,7 @@ from torch import Tensor
 
 from .capture import Capture, Slots, as_slots
 from ..errors import DataError, Eagle3Error, MissingFileError
+from ..jsonfiles import to_json_value
 from ..model.safefiles import load_safetensors, load_torch_file
 from ..progress import track
 
@@ -127,6 +133,7 @@ class Dump:
     requests: tuple[Slots, ...]
     manifest: dict
     notes: tuple[str, ...] = ()
+    root: Path = Path(".")
 
     def __len__(self) -> int:
         return len(self.requests)
@@ -134,10 +141,30 @@ class Dump:
     def __getitem__(self, i: int) -> Slots:
         return self.requests[i]
 
+    @property
+    def engine(self) -> dict | None:
+        """What the writing engine said it ran (manifest "engine"), or None."""
+        return self.manifest.get("engine")
+
+    def extra(self, i: int, name: str) -> Tensor:
+        """Per-request tensor `name` (one of manifest "extras") of request i (the file `self[i]` was read from)."""
+        if name not in (self.manifest.get("extras") or ()):
+            raise DataError(f"dump {self.root}", f"no extra tensor '{name}'", expected=self.manifest.get("extras"),
+                            found=name)
+        return load_safetensors(Path(self.requests[i].source))[name]
+
 
 def save_dump(path, auxes, input_ids, *, slots, hidden_size: int, source: str, num_layers: int | None = None,
-              positions=None) -> Path:
-    """Write requests (aux (T, k*H) or (T, k, H), ids (T,)) as an eagle3lib-dump/1 directory."""
+              positions=None, engine: dict | None = None, extras: dict | None = None) -> Path:
+    """Write requests (aux (T, k*H) or (T, k, H), ids (T,)) as an eagle3lib-dump/1 directory.
+
+    `engine`: what the serving engine says it ran (kept in the manifest; `slots` stays None unless the engine itself
+    names the boundaries). `extras`: name -> one tensor per request, stored beside "aux" (e.g. "draft_logits")."""
+    extras = dict(extras or {})
+    reserved = {"aux", "input_ids", "positions"} & set(extras)
+    if reserved:
+        raise DataError("save_dump(extras=...)", "extra names clash with the dump's own tensors",
+                        expected="names other than aux / input_ids / positions", found=sorted(reserved))
     root = Path(path)
     root.mkdir(parents=True, exist_ok=True)
     files = []
@@ -147,10 +174,16 @@ def save_dump(path, auxes, input_ids, *, slots, hidden_size: int, source: str, n
                    "input_ids": torch.as_tensor(ids).reshape(-1).long().contiguous()}
         if positions is not None:
             tensors["positions"] = torch.as_tensor(positions[n]).reshape(-1).long().contiguous()
+        for name, per_request in extras.items():
+            tensors[name] = torch.as_tensor(per_request[n]).contiguous()
         files.append(f"req_{n:05d}.safetensors")
         save_file(tensors, str(root / files[-1]))
     manifest = {"format": DUMP_FORMAT, "source": source, "hidden_size": hidden_size,
                 "slots": list(slots) if slots is not None else None, "num_layers": num_layers, "files": files}
+    if engine is not None:
+        manifest["engine"] = to_json_value(dict(engine), "save_dump(engine=...)")
+    if extras:
+        manifest["extras"] = sorted(extras)
     (root / "manifest.json").write_text(json.dumps(manifest, indent=1))
     return root
 
@@ -185,4 +218,4 @@ def load_dump(path) -> Dump:
             notes.append(f"{name}: skipped ({'missing file' if not f.exists() else e})")
     if not reqs:
         raise DataError(f"dump {root}", "no request file could be read", expected=man["files"][:4], found=notes[:4])
-    return Dump(tuple(reqs), man, tuple(notes))
+    return Dump(tuple(reqs), man, tuple(notes), root)

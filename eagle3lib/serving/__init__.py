@@ -4,6 +4,8 @@
 - `launch`            parse SGLang / vLLM launch commands into the settings they request.
 - `sglang_introspect` ask an installed SGLang (`ServerArgs`) for its own resolution.
 - `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
+- `vllm_log`          what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head
+                      sharing, speculative config, and each exception (its key / shape / file) with its line.
 - `crossengine`       one deployment's settings seen by SGLang and vLLM (steps/topk/ndt <-> K), and a lint.
 - `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
 - `engine_settings`   the emulated SGLang server: launch settings -> effective settings -> its log lines.

@@ -298,7 +298,7 @@ def _vllm_spec_in(msg: str) -> dict | None:
         kw = parse_call_kwargs(msg[msg.index("SpeculativeConfig("):])
         if "num_spec_tokens" in kw:
             kw["num_speculative_tokens"] = kw.pop("num_spec_tokens")
-        return kw
+        return kw or None      # `SpeculativeConfig(**self.speculative_config)` in a traceback says nothing
     if "non-default args:" in msg and "speculative_config" in msg:
         try:
             args = ast.literal_eval(msg[msg.index("non-default args:") + 17:].strip())

@@ -95,3 +95,21 @@ def test_dump_roundtrip_and_partial_reads(tmp_path, ids):
     (tmp_path / "bad" / "manifest.json").write_text(json.dumps({"format": "other"}))
     with pytest.raises(DataError, match="not an eagle3lib dump"):
         load_dump(tmp_path / "bad")
+
+
+def test_dump_keeps_the_engine_manifest_and_extras(tmp_path, ids):
+    """engine= goes into the manifest and back (slots stay None); extras are per-request tensors read by name."""
+    auxes, logits = [torch.randn(5, 2 * H), torch.randn(3, 2 * H)], [torch.randn(5, 7), torch.randn(3, 7)]
+    engine = {"name": "vllm", "version": "0.32.0", "runner": "V1", "aux_layer_ids": (0, 2)}
+    root = save_dump(tmp_path / "d", auxes, [ids[:5], ids[:3]], slots=None, hidden_size=H, source="test",
+                     engine=engine, extras={"draft_logits": logits})
+    d = load_dump(root)
+    assert d.engine == {**engine, "aux_layer_ids": [0, 2]} and d.manifest["slots"] is None
+    assert d.manifest["extras"] == ["draft_logits"] and torch.equal(d.extra(1, "draft_logits"), logits[1])
+    with pytest.raises(DataError, match="no extra tensor"):
+        d.extra(0, "hidden")
+    with pytest.raises(DataError, match="clash"):
+        save_dump(tmp_path / "e", auxes, [ids[:5], ids[:3]], slots=None, hidden_size=H, source="t",
+                  extras={"aux": auxes})
+    old = load_dump(save_dump(tmp_path / "f", auxes, [ids[:5], ids[:3]], slots=None, hidden_size=H, source="t"))
+    assert old.engine is None and "extras" not in old.manifest

@@ -162,3 +162,10 @@ def test_accept_rate_definitions_by_version():
     assert (table["engine"] == "sglang").sum() == 5 and (table["engine"] == "vllm").sum() == 3
     mean_len = table.set_index("metric").loc["Mean acceptance length"]
     assert mean_len["formula"].startswith("1 +") and "bonus" in mean_len["note"]
+
+
+def test_vllm_traceback_code_line_is_not_a_speculative_config():
+    """`return SpeculativeConfig(**self.speculative_config)` in a traceback (real vLLM 0.32 log) keeps the config read
+    from the non-default args line instead of replacing it with {}."""
+    log = read_startup_log(SAMPLES_DIR / "vllm_refused_not_supported.log")
+    assert log.vllm_spec["method"] == "eagle3" and log.vllm_spec["num_speculative_tokens"] == 3

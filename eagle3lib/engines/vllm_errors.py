@@ -1,0 +1,132 @@
+"""The exceptions a vLLM log's tracebacks end with, and the one that is the engine's own failure.
+
+vLLM re-raises a worker's error in every process above it ("WorkerProc initialization failed ... See stack trace
+for root cause", "Engine core initialization failed. See root cause above", "EngineDeadError"), so a failed start
+ends with several tracebacks; `root_error` is the first that is not such a re-raise. Each `LoggedError` names what
+the message names: the weight key ("There is no module or parameter named '...'"), the shapes ("shape '[-1, 384]' is
+invalid for input of size 2560", "Tried to load weights of size ... to a parameter of size ..."), a file, or
+"not supported". Lines of different processes (the "(Worker pid=N)" tags) may interleave; each is followed alone.
+    errors = scan_errors(log_lines(open("server.log").read())); root_error(errors)
+"""
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+# (process tag) LEVEL MM-DD hh:mm:ss [file.py:123] message   -- the tag and the header are both optional
+PREFIX = re.compile(r"^(?:\((?P<proc>[^)]*)\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+                    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\] ?)?")
+_EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
+                  r"(?::\s?(?P<msg>.*))?$")
+
+WRAPPER = re.compile(r"See (?:the )?(?:root cause|stack trace)|check the stack trace above|Engine core initialization "
+                     r"failed|EngineCore encountered an issue|initialization failed due to an exception in a background|"
+                     r"^cancelled$")       # shm_broadcast's RuntimeError("cancelled"): the worker it waited on is gone
+# a process killed by glibc's heap checks or a signal prints one line and no traceback (seen: a draft whose fc is
+# narrower than the aux states the ids give corrupts the heap on the CPU backend)
+NATIVE = re.compile(r"^(?:double free or corruption.*|corrupted double-linked list.*|corrupted size vs\. prev_size.*|"
+                    r"(?:free|malloc|realloc|munmap_chunk)\(\): .+|Segmentation fault.*|Fatal Python error: .+)$")
+WORKER_DIED = re.compile(r"Worker proc \S+ died unexpectedly(?: \(exit code: (?P<code>[^)]*)\))?")
+
+
+@dataclass(frozen=True)
+class LoggedError:
+    """One exception a traceback in the log ended with."""
+
+    line_no: int
+    process: str | None       # the vLLM process tag, e.g. "Worker pid=11810" (None: raw stderr)
+    exception: str            # "ValueError", "pydantic_core._pydantic_core.ValidationError", ...; "native crash"
+                              # (a glibc abort / signal line) or "worker died" (vLLM's note of it)
+    message: str
+    kind: str                 # "unknown weight", "missing key", "shape", "missing file", "not supported",
+                              # "native crash", "worker died", "other"
+    key: str | None = None    # the weight / config key it names
+    shape: str | None = None  # the shapes it names, e.g. "view [-1, 384] of 2560 values"
+    file: str | None = None
+    wrapper: bool = False     # vLLM re-raising another process's error ("see root cause above")
+    phase: str = "startup"    # "startup" (before the engine was ready) or "serving"
+
+
+def _classify(exc: str, msg: str) -> dict:
+    if m := re.search(r"no module or parameter named '([^']+)'", msg):
+        return {"kind": "unknown weight", "key": m.group(1)}
+    if m := re.search(r"shape '\[([^\]]*)\]' is invalid for input of size (\d+)", msg):
+        return {"kind": "shape", "shape": f"view [{m.group(1)}] of {m.group(2)} values"}
+    if m := re.search(r"weights of size torch\.Size\(\[([^\]]*)\]\)\s*to a parameter of size torch\.Size\(\[([^\]]*)\]\)",
+                      msg):
+        return {"kind": "shape", "shape": f"checkpoint [{m.group(1)}] into parameter [{m.group(2)}]"}
+    if m := re.search(r"size mismatch for ([\w.]+): copying a param with shape (\S+(?: \S+)?) from checkpoint.*"
+                      r"shape in current model is (\S+(?: \S+)?)", msg):
+        return {"kind": "shape", "key": m.group(1), "shape": f"checkpoint {m.group(2)} vs model {m.group(3)}"}
+    if m := re.search(r"shapes cannot be multiplied \(([^)]*)\)", msg):
+        return {"kind": "shape", "shape": m.group(1)}
+    if re.search(r"not (?:yet )?supported", msg, re.I):
+        m = re.search(r"architectures \[([^\]]*)\]", msg)
+        return {"kind": "not supported", "key": m.group(1).strip("'\"") if m else None}
+    if exc.endswith(("FileNotFoundError", "OSError")) or "No such file or directory" in msg:
+        m = re.search(r"No such file or directory: '([^']+)'|file ([/\w.-]+)", msg)
+        return {"kind": "missing file", "file": (m.group(1) or m.group(2)) if m else None}
+    if exc.endswith("KeyError"):
+        m = re.match(r"\s*['\"]([^'\"]+)['\"]", msg)
+        return {"kind": "missing key", "key": m.group(1) if m else msg.strip() or None}
+    return {"kind": "other"}
+
+
+def log_lines(text: str) -> list[str]:
+    """The lines of a log as an editor numbers them: split at "\\n" only (progress bars' "\\r" stay inside a line;
+    str.splitlines would also split there and shift every line number after it)."""
+    lines = text.split("\n")
+    if lines and lines[-1] == "":
+        lines.pop()
+    return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def split_prefix(line: str) -> tuple[str | None, str]:
+    """(process tag or None, message) of one vLLM log line; the message keeps its indentation."""
+    m = PREFIX.match(line)
+    return m["proc"], line[m.end():]
+
+
+def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedError]:
+    """Every exception a traceback in `lines` ends with; `ready_at`: line number after which errors are "serving"."""
+    msgs = [(no, *split_prefix(raw)) for no, raw in enumerate(lines, start=1)]
+    open_tb: dict = {}           # process tag -> inside a traceback
+    errors, last = [], {}        # last: process tag -> index of its latest error (for continuation lines)
+    for no, proc, msg in msgs:
+        text = msg.strip()
+        if NATIVE.match(text) or WORKER_DIED.search(text):
+            died = WORKER_DIED.search(text)
+            errors.append([no, proc, "worker died" if died else "native crash", text])
+            last.pop(proc, None)
+            continue
+        if msg.startswith("Traceback (most recent call last)"):
+            open_tb[proc] = True
+            last.pop(proc, None)
+            continue
+        if open_tb.get(proc) and msg and not msg[0].isspace():
+            m = _EXC.match(msg.strip())
+            if m:
+                open_tb[proc] = False
+                exc, text = m["exc"], (m["msg"] or "").strip()
+                errors.append([no, proc, exc, text])
+                last[proc] = len(errors) - 1
+            continue
+        if proc in last and msg.startswith("  ") and not msg.lstrip().startswith("File "):
+            e = errors[last[proc]]                      # a multi-line message (pydantic ValidationError)
+            e[3] = (e[3] + " " + msg.strip()).strip()
+            if len(e[3]) > 2000:
+                last.pop(proc)
+        elif proc in last:
+            last.pop(proc)
+    out = []
+    for no, proc, exc, text in errors:
+        info = {"kind": exc} if exc in ("worker died", "native crash") else _classify(exc, text)
+        wrapper = exc == "worker died" or bool(WRAPPER.search(text))
+        out.append(LoggedError(no, proc, exc, text[:1000], wrapper=wrapper,
+                               phase="serving" if ready_at is not None and no > ready_at else "startup", **info))
+    return out
+
+
+def root_error(errors) -> LoggedError | None:
+    """The engine's own failure: the first exception that is not vLLM re-raising another process's."""
+    return next((e for e in errors if not e.wrapper), errors[0] if errors else None)

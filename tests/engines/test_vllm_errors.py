@@ -1,0 +1,30 @@
+"""engines.vllm_errors: tracebacks followed per vLLM process tag, editor line numbers, what a message names."""
+from __future__ import annotations
+
+from eagle3lib.engines.vllm_errors import log_lines, root_error, scan_errors, split_prefix
+
+
+def test_split_prefix_keeps_indentation():
+    """The process tag and header go; a traceback frame keeps its two-space indent."""
+    proc, msg = split_prefix('(Worker pid=7) ERROR 12-01 20:29:16 [multiproc_executor.py:953]   File "x.py", line 1')
+    assert proc == "Worker pid=7" and msg == '  File "x.py", line 1'
+    assert split_prefix("plain line") == (None, "plain line")
+
+
+def test_interleaved_processes_each_end_their_own_traceback():
+    """Lines of two processes interleave; each traceback ends with its own exception."""
+    a, b = "(Worker pid=1) ERROR 12-01 20:00:00 [x.py:1] ", "(EngineCore pid=2) ERROR 12-01 20:00:00 [y.py:2] "
+    lines = [a + "Traceback (most recent call last):", b + "Traceback (most recent call last):",
+             a + '  File "w.py", line 3, in f', b + '  File "e.py", line 4, in g',
+             a + "KeyError: 'model.layers.0.mlp.gate.weight'",
+             b + "RuntimeError: Engine core initialization failed. See root cause above. Failed core proc(s): {}"]
+    errs = scan_errors(lines)
+    assert [(e.line_no, e.process, e.kind, e.key, e.wrapper) for e in errs] == [
+        (5, "Worker pid=1", "missing key", "model.layers.0.mlp.gate.weight", False), (6, "EngineCore pid=2", "other",
+                                                                                      None, True)]
+    assert root_error(errs).line_no == 5 and root_error([]) is None
+
+
+def test_log_lines_numbers_like_an_editor():
+    """A progress bar's carriage return stays inside its line (str.splitlines would shift the numbers)."""
+    assert log_lines("a\rb\nc\r\n") == ["a\rb", "c"]
