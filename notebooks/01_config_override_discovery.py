@@ -26,6 +26,7 @@ target_path: str = ""       # target model folder (its config.json is read); emp
 draft_path: str = ""        # draft folder (its config.json is read); empty: the embedded demo world
 served_log_path: str = ""   # decode log / benchmark output with accept lengths (comma-separated); "" for none
 train_data_path: str = ""   # training samples to replay under the served setting; empty: the demo's (demo only)
+served_data_path: str = ""  # samples of the prompts the served τ was measured on (e.g. held-out data); empty: train_data_path
 serving_dump: str = ""      # a serving dump (decides the served layout); empty: the demo's (demo only), else rules
 demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
 
@@ -41,6 +42,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 import pandas as pd
 from IPython.display import display
 
+from eagle3lib.engines import layer_reading
 from eagle3lib.serving import crossengine, serverinfo, sglang_introspect
 from eagle3lib.engines import sglang_resolver
 from eagle3lib.causes import findings_frame
@@ -122,7 +124,7 @@ serverinfo.accept_rate_definitions()
 # config says the draft was trained on; `as_trained=False` is a draft fed the wrong tensors.
 
 # %%
-crossengine.layer_frame(seed.readings)
+layer_reading.layer_frame(seed.readings)
 
 # %% [markdown]
 # ## 8. Lint: settings that cannot help, and configs the engines read differently
@@ -167,7 +169,7 @@ findings_frame(causes)
 served = served_prediction.served_vs_predicted(
     seed, draft_path=draft_path, target_path=inp.target_path, data_path=train_data_path,
     served_paths=[p for p in served_log_path.split(",") if p.strip()], server_url=server_url,
-    serving_dump=serving_dump)
+    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=served_data_path)
 for note in served.notes + served.problems:
     print(note)
 causes += served.findings()

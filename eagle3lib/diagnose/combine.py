@@ -71,11 +71,15 @@ class Diagnosis:
 
     @property
     def healthy(self) -> bool:
-        return not self.alarms
+        """No alarm, and something was checked: a diagnosis of nothing is never "healthy"."""
+        return not self.alarms and any(v.status == "ruled out" for v in self.verdicts)
 
     def headline(self) -> str:
         """One line: the confirmed causes, or "no fault found" and how many causes were checked."""
         checked = [v for v in self.verdicts if v.status != "not checked"]
+        if not self.alarms and not checked:
+            return (f"nothing checked: {len(self.verdicts)} causes not checked (give the inputs each one names)"
+                    if self.verdicts else "nothing checked: no finding was recorded")
         if self.healthy:
             return (f"no fault found: {len(checked)} causes checked and ruled out, "
                     f"{len(self.by_status('not checked'))} not checked")

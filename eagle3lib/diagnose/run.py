@@ -75,7 +75,7 @@ def run(inp: Inputs, progress=None) -> Run:
         disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
         served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
         serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
-        progress=False).findings())
+        progress=False, startup_log=inp.log, served_data_path=inp.heldout).findings())
     if inp.data or not inp.draft:
         part("02 training-sample replay", lambda: _replay(inp))
     else:

@@ -373,12 +373,42 @@ def _template_line(name: str, default: str, comment: str) -> str:
     return f"# {name}: {default}" + (f"  # {comment}" if comment else "")
 
 
+RUNNER_KEYS = ("vllm_demo",)   # parameters-file keys the runner reads itself (no notebook declares them)
+
+
+def prepare(common: dict) -> str | None:
+    """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` serves those demo
+    deployments on the real vLLM (`demo.vllm_world`). Returns why the run is skipped (no vLLM here), else None."""
+    names = common.pop("vllm_demo", None)
+    if not names:
+        return None
+    from ..demo import vllm_world
+    why = vllm_world.available()
+    if why:
+        return f"the vLLM demo needs the real vLLM: {why}"
+    for name in ([names] if isinstance(names, str) else list(names)):
+        t0 = time.monotonic()
+        d = vllm_world.ensure(str(name))
+        print(f"vLLM demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
+              f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
+    return None
+
+
 def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, timeout: float | None =
             DEFAULT_TIMEOUT_S, cwd: Path | None = None, all_stems: list[str] | None = None) -> list[NotebookResult]:
     """Run `sources` in order (one failure does not stop the others) and write the index; returns the results."""
     out_dir = Path(out_dir)
     stems = all_stems or [p.stem for p in sources]
     common, sections = load_params(params_file, stems)
+    skip = prepare(common)
+    if skip:
+        print(f"skipped: {skip}", flush=True)
+        now = time.strftime("%Y-%m-%d %H:%M:%S")
+        results = [NotebookResult(s.stem, str(s), "skipped", 0.0, skip, {}, None, None, None, (), now)
+                   for s in sources]
+        write_index(out_dir, [dataclasses.asdict(r) for r in results], {"params_file": params_file,
+                                                                          "skipped": skip})
+        return results
     ensure_kernel()
     results, declared_any = [], set()
     for i, src in enumerate(sources, 1):
@@ -434,7 +464,7 @@ def main(argv: list[str] | None = None) -> int:
     except Eagle3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    bad = [r.notebook for r in results if r.status != "ok"]
+    bad = [r.notebook for r in results if r.status not in ("ok", "skipped")]
     print(f"{len(results) - len(bad)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
           f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else ""), flush=True)
     return 1 if bad else 0

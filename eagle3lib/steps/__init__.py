@@ -3,7 +3,10 @@ here and only here), then the library called in the notebook's order.
 
 - `checkpoint_audit` notebook 00: its inputs, and the forward preview on one training sample (when given).
 - `discovery`  notebook 01: everything shown for one launch command, from every source given.
-- `served_prediction` notebook 01 §11 and the diagnosis: each served τ beside the replay under the setting it ran.
+- `served_prediction` notebook 01 §11 and the diagnosis: each served τ beside the replay under the setting it ran
+  (a vLLM deployment: beside the draft replayed as trained and as the engine loads it).
+- `served_view` the draft as the serving engine loads it (tables, the vLLM probe, the server's log), and what the
+  running engine said as findings (its captured layout, the error it died of).
 - `sample_replay` notebook 02: its inputs (draft, target, training / held-out data, recorded accuracy).
 - `diffing`    notebook 03: training slots and a serving dump compared with the target's own boundaries.
 - `throughput_runs` notebook 04: the served runs read from files / a server, the demo engine's sweep, and

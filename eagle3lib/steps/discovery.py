@@ -49,15 +49,24 @@ class DiscoveryInputs:
 def resolve_inputs(launch_command: str = "", fixed_command: str = "", sglang_version: str = "",
                    server_log_path: str = "", target_path: str = "", draft_path: str = "") -> DiscoveryInputs:
     """No draft path: the demo world (its seed launch command, fixed command, version and startup log fill what
-    is empty). With a user's draft an empty input stays empty: the sections that need it say it was not given."""
+    is empty). With a user's draft an empty input stays empty: the sections that need it say it was not given.
+    A launch or fixed command may be given as the path of a file that holds it (e.g. a saved launch.txt)."""
     if draft_path:
-        return DiscoveryInputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
-                               draft_path, False)
+        return DiscoveryInputs(command_text(launch_command), command_text(fixed_command), sglang_version,
+                               server_log_path, target_path, draft_path, False)
     d = json.loads(DEMO_LAUNCH.read_text())
     notes = [f"demo world: launch command, fixed command, SGLang version and startup log from {DEMO_LAUNCH.name}"]
     return DiscoveryInputs(launch_command or d["launch_command"], fixed_command or d["fixed_command"],
                            sglang_version or d["sglang_version"], server_log_path or d["server_log"], target_path,
                            "", True, tuple(notes))
+
+
+def command_text(command: str) -> str:
+    """`command`, or the text of the file it names (one command, `\` continuations kept) when it is a file path."""
+    c = (command or "").strip()
+    if c and "\n" not in c and " " not in c and Path(repo_path(c)).is_file():
+        return Path(repo_path(c)).read_text().strip()
+    return command
 
 
 def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path | None, Path | None, list[str]]:

@@ -17,7 +17,19 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
-from ..replay.served import WHERE, ServedVsPredicted, compare
+from ..checks.inputs import read_artifacts
+from ..checks.rope import rope_fields
+from ..engines.loaded_view import EngineView
+from ..hidden.identify import TrainedLayout
+from ..model.config import read_config_json
+from ..model.safefiles import load_state_dict
+from ..model.target import load_target_info
+from ..replay.as_served import AsServed, replay_as_served
+from ..replay.layoutsearch import Recapture
+from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, compare
+from ..replay.stats import ZERO
+from ..serving.vllm_log import read_vllm_log
+from .served_view import deployment_view, view_findings
 from ..throughput.records import RunRecord
 from .discovery import Discovery
 from . import sample_replay
@@ -26,12 +38,16 @@ from .throughput_runs import read_runs
 
 @dataclass(frozen=True, eq=False)
 class ServedPrediction:
-    """The comparisons made, and what could not be compared (with the reason)."""
+    """The comparisons made, and what could not be compared (with the reason). For a vLLM deployment: the draft
+    as the engine loads it (`view`), its replays as trained and as served (`as_served`) and what they decide."""
 
     comparisons: tuple[ServedVsPredicted, ...] = ()
     problems: tuple[str, ...] = ()
     missing: tuple[str, ...] = ()       # inputs that would let the check run
     notes: tuple[str, ...] = field(default_factory=tuple)
+    view: EngineView | None = None
+    as_served: AsServed | None = None
+    decided: tuple[Finding, ...] = ()   # the findings the view and the as-served replay support
 
     def frame(self) -> pd.DataFrame:
         """One block of rows per served run: served, replay under the same setting, chain of the same depth."""
@@ -40,6 +56,8 @@ class ServedPrediction:
         return pd.concat([c.frame() for c in self.comparisons], ignore_index=True)
 
     def findings(self) -> list[Finding]:
+        if self.decided:
+            return list(self.decided)
         if self.comparisons:
             return [f for c in self.comparisons for f in c.findings()]
         need = " and ".join(self.missing) or "a served run with an accept length"
@@ -48,10 +66,15 @@ class ServedPrediction:
 
 
 def setting_of(record: RunRecord, d: Discovery | None) -> tuple[int, int, int] | None:
-    """(num_steps, topk, num_draft_tokens) a served run ran: its own record's, else the launch's resolution."""
+    """(num_steps, topk, num_draft_tokens) a served run ran: its own record's, else the launch's (SGLang: its
+    resolution; vLLM: a chain of num_speculative_tokens)."""
     if record.num_steps:
         topk = record.topk or 1
         return record.num_steps, topk, record.num_draft_tokens or (record.num_steps + 1 if topk == 1 else None)
+    k = (d.vllm or {}).get("num_speculative_tokens") if d is not None and d.launch is not None and \
+        d.launch.engine == "vllm" else None
+    if isinstance(k, int) and k > 0:
+        return k, 1, k + 1
     eff = d.resolution.effective if d is not None and d.resolution is not None else {}
     steps, topk, ndt = (eff.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
                                                "speculative_num_draft_tokens"))
@@ -68,7 +91,7 @@ def served_runs(paths=(), server_url: str = "") -> tuple[list[RunRecord], list[s
             problems.append(str(e))
             continue
         problems += [f"{res.source} line {n}: {why}" for n, why in res.bad_lines] + list(res.warnings)
-        runs += [r for r in res.records if r.accept_length is not None and r.num_steps]
+        runs += [r for r in res.records if r.accept_length is not None]
     return runs, problems
 
 
@@ -83,10 +106,17 @@ def demo_served(d: Discovery, n_prompts: int = 4) -> list[RunRecord]:
 
 def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str = "", data_path: str = "",
                         served_paths=(), server_url: str = "", serving_dump: str = "", serving_layout: str = "",
-                        n: int = 16, device: str = "cpu", progress: bool = True) -> ServedPrediction:
+                        n: int = 16, device: str = "cpu", progress: bool = True, startup_log: str = "",
+                        served_data_path: str = "") -> ServedPrediction:
     """Every served run (from `served_paths` / `server_url`; on the demo world, its engine) beside the replay of the
     draft on `data_path` under that run's setting, in the layout the server feeds: from the serving dump, the typed
-    `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order)."""
+    `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order).
+    A vLLM deployment is replayed as the engine loads it (`vllm_served`): `startup_log` is the server's log,
+    `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`)."""
+    if draft_path and d.launch is not None and d.launch.engine == "vllm":
+        return vllm_served(d, draft_path=draft_path, target_path=target_path, data_path=data_path,
+                           served_data_path=served_data_path, served_paths=served_paths, server_url=server_url,
+                           startup_log=startup_log, serving_dump=serving_dump, n=n, device=device)
     notes, problems, missing, runs = [], [], [], []
     if draft_path:
         if not data_path:
@@ -129,3 +159,87 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
         except Eagle3Error as e:
             problems.append(f"{r.label or r.source}: {e}")
     return ServedPrediction(tuple(out), tuple(problems), (), tuple(notes))
+
+
+def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: str, served_data_path: str = "",
+                served_paths=(), server_url: str = "", startup_log: str = "", serving_dump: str = "", n: int = 16,
+                device: str = "cpu") -> ServedPrediction:
+    """A vLLM deployment: the draft as vLLM loads it (the tables, the probe, the server's own log: `served_view`),
+    what the engine said against the trained layout, and each served τ beside the draft replayed as trained and as
+    the engine loads it (`replay.as_served`), which decides the wiring causes by measurement."""
+    notes, problems, decided = [], [], []
+    logs = [p for p in [startup_log, *served_paths] if p]
+    log = None
+    for p in logs:                       # the first log that says what the engine did with the draft
+        try:
+            r = read_vllm_log(p)
+        except Eagle3Error as e:
+            problems.append(f"{p}: {e}")
+            continue
+        if r.draft_loaded or r.errors:
+            log = r
+            break
+    if not data_path:
+        return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
+    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, device=device)
+    try:
+        setup = sample_replay.load_replay_setup(ri, device=device)
+        view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,
+                                       num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3)
+    except Eagle3Error as e:
+        return ServedPrediction((), tuple(problems + [f"draft/target: {e}"]), ())
+    notes += vnotes + [f"training layout: {setup.training_layout} ({setup.training_layout_source})"]
+    if serving_dump:
+        try:
+            sl = sample_replay.serving_layout(ri, setup.num_layers, device=device)
+            if sl.layout is not None:
+                view = view.overruled("layout", tuple(None if b == ZERO else b for b in sl.layout), "dump",
+                                      sl.detail)
+        except Eagle3Error as e:
+            problems.append(f"serving dump {serving_dump}: {e}")
+    trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
+    decided += view_findings(view, trained, draft_path=draft_path, num_layers=setup.num_layers)
+    if view.refused and view.refused_source in ("log", "probe"):
+        notes.append(f"vLLM does not serve this draft: {view.refused}")
+        return ServedPrediction((), tuple(problems), (), tuple(notes), view, None, tuple(decided))
+    runs, more = served_runs(served_paths, server_url)
+    problems += more
+    if not runs:
+        return ServedPrediction((), tuple(problems), ("a vLLM log or /metrics with accept lengths "
+                                                      "(served_log_path)",), tuple(notes), view, None, tuple(decided))
+    shipped = set(read_artifacts(draft=draft_path).tensors or {})
+    own = load_state_dict(draft_path, keys=["embed_tokens.weight"]).get("embed_tokens.weight") \
+        if "embed_tokens.weight" in shipped else None
+    rope = trained_rope(draft_path, target_path)
+    data = served_data_path or ri.train_data
+    rec = Recapture(target_path, device=device) if target_path else None
+    first = None
+    for r in runs:
+        st = setting_of(r, d)
+        if st is None or st[1] != 1:
+            problems.append(f"{r.label or r.source}: not a chain of known depth (vLLM: num_speculative_tokens)")
+            continue
+        try:
+            first = first or replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped, own_embed=own,
+                                              trained_rope=rope, n=n, recapture=rec)
+        except Eagle3Error as e:
+            problems.append(f"replay as served: {e}")
+            break
+        ids_read = not (view.aspects.get("layout") and "default" in view.aspects["layout"].detail)
+        decided += as_served_findings(float(r.accept_length), r.source or r.label, first,
+                                      num_layers=setup.num_layers, ids_read=ids_read)
+    notes += list(first.notes) if first is not None else []
+    return ServedPrediction((), tuple(problems), (), tuple(notes), view, first, tuple(decided))
+
+
+def trained_rope(draft_path, target_path) -> dict | None:
+    """The target's RoPE theta where the draft config's differs (the draft may have been trained with either: the
+    as-served replay measures both), else None."""
+    if not target_path:
+        return None
+    try:
+        d = rope_fields(read_config_json(draft_path, "draft")[0])
+        t = rope_fields(load_target_info(target_path).text)
+    except Eagle3Error:
+        return None
+    return {"rope_theta": t["theta"]} if abs(d["theta"] - t["theta"]) > 1e-6 * t["theta"] else None

@@ -53,7 +53,9 @@ def test_write_index_writes_both_files(tmp_path):
     assert data["notebooks"] == ROWS and data["params_file"] == "params/a.yaml" and data["kernel"] == "python3"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", data["generated_at"])
     assert list(data) == ["generated_at", "params_file", "kernel", "diagnosis", "notebooks"]
-    assert data["diagnosis"]["verdicts"] == [] and data["diagnosis"]["healthy"]
+    # no finding at all is no evidence: never a healthy verdict
+    assert data["diagnosis"]["verdicts"] == [] and not data["diagnosis"]["healthy"]
+    assert data["diagnosis"]["headline"].startswith("nothing checked")
     page = (out / "index.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
     assert "<p>1/3 notebooks ok.</p>" in page and f"generated_at: {data['generated_at']}" in page

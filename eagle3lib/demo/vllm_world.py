@@ -1,0 +1,112 @@
+"""The demo world served by the real vLLM: each deployment of `demo.deployments` written, served on 127.0.0.1 by
+the OpenAI server of the vLLM venv and dumped by its offline engine, once, under ``data/demo_vllm/<name>/``.
+
+A deployment folder holds what a user brings from a GPU box: ``draft/`` (the draft as deployed), ``served/``
+(launch.txt, server.log, metrics.txt, prompts and answers: `throughput.vllm_serve`), ``dump/`` (what vLLM fed the
+draft's fc: `engines.vllm_dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
+notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
+Without a vLLM venv `available()` says how to make one and nothing is served.
+Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``.
+"""
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+from dataclasses import asdict, dataclass
+from pathlib import Path
+
+from . import deployments, world as demo
+from ..engines import vllm_env
+from ..errors import EngineError
+from ..jsonfiles import atomic_write
+
+ROOT_ENV = "EAGLE3LIB_VLLM_DEMO_DIR"
+STORY, FIXED = "off_by_one", "healthy"       # the report's deployment and its fix
+NUM_PROMPTS, NUM_SPEC_TOKENS, DUMP_PROMPTS = 32, 3, 4
+
+
+def root() -> Path:
+    """Where the served deployments live (``data/demo_vllm`` or $EAGLE3LIB_VLLM_DEMO_DIR)."""
+    return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / "demo_vllm")
+
+
+def available() -> str:
+    """"" when the real vLLM can serve here, else the one-line reason and how to make it."""
+    return vllm_env.unavailable_reason()
+
+
+@dataclass(frozen=True)
+class Served:
+    """One deployment as the real vLLM served it: its files and what it measured."""
+    name: str
+    dir: str
+    draft: str
+    launch: str                     # served/launch.txt (the exact command)
+    log: str                        # served/server.log
+    metrics: str | None             # served/metrics.txt (None when the server never served)
+    dump: str | None                # dump/ (None when it was not dumped or the engine refused the draft)
+    ok: bool
+    error: str | None
+    accept_length: float | None
+    cause: str | None               # the cause the diagnosis must name (demo.deployments)
+    refused: bool
+
+    @property
+    def launch_command(self) -> str:
+        return Path(self.launch).read_text().strip()
+
+    @property
+    def served_logs(self) -> list[str]:
+        """The files holding its served accept length: the log, and /metrics when it served."""
+        return [self.log] + ([self.metrics] if self.metrics else [])
+
+
+def _stamp(draft: Path) -> str:
+    h = hashlib.sha256()
+    for f in sorted(draft.iterdir()):
+        if f.is_file():
+            h.update(f.name.encode())
+            h.update(f.read_bytes())
+    return h.hexdigest()[:16]
+
+
+def ensure(name: str, *, force: bool = False, dump: bool = True, num_prompts: int = NUM_PROMPTS,
+           num_speculative_tokens: int = NUM_SPEC_TOKENS) -> Served:
+    """The deployment `name` served (and dumped), reusing what an earlier run wrote for the same draft."""
+    reason = available()
+    if reason:
+        raise EngineError(f"vLLM demo deployment {name!r}", "the real vLLM is not installed", expected="a vLLM venv",
+                          found=reason, cause="make vllm")
+    w = demo.ensure_world(progress=False)
+    out = root() / name
+    record = out / "deployment.json"
+    dep = deployments.DEPLOYMENTS[name] if name in deployments.DEPLOYMENTS else None
+    draft = out / "draft"
+    if dep is None:
+        deployments.write(name, draft)            # raises the DataError naming the known deployments
+    if not force and record.is_file() and draft.is_dir():
+        got = json.loads(record.read_text())
+        if got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and (got.get("dump") or
+                                                                                             not dump or got["refused"]):
+            return Served(**{k: got[k] for k in Served.__dataclass_fields__})
+    from ..throughput.vllm_serve import serve
+    from ..engines.vllm_dump import dump as dump_draft
+    deployments.write(name, draft, draft=w.draft, target=w.target)
+    run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts,
+                num_speculative_tokens=num_speculative_tokens, max_model_len=512)
+    dumped = None
+    if dump and run.ok:
+        dump_draft(w.target, draft, out / "dump", prompts=w.heldout_data, n=DUMP_PROMPTS,
+                   num_speculative_tokens=num_speculative_tokens)
+        dumped = str(out / "dump")
+    served = Served(name, str(out), str(draft), str(out / "served" / "launch.txt"), run.log, run.metrics, dumped,
+                    run.ok, run.error, run.accept_length, dep.cause, dep.refused)
+    atomic_write(record, json.dumps({**asdict(served), "what": dep.what, "stamp": _stamp(draft),
+                                     "num_prompts": num_prompts, "seconds": run.seconds}, indent=1) + "\n")
+    return served
+
+
+def ensure_all(names=(STORY, FIXED), **kw) -> dict[str, Served]:
+    """Every named deployment served (the report's pair by default)."""
+    return {n: ensure(n, **kw) for n in names}
