@@ -34,6 +34,7 @@ class Deployment:
     what: str
     cause: str | None                 # the one cause to confirm (None: healthy)
     refused: bool = False             # the engine fails on it (the error is the evidence)
+    diagnosed: bool = True            # False: served and measured, but the diagnosis cannot name it yet (why)
     config: Callable[[dict], None] | None = None
     weights: Callable[[dict, Path], None] | None = None
 
@@ -80,18 +81,23 @@ DEPLOYMENTS = {d.name: d for d in (
       weights=_own_embedding),
     D("rope_theta", "config rope_theta 1e6, trained at 1e4", "rope_mismatch", config=_rope),
     D("no_lm_head", "lm_head.weight lost from the checkpoint", "lm_head_missing", config=_vllm_ids,
-      weights=_no_lm_head),
+      weights=_no_lm_head, diagnosed=False),      # eagle3lib's replay refuses a draft missing a tensor (issue 25)
     D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5]", "aux_layout_mismatch",
       refused=True, config=_specforge_as_is),
 )}
 
 
+def deployment(name: str) -> Deployment:
+    """The deployment called `name`; DataError naming the known ones otherwise."""
+    if name not in DEPLOYMENTS:
+        raise DataError(f"deployment {name!r}", "unknown demo deployment", expected=sorted(DEPLOYMENTS), found=name)
+    return DEPLOYMENTS[name]
+
+
 def write(name: str, out, *, draft=None, target=None) -> Path:
     """The draft folder of deployment `name`: a copy of the demo draft (`draft`, else the demo world's) with its
     defect planted. `target`: the target whose embedding a planted copy is drawn like."""
-    if name not in DEPLOYMENTS:
-        raise DataError(f"deployment {name!r}", "unknown demo deployment", expected=sorted(DEPLOYMENTS), found=name)
-    dep = DEPLOYMENTS[name]
+    dep = deployment(name)
     w = demo.paths()
     src, tgt, out = Path(draft or w.draft), Path(target or w.target), Path(out)
     shutil.rmtree(out, ignore_errors=True)

@@ -24,6 +24,7 @@ from ..jsonfiles import atomic_write
 ROOT_ENV = "EAGLE3LIB_VLLM_DEMO_DIR"
 STORY, FIXED = "off_by_one", "healthy"       # the report's deployment and its fix
 NUM_PROMPTS, NUM_SPEC_TOKENS, DUMP_PROMPTS = 32, 3, 4
+DUMPED = (STORY, FIXED)                      # dumped by default (a dump is one more engine start)
 
 
 def root() -> Path:
@@ -61,6 +62,16 @@ class Served:
         """The files holding its served accept length: the log, and /metrics when it served."""
         return [self.log] + ([self.metrics] if self.metrics else [])
 
+    def diagnose_args(self) -> dict[str, str]:
+        """What `python -m eagle3lib.diagnose` is given for this deployment (option -> value), as a user would:
+        the draft, the target, its training data, the served prompts' data, the launch, its log and /metrics, and
+        the dump when there is one."""
+        w = demo.paths()
+        out = {"draft": self.draft, "target": str(w.target), "data": str(w.specforge_data),
+               "heldout": str(w.heldout_data), "launch": self.launch_command, "log": self.log,
+               "served_log": ",".join(self.served_logs)}
+        return {**out, "dump": self.dump} if self.dump else out
+
 
 def _stamp(draft: Path) -> str:
     h = hashlib.sha256()
@@ -71,9 +82,11 @@ def _stamp(draft: Path) -> str:
     return h.hexdigest()[:16]
 
 
-def ensure(name: str, *, force: bool = False, dump: bool = True, num_prompts: int = NUM_PROMPTS,
+def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prompts: int = NUM_PROMPTS,
            num_speculative_tokens: int = NUM_SPEC_TOKENS) -> Served:
-    """The deployment `name` served (and dumped), reusing what an earlier run wrote for the same draft."""
+    """The deployment `name` served (and dumped: by default the names in DUMPED), reusing what an earlier run
+    wrote for the same draft."""
+    dump = name in DUMPED if dump is None else dump
     reason = available()
     if reason:
         raise EngineError(f"vLLM demo deployment {name!r}", "the real vLLM is not installed", expected="a vLLM venv",
@@ -81,10 +94,8 @@ def ensure(name: str, *, force: bool = False, dump: bool = True, num_prompts: in
     w = demo.ensure_world(progress=False)
     out = root() / name
     record = out / "deployment.json"
-    dep = deployments.DEPLOYMENTS[name] if name in deployments.DEPLOYMENTS else None
+    dep = deployments.deployment(name)
     draft = out / "draft"
-    if dep is None:
-        deployments.write(name, draft)            # raises the DataError naming the known deployments
     if not force and record.is_file() and draft.is_dir():
         got = json.loads(record.read_text())
         if got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and (got.get("dump") or

@@ -19,6 +19,7 @@ PREFIX = re.compile(r"^(?:\((?P<proc>[^)]*)\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR
 _EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
                   r"(?::\s?(?P<msg>.*))?$")
 
+SHUTDOWN = "[shutdown] API server: shutdown triggered"     # vLLM 0.32 launcher.py, on the SIGTERM a stop sends
 WRAPPER = re.compile(r"See (?:the )?(?:root cause|stack trace)|check the stack trace above|Engine core initialization "
                      r"failed|EngineCore encountered an issue|initialization failed due to an exception in a background|"
                      r"^cancelled$")       # shm_broadcast's RuntimeError("cancelled"): the worker it waited on is gone
@@ -44,7 +45,7 @@ class LoggedError:
     shape: str | None = None  # the shapes it names, e.g. "view [-1, 384] of 2560 values"
     file: str | None = None
     wrapper: bool = False     # vLLM re-raising another process's error ("see root cause above")
-    phase: str = "startup"    # "startup" (before the engine was ready) or "serving"
+    phase: str = "startup"    # "startup" (before the engine was ready), "serving", or "shutdown" (after a stop)
 
 
 def _classify(exc: str, msg: str) -> dict:
@@ -88,8 +89,11 @@ def split_prefix(line: str) -> tuple[str | None, str]:
 
 
 def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedError]:
-    """Every exception a traceback in `lines` ends with; `ready_at`: line number after which errors are "serving"."""
+    """Every exception a traceback in `lines` ends with; `ready_at`: line number after which errors are "serving".
+    Errors after vLLM's own "[shutdown]" lines are phase "shutdown": the stop that was asked for (SIGTERM) makes
+    the API server's output handler raise EngineDeadError, which is not a failure of the draft."""
     msgs = [(no, *split_prefix(raw)) for no, raw in enumerate(lines, start=1)]
+    stop_at = next((no for no, _, msg in msgs if SHUTDOWN in msg), None)
     open_tb: dict = {}           # process tag -> inside a traceback
     errors, last = [], {}        # last: process tag -> index of its latest error (for continuation lines)
     for no, proc, msg in msgs:
@@ -122,11 +126,14 @@ def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedErr
     for no, proc, exc, text in errors:
         info = {"kind": exc} if exc in ("worker died", "native crash") else _classify(exc, text)
         wrapper = exc == "worker died" or bool(WRAPPER.search(text))
-        out.append(LoggedError(no, proc, exc, text[:1000], wrapper=wrapper,
-                               phase="serving" if ready_at is not None and no > ready_at else "startup", **info))
+        phase = ("shutdown" if stop_at is not None and no > stop_at else
+                 "serving" if ready_at is not None and no > ready_at else "startup")
+        out.append(LoggedError(no, proc, exc, text[:1000], wrapper=wrapper, phase=phase, **info))
     return out
 
 
 def root_error(errors) -> LoggedError | None:
-    """The engine's own failure: the first exception that is not vLLM re-raising another process's."""
+    """The engine's own failure: the first exception that is not vLLM re-raising another process's (errors of the
+    asked-for shutdown do not count)."""
+    errors = [e for e in errors if e.phase != "shutdown"]
     return next((e for e in errors if not e.wrapper), errors[0] if errors else None)

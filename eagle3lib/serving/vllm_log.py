@@ -78,7 +78,8 @@ class VllmLogReading:
 
     @property
     def ok(self) -> bool:
-        return not self.errors
+        """No error but those of the asked-for shutdown."""
+        return self.root_error is None
 
     def frame(self) -> pd.DataFrame:
         """One row per fact (what, value, line, log text) and one per error."""

