@@ -26,8 +26,9 @@ from . import facts
 from .layer_reading import EngineReading, layer_reading
 
 ASPECTS = ("layout", "d2t", "embedding", "lm_head")
-SOURCES = ("log", "probe", "table", "unknown")    # strongest first: what the running engine said, then its own
-#                                                   code asked here, then eagle3lib's tables
+# strongest first: what the engine fed the draft (a serving dump, identified), what it logged, its own code asked
+# here (the vLLM probe), eagle3lib's tables
+SOURCES = ("dump", "log", "probe", "table", "unknown")
 D2T_KEYS = ("d2t", "model.d2t", "eagle_module.d2t", "draft_id_to_target_id")
 
 

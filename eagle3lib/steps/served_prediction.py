@@ -29,7 +29,7 @@ from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, compare
 from ..replay.stats import ZERO
 from ..serving.vllm_log import read_vllm_log
-from .served_view import deployment_view, view_findings
+from .served_view import ENGINE_SAID, deployment_view, view_findings
 from ..throughput.records import RunRecord
 from .discovery import Discovery
 from . import sample_replay
@@ -181,7 +181,7 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             break
     if not data_path:
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
-    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, device=device)
+    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
         setup = sample_replay.load_replay_setup(ri, device=device)
         view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,
@@ -199,7 +199,7 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
     decided += view_findings(view, trained, draft_path=draft_path, num_layers=setup.num_layers)
-    if view.refused and view.refused_source in ("log", "probe"):
+    if view.refused and view.refused_source in ENGINE_SAID:
         notes.append(f"vLLM does not serve this draft: {view.refused}")
         return ServedPrediction((), tuple(problems), (), tuple(notes), view, None, tuple(decided))
     runs, more = served_runs(served_paths, server_url)

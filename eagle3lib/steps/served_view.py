@@ -26,6 +26,7 @@ from ..serving.vllm_log import VllmLogReading, read_vllm_log
 WHERE = "what the serving engine loads (its log / its own code)"
 LAYOUT_CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
 _EMBED = {"shared": "target", "own": "own"}
+ENGINE_SAID = ("dump", "log", "probe")        # sources that are the engine's own answer, not a table
 
 
 def deployment_view(engine: str, draft, target, *, version: str | None = None, log=None, probe=None,
@@ -126,11 +127,11 @@ def _from_log(view: EngineView, r: VllmLogReading, art) -> EngineView:
 def view_findings(view: EngineView, trained, *, draft_path: str = "", num_layers: int | None = None) -> list[Finding]:
     """What the running engine said (log / probe aspects only) against the trained layout and the checkpoint."""
     out: list[Finding] = []
-    if view.refused and view.refused_source in ("log", "probe"):
+    if view.refused and view.refused_source in ENGINE_SAID:
         out += refusal_findings(view, trained, draft_path=draft_path, num_layers=num_layers)
         return out
     lay = view.aspects.get("layout")
-    if lay is not None and lay.source in ("log", "probe") and trained is not None and trained.layout is not None:
+    if lay is not None and lay.source in ENGINE_SAID and trained is not None and trained.layout is not None:
         served, tr = tuple(lay.value), tuple(trained.layout)
         ev = {"served_layout": list(served), "trained_layout": list(tr), "trained_from": trained.source,
               "engine": view.engine, "version": view.version, "source": lay.source, "detail": lay.detail}
