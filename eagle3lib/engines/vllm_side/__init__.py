@@ -1,5 +1,9 @@
 """Standalone scripts run by the vLLM venv's python (`engines.vllm_env.run_script`), never imported by eagle3lib:
 they import only vLLM, torch, safetensors and the standard library, and print one JSON object as their last line.
 
-(The scripts are listed here as they are added; each one's docstring says what it asks the running vLLM.)
+- `probe`   vLLM's engine config and both models built on the meta device for a list of (draft, target) jobs:
+            runner, method, aux ids per runner, fc as built, the draft's own load_weights on meta tensors,
+            embedding / lm_head sharing, vocab and lengths (`engines.vllm_probe` is its caller).
+- `accept`  one draft served by the offline engine (`vllm.LLM`), greedy, per prompt group: vLLM's own
+            speculative counters and the mean acceptance length (benchmarks/bench_vllm_facts.py).
 """
