@@ -3,7 +3,7 @@
 `edited_copy(src, dst, config={...}, drop_config=[...], rename={...}, drop=[...], add={...})` writes `dst` as
 `src` with config.json keys set (a dotted key such as ``eagle_config.layer_ids`` sets a nested one) or removed,
 and the safetensors tensors renamed, dropped or added; other files are copied as they are. The source is never
-touched. Usage: ``edited_copy(draft, tmp / "d2t_renamed", rename={"d2t": "draft_id_to_target_id"})``.
+touched unless it is `dst` (an edit in place). Usage: ``edited_copy(draft, tmp / "d2t_renamed", rename={"d2t": "draft_id_to_target_id"})``.
 """
 from __future__ import annotations
 
@@ -41,7 +41,8 @@ def edited_copy(src, dst, *, config: dict | None = None, drop_config=(), rename:
     src, dst = Path(src), Path(dst)
     if not (src / "config.json").is_file():
         raise MissingFileError(f"draft {src}", "no config.json to copy", expected="a draft folder", found="none")
-    shutil.copytree(src, dst, dirs_exist_ok=True)
+    if src.resolve() != dst.resolve():            # dst == src: edit in place
+        shutil.copytree(src, dst, dirs_exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
     for k, v in (config or {}).items():
         _set(cfg, k, v)

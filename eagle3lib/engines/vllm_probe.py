@@ -54,6 +54,7 @@ class VllmProbe:
     num_speculative_tokens: int | None = None
     draft_architectures: tuple[str, ...] = ()
     draft_class: str | None = None           # the vLLM model class built, e.g. Eagle3LlamaForCausalLM
+    draft_module: str | None = None          # its module, e.g. vllm.model_executor.models.llama_eagle3
     ids_v1: tuple[int, ...] | None = None    # ids the V1 runner reads (None: none found -> the default)
     ids_v1_key: tuple[str, ...] = ()         # config key(s) holding exactly those ids
     ids_v2: tuple[int, ...] | None = None
@@ -77,6 +78,7 @@ class VllmProbe:
     has_own_lm_head: bool | None = None
     embed_shared: bool | None = None         # None: decided by value at load (the draft ships its own copy)
     lm_head_shared: bool | None = None
+    share_error: dict | None = None          # the proposer's sharing step raised (its answer up to there stands)
     lm_head_vocab: int | None = None         # rows of the head the draft computes logits with
     logit_columns: int | None = None         # logit columns kept (draft_vocab_size) before d2t places them
     draft_vocab: int | None = None
@@ -100,6 +102,7 @@ class VllmProbe:
                    runner_why=run.get("why", ""), method=ans.get("method"),
                    num_speculative_tokens=ans.get("num_speculative_tokens"),
                    draft_architectures=tuple(ans.get("draft_architectures") or ()), draft_class=dr.get("class"),
+                   draft_module=dr.get("module"),
                    ids_v1=tup(ids.get("v1")), ids_v1_key=tuple(ids.get("v1_key") or ()), ids_v2=tup(ids.get("v2")),
                    ids_v2_key=tuple(ids.get("v2_key") or ()), ids_default=tup(ids.get("default")),
                    ids_used=tup(ids.get("used")), fc_slots=dr.get("fc_slots"), fc_input_size=dr.get("fc_input_size"),
@@ -112,6 +115,7 @@ class VllmProbe:
                    d2t_param=dr.get("d2t_param"), d2t_filled=ld.get("d2t_filled"),
                    has_own_embed_tokens=ld.get("has_own_embed_tokens"), has_own_lm_head=ld.get("has_own_lm_head"),
                    embed_shared=sh.get("embed_shared"), lm_head_shared=sh.get("lm_head_shared"),
+                   share_error=sh.get("error"),
                    lm_head_vocab=sh.get("lm_head_vocab"), logit_columns=sh.get("logit_columns_kept"),
                    draft_vocab=vc.get("draft_vocab_size"), target_vocab=vc.get("target_vocab"),
                    draft_max_model_len=vc.get("draft_max_model_len"),
@@ -202,11 +206,11 @@ def _job(draft, target, method, k, max_model_len, dtype) -> tuple[dict, str, int
 
 def probe_many(requests: list[dict], *, use_cache: bool = True, timeout: float = 900) -> list[VllmProbe]:
     """`probe` for several requests (dicts of probe's arguments); the uncached ones run in one vLLM process."""
+    jobs = [_job(r["draft"], r["target"], r.get("method", "eagle3"), r.get("num_speculative_tokens", 3),
+                 r.get("max_model_len"), r.get("dtype", "float32")) for r in requests]   # bad paths fail first
     if not available():
         raise EngineError("vllm_probe", "the real vLLM is not available", expected="a vLLM venv",
                           found=unavailable_reason())
-    jobs = [_job(r["draft"], r["target"], r.get("method", "eagle3"), r.get("num_speculative_tokens", 3),
-                 r.get("max_model_len"), r.get("dtype", "float32")) for r in requests]
     out: list[dict | None] = [None] * len(jobs)
     if use_cache:
         for i, (_, key, _) in enumerate(jobs):

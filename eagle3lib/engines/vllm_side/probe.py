@@ -202,12 +202,14 @@ def load_answer(d, header: dict) -> dict:
             "has_own_lm_head": getattr(d, "has_own_lm_head", None)}
 
 
-def share_answer(d, tgt) -> dict:
+def share_answer(d, tgt, vc) -> dict:
     """The proposer's own embedding / lm_head sharing run on the built models, and the head the draft then uses.
     A draft that ships its own copy is compared with the target's by value (torch.equal) at load, which meta
     tensors cannot answer: that decision is reported as None."""
     from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
-    me, out = SimpleNamespace(model=d), {"embed_shared": None, "lm_head_shared": None}
+    # the proposer's own attributes these two methods read (the rest of the proposer is never built)
+    me = SimpleNamespace(model=d, vllm_config=vc, use_local_argmax_reduction=False)
+    out = {"embed_shared": None, "lm_head_shared": None, "error": None}
     try:
         if getattr(d, "has_own_embed_tokens", True) is False:
             SpecDecodeBaseProposer._maybe_share_embeddings(me, tgt)
@@ -270,7 +272,7 @@ def probe_one(job: dict, state: dict) -> dict:
         ans["target_class"] = type(tgt).__name__
         ans["draft"] = draft_answer(d)
         ans["load"] = load_answer(d, header)
-        ans["share"] = share_answer(d, tgt)
+        ans["share"] = share_answer(d, tgt, vc)
     except Exception as e:           # noqa: BLE001 - an unexpected failure is still an answer
         ans["error"] = failure("probe", e)
     finally:
