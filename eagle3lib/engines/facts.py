@@ -160,9 +160,12 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; SpecForge "
       "apply_legacy_rope_scaling", "stacks on transformers < 5 read only rope_theta / rope_scaling"),
     F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32"),
-    F("vllm", "rope", "deepseek rope type from attention_factor", True, None, "", f"{_DSV2}:1115-1120 (0.32.0)",
+    F("vllm", "rope", "deepseek rope type from attention_factor", True, None, "", f"{_DSV2}:1115-1136 (0.32.0)",
       "an MLA attention whose rope_type is not default runs deepseek_llama_scaling when rope_parameters."
-      "attention_factor == 1.0, else deepseek_yarn; apply_yarn_scaling is not read (static: model/mla_vllm.py)"),
+      "attention_factor == 1.0, else deepseek_yarn (softmax scale x mscale^2); apply_yarn_scaling is not read; "
+      "without rope_scaling the config's rope_theta is used (model/mla_vllm.py). Checked on the MLA draft built "
+      "on the meta device; serving it needs the CPU MLA backend's latent width 576, not the demo's",
+      checked=_run("mla_rope_as_built")),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),

@@ -68,6 +68,7 @@ class VllmProbe:
     fc_norm: int | None = None               # per-slot norms built (None: none)
     norm_output: bool | None = None
     norm_before_residual: bool | None = None
+    rope: dict | None = None                 # the first layer's rotary embedding: class, base, rope_type, scale
     keys_loaded: dict = field(default_factory=dict)    # checkpoint key -> vLLM parameter it filled
     keys_dropped: tuple[str, ...] = ()       # checkpoint keys that reached no parameter (load succeeded)
     load_error: dict | None = None
@@ -108,7 +109,7 @@ class VllmProbe:
                    ids_used=tup(ids.get("used")), fc_slots=dr.get("fc_slots"), fc_input_size=dr.get("fc_input_size"),
                    use_aux_hidden_state=dr.get("use_aux_hidden_state"), norm_before_fc=dr.get("norm_before_fc"),
                    fc_norm=dr.get("fc_norm"), norm_output=dr.get("norm_output"),
-                   norm_before_residual=dr.get("norm_before_residual"),
+                   norm_before_residual=dr.get("norm_before_residual"), rope=dr.get("rope"),
                    keys_loaded=dict(ld.get("loaded") or {}),
                    keys_dropped=tuple(ld.get("not_loaded") or ()) if ld and not ld.get("error") else (),
                    load_error=ld.get("error"), params_unfilled=tuple(ld.get("params_unfilled") or ()),
@@ -167,6 +168,8 @@ class VllmProbe:
                        f"{self.use_aux_hidden_state}, norm_before_fc {self.norm_before_fc}, fc_norm "
                        f"{self.fc_norm}, norm_output {self.norm_output}, norm_before_residual "
                        f"{self.norm_before_residual}"),
+                ("rope", None if not self.rope else f"{self.rope.get('class')} base {self.rope.get('base')}, "
+                         f"rope_type {self.rope.get('rope_type')}, softmax scale {self.rope.get('softmax_scale')}"),
                 ("keys loaded", len(self.keys_loaded)),
                 ("keys dropped silently", ", ".join(self.keys_dropped) or "none"),
                 ("d2t", f"parameter {'present' if self.d2t_param else 'absent'}"

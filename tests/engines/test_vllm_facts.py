@@ -163,3 +163,36 @@ def test_method_inference_matches_vllm(P, name, given):
         assert method == p.method
     else:        # 'eagle': vLLM names the draft EagleLlama...Eagle3 (eagle method naming) and refuses it
         assert method == "eagle" and "EagleLlamaForCausalLMEagle3" in p.error["message"]
+
+
+def test_mla_rope_as_built(P):
+    """The MLA rope row and model/mla_vllm's warnings: vLLM 0.32.0 rotates with the config's rope_theta, runs
+    deepseek_llama_scaling only when attention_factor == 1.0 (else deepseek_yarn, softmax scale x mscale^2) and
+    does not read apply_yarn_scaling; a deepseek_v3 model_type is refused (turned into deepseek_mtp)."""
+    from eagle3lib.model.mla_vllm import config_warnings
+    assert reads("rope", "deepseek rope type from attention_factor") is True
+    theta, yarn, af1, no_apply = (P[n] for n in ("mla_theta", "mla_yarn", "mla_yarn_af1", "mla_yarn_no_apply"))
+    assert (theta.rope["class"], theta.rope["base"], theta.rope["rope_type"]) == ("RotaryEmbedding", 50000.0, "default")
+    assert theta.rope["is_neox_style"] is False                          # MLA RoPE is interleaved
+    assert (yarn.rope["rope_type"], af1.rope["rope_type"], no_apply.rope["rope_type"]) == \
+        ("deepseek_yarn", "deepseek_llama_scaling", "deepseek_yarn")
+    assert yarn.rope["softmax_scale"] > af1.rope["softmax_scale"] == theta.rope["softmax_scale"]
+    for name in ("mla_theta", "mla_yarn", "mla_yarn_af1", "mla_yarn_no_apply"):
+        raw = cfg(P, name)
+        said = config_warnings(raw, raw, float(raw.get("rope_theta", 10000.0)), 4)
+        warned = [w for w in said if "vLLM uses deepseek_llama_scaling" in w]
+        assert bool(warned) == (P[name].rope["rope_type"] == "deepseek_llama_scaling"), name
+        assert not any("θ=10000" in w for w in said)
+        assert any("does not read" in w for w in said) == (name == "mla_yarn_no_apply")
+    shipped = P["mla_shipped"]
+    assert shipped.error and "Eagle3DeepSeekMTPModel" in shipped.error["message"]
+
+
+@pytest.mark.parametrize("name", ["saved_vllm", "saved_vllm_mla"])
+def test_drafts_written_in_vllm_format_load_in_vllm(P, name):
+    """save_draft(format="vllm") writes what vLLM 0.32.0 serves: it loads every tensor but t2d, sizes fc for all
+    4 trained slots (num_aux_hidden_states) and reads the top-level input-of-layer ids on both runners."""
+    p = P[name]
+    assert p.ok, p.error or p.load_error
+    assert p.fc_slots == 4 and p.keys_dropped == ("t2d",)
+    assert p.ids_v1 == p.ids_v2 == p.ids_used == (0, 2, 4, 6)

@@ -19,6 +19,11 @@ import torch
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "data" / "demo_artifacts" / "draft"
 TARGET = ROOT / "data" / "demo_artifacts" / "target"
+MLA_DRAFT = ROOT / "data" / "demo_artifacts_mla" / "draft"        # Eagle3DeepseekV2ForCausalLM, model_type deepseek_v3
+MLA_TARGET = ROOT / "data" / "demo_artifacts_mla" / "target"
+YARN = {"type": "yarn", "factor": 4.0, "original_max_position_embeddings": 128, "mscale": 1.0, "mscale_all_dim": 1.0,
+        "beta_fast": 32, "beta_slow": 1}
+MLA = {"src": MLA_DRAFT, "target": MLA_TARGET}
 H, I, V, L = 128, 344, 2685, 8              # the demo draft's hidden / intermediate size, target vocab, target layers
 NESTED = "eagle_config.eagle_aux_hidden_state_layer_ids"
 TOP = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4, 6]}
@@ -68,12 +73,24 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "no_lm_head": (dict(drop=["lm_head.weight"]), {}),
     "narrow": (dict(config={"hidden_size": 64}), {}),
     "mpe64": (dict(config={"max_position_embeddings": 64}), {"max_model_len": 512}),
+    # MLA drafts (deepseek_eagle3.py) beside the MLA demo target, built on meta: the rope vLLM builds
+    "mla_shipped": ({}, MLA),
+    "mla_theta": (dict(config={"model_type": "deepseek_v2", "rope_theta": 50000.0}), MLA),
+    "mla_yarn": (dict(config={"model_type": "deepseek_v2", "rope_scaling": YARN}), MLA),
+    "mla_yarn_af1": (dict(config={"model_type": "deepseek_v2", "rope_scaling": {**YARN, "attention_factor": 1.0}}),
+                     MLA),
+    "mla_yarn_no_apply": (dict(config={"model_type": "deepseek_v2",
+                                       "rope_scaling": {**YARN, "apply_yarn_scaling": False}}), MLA),
     # method inference: the folder names are the paths vLLM reads
     "EAGLE3-demo": ({}, {"method": None}),
     "eagle-runs_eagle3": ({}, {"method": None}),
     "plain_checkpoint": ({}, {"method": None}),
     "given_draft_model_eagle3": ({}, {"method": "draft_model"}),
 }
+
+
+# name -> (source draft, its target): saved by eagle3lib's save_draft(format="vllm")
+SAVED = {"saved_vllm": (DRAFT, TARGET), "saved_vllm_mla": (MLA_DRAFT, MLA_TARGET)}
 
 
 @functools.lru_cache(maxsize=None)
@@ -83,10 +100,17 @@ def probes() -> dict:
     root = Path(tempfile.mkdtemp(prefix="e3-vllm-variants-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     from eagle3lib.engines.draft_edit import edited_copy
-    reqs = []
+    from eagle3lib.model.checkpoint import load_draft, save_draft
+    reqs, names = [], list(VARIANTS)
     for name, (edits, args) in VARIANTS.items():
-        folder = edited_copy(DRAFT, root / "v" / name, **edits)
-        reqs.append({"draft": folder, "target": TARGET, **{"method": "eagle3", **args}})
+        args = {"method": "eagle3", "src": DRAFT, "target": TARGET, **args}
+        folder = edited_copy(args.pop("src"), root / "v" / name, **edits)
+        reqs.append({"draft": folder, **args})
+    for name, (src, target) in SAVED.items():          # what eagle3lib writes in vLLM's format
+        loaded = load_draft(src, target=target)
+        reqs.append({"draft": save_draft(loaded.model, loaded.cfg, root / "v" / name, format="vllm"),
+                     "target": target, "method": "eagle3"})
+        names.append(name)
     old = vllm_probe.os.environ.get(vllm_probe.CACHE_ENV)
     vllm_probe.os.environ[vllm_probe.CACHE_ENV] = str(root / "cache")
     try:
@@ -96,4 +120,4 @@ def probes() -> dict:
             vllm_probe.os.environ.pop(vllm_probe.CACHE_ENV, None)
         else:
             vllm_probe.os.environ[vllm_probe.CACHE_ENV] = old
-    return {"root": root, **dict(zip(VARIANTS, got))}
+    return {"root": root, **dict(zip(names, got))}

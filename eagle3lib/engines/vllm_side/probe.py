@@ -126,13 +126,19 @@ def ids_answer(vc) -> dict:
             "v2": list(v2) if v2 else None, "v2_key": id_keys(hf, v2)}
 
 
-def setup_distributed(vc, tmp: str) -> None:
-    """One-process world (gloo) so vLLM's layers can be built; done once per probe process."""
+def setup_parallel(vc, state: dict) -> None:
+    """A one-process world (gloo, once per probe process) and this job's model-parallel groups (vLLM creates the
+    expert-parallel group only for an MoE model, so the groups are rebuilt for every job)."""
     from vllm.config import set_current_vllm_config
     from vllm.distributed import init_distributed_environment, initialize_model_parallel
+    from vllm.distributed.parallel_state import destroy_model_parallel, model_parallel_is_initialized
     with set_current_vllm_config(vc):
-        init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
-                                     distributed_init_method=f"file://{tmp}/dist_init")
+        if not state.get("dist"):
+            init_distributed_environment(world_size=1, rank=0, local_rank=0, backend="gloo",
+                                         distributed_init_method=f"file://{state['tmp']}/dist_init")
+            state["dist"] = True
+        if model_parallel_is_initialized():
+            destroy_model_parallel()
         initialize_model_parallel(1, 1)
 
 
@@ -162,7 +168,24 @@ def draft_answer(d) -> dict:
             "fc_norm": None if fc_norm is None else len(fc_norm),
             "norm_output": getattr(m, "norm_output", None),
             "norm_before_residual": _residual_norm_first(m),
-            "d2t_param": getattr(d, "draft_id_to_target_id", None) is not None}
+            "d2t_param": getattr(d, "draft_id_to_target_id", None) is not None,
+            "rope": rope_answer(d)}
+
+
+def rope_answer(d) -> dict | None:
+    """The rotary embedding the first draft layer built: its class, base, cache length and the softmax scale."""
+    m = getattr(d, "model", d)
+    layers = getattr(m, "layers", None) or []
+    att = getattr(layers[0], "self_attn", None) if len(layers) else None
+    rot = getattr(att, "rotary_emb", None)
+    if rot is None:
+        return None
+    params = getattr(getattr(d, "config", None), "rope_parameters", None) or {}
+    return {"class": type(rot).__name__, "base": getattr(rot, "base", None),
+            "max_position": getattr(rot, "max_position_embeddings", None),
+            "is_neox_style": getattr(rot, "is_neox_style", None),
+            "rope_type": params.get("rope_type") if isinstance(params, dict) else None,
+            "softmax_scale": getattr(att, "scaling", None)}
 
 
 def _residual_norm_first(m) -> bool | None:
@@ -257,9 +280,7 @@ def probe_one(job: dict, state: dict) -> dict:
         if sc.method not in ("eagle", "eagle3"):
             return ans                   # not an EAGLE head: nothing EAGLE-3 to build
         ans["ids"] = ids_answer(vc)
-        if not state.get("dist"):
-            setup_distributed(vc, state["tmp"])
-            state["dist"] = True
+        setup_parallel(vc, state)
         try:
             tgt, d = build(vc)
         except Exception as e:       # noqa: BLE001
