@@ -196,3 +196,10 @@ def test_drafts_written_in_vllm_format_load_in_vllm(P, name):
     assert p.ok, p.error or p.load_error
     assert p.fc_slots == 4 and p.keys_dropped == ("t2d",)
     assert p.ids_v1 == p.ids_v2 == p.ids_used == (0, 2, 4, 6)
+
+
+def test_the_advised_snippet_serves_the_training_layout(P):
+    """engines.advice's vLLM snippet for the demo's training layout [embed, in 2, 4, 6], written into a config with
+    neither ids nor slot count: vLLM reads those ids on both runners and builds the 4-slot fc the checkpoint has."""
+    p = P["advised"]
+    assert p.ok and p.fc_slots == 4 and p.ids_v1 == p.ids_v2 == (0, 2, 4, 6)

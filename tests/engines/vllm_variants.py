@@ -16,6 +16,8 @@ from pathlib import Path
 
 import torch
 
+from eagle3lib.engines.advice import config_snippet
+
 ROOT = Path(__file__).resolve().parents[2]
 DRAFT = ROOT / "data" / "demo_artifacts" / "draft"
 TARGET = ROOT / "data" / "demo_artifacts" / "target"
@@ -48,6 +50,9 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "ids_layer_ids": (dict(config={"eagle_config.layer_ids": [0, 2, 4, 6]}, drop_config=[NESTED]), {}),
     "ids_none": (dict(drop_config=[NESTED]), {}),
     "fc_top_only": (dict(config=TOP, drop_config=[NESTED, "num_aux_hidden_states"]), {}),
+    # the snippet engines.advice gives for the demo's training layout, on a config without ids or slot count
+    "advised": (dict(config=config_snippet(["embed", "layer_in.2", "layer_in.4", "layer_in.6"], L, "vllm"),
+                     drop_config=[NESTED, "num_aux_hidden_states"]), {}),
     "fc_nested_only": (dict(drop_config=["num_aux_hidden_states"]), {}),
     "fc_qwen3_top_only": (dict(config={**TOP, "architectures": ["Qwen3ForCausalLM"], "model_type": "qwen3"},
                                drop_config=[NESTED, "num_aux_hidden_states"]), {}),
