@@ -1,7 +1,7 @@
 """A draft folder copied with edits: the variants an engine check serves or probes (ids moved, a key renamed).
 
 `edited_copy(src, dst, config={...}, drop_config=[...], rename={...}, drop=[...], add={...})` writes `dst` as
-`src` with config.json keys set (a dotted key such as ``eagle_config.layer_ids`` sets a nested one) or removed,
+`src` with config.json keys removed, then set (a dotted key such as ``eagle_config.layer_ids`` names a nested one),
 and the safetensors tensors renamed, dropped or added; other files are copied as they are. The source is never
 touched unless it is `dst` (an edit in place). Usage: ``edited_copy(draft, tmp / "d2t_renamed", rename={"d2t": "draft_id_to_target_id"})``.
 """
@@ -44,10 +44,10 @@ def edited_copy(src, dst, *, config: dict | None = None, drop_config=(), rename:
     if src.resolve() != dst.resolve():            # dst == src: edit in place
         shutil.copytree(src, dst, dirs_exist_ok=True)
     cfg = json.loads((src / "config.json").read_text())
+    for k in drop_config:             # removals first: a key both dropped and set ends up set
+        _pop(cfg, k)
     for k, v in (config or {}).items():
         _set(cfg, k, v)
-    for k in drop_config:
-        _pop(cfg, k)
     (dst / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
     files = sorted(dst.glob("*.safetensors"))
     if (rename or drop or add) and len(files) != 1:
