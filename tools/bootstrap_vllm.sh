@@ -28,6 +28,8 @@ if [ -f "$STAMP" ] && grep -qx "$flavour $want" "$STAMP" \
   exit 0
 fi
 rm -f "$STAMP"
+# a failed install leaves no half-built venv behind (eagle3lib would take its python for a working vLLM)
+trap 'status=$?; if [ "$status" != 0 ] && [ ! -f "$STAMP" ]; then rm -rf "$VENV"; fi' EXIT
 [ -x "$VENV/bin/python" ] || "$PY" -m venv "$VENV"
 "$VENV/bin/python" -m pip install -q --upgrade pip >/dev/null 2>&1 || true
 echo "bootstrap_vllm: installing $(grep -v '^#' "$REQ" | xargs) into $VENV ($flavour)"
