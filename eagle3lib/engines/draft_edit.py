@@ -3,7 +3,8 @@
 `edited_copy(src, dst, config={...}, drop_config=[...], rename={...}, drop=[...], add={...})` writes `dst` as
 `src` with config.json keys removed, then set (a dotted key such as ``eagle_config.layer_ids`` names a nested one),
 and the safetensors tensors renamed, dropped or added; other files are copied as they are. The source is never
-touched unless it is `dst` (an edit in place). Usage: ``edited_copy(draft, tmp / "d2t_renamed", rename={"d2t": "draft_id_to_target_id"})``.
+touched unless it is `dst` (an edit in place).
+Usage: ``edited_copy(draft, tmp / "d2t_renamed", rename={"d2t": "draft_id_to_target_id"})``.
 """
 from __future__ import annotations
 

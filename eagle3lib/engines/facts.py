@@ -170,13 +170,22 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
 
-    F("vllm", "context", "drafts_past_max_position_embeddings", True, None, "", f"{_SPEC}:1393-1400, 1677-1709 "
-      "(#48894)", "an EAGLE draft's max_position_embeddings below the target's max_model_len is raised to it and "
-      "drafting goes on past the trained length; demo draft (trained <= 118 tokens) with max_position_embeddings "
-      f"64 serves short prompts as with 512 (mean acceptance length {_TAU['mpe64']}) but past position 64 no "
-      f"draft is accepted ({_TAU['mpe64_past64']} on prompts of 92-140 tokens, {_TAU['mpe64_far']} on 300-341; with "
-      f"512: {_TAU['base_past64']}, {_TAU['base_far']}); the draft's max_model_len stays min(64, target) = 64 "
-      "(:1556-1562); which reader of it stops the drafts was not traced", checked=_run("max_positions_raised") + _BENCH),
+    F("vllm", "context", "max_position_embeddings raised to the target's", True, None, "", f"{_SPEC}:1393-1400, "
+      "1677-1709 (#48894)", "an EAGLE draft's max_position_embeddings below the target's max_model_len is raised to "
+      "it, so the rotary cache covers every position; the draft's max_model_len is not: it stays min(the length "
+      "its config gives, the target's) (:1556-1562, 1633-1675)", checked=_run("max_positions_raised")),
+    F("vllm", "context", "stops_drafting_past_max_position_embeddings@v1", True, None, "",
+      "vllm/v1/worker/gpu_model_runner.py:4288-4301, 4380-4426 (_input_fits_in_drafter)", "the V1 runner (CPU "
+      "builds) skips the drafter while the batch's longest sequence + K exceeds the draft's max_model_len and "
+      "verifies placeholder drafts instead: demo draft with max_position_embeddings 64 served short prompts as with "
+      f"512 (mean acceptance length {_TAU['mpe64']}) and {_TAU['mpe64_past64']} on prompts of 92-140 and 300-341 "
+      "tokens, every draft rejected; one long request stops drafting for its whole batch",
+      checked=_run("max_positions_raised") + _BENCH),
+    F("vllm", "context", "stops_drafting_past_max_position_embeddings@v2", False, None, "",
+      "vllm/v1/worker/gpu/ (0.32.0: no drafter-length check in the V2 runner's speculative path)", "V2 (CUDA) "
+      "drafts past the trained length; what that costs, measured on V1 with a config that declares 512 positions "
+      f"for a draft trained on <= 118 tokens: {_TAU['base']} short, {_TAU['base_past64']} at 92-140 tokens, "
+      f"{_TAU['base_far']} at 300-341 (static for V2: no CUDA build here)"),
 )
 
 

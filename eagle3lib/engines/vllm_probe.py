@@ -148,6 +148,12 @@ class VllmProbe:
                     f"columns: target ids 0..{self.logit_columns - 1}, then placed by d2t as if they were draft ids")
         return f"the target's lm_head ({self.lm_head_vocab} rows)"
 
+    @property
+    def _v1_stop(self) -> str:
+        short = (self.runner == "v1" and self.draft_max_model_len and self.target_max_model_len
+                 and self.draft_max_model_len < self.target_max_model_len)
+        return f" (the V1 runner stops drafting past {self.draft_max_model_len} tokens)" if short else ""
+
     def to_dict(self) -> dict:
         """Plain JSON data."""
         return json.loads(json.dumps(asdict(self), default=list))
@@ -182,7 +188,7 @@ class VllmProbe:
                 ("vocab draft / target", f"{self.draft_vocab} / {self.target_vocab}"),
                 ("max positions", f"draft {self.config_max_position_embeddings} in config -> "
                                   f"{self.draft_max_position_embeddings} in vLLM; draft max_model_len "
-                                  f"{self.draft_max_model_len}, target {self.target_max_model_len}")]
+                                  f"{self.draft_max_model_len}, target {self.target_max_model_len}" + self._v1_stop)]
         return pd.DataFrame(rows, columns=["question", "vLLM's answer"])
 
 
@@ -205,6 +211,13 @@ def _job(draft, target, method, k, max_model_len, dtype) -> tuple[dict, str, int
     for part in (job, dcfg, headers, tcfg, str(vllm_python()), (SIDE_DIR / SCRIPT).read_text()):
         h.update(json.dumps(part, sort_keys=True, default=str).encode())
     return job, h.hexdigest()[:32], dcfg.get("max_position_embeddings")
+
+
+def cache_key(draft, target, *, method: str | None = "eagle3", num_speculative_tokens: int = 3,
+              max_model_len: int | None = None, dtype: str = "float32") -> str:
+    """The key a probe answer is cached under (changes with the draft's path, config, header, the target's config,
+    the request, the vLLM interpreter and the probe script)."""
+    return _job(draft, target, method, num_speculative_tokens, max_model_len, dtype)[1]
 
 
 def probe_many(requests: list[dict], *, use_cache: bool = True, timeout: float = 900) -> list[VllmProbe]:

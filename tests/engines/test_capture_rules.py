@@ -17,7 +17,8 @@ SOURCE = re.compile(r"(@ [0-9a-f]{8}|PR#\d+|\.py:\d+.*\(\d+\.\d+\.\d+)")   # com
 
 
 def test_every_row_cites_a_commit_or_pr_and_versions_do_not_overlap():
-    """Each row names its file @ commit, a PR, or file:line in a release; distinct known version ranges of one model file never overlap."""
+    """Each row names its file @ commit, a PR, or file:line in a release; distinct known version ranges of one
+    model file never overlap."""
     for r in TARGET_RULES + DRAFT_RULES:
         assert SOURCE.search(r.source), r.source
         assert r.since is None or r.until is None or Version(r.since) < Version(r.until)

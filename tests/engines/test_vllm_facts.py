@@ -138,14 +138,16 @@ def test_embed_and_lm_head_ownership(P):
 
 
 def test_max_positions_raised(P):
-    """The context row: a draft max_position_embeddings below the target's max_model_len is raised to it (the
-    draft's own max_model_len is not), and nothing stops drafting (the served effect is in the row's note)."""
+    """The context rows: a draft max_position_embeddings below the target's max_model_len is raised to it, the
+    draft's own max_model_len is not (the V1 runner stops drafting past it; the served effect is in the notes)."""
     p = P["mpe64"]
-    assert reads("context", "drafts_past_max_position_embeddings") is True
+    assert reads("context", "max_position_embeddings raised to the target's") is True
+    assert reads("context", "stops_drafting_past_max_position_embeddings@v1") is True
     assert p.config_max_position_embeddings == 64
     assert p.draft_max_position_embeddings == p.target_max_model_len == 512
-    assert p.draft_max_model_len == 64 and p.ok
+    assert p.draft_max_model_len == 64 and p.ok and p.runner == "v1"
     assert any("Overriding draft model max_position_embeddings from 64" in ln for ln in p.log)
+    assert P["shipped"].draft_max_model_len == 512 and "stops drafting past 64" in p.frame().iloc[-1, 1]
 
 
 @pytest.mark.parametrize("name, given", [("EAGLE3-demo", None), ("eagle-runs_eagle3", None),

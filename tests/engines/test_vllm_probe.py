@@ -35,7 +35,8 @@ def test_cache_key_follows_path_config_header_and_request(tmp_path):
     """The cache key changes with the draft's path, config, weights header and the request, not otherwise."""
     from eagle3lib.engines.draft_edit import edited_copy
     a, b = edited_copy(DRAFT, tmp_path / "a"), edited_copy(DRAFT, tmp_path / "b")
-    key = lambda d, **kw: vllm_probe._job(d, TARGET, kw.get("m", "eagle3"), kw.get("k", 3), None, "float32")[1]  # noqa: E731
+    def key(d, **kw):
+        return vllm_probe.cache_key(d, TARGET, method=kw.get("m", "eagle3"), num_speculative_tokens=kw.get("k", 3))
     assert key(a) == key(a) and key(a) != key(b)                          # the path is read by vLLM (method)
     assert key(a) != key(a, k=2) and key(a) != key(a, m=None)
     before = key(a)
@@ -55,7 +56,8 @@ def test_probe_of_the_demo_draft(_):
     p = probes()["shipped"]
     assert p.vllm_version.startswith("0.32.0") and p.ok and p.runner == "v1"
     assert (p.method, p.num_speculative_tokens, p.draft_class) == ("eagle3", 3, "Eagle3LlamaForCausalLM")
-    assert p.ids_v1 == (-1, 1, 3, 5) and p.ids_v2 is None and p.ids_key == "eagle_config.eagle_aux_hidden_state_layer_ids"
+    assert p.ids_v1 == (-1, 1, 3, 5) and p.ids_v2 is None
+    assert p.ids_key == "eagle_config.eagle_aux_hidden_state_layer_ids"
     assert (p.fc_slots, p.fc_input_size, p.keys_dropped, p.d2t_filled) == (4, 512, ("t2d",), True)
     assert p.has_own_embed_tokens is False and p.embed_shared is True and p.has_own_lm_head is True
     assert (p.draft_vocab, p.target_vocab) == (671, 2685)
