@@ -158,8 +158,10 @@ def _vllm_readings(raw, ec, L, default, target_arch, version, runner) -> list[En
         else:
             key = f"{key} (V{r[1]} model runner)"
         if any(i < 0 or i > L for i in ids):
-            probs.append(f"ids {list(ids)} include indices outside 0..{L}: vLLM does not check them; fewer "
-                         "states than fc expects fail on the first request")
+            probs.append(f"ids {list(ids)} include indices outside 0..{L}: vLLM does not check them, so fc gets "
+                         "fewer states than it was built for: a shape error in fc (on the CPU build its oneDNN "
+                         "linear views the input as [-1, fc width], so a batch whose token count fits drafts from "
+                         "scrambled inputs instead: served 1.13)")
         return _boundaries(engine, key, ids, ids, L, probs, target_arch, version, r)
 
     if runner is not None:
