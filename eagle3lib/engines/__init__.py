@@ -8,9 +8,14 @@
 - `advice`          which layer ids to write per engine for a trained layout; what an engine captures for ids.
 - `capture_rules`   what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
                     by version, with sources (data), and the resolvers over it.
-- `layer_reading`   which ids each engine reads from a draft config and the boundaries it then captures.
+- `layer_reading`   which ids each engine reads from a draft config (vLLM: per model runner, V1 / V2) and the
+                    boundaries it then captures.
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
+- `vllm_config`     how vLLM resolves the speculative method (explicit or inferred from the path), by version.
 - `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.
+- `vllm_probe`      vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
+                    embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.
+- `draft_edit`      a draft folder copied with config / tensor edits (the variants a probe or a serve checks).
 - `vllm_server`     one real vLLM OpenAI server as a child process group: start, /health, HTTP, stop by its pid.
 - `vllm_prompts`    the prompts sent to a real engine: a prompts .jsonl, or a dataset's user turns (`write_prompts`).
 - `vllm_errors`     the exceptions a vLLM log's tracebacks (and native aborts) end with; the engine's own root error.

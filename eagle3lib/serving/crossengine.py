@@ -12,6 +12,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..engines.layer_reading import draft_slots
+from ..engines.vllm_config import NON_MODEL_METHODS, infer_method
 from .launch import LaunchArgs
 from ..engines.sglang_rule import KNOBS
 
@@ -42,18 +43,15 @@ def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str
     return f"vllm serve {target} --speculative-config '{spec}'"
 
 
-def vllm_effective(launch: LaunchArgs) -> dict:
-    """What vLLM makes of a launch's speculative config: the method it infers, K, and the SGLang equivalent."""
-    spec, notes = dict(launch.speculative_config or {}), []
-    method, model = spec.get("method"), str(spec.get("model") or "")
-    if method is None and model:
-        low = model.lower()
-        method = "eagle3" if "eagle3" in low else "eagle" if "eagle-" in low else "draft_model"
-        notes.append(f"method not given: vLLM infers {method!r} from the path substring"
-                     + (" (an EAGLE-3 head then loads as a plain draft model)" if method == "draft_model" else ""))
+def vllm_effective(launch: LaunchArgs, version: str | None = None) -> dict:
+    """What vLLM makes of a launch's speculative config: the method it runs (engines.vllm_config's rules at
+    `version`, default the version checked), K, and the SGLang equivalent."""
+    spec = dict(launch.speculative_config or {})
+    model = str(spec.get("model") or "")
+    method, notes = infer_method(spec.get("method"), model or None, version)
     k = spec.get("num_speculative_tokens")
-    if k is None and method in ("eagle", "eagle3"):
-        notes.append("num_speculative_tokens not provided: vLLM refuses to start for an EAGLE head")
+    if k is None and method not in NON_MODEL_METHODS:
+        notes.append("num_speculative_tokens not provided: vLLM refuses to start for a draft model or EAGLE head")
     return {"method": method, "model": model or None, "num_speculative_tokens": k,
             "sglang": vllm_to_sglang(k) if isinstance(k, int) else None, "notes": notes}
 

@@ -23,8 +23,10 @@ def test_seed_four_slot_case():
     r = rows(SEED, 61)
     assert list(r.index) == list(ENGINES)
     assert r.loc["vllm", "ids"] == [0, 4, 32, 60] and r.loc["vllm", "expressible"] == "conditional"
-    assert json.loads(r.loc["vllm", "snippet"]) == {"eagle_aux_hidden_state_layer_ids": [0, 4, 32, 60]}
-    assert "EagleModelMixin" in r.loc["vllm", "why"] and "3*Ht" in r.loc["vllm", "why"]
+    # 4 slots: vLLM 0.32.0 sizes fc from num_aux_hidden_states, never from top-level ids (checked on the engine)
+    assert json.loads(r.loc["vllm", "snippet"]) == {"eagle_aux_hidden_state_layer_ids": [0, 4, 32, 60],
+                                                    "num_aux_hidden_states": 4}
+    assert "EagleModelMixin" in r.loc["vllm", "why"] and "num_aux_hidden_states" in r.loc["vllm", "why"]
     assert r.loc["sglang", "ids"] == [-1, 3, 31, 59] and r.loc["sglang", "expressible"] == "no"
     assert "residual None" in r.loc["sglang", "why"] and r.loc["sglang", "snippet"] == ""
     assert r.loc["sglang-first-id", "ids"] == [0, 4, 32, 60]

@@ -13,11 +13,12 @@ from eagle3lib.serving.capturespec import CaptureSpec
 
 L = 61                     # DeepSeek-V3 / Kimi-K2 decoder layers (first_k_dense_replace 3 in V3, 1 in Kimi-K2)
 DSV3 = "DeepseekV3ForCausalLM"
-SOURCE = re.compile(r"(@ [0-9a-f]{8}|PR#\d+)")
+SOURCE = re.compile(r"(@ [0-9a-f]{8}|PR#\d+|\.py:\d+.*\(\d+\.\d+\.\d+)")   # commit, PR, or file:line of a release
 
 
 def test_every_row_cites_a_commit_or_pr_and_versions_do_not_overlap():
-    """Each row names its file @ commit or a PR; distinct known version ranges of one model file never overlap."""
+    """Each row names its file @ commit, a PR, or file:line in a release; distinct known version ranges of one
+    model file never overlap."""
     for r in TARGET_RULES + DRAFT_RULES:
         assert SOURCE.search(r.source), r.source
         assert r.since is None or r.until is None or Version(r.since) < Version(r.until)
@@ -83,9 +84,14 @@ def test_two_batch_overlap_drops_the_moe_layers_slots():
 
 
 def test_targets_without_a_model_file_rule_fall_back_to_the_llama_rule():
-    got = served_capture("vllm", [2, 16, 29], 32, target_arch="LlamaForCausalLM")
+    """A target with no row is read by the Llama-file rule (and says so); vLLM's llama.py row captures index 0
+    (the embedding output) and L (the final pre-norm state), its deepseek_v2.py rows do not capture index 0."""
+    got = served_capture("vllm", [2, 16, 29], 32, target_arch="GemmaForCausalLM")
     assert got.boundaries == ("layer_in.2", "layer_in.16", "layer_in.29")
     assert "Llama-file rule" in got.readings[0].problems[0]
+    llama = served_capture("vllm", [0, 16, 32], 32, target_arch="LlamaForCausalLM", version="0.32.0")
+    assert llama.boundaries == ("embed", "layer_in.16", "final_prenorm") and llama.readings[0].problems == ()
+    assert served_capture("vllm", [0, 16], 32, target_arch=DSV3, version="0.32.0").boundaries == (None, "layer_in.16")
     assert target_rules("sglang", "Qwen3ForCausalLM") == ()
     with pytest.raises(LayoutError, match="unknown engine"):
         served_capture("trtllm", None, 32, target_arch=DSV3)
@@ -121,11 +127,20 @@ def test_mla_drafts_one_layer_in_sglang_any_in_vllm():
 
 
 def test_vllm_multi_layer_llama_draft_readings_and_unknown_drafts():
-    """vLLM's Llama file: the one-layer build fails to load layers.1.*, PR#26164 builds serve it; an unknown
-    architecture gets no reading; fc sizing unread for the PR builds leaves 4 slots undecided."""
+    """vLLM's Llama file: the one-layer build fails to load layers.1.*, later builds serve it; an unknown
+    architecture gets no reading. With no version every dated row answers (4 eagle_config slots: refused by the
+    3-slot build, undecided for PR#26164's, served by 0.32.0's, which sizes fc from num_aux_hidden_states or the
+    eagle_config ids only); at 0.32.0 only that row does, and top-level-only ids leave its fc at 3 slots."""
     got = draft_serving("vllm", _draft("Eagle3LlamaForCausalLM", layers=2))
-    assert sorted(map(str, (r.ok for r in got))) == ["False", "True"]
+    assert sorted(map(str, (r.ok for r in got))) == ["False", "True", "True"]
     assert any("load fails" in p for r in got for p in r.problems)
     four = draft_serving("vllm", _draft("Eagle3LlamaForCausalLM", k=4))
-    assert {r.ok for r in four} == {False, None}
+    assert {r.ok for r in four} == {False, None, True}
+    (now,) = draft_serving("vllm", _draft("LlamaForCausalLM", layers=2, k=4), "0.32.0")
+    assert now.ok and now.problems == ()
+    top4 = {"architectures": ["LlamaForCausalLM"], "eagle_aux_hidden_state_layer_ids": [0, 2, 4, 6]}
+    (llama,) = draft_serving("vllm", top4, "0.32.0")
+    assert llama.ok is False and "built for 3 aux slots, the draft has 4" in llama.problems[0]
+    (qwen,) = draft_serving("vllm", {**top4, "architectures": ["Qwen3ForCausalLM"]}, "0.32.0")
+    assert qwen.ok and "qwen3_eagle3.py" in qwen.source
     assert draft_serving("vllm", _draft("MedusaModel")) == ()

@@ -80,13 +80,17 @@ def test_config_reads_both_class_names_as_vllm_mla():
 
 
 def test_config_warns_what_vllm_reads_differently():
-    """In the vllm dialect: rope_theta without rope_scaling (vLLM rotates with 10000), a null q_lora_rank (its
-    load fails), an fc vLLM cannot size; the SGLang dialect gets no vLLM lines."""
+    """In the vllm dialect: attention_factor 1.0 (vLLM 0.32.0 runs deepseek_llama_scaling), an
+    apply_yarn_scaling vLLM does not read, a null q_lora_rank (its load fails), an fc vLLM cannot size; rope_theta
+    without rope_scaling is what vLLM 0.32.0 rotates with (no warning: the running engine built base 50000)."""
     w = DraftConfig.from_dict(vllm_raw(fields={"rope_theta": 50000.0})).warnings
-    assert any("θ=10000" in x and "50000" in x for x in w)
-    assert not any("θ=10000" in x for x in DraftConfig.from_dict(dict(mla_dict(), rope_theta=50000.0)).warnings)
+    assert not any("θ=10000" in x or "rope" in x for x in w)
     yarn = DraftConfig.from_dict(vllm_raw(scaling=YARN, fields={"rope_theta": 50000.0})).warnings
-    assert not any("θ=10000" in x or "original_max_position" in x for x in yarn)
+    assert not any("deepseek_llama_scaling" in x or "original_max_position" in x for x in yarn)
+    llama = DraftConfig.from_dict(vllm_raw(scaling={**YARN, "attention_factor": 1.0})).warnings
+    assert any("attention_factor is 1.0" in x and "deepseek_llama_scaling" in x for x in llama)
+    off = DraftConfig.from_dict(vllm_raw(scaling={**YARN, "apply_yarn_scaling": False})).warnings
+    assert any("apply_yarn_scaling" in x and "does not read" in x for x in off)
     assert any("fused_qkv_a_proj" in x for x in DraftConfig.from_dict(vllm_raw(q_lora=None)).warnings)
     four = {k: v for k, v in vllm_raw().items() if k != "num_aux_hidden_states"}
     four["eagle_aux_hidden_state_layer_ids"] = [0, 2, 4, 6]

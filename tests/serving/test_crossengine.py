@@ -49,8 +49,9 @@ def test_vllm_method_inference_from_the_path():
 
 
 def test_layer_reading_of_the_sample_draft():
-    """[-1,1,3,5] (output-of-layer): SGLang +1 -> embed (crash-prone), 2, 4, 6; vLLM ignores it -> default 2, 4, 5."""
-    trained, sgl, vll = layer_reading(DRAFT, 8, "0.5.6", "LlamaForCausalLM")
+    """[-1,1,3,5] (output-of-layer): SGLang +1 -> embed (crash-prone), 2, 4, 6; vLLM's V2 runner does not read
+    eagle_config ids -> default 2, 4, 5, its V1 runner (CPU) reads them as they are -> -1 never captured, 1, 3, 5."""
+    trained, sgl, vll, v1 = layer_reading(DRAFT, 8, "0.5.6", "LlamaForCausalLM")
     assert trained.boundaries == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert sgl.capture == (0, 2, 4, 6) and sgl.boundaries == trained.boundaries
     assert "crashes" in sgl.slot_problems[0] and sgl.slot_problems[1:] == (None, None, None)
@@ -58,19 +59,23 @@ def test_layer_reading_of_the_sample_draft():
     ds = layer_reading(DRAFT, 8, "0.5.6", "DeepseekV3ForCausalLM")[1]       # the file that serves the target
     assert "deepseek_v2.py adds a None residual" in ds.slot_problems[0]
     assert vll.ids == (2, 4, 5) and vll.boundaries == ("layer_in.2", "layer_in.4", "layer_in.5")
-    assert any("not read by vLLM" in p for p in vll.problems)
+    assert vll.runner == "v2" and any("not read by vLLM's V2" in p for p in vll.problems)
+    assert (v1.engine, v1.runner, v1.ids) == ("vllm-v1", "v1", (-1, 1, 3, 5))
+    assert v1.boundaries == (None, "layer_in.1", "layer_in.3", "layer_in.5") and "outside" in v1.slot_problems[0]
+    assert layer_reading(DRAFT, 8, vllm_runner="v1")[2].boundaries == v1.boundaries   # the runner given: one reading
     frame = layer_frame((trained, sgl, vll))
     assert frame.loc[frame["engine"] == "vllm", "as_trained"].tolist() == [False, False, False]
 
 
 def test_layer_reading_conventions_and_versions():
-    """Top-level ids are vLLM's only; the PR #25454 heuristic applies to DeepSeek targets from ~0.5.12 only."""
+    """Top-level ids are read by both vLLM runners, not by SGLang; the PR #25454 heuristic applies to DeepSeek
+    targets from ~0.5.12 only."""
     top = {"eagle_aux_hidden_state_layer_ids": [2, 4, 5]}
     trained, sgl, vll = layer_reading(top, 8)
     assert vll.boundaries == trained.boundaries == ("layer_in.2", "layer_in.4", "layer_in.5")
     assert sgl.key.startswith("default") and any("ignored by SGLang" in p for p in sgl.problems)
     ds = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 1, 3, 5]}}
-    _, new, _ = layer_reading(ds, 8, "0.5.13", "DeepseekV3ForCausalLM")
+    new = layer_reading(ds, 8, "0.5.13", "DeepseekV3ForCausalLM")[1]
     assert new.capture == (-1, 1, 3, 5) and new.boundaries[0] is None and "never captured" in new.slot_problems[0]
     assert layer_reading(ds, 8, "0.5.11", "DeepseekV3ForCausalLM")[1].capture == (0, 2, 4, 6)
     assert layer_reading(ds, 8, "0.5.13", "LlamaForCausalLM")[1].capture == (0, 2, 4, 6)

@@ -1,6 +1,11 @@
 """Standalone scripts run by the vLLM venv's python (`engines.vllm_env.run_script`), never imported by eagle3lib:
 they import only vLLM, torch, safetensors and the standard library, and print one JSON object as their last line.
 
+- `probe`   vLLM's engine config and both models built on the meta device for a list of (draft, target) jobs:
+            runner, method, aux ids per runner, fc as built, the draft's own load_weights on meta tensors,
+            embedding / lm_head sharing, vocab and lengths (`engines.vllm_probe` is its caller).
+- `accept`  one draft served by the offline engine (`vllm.LLM`), greedy, per prompt group: vLLM's own
+            speculative counters and the mean acceptance length (benchmarks/bench_vllm_facts.py).
 - `dump`   the offline engine in-process, one request at a time: the drafter's prefill inputs (token ids, positions,
           the (T, k*H) aux states), the fc input and the draft's first-step logits per request (`engines.vllm_dump`).
 """
