@@ -12,6 +12,7 @@ trained and as the engine loads it (replay.as_served, replay.served.as_served_fi
 """
 from __future__ import annotations
 
+import dataclasses
 from pathlib import Path
 
 from ..causes import Finding
@@ -69,31 +70,39 @@ def _layout(ids, L: int) -> tuple:
 
 
 def _from_probe(view: EngineView, p, art) -> EngineView:
-    L, d = art.target_info.num_layers, p.to_dict() if hasattr(p, "to_dict") else dict(p)
-    ids = d.get("aux_ids")
-    if ids is not None or d.get("default_ids") is not None:
-        used = ids if ids is not None else d.get("default_ids")
-        view = view.overruled("layout", _layout(used, L), "probe", f"vLLM {d.get('vllm_version')} "
-                              f"({d.get('runner')} runner) reads {d.get('aux_ids_source') or 'no ids: the default'}"
-                              f" {list(used)}")
-    if d.get("d2t_loaded") is not None and d.get("d2t_param") is not None:
-        val = "checkpoint" if (d["d2t_loaded"] or not d["d2t_param"]) else "zeros"
-        view = view.overruled("d2t", val, "probe", "vLLM's own loader " + ("filled" if d["d2t_loaded"] else
-                              "did not fill") + " draft_id_to_target_id")
-    if d.get("has_own_embed_tokens") is not None:
-        view = view.overruled("embedding", "own" if d["has_own_embed_tokens"] else "target", "probe",
-                              f"vLLM's loader: has_own_embed_tokens={d['has_own_embed_tokens']} (kept unless equal "
-                              "to the target's)")
-    if d.get("has_own_lm_head") is not None:
-        reduced = art.draft_cfg is not None and art.draft_cfg.draft_vocab_size != art.target_info.vocab_size
-        view = view.overruled("lm_head", "own" if d["has_own_lm_head"] else ("target_sliced" if reduced
-                              else "target"), "probe", f"vLLM's loader: has_own_lm_head={d['has_own_lm_head']}")
-    if d.get("load_error"):
-        view = view.with_refusal(f"vLLM's own loader refuses the draft: {d['load_error']}", "probe")
-    elif d.get("fc_slots") is not None and ids is not None:
-        n = len(_layout(ids, L))
-        view = view.with_refusal(None if n == d["fc_slots"] else f"vLLM captures {n} aux slot(s) for ids "
-                                 f"{list(ids)} but its fc takes {d['fc_slots']}: the first request fails", "probe")
+    """Aspects as vLLM's own code answered them (`engines.vllm_probe.VllmProbe`) overrule the tables."""
+    L, who = art.target_info.num_layers, f"vLLM {p.vllm_version} ({p.runner or '?'} runner)"
+    if p.error:
+        return view.with_refusal(f"{who} refuses the deployment at {p.error.get('stage')}: {p.error.get('type')}: "
+                                 f"{str(p.error.get('message'))[:200]}", "probe")
+    if p.ids_used is not None:
+        keys = p.ids_v1_key if (p.runner or "").lower() == "v1" else p.ids_v2_key
+        src = ", ".join(keys) if keys else "no ids: the target's default"
+        view = view.overruled("layout", _layout(p.ids_used, L), "probe", f"{who} reads {src}: {list(p.ids_used)}"
+                              + ("" if keys else " (default)"))
+    if p.d2t_param is not None:
+        val = "checkpoint" if (not p.d2t_param or p.d2t_filled) else "zeros"
+        view = view.overruled("d2t", val, "probe", f"{who}'s own loader " + (
+            "filled draft_id_to_target_id" if p.d2t_filled else "left draft_id_to_target_id at zeros"
+            if p.d2t_param else "builds no map (full-vocab draft)"))
+    if p.has_own_embed_tokens is not None:
+        own = p.has_own_embed_tokens and p.embed_shared is not True
+        view = view.overruled("embedding", "own" if own else "target", "probe",
+                              f"{who}: has_own_embed_tokens={p.has_own_embed_tokens}, shared={p.embed_shared}")
+    if p.has_own_lm_head is not None:
+        reduced = (p.draft_vocab or 0) != (p.target_vocab or 0)
+        own = p.has_own_lm_head and p.lm_head_shared is not True
+        view = view.overruled("lm_head", "own" if own else ("target_sliced" if reduced else "target"), "probe",
+                              f"{who}: has_own_lm_head={p.has_own_lm_head}, shared={p.lm_head_shared}")
+    if p.load_error:
+        return view.with_refusal(f"{who}'s own loader refuses the draft: {p.load_error.get('type')}: "
+                                 f"{str(p.load_error.get('message'))[:200]}", "probe")
+    if p.fc_slots is not None and p.ids_used is not None:
+        n = len(_layout(p.ids_used, L))
+        view = dataclasses.replace(view, fc_slots=p.fc_slots)
+        if n != p.fc_slots:
+            view = view.with_refusal(f"{who} captures {n} aux slot(s) for ids {list(p.ids_used)} but its fc takes "
+                                     f"{p.fc_slots}: the first requests fail or run on scrambled inputs", "probe")
     return view
 
 
