@@ -52,11 +52,17 @@ def id_places(raw) -> list[str]:
                            ("top", raw.get("eagle_aux_hidden_state_layer_ids"))) if v is not None]
 
 
-def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch: str | None):
-    """crossengine's EngineReading for a serving engine; SGLang with no version is read at the oldest and newest
-    rule and returned only when both agree (else None: the version decides)."""
+def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch: str | None,
+                   runner: str | None = None):
+    """engines.layer_reading's EngineReading for a serving engine. vLLM with no model runner named is read by both
+    runners and returned only when they agree; SGLang with no version is read at the oldest and newest rule and
+    returned only when both agree (else None: the runner / version decides)."""
     if engine == "vllm":
-        return next(r for r in layer_reading(dict(raw), num_layers) if r.engine == "vllm")
+        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_runner=runner)
+              if r.engine in ("vllm", "vllm-v1")]
+        if runner:
+            return next(r for r in rs if r.engine == "vllm")
+        return rs[0] if all(r.boundaries == rs[0].boundaries for r in rs) else None
     versions = [version] if version else ["0.5.6", "head"]
     got = [next(r for r in layer_reading(dict(raw), num_layers, v, arch) if r.engine == "sglang") for v in versions]
     return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
@@ -67,8 +73,9 @@ def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[
     out: dict[str, object] = {}
     for eng in SERVING:
         r = engine_reading(raw, eng, L, version, arch)
-        out[eng] = [b or "never captured" for b in r.boundaries] if r is not None else \
-            "depends on the SGLang version (PR#25454 first-id rule)"
+        out[eng] = [b or "never captured" for b in r.boundaries] if r is not None else (
+            "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
+            "depends on the SGLang version (PR#25454 first-id rule)")
     ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     for eng, ids in (("specforge", ec.get("eagle_aux_hidden_state_layer_ids")),
                      ("speculators", raw.get("eagle_aux_hidden_state_layer_ids"))):
@@ -87,8 +94,10 @@ def _shift(a, b, L: int) -> int | None:
     return d.pop() if len(d) == 1 and 0 not in d else None
 
 
-def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: str | None = None) -> list[Finding]:
-    """Findings for missing / unread ids, off-by-one and other capture mismatches, and a post-norm final slot."""
+def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: str | None = None,
+                    engine_runner: str | None = None) -> list[Finding]:
+    """Findings for missing / unread ids, off-by-one and other capture mismatches, and a post-norm final slot.
+    `engine_runner`: vLLM's model runner ("v1" / "v2", from its startup log), when known."""
     need = art.missing("draft", "target")
     if need:
         return [not_checked(c, WHERE, need) for c in CAUSES]
@@ -164,8 +173,14 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if eng not in SERVING:
         return out + [not_checked(c, WHERE, f"an engine the library knows ({', '.join(SERVING)}), not {engine!r}")
                       for c in ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch")]
-    r = engine_reading(raw, eng, L, engine_version, arch)
-    ev = {**base, "engine": eng, "engine_version": engine_version, "engines": table}
+    r = engine_reading(raw, eng, L, engine_version, arch, engine_runner)
+    ev = {**base, "engine": eng, "engine_version": engine_version, "engine_runner": engine_runner,
+          "engines": table}
+    if r is None and eng == "vllm":
+        return out + [Finding(c, "suspected", "vLLM's V1 and V2 model runners read these ids from other keys: the "
+                              "runner decides (the server's startup log names it; CPU builds run V1)", ev, WHERE,
+                              needs="the vLLM model runner (the server's startup log)", source=_SOURCES["vllm"])
+                      for c in ("missing_layer_ids", "aux_layout_mismatch")]
     if r is None:
         return out + [Finding(c, "suspected", "SGLang reads these ids differently before and after PR#25454 "
                               "(~v0.5.12): the version decides", ev, WHERE, needs="the SGLang version",

