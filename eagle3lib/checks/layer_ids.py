@@ -23,15 +23,23 @@ _SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_
                     "eagle_config.layer_ids; V1 gpu_model_runner: top level, then eagle_config ids), input-of-layer"}
 
 
+CLAIM = "draft config"        # `trained_from` of a layout read from the config's ids: a claim, not a measurement
+
+
 def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:
-    """(layout the fc was trained on, where it was read): the data's declared layout, else the config's ids."""
+    """(layout the fc was trained on, where it was read): the training data's slots identified against the target
+    (`art.trained`, with replay evidence), else the data's declared layout, else the config's ids (a claim: nested
+    ids may be in another engine's convention)."""
     L = art.target_info.num_layers
+    tl = art.trained
+    if tl is not None and tl.source == "identified" and tl.layout is not None:
+        return tuple(tl.layout), "training data, slots identified against the target's own boundaries"
     if art.data is not None and art.data.layout is not None:
         return tuple(art.data.layout), "training data's declared layout"
     lay = art.draft_cfg.aux_layout(L)
     if lay is None and art.draft_cfg.dialect == "eagle":     # SafeAILab EAGLE: capture hard-coded, no ids by design
         return tuple(captured_by("eagle", None, L)), "EAGLE (SafeAILab) capture: inputs of [2, L//2, L-3]"
-    return (tuple(lay), f"draft config {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
+    return (tuple(lay), f"{CLAIM} {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
 
 
 def fc_slots(art: Artifacts) -> tuple[int, str]:
@@ -201,6 +209,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                       if not any(f.cause == c for f in out)]
     bad_slots = [p for p in r.slot_problems if p]
     s = _shift(trained, captured, L)
+    claimed = trained_from.startswith(CLAIM)     # compared with the config's own claim: the convention may differ
+    claim_needs = ("the training data (its slots identified against the target: the config's ids may be in "
+                   "another engine's convention)") if claimed else ""
     if captured == list(trained) and not bad_slots and len(captured) == k:
         out.append(Finding("layer_id_off_by_one", "ruled out", f"{eng} captures the training layout", ev, WHERE))
         if not any(f.cause == "aux_layout_mismatch" for f in out):
@@ -208,15 +219,17 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                                ev, WHERE))
         return out
     if s in (1, -1):
-        out.append(Finding("layer_id_off_by_one", "confirmed", f"{eng} captures {captured}, the draft was trained on "
-                           f"{list(trained)}: every slot shifted by {s:+d}", ev, WHERE,
-                           fix=f"write ids {s:+d} off for {eng} (advice.config_snippet)", source=_SOURCES[eng]))
+        out.append(Finding("layer_id_off_by_one", "suspected" if claimed else "confirmed", f"{eng} captures "
+                           f"{captured}, the draft was trained on {list(trained)} ({trained_from}): every slot "
+                           f"shifted by {s:+d}", ev, WHERE, fix=f"write ids {s:+d} off for {eng} "
+                           "(advice.config_snippet)", needs=claim_needs, source=_SOURCES[eng]))
     else:
         out.append(Finding("layer_id_off_by_one", "ruled out", "no uniform one-layer shift", ev, WHERE))
         why = "; ".join(bad_slots) if captured == list(trained) else \
             f"{eng} feeds {captured} ({len([c for c in captured if c])} slots), trained on {list(trained)} ({k} slots)"
-        st = "suspected" if captured == list(trained) and len(captured) == k else "confirmed"
+        fits = len([c for c in captured if c]) == k
+        st = "suspected" if (captured == list(trained) or claimed) and fits else "confirmed"
         out.append(Finding("aux_layout_mismatch", st, why, ev, WHERE,
                            fix="see advice.advise(training layout) for what each engine can express",
-                           source=_SOURCES[eng]))
+                           needs=claim_needs if st == "suspected" else "", source=_SOURCES[eng]))
     return out
