@@ -45,6 +45,9 @@ def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str
 def vllm_effective(launch: LaunchArgs) -> dict:
     """What vLLM makes of a launch's speculative config: the method it infers, K, and the SGLang equivalent."""
     spec, notes = dict(launch.speculative_config or {}), []
+    if "speculative_config" in launch.unread:       # never a method inferred from JSON that did not parse
+        return {"method": None, "model": None, "num_speculative_tokens": None, "sglang": None, "unread": True,
+                "notes": ["--speculative-config could not be read: the method, draft and K are not known"]}
     method, model = spec.get("method"), str(spec.get("model") or "")
     if method is None and model:
         low = model.lower()
