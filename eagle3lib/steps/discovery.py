@@ -249,13 +249,14 @@ SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
     (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
-    if d.launch is None:
-        found = run_checks(only=("launch",), progress=progress)
+    draft = str(d.draft_config.parent) if d.draft_config else None
+    target = str(d.target_config.parent) if d.target_config else None
+    if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
+        found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
     else:
-        found = run_checks(draft=str(d.draft_config.parent) if d.draft_config else None,
-                           target=str(d.target_config.parent) if d.target_config else None,
-                           launch=inputs.launch_command, engine_version=d.version if d.launch.engine == "sglang"
-                           else None, only=SERVING_CHECKS, progress=progress)
+        found = run_checks(draft=draft, target=target, launch=inputs.launch_command,
+                           engine_version=d.version if d.launch.engine == "sglang" else None, only=SERVING_CHECKS,
+                           progress=progress)
     return d.cause_findings() + found
 
 
