@@ -33,8 +33,9 @@ ROOT = Path(__file__).resolve().parents[1]
 DRAFT, TARGET = ROOT / "data/demo_artifacts/draft", ROOT / "data/demo_artifacts/target"
 SAMPLES = ROOT / "data/samples"
 LOG = SAMPLES / "sglang_seed_startup.log"
-LAUNCH = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 --speculative-draft-model-path D "
-          "--speculative-num-steps 3 --speculative-eagle-topk 1 --speculative-num-draft-tokens 4")
+LAUNCH = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+          "--speculative-draft-model-path D --speculative-num-steps 3 --speculative-eagle-topk 1 "
+          "--speculative-num-draft-tokens 4")
 
 FOLDERS = {"draft": "config.json", "target": "config.json", "dump": "manifest.json"}   # kind -> its main file
 FILES = {"startup_log": "server.log", "run_logs": "decode.log", "run_logs_list": "decode.log",
