@@ -74,6 +74,10 @@ class LogParseError(Eagle3Error):
     """A server log or benchmark output with nothing readable in it."""
 
 
+class ParameterError(Eagle3Error):
+    """A parameter value that is not one eagle3lib can use (a device this machine lacks, a dtype, a count)."""
+
+
 class ReportError(Eagle3Error):
     """A notebook run or report export that failed."""
 
@@ -83,4 +87,5 @@ class FindingError(Eagle3Error):
 
 
 ALL_ERRORS = (Eagle3Error, ConfigError, UnsupportedDraftError, CheckpointError, UnsafeFileError, MissingFileError, VocabError,
-              DataError, LayoutError, ServingArgsError, LogParseError, ReportError, FindingError)
+              DataError, LayoutError, ServingArgsError, EngineError, LogParseError, ParameterError, ReportError,
+              FindingError)

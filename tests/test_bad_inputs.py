@@ -127,7 +127,7 @@ def docs_table() -> str:
              "| case | module | outcome | the message names |", "|---|---|---|---|"]
     lines += [f"| {c.id} | `{c.module}` | {outcome(c.expect)}"
               f"{f' (*pending*: {pending[c.id]})' if c.id in pending else ''} | {names(c.says)} |" for c in cases]
-    return "\n".join(lines) + "\n"
+    return "\n".join(lines) + "\n" + importlib.import_module("tests.test_bad_inputs_given").docs_section()
 
 
 # ---------------------------------------------------------------- builders shared by the area files

@@ -56,7 +56,7 @@ class Artifacts:
         return None
 
 
-def _tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
+def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
     """{name: (shape, dtype)} of a checkpoint's tensors from safetensors headers (.bin/.pt are loaded)."""
     out: dict[str, tuple[tuple[int, ...], str]] = {}
     for f in weight_files(path):
@@ -100,7 +100,7 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
         got["draft_cfg"] = DraftConfig.from_dict(raw, source=src)
 
     def read_weights():
-        got["tensors"] = MappingProxyType(_tensor_headers(Path(got["draft_path"])))
+        got["tensors"] = MappingProxyType(tensor_headers(Path(got["draft_path"])))
 
     def read_target():
         if isinstance(target, Mapping):

@@ -9,6 +9,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..serving.crossengine import lint, vllm_effective
 from ..engines import facts as engine_facts
+from ..serving.launch import SPEC_FIELDS
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.launch"
@@ -28,6 +29,11 @@ def _method(art: Artifacts) -> Finding:
     if need:
         return not_checked("wrong_method", w, need)
     la, raw = art.launch, dict(art.draft_raw)
+    if la.speculation_unread:        # a setting that did not parse is never evidence of the method
+        bad = [f for f in la.unread if f in SPEC_FIELDS or f == "speculative_config"]
+        flags = ", ".join("--" + f.replace("_", "-") for f in bad)
+        return Finding("wrong_method", "not checked", f"not checked: {flags} could not be read", {"unread": bad}, w,
+                       needs=f"the launch command with a valid value ({flags})")
     e3 = is_eagle3(raw, art.draft_cfg)
     ev = {"engine": la.engine, "draft_architecture": art.draft_cfg.architecture, "eagle3_draft": e3}
     if la.engine == "sglang":

@@ -79,10 +79,11 @@ def _identified(art, names, replay_n: int):
 
 
 def _engine(engine, launch):
-    """The engine named, else the launch command's."""
+    """The engine named, else the launch command's (none when its speculative settings could not be read: what
+    the engine does with a draft it may not even load is not evidence)."""
     if engine:
         return engine.lower()
-    return getattr(launch, "engine", None)
+    return None if launch is None or launch.speculation_unread else launch.engine
 
 
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,

@@ -87,6 +87,9 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     if tok is None:
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"])]
     train_ids = _as_ids(tok, [s.input_ids for s in art.data.sample(min(n, len(art.data)), 0)])
+    if not train_ids:     # no sample read: nothing says what the training data was rendered with
+        return [not_checked("chat_template_mismatch", WHERE, NEEDS["data"] + " with readable samples",
+                            f"no training sample could be read from {art.data.root}")]
     served_ids = _as_ids(tok, art.served_prompts) if art.served_prompts else None
     train = _decode(tok, train_ids)
     served = _decode(tok, served_ids) if served_ids is not None else None

@@ -1,8 +1,11 @@
 """The diagnosis: every check's findings combined into one ranked answer.
 
-- `combine`  `diagnose(findings)` -> `Diagnosis`: per cause confirmed / conflict / suspected / ruled out /
-             not checked, ranked; "no fault found" on a healthy run; table, text and JSON views.
+- `combine`  `diagnose(findings, problems, not_given, undecided)` -> `Diagnosis`: per cause confirmed / conflict /
+             suspected / ruled out / not checked, ranked; "no fault found" only on evidence (no unreadable input,
+             the core inputs given, each given input deciding something); table, text and JSON views.
 - `run`      the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
-             artifacts, through the same step functions; a missing input narrows, never fails.
-- `cli`      `python -m eagle3lib.diagnose --draft D --target T [--data] [--launch] [--log] [--dump] ...`.
+             artifacts, through the same step functions; every given input read first (`steps.given`), one that
+             cannot be read a problem no part sees; a missing input narrows, never fails.
+- `cli`      `python -m eagle3lib.diagnose --draft D --target T [--data] [--launch] [--log] [--dump] ...`; exit
+             code 0 read, 1 broke, 2 arguments, 3 an input unreadable.
 """

@@ -1,8 +1,11 @@
 """``python -m eagle3lib.diagnose --draft D --target T [--data ...] [--launch "..."] [--log ...] [--dump ...]``
 
-The notebooks' checks on one set of artifacts, for a GPU box over ssh: a plain-text table of the ranked causes,
-then, as the last line, one JSON record (the diagnosis and the problems met). With no --draft it diagnoses the
-embedded demo world. Exit code 0 when it ran (whatever it found), 2 when the arguments could not be read.
+The notebooks' checks on one set of artifacts, for a GPU box over ssh: the problems met first (every given input
+that could not be read, naming its flag), a plain-text table of the ranked causes, then, as the last line, one
+JSON record (the diagnosis and its problems). With no --draft it diagnoses the embedded demo world.
+Exit code 0 when every given input was read (whatever it found: the record's "healthy" says whether no fault was
+found), 1 when a part of the workbook itself broke, 2 when the arguments could not be read, 3 when a given input
+could not be read (the diagnosis covers the rest).
 """
 from __future__ import annotations
 
@@ -46,8 +49,9 @@ def main(argv: list[str] | None = None) -> int:
     result = run(inp, progress=not args.quiet)
     d = result.diagnosis
     print(d.text())
-    for p in result.problems:
-        print(f"problem: {p}")
-    print(json.dumps({**d.to_dict(), "problems": list(result.problems)}, allow_nan=False, default=str))
+    for name, why in result.skipped.items():
+        print(f"not run: {name} ({why})")
+    print(json.dumps({**d.to_dict(), "skipped": result.skipped, "exit_code": result.exit_code},
+                     allow_nan=False, default=str))
     sys.stdout.flush()
-    return 0
+    return result.exit_code

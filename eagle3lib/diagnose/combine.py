@@ -6,8 +6,13 @@ Per cause, the findings of all checks are combined: one check confirming what an
 replay, a recapture, a serving dump, the server's own report), which then decides over configs and engine
 rules (the other side stays listed in the cause's findings); a check that ruled a cause out settles another's
 mere suspicion of it (e.g. a serving dump that shows the trained layout, against an engine rule that predicts a
-wrong one; the suspicion stays listed in the cause's findings); a checked finding outranks a `not checked` one. A diagnosis with nothing confirmed, suspected or in conflict is
-healthy: "no fault found", with the list of what was checked.
+wrong one; the suspicion stays listed in the cause's findings); a checked finding outranks a `not checked` one.
+
+"No fault found" is said only on evidence (`Diagnosis.healthy`): nothing confirmed, suspected or in conflict,
+something ruled out, no given input unreadable and no part of the workbook broken (`problems`, listed first), the
+inputs every verdict needs given (`not_given`: "3 of 35 causes checked: give --data and --launch to check the
+rest"), and every given input deciding what it decides (`undecided`). Otherwise the headline says what could not
+be read, or how little was checked.
 """
 from __future__ import annotations
 
@@ -17,6 +22,7 @@ from typing import Iterable
 import pandas as pd
 
 from ..causes import CATALOGUE, Finding
+from ..steps.given import Problem
 
 RANK = ("confirmed", "conflict", "suspected", "ruled out", "not checked")
 
@@ -60,6 +66,9 @@ class Diagnosis:
     """The ranked causes of one run (every notebook, or the terminal command)."""
 
     verdicts: tuple[CauseVerdict, ...]
+    problems: tuple[Problem, ...] = ()      # given inputs that could not be read, parts that broke
+    not_given: tuple[str, ...] = ()         # inputs a "no fault found" needs that were not given ("--launch")
+    undecided: tuple[str, ...] = ()         # given inputs that decided none of what they decide, and why
 
     def by_status(self, status: str) -> tuple[CauseVerdict, ...]:
         return tuple(v for v in self.verdicts if v.status == status)
@@ -71,20 +80,33 @@ class Diagnosis:
 
     @property
     def healthy(self) -> bool:
-        """No alarm, and something was checked: a diagnosis of nothing is never "healthy"."""
-        return not self.alarms and any(v.status == "ruled out" for v in self.verdicts)
+        """"No fault found" on evidence: no alarm, something ruled out, every given input read and no part broken,
+        the inputs it needs given and each given input deciding what it decides. A diagnosis of nothing is never
+        healthy."""
+        return (not self.alarms and any(v.status == "ruled out" for v in self.verdicts) and not self.problems
+                and not self.not_given and not self.undecided)
 
     def headline(self) -> str:
-        """One line: the confirmed causes, or "no fault found" and how many causes were checked."""
+        """One line: what could not be read (first), the alarms, or "no fault found" and how much was checked;
+        short of evidence, how little was checked and the inputs that would check the rest."""
         checked = [v for v in self.verdicts if v.status != "not checked"]
-        if not self.alarms and not checked:
+        parts = []
+        if self.problems:
+            more = len(self.problems) - 1
+            parts.append(self.problems[0].headline() + (f" (and {more} more problem{'s' * (more > 1)})"
+                                                        if more else ""))
+        parts += [f"{v.status}: {v.title}" for v in self.alarms]
+        if parts:
+            return "; ".join(parts)
+        if not checked:
             return (f"nothing checked: {len(self.verdicts)} causes not checked (give the inputs each one names)"
                     if self.verdicts else "nothing checked: no finding was recorded")
-        if self.healthy:
-            return (f"no fault found: {len(checked)} causes checked and ruled out, "
-                    f"{len(self.by_status('not checked'))} not checked")
-        parts = [f"{v.status}: {v.title}" for v in self.alarms]
-        return "; ".join(parts)
+        if self.not_given or self.undecided:
+            why = ([f"give {' and '.join(self.not_given)} to check the rest"] if self.not_given else []) + \
+                list(self.undecided)
+            return f"{len(checked)} of {len(self.verdicts)} causes checked: " + "; ".join(why)
+        return (f"no fault found: {len(checked)} causes checked and ruled out, "
+                f"{len(self.by_status('not checked'))} not checked")
 
     def frame(self) -> pd.DataFrame:
         """One row per cause, ranked: status, cause, evidence (with where), fix, input needed."""
@@ -93,8 +115,16 @@ class Diagnosis:
                             columns=["status", "cause", "title", "evidence", "fix", "needs"])
 
     def text(self, width: int = 110) -> str:
-        """The plain-text table a terminal prints."""
+        """The plain-text table a terminal prints: the headline, the problems, then the causes by status."""
         lines = [self.headline(), ""]
+        if self.problems:
+            lines.append(f"PROBLEMS ({len(self.problems)})")
+            for p in self.problems:
+                lines.append(f"  {p.param:<24} {_cut(p.given, width - 28)}" if p.given else f"  {p.param}")
+                lines.append(f"  {'':<24} {_cut(p.error + ': ' + p.message, width - 28)}")
+                if p.expected:
+                    lines.append(f"  {'':<24} expected: {_cut(p.expected, width - 38)}")
+            lines.append("")
         for status in RANK:
             group = self.by_status(status)
             if not group:
@@ -109,7 +139,8 @@ class Diagnosis:
 
     def to_dict(self) -> dict:
         return {"healthy": self.healthy, "headline": self.headline(),
-                "verdicts": [v.to_dict() for v in self.verdicts]}
+                "problems": [p.to_dict() for p in self.problems], "not_given": list(self.not_given),
+                "undecided": list(self.undecided), "verdicts": [v.to_dict() for v in self.verdicts]}
 
 
 def _cut(text: str, n: int) -> str:
@@ -139,8 +170,10 @@ def combine(status: Iterable[str], measured: Iterable[bool] | None = None) -> st
     return "not checked"
 
 
-def diagnose(findings: Iterable[Finding]) -> Diagnosis:
-    """Group findings by cause, combine each cause's statuses, and rank (catalogue order within a status)."""
+def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_given: Iterable[str] = (),
+             undecided: Iterable[str] = ()) -> Diagnosis:
+    """Group findings by cause, combine each cause's statuses, and rank (catalogue order within a status);
+    `problems`, `not_given` and `undecided` say what stands between the findings and "no fault found"."""
     groups: dict[str, list[Finding]] = {}
     for f in findings:
         groups.setdefault(f.cause, []).append(f)
@@ -149,4 +182,4 @@ def diagnose(findings: Iterable[Finding]) -> Diagnosis:
                              tuple(fs))
                 for c, fs in groups.items()]
     verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))
-    return Diagnosis(tuple(verdicts))
+    return Diagnosis(tuple(verdicts), tuple(problems), tuple(not_given), tuple(undecided))

@@ -2,19 +2,45 @@
 order (00 artifacts, 01 serving settings and the served τ against the replay, 02 replay, 03 hidden states), and
 one diagnosis of their findings.
 
-A missing input narrows what is checked (its findings say `not checked` and name the input); it never fails.
-No draft given means the demo world, as in the notebooks.
+Every given input is read first (`steps.given`): one that cannot be read is a problem naming its flag, and no
+part sees it (a draft that cannot be read: only the parts that need no loaded draft run). A missing input
+narrows what is checked (its findings say `not checked` and name the input); it never fails. A part that breaks
+on its own is a failure (exit code 1), never a traceback. No draft given means the demo world, as in the
+notebooks (an unreadable input is then passed on as given, so the demo never stands in for it).
 """
 from __future__ import annotations
 
+import dataclasses
+import traceback
 from dataclasses import dataclass, field
 
 from ..causes import Finding
 from ..errors import Eagle3Error
+from ..hidden.explain import LAYOUT_CAUSES
 from ..replay import layoutsearch, verdict
 from ..replay.run import replay
 from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction
+from ..steps.given import CLI, Problem, check_all, given
 from .combine import Diagnosis, diagnose
+
+CORE = ("draft", "data", "launch")    # "no fault found" needs the draft, its training data and the launch command
+# input -> (the causes it decides, the other inputs it needs to decide them): given and readable, it must decide
+# at least one of them, or the diagnosis says so instead of "no fault found"
+DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
+           "heldout": (("generalization_gap",), ("data",)),
+           "served_log": (("engine_regression",), ("data",)),
+           "dump": (LAYOUT_CAUSES, ("target", "data")),
+           "serving_layout": (LAYOUT_CAUSES, ("data",)),
+           "target": (("hidden_size_mismatch",), ())}
+GIVEN = ("draft", "target", "data", "heldout", "launch", "log", "served_log", "server_url", "dump",
+         "serving_layout")    # the inputs that are given or not (the rest are settings with defaults)
+NEEDS_DRAFT = ("01 served vs replay", "02 training-sample replay", "03 hidden-state diffing")
+EXIT = {"ok": 0, "failed": 1, "arguments": 2, "unreadable": 3}   # documented in README.md and cli.py
+
+
+def flag(name: str) -> str:
+    """The command-line flag of an Inputs field (``served_log`` -> ``--served-log``)."""
+    return "--" + name.replace("_", "-")
 
 
 @dataclass(frozen=True)
@@ -43,47 +69,120 @@ class Inputs:
 
 @dataclass(frozen=True)
 class Run:
-    """The findings of each part, the problems met (a part that could not run), and the diagnosis."""
+    """The findings of each part, the problems met (inputs that could not be read, parts that broke), the parts
+    not run and why, and the diagnosis."""
     findings: dict[str, list[Finding]] = field(default_factory=dict)
-    problems: tuple[str, ...] = ()
+    problems: tuple[Problem, ...] = ()
+    skipped: dict[str, str] = field(default_factory=dict)
+    given: frozenset[str] = frozenset()      # the Inputs fields given
+    demo: bool = False
+
+    @property
+    def not_given(self) -> tuple[str, ...]:
+        return () if self.demo else tuple(flag(k) for k in CORE if k not in self.given)
 
     @property
     def diagnosis(self) -> Diagnosis:
-        return diagnose(f for part in self.findings.values() for f in part)
+        d = diagnose((f for part in self.findings.values() for f in part), self.problems, self.not_given)
+        return dataclasses.replace(d, undecided=tuple(undecided(d, self.given, self.problems)))
+
+    @property
+    def exit_code(self) -> int:
+        """0: every given input read; 1: a part of the workbook broke; 3: a given input could not be read."""
+        if any(p.failure for p in self.problems):
+            return EXIT["failed"]
+        return EXIT["unreadable"] if self.problems else EXIT["ok"]
+
+
+def undecided(d: Diagnosis, given_fields, problems=()) -> list[str]:
+    """A sentence per given, readable input (with what it needs) that decided none of the causes it decides."""
+    status = {v.cause: v for v in d.verdicts}
+    bad = {p.param for p in problems}
+    out = []
+    for name, (causes, needs) in DECIDES.items():
+        if name not in given_fields or flag(name) in bad or not set(needs) <= set(given_fields):
+            continue
+        if any(c in status and status[c].status != "not checked" for c in causes):
+            continue
+        why = "; ".join(dict.fromkeys(status[c].needs for c in causes if c in status and status[c].needs))
+        out.append(f"{flag(name)} was given but decided none of {', '.join(causes)}" + (f" (needs {why})"
+                                                                                       if why else ""))
+    return out
+
+
+def attribute(message: str, inp: Inputs, default: str) -> tuple[str, str]:
+    """(flag, value) of the given input a message names (its path or text), else (`default`, "")."""
+    for name in CLI:
+        value = getattr(inp, name)
+        if isinstance(value, str) and value.strip() and value.strip() in message:
+            return flag(name), value
+    return default, ""
 
 
 def run(inp: Inputs, progress=None) -> Run:
-    """The notebooks' checks in order; each part that cannot run is recorded as a problem, never raised."""
+    """The notebooks' checks in order; an input that cannot be read and a part that breaks are recorded as
+    problems, never raised."""
+    problems = check_all({flag(k): (getattr(inp, k), kind) for k, kind in CLI.items()})
+    bad = {p.param for p in problems}
+    demo, asked = not inp.draft, frozenset(k for k in GIVEN if given(getattr(inp, k)))
+    if not demo:        # what could not be read is not given to any part (the demo never fills it: a draft is given)
+        blank = {f.name: f.default for f in dataclasses.fields(Inputs)}
+        inp = dataclasses.replace(inp, **{k: blank[k] for k in CLI if flag(k) in bad and k != "draft"})
     parts: dict[str, list[Finding]] = {}
-    problems: list[str] = []
+    skipped: dict[str, str] = {}
 
-    def part(name, fn):
+    def guard(name, fn):
+        """fn(), or None with the problem recorded: an input it could not read after all, or a failure."""
+        if "--draft" in bad and name in NEEDS_DRAFT:
+            skipped[name] = "the draft could not be read (--draft)"
+            return None
         if progress:
             print(f"[diagnose] {name}", flush=True)
         try:
-            parts[name] = fn()
+            return fn()
         except Eagle3Error as e:
-            problems.append(f"{name}: {e}")
+            param, value = attribute(str(e), inp, name)
+            if param not in bad:
+                problems.append(Problem(param, value, type(e).__name__, str(e), "", name))
+        except Exception as e:                   # noqa: BLE001 - the workbook broke: a failure, not a traceback
+            at = traceback.extract_tb(e.__traceback__)[-1]
+            problems.append(Problem(name, "", type(e).__name__, f"{e} (at {at.filename}:{at.lineno})", "",
+                                    name, failure=True))
+        return None
 
-    audit_in = checkpoint_audit.resolve_inputs(inp.draft, inp.target, inp.data)
-    part("00 checkpoint audit", lambda: checkpoint_audit.contract_checks(audit_in))
-    disc_in = discovery.resolve_inputs(inp.launch, "", inp.sglang_version, inp.log, inp.target, inp.draft)
-    disc = discovery.discover(disc_in.launch_command, disc_in.sglang_version, disc_in.target_path,
-                              disc_in.draft_path, server_info=inp.server_url, server_log=disc_in.server_log)
-    part("01 serving settings", lambda: discovery.contract_checks(disc_in, disc))
-    part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
-        disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
-        served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
-        serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
-        progress=False, startup_log=inp.log, served_data_path=inp.heldout).findings())
-    if inp.data or not inp.draft:
+    def part(name, fn):
+        found = guard(name, fn)
+        if found is not None:
+            parts[name] = found
+
+    audit_in = guard("00 checkpoint audit", lambda: checkpoint_audit.resolve_inputs(inp.draft, inp.target,
+                                                                                    inp.data))
+    if audit_in is not None:
+        part("00 checkpoint audit", lambda: checkpoint_audit.contract_checks(audit_in))
+    disc_in = guard("01 serving settings", lambda: discovery.resolve_inputs(inp.launch, "", inp.sglang_version,
+                                                                            inp.log, inp.target, inp.draft))
+    disc = None if disc_in is None else guard("01 serving settings", lambda: discovery.discover(
+        disc_in.launch_command, disc_in.sglang_version, disc_in.target_path, disc_in.draft_path,
+        server_info=inp.server_url, server_log=disc_in.server_log))
+    if disc is not None:
+        for text, error in zip(disc.problems, disc.problem_errors):    # what it could not read (a server down)
+            param, value = attribute(text, inp, "01 serving settings")
+            if param not in bad:
+                problems.append(Problem(param, value, error, text, "", "01 serving settings"))
+        part("01 serving settings", lambda: discovery.contract_checks(disc_in, disc))
+        part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
+            disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
+            served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
+            serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
+            progress=False, startup_log=inp.log, served_data_path=inp.heldout).findings())
+    if inp.data or demo:
         part("02 training-sample replay", lambda: _replay(inp))
     else:
         parts["02 training-sample replay"] = sample_replay.cause_findings(
             {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--data)"), None)
-    if (inp.target and inp.data) or not inp.draft:
+    if (inp.target and inp.data) or demo:
         part("03 hidden-state diffing", lambda: _diffing(inp))
-    return Run(parts, tuple(problems))
+    return Run(parts, tuple(problems), skipped, asked, demo)
 
 
 def _replay(inp: Inputs) -> list[Finding]:

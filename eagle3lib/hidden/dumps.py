@@ -198,7 +198,7 @@ def load_dump(path) -> Dump:
                                found=sorted(p.name for p in root.iterdir())[:8] if root.is_dir() else "nothing")
     try:
         man = json.loads(mf.read_text())
-    except json.JSONDecodeError as e:
+    except (json.JSONDecodeError, UnicodeDecodeError) as e:
         raise DataError(f"dump manifest {mf}", "not valid JSON", expected="a JSON object (eagle3lib dump manifest)",
                         found=str(e), cause="an interrupted write, or not an eagle3lib dump") from None
     if not isinstance(man, dict) or man.get("format") != DUMP_FORMAT or not isinstance(man.get("files"), list):

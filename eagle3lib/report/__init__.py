@@ -7,6 +7,8 @@
 - `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).
 - `offline_html`  a report opened as a reader offline does: headless Chromium, network off, over the DevTools
               pipe; failed requests, console errors, images decoded, visible text, widget views; screenshots.
+- `problems`  what stands between the notebooks and "no fault found": parameters that cannot be read (the
+              notebook is not run), a notebook that stopped on an input or broke, core inputs not given; exit code.
 - `index`     `reports/index.json` (data) and `reports/index.html` (figures inline, links to the evidence).
 - `readable`  a notebook's findings as the index shows them: short sentences and small tables.
 - `findings`  `record(key, value)`: the headline findings a notebook leaves for the index.

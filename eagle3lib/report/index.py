@@ -4,9 +4,11 @@ Rows are the report runner's per-notebook results (status, time, error, findings
 not run this time are carried over from the previous index.json, so ``--only 02`` keeps the others' rows.
 Each row shows the notebook's index figure (the PNG, or table, of its cell tagged ``index-figure``, inline) and links
 each finding to the section of the notebook's report that holds its evidence; the page loads nothing.
-The page opens with the diagnosis: the cause findings of every notebook combined into one ranked answer
-(eagle3lib.diagnose.combine), each place in its evidence ("[02 training-sample replay / ...]") linking to
-that notebook's report; ``index.json`` holds it under ``"diagnosis"``.
+The page opens with the diagnosis: the problems first (a given parameter that could not be read, a notebook
+that stopped on an input or broke: `report.problems`), then the cause findings of every notebook combined into
+one ranked answer (eagle3lib.diagnose.combine), each place in its evidence ("[02 training-sample replay / ...]")
+linking to that notebook's report; ``index.json`` holds it under ``"diagnosis"`` and the problems under
+``"problems"``.
 """
 from __future__ import annotations
 
@@ -21,6 +23,8 @@ from urllib.parse import quote
 from ..diagnose.combine import Diagnosis, diagnose
 from ..errors import Eagle3Error
 from ..jsonfiles import atomic_write_all
+from ..steps.given import Problem
+from . import problems
 from .findings import FINDINGS_KEY, findings_of
 from .readable import findings_html
 
@@ -118,15 +122,41 @@ def _row_html(r: dict, figure: str | None = None) -> str:
             f'<td>{" · ".join(links)}</td></tr>')
 
 
+def problems_of(rows: list[dict]) -> list[Problem]:
+    """Every row's problems (a parameter that could not be read, a notebook that stopped or broke), one per
+    parameter and error with the notebooks it concerns; a failed row of an older index counts as a failure."""
+    found = []
+    for r in rows:
+        stored = r.get("problems")
+        if stored:
+            found += [Problem.from_dict(p) for p in stored if isinstance(p, dict)]
+        elif r.get("status") in ("failed", "timeout"):
+            found += problems.of_failure(str(r.get("notebook", "?")), str(r["status"]), r.get("error"), {})
+    return problems.merged(found)
+
+
+def not_given_of(rows: list[dict]) -> list[str]:
+    """The inputs a "no fault found" needs that no row was given: a core notebook's empty parameter, or a core
+    notebook that did not run (when others did)."""
+    out = [x for r in rows for x in r.get("not_given") or ()]
+    if rows:
+        ran = {str(r.get("notebook", ""))[:2] for r in rows if r.get("status") == "ok"}
+        out += [f"notebook {nb} ({what})" for nb, (_, what) in problems.CORE.items() if nb not in ran and not any(
+            str(r.get("notebook", "")).startswith(nb) for r in rows if r.get("problems"))]
+    return list(dict.fromkeys(out))
+
+
 def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
-    """The diagnosis of every notebook's cause findings, and the rows whose findings could not be read."""
+    """The diagnosis of every notebook's cause findings (with the rows' problems and what was not given), and the
+    rows whose findings could not be read (themselves problems: evidence that is lost)."""
     found, bad = [], []
     for r in rows:
         try:
             found += findings_of(dict(r.get("findings") or {}))
         except Eagle3Error as e:
             bad.append(f"{r.get('notebook')}: {e}")
-    return diagnose(found), bad
+    lost = [Problem(b.split(":", 1)[0], "", "FindingError", b, "", failure=True) for b in bad]
+    return diagnose(found, problems_of(rows) + lost, not_given_of(rows)), bad
 
 
 _WHERE = re.compile(r"\[(\d\d)\b([^\[\]]*)\]")   # "[02 training-sample replay / ...]" in a verdict's evidence
@@ -148,9 +178,12 @@ def _link_wheres(text: str, pages: dict[str, str]) -> str:
 def _diagnosis_html(d: Diagnosis, bad: list[str], pages: dict[str, str] | None = None) -> str:
     esc = html.escape
     pages = pages or {}
+    listed = _problems_html(d.problems)
     if not d.verdicts:
-        return "<h2>Diagnosis</h2><p>No notebook recorded cause findings.</p>"
+        return ("<h2>Diagnosis</h2>" + (f"<p><b>{esc(d.headline())}</b></p>" if d.problems else "") + listed +
+                "<p>No notebook recorded cause findings.</p><h2>Notebooks</h2>")
     head = (f"<p class='healthy'>{esc(d.headline())}</p>" if d.healthy else f"<p><b>{esc(d.headline())}</b></p>")
+    head += listed
     rows = []
     for v in d.verdicts:
         cls = v.status.replace(" ", "").replace("ruledout", "ruled")
@@ -160,6 +193,20 @@ def _diagnosis_html(d: Diagnosis, bad: list[str], pages: dict[str, str] | None =
     warn = "".join(f"<p class='err'>{esc(b)}</p>" for b in bad)
     return ("<h2>Diagnosis</h2>" + head + warn + "<table><tr><th>status</th><th>cause</th><th>evidence (where) / "
             "input needed</th><th>fix</th></tr>" + "".join(rows) + "</table><h2>Notebooks</h2>")
+
+
+def _problems_html(found) -> str:
+    """The problems as a table at the top of the diagnosis: parameter, given, error, message, expected, notebooks."""
+    if not found:
+        return ""
+    esc = html.escape
+    rows = "".join(f"<tr class='problem'><td><b>{esc(p.param)}</b>{' (the workbook broke)' * p.failure}</td>"
+                   f"<td class='err'>{esc(p.given)}</td><td class='failed'>{esc(p.error)}</td>"
+                   f"<td class='err'>{esc(p.message)}</td><td>{esc(p.expected)}</td>"
+                   f"<td>{esc(', '.join(p.notebooks))}</td></tr>" for p in found)
+    return (f"<h3>Problems ({len(found)}): given inputs that could not be read, parts that broke</h3><table>"
+            "<tr><th>parameter</th><th>given</th><th>error</th><th>message</th><th>expected</th><th>notebooks</th>"
+            f"</tr>{rows}</table>")
 
 
 def render_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None,
@@ -183,7 +230,8 @@ def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
     """Write ``index.json`` and ``index.html`` atomically into `out_dir`."""
     meta = {"generated_at": dt.datetime.now().isoformat(timespec="seconds"), **meta}
     d, bad = diagnosis_of(rows)
-    data = {**meta, "diagnosis": {**d.to_dict(), "unreadable": bad}, "notebooks": rows}
+    data = {**meta, "problems": [p.to_dict() for p in d.problems], "diagnosis": {**d.to_dict(), "unreadable": bad},
+            "notebooks": rows}
     out_dir = Path(out_dir)
     figures = {r.get("notebook"): f for r in rows if (f := figure_of(out_dir, r))}
     atomic_write_all({out_dir / "index.json": json.dumps(data, indent=2) + "\n",

@@ -26,6 +26,7 @@ import yaml
 
 from .. import __version__
 from . import findings as findings_mod
+from . import problems
 from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
 from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
@@ -56,6 +57,8 @@ class NotebookResult:
     finished_at: str
     figure: str | None = None  # NN.figure.png (or .html: a table) of the cell tagged index-figure, beside `html`
     evidence: dict = dataclasses.field(default_factory=dict)  # {finding key: {"anchor", "section"}} in `html`
+    problems: tuple = ()  # steps.given.Problem: a parameter that could not be read (not run), a stop or a failure
+    not_given: tuple[str, ...] = ()  # the parameters a "no fault found" needs that were left empty
 
 
 def discover(notebooks_dir: str | os.PathLike) -> list[Path]:
@@ -419,7 +422,15 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
             declared = {}  # run_notebook reports the problem as this notebook's failure
         declared_any |= set(declared)
         params, warns = params_for(src.stem, declared, common, sections.get(src.stem, {}))
-        r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
+        bad = problems.refused(src.stem, params, cwd or src.resolve().parent.parent)
+        if bad:   # a given parameter that cannot be read: the notebook is not run on it
+            r = NotebookResult(src.stem, str(src), "skipped", 0.0, "not run: a given parameter could not be read: "
+                               + "; ".join(map(str, bad)), {}, None, None, None, tuple(warns),
+                               dt.datetime.now().isoformat(timespec="seconds"), problems=bad)
+        else:
+            r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
+            r = dataclasses.replace(r, problems=problems.of_failure(src.stem, r.status, r.error, params))
+        r = dataclasses.replace(r, not_given=problems.not_given(src.stem, declared, params))
         results.append(r)
         where = r.html or "no report written"
         print(f"[{i}/{len(sources)}] {src.stem}: {r.status} in {r.seconds:.1f} s -> {out_dir / where}", flush=True)
@@ -440,7 +451,9 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
 
 
 def main(argv: list[str] | None = None) -> int:
-    """Command line entry point: 0 when every notebook ran ok, 1 when one did not, 2 when the run itself failed."""
+    """Command line entry point: 0 when every notebook ran ok on parameters that all read, 1 when one broke or timed
+    out (the workbook failed), 2 when the run itself could not start, 3 when a given parameter could not be read
+    (its notebooks not run) or a notebook stopped on an input it could not read."""
     ap = argparse.ArgumentParser(prog="python -m eagle3lib.report", description=__doc__.splitlines()[0])
     ap.add_argument("-f", "--params", help="YAML parameters file (top-level keys + per-notebook sections)")
     ap.add_argument("--only", help="comma-separated notebook numbers or names, e.g. 02,03")
@@ -464,8 +477,11 @@ def main(argv: list[str] | None = None) -> int:
     except Eagle3Error as e:
         print(f"error: {e}", file=sys.stderr)
         return 2
-    bad = [r.notebook for r in results if r.status not in ("ok", "skipped")]
+    bad = [r.notebook for r in results if r.status != "ok" and (r.status != "skipped" or r.problems)]
+    unread = problems.merged(p for r in results for p in r.problems if not p.failure)
     print(f"{len(results) - len(bad)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
           f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else ""), flush=True)
-    return 1 if bad else 0
+    for p in unread:
+        print(f"unreadable input: {p}", flush=True)
+    return problems.exit_code(results)
 

@@ -47,6 +47,9 @@ def vllm_effective(launch: LaunchArgs, version: str | None = None) -> dict:
     """What vLLM makes of a launch's speculative config: the method it runs (engines.vllm_config's rules at
     `version`, default the version checked), K, and the SGLang equivalent."""
     spec = dict(launch.speculative_config or {})
+    if "speculative_config" in launch.unread:       # never a method inferred from JSON that did not parse
+        return {"method": None, "model": None, "num_speculative_tokens": None, "sglang": None, "unread": True,
+                "notes": ["--speculative-config could not be read: the method, draft and K are not known"]}
     model = str(spec.get("model") or "")
     method, notes = infer_method(spec.get("method"), model or None, version)
     k = spec.get("num_speculative_tokens")

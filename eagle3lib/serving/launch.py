@@ -129,6 +129,13 @@ class LaunchArgs:
     positionals: tuple[str, ...] = ()   # stray words that are neither flags nor values
     notes: tuple[str, ...] = ()         # what was read leniently: bad values, repeats, shell redirections
     argv: tuple[str, ...] = ()          # the flag part as tokens (what the engine's argparse would see)
+    unread: tuple[str, ...] = ()        # fields whose value could not be read (strict=False): never evidence
+
+    @property
+    def speculation_unread(self) -> bool:
+        """A speculative setting (algorithm, draft, knobs, vLLM --speculative-config) whose value could not be read:
+        nothing about the draft's serving may be decided from this command."""
+        return bool(set(self.unread) & (set(SPEC_FIELDS) | {"speculative_config"}))
 
     def get(self, name: str, default=None):
         """A flag's value by field name (``max_running_requests``) or flag (``--max-running-requests``)."""
@@ -154,10 +161,11 @@ def parse_launch(command: str | Sequence[str], engine: str | None = None, strict
     rest, dropped = _cut_shell(rest)
     if dropped:
         notes.append(f"ignored shell syntax after the command: {' '.join(dropped)}")
-    flags, unknown, positionals = _read_flags(rest, found_engine, strict, notes)
+    unread: list[str] = []
+    flags, unknown, positionals = _read_flags(rest, found_engine, strict, notes, unread)
     if found_engine == "vllm":
         positionals = _vllm_positional_model(entrypoint, flags, positionals, notes)
-        _vllm_spec(flags, strict, notes)
+        _vllm_spec(flags, strict, notes, unread)
     elif positionals:
         notes.append(f"stray words kept but not understood: {list(positionals)}")
     get = flags.get
@@ -166,11 +174,13 @@ def parse_launch(command: str | Sequence[str], engine: str | None = None, strict
         return LaunchArgs("sglang", entrypoint, get("model_path"), get("speculative_draft_model_path"),
                           get("speculative_algorithm"), _int(get("speculative_num_steps")),
                           _int(get("speculative_eagle_topk")), _int(get("speculative_num_draft_tokens")), None, None,
-                          flags, tuple(unknown), env, tuple(positionals), tuple(notes), tuple(rest))
+                          flags, tuple(unknown), env, tuple(positionals), tuple(notes), tuple(rest),
+                          tuple(dict.fromkeys(unread)))
     return LaunchArgs("vllm", entrypoint, get("model"), spec.get("model") if spec else None,
                       spec.get("method") if spec else None, None, None, None,
                       _int(spec.get("num_speculative_tokens")) if spec else None, spec,
-                      flags, tuple(unknown), env, tuple(positionals), tuple(notes), tuple(rest))
+                      flags, tuple(unknown), env, tuple(positionals), tuple(notes), tuple(rest),
+                      tuple(dict.fromkeys(unread)))
 
 
 def _int(v):
@@ -257,7 +267,7 @@ def _looks_like_value(token: str) -> bool:
     return not token.startswith("-") or bool(re.fullmatch(r"-\d+(\.\d*)?([eE][-+]?\d+)?", token))
 
 
-def _read_flags(tokens: list[str], engine: str, strict: bool, notes: list[str]):
+def _read_flags(tokens: list[str], engine: str, strict: bool, notes: list[str], unread: list[str]):
     table, flags, unknown, positionals, i = FLAGS[engine], {}, [], [], 0
     while i < len(tokens):
         tok = tokens[i]
@@ -295,6 +305,7 @@ def _read_flags(tokens: list[str], engine: str, strict: bool, notes: list[str]):
             _store(flags, field_name, value, notes)
             continue
         field_name, kind = spec
+        before = len(notes)
         if kind == "bool":
             value = (not negated) if not eq else _bool(inline, name, strict, notes)
         elif kind == "list":
@@ -314,8 +325,11 @@ def _read_flags(tokens: list[str], engine: str, strict: bool, notes: list[str]):
             else:
                 _fail(strict, notes, ServingArgsError(f"flag {name}", "has no value", expected=f"a {kind} value",
                                                       found="nothing", cause="the value was cut off or quoted away"))
+                unread.append(field_name)
                 continue
             value = _typed(raw, kind, name, strict, notes)
+        if len(notes) > before:           # a value kept as text because it could not be typed
+            unread.append(field_name)
         _store(flags, field_name, value, notes)
     return flags, unknown, positionals
 
@@ -381,12 +395,14 @@ def _vllm_positional_model(entrypoint: str, flags: dict, positionals: list[str],
     return positionals
 
 
-def _vllm_spec(flags: dict, strict: bool, notes: list[str]) -> None:
+def _vllm_spec(flags: dict, strict: bool, notes: list[str], unread: list[str]) -> None:
     spec = flags.get("speculative_config")
     if spec is not None and not isinstance(spec, dict):
-        _fail(strict, notes, ServingArgsError("flag --speculative-config", "is not a JSON object",
-                                              expected='{"method": "eagle3", "model": ..., '
-                                                       '"num_speculative_tokens": K}', found=repr(spec)[:120]))
+        if "speculative_config" not in unread:     # JSON that parsed, but to a list or a number
+            _fail(strict, notes, ServingArgsError("flag --speculative-config", "is not a JSON object",
+                                                  expected='{"method": "eagle3", "model": ..., '
+                                                           '"num_speculative_tokens": K}', found=repr(spec)[:120]))
+            unread.append("speculative_config")
         return
     legacy = {k: flags[k] for k in ("speculative_model", "num_speculative_tokens") if k in flags}
     if legacy:

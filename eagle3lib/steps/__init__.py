@@ -1,6 +1,8 @@
 """What each notebook calls: a notebook's parameters resolved (empty path = the demo world's artifact is decided
 here and only here), then the library called in the notebook's order.
 
+- `given`      every input a user gives, read once before use: one that cannot be read is a `Problem` naming
+  the parameter, the path or text, the error and what was expected (the diagnosis and the report runner).
 - `checkpoint_audit` notebook 00: its inputs, and the forward preview on one training sample (when given).
 - `discovery`  notebook 01: everything shown for one launch command, from every source given.
 - `served_prediction` notebook 01 §11 and the diagnosis: each served τ beside the replay under the setting it ran

@@ -22,7 +22,7 @@ from ..samples.readers import open_dataset
 from ..replay.run import load_setup, replay
 from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
-from ..errors import MissingFileError
+from ..errors import DataError, MissingFileError
 
 
 @dataclass(frozen=True, eq=False)
@@ -63,6 +63,10 @@ def inputs(target_path: str = "", draft_path: str = "", training_data: str = "",
         notes.append("no serving_dump given: the serving side is not checked (give an SGLang "
                      "--debug-tensor-dump-output-folder or an eagle3lib dump)")
     ds = open_dataset(training_data)
+    if not 0 <= sample_index < len(ds):
+        raise DataError(f"training_data {training_data}", f"no sample {sample_index}", expected=f"a sample index "
+                        f"below the {len(ds)} samples", found=sample_index, cause="an empty dataset, or sample_index "
+                        "past its end")
     sample = ds[sample_index]
     model = load_target_model(target_path, device=device, dtype=dtype)
     return DiffInputs(Path(target_path), Path(draft_path), Path(training_data), sample,

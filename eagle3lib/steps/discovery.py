@@ -17,7 +17,7 @@ from ..engines.layer_reading import EngineReading, layer_reading
 from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command, vllm_effective
 from ..causes import Finding, not_checked
 from ..checks.run import run_checks
-from ..errors import Eagle3Error
+from ..errors import Eagle3Error, ServingArgsError
 from ..serving.launch import LaunchArgs, parse_launch
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
 from ..serving.vllm_log import read_vllm_log
@@ -64,10 +64,16 @@ def resolve_inputs(launch_command: str = "", fixed_command: str = "", sglang_ver
 
 def command_text(command: str) -> str:
     """`command`, or the text of the file it names (one command, backslash continuations kept) when it is a file
-    path."""
+    path; ServingArgsError when that file is not text."""
     c = (command or "").strip()
     if c and "\n" not in c and " " not in c and Path(repo_path(c)).is_file():
-        return Path(repo_path(c)).read_text().strip()
+        path = Path(repo_path(c))
+        try:
+            return path.read_bytes().decode("utf-8").strip()
+        except (OSError, UnicodeDecodeError) as e:
+            raise ServingArgsError(str(path), "the launch command file cannot be read as text", expected="a text "
+                                   "file holding one launch command", found=f"{type(e).__name__}: {e}"[:160],
+                                   cause="a binary file, or another file than the command") from None
     return command
 
 
@@ -110,6 +116,7 @@ class Discovery:
     target_config: Path | None = None
     draft_config: Path | None = None
     vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
+    problem_errors: tuple[str, ...] = ()  # the error class of each problem
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -184,6 +191,11 @@ class Discovery:
         where = "serving settings (launch command vs effective settings)"
         if self.launch is None:
             return [not_checked("ndt_override", where, "the launch command (launch_command)")]
+        unread = [k for k in self.launch.unread if k in KNOBS + ("speculative_algorithm", "speculative_config")]
+        if unread:      # a knob that did not parse is never evidence of a rewrite
+            flags = ", ".join("--" + k.replace("_", "-") for k in unread)
+            return [Finding("ndt_override", "not checked", f"not checked: {flags} could not be read",
+                            {"unread": unread}, where, needs=f"the launch command with a valid value ({flags})")]
         if self.launch.engine != "sglang" or self.resolution is None:
             why = "vLLM runs K as given" if self.launch.engine == "vllm" else "no SGLang resolution"
             return [Finding("ndt_override", "ruled out" if self.launch.engine == "vllm" else "not checked",
@@ -239,13 +251,14 @@ SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
     (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
-    if d.launch is None:
-        found = run_checks(only=("launch",), progress=progress)
+    draft = str(d.draft_config.parent) if d.draft_config else None
+    target = str(d.target_config.parent) if d.target_config else None
+    if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
+        found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
-        found = run_checks(draft=str(d.draft_config.parent) if d.draft_config else None,
-                           target=str(d.target_config.parent) if d.target_config else None,
-                           launch=inputs.launch_command, engine_version=d.version if d.launch.engine == "sglang"
+        found = run_checks(draft=draft, target=target, launch=inputs.launch_command,
+                           engine_version=d.version if d.launch.engine == "sglang"
                            else (vl.version if vl is not None else None), only=SERVING_CHECKS, progress=progress,
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
@@ -272,19 +285,29 @@ def side_by_side(a: Discovery, b: Discovery, names=("seed", "fixed")) -> pd.Data
     return pd.DataFrame(rows, dtype=object)
 
 
-def _try(problems: list[str], fn, *args, **kwargs):
+class _Problems(list):
+    """The problems met (messages), with the error class of each in `errors`."""
+    def __init__(self):
+        super().__init__()
+        self.errors: list[str] = []
+
+
+def _try(problems: _Problems, fn, *args, **kwargs):
     try:
         return fn(*args, **kwargs)
     except Eagle3Error as e:
         problems.append(str(e))
+        problems.errors.append(type(e).__name__)
         return None
 
 
 def discover(launch_command, sglang_version: str = "", target_path: str = "", draft_path: str = "",
              server_info: str | dict = "", server_log: str = "", timeout: float = 3.0) -> Discovery:
     """Parse, resolve, read the server's answer, map to vLLM, read layer ids and lint; never raises on bad input."""
-    problems: list[str] = []
+    problems = _Problems()
     launch = _try(problems, parse_launch, launch_command, strict=False) if launch_command else None
+    if launch is not None and launch.unread:       # read leniently for the tables; what did not parse is a problem
+        _try(problems, parse_launch, launch_command, strict=True)
     tcfg, dcfg, notes = config_paths(repo_path(target_path), repo_path(draft_path))
     server_info = repo_path(server_info) if isinstance(server_info, str) else server_info
     server_log = repo_path(server_log)
@@ -304,8 +327,8 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     if _try(problems, parse_version, version) is None:
         version = DEFAULT_VERSION
     res = None
-    if launch is not None and launch.engine == "sglang":
-        res = _try(problems, resolve, launch, version, arch, strict=False)
+    if launch is not None and launch.engine == "sglang" and not launch.speculation_unread:
+        res = _try(problems, resolve, launch, version, arch, strict=False)   # never from knobs that did not parse
     observed = info if info is not None else log if (log is not None and log.server_args) else None
     diff = requested_vs_effective(launch, observed, res) if res is not None else pd.DataFrame()
     if res is not None:
@@ -328,4 +351,4 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     if launch is not None and launch.engine == "vllm" and server_log:
         vlog = _try(problems, read_vllm_log, server_log, num_target_layers=L)
     return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                     tuple(notes), tcfg, dcfg, vlog)
+                     tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors))

@@ -49,3 +49,18 @@ def test_lossy_threshold_and_quantized_target_and_width(tmp_path):
 def test_without_inputs_everything_is_not_checked(tmp_path):
     f = check_launch(read_artifacts())
     assert {x.status for x in f} == {"not checked"} and all(x.needs for x in f)
+
+
+def test_a_speculative_config_that_does_not_parse_is_never_evidence(tmp_path):
+    """Issue 28: `--speculative-config {bad json` once confirmed wrong_method ("vLLM runs method None") and, read as
+    vLLM's engine, two layout causes. Now: wrong_method not checked naming the flag, and no engine layer reading."""
+    from eagle3lib.checks.run import run_checks
+    cmd = "vllm serve x --speculative-config {bad json"
+    (f,) = [x for x in _f(tmp_path, cmd) if x.cause == "wrong_method"]
+    assert f.status == "not checked" and "--speculative-config" in f.summary and "--speculative-config" in f.needs
+    found = run_checks(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path), launch=cmd)
+    assert not [(x.cause, x.status) for x in found if x.status in ("confirmed", "suspected")]
+    good = run_checks(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path),
+                      launch=cmd.replace("{bad json", "'{\"method\": \"eagle3\", \"model\": \"d\", "
+                                                       "\"num_speculative_tokens\": 3}'"))
+    assert {x.cause for x in good if x.status != "not checked"} >= {"wrong_method", "aux_layout_mismatch"}

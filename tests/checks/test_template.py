@@ -86,3 +86,9 @@ def test_think_and_system_prompt_differences_with_served_prompts(tmp_path, targe
 def test_without_a_tokenizer_not_checked(tmp_path, target):
     f = check_template(read_artifacts(data=_data(tmp_path, target[1], [CHAT], "d")))
     assert [x.status for x in f] == ["not checked"] and "tokenizer" in f[0].needs
+
+
+def test_no_readable_sample_decides_nothing(tmp_path, target):
+    """Training data of which no sample reads (an empty index): not checked, never 'confirmed' from 0 samples."""
+    (f,) = _f(tmp_path, target, [])
+    assert f.status == "not checked" and "no training sample could be read" in f.summary

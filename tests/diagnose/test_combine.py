@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from eagle3lib.causes import Finding, not_checked
 from eagle3lib.diagnose.combine import combine, diagnose
+from eagle3lib.diagnose.run import Inputs, attribute, undecided
+from eagle3lib.steps.given import Problem
 
 
 def F(cause, status, where="x", fix=""):
@@ -56,3 +58,59 @@ def test_healthy_run_says_no_fault_found_and_what_was_checked():
     assert d.healthy and d.alarms == ()
     assert d.headline() == "no fault found: 2 causes checked and ruled out, 1 not checked"
     assert list(d.frame().status) == ["ruled out", "ruled out", "not checked"]
+
+
+# ---------------------------------------------------------------- "no fault found" only on evidence (issue 28)
+
+def _clean():
+    return [F("ndt_override", "ruled out"), F("aux_layout_mismatch", "ruled out"),
+            not_checked("generalization_gap", "02", "held-out data (--heldout)")]
+
+
+def test_an_unreadable_input_is_listed_first_and_never_healthy():
+    p = Problem("--draft", "/m/draft", "UnsafeFileError", "/m/draft/pytorch_model.bin: refused", "a draft folder",
+                "the draft")
+    d = diagnose(_clean(), problems=[p, Problem("--log", "/etc/passwd", "LogParseError", "no server line", "")])
+    assert not d.healthy and d.alarms == ()
+    assert d.headline() == ("could not read the draft (--draft '/m/draft'): UnsafeFileError: "
+                            "/m/draft/pytorch_model.bin: refused (and 1 more problem)")
+    text = d.text().splitlines()
+    assert text[2] == "PROBLEMS (2)" and "--draft" in text[3] and "UnsafeFileError" in text[4]
+    rec = d.to_dict()
+    assert [x["param"] for x in rec["problems"]] == ["--draft", "--log"] and rec["healthy"] is False
+    assert Problem.from_dict(rec["problems"][0]) == p
+    # with an alarm too, both: what could not be read, then what was found
+    d = diagnose(_clean() + [F("lossy_threshold", "confirmed")], problems=[p])
+    assert d.headline().startswith("could not read the draft") and "; confirmed: " in d.headline()
+
+
+def test_a_broken_part_is_a_failure_in_the_headline():
+    p = Problem("02 training-sample replay", "", "TypeError", "boom (at x.py:3)", "", failure=True)
+    d = diagnose(_clean(), problems=[p])
+    assert not d.healthy and d.headline() == "the workbook failed in 02 training-sample replay: TypeError: boom " \
+                                             "(at x.py:3)"
+
+
+def test_how_little_was_checked_and_what_to_give():
+    d = diagnose(_clean(), not_given=["--data", "--launch"])
+    assert not d.healthy
+    assert d.headline() == "2 of 3 causes checked: give --data and --launch to check the rest"
+    d = diagnose(_clean(), undecided=["--heldout was given but decided none of generalization_gap"])
+    assert not d.healthy and d.headline().endswith("--heldout was given but decided none of generalization_gap")
+    assert diagnose(_clean()).healthy          # the same findings with nothing standing in the way
+
+
+def test_undecided_names_a_given_input_that_decided_nothing():
+    d = diagnose(_clean())
+    assert undecided(d, {"draft", "data", "heldout"}) == [
+        "--heldout was given but decided none of generalization_gap (needs held-out data (--heldout))"]
+    assert undecided(d, {"draft", "heldout"}) == []                       # it needs --data as well
+    assert undecided(d, {"draft", "data", "launch"}) == []                # ndt_override was decided
+    bad = [Problem("--heldout", "/x", "DataError", "unreadable", "")]
+    assert undecided(d, {"draft", "data", "heldout"}, bad) == []          # unreadable: a problem already
+
+
+def test_attribute_names_the_input_a_message_shows():
+    inp = Inputs(draft="/m/d", data="/data/train")
+    assert attribute("/data/train: no training data found", inp, "02") == ("--data", "/data/train")
+    assert attribute("something else broke", inp, "02") == ("02", "")

@@ -52,10 +52,13 @@ def test_write_index_writes_both_files(tmp_path):
     data = json.loads((out / "index.json").read_text(encoding="utf-8"))
     assert data["notebooks"] == ROWS and data["params_file"] == "params/a.yaml" and data["kernel"] == "python3"
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d", data["generated_at"])
-    assert list(data) == ["generated_at", "params_file", "kernel", "diagnosis", "notebooks"]
-    # no finding at all is no evidence: never a healthy verdict
+    assert list(data) == ["generated_at", "params_file", "kernel", "problems", "diagnosis", "notebooks"]
+    # no finding at all is no evidence: never a healthy verdict; a notebook that broke or timed out is a problem
+    # of the workbook, listed first
     assert data["diagnosis"]["verdicts"] == [] and not data["diagnosis"]["healthy"]
-    assert data["diagnosis"]["headline"].startswith("nothing checked")
+    assert [(p["param"], p["error"], p["failure"]) for p in data["problems"]] == [
+        ("01_bad", "ValueError", True), ("02_slow", "timeout", True)]
+    assert data["diagnosis"]["headline"].startswith("the workbook failed in 01_bad: ValueError: boom")
     page = (out / "index.html").read_text(encoding="utf-8")
     assert page.startswith("<!DOCTYPE html>") and page.endswith("</html>\n")
     assert "<p>1/3 notebooks ok.</p>" in page and f"generated_at: {data['generated_at']}" in page

@@ -171,3 +171,21 @@ def test_flags_the_2026_cause_checks_read_are_known_and_typed():
                      "--structured-outputs-config '{\"backend\": \"xgrammar\"}' --enable-auto-tool-choice")
     assert v.unknown == () and v.flags["enable_prefix_caching"] is False
     assert v.flags["structured_outputs_config"] == {"backend": "xgrammar"} and v.flags["max_loras"] == 2
+
+
+def test_values_that_do_not_parse_are_listed_as_unread():
+    """strict=False keeps a bad value as text and lists its field in `unread` (never evidence); strict raises."""
+    la = parse_launch("vllm serve x --speculative-config {bad json", strict=False)
+    assert la.unread == ("speculative_config",) and la.speculation_unread and la.speculative_config is None
+    la = parse_launch("python -m sglang.launch_server --model-path m --speculative-num-steps three "
+                      "--mem-fraction-static lots --disable-radix-cache=perhaps --speculative-draft-model-path",
+                      strict=False)
+    assert la.unread == ("speculative_num_steps", "mem_fraction_static", "disable_radix_cache",
+                         "speculative_draft_model_path")
+    assert la.speculation_unread
+    la = parse_launch("python -m sglang.launch_server --model-path m --mem-fraction-static lots", strict=False)
+    assert la.unread == ("mem_fraction_static",) and not la.speculation_unread
+    ok = parse_launch("vllm serve x --speculative-config '{\"method\": \"eagle3\"}' --speculative-config.model d")
+    assert ok.unread == () and ok.speculative_config == {"method": "eagle3", "model": "d"}
+    with pytest.raises(ServingArgsError, match="--speculative-config"):
+        parse_launch("vllm serve x --speculative-config {bad json")

@@ -68,3 +68,23 @@ def test_shipped_sample_configs_match_the_shipped_world():
         world = json.loads((ARTIFACTS / what / "config.json").read_text())
         sample.pop("_name_or_path"), world.pop("_name_or_path", None)
         assert sample == world, f"data/samples/demo_{what}_config.json differs from {ARTIFACTS / what}/config.json"
+
+
+def test_a_knob_that_does_not_parse_is_a_problem_never_a_rewrite(tmp_path):
+    """`--speculative-num-steps three`: the strict parse error is a problem, no SGLang resolution (it once raised a
+    TypeError in the rule table), ndt_override not checked naming the flag; a binary command file is refused."""
+    import pytest
+
+    from eagle3lib.errors import ServingArgsError
+    from eagle3lib.steps.discovery import command_text
+    d = discover(SEED.replace("--speculative-num-steps 1", "--speculative-num-steps three"), "0.5.6")
+    assert d.resolution is None and d.problem_errors == ("ServingArgsError",)
+    assert "--speculative-num-steps" in d.problems[0] and "'three'" in d.problems[0]
+    (f,) = d.cause_findings()
+    assert f.status == "not checked" and "--speculative-num-steps" in f.needs
+    v = discover("vllm serve x --speculative-config {bad json")
+    assert v.vllm["method"] is None and v.vllm.get("unread") and v.cause_findings()[0].status == "not checked"
+    binary = tmp_path / "launch.txt"
+    binary.write_bytes(b"\xcc\x81\xff\x00launch")
+    with pytest.raises(ServingArgsError, match="cannot be read as text"):
+        command_text(str(binary))
