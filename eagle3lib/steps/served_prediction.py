@@ -55,6 +55,19 @@ class ServedPrediction:
             return pd.DataFrame(columns=["what", "setting", "accept_length", "source"])
         return pd.concat([c.frame() for c in self.comparisons], ignore_index=True)
 
+    def view_frame(self) -> pd.DataFrame | str:
+        """What the engine loads, aspect by aspect, with the source that answered (vLLM deployments)."""
+        if self.view is None:
+            return "not shown: not a vLLM deployment with a draft given (the table above is the whole comparison)"
+        return self.view.frame()
+
+    def as_served_frame(self) -> pd.DataFrame | str:
+        """The draft replayed as trained, as the engine loads it and one aspect at a time (vLLM deployments)."""
+        if self.as_served is None:
+            why = "; ".join(self.missing + self.problems) or "no served accept length to set beside it"
+            return f"not replayed as served: {why}"
+        return self.as_served.frame()
+
     def findings(self) -> list[Finding]:
         if self.decided:
             return list(self.decided)
