@@ -85,3 +85,23 @@ def test_a_draft_vllm_dies_on_is_a_finding_naming_the_file_and_key(served):
     assert sorted(v.cause for v in r.diagnosis.verdicts if v.status == "confirmed") == ["aux_layout_mismatch"]
     assert sum(v.status == "ruled out" for v in r.diagnosis.verdicts) >= 15    # nothing else is lost
     assert not r.problems
+
+
+def test_the_vllm_demo_report_tells_the_off_by_one_story(served, tmp_path):
+    """`make report PARAMS=params/demo-vllm.yaml` on the deployments this session served: every notebook runs on
+    the real engine's files and the index confirms layer_id_off_by_one alone."""
+    import json
+    import os
+    from pathlib import Path
+
+    from eagle3lib.report.runner import main
+    diagnosed(served, "off_by_one"), diagnosed(served, "healthy")
+    root = Path(os.environ[vllm_world.ROOT_ENV])
+    text = (Path(__file__).resolve().parents[1] / "params" / "demo-vllm.yaml").read_text()
+    params = tmp_path / "demo-vllm.yaml"
+    params.write_text(text.replace("data/demo_vllm/", f"{root}/"))
+    assert main(["-f", str(params), "--out", str(tmp_path / "reports")]) == 0
+    index = json.loads((tmp_path / "reports" / "index.json").read_text())
+    assert [r["status"] for r in index["notebooks"]] == ["ok"] * 5
+    confirmed = [v["cause"] for v in index["diagnosis"]["verdicts"] if v["status"] == "confirmed"]
+    assert confirmed == ["layer_id_off_by_one"], index["diagnosis"]["headline"]

@@ -381,3 +381,19 @@ def test_the_tagged_figure_and_evidence_anchors_reach_the_index(tmp_path):
     assert report.main(["--notebooks", str(nbs), "--out", str(out)]) == 0
     assert _rows(out)["00_fig"]["figure"] is None and not (out / "00_fig.figure.png").exists()
     assert "<img" not in (out / "index.html").read_text()
+
+
+def test_the_vllm_demo_without_a_vllm_venv_says_how_to_make_one_and_skips(tmp_path, monkeypatch, capsys):
+    """params/demo-vllm.yaml on a machine without .venv-vllm: nothing is served, no notebook runs, every one is
+    'skipped' with the reason (`make vllm`), and the run exits 0: it never fails for want of the engine."""
+    from eagle3lib.report import runner
+    monkeypatch.setenv("EAGLE3LIB_VLLM_PYTHON", str(tmp_path / "no-such-python"))
+    params = Path(__file__).resolve().parents[2] / "params" / "demo-vllm.yaml"
+    code = runner.main(["-f", str(params), "--out", str(tmp_path / "reports"),
+                        "--notebooks", str(Path(__file__).resolve().parents[2] / "notebooks")])
+    out = capsys.readouterr().out
+    assert code == 0 and "make vllm" in out and "skipped" in out
+    index = json.loads((tmp_path / "reports" / "index.json").read_text())
+    assert {r["status"] for r in index["notebooks"]} == {"skipped"} and len(index["notebooks"]) == 5
+    assert not index["diagnosis"]["healthy"]
+    assert not (tmp_path / "reports" / "00_checkpoint_audit.html").exists()
