@@ -6,6 +6,7 @@
 - `weights`   a target's safetensors read tensor by tensor (`TargetWeights`), fp8 block scales dequantized.
 - `stream`    the target on the meta device, each unit's weights read just before it runs (`stream_target`).
 - `layerwise` many sequences through a streamed target, each layer read once for all (`capture_layerwise`).
+- `recapture` `python -m eagle3lib.hidden.recapture`: a training set's aux states recaptured from the current target.
 - `dumps`     serving dumps in: SGLang debug tensor dumps and the eagle3lib dump format (`save_dump` / `load_dump`).
 - `compare`   slot-vs-boundary similarity and identification; which layout a dumped fc input was fed.
 - `identify`  which boundaries a training shard's slots hold: identified against the target's own boundaries,
