@@ -139,6 +139,7 @@ def capture_layerwise(model, sequences, *, only=None, batch_size: int = 8, pad_i
     out = []
     for (ids, _, lens), states in zip(batches, kept):
         for b, n in enumerate(lens):    # right padding: the first n positions are the sequence's tokens
-            out.append(Capture({k: states[k][b, :n].clone() for k in wanted}, ids[b, :n].clone(), L, stream.dtype,
+            # views, not copies: a group's states are held once (the sequences of a batch share its storage)
+            out.append(Capture({k: states[k][b, :n] for k in wanted}, ids[b, :n].clone(), L, stream.dtype,
                                "streamed"))
     return out
