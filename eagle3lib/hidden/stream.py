@@ -57,6 +57,13 @@ def target_class(path):
     return transformers.AutoModelForCausalLM._model_mapping[type(config)], config
 
 
+def dtype_kwarg(dtype: torch.dtype) -> dict:
+    """{"dtype": dtype} for transformers >= 5, {"torch_dtype": dtype} before (the argument's old name)."""
+    import transformers
+
+    return {"dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype": dtype}
+
+
 def check_device(device) -> torch.device:
     """`device` as a torch.device, or a ConfigError when it names a CUDA device this machine does not have."""
     d = torch.device(device)
@@ -259,7 +266,7 @@ def stream_target(path, device="cpu", dtype=None):
     if getattr(config, "quantization_config", None):
         config.quantization_config = None        # the weights are dequantized as read: build plain Linear layers
     with torch.device("meta"):
-        model = cls._from_config(config, dtype=dt)
+        model = cls._from_config(config, **dtype_kwarg(dt))
     model.eval()
     _compute_rope_buffers(model, dev)
     model.eagle3lib_stream = WeightStream(model, weights, dev, dt)

@@ -19,7 +19,7 @@ from pathlib import Path
 import torch
 
 from ..errors import CheckpointError, ConfigError, Eagle3Error, MissingFileError
-from .stream import check_device, resolve_dtype, stream_target, target_class
+from .stream import check_device, dtype_kwarg, resolve_dtype, stream_target, target_class
 from .weights import TargetWeights, block_size
 
 MAX_CACHED = 2
@@ -98,7 +98,7 @@ def load_full(folder: Path, cls, config, device: torch.device, dtype: torch.dtyp
 
     transformers.utils.logging.disable_progress_bar()   # a per-load "Loading weights" bar is noise in reports
     try:
-        model = cls.from_pretrained(str(folder), config=config, trust_remote_code=False, dtype=dtype)
+        model = cls.from_pretrained(str(folder), config=config, trust_remote_code=False, **dtype_kwarg(dtype))
     except ValueError as e:
         raise ConfigError(f"target model {folder}/config.json", "transformers cannot build this architecture",
                           expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],
