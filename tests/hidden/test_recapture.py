@@ -115,7 +115,8 @@ def test_ranks_split_the_samples_and_formats_convert(world, tmp_path):
 
 
 def test_the_command_line(world, tmp_path, capsys):
-    """One JSON line; exit 0 when written, 2 when the layout is unknown (SpecForge data declares none)."""
+    """One JSON line; exit 0 when written, 2 when the layout is unknown (SpecForge data declares none) or the
+    device is a GPU this machine does not have."""
     old, new, data = world
     assert main(["--target", str(new), "--data", str(data["speculators"]), "--out", str(tmp_path / "o"),
                  "--quiet"]) == 0
@@ -125,6 +126,11 @@ def test_the_command_line(world, tmp_path, capsys):
                  "--quiet"]) == 2
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert not rec["ok"] and "--layout" in rec["error"]
+    if not torch.cuda.is_available():          # the CUDA path says so before any work
+        assert main(["--target", str(new), "--data", str(data["seed"]), "--out", str(tmp_path / "q"),
+                     "--device", "cuda", "--quiet"]) == 2
+        rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+        assert "device 'cuda': no such CUDA device" in rec["error"] and not (tmp_path / "q").exists()
 
 
 def test_two_gloo_ranks_under_torchrun_equal_one_process(world, tmp_path):
