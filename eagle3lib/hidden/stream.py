@@ -15,7 +15,9 @@ decoder stored under another prefix (VLM wrappers: `language_model.model.` for t
 from __future__ import annotations
 
 import contextlib
+import ctypes
 import json
+import sys
 from pathlib import Path
 
 import torch
@@ -255,10 +257,30 @@ def resolve_dtype(dtype, config) -> torch.dtype:
     return got
 
 
+_ALLOCATOR = []      # set once per process by fixed_mmap_threshold
+
+
+def fixed_mmap_threshold(nbytes: int = 1 << 20) -> bool:
+    """Give every host allocation of `nbytes` or more its own mapping (glibc `mallopt(M_MMAP_THRESHOLD)`), so a
+    dropped unit's memory goes back to the system. glibc raises that threshold up to 32 MB as big blocks are freed;
+    after that, tensors of a few MB come from the heap and stay resident once freed (measured on the 1.5 GB
+    benchmark target: +0.2 GB of RSS that no unit held). Once per process; False off glibc (nothing changed)."""
+    if not _ALLOCATOR:
+        ok = False
+        if sys.platform.startswith("linux"):
+            try:
+                ok = bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))      # -3: M_MMAP_THRESHOLD
+            except (OSError, AttributeError):
+                ok = False
+        _ALLOCATOR.append(ok)
+    return _ALLOCATOR[0]
+
+
 def stream_target(path, device="cpu", dtype=None):
     """The HF target on the meta device with its weights streamed per unit (module docstring); in eval mode."""
     dev = check_device(device)
     weights = TargetWeights(path)
+    fixed_mmap_threshold()
     cls, config = target_class(path)
     dt = resolve_dtype(dtype, config)
     if dt in (torch.float8_e4m3fn, torch.float8_e5m2):
