@@ -24,7 +24,7 @@ import torch
 from torch import Tensor, nn
 
 from .capture import DECODER_PATHS, decoder_stack
-from .weights import TargetWeights
+from .weights import TargetWeights, host_empty
 from ..errors import CheckpointError, ConfigError, MissingFileError
 
 
@@ -157,7 +157,8 @@ class WeightStream:
             t = w.read(key, dt, dev)
         elif key.endswith(("experts.gate_up_proj", "experts.down_proj")):
             base, part = key.rsplit(".", 1)
-            E, out = meta.shape[0], torch.empty(meta.shape, dtype=dt, device=dev)
+            E = meta.shape[0]
+            out = host_empty(meta.shape, dt) if dev.type == "cpu" else torch.empty(meta.shape, dtype=dt, device=dev)
             for e in range(E):       # per-expert (I, H) tensors -> fused (E, 2I, H) / (E, H, I)
                 if part == "down_proj":
                     out[e] = w.read(f"{base}.{e}.down_proj.weight", dt, dev)
@@ -209,6 +210,7 @@ class WeightStream:
         for sub, attr, kind, _, meta in self._slots[unit]:
             (sub._parameters if kind == "param" else sub._buffers)[attr] = meta
         self.resident.discard(unit)
+        return_freed_memory()
 
     def release(self):
         """Drop every resident unit and every pin (after a forward stopped part-way)."""
@@ -257,30 +259,32 @@ def resolve_dtype(dtype, config) -> torch.dtype:
     return got
 
 
-_ALLOCATOR = []      # set once per process by fixed_mmap_threshold
+_LIBC = []      # glibc's malloc_trim, looked up once per process (None off glibc)
 
 
-def fixed_mmap_threshold(nbytes: int = 1 << 20) -> bool:
-    """Give every host allocation of `nbytes` or more its own mapping (glibc `mallopt(M_MMAP_THRESHOLD)`), so a
-    dropped unit's memory goes back to the system. glibc raises that threshold up to 32 MB as big blocks are freed;
-    after that, tensors of a few MB come from the heap and stay resident once freed (measured on the 1.5 GB
-    benchmark target: +0.2 GB of RSS that no unit held). Once per process; False off glibc (nothing changed)."""
-    if not _ALLOCATOR:
-        ok = False
+def return_freed_memory() -> bool:
+    """Hand the host memory freed since the last call back to the system (glibc `malloc_trim(0)`: free pages anywhere
+    in the heap). Called after a unit is dropped: a layer's weights have mappings of their own (weights.host_empty),
+    but the activations of its forward come from malloc's heap, which keeps them resident once freed (measured on the
+    1.5 GB benchmark target: ~0.2 GB of RSS held after each layer). False off glibc (nothing done)."""
+    if not _LIBC:
+        trim = None
         if sys.platform.startswith("linux"):
             try:
-                ok = bool(ctypes.CDLL("libc.so.6").mallopt(-3, int(nbytes)))      # -3: M_MMAP_THRESHOLD
+                trim = ctypes.CDLL("libc.so.6").malloc_trim
             except (OSError, AttributeError):
-                ok = False
-        _ALLOCATOR.append(ok)
-    return _ALLOCATOR[0]
+                trim = None
+        _LIBC.append(trim)
+    if _LIBC[0] is None:
+        return False
+    _LIBC[0](0)
+    return True
 
 
 def stream_target(path, device="cpu", dtype=None):
     """The HF target on the meta device with its weights streamed per unit (module docstring); in eval mode."""
     dev = check_device(device)
     weights = TargetWeights(path)
-    fixed_mmap_threshold()
     cls, config = target_class(path)
     dt = resolve_dtype(dtype, config)
     if dt in (torch.float8_e4m3fn, torch.float8_e5m2):

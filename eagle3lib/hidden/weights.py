@@ -11,6 +11,7 @@ rounded once to the compute dtype. Usage: ``w = TargetWeights(t); w.read("model.
 from __future__ import annotations
 
 import json
+import mmap
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -39,6 +40,23 @@ class Entry:
     @property
     def nbytes(self) -> int:
         return self.end - self.start
+
+
+MAPPED = 1 << 20     # host buffers of this many bytes or more get a mapping of their own (see host_empty)
+
+
+def host_empty(shape, dtype: torch.dtype) -> Tensor:
+    """An uninitialised CPU tensor; from MAPPED bytes up in an anonymous mapping of its own, which goes back to the
+    system the moment the tensor is freed (malloc keeps freed blocks of a few MB in its heap, resident: a streamed
+    target's dropped layers would stay in RSS)."""
+    shape = tuple(shape)
+    n = 1
+    for d in shape:
+        n *= d
+    nbytes = n * torch.empty((), dtype=dtype).element_size()
+    if nbytes < MAPPED:
+        return torch.empty(shape, dtype=dtype)
+    return torch.frombuffer(mmap.mmap(-1, nbytes), dtype=torch.uint8).view(dtype).reshape(shape)
 
 
 def _safetensors_files(folder: Path) -> list[Path]:
@@ -80,7 +98,7 @@ def dequantize_blocks(q: Tensor, scale_inv: Tensor, block: tuple[int, int], dtyp
         raise CheckpointError("fp8 weight_scale_inv", "block scales do not tile the weight",
                               expected=f"({-(-N // bn)}, {-(-K // bk)}) for a ({N}, {K}) weight in {bn}x{bk} blocks",
                               found=tuple(scale_inv.shape), cause="weight_block_size disagrees with the checkpoint")
-    out = torch.empty((N, K), dtype=dtype, device=q.device)
+    out = host_empty((N, K), dtype) if q.device.type == "cpu" else torch.empty((N, K), dtype=dtype, device=q.device)
     cols = scale_inv.float().repeat_interleave(bk, dim=1)[:, :K]             # (N/bn, K/bk) -> (N/bn, K)
     step = bn * max(1, 4096 // bn)                                         # rows per chunk: bounds the fp32 copy
     for r in range(0, N, step):
@@ -140,7 +158,7 @@ class TargetWeights:
                                   expected=key, found=f"{len(self.entries)} other tensors",
                                   cause="a checkpoint of another architecture, or module names this reader does not "
                                   "map (fused experts, a VLM wrapper)")
-        buf = torch.empty(e.nbytes, dtype=torch.uint8)
+        buf = host_empty((e.nbytes,), torch.uint8)
         f = self._handles.get(e.file)
         if f is None:
             f = self._handles[e.file] = open(e.file, "rb", buffering=0)
