@@ -1,9 +1,10 @@
 """A target's safetensors weights read one tensor at a time, without building the model: `TargetWeights(path)`.
 
 The shard index (or the folder's `*.safetensors`) and every file's validated header give each tensor's file, dtype,
-shape and byte range; `read(key)` reads those bytes with one positioned read into a buffer of their own (no mmap,
-so the memory a read holds is that tensor and nothing else). fp8 block-quantized checkpoints (DeepSeek-V3 /
-Kimi-K2: `quantization_config = {"quant_method": "fp8", "weight_block_size": [128, 128]}`, an e4m3 `X.weight`
+shape and byte range; `read(key)` reads those bytes with one positioned read into a buffer of their own (the file is
+never mapped, so the memory a read holds is that tensor and nothing else; `host_empty` gives a big buffer an
+anonymous mapping that is returned to the system when the tensor is freed). fp8 block-quantized checkpoints
+(DeepSeek-V3 / Kimi-K2: `quantization_config = {"quant_method": "fp8", "weight_block_size": [128, 128]}`, an e4m3 `X.weight`
 beside a float32 `X.weight_scale_inv` of (ceil(N/bn), ceil(K/bk))) are dequantized per block as the engines do
 (DeepSeek's `weight_dequant`, vLLM's block fp8): W[i, j] = float(q[i, j]) * scale_inv[i // bn, j // bk], then
 rounded once to the compute dtype. Usage: ``w = TargetWeights(t); w.read("model.norm.weight", torch.bfloat16)``.
