@@ -98,7 +98,9 @@ proof
 # extra slot, a permutation, a slot one layer off, the other side of the final norm) with the dump as evidence.
 # The drift check recaptures a few training samples through the target as it is now: the same model gives
 # cosine ≈ 1 and norm ratio ≈ 1 per slot; another dtype a small uniform error; a fine-tuned target an error that
-# grows with depth.
+# grows with depth. Its fix, when drift is confirmed, is to recapture the training data from the target as it is now
+# and retrain: the finding's fix line names the command with these paths (`python -m eagle3lib.hidden.recapture
+# --target ... --data ... --layout ... --out ...`; README, "A target of any size").
 
 # %%
 causes = diffing.cause_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)

@@ -128,3 +128,19 @@ def test_prefetch_benchmark_measures_both_limits(tmp_path):
     from_disk = [r for r in rec["rows"] if r["what"].startswith(("read limit", "replay from disk"))]
     assert len(from_disk) == 5 and all(r["MB/s of hidden states"] <= 5.0 for r in from_disk)
     assert set(rec["replay_fraction_of_slower"]) == {f"prefetch_tokens={p}" for p in (0, 512, 8192, 32768)}
+
+
+def test_recapture_benchmark_streams_the_same_states(tmp_path):
+    """The recapture benchmark on a tiny 4-layer target: full and streamed in fresh processes give the same states,
+    the streamed capture reads only the layers up to its deepest boundary, every cache state and depth measured."""
+    rec = run_script("bench_recapture.py", tmp_path, "--layers", "4", "--hidden", "128", "--intermediate", "256",
+                     "--vocab", "512", "--samples", "3", "--tokens", "32", "--workdir", str(tmp_path / "work"),
+                     "--repeats", "1", "--name", "tiny")
+    assert [(r["cache"], r["target load"]) for r in rec["rows"]] == [
+        ("cold", "full"), ("cold", "streamed"), ("warm", "full"), ("warm", "streamed"), ("warm", "full"),
+        ("warm", "streamed")]
+    assert rec["max_abs_diff"] <= 1e-5 and set(rec["streamed_over_full"]) == {"cold", "warm"}
+    full, deep, mid = rec["rows"][0], rec["rows"][1], rec["rows"][5]
+    assert full["weights read MB"] * 1e6 == rec["target_bytes"]
+    assert mid["weights read MB"] < deep["weights read MB"] < full["weights read MB"]
+    assert all(r["seconds"] > 0 and r["peak RSS MB"] > 0 and r["read MB/s"] > 0 for r in rec["rows"])

@@ -76,3 +76,44 @@ def save_tiny_target(arch: str, folder, seed: int = 0, **over) -> Path:
     folder = Path(folder)
     tiny_target(arch, seed, **over).save_pretrained(folder)
     return folder
+
+
+def quantize_fp8_blocks(w: torch.Tensor, block=(128, 128)) -> tuple[torch.Tensor, torch.Tensor]:
+    """(N, K) weight -> (e4m3 weight (N, K), float32 scale_inv (ceil(N/bn), ceil(K/bk))), one scale per block
+    (amax / 448, as DeepSeek-V3's fp8 checkpoints are made); W ~= q * scale_inv per block."""
+    N, K = w.shape
+    bn, bk = block
+    nN, nK = -(-N // bn), -(-K // bk)
+    padded = torch.nn.functional.pad(w.float(), (0, nK * bk - K, 0, nN * bn - N))    # (N, K) -> (nN*bn, nK*bk)
+    blocks = padded.reshape(nN, bn, nK, bk)
+    scale = blocks.abs().amax(dim=(1, 3)).clamp(min=1e-12) / 448.0                     # (nN, nK)
+    q = (blocks / scale[:, None, :, None]).reshape(nN * bn, nK * bk)[:N, :K]
+    return q.to(torch.float8_e4m3fn), scale
+
+
+def save_fp8_target(src, folder, block=(128, 128)) -> Path:
+    """Copy of the target at `src` with every decoder-layer projection (2-D `*_proj.weight`, the experts' too) stored
+    as DeepSeek-V3 / Kimi-K2 do: e4m3 `X.weight` + float32 `X.weight_scale_inv`, and the config's
+    `quantization_config` naming the block size. Embedding, norms, router and lm_head stay as they are."""
+    import json
+    import shutil
+
+    from safetensors.torch import load_file, save_file
+
+    src, folder = Path(src), Path(folder)
+    folder.mkdir(parents=True, exist_ok=True)
+    out = {}
+    for name, t in load_file(str(src / "model.safetensors")).items():
+        if ".layers." in name and name.endswith("_proj.weight") and t.dim() == 2:
+            out[name], out[name + "_scale_inv"] = quantize_fp8_blocks(t, block)
+        else:
+            out[name] = t
+    save_file(out, str(folder / "model.safetensors"), metadata={"format": "pt"})
+    cfg = json.loads((src / "config.json").read_text())
+    cfg["quantization_config"] = {"activation_scheme": "dynamic", "fmt": "e4m3", "quant_method": "fp8",
+                                  "weight_block_size": list(block)}
+    (folder / "config.json").write_text(json.dumps(cfg, indent=2))
+    for extra in src.iterdir():
+        if extra.name not in ("model.safetensors", "config.json") and extra.is_file():
+            shutil.copy(extra, folder / extra.name)
+    return folder

@@ -11,6 +11,9 @@ import pandas as pd
 import torch
 
 from ..hidden.capture import capture, load_target_model
+from ..hidden.layerwise import capture_layerwise
+from ..hidden.recapture import recapture_command
+from ..hidden.stream import streamed
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..layout import input_index
@@ -27,9 +30,14 @@ def drift_table(model, samples, layout, num_layers: int, progress: bool = False)
     over the given samples (each recaptured through `model` on its own tokens)."""
     k = len(layout)
     cos_sum, ratio_sum, count = torch.zeros(k), torch.zeros(k), 0
+    samples = list(samples)
+    if streamed(model) is not None:        # a streamed target: every layer read once for all the samples
+        caps = capture_layerwise(model, [s.input_ids for s in samples], only=list(layout), progress=progress)
+    else:
+        caps = (capture(model, s.input_ids, only=list(layout))
+                for s in track(samples, desc="recapture", progress=progress, unit="sample"))
     with torch.inference_mode():
-        for s in track(samples, desc="recapture", progress=progress, unit="sample"):
-            cap = capture(model, s.input_ids, only=list(layout))
+        for s, cap in zip(samples, caps):
             fresh = cap.stack(layout).float()                              # (T, k, H)
             stored = s.aux.float()                                         # (T, k, H)
             cos_sum += torch.nn.functional.cosine_similarity(stored, fresh, dim=-1).sum(0)          # (T, k) -> (k,)
@@ -53,6 +61,10 @@ def classify(table: pd.DataFrame) -> str:
     if cos.min() >= CAST[0] and off.max() <= CAST[1] and not growing:
         return "cast"
     return "different"
+
+
+def _command(art: Artifacts, layout) -> str:
+    return recapture_command(art.target_path, art.data.root, layout)
 
 
 def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool = False,
@@ -79,7 +91,8 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
         if samples[0].hidden_size != model.config.hidden_size:
             return [Finding("target_drift", "confirmed", f"the stored states are {samples[0].hidden_size} wide, the "
                             f"target's are {model.config.hidden_size}: data from another model", {}, WHERE,
-                            fix="recapture the training data from this target and retrain", measured=True)]
+                            fix=f"recapture the training data from this target ({_command(art, layout)}) and retrain",
+                            measured=True)]
         table = drift_table(model, samples, layout, L, progress)
     except Eagle3Error as e:
         return [not_checked("target_drift", WHERE, "a target transformers can run on these tokens", str(e)[:200])]
@@ -106,5 +119,6 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
     return [Finding("target_drift", "confirmed", "the target no longer computes the training states (cosine by depth "
                     + ", ".join(f"{b} {c:.3f}" for b, c in zip(table.boundary, table.cosine))
                     + "): a different or since fine-tuned model", ev, WHERE,
-                    fix="recapture the training data from the current target and retrain the draft",
+                    fix=f"recapture the training data from the current target ({_command(art, layout)}) and retrain "
+                    "the draft on it",
                     source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]

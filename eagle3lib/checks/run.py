@@ -38,7 +38,7 @@ CHECKS = {
     "weights": (lambda a, o: check_weights(a, o["engine"], o["engine_version"]), ("weights_dropped",)),
     "template": (lambda a, o: check_template(a), ("chat_template_mismatch",)),
     "vocab": (lambda a, o: check_d2t(a), ("d2t_mapping",)),
-    "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"]), ("target_drift",)),
+    "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"], o["device"]), ("target_drift",)),
     "norm_meaning": (lambda a, o: check_norm_meaning(a, o["replay_n"]), ("fc_norm_conflict", "specforge_norm_output")),
     "window": (lambda a, o: check_window(a), ("draft_window_ignored",)),
     "launch_flags": (lambda a, o: check_launch_flags(a), ("prefix_cache_stale_kv", "dp_attention", "lora_target",
@@ -55,16 +55,16 @@ PART_OF = {"norm_meaning": "flags", "window": "context", "launch_flags": "launch
 USES_TRAINED_LAYOUT = ("layer_ids", "drift")
 
 
-def _drift(art, n: int, model=None):
+def _drift(art, n: int, model=None, device: str = "cpu"):
     """The recapture check runs the whole target: only when replay evidence is asked for (n > 0)."""
     if n <= 0:
         return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
                             "through the target)")]
     from .drift import check_drift
-    return check_drift(art, n=n, model=model)
+    return check_drift(art, n=n, model=model, device=device)
 
 
-def _identified(art, names, replay_n: int):
+def _identified(art, names, replay_n: int, device: str = "cpu"):
     """(art with the trained layout identified by recapture, the loaded target model) when replay evidence is
     asked for and a check that reads the layout runs; else (art, None). A target that will not load is left to
     the drift check to report."""
@@ -72,7 +72,7 @@ def _identified(art, names, replay_n: int):
         return art, None
     from ..hidden.capture import load_target_model
     try:
-        model = load_target_model(art.target_path)
+        model = load_target_model(art.target_path, device=device)
     except Eagle3Error:
         return art, None
     return with_identified_layout(art, model), model
@@ -88,14 +88,14 @@ def _engine(engine, launch):
 
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
-               only=None, engine_runner: str | None = None) -> list[Finding]:
+               only=None, engine_runner: str | None = None, device: str = "cpu") -> list[Finding]:
     """Every check (or those named in `only`, with the checks PART_OF them) on the inputs given; each returns
-    Findings, never raises."""
+    Findings, never raises. A recapture runs the target on `device` (the process's one copy of it)."""
     art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
     names = [n for n in CHECKS if only is None or n in only or (n in PART_OF and PART_OF[n] in only)]
-    art, model = _identified(art, names, int(replay_n))
+    art, model = _identified(art, names, int(replay_n), device)
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n),
-            "target_model": model, "engine_runner": engine_runner}
+            "target_model": model, "engine_runner": engine_runner, "device": device}
     out: list[Finding] = []
     for name in track(names, desc="checks", progress=progress, unit="check"):
         fn, causes = CHECKS[name]

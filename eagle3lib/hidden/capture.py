@@ -1,22 +1,22 @@
 """Hidden states in: reference captures of a target's residual boundaries, and the slots a draft is fed.
 
 `capture(model, input_ids)` runs an HF causal LM with plain forward (pre-)hooks and keeps `embed`, `layer_in.i`,
-`final_prenorm`, `final_postnorm` (layout.py names; or only those asked for, stopping after the deepest).
+`final_prenorm`, `final_postnorm` (layout.py names; or only those asked for, stopping after the deepest), on a
+loaded model or a layer-streamed one (`hidden.stream`: deeper layers are then never read).
 `decoder_stack` finds the decoder layers and final norm (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 / Kimi-K2, gpt-oss,
-VLM wrappers: DECODER_PATHS); `load_target_model` loads a local HF target without remote code.
+VLM wrappers: DECODER_PATHS); `load_target_model` gives a local HF target without remote code, once per process
+(`hidden.targets`).
 `Slots` are the k tensors a draft receives; `as_slots` builds them from training samples or any tensors.
 Serving dumps (SGLang tensor dumps, eagle3lib dumps) are read in `dumps.py`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
-from pathlib import Path
 
 import torch
 from torch import Tensor
 
-from ..errors import CheckpointError, ConfigError, LayoutError, MissingFileError
+from ..errors import LayoutError
 from ..layout import boundary_names, input_index, normalize, parse_layout
 from ..progress import bar, track
 
@@ -101,7 +101,8 @@ def decoder_stack(model):
                       cause="an architecture whose decoder stack is named differently (e.g. GPT-2's transformer.h)")
 
 
-def _requested(only, num_layers: int) -> list[str]:
+def requested_boundaries(only, num_layers: int) -> list[str]:
+    """The boundaries a capture keeps: all of them, or `only` (with both final states when one is asked for)."""
     if only is None:
         return boundary_names(num_layers)
     names = list(parse_layout(only, num_layers))
@@ -136,10 +137,21 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
     if ids.dim() not in (1, 2) or ids.numel() == 0:
         raise LayoutError("capture input_ids", "token ids must be (T,) or (B, T) and non-empty",
                           expected="(T,) or (B, T)", found=tuple(ids.shape))
-    if device is not None or dtype is not None:  # moves / casts the model in place
-        cast_keeping_rope(model, device, dtype)
-    p = next(model.parameters())
-    wanted = _requested(only, L)
+    stream = getattr(model, "eagle3lib_stream", None)    # a layer-streamed target (hidden.stream)
+    if stream is not None:
+        other_device = device is not None and torch.device(device) != stream.device
+        other_dtype = dtype is not None and str(dtype).replace("torch.", "") != str(stream.dtype)[len("torch."):]
+        if other_device or other_dtype:
+            raise LayoutError("capture of a streamed target", "a streamed target computes where it was opened",
+                                  expected=f"{stream.device} / {stream.dtype}", found=f"{device} / {dtype}",
+                                  cause="open it on that device and dtype: load_target_model(path, device, dtype)")
+        run_device, run_dtype = stream.device, stream.dtype
+    else:
+        if device is not None or dtype is not None:  # moves / casts the model in place
+            cast_keeping_rope(model, device, dtype)
+        p = next(model.parameters())
+        run_device, run_dtype = p.device, p.dtype
+    wanted = requested_boundaries(only, L)
     deepest = max(input_index(n, L) for n in wanted)   # L when a final state is asked for
     got: dict[str, Tensor] = {}
     meter = bar(total=deepest, desc="capture", progress=progress, unit="layer")
@@ -166,21 +178,25 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
         keep("final_postnorm", out)
         raise _Stop
 
-    handles = [layers[i].register_forward_pre_hook(pre_hook(i), with_kwargs=True) for i in range(min(deepest + 1, L))]
+    # prepend: the stop at the deepest layer fires before a streamed target reads that layer's weights
+    handles = [layers[i].register_forward_pre_hook(pre_hook(i), with_kwargs=True, prepend=True)
+               for i in range(min(deepest + 1, L))]
     if deepest == L:
-        handles += [norm.register_forward_pre_hook(norm_pre), norm.register_forward_hook(norm_out)]
+        handles += [norm.register_forward_pre_hook(norm_pre, prepend=True), norm.register_forward_hook(norm_out)]
     batch = ids if ids.dim() == 2 else ids[None]                     # (T,) -> (1, T)
-    mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(p.device)
+    mask = None if attention_mask is None else torch.as_tensor(attention_mask).to(run_device)
     if mask is not None and mask.dim() == 1:
         mask = mask[None]
     try:
         with torch.inference_mode():
-            base(input_ids=batch.to(p.device), attention_mask=mask, use_cache=False)
+            base(input_ids=batch.to(run_device), attention_mask=mask, use_cache=False)
     except _Stop:
         pass
     finally:
         for h in handles:
             h.remove()
+        if stream is not None:
+            stream.release()
         meter.update(meter.total - meter.n)
         meter.close()
     missing = [n for n in wanted if n not in got]
@@ -188,7 +204,7 @@ def capture(model, input_ids, *, only=None, attention_mask: Tensor | None = None
         raise LayoutError(f"capture of {type(model).__name__}", "hooks did not fire for some boundaries",
                           expected=wanted, found=sorted(got), cause="the model skips layers or its forward "
                           "does not call its decoder layers / final norm")
-    return Capture({n: got[n] for n in wanted}, ids.clone(), L, p.dtype)
+    return Capture({n: got[n] for n in wanted}, ids.clone(), L, run_dtype)
 
 
 def capture_batch(model, sequences, *, only=None, batch_size: int = 8, pad_id: int = 0, device=None, dtype=None,
@@ -217,58 +233,17 @@ def capture_for_layout(model, input_ids, layout, **kwargs) -> Tensor:
     return capture(model, input_ids, only=names, **kwargs).concat(names)
 
 
-def _native_class(config_file: Path):
-    """(class, config) when config.json names a model_type transformers lacks (remote code, e.g. Kimi-K2's `kimi_k2`)
-    but an architecture transformers ships (`DeepseekV3ForCausalLM`); None when AutoModel can load it as is."""
-    import transformers
-    from transformers import CONFIG_MAPPING
+def load_target_model(path, device="cpu", dtype=None, *, stream=None):
+    """The local HF target (no remote code) on `device` in `dtype`, in eval mode, loaded once per process.
 
-    try:
-        raw = json.loads(config_file.read_text())
-    except (OSError, ValueError):
-        return None                          # AutoConfig reports it
-    if not isinstance(raw, dict) or raw.get("model_type") in CONFIG_MAPPING:
-        return None
-    cls = next((getattr(transformers, a) for a in raw.get("architectures") or []
-                if isinstance(a, str) and hasattr(getattr(transformers, a, None), "config_class")), None)
-    if cls is None:
-        return None
-    fields = {k: v for k, v in raw.items() if k not in ("model_type", "auto_map")}
-    return cls, cls.config_class.from_dict(fields)
+    `hidden.targets.load_target`: a second call with the same folder, device and dtype returns the same model (loaded
+    again only when the files or the model changed); `stream` None picks a full `from_pretrained` load or a layer-
+    streamed model (`hidden.stream`: fp8 block-quantized weights, or more than half the device's memory); True / False
+    force one. A config whose model_type only remote code knows but whose `architectures` names a transformers class
+    (Kimi-K2: model_type `kimi_k2`, a `DeepseekV3ForCausalLM` stack) is built with that class, as vLLM / SGLang do."""
+    from .targets import load_target   # a function-level import: targets builds on this module
 
-
-def load_target_model(path, device="cpu", dtype=None):
-    """`AutoModelForCausalLM.from_pretrained(path)` (no remote code), on `device` in `dtype`, in eval mode.
-
-    A config whose model_type only remote code knows but whose `architectures` names a transformers class (Kimi-K2:
-    model_type `kimi_k2`, a `DeepseekV3ForCausalLM` stack) is loaded with that class, as vLLM / SGLang pick the
-    model file by architecture."""
-    import transformers
-
-    p = Path(path)
-    if not p.exists():
-        raise MissingFileError(f"target model {path}", "no such directory",
-                               expected="a local HF model folder with config.json and weights", found="nothing")
-    if p.is_dir() and not (p / "config.json").exists():
-        raise MissingFileError(f"target model {path}", "config.json is missing", expected="config.json",
-                               found=sorted(x.name for x in p.iterdir())[:10])
-    if isinstance(dtype, str) and dtype != "auto":
-        dtype = getattr(torch, dtype.replace("torch.", ""), None) or dtype
-    key = "dtype" if int(transformers.__version__.split(".")[0]) >= 5 else "torch_dtype"
-    transformers.utils.logging.disable_progress_bar()   # a per-load "Loading weights" bar is noise in reports
-    native = _native_class(p / "config.json") if p.is_dir() else None
-    cls, extra = (native[0], {"config": native[1]}) if native else (transformers.AutoModelForCausalLM, {})
-    try:
-        model = cls.from_pretrained(str(p), trust_remote_code=False, **extra,
-                                    **({key: dtype} if dtype is not None else {}))
-    except ValueError as e:
-        raise ConfigError(f"target model {path}/config.json", "transformers cannot build this architecture",
-                          expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],
-                          cause="a custom modeling file (trust_remote_code is refused) or a too-old transformers")
-    except (OSError, RuntimeError) as e:
-        raise CheckpointError(f"target model {path}", "weights could not be loaded", found=str(e)[:200],
-                              cause="missing or truncated weight shards, or shapes that disagree with config.json")
-    return model.to(device).eval()
+    return load_target(path, device=device, dtype=dtype, stream=stream)
 
 
 @dataclass(frozen=True)

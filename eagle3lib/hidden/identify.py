@@ -18,6 +18,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 
 from .capture import as_slots, capture
+from .layerwise import capture_layerwise
+from .stream import streamed
 from .compare import compare
 from ..errors import Eagle3Error
 
@@ -55,8 +57,13 @@ def identify_slots(model, samples) -> tuple[tuple[str | None, ...], list[dict]]:
     """Each slot's boundary where every sample agrees (None where a sample matched nothing or samples disagree),
     and one row per (sample, slot): best boundary, status, cosine."""
     per, rows = [], []
-    for s in samples:
-        cmp = compare(as_slots(s), capture(model, s.input_ids, progress=False))
+    samples = list(samples)
+    if streamed(model) is not None:        # a streamed target: every layer read once for all the samples
+        caps = capture_layerwise(model, [s.input_ids for s in samples])
+    else:
+        caps = [capture(model, s.input_ids, progress=False) for s in samples]
+    for s, cap in zip(samples, caps):
+        cmp = compare(as_slots(s), cap)
         per.append(cmp.identified)
         for r in cmp.slots.itertuples():
             rows.append({"sample": s.id, "slot": int(r.slot), "best": r.best, "status": r.status,

@@ -54,6 +54,41 @@ def write_specforge_sample(path: str | os.PathLike, input_ids: Tensor, loss_mask
     return path
 
 
+def write_seed_sample(directory: str | os.PathLike, s: Sample, layout=None) -> dict:
+    """One seed-format sample: hidden_states/<id>.safetensors under `directory`; -> its train.jsonl record."""
+    directory = Path(directory)
+    if not _SAFE_ID.fullmatch(s.id):
+        raise DataError(f"write_seed_dataset, sample '{s.id}'", "sample id unusable as a file name",
+                        expected="ids of letters, digits, '_', '.', '-'", found=repr(s.id))
+    lay = tuple(layout) if layout is not None else s.layout
+    if lay is not None and len(lay) != s.num_slots:
+        raise DataError(f"write_seed_dataset, sample '{s.id}'", "layout length disagrees with the aux slots",
+                        expected=s.num_slots, found=list(lay))
+    tensors = {f"aux.{i}": s.aux[:, i].contiguous() for i in range(s.num_slots)}  # (T, k, Ht) -> k x (T, Ht)
+    meta = {"format": SEED_FORMAT}
+    if lay is not None:
+        meta["layout"] = ",".join(lay)
+    if s.final_hidden is not None:
+        tensors["final_hidden"] = s.final_hidden.contiguous()
+        meta["final_boundary"] = s.final_boundary or "final_postnorm"
+    rel = f"hidden_states/{s.id}.safetensors"
+    (directory / "hidden_states").mkdir(parents=True, exist_ok=True)
+    save_file(tensors, str(directory / rel), metadata=meta)
+    return {"id": s.id, "input_ids": s.input_ids.tolist(), "loss_mask": s.loss_mask.tolist(),
+            "seq_len": s.num_tokens, "hidden_states": rel}
+
+
+def write_seed_info(directory: str | os.PathLike, n: int, layout, hidden_size: int | None,
+                    info: dict | None = None) -> Path:
+    """dataset_info.json of a seed-format folder: the format, the dataset-wide layout (None: per sample), H, count."""
+    meta = {"format": SEED_FORMAT, "layout": list(layout) if layout is not None else None,
+            "target_hidden_size": hidden_size, "num_samples": n}
+    path = Path(directory) / "dataset_info.json"
+    path.write_text(json.dumps({**dict(info or {}), **{k: v for k, v in meta.items() if v is not None}}, indent=2)
+                    + "\n")
+    return path
+
+
 def write_seed_dataset(directory: str | os.PathLike, samples: Iterable[Sample], layout=None,
                        info: dict | None = None, index_name: str = "train.jsonl") -> Path:
     """Stream samples into the seed format (index + hidden_states/<id>.safetensors + dataset_info.json); -> index."""
@@ -67,35 +102,17 @@ def write_seed_dataset(directory: str | os.PathLike, samples: Iterable[Sample], 
     index = directory / index_name
     with open(index, "w") as out:
         for s in samples:
-            if not _SAFE_ID.fullmatch(s.id) or s.id in seen:
+            if s.id in seen:
                 raise DataError(f"write_seed_dataset, sample '{s.id}'", "sample id unusable as a file name",
-                                expected="unique ids of letters, digits, '_', '.', '-'",
-                                found="a duplicate" if s.id in seen else repr(s.id))
+                                expected="unique ids of letters, digits, '_', '.', '-'", found="a duplicate")
             seen.add(s.id)
             lay = fixed if fixed is not None else s.layout
-            if lay is not None and len(lay) != s.num_slots:
-                raise DataError(f"write_seed_dataset, sample '{s.id}'", "layout length disagrees with the aux slots",
-                                expected=s.num_slots, found=list(lay))
-            tensors = {f"aux.{i}": s.aux[:, i].contiguous() for i in range(s.num_slots)}  # (T, k, Ht) -> k x (T, Ht)
-            meta = {"format": SEED_FORMAT}
-            if lay is not None:
-                meta["layout"] = ",".join(lay)
-            if s.final_hidden is not None:
-                tensors["final_hidden"] = s.final_hidden.contiguous()
-                meta["final_boundary"] = s.final_boundary or "final_postnorm"
-            rel = f"hidden_states/{s.id}.safetensors"
-            save_file(tensors, str(directory / rel), metadata=meta)
-            rec = {"id": s.id, "input_ids": s.input_ids.tolist(), "loss_mask": s.loss_mask.tolist(),
-                   "seq_len": s.num_tokens, "hidden_states": rel}
-            out.write(json.dumps(rec) + "\n")
+            out.write(json.dumps(write_seed_sample(directory, s, lay)) + "\n")
             hidden_size = hidden_size or s.hidden_size
             layouts.add(lay)
             n += 1
     common = next(iter(layouts)) if len(layouts) == 1 else None  # one layout for all samples -> dataset-wide
-    meta = {"format": SEED_FORMAT, "layout": list(common) if common is not None else None,
-            "target_hidden_size": hidden_size, "num_samples": n}
-    (directory / "dataset_info.json").write_text(json.dumps({**info, **{k: v for k, v in meta.items()
-                                                                        if v is not None}}, indent=2) + "\n")
+    write_seed_info(directory, n, common, hidden_size, info)
     return index
 
 

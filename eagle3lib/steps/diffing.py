@@ -34,8 +34,14 @@ class DiffInputs:
     sample: Sample
     dump_path: Path | None       # None: no serving dump given (the serving side is not checked)
     dump: Dump | None
-    model: object        # the HF target
     notes: tuple[str, ...]
+    device: str = "cpu"
+    dtype: object = None
+
+    @property
+    def model(self):
+        """The HF target, loaded on first use (`load_target_model`: once per process, shared with every check)."""
+        return load_target_model(self.target_path, device=self.device, dtype=self.dtype)
 
 
 def inputs(target_path: str = "", draft_path: str = "", training_data: str = "", serving_dump: str = "",
@@ -62,16 +68,19 @@ def inputs(target_path: str = "", draft_path: str = "", training_data: str = "",
     if not serving_dump:
         notes.append("no serving_dump given: the serving side is not checked (give an SGLang "
                      "--debug-tensor-dump-output-folder or an eagle3lib dump)")
+    if not (Path(target_path) / "config.json").is_file():
+        raise MissingFileError(f"target model {target_path}", "no config.json there", expected="a local HF model "
+                               "folder with config.json and weights", found="no such file",
+                               cause="a wrong target_path, or a target that was moved")
     ds = open_dataset(training_data)
     if not 0 <= sample_index < len(ds):
         raise DataError(f"training_data {training_data}", f"no sample {sample_index}", expected=f"a sample index "
                         f"below the {len(ds)} samples", found=sample_index, cause="an empty dataset, or sample_index "
                         "past its end")
     sample = ds[sample_index]
-    model = load_target_model(target_path, device=device, dtype=dtype)
     return DiffInputs(Path(target_path), Path(draft_path), Path(training_data), sample,
                       Path(serving_dump) if serving_dump else None, load_dump(serving_dump) if serving_dump else None,
-                      model, tuple(notes))
+                      tuple(notes), device, dtype)
 
 
 @dataclass(frozen=True, eq=False)
@@ -176,7 +185,7 @@ def headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
 def drift_findings(inp: DiffInputs, n: int = 4, progress=None) -> list[Finding]:
     """Check 6 (target drift): the stored training states against the target's own recapture of `n` samples."""
     return run_checks(draft=str(inp.draft_path), target=str(inp.target_path), data=str(inp.training_data),
-                      only=("drift",), replay_n=n, progress=progress)
+                      only=("drift",), replay_n=n, progress=progress, device=inp.device)
 
 
 def cause_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:

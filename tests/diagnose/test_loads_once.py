@@ -1,0 +1,58 @@
+"""One diagnose run loads the target at most once (every step that recaptures shares it), and not at all when no
+step needs a recapture. Counted twice: eagle3lib's own load count and every `from_pretrained` on the target."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import transformers
+
+from eagle3lib.demo import world as demo
+from eagle3lib.demo.sweep import ensure_serving_dump
+from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.hidden import targets
+
+SEED_LAUNCH = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+               "--speculative-draft-model-path D --speculative-num-steps 1 --speculative-eagle-topk 1 "
+               "--speculative-num-draft-tokens 16")
+
+
+@pytest.fixture
+def counted(monkeypatch):
+    """{resolved path: from_pretrained calls}, counting from now on."""
+    calls: Counter = Counter()
+    orig = transformers.PreTrainedModel.from_pretrained.__func__
+
+    def from_pretrained(cls, path, *a, **k):
+        calls[str(path)] += 1
+        return orig(cls, path, *a, **k)
+
+    monkeypatch.setattr(transformers.PreTrainedModel, "from_pretrained", classmethod(from_pretrained))
+    targets.clear_cache()
+    yield calls
+    targets.clear_cache()
+
+
+def test_a_diagnose_run_with_data_heldout_launch_and_dump_loads_the_target_once(counted):
+    """The issue's run (data, held-out data, a launch command, a dump): identification, serving layout, replay,
+    the dump's comparison, the proof of fix and the drift check all recapture through one loaded target."""
+    w = demo.ensure_world(progress=False)
+    dump = ensure_serving_dump("seed")
+    targets.clear_cache()
+    counted.clear()
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), data=str(w.seed_data), heldout=str(w.heldout_data),
+                   launch=SEED_LAUNCH, sglang_version="0.5.6", dump=str(dump), n=4, drift_samples=2))
+    assert r.problems == ()
+    assert "aux_layout_mismatch" in {v.cause for v in r.diagnosis.alarms}
+    assert targets.loads() == Counter({str(w.target.resolve()): 1})
+    assert sum(n for p, n in counted.items() if str(w.target) in p) == 1, counted
+
+
+def test_no_load_when_no_step_recaptures(counted):
+    """A user's draft and target with only a launch command and its log: no step captures, nothing is loaded."""
+    w = demo.ensure_world(progress=False)
+    targets.clear_cache()
+    counted.clear()
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), launch=SEED_LAUNCH, sglang_version="0.5.6"))
+    assert "ndt_override" in {v.cause for v in r.diagnosis.alarms}
+    assert targets.loads() == Counter() and not any(str(w.target) in p for p in counted), counted
