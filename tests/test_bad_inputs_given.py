@@ -24,6 +24,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3lib.diagnose.cli import main as cli_main
+from eagle3lib.report import params as report_params
 from eagle3lib.diagnose.run import Inputs, flag, run
 from eagle3lib.errors import ALL_ERRORS
 from eagle3lib.steps import given as G
@@ -197,7 +198,7 @@ def notebook_params() -> list[tuple[str, str]]:
     from eagle3lib.report import runner
     out = []
     for src in runner.discover(ROOT / "notebooks"):
-        for name in runner.declared_parameters(runner.read_source(src)):
+        for name in report_params.declared_parameters(report_params.read_source(src)):
             out.append((src.stem, name))
     return out
 

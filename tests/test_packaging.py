@@ -11,6 +11,7 @@ import pytest
 import yaml
 
 from eagle3lib.report import runner as report
+from eagle3lib.report import params as report_params
 
 tomllib = pytest.importorskip("tomllib")
 
@@ -64,9 +65,9 @@ def test_readme_shows_two_commands_and_ci_runs_the_test_one():
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])
 def test_notebook_source_follows_the_house_rules(source):
     """Readable by jupytext; markdown title first; one literal-only parameters cell, first code cell; no def/class."""
-    nb = report.read_source(source)
+    nb = report_params.read_source(source)
     assert nb.cells and nb.cells[0].cell_type == "markdown" and nb.cells[0].source.lstrip().startswith("# ")
-    tagged = report.parameters_cells(nb)
+    tagged = report_params.parameters_cells(nb)
     assert len(tagged) == 1, f"{len(tagged)} cells tagged parameters"
     code = [i for i, c in enumerate(nb.cells) if c.cell_type == "code"]
     assert code[0] == tagged[0], "the parameters cell must be the first code cell"
@@ -81,12 +82,12 @@ def test_notebook_source_follows_the_house_rules(source):
 def test_gpu_box_params_cover_every_notebook_parameter():
     """params/gpu-box.yaml loads with the notebooks' names and mentions each notebook's every parameter."""
     path = ROOT / "params" / "gpu-box.yaml"
-    report.load_params(path, [p.stem for p in NOTEBOOKS])  # no section for an unknown notebook
+    report_params.load_params(path, [p.stem for p in NOTEBOOKS])  # no section for an unknown notebook
     text = path.read_text()
     for source in NOTEBOOKS:
         section = re.search(rf"^{source.stem}:\n((?:[ \t].*\n|\n)*)", text, re.M)
         assert section, f"no section '{source.stem}:' (regenerate: python -m eagle3lib.report --params-template)"
-        for name in report.declared_parameters(report.read_source(source)):
+        for name in report_params.declared_parameters(report_params.read_source(source)):
             assert re.search(rf"^\s*(?:#\s*)?{name}:", section.group(1), re.M), f"{source.stem}.{name} missing"
 
 

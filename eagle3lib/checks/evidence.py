@@ -1,54 +1,28 @@
 """Replay evidence the checks cite: step-0 accuracy on a few training samples as configured vs with config fields
 changed (a flag an engine drops, the target's RoPE), and step-0 accuracy by position bucket.
 
-``with variant(setup.model, rope_theta=1e6): ...`` runs the same weights under other config values; ``acc0(setup,
+``replay.as_served.variant(setup.model, rope_theta=1e6)`` runs the same weights under other config values; ``acc0(setup,
 data, n=8, norm_before_fc=False)`` is that run's step-0 accuracy. Uses eagle3lib.replay (the notebooks' replay).
 """
 from __future__ import annotations
 
-import contextlib
-from dataclasses import replace
 
 import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from ..model.draft import Eagle3Draft
-from ..model.layers import Rotary
-from ..errors import ConfigError, Eagle3Error
+from ..errors import Eagle3Error
+from ..replay.as_served import variant
 from ..replay.run import ReplaySetup, as_samples, draft_target_ids, load_setup, prepare_sample, replay
 from ..replay.stats import score
 from ..progress import track
 
-# config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)
-ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")
-FLAG_FIELDS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
 POSITION_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def load_replay(draft_path, target_path, device: str = "cpu") -> ReplaySetup:
     """The replay setup of a draft (embedding and lm_head from the target), in float32 on CPU by default."""
     return load_setup(draft_path, target_path, device=device, dtype="auto")
-
-
-@contextlib.contextmanager
-def variant(model: Eagle3Draft, **changes):
-    """Temporarily run `model` with its config fields changed (RoPE fields; flags switched off only)."""
-    bad = [k for k in changes if k not in ROPE_FIELDS + FLAG_FIELDS]
-    turned_on = [k for k in changes if k in FLAG_FIELDS and changes[k] and not getattr(model.cfg, k)]
-    if bad or turned_on:
-        raise ConfigError("checks.evidence.variant", "cannot replay this variant",
-                          expected=f"RoPE fields {ROPE_FIELDS} or flags switched off {FLAG_FIELDS}",
-                          found=bad or turned_on, cause="a flag switched on has no trained weights to use")
-    old = (model.cfg, model.rotary, model.midlayer.norm_before_residual)
-    cfg = replace(model.cfg, **changes)
-    device = model.fc.weight.device
-    model.cfg, model.rotary = cfg, Rotary(cfg).to(device)
-    model.midlayer.norm_before_residual = cfg.norm_before_residual
-    try:
-        yield model
-    finally:
-        model.cfg, model.rotary, model.midlayer.norm_before_residual = old
 
 
 def acc_steps(setup: ReplaySetup, data, n: int = 8, seed: int = 0, num_steps: int = 2, **changes) -> list[float]:

@@ -1,7 +1,9 @@
 """Reports: notebooks -> executed notebooks and HTML -> one index a team reads.
 
 - `runner`    `python -m eagle3lib.report`: jupytext -> papermill -> nbconvert per notebook, atomic writes,
-              partial output kept on failure; parameters from YAML.
+              partial output kept on failure.
+- `params`    the notebooks' parameters: parameters cells, the YAML file (top level + notebook sections), the
+              template, and what a file asks to exist first (`vllm_demo`: deployments served on the real vLLM).
 - `export`    a notebook -> one self-contained HTML page (template `templates/eagle3lib_offline`, nothing
               loaded from the network), its heading anchors, its index figure, finding -> evidence section.
 - `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).

@@ -8,7 +8,6 @@ Usage: ``python -m eagle3lib.report [-f params.yaml] [--only 02,03] [--timeout S
 from __future__ import annotations
 
 import argparse
-import ast
 import base64
 import contextlib
 import dataclasses
@@ -22,8 +21,6 @@ import tempfile
 import time
 from pathlib import Path
 
-import yaml
-
 from .. import __version__
 from . import findings as findings_mod
 from . import problems
@@ -31,8 +28,8 @@ from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
 from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
 from .index import load_rows, write_index
+from .params import KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source
 
-KERNEL = "python3"
 DEFAULT_TIMEOUT_S = 1800.0  # per cell; demo cells take seconds, real targets on a GPU box minutes
 NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.py$")
 STATUSES = ("ok", "failed", "timeout")
@@ -82,89 +79,6 @@ def select(sources: list[Path], only: str | None) -> list[Path]:
                               expected=[p.stem for p in sources], found=want)
         picked += [p for p in hits if p not in picked]
     return sorted(picked)
-
-
-def read_source(source: Path):
-    """The notebook of a jupytext percent ``.py`` file, with the ``python3`` kernel set."""
-    import jupytext
-
-    try:
-        nb = jupytext.read(source, fmt="py:percent")
-    except Exception as e:  # jupytext raises many types on a broken file
-        raise ReportError(str(source), "jupytext cannot read the notebook source", expected="a percent-format "
-                          ".py notebook", found=f"{type(e).__name__}: {e}") from None
-    nb.metadata["kernelspec"] = {"name": KERNEL, "display_name": "Python 3", "language": "python"}
-    return nb
-
-
-def parameters_cells(nb) -> list[int]:
-    """Indices of the cells tagged ``parameters``."""
-    return [i for i, c in enumerate(nb.cells) if "parameters" in c.get("metadata", {}).get("tags", [])]
-
-
-def declared_parameters(nb, where: str = "parameters cell") -> dict[str, tuple[str, str]]:
-    """Names in the ``parameters`` cell -> (default as written, help comment)."""
-    cells = parameters_cells(nb)
-    if not cells:
-        return {}
-    src = nb.cells[cells[0]].source
-    lines = src.splitlines()
-    try:
-        body = ast.parse(src).body
-    except SyntaxError as e:
-        raise ReportError(where, "not valid Python", found=f"line {e.lineno}: {e.msg}") from None
-    out = {}
-    for stmt in body:
-        target = stmt.target if isinstance(stmt, ast.AnnAssign) else (
-            stmt.targets[0] if isinstance(stmt, ast.Assign) and len(stmt.targets) == 1 else None)
-        if not isinstance(target, ast.Name) or stmt.value is None:
-            continue
-        rest = lines[stmt.end_lineno - 1].encode()[stmt.end_col_offset:].decode(errors="replace")  # after the value
-        comment = rest.split("#", 1)[1].strip() if "#" in rest else ""
-        out[target.id] = (ast.get_source_segment(src, stmt.value) or "", comment)
-    return out
-
-
-def load_params(path: str | os.PathLike | None, stems: list[str]) -> tuple[dict, dict[str, dict]]:
-    """(top-level parameters, {notebook stem: section}) from a YAML file; a section overrides the top level."""
-    if path is None:
-        return {}, {}
-    path = Path(path)
-    if not path.is_file():
-        raise MissingFileError(str(path), "parameters file not found", expected="a YAML file", found="nothing")
-    try:
-        data = yaml.safe_load(path.read_text(encoding="utf-8")) or {}
-    except yaml.YAMLError as e:
-        raise ReportError(str(path), "parameters file is not valid YAML", found=str(e).replace("\n", " ")) from None
-    if not isinstance(data, dict):
-        raise ReportError(str(path), "parameters file must be a mapping", expected="name: value lines and "
-                          "notebook sections", found=type(data).__name__)
-    common, sections = {}, {}
-    for key, value in data.items():
-        key = str(key)
-        if key in stems:
-            if value is not None and not isinstance(value, dict):
-                raise ReportError(f"{path}, section '{key}'", "a notebook section must be a mapping",
-                                  expected="name: value lines", found=type(value).__name__)
-            sections[key] = value or {}
-        elif re.match(r"^\d\d_", key):
-            raise ReportError(f"{path}, section '{key}'", "no notebook of that name", expected=stems, found=key,
-                              cause="a typo, or a notebook that was renamed")
-        else:
-            common[key] = value
-    return common, sections
-
-
-def params_for(stem: str, declared: dict, common: dict, section: dict) -> tuple[dict, list[str]]:
-    """Parameters to inject into one notebook, and warnings for section keys the notebook does not declare."""
-    params = {k: v for k, v in common.items() if k in declared}
-    warnings = []
-    for k, v in section.items():
-        if k in declared:
-            params[k] = v
-        else:
-            warnings.append(f"parameter '{k}' of section '{stem}' is not declared by the notebook; ignored")
-    return params, warnings
 
 
 def ensure_kernel(name: str = KERNEL) -> None:
@@ -341,60 +255,6 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
     for name in stale:  # and a figure this run no longer shows
         (out_dir / name).unlink(missing_ok=True)
     return fig_name, evidence
-
-
-def params_template(sources: list[Path]) -> str:
-    """A YAML parameters file listing every notebook's parameters, commented out, with defaults and help."""
-    lines = ["# Parameters for `make report PARAMS=<this file>` (python -m eagle3lib.report -f <this file>).",
-             "# Top-level keys apply to every notebook that declares them; a section named after a notebook",
-             "# overrides them for that notebook. Uncomment and edit what you need; the values shown are the",
-             "# defaults (the embedded demo world). On a GPU box: device and dtype at the top level, then the",
-             "# artifact paths per notebook. Regenerate: python -m eagle3lib.report --params-template", ""]
-    declared = {p.stem: declared_parameters(read_source(p), f"{p}, parameters cell") for p in sources}
-    first: dict[str, str] = {}
-    counts: dict[str, int] = {}
-    for stem, names in declared.items():
-        for name, (default, comment) in names.items():
-            counts[name] = counts.get(name, 0) + 1
-            first.setdefault(name, _template_line(name, default, comment))
-    shared = [first[n] for n in sorted(n for n, c in counts.items() if c > 1)]
-    if shared:
-        lines += ["# Shared by several notebooks (top level):"] + shared + [""]
-    for stem, names in declared.items():
-        lines.append(f"{stem}:")
-        lines += ["  " + _template_line(name, *spec) for name, spec in names.items()]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def _template_line(name: str, default: str, comment: str) -> str:
-    try:  # a Python literal as JSON, which YAML reads as the same value
-        default = json.dumps(ast.literal_eval(default))
-    except (ValueError, SyntaxError, TypeError):
-        comment = f"{comment} (default written in Python: {default})".strip()
-        default = "..."
-    return f"# {name}: {default}" + (f"  # {comment}" if comment else "")
-
-
-RUNNER_KEYS = ("vllm_demo",)   # parameters-file keys the runner reads itself (no notebook declares them)
-
-
-def prepare(common: dict) -> str | None:
-    """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` serves those demo
-    deployments on the real vLLM (`demo.vllm_world`). Returns why the run is skipped (no vLLM here), else None."""
-    names = common.pop("vllm_demo", None)
-    if not names:
-        return None
-    from ..demo import vllm_world
-    why = vllm_world.available()
-    if why:
-        return f"the vLLM demo needs the real vLLM: {why}"
-    for name in ([names] if isinstance(names, str) else list(names)):
-        t0 = time.monotonic()
-        d = vllm_world.ensure(str(name))
-        print(f"vLLM demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
-              f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
-    return None
 
 
 def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, timeout: float | None =

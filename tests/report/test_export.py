@@ -9,6 +9,7 @@ import pytest
 
 from eagle3lib.errors import ReportError
 from eagle3lib.report import export
+from eagle3lib.report import params as report_params
 
 
 def _png(color: str = "red") -> str:
@@ -142,4 +143,4 @@ def test_no_workbook_notebook_needs_mathjax():
 
     root = export.TEMPLATE_DIR.parents[2]
     for source in runner.discover(root / "notebooks"):
-        assert export.tex_cells(runner.read_source(source)) == [], source.name
+        assert export.tex_cells(report_params.read_source(source)) == [], source.name

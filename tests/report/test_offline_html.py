@@ -12,6 +12,7 @@ import nbformat
 import pytest
 
 from eagle3lib.report import runner as report
+from eagle3lib.report import params as report_params
 from eagle3lib.report.export import external_loads
 from eagle3lib.report.index import evidence_links
 from eagle3lib.report.offline_html import Browser, find_chromium
@@ -153,7 +154,7 @@ def test_the_demo_reports_open_offline(browser, demo_reports):
     assert [r["status"] for r in rows] == ["ok"] * len(rows)
     for r in rows:
         view = _check_page(browser, out / r["html"])
-        title = report.read_source(ROOT / "notebooks" / f"{r['notebook']}.py").cells[0].source.splitlines()[0]
+        title = report_params.read_source(ROOT / "notebooks" / f"{r['notebook']}.py").cells[0].source.splitlines()[0]
         assert title.lstrip("# ").strip() in view.text, r["notebook"]
         executed = nbformat.read(out / r["ipynb"], as_version=4)
         assert len(view.widgets) == len(view_ids(executed)), r["notebook"]

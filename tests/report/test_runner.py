@@ -14,6 +14,7 @@ import pytest
 import yaml
 
 from eagle3lib.report import runner as report
+from eagle3lib.report import params as report_params
 from eagle3lib.errors import MissingFileError, ReportError
 from eagle3lib.report.index import load_rows, render_html
 
@@ -206,10 +207,10 @@ def test_load_params_sections_override_top_level(tmp_path):
     """Top-level keys are common; a section named after a notebook stem is that notebook's override."""
     p = tmp_path / "p.yaml"
     p.write_text("device: cuda\nn: 2\n00_good:\n  n: 5\n01_raises:\n")
-    common, sections = report.load_params(p, ["00_good", "01_raises"])
+    common, sections = report_params.load_params(p, ["00_good", "01_raises"])
     assert common == {"device": "cuda", "n": 2}
     assert sections == {"00_good": {"n": 5}, "01_raises": {}}
-    params, warns = report.params_for("00_good", {"n": ("3", ""), "label": ("'x'", "")}, common,
+    params, warns = report_params.params_for("00_good", {"n": ("3", ""), "label": ("'x'", "")}, common,
                                       {"n": 5, "lable": "typo"})
     assert params == {"n": 5}  # 'device' is not declared by this notebook, so it is not injected
     assert len(warns) == 1 and "'lable'" in warns[0]
@@ -222,10 +223,10 @@ def test_load_params_rejects_malformed_files(tmp_path, text, match):
     p = tmp_path / "bad.yaml"
     p.write_text(text)
     with pytest.raises(ReportError, match=match) as e:
-        report.load_params(p, ["00_good"])
+        report_params.load_params(p, ["00_good"])
     assert "bad.yaml" in str(e.value)
     with pytest.raises(MissingFileError):
-        report.load_params(tmp_path / "absent.yaml", ["00_good"])
+        report_params.load_params(tmp_path / "absent.yaml", ["00_good"])
 
 
 def test_select_and_discover(tmp_path):
@@ -243,21 +244,21 @@ def test_select_and_discover(tmp_path):
 def test_declared_parameters_and_template_round_trip(tmp_path):
     """The template lists every parameter commented; uncommenting a line gives that value to that notebook."""
     nbs = _write(tmp_path / "nb", {"00_good.py": GOOD, "02_hangs.py": HANGS})
-    declared = report.declared_parameters(report.read_source(nbs / "00_good.py"))
+    declared = report_params.declared_parameters(report_params.read_source(nbs / "00_good.py"))
     assert declared == {"n": ("3", "how many things"), "label": ('"demo"', "a label")}
-    text = report.params_template(report.discover(nbs))
+    text = report_params.params_template(report.discover(nbs))
     assert yaml.safe_load(text) == {"00_good": None, "02_hangs": None}
     assert '  # pid_file: "kernel.pid"  # where the kernel writes its pid' in text
     edited = tmp_path / "edited.yaml"
     edited.write_text(text.replace("  # n: 3", "  n: 4"))
-    assert report.load_params(edited, ["00_good", "02_hangs"]) == ({}, {"00_good": {"n": 4}, "02_hangs": {}})
+    assert report_params.load_params(edited, ["00_good", "02_hangs"]) == ({}, {"00_good": {"n": 4}, "02_hangs": {}})
 
 
 def test_notebook_without_parameters_cell_declares_nothing(tmp_path):
     """A notebook with no tagged cell declares no parameters (nothing is injected into it)."""
     nbs = _write(tmp_path / "nb", {"00_plain.py": "# %%\nx = 1\n"})
-    nb = report.read_source(nbs / "00_plain.py")
-    assert report.parameters_cells(nb) == [] and report.declared_parameters(nb) == {}
+    nb = report_params.read_source(nbs / "00_plain.py")
+    assert report_params.parameters_cells(nb) == [] and report_params.declared_parameters(nb) == {}
 
 
 def test_ensure_kernel_installs_into_sys_prefix_when_missing(monkeypatch):
@@ -320,10 +321,10 @@ def test_declared_parameters_reads_help_after_the_value(tmp_path):
     """A '#' inside a default string is not taken for the help comment; a broken cell names the file."""
     src = '# %% tags=["parameters"]\ntag: str = "a#b"  # hash inside\nrate = 0.5\n'
     nbs = _write(tmp_path / "nb", {"00_x.py": src, "01_y.py": '# %% tags=["parameters"]\nx: int = (\n'})
-    assert report.declared_parameters(report.read_source(nbs / "00_x.py")) == {
+    assert report_params.declared_parameters(report_params.read_source(nbs / "00_x.py")) == {
         "tag": ('"a#b"', "hash inside"), "rate": ("0.5", "")}
     with pytest.raises(ReportError, match="01_y.py.*not valid Python"):
-        report.params_template(report.discover(nbs))
+        report_params.params_template(report.discover(nbs))
 
 
 FIGURE = '''\
