@@ -51,6 +51,7 @@ class ReplaySetup:
     tokenizer: object | None
     notes: tuple[str, ...] = ()
     training_layout_source: str = "config"       # hidden.identify.SOURCES: "identified", "declared", "config"
+    filled: tuple = ()                           # model.checkpoint.Filled: tensors standing in for missing ones
 
     @property
     def device(self) -> torch.device:
@@ -73,11 +74,16 @@ def resolve_dtype(dtype, device: str) -> torch.dtype:
     return got
 
 
-def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") -> ReplaySetup:
-    """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count."""
+def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", *, missing: str = "fill",
+               head_fill: str = "random") -> ReplaySetup:
+    """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count. A tensor
+    the checkpoint lacks (or holds in the wrong shape) is, by default, replayed as an engine that loads the draft
+    anyway would run it (`model.checkpoint.load_draft(missing="fill", lm_head=head_fill)`): `filled` and the notes
+    say which; ``missing="raise"`` refuses such a draft."""
     dt = resolve_dtype(dtype, device)
-    loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt)
-    notes, lm_head, tok, L, lay = [], None, None, None, None
+    loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt, missing=missing,
+                        lm_head=head_fill)
+    notes, lm_head, tok, L, lay = [f.sentence() for f in loaded.filled], None, None, None, None
     if target_path:
         L = load_target_info(target_path).num_layers
         lay = loaded.cfg.aux_layout(L)
@@ -93,7 +99,7 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") 
     if isinstance(loaded.model, PEagleDraft):
         notes += peagle_notes(loaded.model, tok)
     return ReplaySetup(loaded.model, loaded.cfg, str(draft_path), str(target_path) if target_path else None, L,
-                       lay, lm_head, tok, tuple(notes))
+                       lay, lm_head, tok, tuple(notes), filled=loaded.filled)
 
 
 def with_trained_layout(setup: ReplaySetup, trained) -> ReplaySetup:
