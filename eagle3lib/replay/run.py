@@ -353,6 +353,12 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
     return counts
 
 
+def stored_layout(k: int) -> tuple[str, ...]:
+    """The effective layout of a replay fed a training sample's slots as stored (no layout names them: the config
+    has no ids, the data declares none, no recapture identified them): the fc's trained input, unnamed."""
+    return tuple(f"stored slot {j}" for j in range(k))
+
+
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
                    reference: str = "auto", key=None) -> ReplayItem:
     """Check one sample against the draft (width, layout, ids) and build its inputs and reference."""
@@ -367,11 +373,14 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
         raise LayoutError(where, "loss mask is all zero", expected="at least one supervised position",
                           found=f"{s.num_tokens} positions, none with mask 1", cause="no assistant turn in the sample")
     lay = layout if layout is not None else s.layout
-    if lay is None:
+    if lay is None and setup.training_layout is None and s.num_slots == cfg.num_aux:
+        aux, eff = s.aux, stored_layout(cfg.num_aux)   # the trained slots, in the fc's order, whatever they are
+    elif lay is None:
         raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
                           " and a target, or data that declares its layout", found=None)
-    aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
-                            recapture=recapture, num_layers=setup.num_layers)
+    else:
+        aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
+                                recapture=recapture, num_layers=setup.num_layers)
     if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
         raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)
