@@ -5,6 +5,9 @@ seed's two (`ndt_override`, `aux_layout_mismatch`) and two the workbook tells ap
 `lossy_threshold`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
 ``Finding(cause, status, summary, evidence, where, fix, needs, source)``; ``not_checked(cause, where, needs)`` is
 the finding of a check whose input is missing.
+Each cause lists its aspects (`ASPECTS`: chat_template_mismatch has role markers, think blocks, a default system
+prompt and the generation prompt): a finding about some of them names them (``aspects=("system prompt",)``), one
+that names none speaks for the whole cause. The diagnosis rules a cause out only when every aspect is ruled out.
 Usage: ``Finding("rope_mismatch", "suspected", "draft rope_theta 1e4, target 1e6", {...}, "checks.rope")``.
 This module imports only `errors` and `jsonfiles` (layer 0), so every layer may use it.
 """
@@ -20,11 +23,13 @@ STATUSES = ("confirmed", "suspected", "ruled out", "not checked")
 
 @dataclass(frozen=True)
 class Cause:
-    """One known cause: its id, a title, the symptom users report, and where it is documented."""
+    """One known cause: its id, a title, the symptom users report, where it is documented, and its aspects (the
+    separate ways it happens; ruled out only when each one is)."""
     id: str
     title: str
     symptom: str
     reference: str   # field-causes.md row (or the seed) and the public threads
+    aspects: tuple[str, ...] = ()
 
 
 _FC = "field-causes.md #"
@@ -122,7 +127,34 @@ _ROWS_2026 = (
     ("trtllm_acceptance_gate", "TRT-LLM acceptance_rate_threshold turns speculation off permanently; relaxed "
      "acceptance in thinking inflates AL", "AL ~1.0, or an inflated AL", _FC + "33; TRT-LLM#12905, #12353, #18905"),
 )
-CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r) for r in _ROWS + _ROWS_2026}
+# the separate ways each cause happens (a cause with one way has one aspect, named after it)
+ASPECTS: dict[str, tuple[str, ...]] = {
+    "missing_layer_ids": ("ids in the config", "ids under the key the engine reads"),
+    "layer_id_off_by_one": ("id convention",),
+    "final_norm_slot": ("last slot's side of the final norm",),
+    "dropped_variant_flags": ("flags read by the engine",),
+    "rope_mismatch": ("draft vs target RoPE", "draft config vs training config", "keys a reader sees"),
+    "wrong_embedding": ("the embedding the engine feeds", "vocab / tokenizer"),
+    "lm_head_missing": ("present", "borrowable", "padded vocab"),
+    "d2t_mapping": ("d2t map",),
+    "weights_dropped": ("tensors present", "key names the engine maps"),
+    "wrong_method": ("method",),
+    "short_context": ("training lengths", "served lengths"),
+    "chat_template_mismatch": ("role markers", "think blocks", "system prompt", "generation prompt"),
+    "engine_regression": ("served τ vs replay",),
+    "target_drift": ("target recomputes the training states",),
+    "compute_bound": ("speed at the accept length",),
+    "sampling_settings": ("sampling",),
+    "quantized_target": ("target quantization",),
+    "measurement_artefact": ("accept-length convention",),
+    "hidden_size_mismatch": ("hidden sizes",),
+    "ndt_override": ("num_draft_tokens rewrite",),
+    "aux_layout_mismatch": ("served layout",),
+    "generalization_gap": ("held-out accuracy",),
+    "lossy_threshold": ("accept thresholds",),
+}
+CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r, aspects=ASPECTS.get(r[0], (r[0].replace("_", " "),)))
+                               for r in _ROWS + _ROWS_2026}
 
 # field-causes.md row number -> catalogue id (each row maps to exactly one id)
 FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19] + _ROWS_2026)}
@@ -165,6 +197,7 @@ class Finding:
     source: str = ""
     measured: bool = False   # rests on a measurement (replay, recapture, a serving dump, the server's own report),
                              # not only on configs and engine rules: the diagnosis lets a measurement outweigh those
+    aspects: tuple[str, ...] = ()   # the cause's aspects (ASPECTS) this finding is about; () = the whole cause
 
     def __post_init__(self):
         cause(self.cause)
@@ -178,6 +211,11 @@ class Finding:
         if not isinstance(self.measured, bool):
             raise FindingError(f"finding {self.cause!r}", "measured must be a bool", expected="True / False",
                                found=type(self.measured).__name__)
+        aspects = tuple(self.aspects) if isinstance(self.aspects, (list, tuple)) else self.aspects
+        if not isinstance(aspects, tuple) or any(a not in CATALOGUE[self.cause].aspects for a in aspects):
+            raise FindingError(f"finding {self.cause!r} ({self.where})", "unknown aspect",
+                               expected=" / ".join(CATALOGUE[self.cause].aspects), found=repr(self.aspects))
+        object.__setattr__(self, "aspects", aspects)
         for name in ("summary", "where", "fix", "needs", "source"):
             if not isinstance(getattr(self, name), str):
                 raise FindingError(f"finding {self.cause!r}", f"{name} must be a string", expected="str",
@@ -192,7 +230,7 @@ class Finding:
         """The finding as a JSON-safe dict (the field names as keys)."""
         return {"cause": self.cause, "status": self.status, "summary": self.summary, "evidence": dict(self.evidence),
                 "where": self.where, "fix": self.fix, "needs": self.needs, "source": self.source,
-                "measured": self.measured}
+                "measured": self.measured, "aspects": list(self.aspects)}
 
     @classmethod
     def from_dict(cls, record: dict) -> "Finding":
@@ -200,7 +238,7 @@ class Finding:
         if not isinstance(record, dict):
             raise FindingError("finding record", "not a dict", expected="a dict from Finding.to_dict()",
                                found=type(record).__name__)
-        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source", "measured")
+        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source", "measured", "aspects")
         unknown = sorted(set(record) - set(names))
         missing = [k for k in ("cause", "status", "summary") if k not in record]
         if unknown or missing:
@@ -210,9 +248,10 @@ class Finding:
         return cls(**{k: record[k] for k in names if k in record})
 
 
-def not_checked(cause_id: str, where: str, needs: str, summary: str = "") -> Finding:
+def not_checked(cause_id: str, where: str, needs: str, summary: str = "", aspects: tuple[str, ...] = ()) -> Finding:
     """The finding of a check that could not run: `needs` names the input that would let it run."""
-    return Finding(cause_id, "not checked", summary or f"not checked: needs {needs}", {}, where, needs=needs)
+    return Finding(cause_id, "not checked", summary or f"not checked: needs {needs}", {}, where, needs=needs,
+                   aspects=aspects)
 
 
 def raised(findings) -> list[Finding]:

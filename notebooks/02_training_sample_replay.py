@@ -71,7 +71,7 @@ for note in setup.notes:
 # training-layout replay should land within a few points of the recorded accuracy.
 
 # %%
-{label: list(lay) for label, lay in compare.items()}
+{label: sample_replay.shown(lay, setup.cfg.num_aux) for label, lay in compare.items()}
 
 # %% [markdown]
 # ## 2. Replay on the training samples, under each layout

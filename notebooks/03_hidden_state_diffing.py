@@ -39,7 +39,8 @@ inp = diffing.inputs(target_path, draft_path, training_data, serving_dump, sampl
 for note in inp.notes:
     print("NOTE:", note)
 print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sample.num_slots} slots "
-      f"declared {inp.sample.layout}; dump: {len(inp.dump)} request(s) from {inp.dump.manifest.get('source')}")
+      f"declared {inp.sample.layout}; dump: " + (f"{len(inp.dump)} request(s) from {inp.dump.manifest.get('source')}"
+                                                 if inp.dump is not None else "none given"))
 
 # %% [markdown]
 # ## 1. Training side: what the draft was trained on

@@ -87,3 +87,18 @@ def test_not_checked_names_the_missing_input():
     assert cause("short_context").id == "short_context"
     with pytest.raises(FindingError, match="nope"):
         cause("nope")
+
+
+def test_every_cause_lists_its_aspects_and_a_finding_names_only_those():
+    import pytest
+
+    from eagle3lib.causes import CATALOGUE, Finding
+    from eagle3lib.errors import FindingError
+    assert all(c.aspects for c in CATALOGUE.values())
+    assert CATALOGUE["chat_template_mismatch"].aspects == ("role markers", "think blocks", "system prompt",
+                                                          "generation prompt")
+    assert CATALOGUE["lm_head_missing"].aspects == ("present", "borrowable", "padded vocab")
+    f = Finding("lm_head_missing", "ruled out", "x", aspects=["padded vocab"])
+    assert f.aspects == ("padded vocab",) and Finding.from_dict(f.to_dict()) == f
+    with pytest.raises(FindingError, match="unknown aspect"):
+        Finding("lm_head_missing", "ruled out", "x", aspects=("system prompt",))

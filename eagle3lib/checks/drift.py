@@ -3,9 +3,18 @@ tokens, per slot: cosine and norm ratio (cosine alone is blind to a scale error)
 model in another dtype / quantization (small uniform error) and a different or fine-tuned model (large error,
 growing with depth). Runs the target on `n` samples (`capture.capture`), so it is not a config-level check.
 
+Measure, then decide: with the draft at hand, the same samples are replayed on their stored states and on the
+recaptured ones (the states the current target serves, its own greedy tokens the reference), and the verdict
+follows the accuracy change, not a cosine threshold: a drift the draft does not notice is ruled out, one that costs
+it accuracy confirmed. A small uniform error is named as the numerics of the declared quantization, or of the
+declared dtype, and never called quantization when none is declared. A shard whose slots match no boundary of the
+target (and no layout names them) is compared slot by slot with the boundary it resembles most.
+
 Causes: target_drift, quantized_target. Usage: ``check_drift(art, n=4)`` or ``drift_table(model, samples, layout)``.
 """
 from __future__ import annotations
+
+import dataclasses
 
 import pandas as pd
 import torch
@@ -23,6 +32,59 @@ from ..progress import track
 WHERE = "checks.drift"
 SAME = (0.999, 0.01)        # (min cosine, max |norm ratio - 1|): the same model, recomputed
 CAST = (0.98, 0.05)         # the same model in another dtype / quantization
+COSTS = 0.05                # step-0 accuracy lost on the recaptured states that counts as the drift mattering
+MEASUREMENT = "replay of the training samples on their stored states vs the target's recapture of them"
+
+
+def best_boundaries(model, samples) -> tuple[str, ...]:
+    """Per slot, the boundary of the target's own capture it resembles most on the first sample (cosine), for a
+    shard whose slots nothing names and none of which the target recomputes."""
+    from ..hidden.capture import as_slots
+    from ..hidden.compare import compare
+    s = samples[0]
+    cmp = compare(as_slots(s), capture(model, s.input_ids, progress=False))
+    return tuple(str(b) for b in cmp.slots["best"])
+
+
+def recaptured(model, samples, layout) -> list:
+    """The samples with their aux slots (and stored final state) recaptured through `model` at `layout`."""
+    out = []
+    with torch.inference_mode():
+        for s in samples:
+            final = [s.final_boundary] if s.final_hidden is not None and s.final_boundary else []
+            cap = capture(model, s.input_ids, only=list(dict.fromkeys(list(layout) + final)))
+            out.append(dataclasses.replace(s, aux=cap.stack(layout).to(s.aux.dtype), layout=tuple(layout),
+                                           final_hidden=cap[final[0]].to(s.final_hidden.dtype) if final else None))
+    return out
+
+
+def _replayed(art: Artifacts, model, samples, layout) -> dict:
+    """Step-0 accuracy on the stored and on the recaptured states (empty without the draft; the error when it
+    cannot run)."""
+    if not art.draft_path:
+        return {}
+    from .evidence import load_replay
+    from ..replay.run import replay
+    try:
+        setup = dataclasses.replace(load_replay(art.draft_path, art.target_path), training_layout=tuple(layout))
+        kw = dict(layout=tuple(layout), num_steps=1, simulate=False, progress=False)
+        a = replay(setup, [dataclasses.replace(s, layout=tuple(layout)) for s in samples], **kw).acc0
+        b = replay(setup, recaptured(model, samples, layout), **kw).acc0
+    except Eagle3Error as e:
+        return {"replay_error": str(e)[:200]}
+    return {"acc_0_stored_states": float(a), "acc_0_recaptured_states": float(b), "measurement": MEASUREMENT}
+
+
+def numerics(art: Artifacts) -> str:
+    """What a small uniform error is named as: the declared quantization, else the declared dtype, else neither."""
+    raw = dict(art.target_info.raw)
+    quant = raw.get("quantization_config") or {}
+    if quant:
+        return f"the numerics of the declared quantization ({quant.get('quant_method', 'quantization_config')})"
+    dtype = raw.get("torch_dtype") or raw.get("dtype")
+    if dtype and str(dtype) not in ("float32", "torch.float32"):
+        return f"the numerics of the declared dtype ({dtype}, against float32 capture or training)"
+    return "a small uniform error (no quantization or reduced dtype is declared: not their numerics)"
 
 
 def drift_table(model, samples, layout, num_layers: int, progress: bool = False) -> pd.DataFrame:
@@ -80,9 +142,6 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
     L = art.target_info.num_layers
     tl = art.trained
     layout = tl.layout if tl is not None else art.data.layout
-    if layout is None:
-        return [not_checked("target_drift", WHERE, "the training data's layout (identified by recapture, declared, "
-                            "or draft config ids)")]
     samples = [s for s in art.data.sample(min(n, len(art.data)), 0)]
     if not samples:
         return [not_checked("target_drift", WHERE, NEEDS["data"] + " (no readable sample)")]
@@ -90,35 +149,60 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
         model = model if model is not None else load_target_model(art.target_path, device=device)
         if samples[0].hidden_size != model.config.hidden_size:
             return [Finding("target_drift", "confirmed", f"the stored states are {samples[0].hidden_size} wide, the "
-                            f"target's are {model.config.hidden_size}: data from another model", {}, WHERE,
+                            f"target's are {model.config.hidden_size}: data from another model",
+                            {"file": str(art.data.root), "expected": model.config.hidden_size,
+                             "found": samples[0].hidden_size}, WHERE,
                             fix=f"recapture the training data from this target ({_command(art, layout)}) and retrain",
                             measured=True)]
+        layout_from = tl.source if tl is not None and tl.layout is not None else "declared"
+        if layout is None or len(layout) != samples[0].num_slots:
+            layout, layout_from = best_boundaries(model, samples), "the boundary each slot resembles most"
         table = drift_table(model, samples, layout, L, progress)
+        rep = _replayed(art, model, samples, layout)
     except Eagle3Error as e:
         return [not_checked("target_drift", WHERE, "a target transformers can run on these tokens", str(e)[:200])]
     kind = classify(table)
     slots = table[["boundary", "cosine", "norm_ratio"]].to_dict("records")
-    ev = {"samples": len(samples), "kind": kind, "slots": slots,
-          "layout_from": tl.source if tl is not None else "declared"}
+    ev = {"samples": len(samples), "kind": kind, "slots": slots, "layout_from": layout_from,
+          "file": str(art.data.root), "unmatched_slots": list(tl.unmatched) if tl is not None else [], **rep}
+    by_depth = ", ".join(f"{b} {c:.3f}" for b, c in zip(table.boundary, table.cosine))
     quant = (dict(art.target_info.raw).get("quantization_config") or {})
+    a, b = rep.get("acc_0_stored_states"), rep.get("acc_0_recaptured_states")
+    if a is not None and b is not None and a == a and b == b:        # measured: the accuracy change decides
+        lost = a - b
+        acc = f"step-0 accuracy {a:.3f} on the stored states, {b:.3f} on the target's recapture"
+        named = {"same": "the same model", "cast": numerics(art), "scaled": "the same directions at other norms",
+                 "different": "a different or since fine-tuned model"}[kind]
+        if lost <= COSTS:
+            out = [Finding("target_drift", "ruled out", f"{acc}: the draft predicts as well on what the target "
+                           f"computes now ({named}; cosine by slot {by_depth})", ev, WHERE, measured=True)]
+        else:
+            out = [Finding("target_drift", "confirmed", f"{acc} ({named}; cosine by slot {by_depth}): the target "
+                           "no longer computes the states the draft was trained on", ev, WHERE,
+                           fix="recapture the training data from the current target and retrain the draft",
+                           source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]
+        if quant and kind == "cast":
+            out.append(Finding("quantized_target", "confirmed" if lost > COSTS else "ruled out", f"{acc}: "
+                               f"{numerics(art)}", ev, WHERE, source="vllm#9534", measured=True))
+        return out
     if kind == "same":
         return [Finding("target_drift", "ruled out", "the target recomputes the stored training states (same model)",
                         ev, WHERE, measured=True)]
     if kind == "cast":
-        out = [Finding("target_drift", "ruled out", "a small uniform error: the same model in another dtype or "
-                       f"quantization (min cosine {table.cosine.min():.4f})", ev, WHERE, measured=True)]
+        out = [Finding("target_drift", "ruled out", f"{numerics(art)} (min cosine {table.cosine.min():.4f}): the "
+                       "same model", ev, WHERE, measured=True)]
         if quant:
             out.append(Finding("quantized_target", "suspected", "the quantized target's states differ a little from "
-                               "the training states", ev, WHERE, source="vllm#9534", measured=True))
+                               "the training states", ev, WHERE, source="vllm#9534",
+                               needs="the draft (a replay on the recaptured states)", measured=True))
         return out
     if kind == "scaled":
         return [Finding("target_drift", "confirmed", "same directions, other norms (norm ratio "
                         f"{table.norm_ratio.min():.3g}..{table.norm_ratio.max():.3g}): a scale error cosine alone "
                         "would miss", ev, WHERE, fix="find the rescaling between capture and training (or recapture)",
                         source="ModelOpt debug/README.md (norm ratios beside cosine)", measured=True)]
-    return [Finding("target_drift", "confirmed", "the target no longer computes the training states (cosine by depth "
-                    + ", ".join(f"{b} {c:.3f}" for b, c in zip(table.boundary, table.cosine))
-                    + "): a different or since fine-tuned model", ev, WHERE,
+    return [Finding("target_drift", "confirmed", f"the target no longer computes the training states (cosine by "
+                    f"depth {by_depth}): a different or since fine-tuned model", ev, WHERE,
                     fix=f"recapture the training data from the current target ({_command(art, layout)}) and retrain "
                     "the draft on it",
                     source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]

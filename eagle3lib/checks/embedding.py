@@ -46,6 +46,10 @@ def compare_rows(draft: torch.Tensor, target: torch.Tensor, rows: int = ROWS) ->
     return {"relation": "permuted" if ev["rows_found_elsewhere"] > 0.5 else "different", **ev}
 
 
+HEAD = ("present", "borrowable")       # lm_head_missing's aspects a draft's own head (or its absence) decides
+EMBED = ("the embedding the engine feeds",)
+
+
 def _present(tensors, keys) -> str | None:
     return next((k for k in keys if k in tensors), None)
 
@@ -69,21 +73,25 @@ def _embedding(art: Artifacts, engine: str | None) -> Finding:
             return Finding("wrong_embedding", st, "the draft ships no embed_tokens but bridges widths "
                            f"(H {cfg.hidden_size} vs Ht {cfg.target_hidden_size}): SGLang then shares no embedding",
                            {"ships_embed": False, "engines": use}, WHERE, fix="ship the embedding the draft was "
-                           "trained with", source=engine_facts.fact("sglang", "embed", "own_embed_used").source)
+                           "trained with", source=engine_facts.fact("sglang", "embed", "own_embed_used").source,
+                           aspects=EMBED)
         return Finding("wrong_embedding", "ruled out", "the draft ships no embed_tokens: engines share the target's",
-                       {"ships_embed": False}, WHERE)
+                       {"ships_embed": False}, WHERE,
+                       aspects=EMBED)
     if art.target_path is None:
         return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"the draft ships {key}; comparing "
-                           "it needs the target's embedding")
+                           "it needs the target's embedding", aspects=EMBED)
     try:
         own = load_state_dict(art.draft_path, keys=[key])[key]
         tgt = load_target_tensor(art.target_path, "embed")
     except Eagle3Error as e:
-        return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"cannot read an embedding: {e}")
+        return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"cannot read an embedding: {e}",
+                           aspects=EMBED)
     rel = compare_rows(own, tgt)
     ev = {"ships_embed": True, "key": key, **rel, "engines": use}
     if rel["relation"] == "identical":
-        return Finding("wrong_embedding", "ruled out", "the draft's embed_tokens equals the target's", ev, WHERE)
+        return Finding("wrong_embedding", "ruled out", "the draft's embed_tokens equals the target's", ev, WHERE,
+                       aspects=EMBED)
     what = {"scaled": f"the target's scaled by {rel.get('norm_ratio', 0):.4g}", "permuted": "the target's rows "
             "permuted", "different": "not the target's"}[rel["relation"]]
     used = engine is not None and "own" in use.get(engine, "")
@@ -93,7 +101,7 @@ def _embedding(art: Artifacts, engine: str | None) -> Finding:
         "vLLM would use it, SGLang would replace it")
     return Finding("wrong_embedding", status, summary, ev, WHERE, fix="drop embed_tokens from the draft (or "
                    "replace it with the target's)" if status != "ruled out" else "",
-                   source="vllm PR#28549; TorchSpec#38; sglang eagle_worker.py set_embed")
+                   source="vllm PR#28549; TorchSpec#38; sglang eagle_worker.py set_embed", aspects=EMBED)
 
 
 def _lm_head(art: Artifacts, engine: str | None) -> Finding:
@@ -103,11 +111,20 @@ def _lm_head(art: Artifacts, engine: str | None) -> Finding:
     ev = {"lm_head_key": key, "draft_vocab_size": cfg.draft_vocab_size, "vocab_size": cfg.vocab_size,
           "draft_vocab_size_in_config": "draft_vocab_size" in raw}
     if key is not None:
-        return Finding("lm_head_missing", "ruled out", f"the draft ships {key}", ev, w)
+        return Finding("lm_head_missing", "ruled out", f"the draft ships {key}: no engine borrows a head", ev, w,
+                       aspects=HEAD)
+    from .weights import weights_file
+    file = weights_file(art)
+    ev.update(file=file, key="lm_head.weight", expected=[cfg.draft_vocab_size, cfg.hidden_size], found=None)
     if cfg.draft_vocab_size < cfg.vocab_size:
-        return Finding("lm_head_missing", "confirmed", f"no lm_head for a reduced vocab ({cfg.draft_vocab_size} of "
-                       f"{cfg.vocab_size}): no engine can borrow one, it stays at random init", ev, w,
-                       fix="ship the trained lm_head.weight", source="sglang PR#27908 (missing keys not warned)")
+        sliced = engine_facts.fact("vllm", "lm_head", "borrowed_head_sliced_to_draft_vocab")
+        return Finding("lm_head_missing", "confirmed", f"{file}: key 'lm_head.weight' expected "
+                       f"[{cfg.draft_vocab_size}, {cfg.hidden_size}], found nothing: a reduced vocab "
+                       f"({cfg.draft_vocab_size} of {cfg.vocab_size}) has no head to borrow: SGLang keeps a random "
+                       f"head, vLLM the target's first {cfg.draft_vocab_size} rows (they score target ids "
+                       f"0..{cfg.draft_vocab_size - 1}, not the draft vocab)", ev, w,
+                       fix="ship the trained lm_head.weight", aspects=HEAD,
+                       source="sglang PR#27908 (missing keys not warned)" + (f"; {sliced.source}" if sliced else ""))
     sglang_borrows = "draft_vocab_size" not in raw
     verdict = {"sglang": sglang_borrows, "vllm": True}
     ev["borrowed_by"] = verdict
@@ -120,25 +137,35 @@ def _lm_head(art: Artifacts, engine: str | None) -> Finding:
     return Finding("lm_head_missing", st, "no lm_head and a full vocab: " + (
         "every engine borrows the target's" if all(verdict.values()) else
         "SGLang borrows the target's only when draft_vocab_size is unset, else leaves a random head"), ev, w,
-        fix="" if st == "ruled out" else "remove draft_vocab_size from the config, or ship lm_head.weight", source=src)
+        fix="" if st == "ruled out" else "remove draft_vocab_size from the config, or ship lm_head.weight", source=src,
+        aspects=HEAD)
 
 
-def _vocab(art: Artifacts) -> Finding:
+def _vocab(art: Artifacts) -> list[Finding]:
     w = f"{WHERE}.vocab"
     if art.target_info is None:
-        return not_checked("lm_head_missing", w, NEEDS["target"])
+        return [not_checked("lm_head_missing", w, NEEDS["target"], aspects=("padded vocab",)),
+                not_checked("wrong_embedding", w, NEEDS["target"], aspects=("vocab / tokenizer",))]
     dv, tv = art.draft_cfg.vocab_size, art.target_info.vocab_size
     ev = {"draft_vocab_size_V": dv, "target_vocab_size": tv}
     if dv == tv:
-        return Finding("lm_head_missing", "ruled out", "draft and target vocab sizes agree", ev, w)
+        return [Finding("lm_head_missing", "ruled out", "draft and target vocab sizes agree: nothing padded", ev, w,
+                        aspects=("padded vocab",)),
+                Finding("wrong_embedding", "ruled out", f"draft and target share one vocab size ({tv})", ev, w,
+                        aspects=("vocab / tokenizer",))]
     padded = abs(dv - tv) <= 1024 and (max(dv, tv) % 64 == 0)
     if padded:
-        return Finding("lm_head_missing", "suspected", f"vocab sizes {dv} (draft) vs {tv} (target) differ by padding "
-                       "only: engines that share embedding / lm_head by shape will not share them", ev, w,
-                       fix="write the target's vocab_size into the draft config", source="field-causes.md #7; "
-                       "SpecForge PR#473")
-    return Finding("wrong_embedding", "confirmed", f"vocab sizes {dv} (draft) vs {tv} (target): the draft was built "
-                   "for another tokenizer", ev, w, fix="use the draft trained for this target")
+        return [Finding("lm_head_missing", "suspected", f"vocab sizes {dv} (draft) vs {tv} (target) differ by "
+                        "padding only: engines that share embedding / lm_head by shape will not share them", ev, w,
+                        fix="write the target's vocab_size into the draft config", source="field-causes.md #7; "
+                        "SpecForge PR#473", aspects=("padded vocab",)),
+                Finding("wrong_embedding", "ruled out", f"vocab sizes {dv} vs {tv} differ by padding only: one "
+                        "tokenizer", ev, w, aspects=("vocab / tokenizer",))]
+    return [Finding("wrong_embedding", "confirmed", f"vocab sizes {dv} (draft) vs {tv} (target): the draft was built "
+                    "for another tokenizer", ev, w, fix="use the draft trained for this target",
+                    aspects=("vocab / tokenizer",)),
+            Finding("lm_head_missing", "ruled out", f"vocab sizes {dv} vs {tv} differ by more than padding "
+                    "(wrong_embedding: another tokenizer)", ev, w, aspects=("padded vocab",))]
 
 
 def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
@@ -147,4 +174,4 @@ def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
     if need:
         return [not_checked("wrong_embedding", WHERE, need), not_checked("lm_head_missing", WHERE, need)]
     eng = engine.lower() if engine and engine.lower() in engine_facts.SERVING_ENGINES else None
-    return [_embedding(art, eng), _lm_head(art, eng), _vocab(art)]
+    return [_embedding(art, eng), _lm_head(art, eng), *_vocab(art)]

@@ -2,6 +2,11 @@
 headers, `<think></think>`, a system prompt) against the target tokenizer's chat template and, when given, served
 prompt samples. A difference is a finding with both renderings side by side in its evidence.
 
+One finding per aspect of chat_template_mismatch (`causes.ASPECTS`): role markers, think blocks, the system prompt
+(the one the template adds by itself to a request that has none: the served default, against the training samples;
+an explicit one against the served prompts) and the generation prompt (what the template opens the answer with when
+it serves, against what the training samples hold before each answer).
+
 Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
 """
 from __future__ import annotations
@@ -32,10 +37,16 @@ def template_markers(tok) -> dict | None:
         return None
     user_first = no_sys[:no_sys.find("QQUSRQQ")]
     bos = getattr(tok, "bos_token", None) or ""
-    out = {"system": full[:full.find("QQSYSQQ")].removeprefix(bos) if "QQSYSQQ" in full else None,
-           "user": user_first.removeprefix(bos),
+    sys_mark = full[:full.find("QQSYSQQ")].removeprefix(bos) if "QQSYSQQ" in full else None
+    user_first = user_first.removeprefix(bos)
+    default_sys = None      # the system header and content the template adds to a request without a system turn
+    post = full[full.find("QQSYSQQ") + 7:full.find("QQUSRQQ")] if sys_mark is not None else ""
+    if sys_mark and sys_mark.strip() and user_first.startswith(sys_mark) and post and user_first.endswith(post):
+        default_sys = user_first[:len(user_first) - len(post)]          # e.g. "<|system|>be brief"
+        user_first = user_first[len(default_sys):]
+    out = {"system": sys_mark, "user": user_first, "default_system": default_sys,
            "assistant": full[full.find("QQUSRQQ") + 7:full.find("QQASTQQ")],
-           "rendering": full, "generation_prompt": gen[gen.find("QQUSRQQ") + 7:]}
+           "rendering": full, "no_system_rendering": no_sys, "generation_prompt": gen[gen.find("QQUSRQQ") + 7:]}
     return out
 
 
@@ -97,7 +108,8 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     ev = {"samples": len(train), "training_rendering": train[0][:SHOW] if train else ""}
     out = []
     if marks is None:
-        out.append(not_checked("chat_template_mismatch", f"{WHERE}.markers", "a target tokenizer with a chat template"))
+        out.append(not_checked("chat_template_mismatch", f"{WHERE}.markers", "a target tokenizer with a chat template",
+                               aspects=("role markers",)))
     else:
         ev["template_rendering"] = marks["rendering"][:SHOW]
         share = {r: _share(train_ids, _ids(tok, marks[r].strip())) for r in ("user", "assistant")
@@ -108,10 +120,10 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                                f"template's role markers ({', '.join(repr(marks[r].strip()) for r in share)}): the "
                                "data was rendered with another template", ev, f"{WHERE}.markers",
                                fix="re-render the training conversations with the target's chat template",
-                               source="SpecForge#296, PR#182; EAGLE#132"))
+                               source="SpecForge#296, PR#182; EAGLE#132", aspects=("role markers",)))
         else:
             out.append(Finding("chat_template_mismatch", "ruled out", "the training samples carry the target "
-                               "template's role markers", ev, f"{WHERE}.markers"))
+                               "template's role markers", ev, f"{WHERE}.markers", aspects=("role markers",)))
     think_train = sum(_empty_think(tok, t) for t in train_ids) / max(len(train_ids), 1)
     ev_t = {"training_empty_think_share": think_train, "training_rendering": ev["training_rendering"]}
     gen_think = bool(marks) and "<think>" in marks["generation_prompt"]
@@ -124,32 +136,79 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                            f"empty <think></think> in {think_train:.0%} of training samples, {think_served:.0%} of "
                            "served prompts" if off else "think mode agrees between training and serving", ev_t,
                            f"{WHERE}.think", fix="train and serve in the same think mode" if off else "",
-                           source="SpecForge#296; z-lab/dflash#133" if off else ""))
+                           source="SpecForge#296; z-lab/dflash#133" if off else "", aspects=("think blocks",)))
     elif think_train > 0.5 and marks is not None and not gen_think:
         out.append(Finding("chat_template_mismatch", "suspected", f"{think_train:.0%} of training samples hold an "
                            "empty <think></think>; the template's generation prompt has none", ev_t, f"{WHERE}.think",
                            fix="check the served think mode (enable_thinking)", needs=NEEDS["served_prompts"],
-                           source="SpecForge#296"))
+                           source="SpecForge#296", aspects=("think blocks",)))
     else:
         out.append(Finding("chat_template_mismatch", "ruled out", f"empty think blocks in {think_train:.0%} of "
-                           "training samples, consistent with the template", ev_t, f"{WHERE}.think"))
-    sys_mark = (marks or {}).get("system")
-    if sys_mark and sys_mark.strip():
-        sys_ids = _ids(tok, sys_mark.strip())
-        sys_train = _share(train_ids, sys_ids)
-        ev_s = {"training_system_share": sys_train, "system_marker": sys_mark.strip()}
-        if served is None:
-            out.append(not_checked("chat_template_mismatch", f"{WHERE}.system", NEEDS["served_prompts"],
-                                   f"a system prompt in {sys_train:.0%} of training samples; serving unknown"))
-        else:
-            sys_served = _share(served_ids, sys_ids)
-            ev_s["served_system_share"] = sys_served
-            off = (sys_train > 0.5) != (sys_served > 0.5)
-            out.append(Finding("chat_template_mismatch", "confirmed" if off else "ruled out",
-                               f"a system prompt in {sys_train:.0%} of training samples, {sys_served:.0%} of served "
-                               "prompts" if off else "system prompts agree between training and serving",
-                               {**ev_s, "served_rendering": served[0][:SHOW], **({"training_rendering":
-                                                                                   ev["training_rendering"]})},
-                               f"{WHERE}.system", fix="serve with the training data's system prompt (or retrain)"
-                               if off else "", source="EAGLE#5, #79; sglang PR#4716" if off else ""))
+                           "training samples, consistent with the template", ev_t, f"{WHERE}.think",
+                           aspects=("think blocks",)))
+    out += _system(tok, marks, train_ids, served_ids, served, ev)
+    out.append(_generation_prompt(tok, marks, train_ids, ev))
     return out
+
+
+def _system(tok, marks, train_ids, served_ids, served, ev) -> list[Finding]:
+    """The system-prompt aspect: the default the served template adds to a request without one, against the
+    training samples; an explicit one in the training samples against the served prompts."""
+    w, asp = f"{WHERE}.system", ("system prompt",)
+    if marks is None:
+        return [not_checked("chat_template_mismatch", w, "a target tokenizer with a chat template", aspects=asp)]
+    sys_mark = (marks.get("system") or "").strip()
+    default = (marks.get("default_system") or "").strip()
+    sys_train = _share(train_ids, _ids(tok, sys_mark)) if sys_mark else 0.0
+    ev_s = {"training_system_share": sys_train, "system_marker": sys_mark or None, "template_default_system":
+            default[:SHOW] or None, "template_rendering_without_system": marks["no_system_rendering"][:SHOW],
+            "training_rendering": ev["training_rendering"]}
+    if default:
+        share = _share(train_ids, _ids(tok, default))
+        ev_s["training_default_system_share"] = share
+        if share < 0.5:
+            return [Finding("chat_template_mismatch", "confirmed", f"the served template adds a default system "
+                            f"prompt to a request without one ({default[:80]!r}); {share:.0%} of training samples "
+                            "carry it", ev_s, w, fix="serve with the template the training data was rendered with "
+                            "(--chat-template), or re-render the training data with this one and retrain",
+                            source="EAGLE#5, #79; SpecForge PR#182", aspects=asp)]
+        return [Finding("chat_template_mismatch", "ruled out", f"the template's default system prompt is in "
+                        f"{share:.0%} of training samples", ev_s, w, aspects=asp)]
+    if served is None:
+        if sys_train > 0.5:
+            return [not_checked("chat_template_mismatch", w, NEEDS["served_prompts"], f"a system prompt in "
+                                f"{sys_train:.0%} of training samples; serving unknown (the template adds none "
+                                "of its own)", aspects=asp)]
+        return [Finding("chat_template_mismatch", "ruled out", "the served template adds no system prompt of its own "
+                        f"and {sys_train:.0%} of training samples carry one: a request without a system prompt "
+                        "renders as trained", ev_s, w, aspects=asp)]
+    sys_ids = _ids(tok, sys_mark)
+    sys_served = _share(served_ids, sys_ids)
+    ev_s.update(served_system_share=sys_served, served_rendering=served[0][:SHOW])
+    off = (sys_train > 0.5) != (sys_served > 0.5)
+    return [Finding("chat_template_mismatch", "confirmed" if off else "ruled out",
+                    f"a system prompt in {sys_train:.0%} of training samples, {sys_served:.0%} of served prompts" if off
+                    else "system prompts agree between training and serving", ev_s, w,
+                    fix="serve with the training data's system prompt (or retrain)" if off else "",
+                    source="EAGLE#5, #79; sglang PR#4716" if off else "", aspects=asp)]
+
+
+def _generation_prompt(tok, marks, train_ids, ev) -> Finding:
+    """The generation-prompt aspect: what the template opens the answer with when serving, in the training samples."""
+    w, asp = f"{WHERE}.generation_prompt", ("generation prompt",)
+    if marks is None:
+        return not_checked("chat_template_mismatch", w, "a target tokenizer with a chat template", aspects=asp)
+    gen = marks["generation_prompt"].strip()
+    if not gen:
+        return Finding("chat_template_mismatch", "ruled out", "the template adds no generation prompt", {}, w,
+                       aspects=asp)
+    share = _share(train_ids, _ids(tok, gen))
+    ev_g = {"template_generation_prompt": gen[:SHOW], "training_share": share,
+            "training_rendering": ev["training_rendering"]}
+    if share < 0.5:
+        return Finding("chat_template_mismatch", "confirmed", f"the served template opens each answer with {gen!r}; "
+                       f"{share:.0%} of training samples hold it before their answers", ev_g, w,
+                       fix="serve with the template the training data was rendered with, or retrain on data "
+                       "rendered with this one", source="SpecForge#296, PR#182", aspects=asp)
+    return Finding("chat_template_mismatch", "ruled out", f"the template's generation prompt {gen!r} opens the "
+                   f"answers of {share:.0%} of training samples", ev_g, w, aspects=asp)

@@ -15,6 +15,7 @@ import re
 from ..causes import Finding, not_checked
 from ..model.checkpoint import canonicalize
 from ..model.mla_vllm import header_view
+from ..model.safefiles import weight_files
 from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
@@ -136,14 +137,8 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
             per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp][:10],
                         "version_dependent": [k for k, (n, ok) in zip(seen[eng], names) if ok is False][:10]}
         ev["engines"] = per
-    if missing:
-        return [Finding("weights_dropped", "confirmed", f"tensors a draft of this config needs are absent: "
-                        f"{', '.join(missing[:5])}: every engine leaves them at random init", ev, WHERE,
-                        fix="export them (check the exporter's key filter)", source="checkpoint.expected_tensors")]
-    if shape_bad:
-        return [Finding("weights_dropped", "confirmed", f"tensors of the wrong shape: {', '.join(shape_bad[:5])} "
-                        "(the load fails, or the config is not this draft's)", ev, WHERE,
-                        fix="make config.json describe these weights")]
+    if missing or shape_bad:
+        return [_absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev)]
     if engine is None:
         risky = {e: v for e, v in ev["engines"].items() if v["unmapped"] or v["version_dependent"]}
         if unknown or risky:
@@ -190,6 +185,38 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
                         "PR #24663; vLLM after PR #26164)", source="; ".join(r.source for r in bad),
                         needs="" if status == "confirmed" else "the exact engine version")]
     return [Finding("weights_dropped", "ruled out", f"{eng} maps all {len(keys)} keys", ev, WHERE, source=src)]
+
+
+def weights_file(art: Artifacts) -> str:
+    """The draft's weight file (or its folder, for a sharded checkpoint), as a finding names it."""
+    try:
+        files = weight_files(art.draft_path)
+    except Eagle3Error:
+        return str(art.draft_path)
+    return str(files[0]) if len(files) == 1 else f"{art.draft_path} ({len(files)} weight files)"
+
+
+def _absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev) -> Finding:
+    """Tensors a draft of this config needs that are absent or mis-shaped: the file, each key, expected and found,
+    an unexpected key of the same shape (a rename), and what each engine does with it."""
+    file = weights_file(art)
+    rows = [{"key": k, "expected": list(exp[k]), "found": None} for k in missing]
+    rows += [{"key": k, "expected": list(exp[k]), "found": list(tensors[_raw(k, renames)][0])} for k in shape_bad]
+    for r in rows:
+        same = [u for u in unknown if r["found"] is None and list(tensors[_raw(u, renames)][0]) == r["expected"]]
+        if same:
+            r["renamed_as"] = same[0]
+    text = "; ".join(f"key '{r['key']}': expected {r['expected']}, found " + (
+        f"nothing (unexpected '{r['renamed_as']}' has that shape: renamed?)" if r.get("renamed_as") else
+        "nothing" if r["found"] is None else str(r["found"])) for r in rows[:4])
+    silent = engine_facts.fact("sglang", "keys", "unknown_dropped_silently")
+    refused = engine_facts.fact("vllm", "keys", "unknown_dropped_silently")
+    what = ("SGLang keeps them at random init; vLLM refuses the draft (the load fails)" if shape_bad or unknown else
+            "every engine leaves them at random init")
+    ev.update(file=file, tensors=rows[:10], key=rows[0]["key"], expected=rows[0]["expected"], found=rows[0]["found"])
+    return Finding("weights_dropped", "confirmed", f"{file}: {text}{' ...' if len(rows) > 4 else ''}: {what}", ev,
+                   WHERE, fix="export the tensors under the names and shapes config.json describes (check the "
+                   "exporter's key filter)", source="; ".join(f.source for f in (silent, refused) if f))
 
 
 def _raw(canonical: str, renames) -> str:

@@ -8,6 +8,11 @@ rules (the other side stays listed in the cause's findings); a check that ruled 
 mere suspicion of it (e.g. a serving dump that shows the trained layout, against an engine rule that predicts a
 wrong one; the suspicion stays listed in the cause's findings); a checked finding outranks a `not checked` one.
 
+Per aspect (`causes.ASPECTS`): the findings about one aspect of a cause (a finding that names no aspect is about all
+of them) are combined as above, and the cause is confirmed when an aspect is, in conflict or suspected when one is,
+and ruled out only when every aspect is; an aspect no finding checked leaves the cause "not checked (aspects …)"
+however many others were ruled out. Evidence about one aspect never conflicts with evidence about another.
+
 "No fault found" is said only on evidence (`Diagnosis.healthy`): nothing confirmed, suspected or in conflict,
 something ruled out, no given input unreadable and no part of the workbook broken (`problems`, listed first), the
 inputs every verdict needs given (`not_given`: "3 of 35 causes checked: give --data and --launch to check the
@@ -35,18 +40,45 @@ class CauseVerdict:
     title: str
     status: str                        # one of RANK
     findings: tuple[Finding, ...]      # every finding about this cause, in the order the checks ran
+    aspects: tuple[tuple[str, str], ...] = ()   # (aspect, its combined status) in catalogue order
+
+    @property
+    def unchecked(self) -> tuple[str, ...]:
+        """The aspects no finding checked (a cause ruled out on its other aspects stays "not checked")."""
+        return tuple(a for a, st in self.aspects if st == "not checked")
+
+    @property
+    def label(self) -> str:
+        """The status as shown: "not checked (aspects system prompt, generation prompt)" when some aspects were
+        ruled out and others not checked."""
+        if self.status == "not checked" and self.unchecked and len(self.unchecked) < len(self.aspects):
+            return f"not checked (aspects {', '.join(self.unchecked)})"
+        return self.status
 
     @property
     def deciding(self) -> tuple[Finding, ...]:
-        """The findings behind the status (for a conflict: both sides)."""
+        """The findings behind the status (for a conflict: both sides; for a cause left not checked on some
+        aspects: the findings that ruled the others out, and those that say what is missing)."""
+        decided = {a for a, st in self.aspects if st == self.status} or {a for a, _ in self.aspects}
+        about = [f for f in self.findings if not f.aspects or set(f.aspects) & decided]
         if self.status == "conflict":
-            return tuple(f for f in self.findings if f.status in ("confirmed", "ruled out"))
-        return tuple(f for f in self.findings if f.status == self.status)
+            return tuple(f for f in about if f.status in ("confirmed", "ruled out"))
+        if self.status == "not checked" and self.unchecked and len(self.unchecked) < len(self.aspects):
+            return tuple(f for f in self.findings if f.status in ("ruled out", "not checked"))
+        return tuple(f for f in about if f.status == self.status)
+
+    @property
+    def measurement(self) -> str:
+        """The measurement that decided, when one did (the deciding measured findings' `measurement` evidence, else
+        where they were seen)."""
+        return "; ".join(dict.fromkeys(str(f.evidence.get("measurement") or f.where) for f in self.deciding
+                                       if f.measured and f.status == self.status))
 
     @property
     def evidence(self) -> str:
         """The deciding findings' summaries, each with where it was seen."""
-        return "; ".join(f"{f.summary} [{f.where}]" for f in self.deciding)
+        text = "; ".join(f"{f.summary} [{f.where}]" for f in self.deciding)
+        return f"{text}; not checked: aspects {', '.join(self.unchecked)}" if self.label != self.status else text
 
     @property
     def fix(self) -> str:
@@ -57,8 +89,10 @@ class CauseVerdict:
         return "; ".join(dict.fromkeys(f.needs for f in self.findings if f.status == "not checked" and f.needs))
 
     def to_dict(self) -> dict:
-        return {"cause": self.cause, "title": self.title, "status": self.status, "evidence": self.evidence,
-                "fix": self.fix, "needs": self.needs, "findings": [f.to_dict() for f in self.findings]}
+        return {"cause": self.cause, "title": self.title, "status": self.status, "label": self.label,
+                "aspects": dict(self.aspects), "unchecked_aspects": list(self.unchecked),
+                "measurement": self.measurement, "evidence": self.evidence, "fix": self.fix, "needs": self.needs,
+                "findings": [f.to_dict() for f in self.findings]}
 
 
 @dataclass(frozen=True)
@@ -110,9 +144,10 @@ class Diagnosis:
 
     def frame(self) -> pd.DataFrame:
         """One row per cause, ranked: status, cause, evidence (with where), fix, input needed."""
-        return pd.DataFrame([{"status": v.status, "cause": v.cause, "title": v.title, "evidence": v.evidence,
-                              "fix": v.fix, "needs": v.needs} for v in self.verdicts],
-                            columns=["status", "cause", "title", "evidence", "fix", "needs"])
+        cols = ["status", "cause", "title", "evidence", "measurement", "fix", "needs"]
+        return pd.DataFrame([{"status": v.label, "cause": v.cause, "title": v.title, "evidence": v.evidence,
+                              "measurement": v.measurement, "fix": v.fix, "needs": v.needs} for v in self.verdicts],
+                            columns=cols)
 
     def text(self, width: int = 110) -> str:
         """The plain-text table a terminal prints: the headline, the problems, then the causes by status."""
@@ -131,7 +166,9 @@ class Diagnosis:
                 continue
             lines.append(f"{status.upper()} ({len(group)})")
             for v in group:
-                detail = v.needs if status == "not checked" else v.evidence
+                detail = v.needs if v.label == "not checked" else v.evidence
+                if v.label != v.status:
+                    detail = f"{v.label}: {detail}" + (f"; needs {v.needs}" if v.needs else "")
                 lines.append(f"  {v.cause:<24} {_cut(detail, width - 28)}")
                 if v.fix and status in ("confirmed", "conflict", "suspected"):
                     lines.append(f"  {'':<24} fix: {_cut(v.fix, width - 33)}")
@@ -170,6 +207,26 @@ def combine(status: Iterable[str], measured: Iterable[bool] | None = None) -> st
     return "not checked"
 
 
+def combine_aspects(cause_id: str, findings) -> tuple[str, tuple[tuple[str, str], ...]]:
+    """(the cause's status, (aspect, status) per aspect): each aspect combines the findings about it (`combine`);
+    confirmed if an aspect is, then conflict, suspected; ruled out only when every aspect is; else not checked."""
+    findings = list(findings)
+    per = []
+    for a in CATALOGUE[cause_id].aspects:
+        about = [f for f in findings if not f.aspects or a in f.aspects]
+        per.append((a, combine([f.status for f in about], [f.measured for f in about])))
+    got = {st for _, st in per}
+    for name in ("confirmed", "conflict", "suspected"):
+        if name in got:
+            return name, tuple(per)
+    return ("ruled out" if got == {"ruled out"} else "not checked"), tuple(per)
+
+
+def _combined(cause_id: str, fs: list[Finding]) -> tuple[str, tuple[Finding, ...], tuple[tuple[str, str], ...]]:
+    status, per = combine_aspects(cause_id, fs)
+    return status, tuple(fs), per
+
+
 def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_given: Iterable[str] = (),
              undecided: Iterable[str] = ()) -> Diagnosis:
     """Group findings by cause, combine each cause's statuses, and rank (catalogue order within a status);
@@ -178,8 +235,6 @@ def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_
     for f in findings:
         groups.setdefault(f.cause, []).append(f)
     order = {c: i for i, c in enumerate(CATALOGUE)}
-    verdicts = [CauseVerdict(c, CATALOGUE[c].title, combine([f.status for f in fs], [f.measured for f in fs]),
-                             tuple(fs))
-                for c, fs in groups.items()]
+    verdicts = [CauseVerdict(c, CATALOGUE[c].title, *_combined(c, fs)) for c, fs in groups.items()]
     verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))
     return Diagnosis(tuple(verdicts), tuple(problems), tuple(not_given), tuple(undecided))

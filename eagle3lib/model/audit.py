@@ -56,8 +56,10 @@ def layer_reading(cfg, num_layers: int) -> pd.DataFrame:
 
 def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
                 dtype: torch.dtype | None = None) -> Audit:
-    """Load `draft` strictly against `target` and gather every table the audit notebook shows."""
-    loaded = load_draft(draft, target=target, device=device, dtype=dtype)
+    """Load `draft` against `target` and gather every table the audit notebook shows. A tensor the checkpoint
+    lacks or holds in the wrong shape is listed in the report and stands in at a seeded random init (what an engine
+    that loads the draft anyway runs; `loaded.filled`), so the rest of the audit still runs."""
+    loaded = load_draft(draft, target=target, device=device, dtype=dtype, missing="fill")
     info = load_target_info(target)
     cfg = loaded.cfg
     ctab = pd.DataFrame([{"field": k, "value": v} for k, v in cfg.summary().items()])
@@ -71,9 +73,13 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
         "layout": list(layout) if layout else None, "id_convention": cfg.aux_ids_convention,
         "tensor_problems": int(len(problems)), "vocab_errors": vocab_errors.check.tolist(),
         "taken_from_target": list(loaded.taken_from_target), "config_warnings": len(cfg.warnings),
+        "filled": [f.to_dict() for f in loaded.filled],
     }
     state = "loads cleanly" if not len(problems) and not len(vocab_errors) else \
         f"{len(problems)} tensor problem(s), {len(vocab_errors)} vocab error(s)"
+    if loaded.filled:
+        state += " (" + "; ".join(f"{f.key} {'missing' if f.found is None else f'of shape {list(f.found)}'}: "
+                                  f"stands in as {f.fill}" for f in loaded.filled) + ")"
     findings["attention"] = "MLA" if cfg.mla else "Llama"
     kind = " (MLA attention)" if cfg.mla else ""
     findings["headline"] = (f"{cfg.dialect} draft{kind} {state}: {cfg.num_aux} aux slots "

@@ -9,6 +9,10 @@ Multi-layer drafts: layer 0 is always `midlayer.*`; layers N >= 1 are `layers.N.
 read them. Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
 MLA drafts in vLLM's dialect (model/mla_vllm.py) also drop its unused `layers.N.hidden_norm` (N >= 1, DROPPED) and
 split its fused `fused_qkv_a_proj` / `gate_up_proj` back into the checkpoint's names (STACKED).
+A draft missing a tensor (or holding one of the wrong shape) is refused by default; ``missing="fill"`` loads it the
+way an engine that does not refuse it would run it (`FILLS`): the tensor at a seeded random init (the init engines
+keep for a key they never loaded), or a reduced-vocab lm_head as the first Vd rows of the target's (vLLM's borrow),
+each fill recorded in ``loaded.filled`` (file, key, expected, found, what stands in, the cause id).
 Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a DataFrame)
 """
 from __future__ import annotations
@@ -16,6 +20,7 @@ from __future__ import annotations
 import json
 import math
 import re
+import zlib
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -178,6 +183,67 @@ def _shape_hint(key: str, found: tuple, expected: tuple, cfg: DraftConfig) -> st
     return "config and weights disagree"
 
 
+# what stands in for a tensor the checkpoint lacks (or holds in the wrong shape) when loading with missing="fill"
+FILLS = {"random": "a seeded random init (what an engine keeps for a key it never loaded)",
+         "target_sliced": "the target's lm_head, its first draft_vocab_size rows (vLLM's borrow of a missing head)",
+         "zeros": "zero offsets (no usable d2t: draft id i is read as target id i)"}
+
+
+@dataclass(frozen=True)
+class Filled:
+    """One tensor the checkpoint lacked or held in the wrong shape, and what stands in for it."""
+    file: str
+    key: str
+    expected: tuple[int, ...]
+    found: tuple[int, ...] | None        # None: absent
+    fill: str                            # a FILLS key
+    cause: str                           # causes.CATALOGUE id: lm_head_missing, weights_dropped or d2t_mapping
+
+    def sentence(self) -> str:
+        got = "nothing" if self.found is None else list(self.found)
+        return (f"{self.file}, key '{self.key}': expected {list(self.expected)}, found {got}; replayed with "
+                f"{FILLS[self.fill]} ({self.cause})")
+
+    def to_dict(self) -> dict:
+        return {"file": self.file, "key": self.key, "expected": list(self.expected),
+                "found": list(self.found) if self.found is not None else None, "fill": self.fill,
+                "cause": self.cause}
+
+
+def random_init(key: str, shape: tuple[int, ...], dtype: torch.dtype = torch.float32) -> torch.Tensor:
+    """The init a module gives `key` when nothing is loaded into it, seeded by the key (reproducible): norms ones,
+    matrices Kaiming-uniform as nn.Linear, embeddings N(0, 1), biases and the rest zeros."""
+    g = torch.Generator().manual_seed(zlib.crc32(key.encode()))
+    if len(shape) == 1 and "norm" in key:
+        return torch.ones(shape, dtype=dtype)
+    if len(shape) == 2 and "embed" in key:
+        return torch.randn(shape, generator=g, dtype=dtype)
+    if len(shape) == 2:
+        w = torch.empty(shape, dtype=dtype)
+        return torch.nn.init.kaiming_uniform_(w, a=5 ** 0.5, generator=g)
+    return torch.zeros(shape, dtype=dtype)
+
+
+def _fill(sd, report, cfg, file: str, target, lm_head: str) -> list[Filled]:
+    """Put a stand-in into `sd` for every missing or mis-shaped tensor of `report` (d2t / t2d aside)."""
+    out = []
+    for r in report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])].itertuples():
+        shape = tuple(r.expected_shape)
+        found = tuple(r.found_shape) if r.found_shape is not None else None
+        head = r.key == "lm_head.weight"
+        how = lm_head if head and target is not None else "random"
+        if how == "target_sliced":
+            full = load_target_tensor(target, "lm_head")
+            if tuple(full.shape[1:]) != shape[1:] or full.shape[0] < shape[0]:
+                how = "random"
+            else:
+                sd[r.key] = full[: shape[0]].clone()
+        if how == "random":
+            sd[r.key] = random_init(r.key, shape)
+        out.append(Filled(file, r.key, shape, found, how, "lm_head_missing" if head else "weights_dropped"))
+    return out
+
+
 @dataclass(frozen=True)
 class LoadedDraft:
     """A draft loaded strictly, with everything the audit shows."""
@@ -189,12 +255,21 @@ class LoadedDraft:
     format: str
     renames: list[tuple[str, str, str]] = field(default_factory=list)
     taken_from_target: tuple[str, ...] = ()
+    filled: tuple[Filled, ...] = ()          # tensors that stand in for missing / mis-shaped ones (missing="fill")
+
+
+MISSING = ("raise", "fill")
 
 
 def load_draft(path: str | Path, target: str | Path | None = None, device: str = "cpu",
-               dtype: torch.dtype | None = None) -> LoadedDraft:
+               dtype: torch.dtype | None = None, *, missing: str = "raise", lm_head: str = "random") -> LoadedDraft:
     """Load a draft of any format; embedding (and lm_head if absent) from `target`. Raises CheckpointError on
-    missing or mis-shaped tensors, naming the key, the expected and the found shape."""
+    missing or mis-shaped tensors, naming the key, the expected and the found shape; with ``missing="fill"`` each
+    such tensor is replaced as an engine would run it (`lm_head`: "random" or "target_sliced" for a reduced-vocab
+    head, FILLS) and recorded in `filled`."""
+    if missing not in MISSING or lm_head not in FILLS:
+        raise CheckpointError("load_draft", "unknown option", expected=f"missing in {MISSING}, lm_head in "
+                              f"{tuple(FILLS)}", found=f"missing={missing!r}, lm_head={lm_head!r}")
     path = Path(path)
     cfg = load_config(path)
     files = weight_files(path)
@@ -204,6 +279,10 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     renames += split
     report = validate(sd, cfg)
     bad = report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])]
+    filled: list[Filled] = []
+    if len(bad) and missing == "fill":
+        filled = _fill(sd, report, cfg, str(files[0]), target, lm_head)
+        bad = bad.iloc[:0]
     if len(bad):
         r = bad.iloc[0]
         raise CheckpointError(f"{files[0]}, key '{r.key}'", f"tensor {r.status.replace('_', ' ')}",
@@ -230,6 +309,11 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
         from_target.append("lm_head.weight")
     d2t, t2d = sd.get("d2t"), sd.get("t2d")
     vocab = check_vocab(d2t, t2d, cfg.vocab_size, cfg.draft_vocab_size, where=str(path))
+    if d2t is not None and (d2t.dim() != 1 or d2t.numel() != cfg.draft_vocab_size) and missing == "fill":
+        filled.append(Filled(str(files[0]), "d2t", (cfg.draft_vocab_size,), tuple(d2t.shape), "zeros",
+                             "d2t_mapping"))
+        sd.pop("d2t")
+        d2t = None
     if d2t is not None and (d2t.dim() != 1 or d2t.numel() != cfg.draft_vocab_size):
         raise CheckpointError(f"{files[0]}, key 'd2t'", "wrong length", expected=[cfg.draft_vocab_size],
                               found=list(d2t.shape), cause="a vocab map from another draft vocab size")
@@ -247,7 +331,7 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     if dtype is not None:
         model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool
     return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files],
-                       detect_format(raw_sd, cfg.mla is not None), renames, tuple(from_target))
+                       detect_format(raw_sd, cfg.mla is not None), renames, tuple(from_target), tuple(filled))
 
 
 def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: str | Path,

@@ -51,6 +51,7 @@ class ReplaySetup:
     tokenizer: object | None
     notes: tuple[str, ...] = ()
     training_layout_source: str = "config"       # hidden.identify.SOURCES: "identified", "declared", "config"
+    filled: tuple = ()                           # model.checkpoint.Filled: tensors standing in for missing ones
 
     @property
     def device(self) -> torch.device:
@@ -73,11 +74,16 @@ def resolve_dtype(dtype, device: str) -> torch.dtype:
     return got
 
 
-def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") -> ReplaySetup:
-    """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count."""
+def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", *, missing: str = "fill",
+               head_fill: str = "random") -> ReplaySetup:
+    """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count. A tensor
+    the checkpoint lacks (or holds in the wrong shape) is, by default, replayed as an engine that loads the draft
+    anyway would run it (`model.checkpoint.load_draft(missing="fill", lm_head=head_fill)`): `filled` and the notes
+    say which; ``missing="raise"`` refuses such a draft."""
     dt = resolve_dtype(dtype, device)
-    loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt)
-    notes, lm_head, tok, L, lay = [], None, None, None, None
+    loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt, missing=missing,
+                        lm_head=head_fill)
+    notes, lm_head, tok, L, lay = [f.sentence() for f in loaded.filled], None, None, None, None
     if target_path:
         L = load_target_info(target_path).num_layers
         lay = loaded.cfg.aux_layout(L)
@@ -93,7 +99,7 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto") 
     if isinstance(loaded.model, PEagleDraft):
         notes += peagle_notes(loaded.model, tok)
     return ReplaySetup(loaded.model, loaded.cfg, str(draft_path), str(target_path) if target_path else None, L,
-                       lay, lm_head, tok, tuple(notes))
+                       lay, lm_head, tok, tuple(notes), filled=loaded.filled)
 
 
 def with_trained_layout(setup: ReplaySetup, trained) -> ReplaySetup:
@@ -347,6 +353,12 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
     return counts
 
 
+def stored_layout(k: int) -> tuple[str, ...]:
+    """The effective layout of a replay fed a training sample's slots as stored (no layout names them: the config
+    has no ids, the data declares none, no recapture identified them): the fc's trained input, unnamed."""
+    return tuple(f"stored slot {j}" for j in range(k))
+
+
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
                    reference: str = "auto", key=None) -> ReplayItem:
     """Check one sample against the draft (width, layout, ids) and build its inputs and reference."""
@@ -361,11 +373,14 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
         raise LayoutError(where, "loss mask is all zero", expected="at least one supervised position",
                           found=f"{s.num_tokens} positions, none with mask 1", cause="no assistant turn in the sample")
     lay = layout if layout is not None else s.layout
-    if lay is None:
+    if lay is None and setup.training_layout is None and s.num_slots == cfg.num_aux:
+        aux, eff = s.aux, stored_layout(cfg.num_aux)   # the trained slots, in the fc's order, whatever they are
+    elif lay is None:
         raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
                           " and a target, or data that declares its layout", found=None)
-    aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
-                            recapture=recapture, num_layers=setup.num_layers)
+    else:
+        aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
+                                recapture=recapture, num_layers=setup.num_layers)
     if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
         raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)

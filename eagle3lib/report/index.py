@@ -187,8 +187,10 @@ def _diagnosis_html(d: Diagnosis, bad: list[str], pages: dict[str, str] | None =
     rows = []
     for v in d.verdicts:
         cls = v.status.replace(" ", "").replace("ruledout", "ruled")
-        detail = v.needs if v.status == "not checked" else v.evidence
-        rows.append(f"<tr><td class='{cls}'>{esc(v.status)}</td><td><b>{esc(v.cause)}</b><br>{esc(v.title)}</td>"
+        detail = v.needs if v.label == "not checked" else v.evidence
+        if v.measurement:
+            detail += f" (decided by: {v.measurement})"
+        rows.append(f"<tr><td class='{cls}'>{esc(v.label)}</td><td><b>{esc(v.cause)}</b><br>{esc(v.title)}</td>"
                     f"<td>{_link_wheres(detail, pages)}</td><td>{esc(v.fix)}</td></tr>")
     warn = "".join(f"<p class='err'>{esc(b)}</p>" for b in bad)
     return ("<h2>Diagnosis</h2>" + head + warn + "<table><tr><th>status</th><th>cause</th><th>evidence (where) / "

@@ -5,8 +5,12 @@ An empty path means the demo world's artifact only when the notebook runs on the
 The serving layout is never presumed: it comes from evidence, in this order, and the result says which:
 (a) a serving dump identified against the target's own boundaries (notebook 03's identification; on the demo
 world, its server's dump), (b) a layout the user typed, (c) the boundaries the named engine and version capture
-for this draft config (the capture rules of `serving.crossengine`); with none of these the serving side is not
+for this draft config (the capture rules of `serving.crossengine`), (d) for a draft config that names no layer ids,
+the default every engine falls back to (inputs of [2, L//2, L-3]); with none of these the serving side is not
 replayed and the result names the input that would decide it.
+Nothing here stops on a defect of the draft: a trained layout nothing names is replayed as the training data stores
+it (the fc's own order), and a config without ids is replayed under the engine's default against it
+(`missing_layer_ids` decided by the accuracy it loses).
 """
 from __future__ import annotations
 
@@ -23,10 +27,11 @@ from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import compare
 from ..hidden.dumps import load_dump
 from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain
-from ..layout import parse_layout
+from ..layout import engine_default_layout, parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
 from ..replay.run import ReplaySetup, identify_training_layout, load_setup, with_trained_layout
+from ..replay.run import stored_layout
 from ..replay.stats import ZERO, ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
@@ -122,6 +127,9 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
     if typed:
         lay = parse_layout(typed, num_layers)
         return ServingLayout(lay, "typed", f"typed as the serving layout: {', '.join(lay)}", {"typed": typed})
+    default = _engine_default(inp.draft_path, num_layers)
+    if default is not None:
+        return default
     if engine and num_layers:
         raw, _ = read_config_json(inp.draft_path, "draft")
         arch = None
@@ -141,15 +149,42 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
     return ServingLayout(None, "none", f"the serving side is not replayed: give {SERVING_INPUTS}")
 
 
-def layouts_to_replay(training_layout, serving: ServingLayout) -> dict[str, tuple[str, ...]]:
-    """{"training": the draft config's layout, "serving": the evidence's layout (when known and different)}."""
-    if training_layout is None:
-        raise DataError("layouts", "the draft config names no layer ids", expected="a draft config with "
-                        "eagle_aux_hidden_state_layer_ids (or a layout given explicitly)", found=None)
-    out = {"training": tuple(training_layout)}
+ENGINE_DEFAULT = "engine default"      # ServingLayout.source of a config without ids: what every engine falls back to
+
+
+def _engine_default(draft_path: str, num_layers: int | None) -> ServingLayout | None:
+    """The serving layout of a draft config that names no layer ids: every engine's default capture (inputs of
+    [2, L//2, L-3]); None when the config names ids (or there is no target to count layers)."""
+    if not num_layers:
+        return None
+    try:
+        raw, file = read_config_json(draft_path, "draft")
+        from ..model.config import DraftConfig
+        cfg = DraftConfig.from_dict(raw, source=str(file))
+    except Eagle3Error:
+        return None
+    if cfg.aux_layer_ids is not None or cfg.dialect == "eagle":   # SafeAILab EAGLE: its capture is the default
+        return None
+    lay = engine_default_layout(num_layers)
+    ev = {"file": str(file), "key": "eagle_aux_hidden_state_layer_ids", "expected": "the trained layout's ids",
+          "found": None, "engine_default": list(lay), "fc_slots": cfg.num_aux}
+    return ServingLayout(lay, ENGINE_DEFAULT, f"{file} names no layer ids (eagle_aux_hidden_state_layer_ids): "
+                         f"every engine falls back to inputs of [2, L//2, L-3] = [{', '.join(lay)}] "
+                         f"({len(lay)} slots for a {cfg.num_aux}-slot fc)", ev)
+
+
+def layouts_to_replay(training_layout, serving: ServingLayout) -> dict[str, tuple[str, ...] | None]:
+    """{"training": the trained layout (None: nothing names it, so the data's slots are replayed as stored, the
+    fc's own order), "serving": the evidence's layout (when known)}."""
+    out = {"training": tuple(training_layout) if training_layout is not None else None}
     if serving.layout is not None:
         out["serving"] = tuple(serving.layout)
     return out
+
+
+def shown(layout, k: int) -> list[str]:
+    """A layout to print: its names, or the stored slots when nothing names them."""
+    return list(layout) if layout is not None else list(stored_layout(k))
 
 
 # ---------------------------------------------------------------- findings
@@ -161,7 +196,9 @@ def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayRe
     out: list[Finding] = []
     where_s = f"replay of training samples, serving layout from {serving.source}"
     tr = train.get("training")
-    if serving.layout is None:
+    if serving.source == ENGINE_DEFAULT and tr is not None:
+        out += _missing_ids(tr, train.get("serving"), serving, where_s)
+    elif serving.layout is None:
         out += [not_checked(c, "replay of training samples", SERVING_INPUTS, serving.detail) for c in LAYOUT_CAUSES]
     elif tr is not None:
         sv = train.get("serving", tr)
@@ -210,11 +247,37 @@ def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayRe
     return out
 
 
+def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving: ServingLayout, where: str) -> list[Finding]:
+    """missing_layer_ids measured: the draft replayed under the engines' default capture against its trained
+    layout; the layout causes are about ids the config does not have (not checked)."""
+    ev = {**serving.evidence, "trained_layout": list(tr.layout), "acc_0_trained_layout": _num(tr.acc0),
+          "measurement": "replay of the training samples under the engine's default layout vs the trained layout"}
+    needs = "layer ids in the draft config (without them every engine feeds its default capture)"
+    out = [not_checked(c, where, needs, f"not checked: the config names no ids ({serving.detail})")
+           for c in LAYOUT_CAUSES]
+    if sv is None:
+        return out + [not_checked("missing_layer_ids", where, "a replay under the engine's default layout")]
+    ev["acc_0_engine_default"] = _num(sv.acc0)
+    drop = tr.acc0 - sv.acc0
+    fix = "write the trained layout's ids into the config (notebook 03 section 4 lists them per engine)"
+    k = int(serving.evidence.get("fc_slots") or len(tr.layout))
+    if len(serving.layout) != k:
+        ev["refused_by"] = "vllm (the fc's input width does not match the captured slots: the first request fails)"
+    if math.isnan(drop) or drop > THRESHOLDS["wiring_drop"]:
+        return out + [Finding("missing_layer_ids", "confirmed", f"{serving.detail}: step-0 accuracy "
+                              f"{sv.acc0:.3f} under it (the missing slots fed as zeros) vs {tr.acc0:.3f} with the "
+                              "trained layout" + ("; vLLM refuses such a draft outright" if "refused_by" in ev else ""),
+                              ev, where, fix=fix, source="vllm PR#50170", measured=True)]
+    return out + [Finding("missing_layer_ids", "ruled out", f"{serving.detail}: the draft replays as well under it "
+                          f"(step-0 accuracy {sv.acc0:.3f} vs {tr.acc0:.3f}): it was trained on the default", ev,
+                          where, measured=True)]
+
+
 def search_start(verdicts: Mapping[str, Verdict], layouts: Mapping[str, tuple]) -> tuple[str, tuple] | None:
     """Where the layout search starts: the served layout when it replays as wiring, else the training layout when
-    that does; None when nothing replays as wiring (no search needed)."""
+    that does; None when nothing replays as wiring (no search needed) or the layout is not known by name."""
     for label in ("serving", "training"):
-        if label in verdicts and verdicts[label].verdict == "wiring":
+        if label in verdicts and verdicts[label].verdict == "wiring" and layouts.get(label) is not None:
             return label, tuple(layouts[label])
     return None
 

@@ -88,3 +88,37 @@ def test_planted_norm_output_is_confirmed_by_replay_as_a_pre_879_meaning(world, 
     f = {x.cause: x for x in check_norm_meaning(art, replay_n=6)}["specforge_norm_output"]
     assert f.status == "confirmed" and f.measured
     assert f.evidence["acc_1_norm_output_off"] > f.evidence["acc_1_flags_on"] + 0.05
+
+
+def _drifted_target(world, tmp_path, scale: float):
+    """A copy of the demo target whose layers 1..7 moved by `scale` x their weights' std (a fine-tuned target)."""
+    import torch
+    from safetensors.torch import load_file, save_file
+    out = tmp_path / f"target_{scale}"
+    shutil.copytree(world.target, out)
+    sd = load_file(str(out / "model.safetensors"))
+    g = torch.Generator().manual_seed(0)
+    for k in list(sd):
+        if any(f".layers.{i}." in k for i in range(1, 8)) and k.endswith("weight") and sd[k].dim() == 2:
+            sd[k] = sd[k] + scale * sd[k].std() * torch.randn(sd[k].shape, generator=g)
+    save_file(sd, str(out / "model.safetensors"))
+    return out
+
+
+def test_target_drift_follows_the_accuracy_change_not_the_cosine(world, tmp_path):
+    """Issue 25: a target fine-tuned far (the states the draft sees now cost it most of its accuracy) is confirmed
+    by the replay on the recaptured states; one fine-tuned a little (cosine below 'same', accuracy unchanged) is
+    ruled out by the same replay; neither is called quantization (none is declared)."""
+    far = run_checks(draft=world.draft, target=_drifted_target(world, tmp_path, 4.0), data=world.specforge_data,
+                     only=("drift",), replay_n=4)
+    assert [(x.cause, x.status) for x in far] == [("target_drift", "confirmed")]
+    ev = far[0].evidence
+    assert ev["acc_0_recaptured_states"] < ev["acc_0_stored_states"] - 0.3 and far[0].measured
+    assert ev["measurement"].startswith("replay of the training samples")
+    near = run_checks(draft=world.draft, target=_drifted_target(world, tmp_path, 0.3), data=world.specforge_data,
+                      only=("drift",), replay_n=4)
+    assert [(x.cause, x.status) for x in near] == [("target_drift", "ruled out")]
+    ev = near[0].evidence
+    assert min(s["cosine"] for s in ev["slots"]) < 0.999 and ev["kind"] != "same"
+    assert abs(ev["acc_0_recaptured_states"] - ev["acc_0_stored_states"]) <= 0.05
+    assert "quantiz" not in near[0].summary

@@ -101,3 +101,20 @@ def test_undeclared_data_is_read_at_its_identified_boundaries_not_the_configs_cl
     assert [(f.cause, f.status) for f in found] == [("target_drift", "ruled out")]
     assert found[0].evidence["layout_from"] == "identified"
     assert [s["boundary"] for s in found[0].evidence["slots"]] == list(LAYOUT)
+
+
+def test_a_small_uniform_error_is_named_by_what_is_declared_never_quantization_by_default(world, tmp_path):
+    """The cast verdict names the declared quantization, else the declared dtype, else says neither is declared."""
+    import json
+    from eagle3lib.checks.drift import numerics
+    art = read_artifacts(target=world / "target_a")
+    assert "no quantization or reduced dtype is declared" in numerics(art) or "dtype" in numerics(art)
+    d = tmp_path / "t"
+    d.mkdir()
+    cfg = json.loads((world / "target_a" / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "float32"}))
+    assert "not their numerics" in numerics(read_artifacts(target=d))
+    (d / "config.json").write_text(json.dumps({**cfg, "quantization_config": {"quant_method": "fp8"}}))
+    assert "declared quantization (fp8)" in numerics(read_artifacts(target=d))
+    (d / "config.json").write_text(json.dumps({**cfg, "torch_dtype": "bfloat16"}))
+    assert "declared dtype (bfloat16" in numerics(read_artifacts(target=d))

@@ -32,11 +32,17 @@ def test_compare_rows_tells_the_four_cases_apart():
     assert compare_rows(torch.randn(120, 32), EMB)["relation"] == "different"
 
 
+def combined(findings, cause):
+    from eagle3lib.diagnose.combine import combine_aspects
+    return combine_aspects(cause, [f for f in findings if f.cause == cause])[0]
+
+
 def test_random_own_embedding_is_confirmed_on_vllm_and_ruled_out_on_sglang(tmp_path):
     """A random embed_tokens: vLLM keeps it (confirmed), SGLang replaces it (ruled out), no engine: suspected."""
     extra = {"embed_tokens.weight": torch.randn(120, 32)}
-    assert statuses(_f(tmp_path, extra=extra, engine="vllm"), "wrong_embedding") == {"confirmed"}
-    assert statuses(_f(tmp_path, extra=extra, engine="sglang"), "wrong_embedding") == {"ruled out"}
+    assert statuses(_f(tmp_path, extra=extra, engine="vllm"), "wrong_embedding") == {"confirmed", "ruled out"}
+    assert combined(_f(tmp_path, extra=extra, engine="vllm"), "wrong_embedding") == "confirmed"   # the tokenizer
+    assert statuses(_f(tmp_path, extra=extra, engine="sglang"), "wrong_embedding") == {"ruled out"}   # agrees
     f = _f(tmp_path, extra={"embed_tokens.weight": EMB * 2})
     hit = [x for x in f if x.cause == "wrong_embedding"]
     assert hit[0].status == "suspected" and hit[0].evidence["relation"] == "scaled"
@@ -59,4 +65,18 @@ def test_vocab_padding_is_suspected(tmp_path):
     t = canonical_tensors(raw)
     art = read_artifacts(draft=write_draft(tmp_path, raw, t), target=write_target(tmp_path, TARGET, EMB))
     f = [x for x in check_embedding(art) if x.where == "checks.embedding.vocab"]
-    assert [x.status for x in f] == ["suspected"] and emb.shape[0] == 128
+    assert [(x.cause, x.status, x.aspects) for x in f] == [("lm_head_missing", "suspected", ("padded vocab",)),
+                                                          ("wrong_embedding", "ruled out", ("vocab / tokenizer",))]
+    assert emb.shape[0] == 128
+
+
+def test_a_missing_head_for_a_reduced_vocab_is_confirmed_though_the_vocab_sizes_agree(tmp_path):
+    """Issue 25: 'draft and target vocab sizes agree' is about the padded-vocab aspect, never evidence against a
+    head that is absent: lm_head_missing is confirmed alone (no conflict), the finding names file, key, expected,
+    found and what each engine runs instead."""
+    f = _f(tmp_path, drop=("lm_head.weight",))
+    assert combined(f, "lm_head_missing") == "confirmed"
+    hit = next(x for x in f if x.cause == "lm_head_missing" and x.status == "confirmed")
+    assert hit.evidence["key"] == "lm_head.weight" and hit.evidence["found"] is None
+    assert hit.evidence["file"].endswith("model.safetensors") and hit.evidence["expected"] == [40, 32]
+    assert "SGLang keeps a random head" in hit.summary and "vLLM the target's first 40 rows" in hit.summary

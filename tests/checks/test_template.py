@@ -92,3 +92,65 @@ def test_no_readable_sample_decides_nothing(tmp_path, target):
     """Training data of which no sample reads (an empty index): not checked, never 'confirmed' from 0 samples."""
     (f,) = _f(tmp_path, target, [])
     assert f.status == "not checked" and "no training sample could be read" in f.summary
+
+
+DEFAULT_SYS = ("{{ bos_token }}{% if messages[0]['role'] != 'system' %}<|system|>be brief<|end|>{% endif %}"
+               "{% for m in messages %}<|{{ m['role'] }}|>{{ m['content'] }}<|end|>{% endfor %}"
+               "{% if add_generation_prompt %}<|assistant|>{% endif %}")
+THINK_GEN = TEMPLATE.replace("<|assistant|>{% endif %}", "<|assistant|><think></think>{% endif %}")
+
+
+@pytest.fixture()
+def retemplated(target, tmp_path):
+    """The target's tokenizer with another chat template (a copy of the folder)."""
+    import shutil
+
+    def make(template):
+        d = tmp_path / "retemplated"
+        shutil.rmtree(d, ignore_errors=True)
+        shutil.copytree(target[0], d)
+        cfg = json.loads((d / "tokenizer_config.json").read_text())
+        cfg["chat_template"] = template
+        (d / "tokenizer_config.json").write_text(json.dumps(cfg))
+        (d / "chat_template.jinja").unlink(missing_ok=True)
+        return d, target[1]
+    return make
+
+
+def _by_aspect(findings):
+    return {x.aspects: x.status for x in findings}
+
+
+def test_each_aspect_has_its_own_finding_and_a_healthy_template_rules_them_all_out(tmp_path, target):
+    """Without served prompts: role markers, think blocks, the system prompt (the template adds none of its own,
+    the training samples carry none) and the generation prompt are each checked, so the cause is ruled out."""
+    from eagle3lib.diagnose.combine import combine_aspects
+    f = _f(tmp_path, target, [CHAT, CHAT])
+    assert _by_aspect(f) == {("role markers",): "ruled out", ("think blocks",): "ruled out",
+                             ("system prompt",): "ruled out", ("generation prompt",): "ruled out"}
+    assert combine_aspects("chat_template_mismatch", f)[0] == "ruled out"
+
+
+def test_a_template_that_adds_a_default_system_prompt_is_confirmed_not_ruled_out(tmp_path, retemplated):
+    """Issue 25: markers and think blocks agree, but the served template adds "<|system|>be brief" to every
+    request without a system prompt, which no training sample carries: the system-prompt aspect confirms it."""
+    from eagle3lib.diagnose.combine import combine_aspects
+    d, tok = retemplated(DEFAULT_SYS)
+    assert template_markers(tok.__class__.from_pretrained(d))["default_system"].strip() == "<|system|>be brief"
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT], "data")))
+    got = _by_aspect(f)
+    assert got[("system prompt",)] == "confirmed" and got[("role markers",)] == "ruled out"
+    hit = next(x for x in f if x.aspects == ("system prompt",))
+    assert "be brief" in hit.summary and hit.evidence["training_default_system_share"] == 0.0
+    assert combine_aspects("chat_template_mismatch", f)[0] == "confirmed"
+    # trained on data that carries the default: ruled out
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [SYS, SYS], "data2")))
+    assert _by_aspect(f)[("system prompt",)] == "ruled out"
+
+
+def test_a_generation_prompt_the_training_answers_never_open_with_is_confirmed(tmp_path, retemplated):
+    d, tok = retemplated(THINK_GEN)
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT], "data")))
+    assert _by_aspect(f)[("generation prompt",)] == "confirmed"
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [THINK, THINK], "data2")))
+    assert _by_aspect(f)[("generation prompt",)] == "ruled out"

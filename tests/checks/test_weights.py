@@ -127,3 +127,13 @@ def test_a_vllm_mla_checkpoint_is_read_as_vllm_reads_it(tmp_path):
     bad["layers.0.self_attn.fused_qkv_a_proj.weight"] = w[:-1]                 # one row short
     f = check_weights(read_artifacts(draft=write(tmp_path / "bad", raw, bad)), "vllm")
     assert [x.status for x in f] == ["confirmed"] and "midlayer.self_attn.q_a_proj.weight" in f[0].summary
+
+
+def test_a_renamed_tensor_names_the_file_key_expected_found_and_the_new_name(tmp_path):
+    """Issue 25: an MLP tensor renamed (gate_proj -> gate) is confirmed naming the weight file, the key, the expected
+    shape, 'found nothing' and the unexpected key of that shape; SGLang keeps it at random init, vLLM refuses it."""
+    (f,) = _f(tmp_path, rename=lambda k: k.replace("mlp.gate_proj", "mlp.gate"))
+    assert f.status == "confirmed" and f.evidence["key"] == "midlayer.mlp.gate_proj.weight"
+    assert f.evidence["file"].endswith("model.safetensors") and f.evidence["found"] is None
+    assert f.evidence["tensors"][0]["renamed_as"] == "midlayer.mlp.gate.weight"
+    assert "unexpected 'midlayer.mlp.gate.weight' has that shape" in f.summary and "vLLM refuses" in f.summary

@@ -114,3 +114,51 @@ def test_attribute_names_the_input_a_message_shows():
     inp = Inputs(draft="/m/d", data="/data/train")
     assert attribute("/data/train: no training data found", inp, "02") == ("--data", "/data/train")
     assert attribute("something else broke", inp, "02") == ("02", "")
+
+
+# ---------------------------------------------------------------- aspects (issue 25)
+
+def A(cause, status, *aspects, measured=False):
+    return Finding(cause, status, f"{cause} {status} on {aspects or 'all'}", {}, "x", aspects=aspects,
+                   measured=measured)
+
+
+def test_a_cause_is_ruled_out_only_when_every_aspect_is():
+    """The template's markers and think blocks agree, its default system prompt was never checked: not checked
+    (aspects system prompt, generation prompt), never ruled out; every aspect ruled out: ruled out."""
+    fs = [A("chat_template_mismatch", "ruled out", "role markers"), A("chat_template_mismatch", "ruled out",
+                                                                      "think blocks")]
+    v = diagnose(fs).verdicts[0]
+    assert v.status == "not checked" and v.unchecked == ("system prompt", "generation prompt")
+    assert v.label == "not checked (aspects system prompt, generation prompt)"
+    assert "not checked: aspects system prompt, generation prompt" in v.evidence
+    assert "not checked (aspects system prompt" in diagnose(fs).text()
+    fs += [A("chat_template_mismatch", "ruled out", "system prompt", "generation prompt")]
+    assert diagnose(fs).verdicts[0].status == "ruled out"
+    assert diagnose([A("chat_template_mismatch", "ruled out")]).verdicts[0].status == "ruled out"   # all aspects
+
+
+def test_a_confirmed_aspect_confirms_and_other_aspects_never_conflict():
+    """lm_head absent for a reduced vocab (present: confirmed) while the vocab sizes agree (padded vocab: ruled
+    out) is lm_head_missing confirmed, not a conflict; the same aspect on both sides still is one."""
+    d = diagnose([A("lm_head_missing", "confirmed", "present", "borrowable"),
+                  A("lm_head_missing", "ruled out", "padded vocab")])
+    v = d.verdicts[0]
+    assert v.status == "confirmed" and dict(v.aspects) == {"present": "confirmed", "borrowable": "confirmed",
+                                                           "padded vocab": "ruled out"}
+    assert [f.aspects for f in v.deciding] == [("present", "borrowable")]
+    assert diagnose([A("lm_head_missing", "confirmed", "present"),
+                     A("lm_head_missing", "ruled out", "present")]).verdicts[0].status == "conflict"
+    # a suspicion on one aspect is not settled by another aspect ruled out
+    assert diagnose([A("chat_template_mismatch", "suspected", "system prompt"),
+                     A("chat_template_mismatch", "ruled out")]).verdicts[0].status == "ruled out"
+    assert diagnose([A("chat_template_mismatch", "suspected", "system prompt"),
+                     A("chat_template_mismatch", "ruled out", "role markers")]).verdicts[0].status == "suspected"
+
+
+def test_the_verdict_names_the_measurement_that_decided():
+    f = Finding("rope_mismatch", "confirmed", "replay under the target's RoPE restores acc", {"measurement":
+                "replay under the draft's RoPE and the target's"}, "checks.rope", measured=True)
+    v = diagnose([f, A("rope_mismatch", "suspected")]).verdicts[0]
+    assert v.status == "confirmed" and v.measurement == "replay under the draft's RoPE and the target's"
+    assert v.to_dict()["measurement"] == v.measurement

@@ -87,3 +87,22 @@ def test_forward_preview_of_a_p_eagle_draft_shows_its_parallel_depths(tmp_path, 
     df = forward_preview(a.loaded, ids, aux, num_steps=2)
     shown = df["step 1: draft"].dropna().str.rstrip(" ✓✗").tolist()
     assert shown == [str(int(d.to_target_ids(want[1][0, t]))) for t in range(len(shown))] and len(shown) == 7
+
+
+def test_audit_of_a_draft_missing_a_tensor_runs_and_names_it(tmp_path, tiny_cfg_dict):
+    """Issue 25: the audit of a draft whose MLP tensor was renamed does not stop: the report lists the key as
+    missing and the unexpected name, the headline says what stands in, the findings record file, key, expected."""
+    draft, target = _world(tmp_path, tiny_cfg_dict)
+    from safetensors.torch import load_file
+    sd = load_file(str(draft / "model.safetensors"))
+    sd["midlayer.mlp.gate.weight"] = sd.pop("midlayer.mlp.gate_proj.weight")
+    save_file(sd, str(draft / "model.safetensors"))
+    a = audit_draft(draft, target)
+    rep = a.report.set_index("key")
+    assert rep.loc["midlayer.mlp.gate_proj.weight", "status"] == "missing"
+    assert rep.loc["midlayer.mlp.gate.weight", "status"] == "unexpected"
+    assert "midlayer.mlp.gate_proj.weight missing: stands in as random" in a.findings["headline"]
+    (f,) = a.findings["filled"]
+    assert f["key"] == "midlayer.mlp.gate_proj.weight" and f["found"] is None and f["cause"] == "weights_dropped"
+    assert f["file"].endswith("model.safetensors") and f["expected"] == list(rep.loc["midlayer.mlp.gate_proj.weight",
+                                                                                  "expected_shape"])

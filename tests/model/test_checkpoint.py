@@ -148,6 +148,44 @@ def test_wrong_shape_raises_with_key_expected_found(world, tmp_path, tiny_cfg_di
         load_draft(d, target=target)
 
 
+def _saved(tmp_path, tiny_cfg_dict, sd, name):
+    d = tmp_path / name
+    d.mkdir()
+    (d / "config.json").write_text(json.dumps(tiny_cfg_dict))
+    save_file({k: v.contiguous() for k, v in sd.items()}, str(d / "model.safetensors"))
+    return d
+
+
+def test_fill_loads_a_draft_missing_tensors_as_an_engine_runs_it(world, tmp_path, tiny_cfg_dict):
+    """missing="fill": a renamed MLP tensor, a mis-shaped fc and a lost lm_head each stand in (a seeded random init;
+    the head also as vLLM's borrow of the target's first Vd rows), each recorded with file, key, expected, found and
+    cause; the same draft refused by default; the same stand-in on every load."""
+    cfg, draft, target, _ = world
+    sd = {k: v for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
+    sd["midlayer.mlp.gate.weight"] = sd.pop("midlayer.mlp.gate_proj.weight")
+    sd["fc.weight"] = torch.zeros(32, 96)
+    del sd["lm_head.weight"]
+    d = _saved(tmp_path, tiny_cfg_dict, sd, "broken")
+    with pytest.raises(CheckpointError, match="key 'fc.weight'"):
+        load_draft(d, target=target)
+    a = load_draft(d, target=target, missing="fill")
+    got = {f.key: f for f in a.filled}
+    assert set(got) == {"midlayer.mlp.gate_proj.weight", "fc.weight", "lm_head.weight"}
+    assert got["fc.weight"].found == (32, 96) and got["fc.weight"].expected == (32, 128)
+    assert got["lm_head.weight"].cause == "lm_head_missing" and got["fc.weight"].cause == "weights_dropped"
+    assert got["midlayer.mlp.gate_proj.weight"].found is None and got["lm_head.weight"].fill == "random"
+    assert "key 'fc.weight': expected [32, 128], found [32, 96]" in got["fc.weight"].sentence()
+    assert got["fc.weight"].file.endswith("model.safetensors")
+    b = load_draft(d, target=target, missing="fill")
+    assert torch.equal(a.model.fc.weight, b.model.fc.weight)
+    assert not torch.equal(a.model.fc.weight, torch.zeros(32, 128))
+    sliced = load_draft(d, target=target, missing="fill", lm_head="target_sliced")
+    from eagle3lib.model.target import load_target_tensor
+    head = load_target_tensor(target, "lm_head")
+    assert torch.equal(sliced.model.lm_head.weight, head[:cfg.draft_vocab_size])
+    assert next(f for f in sliced.filled if f.key == "lm_head.weight").fill == "target_sliced"
+
+
 def test_d2t_wrong_length(world, tmp_path, tiny_cfg_dict):
     """d2t of the wrong length is refused with both lengths."""
     cfg, draft, target, _ = world
@@ -159,6 +197,9 @@ def test_d2t_wrong_length(world, tmp_path, tiny_cfg_dict):
     save_file(sd, str(d / "model.safetensors"))
     with pytest.raises(CheckpointError, match=r"d2t.*expected \[40\], found \[37\]"):
         load_draft(d, target=target)
+    f = load_draft(d, target=target, missing="fill")          # zero offsets stand in, named
+    assert [(x.key, x.found, x.fill, x.cause) for x in f.filled] == [("d2t", (37,), "zeros", "d2t_mapping")]
+    assert int(f.model.d2t.abs().sum()) == 0
 
 
 def test_missing_vocab_map_loads_but_is_flagged(world, tmp_path, tiny_cfg_dict):

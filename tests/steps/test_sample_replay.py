@@ -106,3 +106,50 @@ def test_search_starts_only_from_a_wiring_verdict():
     v = _verdicts({"training": fake(0.8)})
     assert SR.search_start(v, {"training": LAYOUT}) is None
     assert dataclasses.is_dataclass(SR.ServingLayout)
+
+
+# ---------------------------------------------------------------- a config without ids (issue 25)
+
+def _no_ids(tmp_path):
+    import json
+    setup = make_setup(tmp_path)
+    cfg = tmp_path / "draft" / "config.json"
+    raw = json.loads(cfg.read_text())
+    raw.get("eagle_config", {}).pop("eagle_aux_hidden_state_layer_ids", None)
+    raw.pop("eagle_aux_hidden_state_layer_ids", None)
+    cfg.write_text(json.dumps(raw))
+    return setup, SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+
+
+def test_a_config_without_ids_is_served_the_engine_default_and_the_replay_decides(tmp_path):
+    """No ids: the serving side is every engine's default capture (named with the config file and the key), never
+    a DataError; the drop of its replay against the trained layout confirms missing_layer_ids (measured); the
+    layout causes are not checked (there are no ids to be off)."""
+    setup, inp = _no_ids(tmp_path)
+    sv = SR.serving_layout(inp, setup.num_layers)
+    assert sv.source == SR.ENGINE_DEFAULT and sv.layout == ("layer_in.2", "layer_in.4", "layer_in.5")
+    assert sv.evidence["key"] == "eagle_aux_hidden_state_layer_ids" and sv.evidence["file"].endswith("config.json")
+    assert SR.serving_layout(inp, setup.num_layers, engine="vllm").source == SR.ENGINE_DEFAULT
+    assert SR.layouts_to_replay(None, sv) == {"training": None, "serving": sv.layout}      # stored slots
+    assert SR.shown(None, 4) == ["stored slot 0", "stored slot 1", "stored slot 2", "stored slot 3"]
+    train = {"training": fake(0.8), "serving": fake(0.2, sv.layout + ("zeros",))}
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, sv, 8)}
+    m = f["missing_layer_ids"]
+    assert m.status == "confirmed" and m.measured and m.evidence["acc_0_engine_default"] == 0.2
+    assert "vLLM refuses" in m.summary and "measurement" in m.evidence
+    assert all(f[c].status == "not checked" for c in ("aux_layout_mismatch", "layer_id_off_by_one"))
+    train = {"training": fake(0.8), "serving": fake(0.79, sv.layout)}   # trained on the default: ruled out
+    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, sv, 8)}
+    assert f["missing_layer_ids"].status == "ruled out"
+
+
+def test_a_trained_layout_nothing_names_replays_the_stored_slots(tmp_path):
+    """No ids, no declared layout, no identification: the training samples are replayed as stored (the fc's
+    order) instead of stopping."""
+    import torch
+    from eagle3lib.replay import run as R
+    from eagle3lib.samples.sample import Sample
+    setup = dataclasses.replace(make_setup(tmp_path), training_layout=None)
+    s = Sample("s0", torch.randint(0, 120, (16,)), torch.ones(16, dtype=torch.long), torch.randn(16, 4, 32))
+    r = R.replay(setup, [s], layout=None, num_steps=1, progress=False)
+    assert r.layout == R.stored_layout(4) and not r.skipped and r.summary()["positions"] > 0
