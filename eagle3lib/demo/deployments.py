@@ -81,7 +81,7 @@ DEPLOYMENTS = {d.name: d for d in (
       weights=_own_embedding),
     D("rope_theta", "config rope_theta 1e6, trained at 1e4", "rope_mismatch", config=_rope),
     D("no_lm_head", "lm_head.weight lost from the checkpoint", "lm_head_missing", config=_vllm_ids,
-      weights=_no_lm_head, diagnosed=False),      # eagle3lib's replay refuses a draft missing a tensor (issue 25)
+      weights=_no_lm_head),
     D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5]", "aux_layout_mismatch",
       refused=True, config=_specforge_as_is),
 )}

@@ -124,6 +124,8 @@ class AsServed:
     sources: dict                   # aspect -> which source answered (engines.loaded_view.SOURCES)
     replays: tuple[Replayed, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
+    unknown: tuple[str, ...] = ()   # causes whose trained tensors the checkpoint lacks: 'as trained' replays the
+                                    # loader's stand-in (setup.filled), so it cannot rule them out
 
     @property
     def differing(self) -> tuple[str, ...]:
@@ -149,7 +151,7 @@ class AsServed:
                 "served": {k: _plain(v) for k, v in self.served.items()}, "sources": dict(self.sources),
                 "replays": [{"label": r.label, "aspects": list(r.aspects), "layout": list(r.layout),
                              "tau": r.tau, "acc0": r.acc0, "positions": r.positions} for r in self.replays],
-                "notes": list(self.notes)}
+                "notes": list(self.notes), "unknown": list(self.unknown)}
 
 
 def _show(v) -> str:
@@ -224,4 +226,7 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
         if len(diff) > 1:
             out += [_run(setup, data, tensors, {**trained, a: served[a]}, label=f"{a} as served", aspects=(a,), **kw)
                     for a in diff]
-    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes))
+    unknown = {f.cause for f in setup.filled}
+    if trained["lm_head"] != "own":
+        unknown.add("lm_head_missing")
+    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes), tuple(sorted(unknown)))

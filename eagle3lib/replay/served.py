@@ -165,6 +165,29 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
             f"{sv.tau:.2f}")
     diff = as_served.differing
     blamed = {a: aspect_causes(a, as_served, num_layers, ids_read) for a in diff}
+    out = _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed)
+    # a cause whose tensors the checkpoint lacks: 'as trained' is the loader's stand-in, so no replay rules it out;
+    # the served τ matching that stand-in's replay measures what the engine serves in its place
+    unknown = set(getattr(as_served, "unknown", ()))
+    out = [f for f in out if not (f.cause in unknown and f.status == "ruled out")]
+    for c in sorted(unknown):
+        same = abs(served - tr.tau) <= tol
+        out.append(Finding(c, "confirmed" if same else "suspected",
+                           f"{head}: the checkpoint lacks the tensors {c} is about, so 'as trained' replays the "
+                           "stand-in an engine loads in their place"
+                           + (", and the served τ reproduces it: the engine serves the draft without them"
+                              if same else "; the served τ differs from that replay (the engine's stand-in may "
+                              "differ)"), {**ev, "unknown": sorted(unknown)}, AS_SERVED,
+                           fix="ship the trained tensors (re-export the checkpoint from the training run)",
+                           measured=True, aspects=UNKNOWN_ASPECTS.get(c, ())))
+    return out
+
+
+# the aspects (causes.ASPECTS) a missing tensor is about
+UNKNOWN_ASPECTS = {"lm_head_missing": ("present",)}
+
+
+def _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed) -> list[Finding]:
     out: list[Finding] = []
     if abs(served - tr.tau) <= tol:
         for c in WIRING_CAUSES:

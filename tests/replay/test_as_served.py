@@ -137,3 +137,34 @@ def test_an_unexplained_loss_stays_suspected():
     above = by_cause(as_served_findings(4.0, "x", fake(3.0), num_layers=8))
     assert above["measurement_artefact"] == {"suspected"}
     assert not math.isnan(fake(3.0).get("as trained").tau)
+
+
+def test_a_cause_whose_tensors_the_checkpoint_lacks_is_never_ruled_out_by_the_stand_in():
+    """'as trained' of a draft without its lm_head replays the loader's stand-in: a served τ equal to it measures
+    what the engine serves in place of the head (confirmed), never that the head is fine."""
+    base = fake(1.25)
+    lacking = AsServed(base.num_steps, base.trained, base.served, base.sources, base.replays, (),
+                       ("lm_head_missing",))
+    found = as_served_findings(1.26, "server.log:3", lacking, num_layers=8)
+    got = by_cause(found)
+    assert got["lm_head_missing"] == {"confirmed"}
+    assert all(got[c] == {"ruled out"} for c in WIRING_CAUSES if c != "lm_head_missing")
+    head = next(f for f in found if f.cause == "lm_head_missing")
+    assert head.measured and head.aspects == ("present",) and "stand-in" in head.summary
+    # the served τ far from the stand-in's replay: still not ruled out, only suspected
+    low = by_cause(as_served_findings(0.5, "x", lacking, num_layers=8))
+    assert low["lm_head_missing"] == {"suspected"}
+    # the same numbers with the head present rule it out: the stand-in rule is what changed the verdict
+    assert by_cause(as_served_findings(1.26, "x", base, num_layers=8))["lm_head_missing"] == {"ruled out"}
+
+
+@pytest.mark.slow
+def test_a_draft_loaded_with_a_stand_in_head_names_that_cause_unknown(world, tmp_path):
+    d = deployments.write("no_lm_head", tmp_path / "n")
+    s = load_setup(d, world.target, missing="fill")
+    s = with_trained_layout(s, identify_training_layout(s, world.specforge_data))
+    assert [f.cause for f in s.filled] == ["lm_head_missing"]
+    a = replay_as_served(s, world.heldout_data, view(lm_head="target_sliced"), num_steps=3, n=8, shipped=set())
+    assert a.unknown == ("lm_head_missing",) and a.differing == ()
+    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    assert replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=4).unknown == ()
