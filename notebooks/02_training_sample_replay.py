@@ -40,9 +40,8 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 from IPython.display import display
 
-from eagle3lib.checks import evidence
 from eagle3lib.report import findings
-from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
+from eagle3lib.replay import evidence, layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
 from eagle3lib.demo.world import select as select_demo_world
 

@@ -1,7 +1,7 @@
 """Checkpoint audit (notebook 00): everything about a draft that can be checked without serving it.
 
 Config table and warnings, tensor validation report, vocab checks, parameter counts, the layer ids as each
-convention reads them, and a forward on a few real tokens. Usage:
+convention reads them (the forward on a few real tokens is `replay.tokenview.preview_table`). Usage:
     a = audit_draft(draft_dir, target_dir); a.findings  # headline facts for the report index
 """
 from __future__ import annotations
@@ -14,7 +14,6 @@ import torch
 
 from .. import layout as _layout
 from .checkpoint import LoadedDraft, load_draft, param_table
-from .peagle import PEagleDraft, resolve_mask_token_id
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
 
@@ -87,41 +86,6 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
                             f"Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}")
     return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model), reading,
                  findings)
-
-
-@torch.inference_mode()
-def forward_preview(loaded: LoadedDraft, input_ids: torch.Tensor, aux: torch.Tensor, tokenizer=None,
-                    num_steps: int = 3, max_rows: int = 12) -> pd.DataFrame:
-    """Draft predictions on one real sample: per position, the next tokens vs the draft's steps 0..K-1.
-
-    input_ids (T,), aux (T, k*Ht) in the draft's training layout. Step k at position t predicts token t+2+k (a
-    P-EAGLE draft: its depth k).
-    """
-    model = loaded.model
-    p = next(model.parameters())
-    ids = input_ids[None].to(p.device)
-    if isinstance(model, PEagleDraft):     # P-EAGLE: its K depths from one forward (the mask id as replay resolves it)
-        mask_id = model.mask_token_id if model.mask_token_id is not None else \
-            resolve_mask_token_id(loaded.cfg, tokenizer)[0]
-        outs = model.parallel_forward(aux[None].to(p.device, p.dtype), ids, num_steps, mask_token_id=mask_id,
-                                      return_logits=False)
-    else:
-        outs = model.ttt_forward(aux[None].to(p.device, p.dtype), ids, num_steps, return_logits=False)
-    T = input_ids.numel()
-
-    def tok(i):
-        return tokenizer.decode([int(i)]) if tokenizer is not None else str(int(i))
-
-    rows = []
-    for t in range(min(T - 2, max_rows)):
-        row = {"pos": t, "context token": tok(input_ids[t + 1])}
-        for k, top1 in enumerate(outs):
-            if t + 2 + k < T:
-                pred = int(model.to_target_ids(top1[0, t]))
-                row[f"step {k}: next"] = tok(input_ids[t + 2 + k])
-                row[f"step {k}: draft"] = tok(pred) + (" ✓" if pred == int(input_ids[t + 2 + k]) else " ✗")
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def target_tokenizer(target: str | Path):

@@ -9,7 +9,6 @@ on the rows its COD sampling can keep, and the chain simulation is that same for
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -28,15 +27,13 @@ from ..model.draft import Eagle3Draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..errors import Eagle3Error, LayoutError
 from ..layout import parse_layout
-from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
+from .loop import D2T_MODES, draft_run
+from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult
 from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 from ..hidden.capture import load_target_model
 from ..hidden.identify import trained_layout
 from ..progress import bar
-
-D2T_MODES = ("offsets", "absolute", "identity")
-
 
 @dataclass(frozen=True, eq=False)
 class ReplaySetup:
@@ -136,15 +133,6 @@ def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
     return notes
 
 
-def draft_steps(model: Eagle3Draft, aux: Tensor, ids: Tensor, K: int, *, feed: str = "teacher",
-                return_logits: bool = True, scored: Tensor | None = None) -> list[Tensor]:
-    """The K outputs replay scores: `ttt_forward` (TTT steps) for EAGLE-3, `parallel_forward` (depths) for a
-    P-EAGLE draft, whose drafts are the same whichever `feed` (it feeds nothing back)."""
-    if isinstance(model, PEagleDraft):
-        return model.parallel_forward(aux, ids, K, return_logits=return_logits, scored=scored)
-    return model.ttt_forward(aux, ids, K, feed=feed, return_logits=return_logits, scored=scored)
-
-
 # ---------------------------------------------------------------- sample -> draft inputs
 
 def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, fill: str = "error",
@@ -197,26 +185,6 @@ def shift_positions(aux: Tensor, align: int) -> Tensor:
     else:
         out[-align:] = aux[:align]
     return out
-
-
-def draft_target_ids(model: Eagle3Draft, mode: str = "offsets") -> Tensor:
-    """Target id of each draft id under a d2t reading: offsets (i + d2t[i]), absolute (d2t[i]) or identity (i)."""
-    if mode not in D2T_MODES:
-        raise LayoutError("d2t interpretation", "unknown mode", expected=D2T_MODES, found=mode)
-    ar = torch.arange(model.d2t.numel(), device=model.d2t.device)
-    ids = {"offsets": ar + model.d2t, "absolute": model.d2t, "identity": ar}[mode]
-    return ids.clamp(0, model.cfg.vocab_size - 1)
-
-
-@contextlib.contextmanager
-def d2t_reading(model: Eagle3Draft, mode: str):
-    """Temporarily make the model's d2t buffer mean `mode` (so chain drafting feeds those target ids)."""
-    old = model.d2t
-    model.d2t = draft_target_ids(model, mode) - torch.arange(old.numel(), device=old.device)
-    try:
-        yield model.d2t + torch.arange(old.numel(), device=old.device)
-    finally:
-        model.d2t = old
 
 
 def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "auto",
@@ -332,24 +300,19 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
                 item = e
             yield key, s, item
 
-    with torch.inference_mode(), d2t_reading(model, o.d2t) as hot:
-        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
-        in_vocab[hot.cpu()] = True
-        hot, batch = hot.to(setup.device), []
-        depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
-        for key, s, item in ahead(prepared(), depth, weight=_tokens_of):
+    def good(prepared_items):                        # the items to run; a sample that failed is counted skipped
+        for key, s, item in prepared_items:
             if bar is not None:
                 bar.update(1)
             if isinstance(item, Eagle3Error):
                 counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(item)))
-                continue
-            padded = (len(batch) + 1) * max([len(item.ids)] + [len(b.ids) for b in batch])   # B x T_max
-            if batch and padded > batch_tokens:
-                _run(batch, model, hot, in_vocab, counts, only_scored)
-                batch = []
-            batch.append(item)
-        if batch:
-            _run(batch, model, hot, in_vocab, counts, only_scored)
+            else:
+                yield item
+
+    depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
+    for r in draft_run(model, good(ahead(prepared(), depth, weight=_tokens_of)), num_steps=counts.K, d2t=o.d2t,
+                       mask=o.mask, simulate=o.simulate, only_scored=only_scored, batch_tokens=batch_tokens):
+        counts.add(r.item, r.scored)
     return counts
 
 
@@ -392,38 +355,3 @@ def _tokens_of(prepared: tuple) -> int:
     """What a (key, Sample, ReplayItem | error) from `count`'s reader weighs in the read-ahead budget: its tokens."""
     item = prepared[2]
     return len(item.ids) if isinstance(item, ReplayItem) else 1
-
-
-def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):
-    """One padded batch through ttt_forward (teacher, and draft-fed chain) or a P-EAGLE draft's parallel_forward,
-    scored sample by sample; with
-    only_scored the forward computes just the outputs `score` reads (teacher: the scored positions of each step;
-    chain: those whose earlier steps are all scored, as only a leading run counts) and leaves -1 elsewhere."""
-    B, T = len(batch), max(len(b.ids) for b in batch)
-    dev, dt = hot.device, model.fc.weight.dtype
-    ids = torch.zeros(B, T, dtype=torch.long)
-    aux = torch.zeros(B, T, batch[0].aux.shape[1], dtype=dt)
-    for i, b in enumerate(batch):                               # right padding: causal attention never sees it
-        ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
-    ids, aux = ids.to(dev), aux.to(dev)
-    K, simulate = counts.K, counts.opts.simulate
-    parallel = isinstance(model, PEagleDraft)
-    used = chain_used = None
-    if only_scored:
-        used = torch.zeros(K, B, T, dtype=torch.bool)
-        for i, b in enumerate(batch):
-            used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, counts.opts.mask, parallel)[1]
-        used, chain_used = used.to(dev), used.long().cumprod(0).bool().to(dev)    # (K, B, T)
-    teach = torch.stack(draft_steps(model, aux, ids, K, feed="teacher", return_logits=False, scored=used))
-    if parallel:                       # one forward drafts all K: the chain is the teacher-forced run (used >= chain)
-        chain = teach if simulate else None
-    else:
-        chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False, scored=chain_used)) \
-            if simulate else None                                                             # (K, B, T)
-    hot = torch.cat([hot, hot.new_full((1,), -1)])                   # draft id -1 (not computed) -> target -1
-    for i, b in enumerate(batch):
-        t = len(b.ids)
-        sc = score(hot[teach[:, i, :t]].cpu(), b.ref, b.mask, in_vocab,
-                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts.mask, parallel)
-        counts.add(b, sc)
-

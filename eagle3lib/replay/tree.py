@@ -21,7 +21,8 @@ from torch import Tensor
 
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, Eagle3Error, ServingArgsError, UnsupportedDraftError
-from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample, replay_options, requested_layout
+from .loop import d2t_reading
+from .run import ReplaySetup, as_samples, prepare_sample, replay_options, requested_layout
 from .stats import ReplayItem, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
 from ..progress import bar

@@ -7,6 +7,7 @@ import pandas as pd
 
 from ..demo import world as demo
 from ..model import audit
+from ..replay import tokenview
 from ..causes import Finding
 from ..checks.run import run_checks
 from ..samples.readers import open_dataset
@@ -42,11 +43,11 @@ def contract_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
 
 
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:
-    """The draft on one training sample (audit.forward_preview), or a sentence naming the missing input."""
+    """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
     if not inputs.sample_data:
         return "not checked: no sample_data given (training data of this draft) — the forward preview is skipped"
     if not inputs.target_path:
         return "not checked: no target_path given (its tokenizer decodes the preview) — the preview is skipped"
     sample = next(open_dataset(inputs.sample_data).sample(1, seed=0))
-    return audit.forward_preview(a.loaded, sample.input_ids, sample.aux_concat(),
-                                 audit.target_tokenizer(inputs.target_path), num_steps=num_steps)
+    return tokenview.preview_table(a.loaded.model, sample.input_ids, sample.aux_concat(),
+                                   audit.target_tokenizer(inputs.target_path), num_steps=num_steps)
