@@ -14,7 +14,7 @@ import time
 
 from . import distributed
 from ..errors import Eagle3Error
-from .loop import D2T_MODES
+from .stats import D2T_MODES
 from .stats import REFERENCES
 
 

@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from ..samples.readers import Dataset, sample_order, open_dataset
 from ..errors import DataError, Eagle3Error, MissingFileError
-from .run import ReplaySetup, count, load_setup, replay_options, requested_layout
-from .stats import ReplayCounts, ReplayResult
+from .run import ReplaySetup, count, load_setup, requested_layout
+from .stats import ReplayCounts, ReplayOptions, ReplayResult
 from ..progress import bar, track
 
 RESULT_FORMAT = "eagle3lib.replay_result/1"
@@ -178,7 +178,7 @@ def replay(setup, data, *, target=None, device: str | None = None, dtype="auto",
     with process_group() as w:
         if not isinstance(setup, ReplaySetup):
             setup = load_setup(setup, target, device=device or w.device, dtype=dtype)
-        options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask,
+        options = ReplayOptions(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask,
                                  reference=reference, simulate=simulate)
         counts = ReplayCounts(setup, requested_layout(setup, layout), options)
         items, total, reader_skips = _share(data, w, n, seed, data_format)

@@ -18,9 +18,7 @@ from torch import Tensor
 from ..errors import LayoutError
 from ..model.draft import Eagle3Draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
-from .stats import ReplayItem, Scored, score, scored_positions
-
-D2T_MODES = ("offsets", "absolute", "identity")
+from .stats import D2T_MODES, ReplayItem, Scored, score, scored_positions
 
 
 @dataclass(frozen=True, eq=False)

@@ -26,9 +26,9 @@ from ..samples.sample import Sample
 from ..model.draft import Eagle3Draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..errors import Eagle3Error, LayoutError
-from ..layout import parse_layout
-from .loop import D2T_MODES, draft_run
-from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult
+from ..layout import ZERO, parse_layout
+from .loop import draft_run
+from .stats import ReplayCounts, ReplayItem, ReplayOptions, ReplayResult
 from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 from ..hidden.capture import load_target_model
@@ -137,20 +137,27 @@ def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
 
 def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, fill: str = "error",
                  recapture=None, num_layers: int | None = None) -> tuple[Tensor, tuple[str, ...]]:
-    """The (T, k, Ht) aux a draft gets under `layout`: the sample's slots picked by boundary name.
+    """The (T, k, Ht) aux a draft gets under `layout` (names parsed here): the sample's slots picked by boundary name.
 
     A boundary the sample lacks comes from `recapture` (anything with `.states(sample, names)`, e.g.
     layoutsearch.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
     A layout shorter than the draft's k slots is completed with zero slots at the end under fill="zeros" (the
     served states first, as a server padding its capture to fc's width would).
     """
+    want = tuple(n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout)
+    return pick_slots(sample, want, num_slots, sample_layout=sample_layout, fill=fill, recapture=recapture)
+
+
+def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_layout=None, fill: str = "error",
+               recapture=None) -> tuple[Tensor, tuple[str, ...]]:
+    """`apply_layout` for a layout already parsed (`requested_layout`, once per replay)."""
     where = f"sample '{sample.id}' ({sample.source})"
     have = sample.layout or (tuple(sample_layout) if sample_layout is not None else None)
     if have is None or len(have) != sample.num_slots:
         raise LayoutError(where, "cannot tell which boundary each aux slot holds",
                           expected=f"a layout of {sample.num_slots} names (declared, in the data or the draft "
                           "config)", found=have, cause="data without layout metadata and no layout declared")
-    want = [n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout]
+    want = list(want)
     if len(want) > num_slots or (len(want) < num_slots and fill != "zeros"):
         raise LayoutError(where, "layout length does not fit the draft's fc", expected=f"{num_slots} slots",
                           found=f"{len(want)} {want}", cause="a serving layout with fewer slots needs fill='zeros'"
@@ -243,7 +250,7 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     prefetch_tokens: tokens of samples read and prepared ahead in a background thread, overlapping the forward
     (None: one batch, `batch_tokens`, so the next batch is read while this one runs; 0: in line).
     """
-    options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
+    options = ReplayOptions(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
                              simulate=simulate)
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     depths = setup.cfg.parallel_depths
@@ -258,20 +265,6 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     if ds is not None:
         counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)
-
-
-def replay_options(**kw) -> ReplayOptions:
-    """`ReplayOptions` checked once, where a replay starts (a bad option names itself and the allowed values)."""
-    o = ReplayOptions(**kw)
-    allowed = {"fill": ("error", "zeros"), "d2t": D2T_MODES, "mask": ("token", "next"), "reference": REFERENCES}
-    for name, ok in allowed.items():
-        if getattr(o, name) not in ok:
-            raise LayoutError("replay()", f"bad option {name}", expected=ok, found=getattr(o, name))
-    if not (isinstance(o.num_steps, int) and o.num_steps >= 1):
-        raise LayoutError("replay()", "bad option num_steps", expected="an int >= 1", found=o.num_steps)
-    if not isinstance(o.align, int):
-        raise LayoutError("replay()", "bad option align", expected="an int (token shift)", found=o.align)
-    return o
 
 
 def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
@@ -324,7 +317,8 @@ def stored_layout(k: int) -> tuple[str, ...]:
 
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
                    reference: str = "auto", key=None) -> ReplayItem:
-    """Check one sample against the draft (width, layout, ids) and build its inputs and reference."""
+    """Check one sample against the draft (width, layout, ids) and build its inputs and reference; `layout` is
+    parsed (`requested_layout`, once per replay), None: the sample's declared one."""
     cfg, where = setup.cfg, f"sample '{s.id}' ({s.source})"
     if s.hidden_size != cfg.target_hidden_size:
         raise LayoutError(where, "hidden states of the wrong width for the draft", expected=cfg.target_hidden_size,
@@ -342,8 +336,8 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
         raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
                           " and a target, or data that declares its layout", found=None)
     else:
-        aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
-                                recapture=recapture, num_layers=setup.num_layers)
+        aux, eff = pick_slots(s, tuple(lay), cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
+                              recapture=recapture)
     if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
         raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)

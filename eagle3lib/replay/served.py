@@ -24,7 +24,7 @@ from ..errors import DataError
 from ..hidden.explain import causes_of, explain
 from .as_served import ASPECT_CAUSE
 from .run import ReplaySetup
-from .stats import ZERO
+from ..layout import ZERO
 from .tree import TreeReplayResult, check_setting, label_of, replay_tree
 
 WHERE = "served accept length vs replay under the served setting"

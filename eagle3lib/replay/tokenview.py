@@ -18,7 +18,7 @@ from torch import Tensor
 
 from ..errors import Eagle3Error
 from .loop import draft_run
-from .run import ReplaySetup, as_samples, prepare_sample
+from .run import ReplaySetup, as_samples, prepare_sample, requested_layout
 from .stats import ReplayItem
 
 _COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
@@ -60,7 +60,7 @@ def collect(setup: ReplaySetup, data, *, layout=None, n: int = 3, seed: int = 0,
             topk: int = 5, fill: str = "error", d2t: str = "offsets", reference: str = "auto",
             data_format: str | None = None, recapture=None) -> list[SampleDetail]:
     """Replay `n` samples one at a time keeping top-k per step and the chain (skips bad samples silently)."""
-    layout = tuple(layout) if layout is not None else setup.training_layout
+    layout = requested_layout(setup, layout)        # parsed once
     samples, _, _ = as_samples(data, n, seed, data_format)
 
     def items():                                     # the samples that prepare (a bad one is skipped silently)

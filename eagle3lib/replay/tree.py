@@ -22,8 +22,8 @@ from torch import Tensor
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, Eagle3Error, ServingArgsError, UnsupportedDraftError
 from .loop import d2t_reading
-from .run import ReplaySetup, as_samples, prepare_sample, replay_options, requested_layout
-from .stats import ReplayItem, json_number, score
+from .run import ReplaySetup, as_samples, prepare_sample, requested_layout
+from .stats import ReplayItem, ReplayOptions, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
 from ..progress import bar
 
@@ -239,7 +239,7 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
 
     Inputs, layout, d2t, reference and skips as `replay.replay`; `batch_tokens` bounds B x T x topk per forward.
     """
-    replay_options(fill=fill, d2t=d2t, align=align, mask=mask, reference=reference)   # checked once, as replay()
+    ReplayOptions(fill=fill, d2t=d2t, align=align, mask=mask, reference=reference)   # checked once, as replay()
     if setup.cfg.parallel_drafting:
         raise UnsupportedDraftError(setup.draft_path, "tree replay of a P-EAGLE draft", expected="an EAGLE-3 draft",
                                     found="P-EAGLE (parallel drafting)", cause="P-EAGLE drafts one chain of K tokens "

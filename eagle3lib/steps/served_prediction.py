@@ -27,7 +27,7 @@ from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, compare
-from ..replay.stats import ZERO
+from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from .served_view import ENGINE_SAID, deployment_view, view_findings
 from ..throughput.records import RunRecord

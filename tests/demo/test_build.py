@@ -46,7 +46,7 @@ def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_pa
     restores, and tells the seed's story: its draft replays well in the trained layout and badly as served."""
     from eagle3lib.demo.build import SERVING_LAYOUT, artifacts_dir
     from eagle3lib.replay.run import load_setup, replay
-    from eagle3lib.replay.stats import ZERO
+    from eagle3lib.layout import ZERO
 
     assert artifacts_current("mla"), "run: python -m eagle3lib.demo --world mla --force --from-scratch --export"
     art = artifacts_dir("mla")
