@@ -6,7 +6,7 @@ run through the TTT loop of its trainer (specforge/algorithms/eagle3/model.py `O
 `compute_logits`, `padding` of the ids; no loss: replay needs none), and speculators 0.9.0 `Eagle3DraftModel.forward`
 (its own TTT loop; default attention `simple_flex_attention`, which runs unfused on CPU, `--spec-attn sdpa` for
 the dense-mask path). Each peer is built from the same config and gets eagle3lib's state dict assigned (the same
-tensors: `midlayer.*` for SpecForge, `layers.0.*` for speculators, checkpoint.SAVE_MAPS); the load must leave only
+tensors: `midlayer.*` for SpecForge, `layers.0.*` for speculators, formats.FORMATS); the load must leave only
 the peer's unused verifier weights missing.
 Work: batch 1, T tokens, 3 TTT steps, teacher-fed (both peers feed ground-truth ids at every step), top-1 ids out
 (what replay scores; the peers compute every logit and argmax it). Rows "chat": a chat-like loss mask (turns of
@@ -38,7 +38,7 @@ import torch.nn.functional as F
 from _common import (clocked, device_peak_flops, finish, machine_line, peak_bytes, pick_device, reset_peak,
                      sync)
 from bench_forward import build, forward_flops
-from eagle3lib.model.checkpoint import SAVE_MAPS
+from eagle3lib.model.formats import FORMATS
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.replay.loop import draft_run
 from eagle3lib.replay.stats import ReplayItem, scored_positions
@@ -127,7 +127,7 @@ def make_speculators(raw: dict, ours, device: str, attn: str):
             algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=K)],
             default_proposal_method="greedy", verifier=VerifierConfig(name_or_path=None,
                                                                      architectures=["LlamaForCausalLM"])))
-    (pattern, repl), = SAVE_MAPS["speculators"][0]
+    (pattern, repl), = FORMATS["speculators"].save_rules
     sd = {re.sub(pattern, repl, k): v for k, v in ours.state_dict().items()}
     # same vocab sizes: speculators keeps no d2t/t2d buffers (identity mapping, as ours)
     m = assign(Eagle3DraftModel(cfg), sd, {"verifier_lm_head.weight", "verifier_norm.weight"},
