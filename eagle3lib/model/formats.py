@@ -4,7 +4,7 @@ which config dialect reads it and which one is written with it.
 `detect_format` (here), `checkpoint.save_draft` (save map, config written with it), `DIALECTS` (what a config
 can read as) and `config.config_to_dict` (its dialects, `WRITERS`) all read this table; a new format is one row
 here (plus its key renames in `checkpoint.TO_CANONICAL` when its names differ on the way in). Usage:
-    FORMATS["speculators"].save_rules   # ((r"^midlayer\.", "layers.0."),)
+    FORMATS["speculators"].save_rules   # midlayer.* saved as layers.0.*
 """
 from __future__ import annotations
 
