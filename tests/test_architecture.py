@@ -93,8 +93,11 @@ def test_no_module_imports_a_higher_layer():
     assert not bad, "imports against the layers:\n" + "\n".join(bad)
 
 
-def test_no_import_circles_at_module_level():
-    graph = {m: {s for s, _, _ in _imports(m, p, top_only=True) if s in MODULES and s != m}
+@pytest.mark.parametrize("deferred", [False, True], ids=["module level", "with deferred imports"])
+def test_no_import_circles(deferred):
+    """No circle among module-level imports, nor once imports inside functions and under TYPE_CHECKING count too
+    (a deferred import only hides a circle)."""
+    graph = {m: {s for s, _, _ in _imports(m, p, top_only=not deferred) if s in MODULES and s != m}
              for m, p in MODULES.items()}
     for m in graph:     # a package imports its own submodules only through `from . import x` in code, not here
         graph[m] = {s for s in graph[m] if not m.startswith(s + ".") and s != "eagle3lib"}

@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..hidden.dumps import save_dump
 from .capturespec import CaptureSpec, HiddenTap
-from ..hidden.capture import decoder_stack
+from ..hidden.decoders import decoder_stack
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
 from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
