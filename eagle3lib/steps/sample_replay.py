@@ -36,6 +36,7 @@ from ..layout import ZERO
 from ..replay.stats import ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
+from ..engines.versions import DEFAULT_VERSION
 
 SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
                  "or serving_engine + serving_version"
@@ -138,7 +139,7 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
             arch = load_target_info(inp.target_path).architecture if inp.target_path else None
         except Eagle3Error:
             arch = None
-        reading = {r.engine: r for r in layer_reading(raw, num_layers, engine_version or "0.5.6", arch)}
+        reading = {r.engine: r for r in layer_reading(raw, num_layers, engine_version or DEFAULT_VERSION, arch)}
         r = reading.get(engine.lower())
         if r is None:
             return ServingLayout(None, "none", f"no capture rules for engine {engine!r} (known: sglang, vllm)")
