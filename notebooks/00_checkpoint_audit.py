@@ -47,12 +47,13 @@ for w in a.warnings:
     print("WARNING:", w)
 
 # %% [markdown]
-# ## 2. Layer ids: which target tensors the ids name, in each convention
+# ## 2. Layer ids: which target tensors each engine feeds the aux slots
 # SGLang/SpecForge write *output-of-layer* ids (and SGLang adds +1 internally); vLLM/speculators read
-# *input-of-layer* ids. The same numbers therefore name different tensors in different engines.
+# *input-of-layer* ids. The same numbers therefore name different tensors in different engines: one row per
+# engine and slot, the boundary it feeds next to the trained one (`as_trained`).
 
 # %% tags=["index-figure"]
-a.layer_reading
+checkpoint_audit.engine_layer_table(a, inp)
 
 # %% [markdown]
 # ## 3. Tensors: missing, unexpected, mis-shaped, odd dtypes

@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..demo import world as demo
+from ..engines.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
 from ..causes import Finding
@@ -40,6 +41,12 @@ def contract_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,
                       only=ARTIFACT_CHECKS, progress=progress)
+
+
+def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
+    """Which target boundary each engine feeds each aux slot, next to the trained one (`engines.layer_reading` at
+    its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
+    return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
 
 
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:

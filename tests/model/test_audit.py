@@ -6,7 +6,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.model.audit import audit_draft, layer_reading
+from eagle3lib.model.audit import audit_draft
 from eagle3lib.model.checkpoint import save_draft
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
@@ -52,13 +52,6 @@ def test_audit_flags_missing_vocab_map(tmp_path, tiny_cfg_dict):
     draft, target = _world(tmp_path, tiny_cfg_dict, drop_d2t=True)
     a = audit_draft(draft, target)
     assert "d2t present" in a.findings["vocab_errors"] and "vocab error" in a.findings["headline"]
-
-
-def test_layer_reading_shows_both_conventions(tiny_cfg_dict):
-    """[-1, 1, 3, 5] reads as [embed, ...] output-of-layer and is not expressible input-of-layer."""
-    r = layer_reading(DraftConfig.from_dict(tiny_cfg_dict), 8)
-    assert r.iloc[0].boundaries == "embed, layer_in.2, layer_in.4, layer_in.6"
-    assert "declared" in r.iloc[0].reading and "not expressible" in r.iloc[1].boundaries
 
 
 def test_audit_of_a_draft_missing_a_tensor_runs_and_names_it(tmp_path, tiny_cfg_dict):
