@@ -164,7 +164,7 @@ def gather_counts(counts: ReplayCounts, w: World) -> ReplayCounts | None:
     return merged
 
 
-def replay(setup, data, *, target=None, device: str | None = None, dtype="auto", layout=None,
+def replay_sharded(setup, data, *, target=None, device: str | None = None, dtype="auto", layout=None,
            label: str | None = None, n: int | None = None, seed: int = 0, data_format: str | None = None,
            num_steps: int = 3, fill: str = "error", d2t: str = "offsets", align: int = 0, mask: str = "token",
            reference: str = "auto", simulate: bool = True, batch_tokens: int = 8192, recapture=None,

@@ -26,7 +26,7 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
-from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, compare
+from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from .served_view import ENGINE_SAID, deployment_view, view_findings
@@ -167,7 +167,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
             problems.append(f"{r.label or r.source}: its setting is not known (num_steps/topk/num_draft_tokens)")
             continue
         try:
-            out.append(compare(setup, ri.train_data, r.accept_length, st, source=r.source or r.label,
+            out.append(served_vs_replay(setup, ri.train_data, r.accept_length, st, source=r.source or r.label,
                                layout=layout, n=n, progress=progress))
         except Eagle3Error as e:
             problems.append(f"{r.label or r.source}: {e}")
