@@ -11,11 +11,10 @@ import pandas as pd
 import torch
 from matplotlib.figure import Figure
 
-from ..errors import Eagle3Error
 from ..progress import track
 from .as_served import variant
 from .loop import draft_run
-from .run import ReplaySetup, as_samples, load_setup, prepare_sample, replay, requested_layout
+from .run import ReplaySetup, as_samples, load_setup, prepared_items, replay, requested_layout
 
 POSITION_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
@@ -45,17 +44,9 @@ def accuracy_by_position(setup: ReplaySetup, data, n: int = 8, seed: int = 0, bu
     total = torch.zeros(len(edges) - 1)
     samples, _, count = as_samples(data, n, seed)
     layout = requested_layout(setup)                 # the training layout (None: each sample's declared one)
-
-    def items():                                     # the samples that prepare (a bad one is left out)
-        for s in track(samples, total=count, desc="accuracy by position", progress=progress, unit="sample"):
-            try:
-                with torch.inference_mode():
-                    item = prepare_sample(s, setup, layout)
-            except Eagle3Error:
-                continue
-            yield item
-
-    for r in draft_run(setup.model, items(), num_steps=1, simulate=False, only_scored=False, batch_tokens=0):
+    items = prepared_items(track(samples, total=count, desc="accuracy by position", progress=progress,
+                                 unit="sample"), setup, layout)
+    for r in draft_run(setup.model, items, num_steps=1, simulate=False, only_scored=False, batch_tokens=0):
         sc = r.scored
         pos = torch.arange(sc.valid.shape[1])
         which = torch.bucketize(pos, torch.tensor(edges[1:]), right=True)   # position -> bucket index

@@ -345,6 +345,18 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
                       shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
 
 
+def prepared_items(samples, setup: ReplaySetup, layout, **kw) -> Iterator[ReplayItem]:
+    """`prepare_sample` of each sample under the parsed `layout` (`kw`: its options); a sample that does not
+    prepare is left out (the token view and the accuracy by position show only what ran)."""
+    for s in samples:
+        try:
+            with torch.inference_mode():
+                item = prepare_sample(s, setup, layout, **kw)
+        except Eagle3Error:
+            continue
+        yield item         # outside inference mode: the caller runs between items
+
+
 def _tokens_of(prepared: tuple) -> int:
     """What a (key, Sample, ReplayItem | error) from `count`'s reader weighs in the read-ahead budget: its tokens."""
     item = prepared[2]

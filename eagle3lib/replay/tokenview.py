@@ -16,9 +16,8 @@ import pandas as pd
 import torch
 from torch import Tensor
 
-from ..errors import Eagle3Error
 from .loop import draft_run
-from .run import ReplaySetup, as_samples, prepare_sample, requested_layout
+from .run import ReplaySetup, as_samples, prepared_items, requested_layout
 from .stats import ReplayItem
 
 _COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
@@ -62,17 +61,8 @@ def collect(setup: ReplaySetup, data, *, layout=None, n: int = 3, seed: int = 0,
     """Replay `n` samples one at a time keeping top-k per step and the chain (skips bad samples silently)."""
     layout = requested_layout(setup, layout)        # parsed once
     samples, _, _ = as_samples(data, n, seed, data_format)
-
-    def items():                                     # the samples that prepare (a bad one is skipped silently)
-        for s in samples:
-            try:
-                with torch.inference_mode():
-                    item = prepare_sample(s, setup, layout, fill=fill, recapture=recapture, reference=reference)
-            except Eagle3Error:
-                continue
-            yield item
-
-    runs = draft_run(setup.model, items(), num_steps=num_steps, d2t=d2t, topk=topk, batch_tokens=0,
+    items = prepared_items(samples, setup, layout, fill=fill, recapture=recapture, reference=reference)
+    runs = draft_run(setup.model, items, num_steps=num_steps, d2t=d2t, topk=topk, batch_tokens=0,
                      tokenizer=setup.tokenizer)
     return [SampleDetail(r.item.id, r.item.source, r.item.ids, r.item.mask, r.scored.reference, r.scored.valid,
                          r.scored.correct, r.topk_ids, r.topk_probs, r.chain, r.scored.accepted, r.item.kind)
