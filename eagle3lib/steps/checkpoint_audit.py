@@ -24,7 +24,7 @@ class AuditInputs:
     demo: bool
 
 
-def resolve_inputs(draft_path: str = "", target_path: str = "", sample_data: str = "") -> AuditInputs:
+def audit_inputs(draft_path: str = "", target_path: str = "", sample_data: str = "") -> AuditInputs:
     """No draft path: the demo world (built if missing) fills every empty path. With a user's draft, an empty
     path stays empty and the section that needs it says it was not given (never the demo's artifact)."""
     if draft_path:
@@ -36,7 +36,7 @@ def resolve_inputs(draft_path: str = "", target_path: str = "", sample_data: str
 ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weights", "vocab", "template")
 
 
-def contract_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
+def artifact_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,

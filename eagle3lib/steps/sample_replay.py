@@ -56,7 +56,7 @@ class ReplayInputs:
     demo: bool
 
 
-def resolve_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
+def replay_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
                    train_data_format: str = "", heldout_data_path: str = "", new_prompt_data_path: str = "",
                    recorded_val_acc: float = -1.0, training_log_path: str = "", serving_dump: str = "",
                    device: str = "cpu") -> ReplayInputs:
@@ -191,7 +191,7 @@ def shown(layout, k: int) -> list[str]:
 
 # ---------------------------------------------------------------- findings
 
-def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayResult], serving: ServingLayout,
+def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayResult], serving: ServingLayout,
                    num_layers: int | None, search=None) -> list[Finding]:
     """The causes notebook 02 can confirm or rule out, as findings: the serving layout (with the replay as
     evidence), a generalization gap, and a d2t misreading (when the layout search ran)."""

@@ -142,7 +142,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     else:
         notes.append("demo world: the served runs are the demo engine's, under the seed launch's effective settings "
                      "with the seed's capture, on training prompts")
-    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
+    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     if ri.demo:
         try:
             runs = demo_served(d)
@@ -194,7 +194,7 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             break
     if not data_path:
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
-    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
+    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
         setup = sample_replay.load_replay_setup(ri, device=device)
         view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,
