@@ -6,7 +6,7 @@ run through the TTT loop of its trainer (specforge/algorithms/eagle3/model.py `O
 `compute_logits`, `padding` of the ids; no loss: replay needs none), and speculators 0.9.0 `Eagle3DraftModel.forward`
 (its own TTT loop; default attention `simple_flex_attention`, which runs unfused on CPU, `--spec-attn sdpa` for
 the dense-mask path). Each peer is built from the same config and gets eagle3lib's state dict assigned (the same
-tensors: `midlayer.*` for SpecForge, `layers.0.*` for speculators, checkpoint.SAVE_MAPS); the load must leave only
+tensors: `midlayer.*` for SpecForge, `layers.0.*` for speculators, formats.FORMATS); the load must leave only
 the peer's unused verifier weights missing.
 Work: batch 1, T tokens, 3 TTT steps, teacher-fed (both peers feed ground-truth ids at every step), top-1 ids out
 (what replay scores; the peers compute every logit and argmax it). Rows "chat": a chat-like loss mask (turns of
@@ -18,7 +18,9 @@ agreement of the timed outputs, at the scored outputs. A peer is skipped with th
 absent, when it fails, or when its attention scores (T x T per head: neither peer's CPU path is O(T)) would not
 fit in the memory available.
 Goal (issue 18): >= 1.5x the fastest peer at equal outputs on masked chat data, no slowdown unmasked.
-Usage: nice -n 10 .venv/bin/python benchmarks/bench_peers.py [--quick | --full] [--tokens 512,4096]
+Row "loop" (`--loop`, issue 26): the one draft-run loop (replay.loop.draft_run: forward, d2t map, scoring) against
+SpecForge's TTT forward at Ht 2048, T 512, 3 steps, fp32, draft vocab 32000 of 64000, nothing masked.
+Usage: nice -n 10 .venv/bin/python benchmarks/bench_peers.py [--quick | --full | --loop] [--tokens 512,4096]
        [--hidden 2048] [--dtypes float32,bfloat16] [--masks chat,none] [--device cpu|cuda] [--repeats 3]
 """
 from __future__ import annotations
@@ -36,9 +38,10 @@ import torch.nn.functional as F
 from _common import (clocked, device_peak_flops, finish, machine_line, peak_bytes, pick_device, reset_peak,
                      sync)
 from bench_forward import build, forward_flops
-from eagle3lib.model.checkpoint import SAVE_MAPS
+from eagle3lib.model.formats import FORMATS
 from eagle3lib.model.config import DraftConfig
-from eagle3lib.replay.stats import scored_positions
+from eagle3lib.replay.loop import draft_run
+from eagle3lib.replay.stats import ReplayItem, scored_positions
 
 K = 3
 GRIDS = {  # tokens, hidden, dtypes, draft vocab, chat turn (user, assistant)
@@ -124,7 +127,7 @@ def make_speculators(raw: dict, ours, device: str, attn: str):
             algorithm="eagle3", proposal_methods=[GreedyTokenProposalConfig(speculative_tokens=K)],
             default_proposal_method="greedy", verifier=VerifierConfig(name_or_path=None,
                                                                      architectures=["LlamaForCausalLM"])))
-    (pattern, repl), = SAVE_MAPS["speculators"][0]
+    (pattern, repl), = FORMATS["speculators"].save_rules
     sd = {re.sub(pattern, repl, k): v for k, v in ours.state_dict().items()}
     # same vocab sizes: speculators keeps no d2t/t2d buffers (identity mapping, as ours)
     m = assign(Eagle3DraftModel(cfg), sd, {"verifier_lm_head.weight", "verifier_norm.weight"},
@@ -280,6 +283,48 @@ def bench_row(fns: dict, notes: dict, raw: dict, T: int, dtype, mask_kind: str, 
     return row
 
 
+def loop_row(h: int = 2048, T: int = 512, vd: int = 32000, V: int = 64000, repeats: int = 3,
+             device: str = "cpu") -> dict:
+    """The one draft-run loop (`replay.loop.draft_run`: forward, d2t map and scoring, teacher-fed, nothing masked)
+    against SpecForge's TTT forward (`make_specforge`) on the same weights, draft vocab `vd` of `V` (a random
+    sorted hot set, so d2t is real), fp32, K steps. Run in turn, `repeats` rounds: best of each and the median of
+    the per-round ratios; top-1 agreement (target ids) at every output that has a next token."""
+    raw = raw_config(h, vd) | {"vocab_size": V}
+    d = make_ours(raw, torch.float32, device)
+    torch.manual_seed(2)
+    hot = torch.sort(torch.randperm(V)[:vd]).values
+    d.d2t.copy_((hot - torch.arange(vd)).to(d.d2t))
+    spec = make_specforge(raw, d, device, "sdpa")
+    aux = torch.randn(1, T, 3 * h, device=device)
+    ids = torch.randint(0, V, (1, T), device=device)
+    ref = torch.full((T,), -1, dtype=torch.long)
+    ref[:-1] = ids[0, 1:].cpu()
+    item = ReplayItem(0, "bench", "bench", ids[0].cpu(), torch.ones(T, dtype=torch.long), (), aux[0].cpu(), ref,
+                      "data")
+    run = {"eagle3lib loop": lambda: list(draft_run(d, [item], num_steps=K, simulate=False)),
+           "specforge": lambda: spec(aux, ids, False)}
+    times, outs = {n: [] for n in run}, {}
+    with torch.inference_mode():
+        for n in run:                                   # warm-up (SpecForge's compiled norms and RoPE)
+            run[n]()
+        for _ in range(repeats):
+            for n in run:
+                box = {}
+                times[n].append(clocked(lambda: box.setdefault("o", run[n]()), device))
+                outs[n] = box["o"]
+    (mine,) = outs["eagle3lib loop"]
+    theirs = torch.stack([hot[x[0].cpu()] for x in outs["specforge"]])             # (K, T) draft -> target ids
+    valid = mine.scored.valid                       # (K, T): every output with a next token (t+2+k < T)
+    best = {n: min(t) for n, t in times.items()}
+    return {"Ht": h, "tokens": T, "dtype": "float32", "draft vocab": f"{vd} of {V}", "steps": K,
+            "eagle3lib loop s": best["eagle3lib loop"], "specforge s": best["specforge"],
+            "x vs specforge": best["specforge"] / best["eagle3lib loop"],
+            "paired x vs specforge": statistics.median(p / o for p, o in zip(times["specforge"],
+                                                                           times["eagle3lib loop"])),
+            "times eagle3lib loop": times["eagle3lib loop"], "times specforge": times["specforge"],
+            "top1 agree specforge": float((mine.teacher == theirs)[valid].float().mean()), "load": round(os.getloadavg()[0], 2)}
+
+
 def main() -> None:
     ap = argparse.ArgumentParser()
     grid = ap.add_mutually_exclusive_group()
@@ -296,8 +341,19 @@ def main() -> None:
     ap.add_argument("--spec-attn", default="simple_flex_attention", choices=("simple_flex_attention", "sdpa"),
                     help="speculators' attention implementation (its default: simple_flex_attention)")
     ap.add_argument("--name", default="peers", help="result file benchmarks/results/<name>.json")
+    ap.add_argument("--loop", action="store_true", help="only the row of the one draft-run loop vs SpecForge "
+                    "(Ht 2048, T 512, fp32, draft vocab 32000 of 64000; --hidden / --tokens override)")
     args = ap.parse_args()
     device = pick_device(args.device)
+    if args.loop:
+        print(machine_line(device), flush=True)
+        h = int(args.hidden.split(",")[0]) if args.hidden else 2048
+        T = int(args.tokens.split(",")[0]) if args.tokens else 512
+        row = loop_row(h, T, repeats=args.repeats, device=device)
+        finish(args.name, [row], {"device": device, "num_steps": K, "feed": "teacher", "mask": "none"},
+               columns=["Ht", "tokens", "dtype", "draft vocab", "eagle3lib loop s", "specforge s",
+                        "x vs specforge", "paired x vs specforge", "top1 agree specforge", "load"])
+        return
     kind = "quick" if args.quick else "full" if args.full else "default"
     tokens, hidden, dtypes, vd, turn = GRIDS[kind]
     tokens = [int(x) for x in args.tokens.split(",")] if args.tokens else tokens

@@ -22,6 +22,7 @@ import re
 from .errors import LayoutError
 
 CONVENTIONS = ("input", "output", "hf")
+ZERO = "zeros"     # a slot name meaning "fed zeros" (what a server feeds for a slot it lacks)
 _LAYER_IN = re.compile(r"^layer_in\.(\d+)$")
 _ALIASES = re.compile(r"^(?:layer_out|out)\.(\d+)$")
 

@@ -28,7 +28,7 @@ from eagle3lib.demo.world import select as select_demo_world
 
 select_demo_world(demo_world)
 
-inp = checkpoint_audit.resolve_inputs(draft_path, target_path, sample_data)
+inp = checkpoint_audit.audit_inputs(draft_path, target_path, sample_data)
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
 a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])
@@ -47,12 +47,13 @@ for w in a.warnings:
     print("WARNING:", w)
 
 # %% [markdown]
-# ## 2. Layer ids: which target tensors the ids name, in each convention
+# ## 2. Layer ids: which target tensors each engine feeds the aux slots
 # SGLang/SpecForge write *output-of-layer* ids (and SGLang adds +1 internally); vLLM/speculators read
-# *input-of-layer* ids. The same numbers therefore name different tensors in different engines.
+# *input-of-layer* ids. The same numbers therefore name different tensors in different engines: one row per
+# engine and slot, the boundary it feeds next to the trained one (`as_trained`).
 
 # %% tags=["index-figure"]
-a.layer_reading
+checkpoint_audit.engine_layer_table(a, inp)
 
 # %% [markdown]
 # ## 3. Tensors: missing, unexpected, mis-shaped, odd dtypes
@@ -94,7 +95,7 @@ checkpoint_audit.forward_preview(a, inp, num_steps=num_steps)
 # that depend on the serving engine are asked in notebook 01, with the launch command's engine.
 
 # %%
-causes = checkpoint_audit.contract_checks(inp)
+causes = checkpoint_audit.artifact_checks(inp)
 findings_frame(causes)
 
 # %% [markdown]

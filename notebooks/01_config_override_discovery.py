@@ -52,7 +52,7 @@ from eagle3lib.demo.world import select as select_demo_world
 
 select_demo_world(demo_world)
 
-inp = discovery.resolve_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
+inp = discovery.discovery_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
                                draft_path)
 for note in inp.notes:
     print("NOTE:", note)
@@ -152,7 +152,7 @@ sglang_introspect.ask(seed.launch, seed.resolution, path_map=seed.path_map())
 # Each row names its source (the PR or file the engine fact comes from).
 
 # %%
-causes = discovery.contract_checks(inp, seed)
+causes = discovery.serving_checks(inp, seed)
 findings_frame(causes)
 
 # %% [markdown]

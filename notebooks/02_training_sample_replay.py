@@ -40,15 +40,14 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 from IPython.display import display
 
-from eagle3lib.checks import evidence
 from eagle3lib.report import findings
-from eagle3lib.replay import layoutsearch, run as replay, tokenview, verdict
+from eagle3lib.replay import evidence, layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
 from eagle3lib.demo.world import select as select_demo_world
 
 select_demo_world(demo_world)
 
-inp = sample_replay.resolve_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
+inp = sample_replay.replay_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                                    new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
 setup = sample_replay.load_replay_setup(inp, device=device, dtype=dtype, recapture=recapture)
 served = sample_replay.serving_layout(inp, setup.num_layers, typed=serving_layout, engine=serving_engine,
@@ -179,7 +178,7 @@ for label, d in details.items():
 # ## 8. Findings
 
 # %%
-causes = sample_replay.cause_findings(verdicts, train, served, setup.num_layers, search)
+causes = sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search)
 headline = verdict.headline(verdicts, search) + f" [serving layout from {served.source}]"
 findings.record("headline", headline)
 findings.record_findings("02 training-sample replay", causes)

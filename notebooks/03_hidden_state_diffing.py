@@ -104,7 +104,7 @@ proof
 # --target ... --data ... --layout ... --out ...`; README, "A target of any size").
 
 # %%
-causes = diffing.cause_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)
+causes = diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)
 findings_frame(causes)
 
 # %% [markdown]

@@ -61,7 +61,8 @@ records.to_dataframe(served)[COLUMNS]
 # the baseline. Each label gives the effective settings and τ (`?` where the source gives none).
 
 # %%
-plots.trajectory(served, baseline=baseline_tok_s or None)
+fit = throughput_runs.fit_served(served, baseline_tok_s)
+plots.trajectory(served, baseline=fit.baseline)
 
 # %% [markdown]
 # ## 3. Cost model fitted to the served runs
@@ -71,9 +72,8 @@ plots.trajectory(served, baseline=baseline_tok_s or None)
 # With as many runs as unknowns the fit is exact, so its error proves nothing; the notes say when this applies.
 
 # %%
-problem = costmodel.fit_problem(served, baseline=baseline_tok_s or None)
-rec = None if problem else costmodel.recommend(served, baseline=baseline_tok_s or None)
-for note in ([problem] if problem else list(rec.fit.notes)) + records.unit_problems(served):
+rec = fit.rec
+for note in fit.notes:
     print("NOTE:", note)
 if rec:
     print(f"c = {rec.fit.c:.3f} target steps per draft step, overhead v = {rec.fit.overhead:.2f} per round, "
@@ -88,7 +88,7 @@ rec.fit.table if rec else "no fit"
 # If τ* is above `K + 1`, no draft can break even at that `K`.
 
 # %% tags=["index-figure"]
-plots.tok_s_vs_accept_length(served, fit=rec.fit if rec else None, baseline=baseline_tok_s or None,
+plots.tok_s_vs_accept_length(served, fit=rec.fit if rec else None, baseline=fit.baseline,
                              title="Served runs: throughput vs accept length")
 
 # %% [markdown]
@@ -103,7 +103,7 @@ if rec:
     print(f"predicted best num_steps = {rec.choice.best_num_steps} at {rec.choice.best_speedup:.2f}x; "
           f"it needs accept length >= {rec.choice.break_even:.2f} to beat the baseline")
     display(rec.choice.table)
-plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=baseline_tok_s or None,
+plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=fit.baseline,
                            title="Served runs: speedup vs num_steps, measured and predicted")
 
 # %% [markdown]
@@ -191,16 +191,8 @@ plots.tree_vs_chain(tvc.choice, measured=tvc.timings) if tvc is not None else "c
 # correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
 
 # %%
-chosen = rec or sweep_recs.get(CORRECT)
-findings.record("headline", chosen.headline if chosen else "no cost-model fit: " + str(problem))
-if tvc is not None:
-    findings.record("tree_vs_chain", tvc.findings())
-if chosen:
-    findings.record("cost_model", {"c": chosen.fit.c, "overhead": chosen.fit.overhead,
-                                   "baseline_tok_s": chosen.fit.baseline_tok_s, "rmse_tok_s": chosen.fit.rmse_tok_s,
-                                   "best_num_steps": chosen.choice.best_num_steps,
-                                   "break_even_accept_length": chosen.choice.break_even,
-                                   "from": "served runs" if chosen is rec else "demo sweep"})
+for key, value in throughput_runs.headline_findings(fit, sweep_recs, CORRECT, tvc).items():
+    findings.record(key, value)
 findings.current()
 
 # %% [markdown]

@@ -93,8 +93,11 @@ def test_no_module_imports_a_higher_layer():
     assert not bad, "imports against the layers:\n" + "\n".join(bad)
 
 
-def test_no_import_circles_at_module_level():
-    graph = {m: {s for s, _, _ in _imports(m, p, top_only=True) if s in MODULES and s != m}
+@pytest.mark.parametrize("deferred", [False, True], ids=["module level", "with deferred imports"])
+def test_no_import_circles(deferred):
+    """No circle among module-level imports, nor once imports inside functions and under TYPE_CHECKING count too
+    (a deferred import only hides a circle)."""
+    graph = {m: {s for s, _, _ in _imports(m, p, top_only=not deferred) if s in MODULES and s != m}
              for m, p in MODULES.items()}
     for m in graph:     # a package imports its own submodules only through `from . import x` in code, not here
         graph[m] = {s for s in graph[m] if not m.startswith(s + ".") and s != "eagle3lib"}
@@ -156,3 +159,34 @@ def test_folder_init_is_a_map_without_logic(init: Path):
             assert f"`{sub.stem}`" in doc, f"{init}: the map does not name module `{sub.stem}`"
     logic = [n for n in tree.body[1:] if not (isinstance(n, ast.ImportFrom) and n.module == "__future__")]
     assert not logic, f"{init}: holds code (line {logic[0].lineno}); a folder's __init__ is only its map"
+
+
+def _docstring_nodes(tree) -> set[int]:
+    """ids of the docstring Constant nodes of a module, its classes and functions."""
+    out = set()
+    for node in ast.walk(tree):
+        if isinstance(node, (ast.Module, ast.ClassDef, ast.FunctionDef, ast.AsyncFunctionDef)) and node.body:
+            first = node.body[0]
+            if isinstance(first, ast.Expr) and isinstance(first.value, ast.Constant):
+                out.add(id(first.value))
+    return out
+
+
+def test_the_default_engine_version_is_written_once():
+    """"0.5.6" appears in code only as engines.versions.DEFAULT_VERSION (docstring examples may show it)."""
+    bad = []
+    for mod, path in MODULES.items():
+        if mod == "eagle3lib.engines.versions":
+            continue
+        tree = ast.parse(path.read_text())
+        docs = _docstring_nodes(tree)
+        bad += [f"{path.relative_to(PKG.parent)}:{n.lineno}" for n in ast.walk(tree)
+                if isinstance(n, ast.Constant) and n.value == "0.5.6" and id(n) not in docs]
+    assert not bad, "the literal '0.5.6' outside engines.versions.DEFAULT_VERSION:\n" + "\n".join(bad)
+
+
+@pytest.mark.parametrize("stale", ["servesettings", "spectree", "treereplay"])
+def test_no_text_names_a_module_that_is_gone(stale: str):
+    """Modules renamed long ago are named nowhere in the package (their names read as files that do not exist)."""
+    bad = [str(p.relative_to(PKG.parent)) for p in MODULES.values() if stale in p.read_text()]
+    assert not bad, f"'{stale}' (no such module) named in: {bad}"

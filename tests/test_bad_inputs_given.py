@@ -246,20 +246,20 @@ def step_calls():
     D, T = str(DRAFT), str(TARGET)
 
     def audit(d=D, t=T, s=""):
-        return ca.contract_checks(ca.resolve_inputs(d, t, s))
+        return ca.artifact_checks(ca.audit_inputs(d, t, s))
 
     def disc(launch=LAUNCH, version="0.5.6", t=T, d=D, info="", log=""):
-        inp = di.resolve_inputs(launch, "", version, log, t, d)
+        inp = di.discovery_inputs(launch, "", version, log, t, d)
         found = di.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
                             server_info=info, server_log=inp.server_log)
-        return di.contract_checks(inp, found)
+        return di.serving_checks(inp, found)
 
     replayed = lambda v: replay(_setup(), v, n=1, progress=False)       # noqa: E731
     return {
         "draft_path": lambda v: (audit(d=v), disc(d=v)),
         "target_path": lambda v: (audit(t=v), disc(t=v)),
         "sample_data": lambda v: audit(s=v),
-        "train_data_path": lambda v: sr.load_replay_setup(sr.resolve_inputs(D, T, v), recapture=False) and
+        "train_data_path": lambda v: sr.load_replay_setup(sr.replay_inputs(D, T, v), recapture=False) and
         replayed(v),
         "heldout_data_path": replayed, "new_prompt_data_path": replayed, "served_data_path": replayed,
         "training_data": lambda v: diffing.inputs(T, D, v, ""),
@@ -272,7 +272,7 @@ def step_calls():
         "serving_dump": lambda v: sr.serving_layout(_ri(serving_dump=v), 8),
         "serving_layout": lambda v: sr.serving_layout(_ri(), 8, typed=v),
         "serving_engine": lambda v: sr.serving_layout(_ri(), 8, engine=v),
-        "training_log_path": lambda v: sr.resolve_inputs(D, T, "unused", training_log_path=v),
+        "training_log_path": lambda v: sr.replay_inputs(D, T, "unused", training_log_path=v),
         "demo_world": world_name,
         "log_paths": lambda v: tr.read_runs(v), "json_paths": lambda v: tr.read_runs(v),
     }

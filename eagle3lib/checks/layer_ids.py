@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..engines.advice import captured_by
 from ..causes import Finding, not_checked
 from ..engines.layer_reading import layer_reading
+from ..engines.versions import DEFAULT_VERSION
 from ..errors import Eagle3Error
 from ..layout import input_index
 from .inputs import NEEDS, Artifacts
@@ -71,7 +72,7 @@ def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch:
         if runner:
             return next(r for r in rs if r.engine == "vllm")
         return rs[0] if all(r.boundaries == rs[0].boundaries for r in rs) else None
-    versions = [version] if version else ["0.5.6", "head"]
+    versions = [version] if version else [DEFAULT_VERSION, "head"]
     got = [next(r for r in layer_reading(dict(raw), num_layers, v, arch) if r.engine == "sglang") for v in versions]
     return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
 

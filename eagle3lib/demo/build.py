@@ -16,6 +16,7 @@ import platform
 import random
 import time
 from contextlib import contextmanager
+from dataclasses import dataclass
 from pathlib import Path
 
 import torch
@@ -25,10 +26,50 @@ from ..samples.sample import Sample
 from ..samples.writers import specforge_sample_path, write_seed_dataset, write_specforge_sample
 from ..layout import to_ids
 from ..model.vocab import build_vocab_map, coverage
-from .world import BUILDER_VERSION, DemoPaths
 from . import corpus as C
 from .train_draft import ACC_DEFINITION, Captured, capture, draft_config_dict, evaluate, train_draft
 from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
+
+BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
+
+
+@dataclass(frozen=True)
+class DemoPaths:
+    """Where the builder writes each artifact of one demo world under `root` (world.paths() picks the root)."""
+    root: Path
+    kind: str = "llama"                # which world: "llama" or "mla"
+
+    @property
+    def target(self) -> Path:          # HF model dir (Llama / DeepseekV3ForCausalLM): config, weights, tokenizer
+        return self.root / "target"
+
+    @property
+    def draft(self) -> Path:           # SpecForge/SGLang-format EAGLE-3 draft, MLA in the mla world (no embed_tokens)
+        return self.root / "draft"
+
+    @property
+    def specforge_data(self) -> Path:  # data_<i>.ckpt training files (in-domain, training split)
+        return self.root / "data" / "specforge"
+
+    @property
+    def seed_data(self) -> Path:       # the seed's format: train.jsonl + per-sample safetensors
+        return self.root / "data" / "seed"
+
+    @property
+    def heldout_data(self) -> Path:    # in-domain held-out split (seed format)
+        return self.root / "data" / "heldout"
+
+    @property
+    def shifted_data(self) -> Path:    # shifted-domain prompts/samples (seed format)
+        return self.root / "data" / "shifted"
+
+    @property
+    def training_log(self) -> Path:    # JSON lines written by draft training, incl. the validation accuracy
+        return self.root / "draft" / "training_log.jsonl"
+
+    @property
+    def world_json(self) -> Path:      # what the world is: layouts, seeds, sizes, build time
+        return self.root / "world.json"
 
 TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
 SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot

@@ -4,13 +4,15 @@ Two worlds, the same story: `llama` (a Llama target and a Llama-style EAGLE-3 dr
 (a DeepSeek-V3-architecture target, MLA + MoE, and an MLA EAGLE-3 draft as SGLang serves for Kimi-K2.x,
 ``data/demo_mla/``). `select(name)` (the notebooks' `demo_world` parameter) or ``$EAGLE3LIB_DEMO_WORLD`` picks
 one for the process; `paths()` says where its artifacts live (``$EAGLE3LIB_DEMO_DIR`` overrides the folder);
-`ensure_world()` builds them when missing (see eagle3lib.demo.build).
+`ensure_world()` builds them when missing (eagle3lib.demo.build, which also says where each artifact lives:
+`DemoPaths`).
 """
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass
 from pathlib import Path
+
+from .build import BUILDER_VERSION, DemoPaths, artifacts_current, build_world, restore_world
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -36,52 +38,11 @@ def select(name: str | None = None) -> str:
     return chosen
 
 
-@dataclass(frozen=True)
-class DemoPaths:
-    root: Path
-    kind: str = "llama"                # which world: "llama" or "mla"
-
-    @property
-    def target(self) -> Path:          # HF model dir (Llama / DeepseekV3ForCausalLM): config, weights, tokenizer
-        return self.root / "target"
-
-    @property
-    def draft(self) -> Path:           # SpecForge/SGLang-format EAGLE-3 draft, MLA in the mla world (no embed_tokens)
-        return self.root / "draft"
-
-    @property
-    def specforge_data(self) -> Path:  # data_<i>.ckpt training files (in-domain, training split)
-        return self.root / "data" / "specforge"
-
-    @property
-    def seed_data(self) -> Path:       # the seed's format: train.jsonl + per-sample safetensors
-        return self.root / "data" / "seed"
-
-    @property
-    def heldout_data(self) -> Path:    # in-domain held-out split (seed format)
-        return self.root / "data" / "heldout"
-
-    @property
-    def shifted_data(self) -> Path:    # shifted-domain prompts/samples (seed format)
-        return self.root / "data" / "shifted"
-
-    @property
-    def training_log(self) -> Path:    # JSON lines written by draft training, incl. the validation accuracy
-        return self.root / "draft" / "training_log.jsonl"
-
-    @property
-    def world_json(self) -> Path:      # what the world is: layouts, seeds, sizes, build time
-        return self.root / "world.json"
-
-
 def paths(root: str | os.PathLike | None = None, world: str | None = None) -> DemoPaths:
     """Where the demo world lives (argument, else $EAGLE3LIB_DEMO_DIR, else data/demo or data/demo_mla)."""
     kind = world_name(world)
     root = root or os.environ.get("EAGLE3LIB_DEMO_DIR") or REPO_ROOT / "data" / WORLDS[kind]
     return DemoPaths(Path(root), kind)
-
-
-BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
 
 
 def _is_current(p: DemoPaths) -> bool:
@@ -110,7 +71,6 @@ def ensure_world(root: str | os.PathLike | None = None, force: bool = False, pro
     p = paths(root, world)
     if not force and _is_current(p):
         return p
-    from .build import artifacts_current, build_world, restore_world
     p.root.parent.mkdir(parents=True, exist_ok=True)
     with _locked(p.root.parent / f".{p.root.name}.lock"):
         if not force and _is_current(p):       # built by another process while we waited

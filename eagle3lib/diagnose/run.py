@@ -155,11 +155,11 @@ def run(inp: Inputs, progress=None) -> Run:
         if found is not None:
             parts[name] = found
 
-    audit_in = guard("00 checkpoint audit", lambda: checkpoint_audit.resolve_inputs(inp.draft, inp.target,
+    audit_in = guard("00 checkpoint audit", lambda: checkpoint_audit.audit_inputs(inp.draft, inp.target,
                                                                                     inp.data))
     if audit_in is not None:
-        part("00 checkpoint audit", lambda: checkpoint_audit.contract_checks(audit_in))
-    disc_in = guard("01 serving settings", lambda: discovery.resolve_inputs(inp.launch, "", inp.sglang_version,
+        part("00 checkpoint audit", lambda: checkpoint_audit.artifact_checks(audit_in))
+    disc_in = guard("01 serving settings", lambda: discovery.discovery_inputs(inp.launch, "", inp.sglang_version,
                                                                             inp.log, inp.target, inp.draft))
     disc = None if disc_in is None else guard("01 serving settings", lambda: discovery.discover(
         disc_in.launch_command, disc_in.sglang_version, disc_in.target_path, disc_in.draft_path,
@@ -169,7 +169,7 @@ def run(inp: Inputs, progress=None) -> Run:
             param, value = attribute(text, inp, "01 serving settings")
             if param not in bad:
                 problems.append(Problem(param, value, error, text, "", "01 serving settings"))
-        part("01 serving settings", lambda: discovery.contract_checks(disc_in, disc))
+        part("01 serving settings", lambda: discovery.serving_checks(disc_in, disc))
         part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
             disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
             served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
@@ -178,7 +178,7 @@ def run(inp: Inputs, progress=None) -> Run:
     if inp.data or demo:
         part("02 training-sample replay", lambda: _replay(inp))
     else:
-        parts["02 training-sample replay"] = sample_replay.cause_findings(
+        parts["02 training-sample replay"] = sample_replay.replay_findings(
             {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--data)"), None)
     if (inp.target and inp.data) or demo:
         part("03 hidden-state diffing", lambda: _diffing(inp))
@@ -186,7 +186,7 @@ def run(inp: Inputs, progress=None) -> Run:
 
 
 def _replay(inp: Inputs) -> list[Finding]:
-    ri = sample_replay.resolve_inputs(inp.draft, inp.target, inp.data, "", inp.heldout, "", inp.recorded_acc,
+    ri = sample_replay.replay_inputs(inp.draft, inp.target, inp.data, "", inp.heldout, "", inp.recorded_acc,
                                       inp.training_log, inp.dump, inp.device)
     setup = sample_replay.load_replay_setup(ri, device=inp.device, dtype=inp.dtype)
     served = sample_replay.serving_layout(ri, setup.num_layers, typed=inp.serving_layout,
@@ -203,7 +203,7 @@ def _replay(inp: Inputs) -> list[Finding]:
         target_acc = ri.recorded_acc if ri.recorded_acc is not None else train["training"].acc0
         search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc, n=8,
                                              progress=False)
-    return sample_replay.cause_findings(verdicts, train, served, setup.num_layers, search)
+    return sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search)
 
 
 def _diffing(inp: Inputs) -> list[Finding]:
@@ -211,4 +211,4 @@ def _diffing(inp: Inputs) -> list[Finding]:
     s = diffing.sides(di)
     proof = diffing.proof_of_fix(di, diffing.served(s), s.training.identified, n=min(inp.n, 16),
                                  num_steps=inp.num_steps, device=inp.device)
-    return diffing.cause_findings(di, s, proof) + diffing.drift_findings(di, n=inp.drift_samples)
+    return diffing.diffing_findings(di, s, proof) + diffing.drift_findings(di, n=inp.drift_samples)

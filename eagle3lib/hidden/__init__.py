@@ -2,6 +2,7 @@
 
 - `capture`   reference captures of every residual boundary of an HF target; `Slots` (what a draft is fed);
               `load_target_model` (the target, once per process).
+- `decoders`  where an HF causal LM keeps its decoder stack (`decoder_stack`: decoder, layers, final norm).
 - `targets`   the target loaded once per process: one cache by folder / device / dtype, a full load or a streamed one.
 - `weights`   a target's safetensors read tensor by tensor (`TargetWeights`), fp8 block scales dequantized.
 - `stream`    the target on the meta device, each unit's weights read just before it runs (`stream_target`).

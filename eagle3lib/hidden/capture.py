@@ -3,8 +3,8 @@
 `capture(model, input_ids)` runs an HF causal LM with plain forward (pre-)hooks and keeps `embed`, `layer_in.i`,
 `final_prenorm`, `final_postnorm` (layout.py names; or only those asked for, stopping after the deepest), on a
 loaded model or a layer-streamed one (`hidden.stream`: deeper layers are then never read).
-`decoder_stack` finds the decoder layers and final norm (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 / Kimi-K2, gpt-oss,
-VLM wrappers: DECODER_PATHS); `load_target_model` gives a local HF target without remote code, once per process
+`decoders.decoder_stack` finds the decoder layers and final norm (Llama, Qwen3, Qwen3-MoE, DeepSeek-V3 / Kimi-K2,
+gpt-oss, VLM wrappers); `load_target_model` gives a local HF target without remote code, once per process
 (`hidden.targets`).
 `Slots` are the k tensors a draft receives; `as_slots` builds them from training samples or any tensors.
 Serving dumps (SGLang tensor dumps, eagle3lib dumps) are read in `dumps.py`.
@@ -19,6 +19,8 @@ from torch import Tensor
 from ..errors import LayoutError
 from ..layout import boundary_names, input_index, normalize, parse_layout
 from ..progress import bar, track
+from .decoders import decoder_stack
+from .targets import load_target
 
 _FINALS = ("final_prenorm", "final_postnorm")
 
@@ -71,34 +73,6 @@ class Capture:
             return self
         return Capture({k: v[b] for k, v in self.states.items()}, self.input_ids[b], self.num_layers,
                        self.dtype, f"{self.source}[{b}]")
-
-
-# Where causal LMs keep their decoder stack (a module with `layers` and a final `norm`), first match wins:
-# Llama / Qwen3 / Qwen3-MoE / DeepSeek-V3 / gpt-oss `XxxForCausalLM.model`; VLM wrappers (Kimi-K2.5's
-# `Kimi_K25ForConditionalGeneration.model.language_model`, Llava-style `language_model.model`); a bare decoder.
-DECODER_PATHS = ("model", "model.language_model", "language_model.model", "language_model", "")
-
-
-def _submodule(model, path: str):
-    for part in path.split(".") if path else ():
-        model = getattr(model, part, None)
-        if model is None:
-            return None
-    return model
-
-
-def decoder_stack(model):
-    """(decoder, layers, final norm) of an HF causal LM: the module called on token ids, its decoder layers (each
-    called on the residual stream) and the norm applied after the last one (paths in DECODER_PATHS)."""
-    for path in DECODER_PATHS:
-        base = _submodule(model, path)
-        if base is not None and isinstance(getattr(base, "layers", None), torch.nn.ModuleList) \
-                and isinstance(getattr(base, "norm", None), torch.nn.Module):
-            return base, base.layers, base.norm
-    raise LayoutError(f"target model {type(model).__name__}", "no decoder stack found",
-                      expected=" or ".join(f"{p + '.' if p else ''}{{layers, norm}}" for p in DECODER_PATHS),
-                      found=f"children {[n for n, _ in model.named_children()][:8]}",
-                      cause="an architecture whose decoder stack is named differently (e.g. GPT-2's transformer.h)")
 
 
 def requested_boundaries(only, num_layers: int) -> list[str]:
@@ -241,8 +215,6 @@ def load_target_model(path, device="cpu", dtype=None, *, stream=None):
     streamed model (`hidden.stream`: fp8 block-quantized weights, or more than half the device's memory); True / False
     force one. A config whose model_type only remote code knows but whose `architectures` names a transformers class
     (Kimi-K2: model_type `kimi_k2`, a `DeepseekV3ForCausalLM` stack) is built with that class, as vLLM / SGLang do."""
-    from .targets import load_target   # a function-level import: targets builds on this module
-
     return load_target(path, device=device, dtype=dtype, stream=stream)
 
 

@@ -16,11 +16,10 @@ from torch import Tensor
 
 from .capture import Capture, Slots
 from ..errors import DataError, LayoutError
-from ..layout import boundary_names, normalize
+from ..layout import ZERO, boundary_names, normalize
 from ..progress import track
 
 IDENTIFIED = ("match", "scaled", "rescaled", "dtype", "zeros")   # "zeros": an all-zero padding slot
-ZERO = "zeros"
 
 
 @dataclass(frozen=True)

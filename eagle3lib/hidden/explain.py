@@ -12,8 +12,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from .compare import IDENTIFIED, ZERO, Comparison
-from ..layout import parse_layout
+from .compare import IDENTIFIED, Comparison
+from ..layout import ZERO, parse_layout
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,8 @@ from __future__ import annotations
 import torch
 from torch import Tensor, nn
 
-from .capture import Capture, capture_batch, decoder_stack, requested_boundaries
+from .capture import Capture, capture_batch, requested_boundaries
+from .decoders import decoder_stack
 from .stream import streamed
 from ..errors import LayoutError
 from ..layout import input_index

@@ -25,7 +25,8 @@ from pathlib import Path
 
 import torch
 
-from .capture import decoder_stack, load_target_model
+from .capture import load_target_model
+from .decoders import decoder_stack
 from .layerwise import capture_layerwise
 from .stream import streamed
 from ..errors import DataError, Eagle3Error, LayoutError

@@ -23,7 +23,7 @@ from pathlib import Path
 import torch
 from torch import Tensor, nn
 
-from .capture import DECODER_PATHS, decoder_stack
+from .decoders import DECODER_PATHS, decoder_stack
 from .weights import TargetWeights, host_empty
 from ..errors import CheckpointError, ConfigError, MissingFileError
 

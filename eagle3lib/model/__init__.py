@@ -4,6 +4,8 @@
                SGLang, vLLM, speculators, ModelOpt); ids and their convention, slots, variant flags, RoPE.
 - `config_fields` how each dialect spells a field: the readers `DraftConfig` uses, `MlaConfig`, the block-drafter gate.
 - `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.
+- `formats`    the one table of checkpoint formats: name, detection (`detect_format`), save map, config dialect and
+               the dialect written with it (`save_draft`, `config_to_dict` read it).
 - `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
 - `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.
 - `layers`     the building blocks: RMSNorm, RoPE, Llama / Qwen3 (q/k-norm, attention bias) attention, MLP, the

@@ -1,7 +1,7 @@
 """Checkpoint audit (notebook 00): everything about a draft that can be checked without serving it.
 
-Config table and warnings, tensor validation report, vocab checks, parameter counts, the layer ids as each
-convention reads them, and a forward on a few real tokens. Usage:
+Config table and warnings, tensor validation report, vocab checks, parameter counts (the layer ids as each engine
+reads them are `engines.layer_reading`, the forward on a few real tokens `replay.tokenview.preview_table`). Usage:
     a = audit_draft(draft_dir, target_dir); a.findings  # headline facts for the report index
 """
 from __future__ import annotations
@@ -12,9 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
-from .. import layout as _layout
 from .checkpoint import LoadedDraft, load_draft, param_table
-from .peagle import PEagleDraft, resolve_mask_token_id
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
 
@@ -29,29 +27,7 @@ class Audit:
     report: pd.DataFrame
     vocab: pd.DataFrame
     params: pd.DataFrame
-    layer_reading: pd.DataFrame
     findings: dict = field(default_factory=dict)
-
-
-def layer_reading(cfg, num_layers: int) -> pd.DataFrame:
-    """How the config's layer ids read in each convention, next to the fc's slot count."""
-    rows = []
-    if cfg.aux_layer_ids is None:
-        rows.append({"reading": "no ids in config -> engine defaults", "ids": None,
-                     "boundaries": ", ".join(cfg.default_layout(num_layers)), "slots": 3})
-    else:
-        for conv, who in (("output", "output-of-layer (SGLang/SpecForge/ModelOpt)"),
-                          ("input", "input-of-layer (vLLM/speculators/EAGLE)")):
-            try:
-                names = ", ".join(_layout.from_ids(cfg.aux_layer_ids, conv, num_layers))
-            except Exception as e:  # an id outside the target in this convention
-                names = f"not expressible: {e}"
-            mark = " <- declared" if conv == cfg.aux_ids_convention else ""
-            rows.append({"reading": who + mark, "ids": list(cfg.aux_layer_ids), "boundaries": names,
-                         "slots": len(cfg.aux_layer_ids)})
-    rows.append({"reading": "fc.weight width / target hidden", "ids": None, "boundaries": "",
-                 "slots": cfg.num_aux})
-    return pd.DataFrame(rows)
 
 
 def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
@@ -64,7 +40,6 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     cfg = loaded.cfg
     ctab = pd.DataFrame([{"field": k, "value": v} for k, v in cfg.summary().items()])
     vocab = vocab_report(loaded.vocab)
-    reading = layer_reading(cfg, info.num_layers)
     problems = loaded.report[~loaded.report.status.isin(["ok", "from_target"])]
     vocab_errors = vocab[(~vocab.ok) & (vocab.severity == "error")]
     layout = cfg.aux_layout(info.num_layers)
@@ -85,43 +60,8 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     findings["headline"] = (f"{cfg.dialect} draft{kind} {state}: {cfg.num_aux} aux slots "
                             f"[{', '.join(layout) if layout else 'engine defaults'}], "
                             f"Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}")
-    return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model), reading,
+    return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model),
                  findings)
-
-
-@torch.inference_mode()
-def forward_preview(loaded: LoadedDraft, input_ids: torch.Tensor, aux: torch.Tensor, tokenizer=None,
-                    num_steps: int = 3, max_rows: int = 12) -> pd.DataFrame:
-    """Draft predictions on one real sample: per position, the next tokens vs the draft's steps 0..K-1.
-
-    input_ids (T,), aux (T, k*Ht) in the draft's training layout. Step k at position t predicts token t+2+k (a
-    P-EAGLE draft: its depth k).
-    """
-    model = loaded.model
-    p = next(model.parameters())
-    ids = input_ids[None].to(p.device)
-    if isinstance(model, PEagleDraft):     # P-EAGLE: its K depths from one forward (the mask id as replay resolves it)
-        mask_id = model.mask_token_id if model.mask_token_id is not None else \
-            resolve_mask_token_id(loaded.cfg, tokenizer)[0]
-        outs = model.parallel_forward(aux[None].to(p.device, p.dtype), ids, num_steps, mask_token_id=mask_id,
-                                      return_logits=False)
-    else:
-        outs = model.ttt_forward(aux[None].to(p.device, p.dtype), ids, num_steps, return_logits=False)
-    T = input_ids.numel()
-
-    def tok(i):
-        return tokenizer.decode([int(i)]) if tokenizer is not None else str(int(i))
-
-    rows = []
-    for t in range(min(T - 2, max_rows)):
-        row = {"pos": t, "context token": tok(input_ids[t + 1])}
-        for k, top1 in enumerate(outs):
-            if t + 2 + k < T:
-                pred = int(model.to_target_ids(top1[0, t]))
-                row[f"step {k}: next"] = tok(input_ids[t + 2 + k])
-                row[f"step {k}: draft"] = tok(pred) + (" ✓" if pred == int(input_ids[t + 2 + k]) else " ✗")
-        rows.append(row)
-    return pd.DataFrame(rows)
 
 
 def target_tokenizer(target: str | Path):

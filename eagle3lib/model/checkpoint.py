@@ -6,7 +6,8 @@ drafts add `mask_hidden` (1, 1, k*Ht), model/peagle.py).
 Multi-layer drafts: layer 0 is always `midlayer.*`; layers N >= 1 are `layers.N.*` under the HF decoder-layer names
 (`input_layernorm`, `self_attn.{q,k,v,o}_proj`, `post_attention_layernorm`, `mlp.*`; Qwen3 adds `self_attn.q_norm` /
 `k_norm`) in every format, as speculators writes them and vLLM / SGLang (>= PR #24663, `midlayer` -> `layers.0`)
-read them. Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with SAVE_MAPS.
+read them. Other formats are mapped onto them by the regex rules in TO_CANONICAL; saving maps back with the save rules of
+`formats.FORMATS` (the one table of formats: detection, save map, config dialect).
 MLA drafts in vLLM's dialect (model/mla_vllm.py) also drop its unused `layers.N.hidden_norm` (N >= 1, DROPPED) and
 split its fused `fused_qkv_a_proj` / `gate_up_proj` back into the checkpoint's names (STACKED).
 A draft missing a tensor (or holding one of the wrong shape) is refused by default; ``missing="fill"`` loads it the
@@ -31,7 +32,8 @@ from safetensors.torch import save_file
 from .config import DraftConfig, config_to_dict, load_config
 from .draft import Eagle3Draft
 from .layers import Rotary
-from .mla_vllm import DROPPED as VLLM_MLA_DROPPED, is_vllm_checkpoint, unstack
+from .formats import FORMATS, MLA_WRITER, detect_format
+from .mla_vllm import DROPPED as VLLM_MLA_DROPPED, unstack
 from .peagle import draft_for
 from ..errors import CheckpointError
 from .safefiles import load_state_dict, weight_files
@@ -53,15 +55,6 @@ TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
     (r"^aux_norm_high\.", "fc_norm.2.", "SGLang legacy"),
     (r"^draft_id_to_target_id$", "d2t", "vLLM in-memory"),
 )
-# canonical -> on-disk names per format, and keys the format does not store (layers.N, N >= 1: the same everywhere)
-SAVE_MAPS: dict[str, tuple[tuple[tuple[str, str], ...], tuple[str, ...]]] = {
-    "specforge": ((), ()),
-    "eagle": ((), ()),
-    "speculators": (((r"^midlayer\.", "layers.0."),), ()),
-    "modelopt": (((r"^midlayer\.", "layers.0."),), ("t2d",)),
-    "specforge-peagle": (((r"^midlayer\.", "layers.0."),), ()),    # SpecForge's PEagleDraftModel keeps `layers`
-    "vllm": (((r"^midlayer\.", "layers.0."),), ()),   # vLLM's own names (MLA: deepseek_eagle3.py, model/mla_vllm.py)
-}
 _FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
 
 
@@ -88,23 +81,6 @@ def canonicalize(sd: dict[str, torch.Tensor], drop: tuple[tuple[str, str], ...] 
         if new != key:
             renames.append((key, new, who))
     return out, renames
-
-
-def detect_format(keys, mla: bool = False) -> str:
-    """Which writer produced these keys: specforge (midlayer.*), speculators (layers.0.*), modelopt, sglang (later
-    layers are layers.N.* in all of them), vllm (an MLA draft with names only vLLM's modules have)."""
-    keys = list(keys)
-    if mla and is_vllm_checkpoint(keys):
-        return "vllm"
-    if any(k.startswith("eagle_module.") for k in keys):
-        return "modelopt"
-    if any(k.startswith("layers.0.") for k in keys):
-        return "speculators"
-    if any(k.startswith("model.midlayer.") for k in keys):
-        return "sglang"
-    if "input_embeds_norm.weight" in keys:
-        return "modelopt"
-    return "specforge"
 
 
 def expected_tensors(cfg: DraftConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
@@ -339,12 +315,16 @@ def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: s
     """Write config.json + model.safetensors in `format` (specforge/eagle, speculators, modelopt, vllm). A P-EAGLE draft
     keeps its (trained) embedding and `mask_hidden`; in SpecForge format its layer is `layers.0.*` as SpecForge's
     PEagleDraftModel names it."""
-    if format not in SAVE_MAPS:
-        raise CheckpointError("save_draft", "unknown format", expected=sorted(SAVE_MAPS), found=format)
+    f = FORMATS.get(format)
+    if f is None or f.save_rules is None:
+        raise CheckpointError("save_draft", f"format {format!r} cannot be written" if f else "unknown format",
+                              expected=sorted(n for n, g in FORMATS.items() if g.save_rules is not None),
+                              found=format, cause=f.no_save if f else None)
     sd = state.state_dict() if isinstance(state, torch.nn.Module) else dict(state)
     sd, _ = canonicalize(sd)
     parallel = config.parallel_drafting if isinstance(config, DraftConfig) else "mask_hidden" in sd
-    rules, dropped = SAVE_MAPS["specforge-peagle" if parallel and format == "specforge" else format]
+    rules = f.save_rules_parallel if parallel and f.save_rules_parallel is not None else f.save_rules
+    dropped = f.save_drops
     out = {}
     for k, t in sd.items():
         if k in dropped or (k == "embed_tokens.weight" and not (include_embed or parallel)):   # P-EAGLE trains it
@@ -355,9 +335,8 @@ def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: s
     out_dir = Path(out_dir)
     out_dir.mkdir(parents=True, exist_ok=True)
     if isinstance(config, DraftConfig):    # write the config in the dialect that goes with the weights
-        dialect = {"speculators": "speculators", "eagle": "eagle", "vllm": "vllm"}.get(format, "specforge")
         # an MLA draft: SGLang's config (its loader reads midlayer.* and layers.0.* alike), or vLLM's
-        raw = config_to_dict(config, ("vllm" if format == "vllm" else "specforge") if config.mla else dialect)
+        raw = config_to_dict(config, MLA_WRITER.get(format, "specforge") if config.mla else f.config_writer)
     else:
         raw = dict(config)
     tmp = out_dir / "model.safetensors.tmp"

@@ -18,6 +18,7 @@ from typing import Any, Mapping
 
 from .. import layout as _layout
 from ..errors import ConfigError, MissingFileError
+from .formats import WRITERS
 from .config_fields import (MLA_ARCHITECTURE, MLA_ARCHITECTURES, MLA_SIZES, MlaConfig, detect_dialect, read_flag,
                             read_layer_ids, read_layer_type, read_mla, read_parallel, read_rope,
                             refuse_other_algorithms)
@@ -38,15 +39,13 @@ _KNOWN_KEYS = {
     *("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "rope_interleave"),
     "pard_token", "ptd_token_id", "num_depths", "logit_scale",
 }
-# SGLang's class for EAGLE-3 / EAGLE-3.1 drafts with DeepSeek-V2 multi-latent attention (Kimi-K2.x, DeepSeek-V3)
-_DIALECTS = ("eagle", "specforge", "vllm", "speculators", "modelopt")
 
 
 @dataclass(frozen=True)
 class DraftConfig:
     """What the draft is: sizes, aux slots and the convention of their layer ids, variant flags, RoPE."""
 
-    dialect: str                      # one of _DIALECTS: which tool's config.json this is
+    dialect: str                      # one of formats.DIALECTS: which tool's config.json this is
     architecture: str
     hidden_size: int                  # H, the draft's width
     intermediate_size: int
@@ -284,7 +283,7 @@ _HF_CLASS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
 
 
 def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, Any]:
-    """A config.json dict for `dialect` (specforge, vllm, speculators, eagle) describing the same draft."""
+    """A config.json dict for `dialect` (one of formats.WRITERS) describing the same draft."""
     llama = {
         "model_type": cfg.layer_type, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
@@ -350,5 +349,4 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
             raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts have exactly 3 aux slots",
                               expected=3, found=cfg.num_aux, cause="EAGLE's fc is target_hidden_size * 3")
         return {"architectures": ["LlamaForCausalLM"], **llama, "draft_vocab_size": cfg.draft_vocab_size}
-    raise ConfigError("config_to_dict", "unknown dialect", expected=("specforge", "vllm", "speculators", "eagle"),
-                      found=dialect)
+    raise ConfigError("config_to_dict", "unknown dialect", expected=WRITERS, found=dialect)

@@ -1,10 +1,13 @@
 """Replay: the draft run outside the server on its own training samples (wiring bug or generalization gap?).
 
-- `run`          `load_setup`, `replay`: layouts applied, reference tokens, the batched draft forward, scoring.
+- `run`          `load_setup`, `replay`: layouts applied, reference tokens, counted through the loop.
+- `loop`         `draft_run`, the one draft-run loop: prepared samples through an EAGLE-3, P-EAGLE or MLA draft in
+                 padded batches, per-position predictions (teacher, chain, top-k) and their scores.
+- `evidence`     the replay evidence the checks cite: accuracy under config variants, by position (and its plot).
 - `stats`        per-step / conditional accuracy, accept-length arithmetic, mergeable `ReplayCounts`, `ReplayResult`.
 - `verdict`      the verdict (wiring / generalization / healthy), replay tables and plot, notebook 02's inputs.
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
-- `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports).
+- `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports); the audit's forward preview.
 - `tree`         simulated SGLang tree acceptance from every training-sample position, next to the chain.
 - `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
                  against the draft as trained / as the engine loads it (what the served τ decides per cause).

@@ -25,7 +25,7 @@ from ..model.draft import Eagle3Draft
 from ..model.layers import Rotary
 from ..model.target import load_target_tensor
 from .run import ReplaySetup, replay
-from .stats import ZERO
+from ..layout import ZERO
 
 # config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)
 ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")

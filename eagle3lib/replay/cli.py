@@ -1,7 +1,7 @@
 """Command line for replay at dataset size, one process or many: `torchrun --nproc-per-node 8 -m eagle3lib.replay
 --draft D --target T --data P --out result.json` (plain `python -m eagle3lib.replay ...` runs one process).
 
-Every rank replays its shard (`distributed.replay`); rank 0 writes the merged ReplayResult as JSON (read it with
+Every rank replays its shard (`distributed.replay_sharded`); rank 0 writes the merged ReplayResult as JSON (read it with
 `eagle3lib.replay.distributed.load_result`) and prints its summary as one JSON line.
 """
 from __future__ import annotations
@@ -14,7 +14,7 @@ import time
 
 from . import distributed
 from ..errors import Eagle3Error
-from .run import D2T_MODES
+from .stats import D2T_MODES
 from .stats import REFERENCES
 
 
@@ -50,7 +50,7 @@ def main(argv=None) -> int:
     layout = [x.strip() for x in a.layout.split(",") if x.strip()] if a.layout else None
     t0 = time.perf_counter()
     try:
-        r = distributed.replay(a.draft, a.data, target=a.target, dtype=a.dtype, layout=layout, label=a.label,
+        r = distributed.replay_sharded(a.draft, a.data, target=a.target, dtype=a.dtype, layout=layout, label=a.label,
                                n=a.num_samples, seed=a.seed, data_format=a.format, num_steps=a.num_steps, fill=a.fill,
                                d2t=a.d2t, align=a.align, mask=a.mask, reference=a.reference,
                                simulate=not a.no_simulate, batch_tokens=a.batch_tokens, progress=not a.quiet)

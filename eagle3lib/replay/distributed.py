@@ -26,8 +26,8 @@ import torch.distributed as dist
 
 from ..samples.readers import Dataset, sample_order, open_dataset
 from ..errors import DataError, Eagle3Error, MissingFileError
-from .run import ReplaySetup, count, load_setup, replay_options, requested_layout
-from .stats import ReplayCounts, ReplayResult
+from .run import ReplaySetup, count, load_setup, requested_layout
+from .stats import ReplayCounts, ReplayOptions, ReplayResult
 from ..progress import bar, track
 
 RESULT_FORMAT = "eagle3lib.replay_result/1"
@@ -164,7 +164,7 @@ def gather_counts(counts: ReplayCounts, w: World) -> ReplayCounts | None:
     return merged
 
 
-def replay(setup, data, *, target=None, device: str | None = None, dtype="auto", layout=None,
+def replay_sharded(setup, data, *, target=None, device: str | None = None, dtype="auto", layout=None,
            label: str | None = None, n: int | None = None, seed: int = 0, data_format: str | None = None,
            num_steps: int = 3, fill: str = "error", d2t: str = "offsets", align: int = 0, mask: str = "token",
            reference: str = "auto", simulate: bool = True, batch_tokens: int = 8192, recapture=None,
@@ -178,7 +178,7 @@ def replay(setup, data, *, target=None, device: str | None = None, dtype="auto",
     with process_group() as w:
         if not isinstance(setup, ReplaySetup):
             setup = load_setup(setup, target, device=device or w.device, dtype=dtype)
-        options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask,
+        options = ReplayOptions(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask,
                                  reference=reference, simulate=simulate)
         counts = ReplayCounts(setup, requested_layout(setup, layout), options)
         items, total, reader_skips = _share(data, w, n, seed, data_format)

@@ -19,9 +19,8 @@ from torch import Tensor
 from ..samples.readers import Dataset, open_dataset
 from ..samples.sample import Sample
 from ..errors import DataError
-from ..layout import boundary_names, parse_layout
+from ..layout import ZERO, boundary_names, parse_layout
 from .run import ReplaySetup, replay
-from .stats import ZERO
 from .verdict import THRESHOLDS
 from ..progress import track
 

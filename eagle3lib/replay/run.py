@@ -9,7 +9,6 @@ on the rows its COD sampling can keep, and the chain simulation is that same for
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import itertools
 import os
@@ -27,16 +26,14 @@ from ..samples.sample import Sample
 from ..model.draft import Eagle3Draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..errors import Eagle3Error, LayoutError
-from ..layout import parse_layout
-from .stats import REFERENCES, ZERO, ReplayCounts, ReplayItem, ReplayOptions, ReplayResult, score, scored_positions
+from ..layout import ZERO, parse_layout
+from .loop import draft_run
+from .stats import ReplayCounts, ReplayItem, ReplayOptions, ReplayResult
 from ..samples.prefetch import ahead
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 from ..hidden.capture import load_target_model
 from ..hidden.identify import trained_layout
 from ..progress import bar
-
-D2T_MODES = ("offsets", "absolute", "identity")
-
 
 @dataclass(frozen=True, eq=False)
 class ReplaySetup:
@@ -136,33 +133,31 @@ def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
     return notes
 
 
-def draft_steps(model: Eagle3Draft, aux: Tensor, ids: Tensor, K: int, *, feed: str = "teacher",
-                return_logits: bool = True, scored: Tensor | None = None) -> list[Tensor]:
-    """The K outputs replay scores: `ttt_forward` (TTT steps) for EAGLE-3, `parallel_forward` (depths) for a
-    P-EAGLE draft, whose drafts are the same whichever `feed` (it feeds nothing back)."""
-    if isinstance(model, PEagleDraft):
-        return model.parallel_forward(aux, ids, K, return_logits=return_logits, scored=scored)
-    return model.ttt_forward(aux, ids, K, feed=feed, return_logits=return_logits, scored=scored)
-
-
 # ---------------------------------------------------------------- sample -> draft inputs
 
 def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, fill: str = "error",
                  recapture=None, num_layers: int | None = None) -> tuple[Tensor, tuple[str, ...]]:
-    """The (T, k, Ht) aux a draft gets under `layout`: the sample's slots picked by boundary name.
+    """The (T, k, Ht) aux a draft gets under `layout` (names parsed here): the sample's slots picked by boundary name.
 
     A boundary the sample lacks comes from `recapture` (anything with `.states(sample, names)`, e.g.
     layoutsearch.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
     A layout shorter than the draft's k slots is completed with zero slots at the end under fill="zeros" (the
     served states first, as a server padding its capture to fc's width would).
     """
+    want = tuple(n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout)
+    return pick_slots(sample, want, num_slots, sample_layout=sample_layout, fill=fill, recapture=recapture)
+
+
+def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_layout=None, fill: str = "error",
+               recapture=None) -> tuple[Tensor, tuple[str, ...]]:
+    """`apply_layout` for a layout already parsed (`requested_layout`, once per replay)."""
     where = f"sample '{sample.id}' ({sample.source})"
     have = sample.layout or (tuple(sample_layout) if sample_layout is not None else None)
     if have is None or len(have) != sample.num_slots:
         raise LayoutError(where, "cannot tell which boundary each aux slot holds",
                           expected=f"a layout of {sample.num_slots} names (declared, in the data or the draft "
                           "config)", found=have, cause="data without layout metadata and no layout declared")
-    want = [n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout]
+    want = list(want)
     if len(want) > num_slots or (len(want) < num_slots and fill != "zeros"):
         raise LayoutError(where, "layout length does not fit the draft's fc", expected=f"{num_slots} slots",
                           found=f"{len(want)} {want}", cause="a serving layout with fewer slots needs fill='zeros'"
@@ -197,26 +192,6 @@ def shift_positions(aux: Tensor, align: int) -> Tensor:
     else:
         out[-align:] = aux[:align]
     return out
-
-
-def draft_target_ids(model: Eagle3Draft, mode: str = "offsets") -> Tensor:
-    """Target id of each draft id under a d2t reading: offsets (i + d2t[i]), absolute (d2t[i]) or identity (i)."""
-    if mode not in D2T_MODES:
-        raise LayoutError("d2t interpretation", "unknown mode", expected=D2T_MODES, found=mode)
-    ar = torch.arange(model.d2t.numel(), device=model.d2t.device)
-    ids = {"offsets": ar + model.d2t, "absolute": model.d2t, "identity": ar}[mode]
-    return ids.clamp(0, model.cfg.vocab_size - 1)
-
-
-@contextlib.contextmanager
-def d2t_reading(model: Eagle3Draft, mode: str):
-    """Temporarily make the model's d2t buffer mean `mode` (so chain drafting feeds those target ids)."""
-    old = model.d2t
-    model.d2t = draft_target_ids(model, mode) - torch.arange(old.numel(), device=old.device)
-    try:
-        yield model.d2t + torch.arange(old.numel(), device=old.device)
-    finally:
-        model.d2t = old
 
 
 def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "auto",
@@ -275,7 +250,7 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     prefetch_tokens: tokens of samples read and prepared ahead in a background thread, overlapping the forward
     (None: one batch, `batch_tokens`, so the next batch is read while this one runs; 0: in line).
     """
-    options = replay_options(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
+    options = ReplayOptions(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
                              simulate=simulate)
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     depths = setup.cfg.parallel_depths
@@ -290,20 +265,6 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     if ds is not None:
         counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)
-
-
-def replay_options(**kw) -> ReplayOptions:
-    """`ReplayOptions` checked once, where a replay starts (a bad option names itself and the allowed values)."""
-    o = ReplayOptions(**kw)
-    allowed = {"fill": ("error", "zeros"), "d2t": D2T_MODES, "mask": ("token", "next"), "reference": REFERENCES}
-    for name, ok in allowed.items():
-        if getattr(o, name) not in ok:
-            raise LayoutError("replay()", f"bad option {name}", expected=ok, found=getattr(o, name))
-    if not (isinstance(o.num_steps, int) and o.num_steps >= 1):
-        raise LayoutError("replay()", "bad option num_steps", expected="an int >= 1", found=o.num_steps)
-    if not isinstance(o.align, int):
-        raise LayoutError("replay()", "bad option align", expected="an int (token shift)", found=o.align)
-    return o
 
 
 def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
@@ -332,24 +293,19 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
                 item = e
             yield key, s, item
 
-    with torch.inference_mode(), d2t_reading(model, o.d2t) as hot:
-        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
-        in_vocab[hot.cpu()] = True
-        hot, batch = hot.to(setup.device), []
-        depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
-        for key, s, item in ahead(prepared(), depth, weight=_tokens_of):
+    def good(prepared_items):                        # the items to run; a sample that failed is counted skipped
+        for key, s, item in prepared_items:
             if bar is not None:
                 bar.update(1)
             if isinstance(item, Eagle3Error):
                 counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(item)))
-                continue
-            padded = (len(batch) + 1) * max([len(item.ids)] + [len(b.ids) for b in batch])   # B x T_max
-            if batch and padded > batch_tokens:
-                _run(batch, model, hot, in_vocab, counts, only_scored)
-                batch = []
-            batch.append(item)
-        if batch:
-            _run(batch, model, hot, in_vocab, counts, only_scored)
+            else:
+                yield item
+
+    depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
+    for r in draft_run(model, good(ahead(prepared(), depth, weight=_tokens_of)), num_steps=counts.K, d2t=o.d2t,
+                       mask=o.mask, simulate=o.simulate, only_scored=only_scored, batch_tokens=batch_tokens):
+        counts.add(r.item, r.scored)
     return counts
 
 
@@ -361,7 +317,8 @@ def stored_layout(k: int) -> tuple[str, ...]:
 
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
                    reference: str = "auto", key=None) -> ReplayItem:
-    """Check one sample against the draft (width, layout, ids) and build its inputs and reference."""
+    """Check one sample against the draft (width, layout, ids) and build its inputs and reference; `layout` is
+    parsed (`requested_layout`, once per replay), None: the sample's declared one."""
     cfg, where = setup.cfg, f"sample '{s.id}' ({s.source})"
     if s.hidden_size != cfg.target_hidden_size:
         raise LayoutError(where, "hidden states of the wrong width for the draft", expected=cfg.target_hidden_size,
@@ -379,8 +336,8 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
         raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
                           " and a target, or data that declares its layout", found=None)
     else:
-        aux, eff = apply_layout(s, lay, cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
-                                recapture=recapture, num_layers=setup.num_layers)
+        aux, eff = pick_slots(s, tuple(lay), cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
+                              recapture=recapture)
     if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
         raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)
@@ -388,42 +345,19 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
                       shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
 
 
+def prepared_items(samples, setup: ReplaySetup, layout, **kw) -> Iterator[ReplayItem]:
+    """`prepare_sample` of each sample under the parsed `layout` (`kw`: its options); a sample that does not
+    prepare is left out (the token view and the accuracy by position show only what ran)."""
+    for s in samples:
+        try:
+            with torch.inference_mode():
+                item = prepare_sample(s, setup, layout, **kw)
+        except Eagle3Error:
+            continue
+        yield item         # outside inference mode: the caller runs between items
+
+
 def _tokens_of(prepared: tuple) -> int:
     """What a (key, Sample, ReplayItem | error) from `count`'s reader weighs in the read-ahead budget: its tokens."""
     item = prepared[2]
     return len(item.ids) if isinstance(item, ReplayItem) else 1
-
-
-def _run(batch, model, hot, in_vocab, counts, only_scored: bool = True):
-    """One padded batch through ttt_forward (teacher, and draft-fed chain) or a P-EAGLE draft's parallel_forward,
-    scored sample by sample; with
-    only_scored the forward computes just the outputs `score` reads (teacher: the scored positions of each step;
-    chain: those whose earlier steps are all scored, as only a leading run counts) and leaves -1 elsewhere."""
-    B, T = len(batch), max(len(b.ids) for b in batch)
-    dev, dt = hot.device, model.fc.weight.dtype
-    ids = torch.zeros(B, T, dtype=torch.long)
-    aux = torch.zeros(B, T, batch[0].aux.shape[1], dtype=dt)
-    for i, b in enumerate(batch):                               # right padding: causal attention never sees it
-        ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
-    ids, aux = ids.to(dev), aux.to(dev)
-    K, simulate = counts.K, counts.opts.simulate
-    parallel = isinstance(model, PEagleDraft)
-    used = chain_used = None
-    if only_scored:
-        used = torch.zeros(K, B, T, dtype=torch.bool)
-        for i, b in enumerate(batch):
-            used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, counts.opts.mask, parallel)[1]
-        used, chain_used = used.to(dev), used.long().cumprod(0).bool().to(dev)    # (K, B, T)
-    teach = torch.stack(draft_steps(model, aux, ids, K, feed="teacher", return_logits=False, scored=used))
-    if parallel:                       # one forward drafts all K: the chain is the teacher-forced run (used >= chain)
-        chain = teach if simulate else None
-    else:
-        chain = torch.stack(model.ttt_forward(aux, ids, K, feed="draft", return_logits=False, scored=chain_used)) \
-            if simulate else None                                                             # (K, B, T)
-    hot = torch.cat([hot, hot.new_full((1,), -1)])                   # draft id -1 (not computed) -> target -1
-    for i, b in enumerate(batch):
-        t = len(b.ids)
-        sc = score(hot[teach[:, i, :t]].cpu(), b.ref, b.mask, in_vocab,
-                   hot[chain[:, i, :t]].cpu() if simulate else None, counts.opts.mask, parallel)
-        counts.add(b, sc)
-

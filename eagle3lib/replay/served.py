@@ -2,8 +2,8 @@
 
 A served τ means something only next to what the same draft reaches offline under the same speculative setting
 (num_steps, topk, num_draft_tokens) and the same aux layout: a tree accepts more than the chain of its depth, so
-a tree-served τ compared with a chain prediction reads as a loss the server never had (or hides one). `compare`
-replays the setting the server ran (SGLang tree drafting when topk > 1, replay.tree; the chain when topk = 1) in
+a tree-served τ compared with a chain prediction reads as a loss the server never had (or hides one).
+`served_vs_replay` replays the setting the server ran (SGLang tree drafting when topk > 1, replay.tree; the chain when topk = 1) in
 the layout it feeds, and keeps the chain of the same depth beside it. The gap becomes a finding:
 - within the tolerance: the serving path reproduces the draft's offline acceptance (`engine_regression` ruled out);
 - served below: the serving path loses acceptance the draft has offline (suspected `engine_regression`; a served
@@ -11,7 +11,7 @@ the layout it feeds, and keeps the chain of the same depth beside it. The gap be
 - served above: greedy verification on this data cannot reach it (suspected `measurement_artefact`: repetitive
   outputs, a lossy accept threshold, a counter convention).
 The tolerance is max(0.2, 10% of the prediction) accepted tokens: served prompts are not the replayed samples.
-Usage: ``compare(setup, data, served=3.9, setting=(5, 4, 8), layout=lay, source="server.log:120")``.
+Usage: ``served_vs_replay(setup, data, served=3.9, setting=(5, 4, 8), layout=lay, source="server.log:120")``.
 """
 from __future__ import annotations
 
@@ -24,13 +24,13 @@ from ..errors import DataError
 from ..hidden.explain import causes_of, explain
 from .as_served import ASPECT_CAUSE
 from .run import ReplaySetup
-from .stats import ZERO
+from ..layout import ZERO
 from .tree import TreeReplayResult, check_setting, label_of, replay_tree
 
 WHERE = "served accept length vs replay under the served setting"
 
 
-def tolerance_for(predicted: float) -> float:
+def tau_tolerance(predicted: float) -> float:
     """Accepted tokens by which served and predicted τ may differ and still agree: max(0.2, 10% of predicted)."""
     return max(0.2, 0.1 * predicted)
 
@@ -101,7 +101,7 @@ class ServedVsPredicted:
                         fix="recompute τ from the raw counters (accepted / rounds + 1) on the served prompts")]
 
 
-def compare(setup: ReplaySetup, data, served: float, setting, *, source: str = "", layout=None,
+def served_vs_replay(setup: ReplaySetup, data, served: float, setting, *, source: str = "", layout=None,
             n: int | None = None, tolerance: float | None = None, progress: bool = True,
             replayed: TreeReplayResult | None = None) -> ServedVsPredicted:
     """Replay `setting` (num_steps, topk, num_draft_tokens) in `layout` and set the served τ beside it.
@@ -122,7 +122,7 @@ def compare(setup: ReplaySetup, data, served: float, setting, *, source: str = "
                         cause="samples shorter than the drafted depth, or a loss mask that scores nothing")
     return ServedVsPredicted((steps, topk, ndt), float(served), source, predicted, chain, res.positions,
                              tuple(res.layout), res.reference,
-                             tolerance if tolerance is not None else tolerance_for(predicted))
+                             tolerance if tolerance is not None else tau_tolerance(predicted))
 
 
 # ---------------------------------------------------------------- the served τ against the draft as served
@@ -155,7 +155,7 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
       regression stay suspected.
     """
     tr, sv = as_served.get("as trained"), as_served.get("as served") or as_served.get("as trained")
-    tol = tolerance if tolerance is not None else tolerance_for(tr.tau)
+    tol = tolerance if tolerance is not None else tau_tolerance(tr.tau)
     ev = {"served": round(served, 3), "served_source": source, "tau_as_trained": round(tr.tau, 3),
           "tau_as_served": round(sv.tau, 3), "tolerance": round(tol, 3), "num_steps": as_served.num_steps,
           "differing": list(as_served.differing), "sources": dict(as_served.sources),

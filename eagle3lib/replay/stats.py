@@ -12,15 +12,19 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..errors import LayoutError
 
-ZERO = "zeros"                       # a slot name meaning "fed zeros" (what a server feeds for a slot it lacks)
+
 REFERENCES = ("auto", "target", "data")
+D2T_MODES = ("offsets", "absolute", "identity")   # how d2t is read (replay.loop.draft_target_ids)
+FILLS = ("error", "zeros")
+MASKS = ("token", "next")
 
 
 
 @dataclass(frozen=True)
 class ReplayOptions:
-    """How a replay feeds and scores the draft; checked once, where a replay starts (`run.replay`)."""
+    """How a replay feeds and scores the draft; checked once, when built (where a replay starts)."""
 
     num_steps: int = 3            # TTT / chain steps K
     fill: str = "error"           # "zeros": a slot the sample lacks is fed zeros (as a server padding its capture)
@@ -29,6 +33,17 @@ class ReplayOptions:
     mask: str = "token"           # loss mask of token t+k ("token", SpecForge) or of t+k+1 ("next")
     reference: str = "auto"       # reference tokens: target lm_head over the final state, or the data
     simulate: bool = True         # also chain-draft with the draft's own tokens and count acceptance
+
+    def __post_init__(self):
+        """A bad option names itself and the allowed values (raised where a replay starts)."""
+        allowed = {"fill": FILLS, "d2t": D2T_MODES, "mask": MASKS, "reference": REFERENCES}
+        for name, ok in allowed.items():
+            if getattr(self, name) not in ok:
+                raise LayoutError("replay()", f"bad option {name}", expected=ok, found=getattr(self, name))
+        if not (isinstance(self.num_steps, int) and self.num_steps >= 1):
+            raise LayoutError("replay()", "bad option num_steps", expected="an int >= 1", found=self.num_steps)
+        if not isinstance(self.align, int):
+            raise LayoutError("replay()", "bad option align", expected="an int (token shift)", found=self.align)
 
 
 @dataclass(frozen=True, eq=False)

@@ -9,16 +9,16 @@ scored position (`first_scored`); `show` displays both.
 from __future__ import annotations
 
 import html
+import itertools
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from torch import Tensor
 
-from ..errors import Eagle3Error
-from ..model.peagle import PEagleDraft
-from .run import ReplaySetup, as_samples, d2t_reading, draft_steps, prepare_sample
-from .stats import score
+from .loop import draft_run
+from .run import ReplaySetup, as_samples, prepared_items, requested_layout
+from .stats import ReplayItem
 
 _COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
 
@@ -59,29 +59,42 @@ def collect(setup: ReplaySetup, data, *, layout=None, n: int = 3, seed: int = 0,
             topk: int = 5, fill: str = "error", d2t: str = "offsets", reference: str = "auto",
             data_format: str | None = None, recapture=None) -> list[SampleDetail]:
     """Replay `n` samples one at a time keeping top-k per step and the chain (skips bad samples silently)."""
-    model, layout = setup.model, tuple(layout) if layout is not None else setup.training_layout
+    layout = requested_layout(setup, layout)        # parsed once
     samples, _, _ = as_samples(data, n, seed, data_format)
-    out = []
-    with torch.inference_mode(), d2t_reading(model, d2t) as hot:
-        in_vocab = torch.zeros(setup.cfg.vocab_size, dtype=torch.bool)
-        in_vocab[hot.cpu()] = True
-        for s in samples:
-            try:
-                b = prepare_sample(s, setup, layout, fill=fill, recapture=recapture, reference=reference)
-            except Eagle3Error:
-                continue
-            aux, ids = b.aux[None].to(setup.device, setup.dtype), b.ids[None].to(setup.device)
-            logits = draft_steps(model, aux, ids, num_steps, feed="teacher")              # K x (1, T, Vd)
-            chain = torch.stack(draft_steps(model, aux, ids, num_steps, feed="draft", return_logits=False))[:, 0]
-            probs = torch.stack([lg[0].float().softmax(-1) for lg in logits])             # (K, T, Vd)
-            p, i = probs.topk(min(topk, probs.shape[-1]), dim=-1)                         # (K, T, topk)
-            sc = score(hot[i[..., 0]].cpu(), b.ref, b.mask, in_vocab, hot[chain].cpu(),
-                       parallel=isinstance(model, PEagleDraft))
-            out.append(SampleDetail(b.id, b.source, b.ids, b.mask, sc.reference, sc.valid, sc.correct,
-                                    hot[i].cpu(), p.cpu(), hot[chain].cpu(), sc.accepted, b.kind))
-            if len(out) >= n:
-                break
-    return out
+    items = prepared_items(samples, setup, layout, fill=fill, recapture=recapture, reference=reference)
+    runs = draft_run(setup.model, items, num_steps=num_steps, d2t=d2t, topk=topk, batch_tokens=0,
+                     tokenizer=setup.tokenizer)
+    return [SampleDetail(r.item.id, r.item.source, r.item.ids, r.item.mask, r.scored.reference, r.scored.valid,
+                         r.scored.correct, r.topk_ids, r.topk_probs, r.chain, r.scored.accepted, r.item.kind)
+            for r in itertools.islice(runs, n)]
+
+
+def preview_table(model, input_ids: Tensor, aux: Tensor, tokenizer=None, num_steps: int = 3,
+                  max_rows: int = 12) -> pd.DataFrame:
+    """Draft predictions on one real sample: per position, the next tokens vs the draft's steps 0..K-1.
+
+    input_ids (T,), aux (T, k*Ht) in the draft's training layout. Step k at position t predicts token t+2+k (a
+    P-EAGLE draft: its depth k); the reference is the sample's own tokens.
+    """
+    T = input_ids.numel()
+    ref = torch.full((T,), -1, dtype=torch.long)
+    ref[:-1] = input_ids[1:]
+    item = ReplayItem(0, "preview", "preview", input_ids, torch.ones(T, dtype=torch.long), (), aux, ref, "data")
+    (r,) = draft_run(model, [item], num_steps=num_steps, simulate=False, only_scored=False, tokenizer=tokenizer)
+
+    def tok(i):
+        return tokenizer.decode([int(i)]) if tokenizer is not None else str(int(i))
+
+    rows = []
+    for t in range(min(T - 2, max_rows)):
+        row = {"pos": t, "context token": tok(input_ids[t + 1])}
+        for k in range(num_steps):
+            if t + 2 + k < T:
+                pred = int(r.teacher[k, t])
+                row[f"step {k}: next"] = tok(input_ids[t + 2 + k])
+                row[f"step {k}: draft"] = tok(pred) + (" ✓" if pred == int(input_ids[t + 2 + k]) else " ✗")
+        rows.append(row)
+    return pd.DataFrame(rows)
 
 
 def token_strings(tokenizer, ids) -> list[str]:

@@ -2,7 +2,7 @@
 
 At each position t the draft runs as a server would after verifying token t+1: step 0 from the target's features
 (teacher-forced, as replay's chain), then `steps - 1` beam steps of `topk` slots (each slot its own keys, the true
-parent's hidden state: `spectree`'s SGLang rules), and the num_draft_tokens - 1 best candidates are kept. The
+parent's hidden state: `serving.tree`'s SGLang rules), and the num_draft_tokens - 1 best candidates are kept. The
 accept length at t is 1 + the depth of the deepest kept node whose path spells the reference tokens t+2, t+3, ...
 (greedy verification against the reference continuation, as replay's chain simulation). Positions are those where
 every step up to the deepest setting is scored (mask and reference present), the same for every setting, so a
@@ -21,8 +21,9 @@ from torch import Tensor
 
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, Eagle3Error, ServingArgsError, UnsupportedDraftError
-from .run import ReplaySetup, as_samples, d2t_reading, prepare_sample, replay_options, requested_layout
-from .stats import ReplayItem, json_number, score
+from .loop import d2t_reading
+from .run import ReplaySetup, as_samples, prepare_sample, requested_layout
+from .stats import ReplayItem, ReplayOptions, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
 from ..progress import bar
 
@@ -238,7 +239,7 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
 
     Inputs, layout, d2t, reference and skips as `replay.replay`; `batch_tokens` bounds B x T x topk per forward.
     """
-    replay_options(fill=fill, d2t=d2t, align=align, mask=mask, reference=reference)   # checked once, as replay()
+    ReplayOptions(fill=fill, d2t=d2t, align=align, mask=mask, reference=reference)   # checked once, as replay()
     if setup.cfg.parallel_drafting:
         raise UnsupportedDraftError(setup.draft_path, "tree replay of a P-EAGLE draft", expected="an EAGLE-3 draft",
                                     found="P-EAGLE (parallel drafting)", cause="P-EAGLE drafts one chain of K tokens "

@@ -11,15 +11,12 @@ import json
 import math
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Iterable, Mapping
+from typing import Iterable, Mapping
 
 import pandas as pd
 
 from ..errors import DataError, MissingFileError
 from .stats import ReplayResult, json_number
-
-if TYPE_CHECKING:                       # layoutsearch imports THRESHOLDS from here
-    from .layoutsearch import LayoutSearch
 
 THRESHOLDS = {
     # wiring: training-sample acc_0 more than this below the recorded validation acc. The draft saw these samples,
@@ -128,7 +125,7 @@ def decide(train: ReplayResult, heldout: Mapping[str, ReplayResult] | ReplayResu
     return Verdict(kind, why, a, recorded_acc, held_acc, th, evidence)
 
 
-def headline(verdicts: Mapping[str, Verdict], search: LayoutSearch | None = None) -> str:
+def headline(verdicts: Mapping[str, Verdict], search=None) -> str:
     """One line for the report index: the serving layout's verdict (else the last one) and the restoring fix."""
     key = "serving" if "serving" in verdicts else list(verdicts)[-1]
     v = verdicts[key]

@@ -16,7 +16,7 @@ from torch import Tensor
 
 from ..engines.advice import captured_by
 from ..engines.capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION
-from ..hidden.capture import decoder_stack
+from ..hidden.decoders import decoder_stack
 from ..errors import LayoutError
 from ..layout import normalize, parse_layout
 from ..engines.versions import DEFAULT_VERSION, parse_version
@@ -144,7 +144,7 @@ class CaptureSpec:
 
 
 def decoder_parts(model):
-    """(layers, final norm) of an HF causal LM (`hidden.capture.decoder_stack`), or a LayoutError."""
+    """(layers, final norm) of an HF causal LM (`hidden.decoders.decoder_stack`), or a LayoutError."""
     _, layers, norm = decoder_stack(model)
     return layers, norm
 

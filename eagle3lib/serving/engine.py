@@ -1,10 +1,10 @@
 """Offline speculative engine: greedy EAGLE-3 chain or tree drafting on an HF target, with SGLang-format output.
 
 `SpecEngine(target, draft, capture).generate(prompt_ids, max_new_tokens, SpecSettings(...))` drafts `num_steps`
-tokens per round (topk 1; topk > 1: an SGLang tree of num_draft_tokens nodes, `spectree`), verifies
+tokens per round (topk 1; topk > 1: an SGLang tree of num_draft_tokens nodes, `tree`), verifies
 num_draft_tokens positions in ONE target forward (trees under a tree attention mask), keeps both KV caches (HF
 cache cropped on rejection, a tree's accepted path moved into place; the draft's cache is addressed by position)
-and returns exactly the target's greedy tokens. Settings go through `servesettings` (SGLang's startup rewrites and
+and returns exactly the target's greedy tokens. Settings go through `engine_settings` (SGLang's startup rewrites and
 warnings for the version); each request prints SGLang `Prefill batch` / `Decode batch` lines in that version's
 format (serving-and-throughput.md A.2).
 """
@@ -20,7 +20,7 @@ from torch import Tensor
 
 from ..hidden.dumps import save_dump
 from .capturespec import CaptureSpec, HiddenTap
-from ..hidden.capture import decoder_stack
+from ..hidden.decoders import decoder_stack
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
 from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings

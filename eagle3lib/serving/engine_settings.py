@@ -76,7 +76,7 @@ def resolve_settings(settings: SpecSettings, target_arch: str | None = None, dev
     eff = res.effective
     steps, topk, ndt = (eff["speculative_num_steps"], eff["speculative_eagle_topk"],
                         eff["speculative_num_draft_tokens"])
-    most = topk + (steps - 1) * topk * topk                  # candidates a round drafts (spectree.num_candidates)
+    most = topk + (steps - 1) * topk * topk                  # candidates a round drafts (serving.tree.num_candidates)
     if ndt - 1 > most or ndt < 2:
         raise _bad("speculative_num_draft_tokens", ndt, f"2..{most + 1} for num_steps {steps}, topk {topk}",
                    "more verify positions than drafted tokens" if ndt > 2 else "no draft token to verify",

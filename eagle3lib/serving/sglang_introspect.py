@@ -4,7 +4,7 @@ Builds ``ServerArgs`` from the same argv (``add_cli_args`` + ``from_cli_args``),
 that version has it (0.5.2x: a msgspec record whose resolution is a separate pipeline). Newer SGLang records each
 decision in ``server_args._resolved_overrides`` (source, {field: value}); older ones mutate fields in
 ``__post_init__``, so we diff before/after. Optional: nothing here runs unless ``sglang`` is importable.
-    intro = introspect(parse_launch(cmd), path_map={"data/demo/target": "/local/target"}); compare(intro, res)
+    intro = introspect(parse_launch(cmd), path_map={"data/demo/target": "/local/target"}); against_rules(intro, res)
 """
 from __future__ import annotations
 
@@ -210,7 +210,7 @@ def _equal(a, b) -> bool:
         return a is b
 
 
-def compare(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
+def against_rules(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
     """SGLang's own answer beside the rule table's, one row per setting either side touched; `agree` flags.
 
     Rows: the three knobs, every field a rule changed, and every field SGLang decided that the rule table knows of
@@ -244,7 +244,8 @@ def compare(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
 
 def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapping[str, str] | None = None
         ) -> pd.DataFrame:
-    """compare(introspect(...), resolution), or a one-row note when SGLang is absent or there is nothing to ask."""
+    """against_rules(introspect(...), resolution), or a one-row note when SGLang is absent or there is nothing
+    to ask."""
     def note(text):
         return pd.DataFrame([{"field": "(not asked)", "sglang": text, "rule_table": None, "agree": None, "rule": "",
                               "sglang_source": ""}])
@@ -252,4 +253,4 @@ def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapp
         return note("no SGLang launch command and resolution to compare")
     if not available():
         return note("SGLang is not installed here: the rule table's answer stands alone")
-    return compare(introspect(launch, path_map=path_map), resolution)
+    return against_rules(introspect(launch, path_map=path_map), resolution)

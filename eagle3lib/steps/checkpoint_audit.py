@@ -6,7 +6,9 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..demo import world as demo
+from ..engines.layer_reading import layer_frame, layer_reading
 from ..model import audit
+from ..replay import tokenview
 from ..causes import Finding
 from ..checks.run import run_checks
 from ..samples.readers import open_dataset
@@ -22,7 +24,7 @@ class AuditInputs:
     demo: bool
 
 
-def resolve_inputs(draft_path: str = "", target_path: str = "", sample_data: str = "") -> AuditInputs:
+def audit_inputs(draft_path: str = "", target_path: str = "", sample_data: str = "") -> AuditInputs:
     """No draft path: the demo world (built if missing) fills every empty path. With a user's draft, an empty
     path stays empty and the section that needs it says it was not given (never the demo's artifact)."""
     if draft_path:
@@ -34,19 +36,25 @@ def resolve_inputs(draft_path: str = "", target_path: str = "", sample_data: str
 ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weights", "vocab", "template")
 
 
-def contract_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
+def artifact_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,
                       only=ARTIFACT_CHECKS, progress=progress)
 
 
+def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
+    """Which target boundary each engine feeds each aux slot, next to the trained one (`engines.layer_reading` at
+    its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
+    return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
+
+
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:
-    """The draft on one training sample (audit.forward_preview), or a sentence naming the missing input."""
+    """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
     if not inputs.sample_data:
         return "not checked: no sample_data given (training data of this draft) — the forward preview is skipped"
     if not inputs.target_path:
         return "not checked: no target_path given (its tokenizer decodes the preview) — the preview is skipped"
     sample = next(open_dataset(inputs.sample_data).sample(1, seed=0))
-    return audit.forward_preview(a.loaded, sample.input_ids, sample.aux_concat(),
-                                 audit.target_tokenizer(inputs.target_path), num_steps=num_steps)
+    return tokenview.preview_table(a.loaded.model, sample.input_ids, sample.aux_concat(),
+                                   audit.target_tokenizer(inputs.target_path), num_steps=num_steps)

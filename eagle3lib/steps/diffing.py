@@ -188,7 +188,7 @@ def drift_findings(inp: DiffInputs, n: int = 4, progress=None) -> list[Finding]:
                       only=("drift",), replay_n=n, progress=progress, device=inp.device)
 
 
-def cause_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
+def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
     """The layout causes as findings: what serving feeds, identified against the target's own boundaries."""
     where = "serving dump vs the target's boundaries"
     if s.explanation is None:

@@ -47,7 +47,7 @@ class DiscoveryInputs:
     notes: tuple[str, ...] = ()
 
 
-def resolve_inputs(launch_command: str = "", fixed_command: str = "", sglang_version: str = "",
+def discovery_inputs(launch_command: str = "", fixed_command: str = "", sglang_version: str = "",
                    server_log_path: str = "", target_path: str = "", draft_path: str = "") -> DiscoveryInputs:
     """No draft path: the demo world (its seed launch command, fixed command, version and startup log fill what
     is empty). With a user's draft an empty input stays empty: the sections that need it say it was not given.
@@ -248,7 +248,7 @@ class Discovery:
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 
 
-def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
+def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
     (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
     draft = str(d.draft_config.parent) if d.draft_config else None

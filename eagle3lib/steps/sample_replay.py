@@ -32,9 +32,11 @@ from ..model.config import read_config_json
 from ..model.target import load_target_info
 from ..replay.run import ReplaySetup, identify_training_layout, load_setup, with_trained_layout
 from ..replay.run import stored_layout
-from ..replay.stats import ZERO, ReplayResult
+from ..layout import ZERO
+from ..replay.stats import ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
+from ..engines.versions import DEFAULT_VERSION
 
 SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
                  "or serving_engine + serving_version"
@@ -54,7 +56,7 @@ class ReplayInputs:
     demo: bool
 
 
-def resolve_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
+def replay_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
                    train_data_format: str = "", heldout_data_path: str = "", new_prompt_data_path: str = "",
                    recorded_val_acc: float = -1.0, training_log_path: str = "", serving_dump: str = "",
                    device: str = "cpu") -> ReplayInputs:
@@ -137,7 +139,7 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
             arch = load_target_info(inp.target_path).architecture if inp.target_path else None
         except Eagle3Error:
             arch = None
-        reading = {r.engine: r for r in layer_reading(raw, num_layers, engine_version or "0.5.6", arch)}
+        reading = {r.engine: r for r in layer_reading(raw, num_layers, engine_version or DEFAULT_VERSION, arch)}
         r = reading.get(engine.lower())
         if r is None:
             return ServingLayout(None, "none", f"no capture rules for engine {engine!r} (known: sglang, vllm)")
@@ -189,7 +191,7 @@ def shown(layout, k: int) -> list[str]:
 
 # ---------------------------------------------------------------- findings
 
-def cause_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayResult], serving: ServingLayout,
+def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayResult], serving: ServingLayout,
                    num_layers: int | None, search=None) -> list[Finding]:
     """The causes notebook 02 can confirm or rule out, as findings: the serving layout (with the replay as
     evidence), a generalization gap, and a d2t misreading (when the layout search ran)."""

@@ -26,8 +26,8 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
-from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, compare
-from ..replay.stats import ZERO
+from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
+from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from .served_view import ENGINE_SAID, deployment_view, view_findings
 from ..throughput.records import RunRecord
@@ -142,7 +142,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     else:
         notes.append("demo world: the served runs are the demo engine's, under the seed launch's effective settings "
                      "with the seed's capture, on training prompts")
-    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
+    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     if ri.demo:
         try:
             runs = demo_served(d)
@@ -167,7 +167,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
             problems.append(f"{r.label or r.source}: its setting is not known (num_steps/topk/num_draft_tokens)")
             continue
         try:
-            out.append(compare(setup, ri.train_data, r.accept_length, st, source=r.source or r.label,
+            out.append(served_vs_replay(setup, ri.train_data, r.accept_length, st, source=r.source or r.label,
                                layout=layout, n=n, progress=progress))
         except Eagle3Error as e:
             problems.append(f"{r.label or r.source}: {e}")
@@ -194,7 +194,7 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             break
     if not data_path:
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
-    ri = sample_replay.resolve_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
+    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
         setup = sample_replay.load_replay_setup(ri, device=device)
         view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,

@@ -1,4 +1,5 @@
-"""Notebook 04's inputs: the served runs read from the files and server given, and the demo engine's own sweep."""
+"""Notebook 04's inputs: the served runs read from the files and server given, and the demo engine's own sweep;
+the cost model fitted to the served runs (`fit_served`) and the findings it records (`headline_findings`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -8,7 +9,7 @@ import pandas as pd
 
 from ..demo import sweep as demo_sweep_mod
 from ..demo.world import REPO_ROOT
-from ..throughput import benchparse
+from ..throughput import benchparse, costmodel, records
 from ..throughput.logparse import ParseResult
 from ..throughput.records import RunRecord
 
@@ -66,3 +67,37 @@ def tree_vs_chain(n_replay: int = 8, repeats: int = 3, device: str = "cpu", sett
     cost = treecost.fit_step_costs(timings)
     return TreeVsChain(rep, timings, cost, treecost.choose_setting(cost, rep), rep.accept_length(5, 4, 8),
                        rep.accept_length(5, 1, 6))
+
+
+@dataclass(frozen=True, eq=False)
+class ServedFit:
+    """The served runs' cost model: the baseline they are measured against, the fit or why there is none."""
+    baseline: float | None       # the given tok/s without speculation (None: the records' own baseline run)
+    problem: str | None          # why the cost model cannot be fitted (costmodel.fit_problem), else None
+    rec: object | None           # costmodel.Recommendation, None with a problem
+    notes: tuple[str, ...]       # the problem or the fit's notes, then the records' unit problems
+
+
+def fit_served(served, baseline_tok_s: float = 0.0) -> ServedFit:
+    """The cost model fitted to the served runs; `baseline_tok_s` 0 means the records' own baseline run."""
+    base = baseline_tok_s or None
+    problem = costmodel.fit_problem(served, baseline=base)
+    rec = None if problem else costmodel.recommend(served, baseline=base)
+    notes = ([problem] if problem else list(rec.fit.notes)) + records.unit_problems(served)
+    return ServedFit(base, problem, rec, tuple(notes))
+
+
+def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeVsChain | None) -> dict:
+    """Notebook 04's findings: the headline, the cost model it came from (the served runs when they could be
+    fitted, else the demo engine's `correct` capture) and the chain-vs-tree choice when it ran."""
+    chosen = fit.rec or sweep_recs.get(correct)
+    out = {"headline": chosen.headline if chosen else "no cost-model fit: " + str(fit.problem)}
+    if tvc is not None:
+        out["tree_vs_chain"] = tvc.findings()
+    if chosen:
+        out["cost_model"] = {"c": chosen.fit.c, "overhead": chosen.fit.overhead,
+                             "baseline_tok_s": chosen.fit.baseline_tok_s, "rmse_tok_s": chosen.fit.rmse_tok_s,
+                             "best_num_steps": chosen.choice.best_num_steps,
+                             "break_even_accept_length": chosen.choice.break_even,
+                             "from": "served runs" if chosen is fit.rec else "demo sweep"}
+    return out

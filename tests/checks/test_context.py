@@ -4,7 +4,7 @@ from __future__ import annotations
 import pandas as pd
 
 from eagle3lib.checks.context import check_context, served_lengths
-from eagle3lib.checks.evidence import position_plot
+from eagle3lib.replay.evidence import position_plot
 from eagle3lib.checks.inputs import read_artifacts
 from tests.checks.world import TARGET, draft_raw, write_data, write_draft, write_target
 

@@ -8,7 +8,7 @@ import torch
 
 from eagle3lib.demo import world as demo
 from eagle3lib.samples.readers import open_dataset
-from eagle3lib.demo.build import ARTIFACTS, artifacts_current, export_artifacts, restore_world
+from eagle3lib.demo.build import ARTIFACTS, DemoPaths, artifacts_current, export_artifacts, restore_world
 
 pytestmark = pytest.mark.slow
 
@@ -46,14 +46,14 @@ def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_pa
     restores, and tells the seed's story: its draft replays well in the trained layout and badly as served."""
     from eagle3lib.demo.build import SERVING_LAYOUT, artifacts_dir
     from eagle3lib.replay.run import load_setup, replay
-    from eagle3lib.replay.stats import ZERO
+    from eagle3lib.layout import ZERO
 
     assert artifacts_current("mla"), "run: python -m eagle3lib.demo --world mla --force --from-scratch --export"
     art = artifacts_dir("mla")
     assert sum(f.stat().st_size for f in art.rglob("*") if f.is_file()) < 16e6
     world = restore_world(tmp_path / "mla", progress=False, kind="mla")
     assert world["kind"] == "mla" and world["target"]["architecture"] == "DeepseekV3ForCausalLM"
-    p = demo.DemoPaths(tmp_path / "mla", "mla")
+    p = DemoPaths(tmp_path / "mla", "mla")
     setup = load_setup(p.draft, p.target)
     assert setup.cfg.mla is not None and setup.cfg.architecture == "Eagle3DeepseekV2ForCausalLM"
     trained = replay(setup, p.seed_data, n=8, progress=False)

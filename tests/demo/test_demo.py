@@ -87,17 +87,18 @@ def test_tokenizer_round_trip_and_chat_template(tokenizer):
 
 
 def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypatch):
-    """ensure_world builds when missing, reuses a current world, rebuilds an outdated one, leaves no temp dirs."""
+    """ensure_world builds when missing, reuses a current world, rebuilds an outdated one, leaves no temp dirs
+    (the builder is replaced where world calls it)."""
     import eagle3lib.demo.build as build
     calls = []
 
     def fake_build(root, seed=0, progress=True, kind="llama"):
         calls.append(root)
-        demo.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": demo.BUILDER_VERSION,
+        build.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": build.BUILDER_VERSION,
                                                                "kind": kind}))
 
-    monkeypatch.setattr(build, "build_world", fake_build)
-    monkeypatch.setattr(build, "restore_world", lambda root, progress=True, kind="llama": fake_build(
+    monkeypatch.setattr(demo, "build_world", fake_build)
+    monkeypatch.setattr(demo, "restore_world", lambda root, progress=True, kind="llama": fake_build(
         root, progress=progress, kind=kind))
     root = tmp_path / "w"
     p = demo.ensure_world(root, progress=False)
@@ -106,7 +107,7 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
     assert len(calls) == 1
     p.world_json.write_text(json.dumps({"builder_version": "old"}))
     demo.ensure_world(root, progress=False)
-    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == demo.BUILDER_VERSION
+    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == build.BUILDER_VERSION
     demo.ensure_world(root, force=True, progress=False)
     assert len(calls) == 3
     assert sorted(x.name for x in tmp_path.iterdir() if not x.name.endswith(".lock")) == ["w"]

@@ -10,7 +10,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3lib.hidden.capture import capture, capture_batch, capture_for_layout, decoder_stack, load_target_model
+from eagle3lib.hidden.capture import capture, capture_batch, capture_for_layout, load_target_model
+from eagle3lib.hidden.decoders import decoder_stack
 from tests.tiny_targets import ARCHS, H, V, save_tiny_target
 
 T = 11

@@ -6,7 +6,7 @@ import json
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.model.audit import audit_draft, forward_preview, layer_reading
+from eagle3lib.model.audit import audit_draft
 from eagle3lib.model.checkpoint import save_draft
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
@@ -52,41 +52,6 @@ def test_audit_flags_missing_vocab_map(tmp_path, tiny_cfg_dict):
     draft, target = _world(tmp_path, tiny_cfg_dict, drop_d2t=True)
     a = audit_draft(draft, target)
     assert "d2t present" in a.findings["vocab_errors"] and "vocab error" in a.findings["headline"]
-
-
-def test_layer_reading_shows_both_conventions(tiny_cfg_dict):
-    """[-1, 1, 3, 5] reads as [embed, ...] output-of-layer and is not expressible input-of-layer."""
-    r = layer_reading(DraftConfig.from_dict(tiny_cfg_dict), 8)
-    assert r.iloc[0].boundaries == "embed, layer_in.2, layer_in.4, layer_in.6"
-    assert "declared" in r.iloc[0].reading and "not expressible" in r.iloc[1].boundaries
-
-
-def test_forward_preview_marks_matches(tmp_path, tiny_cfg_dict):
-    """The preview has one row per position and a ✓/✗ mark per step."""
-    tiny_cfg_dict["draft_vocab_size"] = 120
-    draft, target = _world(tmp_path, tiny_cfg_dict)
-    a = audit_draft(draft, target)
-    df = forward_preview(a.loaded, torch.randint(0, 120, (10,)), torch.randn(10, 128), num_steps=2)
-    assert len(df) == 8 and df["step 0: draft"].str[-1].isin(["✓", "✗"]).all()
-
-
-def test_forward_preview_of_a_p_eagle_draft_shows_its_parallel_depths(tmp_path, tiny_cfg_dict):
-    """A P-EAGLE draft's preview rows are its parallel_forward depths, not TTT steps."""
-    from eagle3lib.model.peagle import PEagleDraft
-    raw = {**tiny_cfg_dict, "architectures": ["PEagleDraftModel"], "mask_token_id": 3}
-    d = PEagleDraft(DraftConfig.from_dict(raw))
-    for p in d.parameters():
-        torch.nn.init.normal_(p, std=0.3)
-    draft, target = _world(tmp_path, raw)
-    sd = {k: v.contiguous() for k, v in d.state_dict().items()}
-    save_draft(sd, raw, draft)
-    a = audit_draft(draft, target)
-    ids, aux = torch.randint(0, 120, (10,)), torch.randn(10, 128)
-    with torch.no_grad():
-        want = d.parallel_forward(aux[None], ids[None], 2, return_logits=False)
-    df = forward_preview(a.loaded, ids, aux, num_steps=2)
-    shown = df["step 1: draft"].dropna().str.rstrip(" ✓✗").tolist()
-    assert shown == [str(int(d.to_target_ids(want[1][0, t]))) for t in range(len(shown))] and len(shown) == 7
 
 
 def test_audit_of_a_draft_missing_a_tensor_runs_and_names_it(tmp_path, tiny_cfg_dict):

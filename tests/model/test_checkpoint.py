@@ -8,7 +8,8 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.model.checkpoint import (canonicalize, detect_format, expected_tensors, load_draft, param_table,
+from eagle3lib.model.formats import detect_format
+from eagle3lib.model.checkpoint import (canonicalize, expected_tensors, load_draft, param_table,
                                        save_draft, validate)
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft

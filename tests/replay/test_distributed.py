@@ -111,9 +111,9 @@ def test_in_process_without_torchrun(world, monkeypatch):
     data = root / "seed"
     with D.process_group() as w:
         assert (w.rank, w.world_size) == (0, 1)
-    got = D.replay(root / "draft", data, target=root / "target", progress=False)
+    got = D.replay_sharded(root / "draft", data, target=root / "target", progress=False)
     assert_same(got, R.replay(setup, data, progress=False))
-    got = D.replay(setup, data, n=6, seed=4, progress=False)
+    got = D.replay_sharded(setup, data, n=6, seed=4, progress=False)
     want = R.replay(setup, data, n=6, seed=4, progress=False)
     assert_same(got, want)
     assert len(want.per_sample) + sum("outside the target vocab" in why for _, why in want.skipped) == 6

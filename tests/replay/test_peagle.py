@@ -9,7 +9,7 @@ import torch
 from eagle3lib.errors import ConfigError
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.peagle import PEagleDraft
-from eagle3lib.replay import run as R
+from eagle3lib.replay import loop as L, run as R
 from eagle3lib.samples.sample import Sample
 from tests.replay.test_run import make_setup as make_eagle3_setup
 
@@ -28,7 +28,7 @@ def make_setup(tmp_path, mask_token_id=5, layers=1) -> R.ReplaySetup:
 def served_drafts(model: PEagleDraft, aux: torch.Tensor, ids: torch.Tensor, a: int) -> list[int]:
     """The K target ids a server drafts from anchor a: the context 0..a (aux, token t+1) through the KV-cached step,
     then K-1 slots of (fc(mask_hidden), mask token) at positions a+1.. appended, each seeing the slots before it."""
-    hot = R.draft_target_ids(model)
+    hot = L.draft_target_ids(model)
     cache = model.new_cache(1, a + K + 1)
     with torch.inference_mode():
         ctx, _ = model.step(aux[None, :a + 1], ids[None, 1:a + 2], torch.arange(a + 1)[None], cache, fuse=True)

@@ -9,7 +9,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.replay import run as R
+from eagle3lib.replay import loop as L, run as R
 from eagle3lib.replay import stats as S
 from eagle3lib.model.checkpoint import save_draft
 from eagle3lib.model.config import DraftConfig
@@ -53,7 +53,7 @@ def generate(setup: R.ReplaySetup, aux: torch.Tensor, right: list[bool], oov: li
     """Token ids where x_{t+2} is the draft's own step-0 prediction from t iff right[t] (else a wrong token, OOV
     where oov[t]); built incrementally with the KV-cached `step`, independently of ttt_forward."""
     model, T = setup.model, aux.shape[0]
-    hot = R.draft_target_ids(model, d2t)
+    hot = L.draft_target_ids(model, d2t)
     outside = sorted(set(range(120)) - set(hot.tolist()))
     ids = torch.zeros(T, dtype=torch.long)
     ids[0], ids[1] = 7, 11
@@ -178,11 +178,11 @@ def test_shift_positions_and_d2t_readings(tmp_path):
     assert R.shift_positions(a, -1).flatten().tolist() == [0, 0, 1, 2]
     setup = make_setup(tmp_path)
     m = setup.model
-    assert torch.equal(R.draft_target_ids(m, "offsets"), torch.arange(40) + m.d2t)
-    assert torch.equal(R.draft_target_ids(m, "identity"), torch.arange(40))
-    assert torch.equal(R.draft_target_ids(m, "absolute"), m.d2t.clamp(0, 119))
+    assert torch.equal(L.draft_target_ids(m, "offsets"), torch.arange(40) + m.d2t)
+    assert torch.equal(L.draft_target_ids(m, "identity"), torch.arange(40))
+    assert torch.equal(L.draft_target_ids(m, "absolute"), m.d2t.clamp(0, 119))
     before = m.d2t.clone()
-    with R.d2t_reading(m, "identity") as hot:
+    with L.d2t_reading(m, "identity") as hot:
         assert torch.equal(hot, torch.arange(40)) and torch.equal(m.to_target_ids(torch.arange(40)), hot)
     assert torch.equal(m.d2t, before)
 
@@ -233,7 +233,7 @@ def test_chain_drafts_match_incremental_drafting(tmp_path, mla):
     setup = make_setup(tmp_path, mla=mla)
     samples, _, _ = make_samples(setup, n=1)
     d = collect(setup, samples, n=1, num_steps=3)[0]
-    m, s, hot = setup.model, samples[0], R.draft_target_ids(setup.model)
+    m, s, hot = setup.model, samples[0], L.draft_target_ids(setup.model)
     flat = s.aux.reshape(s.num_tokens, -1)                     # (T, k, Ht) -> (T, k*Ht)
     for t in (5, 11):
         cache = m.new_cache(1, s.num_tokens + 4)

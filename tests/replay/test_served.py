@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3lib.errors import DataError
-from eagle3lib.replay.served import compare, tolerance_for
+from eagle3lib.replay.served import served_vs_replay, tau_tolerance
 from eagle3lib.replay.tree import replay_tree
 from tests.replay.test_run import make_samples, make_setup
 
@@ -20,7 +20,7 @@ def world(tmp_path_factory):
 def test_a_tree_is_compared_with_the_tree_replay_and_the_chain_is_kept_beside_it(world):
     setup, samples, rep = world
     tree, chain = rep.accept_length(3, 3, 6), rep.accept_length(3, 1, 4)
-    c = compare(setup, samples, served=tree, setting=(3, 3, 6), source="log:7", progress=False)
+    c = served_vs_replay(setup, samples, served=tree, setting=(3, 3, 6), source="log:7", progress=False)
     assert c.kind == "tree" and c.predicted == pytest.approx(tree) and c.chain == pytest.approx(chain)
     assert c.positions == rep.positions > 10 and c.gap == pytest.approx(0.0)
     assert list(c.frame()["what"]) == ["served", "replay, same tree", "replay, chain of the same depth"]
@@ -31,7 +31,7 @@ def test_a_tree_is_compared_with_the_tree_replay_and_the_chain_is_kept_beside_it
 
 def test_a_chain_setting_predicts_the_chain(world):
     setup, samples, rep = world
-    c = compare(setup, samples, served=1.0, setting=(3, 1, 4), progress=False, replayed=rep)
+    c = served_vs_replay(setup, samples, served=1.0, setting=(3, 1, 4), progress=False, replayed=rep)
     assert c.kind == "chain" and c.predicted == c.chain == pytest.approx(rep.accept_length(3, 1, 4))
     assert len(c.frame()) == 2
 
@@ -39,11 +39,11 @@ def test_a_chain_setting_predicts_the_chain(world):
 def test_the_gap_decides_the_finding(world):
     setup, samples, rep = world
     p = rep.accept_length(3, 3, 6)
-    tol = tolerance_for(p)
-    above = compare(setup, samples, served=min(4.0, p + tol + 0.3), setting=(3, 3, 6), replayed=rep)
+    tol = tau_tolerance(p)
+    above = served_vs_replay(setup, samples, served=min(4.0, p + tol + 0.3), setting=(3, 3, 6), replayed=rep)
     assert [(f.cause, f.status) for f in above.findings()] == [("engine_regression", "ruled out"),
                                                                ("measurement_artefact", "suspected")]
-    near = compare(setup, samples, served=p + 0.5 * tol, setting=(3, 3, 6), replayed=rep)
+    near = served_vs_replay(setup, samples, served=p + 0.5 * tol, setting=(3, 3, 6), replayed=rep)
     assert [f.status for f in near.findings()] == ["ruled out"]
 
 
@@ -51,8 +51,8 @@ def test_a_low_served_accept_length_is_an_alarm(world):
     """Served at 1.0 (nothing accepted) against a draft that accepts offline: suspected, with the gap."""
     setup, samples, rep = world
     p = rep.accept_length(3, 3, 6)
-    assert p > 1.0 + tolerance_for(p), "the tiny draft accepts something offline"
-    (f,) = compare(setup, samples, served=1.0, setting=(3, 3, 6), replayed=rep).findings()
+    assert p > 1.0 + tau_tolerance(p), "the tiny draft accepts something offline"
+    (f,) = served_vs_replay(setup, samples, served=1.0, setting=(3, 3, 6), replayed=rep).findings()
     assert f.status == "suspected" and f.evidence["gap"] == pytest.approx(1.0 - p, abs=1e-3)
 
 
@@ -60,4 +60,4 @@ def test_a_low_served_accept_length_is_an_alarm(world):
 def test_a_number_that_is_not_an_accept_length_of_the_setting_is_refused(world, served):
     setup, samples, rep = world
     with pytest.raises(DataError, match="served accept length from server.log"):
-        compare(setup, samples, served=served, setting=(3, 3, 6), source="server.log", replayed=rep)
+        served_vs_replay(setup, samples, served=served, setting=(3, 3, 6), source="server.log", replayed=rep)

@@ -10,6 +10,7 @@ import pandas as pd
 import pytest
 import torch
 
+from eagle3lib.layout import ZERO
 from eagle3lib.replay import stats as S
 
 LAYOUT = ("embed", "layer_in.2")
@@ -56,7 +57,7 @@ def test_replay_options_defaults_and_equality():
     assert o != S.ReplayOptions(d2t="absolute")
     with pytest.raises(dataclasses.FrozenInstanceError):
         o.num_steps = 4
-    assert S.REFERENCES == ("auto", "target", "data") and S.ZERO == "zeros"
+    assert S.REFERENCES == ("auto", "target", "data") and ZERO == "zeros"
 
 
 def item(key, T=4, kind="data", layout=LAYOUT, ref=None, ids=None, note=""):

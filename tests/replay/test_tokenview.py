@@ -6,6 +6,10 @@ import dataclasses
 import torch
 
 from eagle3lib.replay import tokenview as TV
+from eagle3lib.model.audit import audit_draft
+from eagle3lib.model.checkpoint import save_draft
+from eagle3lib.model.config import DraftConfig
+from tests.model.test_audit import _world
 from tests.replay.test_run import make_samples, make_setup
 
 
@@ -123,3 +127,33 @@ def test_browser_on_collected_samples_starts_scored(tmp_path):
     details = TV.collect(setup, samples, n=2)
     pos = TV.browser(details).children[0].children[2]
     assert pos.value == TV.first_scored(details[0]) and bool(details[0].valid[:, pos.value].any())
+
+
+# ---------------------------------------------------------------- the audit's forward preview (notebook 00)
+
+def test_preview_table_marks_matches(tmp_path, tiny_cfg_dict):
+    """The preview has one row per position and a ✓/✗ mark per step."""
+    tiny_cfg_dict["draft_vocab_size"] = 120
+    draft, target = _world(tmp_path, tiny_cfg_dict)
+    a = audit_draft(draft, target)
+    df = TV.preview_table(a.loaded.model, torch.randint(0, 120, (10,)), torch.randn(10, 128), num_steps=2)
+    assert len(df) == 8 and df["step 0: draft"].str[-1].isin(["✓", "✗"]).all()
+
+
+def test_preview_table_of_a_p_eagle_draft_shows_its_parallel_depths(tmp_path, tiny_cfg_dict):
+    """A P-EAGLE draft's preview rows are its parallel_forward depths, not TTT steps."""
+    from eagle3lib.model.peagle import PEagleDraft
+    raw = {**tiny_cfg_dict, "architectures": ["PEagleDraftModel"], "mask_token_id": 3}
+    d = PEagleDraft(DraftConfig.from_dict(raw))
+    for p in d.parameters():
+        torch.nn.init.normal_(p, std=0.3)
+    draft, target = _world(tmp_path, raw)
+    sd = {k: v.contiguous() for k, v in d.state_dict().items()}
+    save_draft(sd, raw, draft)
+    a = audit_draft(draft, target)
+    ids, aux = torch.randint(0, 120, (10,)), torch.randn(10, 128)
+    with torch.no_grad():
+        want = d.parallel_forward(aux[None], ids[None], 2, return_logits=False)
+    df = TV.preview_table(a.loaded.model, ids, aux, num_steps=2)
+    shown = df["step 1: draft"].dropna().str.rstrip(" ✓✗").tolist()
+    assert shown == [str(int(d.to_target_ids(want[1][0, t]))) for t in range(len(shown))] and len(shown) == 7

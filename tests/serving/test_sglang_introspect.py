@@ -104,7 +104,7 @@ def test_post_init_style_is_diffed(stand_in):
     assert ("__post_init__", "speculative_num_draft_tokens", 16, 2) in intro.decisions
     assert intro.effective["max_running_requests"] == 48 and intro.requested["speculative_num_draft_tokens"] == 16
     assert any("is adjusted to speculative_num_steps + 1" in line for line in intro.log)
-    table = si.compare(intro, resolve(parse_launch(SEED), intro.version)).set_index("field")
+    table = si.against_rules(intro, resolve(parse_launch(SEED), intro.version)).set_index("field")
     assert table.loc["speculative_num_draft_tokens", "agree"] is True
     assert table.loc["max_running_requests", "agree"] is True
 
@@ -123,7 +123,7 @@ def test_disagreement_is_flagged(stand_in):
     """A SGLang that does not rewrite ndt disagrees with the rule table, and compare says so."""
     stand_in("0.5.6", WRITE, post_init="pass")
     intro = si.introspect(parse_launch(SEED))
-    table = si.compare(intro, resolve(parse_launch(SEED), "0.5.6")).set_index("field")
+    table = si.against_rules(intro, resolve(parse_launch(SEED), "0.5.6")).set_index("field")
     assert table.loc["speculative_num_draft_tokens", "sglang"] == 16
     assert table.loc["speculative_num_draft_tokens", "rule_table"] == 2
     assert table.loc["speculative_num_draft_tokens", "agree"] is False
@@ -135,7 +135,7 @@ def test_rejection_is_reported_not_raised(stand_in):
     cmd = SEED.replace("eagle-topk 1", "eagle-topk 4") + " --attention-backend trtllm_mha"
     intro = si.introspect(parse_launch(cmd))
     assert intro.error.startswith("ValueError: trtllm_mha")
-    table = si.compare(intro, resolve(parse_launch(cmd), "0.5.6", strict=False))
+    table = si.against_rules(intro, resolve(parse_launch(cmd), "0.5.6", strict=False))
     assert table.iloc[-1]["field"] == "(startup)" and table.iloc[-1]["agree"] is True
 
 
@@ -156,7 +156,7 @@ def test_path_map_is_undone_before_comparing(stand_in):
                 self.record("_handle_eagle_family", speculative_draft_model_path=self.model_path)''')
     cmd = SEED.replace(" --speculative-draft-model-path data/demo/draft", "")
     intro = si.introspect(parse_launch(cmd), path_map={"data/demo/target": "/local/target"})
-    table = si.compare(intro, resolve(parse_launch(cmd), "0.5.6", "DeepseekV3ForCausalLM")).set_index("field")
+    table = si.against_rules(intro, resolve(parse_launch(cmd), "0.5.6", "DeepseekV3ForCausalLM")).set_index("field")
     row = table.loc["speculative_draft_model_path"]
     assert row["sglang"] == "/local/target" and row["rule_table"] == "data/demo/target" and row["agree"] is True
 
@@ -256,7 +256,7 @@ def test_sealed_record_is_resolved_with_resolve_once(stand_in, tmp_path):
     assert intro.effective["served_model_name"] == "default-name"                # read through resolution_result
     assert intro.effective["device"] == "cpu" and "asked again with --device cpu" in intro.log[-1]
     assert "No accelerator" in si.introspect(parse_launch(SEED), cpu_fallback=False).error
-    table = si.compare(intro, resolve(parse_launch(SEED), "0.5.23", "LlamaForCausalLM")).set_index("field")
+    table = si.against_rules(intro, resolve(parse_launch(SEED), "0.5.23", "LlamaForCausalLM")).set_index("field")
     assert table.loc["speculative_num_draft_tokens", "agree"] is True
     assert table.loc["max_running_requests", "agree"] is True
     assert table.loc["speculative_draft_model_revision", "sglang"] == "main"     # speculative: shown ...
@@ -270,7 +270,7 @@ def test_a_rejection_on_one_side_only_is_a_disagreement(stand_in):
     """The rule table refusing a command SGLang starts (or the reverse) is a (startup) row with agree False."""
     stand_in("0.5.6", post_init="pass")
     cmd = SEED.replace("eagle-topk 1", "eagle-topk 4") + " --attention-backend trtllm_mha"
-    table = si.compare(si.introspect(parse_launch(cmd)), resolve(parse_launch(cmd), "0.5.6", strict=False))
+    table = si.against_rules(si.introspect(parse_launch(cmd)), resolve(parse_launch(cmd), "0.5.6", strict=False))
     startup = table.set_index("field").loc["(startup)"]
     assert startup["sglang"] == "starts" and "trtllm_mha" in startup["rule_table"] and startup["agree"] is False
     assert table.set_index("field").loc["speculative_num_draft_tokens", "agree"] is None   # no field verdicts then
@@ -296,7 +296,7 @@ def test_real_sglang_agrees_with_the_rule_table(real_sglang):
     intro = si.introspect(launch, path_map=paths)
     assert intro.error is None, intro.error
     assert intro.requested["speculative_num_draft_tokens"] == 16
-    table = si.compare(intro, resolve(launch, intro.version, "LlamaForCausalLM")).set_index("field")
+    table = si.against_rules(intro, resolve(launch, intro.version, "LlamaForCausalLM")).set_index("field")
     row = table.loc["speculative_num_draft_tokens"]
     assert row["sglang"] == 2 and row["rule_table"] == 2 and row["agree"] is True and row["rule"] == "topk1_ndt"
     assert any("is adjusted to speculative_num_steps + 1" in line for line in intro.log)
@@ -326,7 +326,7 @@ def test_real_sglang_grid_agrees_with_the_rule_table(real_sglang):
     for args in GRID:
         launch = parse_launch(f"{GRID_BASE} {args}")
         intro = si.introspect(launch, path_map=real_sglang)
-        table = si.compare(intro, resolve(launch, intro.version, "LlamaForCausalLM", strict=False))
+        table = si.against_rules(intro, resolve(launch, intro.version, "LlamaForCausalLM", strict=False))
         bad = table[table["agree"] == False]   # noqa: E712
         if len(bad):
             disagreements[args] = bad[["field", "sglang", "rule_table"]].values.tolist()

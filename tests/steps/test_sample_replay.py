@@ -24,19 +24,19 @@ def fake(acc0: float, layout=LAYOUT, label: str = "x") -> S.ReplayResult:
 
 def test_a_users_draft_gets_nothing_from_the_demo(tmp_path):
     (tmp_path / "log.jsonl").write_text('{"val_acc_step0": 0.5}\n')
-    inp = SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x",
+    inp = SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x",
                             training_log_path=str(tmp_path / "log.jsonl"), heldout_data_path="data/h")
     assert not inp.demo and inp.recorded_acc == 0.5 and inp.heldout == {"held-out": "data/h"}
     assert inp.serving_dump == ""                       # no dump given: not the demo's
-    inp = SR.resolve_inputs("d", "t", "x", recorded_val_acc=0.7)
+    inp = SR.replay_inputs("d", "t", "x", recorded_val_acc=0.7)
     assert inp.recorded_acc == 0.7 and inp.recorded_from == "parameter" and inp.heldout == {}
     with pytest.raises(DataError, match="train_data_path"):
-        SR.resolve_inputs("d", "t", "")
+        SR.replay_inputs("d", "t", "")
 
 
 def test_serving_layout_comes_from_evidence_never_a_default(tmp_path):
     setup = make_setup(tmp_path)
-    inp = SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+    inp = SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
     none = SR.serving_layout(inp, setup.num_layers)
     assert none.layout is None and none.source == "none" and "serving_dump" in none.detail
     assert SR.layouts_to_replay(setup.training_layout, none) == {"training": LAYOUT}
@@ -57,7 +57,7 @@ def _verdicts(train, held=None):
 def test_findings_clean_when_serving_feeds_the_trained_layout():
     served = SR.ServingLayout(LAYOUT, "serving dump", "identified from a dump")
     train = {"training": fake(0.8), "serving": fake(0.8)}
-    f = SR.cause_findings(_verdicts(train, {"held-out": fake(0.78)}), train, served, 8)
+    f = SR.replay_findings(_verdicts(train, {"held-out": fake(0.78)}), train, served, 8)
     assert {x.status for x in f} == {"ruled out"}
     assert {x.cause for x in f} == {"aux_layout_mismatch", "final_norm_slot", "layer_id_off_by_one",
                                     "generalization_gap"}
@@ -66,7 +66,7 @@ def test_findings_clean_when_serving_feeds_the_trained_layout():
 def test_missing_embedding_slot_is_confirmed_with_both_accuracies():
     served = SR.ServingLayout(SERVED + ("zeros",), "serving dump", "identified from a dump")
     train = {"training": fake(0.8), "serving": fake(0.2, SERVED + ("zeros",))}
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, served, 8)}
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train, served, 8)}
     m = f["aux_layout_mismatch"]
     assert m.status == "confirmed" and m.evidence["acc_0_served_layout"] == 0.2
     assert m.evidence["acc_0_trained_layout"] == 0.8 and "embed" in m.fix
@@ -76,10 +76,10 @@ def test_missing_embedding_slot_is_confirmed_with_both_accuracies():
 def test_engine_rules_alone_only_suspect_and_no_evidence_is_not_checked():
     served = SR.ServingLayout(SERVED + ("zeros",), "engine rules", "what sglang captures by its rules")
     train = {"training": fake(0.8), "serving": fake(0.2, SERVED + ("zeros",))}
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, served, 8)}
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train, served, 8)}
     assert f["aux_layout_mismatch"].status == "suspected"
     none = SR.ServingLayout(None, "none", "give a serving dump")
-    f = SR.cause_findings(_verdicts({"training": fake(0.8)}), {"training": fake(0.8)}, none, 8)
+    f = SR.replay_findings(_verdicts({"training": fake(0.8)}), {"training": fake(0.8)}, none, 8)
     assert all(x.status == "not checked" for x in f) and all(x.needs for x in f)
 
 
@@ -87,7 +87,7 @@ def test_a_shifted_or_postnorm_slot_is_its_own_cause():
     shifted = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
     lay = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
     train = {"training": fake(0.8, lay), "serving": fake(0.1, ("layer_in.2", "layer_in.4", "layer_in.6", "final_prenorm"))}
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train,
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train,
                                                 SR.ServingLayout(("layer_in.2", "layer_in.4", "layer_in.6",
                                                                   "final_prenorm"), "typed", "typed"), 8)}
     assert f["layer_id_off_by_one"].status == "confirmed", shifted
@@ -95,7 +95,7 @@ def test_a_shifted_or_postnorm_slot_is_its_own_cause():
     post = ("layer_in.2", "layer_in.4", "layer_in.6", "final_postnorm")
     lay = ("layer_in.2", "layer_in.4", "layer_in.6", "final_prenorm")
     train = {"training": fake(0.8, lay), "serving": fake(0.3, post)}
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, SR.ServingLayout(post, "typed", "t"), 8)}
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train, SR.ServingLayout(post, "typed", "t"), 8)}
     assert f["final_norm_slot"].status == "confirmed" and f["aux_layout_mismatch"].status == "ruled out"
 
 
@@ -118,7 +118,7 @@ def _no_ids(tmp_path):
     raw.get("eagle_config", {}).pop("eagle_aux_hidden_state_layer_ids", None)
     raw.pop("eagle_aux_hidden_state_layer_ids", None)
     cfg.write_text(json.dumps(raw))
-    return setup, SR.resolve_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+    return setup, SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
 
 
 def test_a_config_without_ids_is_served_the_engine_default_and_the_replay_decides(tmp_path):
@@ -133,13 +133,13 @@ def test_a_config_without_ids_is_served_the_engine_default_and_the_replay_decide
     assert SR.layouts_to_replay(None, sv) == {"training": None, "serving": sv.layout}      # stored slots
     assert SR.shown(None, 4) == ["stored slot 0", "stored slot 1", "stored slot 2", "stored slot 3"]
     train = {"training": fake(0.8), "serving": fake(0.2, sv.layout + ("zeros",))}
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, sv, 8)}
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train, sv, 8)}
     m = f["missing_layer_ids"]
     assert m.status == "confirmed" and m.measured and m.evidence["acc_0_engine_default"] == 0.2
     assert "vLLM refuses" in m.summary and "measurement" in m.evidence
     assert all(f[c].status == "not checked" for c in ("aux_layout_mismatch", "layer_id_off_by_one"))
     train = {"training": fake(0.8), "serving": fake(0.79, sv.layout)}   # trained on the default: ruled out
-    f = {x.cause: x for x in SR.cause_findings(_verdicts(train), train, sv, 8)}
+    f = {x.cause: x for x in SR.replay_findings(_verdicts(train), train, sv, 8)}
     assert f["missing_layer_ids"].status == "ruled out"
 
 

@@ -69,7 +69,7 @@ def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
 def test_demo_world_served_runs_match_the_replay_in_the_served_layout():
     """The demo's server (the seed's capture, the seed launch's chain K=1) accepts what the replay predicts in the
     layout its serving dump shows: the serving path is not the fault there, the layout is."""
-    inp = discovery.resolve_inputs()
+    inp = discovery.discovery_inputs()
     d = discovery.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
                            server_log=inp.server_log)
     res = sp.served_vs_predicted(d, progress=False)
