@@ -60,7 +60,7 @@ def _differences(a: dict, b: dict) -> list[str]:
 
 def _replay(art: Artifacts, target: dict, n: int) -> dict:
     """Step-0 accuracy under the draft config's RoPE and under the target's (empty when it cannot run)."""
-    if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path:
+    if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path or not art.tensors:
         return {}
     if target["partial_rotary_factor"] != 1.0:
         return {"replay": "not run: partial_rotary_factor is not modelled by the replay draft"}

@@ -5,14 +5,15 @@
     causes.findings_frame(findings)      # one row per finding, for a notebook table
 Checks that need replay evidence run it on `replay_n` training samples (0 = config-level only, the default);
 the cheap measurements run whenever their inputs are given (RoPE: a draft-vs-target difference is replayed under
-both on `rope.REPLAY_N` samples or `replay_n`, whichever is more).
+both on `rope.REPLAY_N` samples or `replay_n`, whichever is more; context: training samples past the draft's
+max_position_embeddings on `context.REPLAY_N`).
 """
 from __future__ import annotations
 
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from .context import check_context, check_window
+from .context import REPLAY_N as CONTEXT_REPLAY_N, check_context, check_window
 from .draft_serving import check_draft_serving
 from .embedding import check_embedding
 from .flags import check_flags, check_norm_meaning
@@ -33,7 +34,9 @@ CHECKS = {
     "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]),
               ("dropped_variant_flags",)),
     "rope": (lambda a, o: check_rope(a, max(o["replay_n"], ROPE_REPLAY_N)), ("rope_mismatch",)),
-    "context": (lambda a, o: check_context(a, replay_n=o["replay_n"]), ("short_context",)),
+    "context": (lambda a, o: check_context(a, replay_n=max(o["replay_n"], CONTEXT_REPLAY_N), engine=o["engine"],
+                                           engine_version=o["engine_version"], engine_runner=o["engine_runner"]),
+                ("short_context",)),
     "embedding": (lambda a, o: check_embedding(a, o["engine"]), ("wrong_embedding", "lm_head_missing")),
     "launch": (lambda a, o: check_launch(a), ("wrong_method", "lossy_threshold", "sampling_settings",
                                               "quantized_target", "hidden_size_mismatch")),
