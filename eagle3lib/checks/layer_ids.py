@@ -252,6 +252,10 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         out.append(_default_finding(ev, default_vs_trained(art, captured, trained), said, fix, _SOURCES[eng]) or
                    Finding("missing_layer_ids", st, said, ev, WHERE, fix=fix,
                            needs="" if trained else _layout_needs(art), source=_SOURCES[eng]))
+        # what it feeds instead is the fallback missing_layer_ids is about, not a misread of ids the config has
+        return out + [not_checked(c, WHERE, "layer ids the engine reads (it falls back to its default capture)",
+                                  f"not checked: {said}") for c in ("layer_id_off_by_one", "aux_layout_mismatch")
+                      if not any(f.cause == c for f in out)]
     else:
         out.append(Finding("missing_layer_ids", "ruled out", f"{eng} reads the ids at {r.key}", ev, WHERE))
     if trained is None:

@@ -253,20 +253,24 @@ class Discovery:
 
 
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
+DATA_CHECKS = ("context", "template")    # with the training data too: measured as this engine serves them
 
 
-def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
+def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "") -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
-    (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
+    (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`, the layer ids
+    are replayed against it and the context and chat template are measured as this engine serves them (the
+    template --chat-template names)."""
     draft = str(d.draft_config.parent) if d.draft_config else None
     target = str(d.target_config.parent) if d.target_config else None
     if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
         found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
-        found = run_checks(draft=draft, target=target, launch=inputs.launch_command,
+        found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
                            engine_version=d.version if d.launch.engine == "sglang"
-                           else (vl.version if vl is not None else None), only=SERVING_CHECKS, progress=progress,
+                           else (vl.version if vl is not None else None), progress=progress,
+                           only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
 

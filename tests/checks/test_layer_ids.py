@@ -119,6 +119,8 @@ def test_missing_ids_on_a_draft_trained_on_the_default_capture_are_ruled_out_by_
         assert (f.status, f.measured) == ("ruled out", True), f
         assert f.evidence["acc_0_engine_default"] == f.evidence["acc_0_trained_layout"]
         assert "default layout" in f.evidence["measurement"]
+    fallback = check_layer_ids(art, engine="vllm")        # the fallback is missing_layer_ids' alone
+    assert statuses(fallback, "aux_layout_mismatch") == statuses(fallback, "layer_id_off_by_one") == {"not checked"}
 
 
 @pytest.mark.slow

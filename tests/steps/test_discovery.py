@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eagle3lib.steps.discovery import SAMPLES_DIR, config_paths, discover
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -125,3 +127,23 @@ def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version()
     later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
     f = ndt_by_range(parse_launch(SEED), "LlamaForCausalLM", "serving settings", rules=later)
     assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
+
+
+@pytest.mark.slow
+def test_contract_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
+    """The demo draft declaring 64 positions (trained past them) on an SGLang launch, with the training data: the
+    context is replayed and served as SGLang does (drafts on): ruled out, measured; without the data: not replayed."""
+    import shutil
+    from eagle3lib.demo import world as demo
+    from eagle3lib.steps.discovery import contract_checks, resolve_inputs
+    w = demo.ensure_world(progress=False)
+    d = tmp_path / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
+    inp = resolve_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
+    found = contract_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+    (f,) = [x for x in found if x.cause == "short_context"]
+    assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
+    assert not [x for x in contract_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)))
+                if x.cause == "short_context"]
