@@ -13,6 +13,7 @@
 - `drift`       6 stored training hidden states vs the current target's recapture (cosine, norm ratio)
 - `launch`      7 algorithm vs architecture, lossy thresholds, sampling, quantized target, hidden sizes
 - `template`    8 chat-template markers in the training samples vs the target tokenizer and served prompts
+- `template_replay` 8 the training conversations rendered with the served template, both renderings replayed
 - `vocab`         d2t / t2d (vocab.check_vocab) as findings
 - `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
 - `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,

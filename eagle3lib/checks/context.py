@@ -1,8 +1,11 @@
 """Check 4, context length: the draft config's `max_position_embeddings` against the target's, the lengths in the
-training data and the served prompts; with replay, step-0 accuracy by position bucket (`evidence.accuracy_by_position`
-gives the table, `evidence.position_plot` the figure).
+training data and the served prompts. Training samples longer than the declared context are measured whenever the
+draft's weights, the target and the data are given: step-0 accuracy within and past the declared context
+(`evidence.accuracy_by_position`, two buckets), then served as each engine serves those positions (`served_past`,
+from the engine facts: SGLang and vLLM's V2 runner draft on, vLLM 0.32's V1 runner stops drafting, every draft
+rejected). The named engine's answer decides; with none named, the answer per engine, decided when they agree.
 
-Cause: short_context. Usage: ``check_context(art, n=32, replay_n=0)``.
+Cause: short_context. Usage: ``check_context(art, engine="vllm", engine_runner="v1")``.
 """
 from __future__ import annotations
 
@@ -12,6 +15,11 @@ from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.context"
+REPLAY_N = 8          # training samples replayed by default for the accuracy past the declared context
+FALL = 0.5            # served accuracy past the context under FALL x the accuracy within it: confirmed
+SERVINGS = (("sglang", None), ("vllm", "v1"), ("vllm", "v2"))   # the ways the known engines serve past it
+MEASUREMENT = ("replay of the training samples: step-0 accuracy within and past the draft's "
+               "max_position_embeddings, served past it as the engine does")
 
 
 def max_position(raw) -> int | None:
@@ -43,19 +51,89 @@ def served_lengths(prompts, tokenizer=None) -> list[int] | None:
     return out
 
 
-def accuracy_falls_past(rows, draft_mp) -> dict | None:
-    """{'before', 'past'} accuracies when positions past the draft's context are scored at under half the accuracy
-    of those within it (None otherwise, or without the replay table)."""
-    if not rows or draft_mp is None:
-        return None
+def accuracy_within_and_past(rows, draft_mp) -> dict:
+    """{'before', 'past', 'positions_past'}: the position-weighted accuracy of the replay rows (bucket, positions,
+    acc) that start within the draft's context and past it (None where no row does)."""
     def mean(sel):
         n = sum(r["positions"] for r in sel)
         return sum(r["acc"] * r["positions"] for r in sel) / n if n else None
-    before = mean([r for r in rows if int(r["bucket"].split("-")[0].rstrip("+")) < draft_mp])
-    past = mean([r for r in rows if int(r["bucket"].split("-")[0].rstrip("+")) >= draft_mp])
-    if before is None or past is None or past >= 0.5 * before:
+    lo = lambda r: int(r["bucket"].split("-")[0].rstrip("+"))   # noqa: E731
+    past = [r for r in rows or () if draft_mp is not None and lo(r) >= draft_mp]
+    return {"before": mean([r for r in rows or () if draft_mp is not None and lo(r) < draft_mp]),
+            "past": mean(past), "positions_past": sum(r["positions"] for r in past)}
+
+
+def accuracy_falls_past(rows, draft_mp) -> dict | None:
+    """{'before', 'past'} accuracies when positions past the draft's context are scored at under half the accuracy
+    of those within it (None otherwise, or without the replay table)."""
+    a = accuracy_within_and_past(rows, draft_mp)
+    if a["before"] is None or a["past"] is None or a["past"] >= FALL * a["before"]:
         return None
-    return {"before": before, "past": past}
+    return {"before": a["before"], "past": a["past"]}
+
+
+def served_past(engine: str, runner: str | None = None, version: str | None = None) -> str | None:
+    """How `engine` (vLLM: its model `runner`, "v1" / "v2") serves positions past the draft's
+    max_position_embeddings, from the engine facts: "drafts on" or "stops drafting"; None when unknown."""
+    if engine == "sglang":
+        on = engine_facts.reads("sglang", "context", "drafts_past_max_position_embeddings", version)
+        return None if on is None else "drafts on" if on else "stops drafting"
+    if engine == "vllm" and runner in ("v1", "v2"):
+        stops = engine_facts.reads("vllm", "context", f"stops_drafting_past_max_position_embeddings@{runner}",
+                                   version)
+        return None if stops is None else "stops drafting" if stops else "drafts on"
+    return None
+
+
+def _past_context(art: Artifacts, draft_mp: int, n: int) -> dict:
+    """The replay's step-0 accuracy within and past the declared context ({} when it cannot run: no weights)."""
+    if n <= 0 or not art.draft_path or not art.target_path or not art.tensors or art.data is None:
+        return {}
+    from .evidence import accuracy_by_position, load_replay
+    try:
+        table = accuracy_by_position(load_replay(art.draft_path, art.target_path), art.data, n=n,
+                                     buckets=(0, draft_mp))
+    except Eagle3Error as e:
+        return {"replay_error": str(e)[:200]}
+    rows = table[["bucket", "positions", "acc"]].to_dict("records")
+    return {"accuracy_by_position": rows, **accuracy_within_and_past(rows, draft_mp), "replayed_samples":
+            min(n, len(art.data)), "measurement": MEASUREMENT}
+
+
+def _served_answers(measured: dict, engine: str | None, version, runner) -> dict[str, dict]:
+    """{'sglang' / 'vllm v1' / ...: {'serves', 'acc_0_past_served', 'falls'}} for the engine named (each vLLM
+    runner when its runner is not known), else for every way the known engines serve past the context."""
+    ways = [w for w in SERVINGS if engine is None or w[0] == engine]
+    if engine == "vllm" and runner:
+        ways = [("vllm", runner.lower())]
+    out = {}
+    for eng, run in ways:
+        mode = served_past(eng, run, version)
+        acc = None if mode is None else 0.0 if mode == "stops drafting" else measured["past"]
+        out[eng + (f" {run}" if run else "")] = {"serves": mode, "acc_0_past_served": acc, "falls": None if acc is
+                                                 None else bool(acc < FALL * measured["before"])}
+    return out
+
+
+def _measured_finding(ev: dict, draft_mp: int, engine, answers: dict[str, dict]) -> Finding:
+    """short_context decided by the replay past the declared context, served as each engine in `answers` does."""
+    m = f"step-0 accuracy {ev['before']:.3f} within the draft's {draft_mp} positions, {ev['past']:.3f} past them " \
+        f"(replayed, {ev['positions_past']} positions)"
+    said = "; ".join(f"{k} {a['serves'] or 'unknown'}: {a['acc_0_past_served']:.3f}" if a["acc_0_past_served"]
+                     is not None else f"{k}: unknown" for k, a in answers.items())
+    ev = {**ev, "served_past_context": answers}
+    src = "; ".join(f.source for f in engine_facts.facts("context"))
+    falls = {a["falls"] for a in answers.values()}
+    if falls == {True}:
+        return Finding("short_context", "confirmed", f"{m}; served past them: {said}", ev, WHERE, fix="raise "
+                       "max_position_embeddings in the draft config to the served context (the engine then drafts "
+                       "there), and train on samples that long", source=src, measured=True)
+    if falls == {False}:
+        return Finding("short_context", "ruled out", f"{m}; served past them: {said} (the draft holds up past its "
+                       "declared context)", ev, WHERE, source=src, measured=True)
+    need = NEEDS["engine"] if engine is None else "the vLLM model runner (the server's startup log; CPU builds run V1)"
+    return Finding("short_context", "suspected", f"{m}; served past them the engines differ: {said}", ev, WHERE,
+                   fix="raise max_position_embeddings to the served context", needs=need, source=src, measured=True)
 
 
 def _tokenizer(art: Artifacts):
@@ -74,8 +152,10 @@ def served_prompt_lengths(art: Artifacts) -> list[int] | None:
     return served_lengths(art.served_prompts, _tokenizer(art)) if art.served_prompts else None
 
 
-def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Finding]:
-    """One finding: is the draft's declared context shorter than what it is trained on / served with?"""
+def check_context(art: Artifacts, n: int = 32, replay_n: int = REPLAY_N, engine: str | None = None,
+                  engine_version: str | None = None, engine_runner: str | None = None) -> list[Finding]:
+    """One finding: is the draft's declared context shorter than what it is trained on / served with? Training
+    samples past it are replayed (`replay_n` of them) and served as `engine` (each known engine when None) does."""
     need = art.missing("draft")
     if need:
         return [not_checked("short_context", WHERE, need)]
@@ -88,19 +168,11 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Findin
           "served_max_len": max(served) if served else None}
     if art.served_prompts and served is None:
         ev["served_note"] = "served prompts given as text but no target tokenizer to count them"
-    if replay_n > 0 and art.draft_path and art.target_path and art.data is not None:
-        from .evidence import accuracy_by_position, load_replay
-        try:
-            table = accuracy_by_position(load_replay(art.draft_path, art.target_path), art.data, n=replay_n)
-            ev["accuracy_by_position"] = table[["bucket", "positions", "acc"]].to_dict("records")
-        except Eagle3Error as e:
-            ev["replay_error"] = str(e)[:200]
-    falls = accuracy_falls_past(ev.get("accuracy_by_position"), draft_mp)
-    if falls:
-        ev["accuracy_past_context"] = falls
-        return [Finding("short_context", "confirmed", f"step-0 accuracy falls from {falls['before']:.3f} to "
-                        f"{falls['past']:.3f} past the draft's {draft_mp} positions", ev, WHERE,
-                        fix="train on longer samples and raise max_position_embeddings", source="SpecForge PR#271")]
+    if draft_mp is not None and data and max(data) > draft_mp:    # trained past it: measure what is served there
+        ev.update(_past_context(art, draft_mp, replay_n))
+        if ev.get("before") is not None and ev.get("past") is not None:
+            eng = (engine or "").lower() or None
+            return [_measured_finding(ev, draft_mp, eng, _served_answers(ev, eng, engine_version, engine_runner))]
     if draft_mp is None:
         return [Finding("short_context", "suspected", "the draft config has no max_position_embeddings: engines use "
                         "their own default (Llama: 2048)", ev, WHERE, fix="write the target's max_position_embeddings "
@@ -114,7 +186,8 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = 0) -> list[Findin
         return [Finding("short_context", "suspected", f"training samples reach {max(data)} tokens, the draft config "
                         f"declares only {draft_mp} positions (vLLM 0.32's V1 runner stops drafting past it, V2 "
                         "drafts on at positions it never trained)", ev, WHERE,
-                        fix="set max_position_embeddings to at least the served context", source=src)]
+                        fix="set max_position_embeddings to at least the served context", source=src,
+                        needs=f"{NEEDS['weights']} and {NEEDS['target']} (a replay past the declared context)")]
     if target_mp is not None and target_mp > draft_mp:
         needs = "" if served else NEEDS["served_prompts"]
         st = "ruled out" if served else "suspected"

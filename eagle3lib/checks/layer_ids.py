@@ -2,8 +2,11 @@
 against the training layout (the data's declared layout, else the config's ids) and the fc's slot count.
 
 Capture rules are the library's own (`engines.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
-for SpecForge / speculators / EAGLE); this module only compares. Causes: missing_layer_ids, layer_id_off_by_one,
-aux_layout_mismatch, final_norm_slot.
+for SpecForge / speculators / EAGLE); this module compares, and measures one thing: when the engine reads no ids
+(none in the config, or none where it looks) and the draft's weights, the target and the training data are given,
+the training samples are replayed under the engine's default capture and under the trained layout, and the
+accuracy lost decides `missing_layer_ids`. Causes: missing_layer_ids, layer_id_off_by_one, aux_layout_mismatch,
+final_norm_slot.
 """
 from __future__ import annotations
 
@@ -16,6 +19,8 @@ from ..layout import input_index
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.layer_ids"
+REPLAY_N = 8          # training samples replayed under the engine's default capture and the trained layout
+MEASUREMENT = "replay of the training samples under the engine's default layout vs the trained layout"
 CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
 SERVING = ("sglang", "vllm")
 _SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
@@ -95,6 +100,46 @@ def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[
     return out
 
 
+def default_vs_trained(art: Artifacts, captured, trained, n: int = REPLAY_N) -> dict:
+    """Step-0 accuracy of the draft on `n` training samples under the engine's capture `captured` (a slot never
+    captured fed as zeros) and under the trained layout (None: the data's slots as stored); {} when it cannot run
+    (no weights, target or data), {'replay_error'} when the replay refuses."""
+    if n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors:
+        return {}
+    from ..replay.run import replay
+    from ..layout import ZERO
+    from .evidence import load_replay
+    served = tuple(b or ZERO for b in captured)
+    try:
+        setup = load_replay(art.draft_path, art.target_path)
+        acc = {k: float(replay(setup, art.data, layout=lay, n=n, num_steps=1, simulate=False, fill="zeros",
+                               progress=False).acc0) for k, lay in (("trained", trained), ("default", served))}
+    except Eagle3Error as e:
+        return {"replay_error": str(e)[:200]}
+    return {"acc_0_trained_layout": acc["trained"], "acc_0_engine_default": acc["default"],
+            "replayed_samples": min(n, len(art.data)), "measurement": MEASUREMENT}
+
+
+def _layout_needs(art: Artifacts) -> str:
+    """What would name the trained layout: the training data, or (data that declares none) its identification."""
+    return NEEDS["data"] if art.data is None else ("the trained layout: training data that declares it, or "
+                                                   "replay_n > 0 to identify its slots against the target")
+
+
+def _default_finding(ev: dict, rep: dict, said: str, fix: str, source: str) -> Finding | None:
+    """missing_layer_ids decided by the accuracy the engine's default capture loses (None without the replay)."""
+    from ..replay.verdict import THRESHOLDS
+    a, b = rep.get("acc_0_trained_layout"), rep.get("acc_0_engine_default")
+    if a is None or b is None or a != a or b != b:
+        return None
+    ev = {**ev, **rep}
+    if a - b > THRESHOLDS["wiring_drop"]:
+        return Finding("missing_layer_ids", "confirmed", f"{said}: step-0 accuracy {b:.3f} under it vs {a:.3f} "
+                       "with the trained layout (replayed)", ev, WHERE, fix=fix, source=source, measured=True)
+    return Finding("missing_layer_ids", "ruled out", f"{said}, and the draft replays as well under it (step-0 "
+                   f"accuracy {b:.3f} vs {a:.3f} with the trained layout)", ev, WHERE, measured=True)
+
+
 def _shift(a, b, L: int) -> int | None:
     """The uniform index shift from layout a to b (same length), or None."""
     if len(a) != len(b) or None in b:
@@ -162,11 +207,14 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if engine is None:
         if not places:
             guess = list(captured_by("vllm", None, L))
+            said = f"the config has no aux layer ids: every engine falls back to inputs of [2, L//2, L-3] = {guess}"
+            fix = "pin eagle_aux_hidden_state_layer_ids for each engine (advice.advise)"
             st = "suspected" if trained is None else "confirmed" if guess != list(trained) else "ruled out"
-            out.append(Finding("missing_layer_ids", st, f"the config has no aux layer ids: every engine falls back "
-                               f"to inputs of [2, L//2, L-3] = {guess}", {**base, "engines": table}, WHERE,
-                               fix="" if st == "ruled out" else "pin eagle_aux_hidden_state_layer_ids for each engine "
-                               "(advice.advise)", needs="" if trained else NEEDS["data"], source="vllm PR#50170"))
+            out.append(_default_finding({**base, "engines": table}, default_vs_trained(art, guess, trained), said,
+                                        fix, "vllm PR#50170") or
+                       Finding("missing_layer_ids", st, said, {**base, "engines": table}, WHERE,
+                               fix="" if st == "ruled out" else fix, needs="" if trained else _layout_needs(art),
+                               source="vllm PR#50170"))
         else:
             out.append(Finding("missing_layer_ids", "not checked", f"ids at {places}; which engine reads them: see "
                                "evidence['engines']", {**base, "engines": table}, WHERE, needs=NEEDS["engine"]))
@@ -199,10 +247,16 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     reads_ids = not r.key.startswith("default")
     if not reads_ids:
         st = "suspected" if trained is None else ("ruled out" if captured == list(trained) else "confirmed")
-        out.append(Finding("missing_layer_ids", st, f"{eng} reads no layer ids from this config "
-                           f"({'; '.join(r.problems) or 'none given'}) and falls back to {captured}", ev, WHERE,
-                           fix=f"write the ids where {eng} reads them (advice.config_snippet)",
-                           needs="" if trained else NEEDS["data"], source=_SOURCES[eng]))
+        said = f"{eng} reads no layer ids from this config ({'; '.join(r.problems) or 'none given'}) and falls " \
+               f"back to {captured}"
+        fix = f"write the ids where {eng} reads them (advice.config_snippet)"
+        out.append(_default_finding(ev, default_vs_trained(art, captured, trained), said, fix, _SOURCES[eng]) or
+                   Finding("missing_layer_ids", st, said, ev, WHERE, fix=fix,
+                           needs="" if trained else _layout_needs(art), source=_SOURCES[eng]))
+        # what it feeds instead is the fallback missing_layer_ids is about, not a misread of ids the config has
+        return out + [not_checked(c, WHERE, "layer ids the engine reads (it falls back to its default capture)",
+                                  f"not checked: {said}") for c in ("layer_id_off_by_one", "aux_layout_mismatch")
+                      if not any(f.cause == c for f in out)]
     else:
         out.append(Finding("missing_layer_ids", "ruled out", f"{eng} reads the ids at {r.key}", ev, WHERE))
     if trained is None:

@@ -1,8 +1,11 @@
 """Check 3, RoPE: the draft's `rope_theta` / `rope_scaling` / `partial_rotary_factor` against the target's, read
-from the Transformers 4 keys and Transformers 5's `rope_parameters`; against the training config when given; and a
-replay under the target's values (a mismatch is suspected, confirmed when the target's values restore accuracy).
+from the Transformers 4 keys and Transformers 5's `rope_parameters`; against the training config when given. A
+draft-vs-target difference is decided by measurement whenever the draft's weights, the target and the training
+data are given: the training samples replayed under the draft config's RoPE and under the target's (`REPLAY_N`
+samples by default), confirmed when the target's restores step-0 accuracy, ruled out when it does not; without
+the data it stays suspected, naming the data as the missing input.
 
-Cause: rope_mismatch. Usage: ``check_rope(art, replay_n=8)``.
+Cause: rope_mismatch. Usage: ``check_rope(art)`` (``replay_n=0``: config-level only).
 """
 from __future__ import annotations
 
@@ -15,6 +18,8 @@ from .inputs import NEEDS, Artifacts
 WHERE = "checks.rope"
 DEFAULT_THETA = 10000.0    # LlamaConfig's default, and what a reader that finds no theta uses
 MARGIN = 0.05              # step-0 accuracy gain that counts as "restored" under the target's RoPE
+REPLAY_N = 4               # training samples replayed under each RoPE by default (two short replays, CPU seconds)
+MEASUREMENT = "replay of the training samples under the draft config's RoPE and under the target's"
 
 
 def rope_fields(raw) -> dict:
@@ -55,7 +60,7 @@ def _differences(a: dict, b: dict) -> list[str]:
 
 def _replay(art: Artifacts, target: dict, n: int) -> dict:
     """Step-0 accuracy under the draft config's RoPE and under the target's (empty when it cannot run)."""
-    if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path:
+    if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path or not art.tensors:
         return {}
     if target["partial_rotary_factor"] != 1.0:
         return {"replay": "not run: partial_rotary_factor is not modelled by the replay draft"}
@@ -64,13 +69,15 @@ def _replay(art: Artifacts, target: dict, n: int) -> dict:
         setup = load_replay(art.draft_path, art.target_path)
         return {"acc_0_draft_rope": acc0(setup, art.data, n),
                 "acc_0_target_rope": acc0(setup, art.data, n, rope_theta=target["theta"],
-                                          rope_scaling=target["scaling"])}
+                                          rope_scaling=target["scaling"]),
+                "replayed_samples": min(n, len(art.data)), "measurement": MEASUREMENT}
     except Eagle3Error as e:
         return {"replay_error": str(e)[:200]}
 
 
-def check_rope(art: Artifacts, replay_n: int = 0) -> list[Finding]:
-    """Findings on the draft's RoPE against the target's, the training config's, and what legacy readers see."""
+def check_rope(art: Artifacts, replay_n: int = REPLAY_N) -> list[Finding]:
+    """Findings on the draft's RoPE against the target's (decided by a replay on `replay_n` training samples when
+    the data is given), the training config's, and what legacy readers see."""
     need = art.missing("draft", "target")
     if need:
         return [not_checked("rope_mismatch", WHERE, need)]
@@ -106,13 +113,14 @@ def check_rope(art: Artifacts, replay_n: int = 0) -> list[Finding]:
             out.append(Finding("rope_mismatch", "confirmed", f"{'; '.join(diff)} (draft vs target); replay under the "
                                f"target's RoPE restores step-0 accuracy {a:.3f} -> {b:.3f}", ev, WHERE,
                                fix="write the target's rope fields into the draft config (the draft was trained "
-                                   "with them)", source="field-causes.md #5"))
+                                   "with them)", source="field-causes.md #5", measured=True))
         else:
             out.append(Finding("rope_mismatch", "ruled out", f"{'; '.join(diff)}, but the draft was trained with its "
-                               f"own RoPE (step-0 accuracy {a:.3f} with it, {b:.3f} with the target's)", ev, WHERE))
+                               f"own RoPE (step-0 accuracy {a:.3f} with it, {b:.3f} with the target's)", ev, WHERE,
+                               measured=True))
         return out
     out.append(Finding("rope_mismatch", "suspected", f"draft vs target RoPE differ: {'; '.join(diff)}", ev, WHERE,
-                       fix="replay under both (check_rope(..., replay_n=8) with data) to tell which one the draft "
-                           "was trained with", needs="" if rep else NEEDS["data"] + " (for the replay under both)",
+                       fix="give the training data: a replay under both tells which one the draft was trained with",
+                       needs="" if rep else NEEDS["data"] + " (for the replay under both RoPEs)",
                        source="field-causes.md #5; EAGLE trains at theta 10000 whatever the target's"))
     return out

@@ -3,14 +3,17 @@
     findings = run_checks(draft="d/", target="t/", data="data/", launch="python -m sglang.launch_server ...",
                           engine="sglang", engine_version="0.5.6")
     causes.findings_frame(findings)      # one row per finding, for a notebook table
-Checks that need replay evidence run it on `replay_n` training samples (0 = config-level only, the default).
+Checks that need replay evidence run it on `replay_n` training samples (0 = config-level only, the default);
+the cheap measurements run whenever their inputs are given (RoPE: a draft-vs-target difference is replayed under
+both on `rope.REPLAY_N` samples or `replay_n`, whichever is more; context: training samples past the draft's
+max_position_embeddings on `context.REPLAY_N`).
 """
 from __future__ import annotations
 
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from .context import check_context, check_window
+from .context import REPLAY_N as CONTEXT_REPLAY_N, check_context, check_window
 from .draft_serving import check_draft_serving
 from .embedding import check_embedding
 from .flags import check_flags, check_norm_meaning
@@ -18,7 +21,7 @@ from .inputs import read_artifacts, with_identified_layout
 from .launch import check_launch
 from .launch_flags import check_launch_flags
 from .layer_ids import check_layer_ids
-from .rope import check_rope
+from .rope import REPLAY_N as ROPE_REPLAY_N, check_rope
 from .template import check_template
 from .vocab import check_d2t
 from .weights import check_weights
@@ -30,8 +33,10 @@ CHECKS = {
                   ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")),
     "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]),
               ("dropped_variant_flags",)),
-    "rope": (lambda a, o: check_rope(a, o["replay_n"]), ("rope_mismatch",)),
-    "context": (lambda a, o: check_context(a, replay_n=o["replay_n"]), ("short_context",)),
+    "rope": (lambda a, o: check_rope(a, max(o["replay_n"], ROPE_REPLAY_N)), ("rope_mismatch",)),
+    "context": (lambda a, o: check_context(a, replay_n=max(o["replay_n"], CONTEXT_REPLAY_N), engine=o["engine"],
+                                           engine_version=o["engine_version"], engine_runner=o["engine_runner"]),
+                ("short_context",)),
     "embedding": (lambda a, o: check_embedding(a, o["engine"]), ("wrong_embedding", "lm_head_missing")),
     "launch": (lambda a, o: check_launch(a), ("wrong_method", "lossy_threshold", "sampling_settings",
                                               "quantized_target", "hidden_size_mismatch")),

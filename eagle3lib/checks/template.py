@@ -5,7 +5,10 @@ prompt samples. A difference is a finding with both renderings side by side in i
 One finding per aspect of chat_template_mismatch (`causes.ASPECTS`): role markers, think blocks, the system prompt
 (the one the template adds by itself to a request that has none: the served default, against the training samples;
 an explicit one against the served prompts) and the generation prompt (what the template opens the answer with when
-it serves, against what the training samples hold before each answer).
+it serves, against what the training samples hold before each answer). The served template is the one the launch
+names (--chat-template, a file) or else the target tokenizer's. A default system prompt or a generation prompt the
+training samples lack is measured when the draft's weights and the trained layout are at hand
+(`template_replay`: both renderings replayed through the target and the draft): the accuracy it costs decides.
 
 Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
 """
@@ -16,6 +19,7 @@ import re
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
+from .template_replay import MARGIN, replay_renderings
 
 WHERE = "checks.template"
 EMPTY_THINK = re.compile(r"<think>\s*</think>")
@@ -97,6 +101,9 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"], f"cannot load it: {e}")]
     if tok is None:
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"])]
+    named = launch_template(art)
+    if named is not None:
+        tok.chat_template = named
     train_ids = _as_ids(tok, [s.input_ids for s in art.data.sample(min(n, len(art.data)), 0)])
     if not train_ids:     # no sample read: nothing says what the training data was rendered with
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["data"] + " with readable samples",
@@ -146,12 +153,42 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
         out.append(Finding("chat_template_mismatch", "ruled out", f"empty think blocks in {think_train:.0%} of "
                            "training samples, consistent with the template", ev_t, f"{WHERE}.think",
                            aspects=("think blocks",)))
-    out += _system(tok, marks, train_ids, served_ids, served, ev)
-    out.append(_generation_prompt(tok, marks, train_ids, ev))
+    if named is not None:
+        ev["served_template"] = f"--chat-template {art.launch.flags.get('chat_template')}"
+    out += _system(tok, marks, train_ids, served_ids, served, ev, art)
+    out.append(_generation_prompt(tok, marks, train_ids, ev, art))
     return out
 
 
-def _system(tok, marks, train_ids, served_ids, served, ev) -> list[Finding]:
+def launch_template(art: Artifacts) -> str | None:
+    """The chat template the launch command names with --chat-template when it is a readable file (None: the
+    target tokenizer's is served, or a built-in template name the workbook cannot render)."""
+    from pathlib import Path
+    name = art.launch.flags.get("chat_template") if art.launch is not None else None
+    try:
+        return Path(name).read_text() if isinstance(name, str) and Path(name).is_file() else None
+    except (OSError, UnicodeDecodeError):
+        return None
+
+
+def _measured(art, tok, marks, aspect: str, w: str, ev: dict, said: str, fix: str, source: str) -> Finding | None:
+    """The aspect decided by replaying both renderings (None when the replay cannot run)."""
+    layout = art.trained.layout if art.trained is not None and art.trained.layout else None
+    rep = replay_renderings(art, tok, marks, aspect, layout=layout)
+    a, b = rep.get("acc_0_training_rendering"), rep.get("acc_0_served_rendering")
+    if a is None or b is None or a != a or b != b:
+        return None
+    ev = {**ev, **rep}
+    if a - b > MARGIN:
+        return Finding("chat_template_mismatch", "confirmed", f"{said}: step-0 accuracy {b:.3f} on the served "
+                       f"rendering vs {a:.3f} on the training one (replayed)", ev, w, fix=fix, source=source,
+                       aspects=(aspect,), measured=True)
+    return Finding("chat_template_mismatch", "ruled out", f"{said}, but the draft does not notice: step-0 accuracy "
+                   f"{b:.3f} on the served rendering vs {a:.3f} on the training one", ev, w, aspects=(aspect,),
+                   measured=True)
+
+
+def _system(tok, marks, train_ids, served_ids, served, ev, art=None) -> list[Finding]:
     """The system-prompt aspect: the default the served template adds to a request without one, against the
     training samples; an explicit one in the training samples against the served prompts."""
     w, asp = f"{WHERE}.system", ("system prompt",)
@@ -167,11 +204,13 @@ def _system(tok, marks, train_ids, served_ids, served, ev) -> list[Finding]:
         share = _share(train_ids, _ids(tok, default))
         ev_s["training_default_system_share"] = share
         if share < 0.5:
-            return [Finding("chat_template_mismatch", "confirmed", f"the served template adds a default system "
-                            f"prompt to a request without one ({default[:80]!r}); {share:.0%} of training samples "
-                            "carry it", ev_s, w, fix="serve with the template the training data was rendered with "
-                            "(--chat-template), or re-render the training data with this one and retrain",
-                            source="EAGLE#5, #79; SpecForge PR#182", aspects=asp)]
+            said = (f"the served template adds a default system prompt to a request without one ({default[:80]!r}); "
+                    f"{share:.0%} of training samples carry it")
+            fix = ("serve with the template the training data was rendered with (--chat-template), or re-render the "
+                   "training data with this one and retrain")
+            src = "EAGLE#5, #79; SpecForge PR#182"
+            return [(art is not None and _measured(art, tok, marks, "system prompt", w, ev_s, said, fix, src)) or
+                    Finding("chat_template_mismatch", "confirmed", said, ev_s, w, fix=fix, source=src, aspects=asp)]
         return [Finding("chat_template_mismatch", "ruled out", f"the template's default system prompt is in "
                         f"{share:.0%} of training samples", ev_s, w, aspects=asp)]
     if served is None:
@@ -193,7 +232,7 @@ def _system(tok, marks, train_ids, served_ids, served, ev) -> list[Finding]:
                     source="EAGLE#5, #79; sglang PR#4716" if off else "", aspects=asp)]
 
 
-def _generation_prompt(tok, marks, train_ids, ev) -> Finding:
+def _generation_prompt(tok, marks, train_ids, ev, art=None) -> Finding:
     """The generation-prompt aspect: what the template opens the answer with when serving, in the training samples."""
     w, asp = f"{WHERE}.generation_prompt", ("generation prompt",)
     if marks is None:
@@ -206,9 +245,12 @@ def _generation_prompt(tok, marks, train_ids, ev) -> Finding:
     ev_g = {"template_generation_prompt": gen[:SHOW], "training_share": share,
             "training_rendering": ev["training_rendering"]}
     if share < 0.5:
-        return Finding("chat_template_mismatch", "confirmed", f"the served template opens each answer with {gen!r}; "
-                       f"{share:.0%} of training samples hold it before their answers", ev_g, w,
-                       fix="serve with the template the training data was rendered with, or retrain on data "
-                       "rendered with this one", source="SpecForge#296, PR#182", aspects=asp)
+        said = f"the served template opens each answer with {gen!r}; {share:.0%} of training samples hold it before " \
+               "their answers"
+        fix = "serve with the template the training data was rendered with, or retrain on data rendered with this one"
+        return (art is not None and _measured(art, tok, marks, "generation prompt", w, ev_g, said, fix,
+                                              "SpecForge#296, PR#182")) or \
+            Finding("chat_template_mismatch", "confirmed", said, ev_g, w, fix=fix, source="SpecForge#296, PR#182",
+                    aspects=asp)
     return Finding("chat_template_mismatch", "ruled out", f"the template's generation prompt {gen!r} opens the "
                    f"answers of {share:.0%} of training samples", ev_g, w, aspects=asp)

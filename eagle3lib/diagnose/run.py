@@ -169,7 +169,8 @@ def run(inp: Inputs, progress=None) -> Run:
             param, value = attribute(text, inp, "01 serving settings")
             if param not in bad:
                 problems.append(Problem(param, value, error, text, "", "01 serving settings"))
-        part("01 serving settings", lambda: discovery.serving_checks(disc_in, disc))
+        part("01 serving settings", lambda: discovery.serving_checks(
+            disc_in, disc, data=audit_in.sample_data if audit_in is not None else inp.data))
         part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
             disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
             served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,

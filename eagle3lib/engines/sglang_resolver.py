@@ -139,6 +139,22 @@ def resolve(requested, version: str = DEFAULT_VERSION, target_arch: str | None =
     return Resolution(str(v), target_arch, settings, ctx.s, tuple(hits), tuple(rejected), tuple(warnings))
 
 
+def version_ranges(rules: tuple[Rule, ...] = RULES, fields=KNOBS) -> list[tuple[str, str | None]]:
+    """The SGLang version ranges [lo, hi) inside which no rule touching `fields` starts or ends (hi None = the
+    newest): the ranges a question about those knobs has one answer in, from the first version the table knows."""
+    edges = sorted({v for r in rules if set(r.fields) & set(fields) for v in (r.min_version, r.max_version) if v},
+                   key=parse_version)
+    return list(zip(edges, edges[1:] + [None]))
+
+
+def resolve_by_range(requested, target_arch: str | None = None, env: Mapping[str, str] | None = None,
+                     rules: tuple[Rule, ...] = RULES) -> list[tuple[str, str | None, Resolution]]:
+    """[(lo, hi, what SGLang lo..hi runs for `requested`)] for each of `version_ranges`: the answer for a launch
+    whose SGLang version is not known, range by range (strict=False: a range that refuses it says so)."""
+    return [(lo, hi, resolve(requested, lo, target_arch, env, strict=False, rules=rules))
+            for lo, hi in version_ranges(rules)]
+
+
 def normalize_speculative(num_steps: int | None, topk: int | None, num_draft_tokens: int | None,
                           version: str = DEFAULT_VERSION, target_arch: str | None = None) -> tuple[dict, list[RuleHit]]:
     """SGLang's (steps, topk, ndt) normalization alone -> ({num_steps, topk, num_draft_tokens}, hits on them)."""

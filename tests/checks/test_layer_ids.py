@@ -1,6 +1,11 @@
 """Check 1 (layer ids): planted missing / off-by-one / width causes come out raised; a clean config rules them out."""
 from __future__ import annotations
 
+import json
+import shutil
+
+import pytest
+
 from eagle3lib.checks.inputs import read_artifacts
 from eagle3lib.checks.layer_ids import check_layer_ids
 from tests.checks.world import LAYOUT, TARGET, draft_raw, statuses, write_data, write_draft, write_target
@@ -95,3 +100,43 @@ def test_fc_header_wider_than_the_config_is_confirmed(tmp_path):
     art = read_artifacts(draft=write_draft(tmp_path, raw, canonical_tensors(raw, k=4)), target=write_target(tmp_path))
     hit = [x for x in check_layer_ids(art) if x.where == "checks.layer_ids.fc_width"]
     assert [x.status for x in hit] == ["confirmed"] and hit[0].evidence["fc_slots"] == 4
+
+
+# --- measured: a config without ids replayed under the engines' default capture against the trained layout
+
+def test_missing_ids_on_a_draft_trained_on_the_default_capture_are_ruled_out_by_the_replay(tmp_path):
+    """A draft (weights given) whose data was captured at the default inputs of [2, 4, 5], no ids in its config:
+    the replay under the default scores as under the trained layout: ruled out, measured, naming the replay."""
+    import torch
+    from tests.checks.world import canonical_tensors
+    raw = draft_raw(eagle_config={"use_aux_hidden_state": True})
+    default = ("layer_in.2", "layer_in.4", "layer_in.5")
+    art = read_artifacts(draft=write_draft(tmp_path, raw, canonical_tensors(raw)),
+                         target=write_target(tmp_path, TARGET, torch.randn(120, 32)),
+                         data=write_data(tmp_path, default, T=24))
+    for engine in (None, "vllm"):
+        (f,) = [x for x in check_layer_ids(art, engine=engine) if x.cause == "missing_layer_ids"]
+        assert (f.status, f.measured) == ("ruled out", True), f
+        assert f.evidence["acc_0_engine_default"] == f.evidence["acc_0_trained_layout"]
+        assert "default layout" in f.evidence["measurement"]
+    fallback = check_layer_ids(art, engine="vllm")        # the fallback is missing_layer_ids' alone
+    assert statuses(fallback, "aux_layout_mismatch") == statuses(fallback, "layer_id_off_by_one") == {"not checked"}
+
+
+@pytest.mark.slow
+def test_demo_draft_without_ids_is_confirmed_by_the_accuracy_the_default_capture_loses(tmp_path):
+    """The demo draft (trained on [embed, layer_in.2/4/6]) with its ids removed: every engine's default [2, 4, 5]
+    replays far worse than the trained layout: confirmed, measured, with no engine named and on SGLang."""
+    from eagle3lib.demo import world as demo
+    w = demo.ensure_world(progress=False)
+    d = tmp_path / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    raw.pop("eagle_config")
+    (d / "config.json").write_text(json.dumps(raw))
+    art = read_artifacts(draft=d, target=w.target, data=w.seed_data)
+    for engine, version in ((None, None), ("sglang", "0.5.6")):
+        (f,) = [x for x in check_layer_ids(art, engine, version) if x.cause == "missing_layer_ids"]
+        assert (f.status, f.measured) == ("confirmed", True), f
+        ev = f.evidence
+        assert ev["acc_0_trained_layout"] - ev["acc_0_engine_default"] > 0.10

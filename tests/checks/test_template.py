@@ -154,3 +154,63 @@ def test_a_generation_prompt_the_training_answers_never_open_with_is_confirmed(t
     assert _by_aspect(f)[("generation prompt",)] == "confirmed"
     f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [THINK, THINK], "data2")))
     assert _by_aspect(f)[("generation prompt",)] == "ruled out"
+
+
+# --- measured: the training conversations rendered with the served template, both renderings replayed
+
+def test_renderings_insert_what_the_served_template_adds_and_nothing_else():
+    """A default system block goes before the first user header the sample holds; a generation prompt's missing
+    part goes where each answer starts (the loss mask rises); a sample that already has them is not re-rendered."""
+    from eagle3lib.checks.template_replay import with_default_system, with_generation_prompt
+    ids, mask = [0, 1, 5, 6, 2, 7, 8], [0, 0, 0, 0, 0, 1, 1]          # bos user w w assistant answer answer
+    assert with_default_system(ids, mask, [3, 9, 4, 1]) == ([0, 3, 9, 4, 1, 5, 6, 2, 7, 8], [0] * 8 + [1, 1])
+    assert with_default_system(ids, mask, [1]) is None
+    assert with_generation_prompt(ids, mask, [2, 11, 12]) == ([0, 1, 5, 6, 2, 11, 12, 7, 8], [0] * 7 + [1, 1])
+    assert with_generation_prompt(ids, mask, [6, 2]) is None
+
+
+def _served_target(tmp_path, w, old: str, new: str):
+    """A copy of the demo target whose tokenizer_config.json chat template has `old` replaced by `new`."""
+    import shutil
+    t = tmp_path / "target"
+    shutil.copytree(w.target, t)
+    cfg = json.loads((t / "tokenizer_config.json").read_text())
+    cfg["chat_template"] = cfg["chat_template"].replace(old, new)
+    (t / "tokenizer_config.json").write_text(json.dumps(cfg))
+    return t
+
+
+def _aspect(findings, aspect):
+    (f,) = [x for x in findings if x.aspects == (aspect,)]
+    return f
+
+
+@pytest.mark.slow
+def test_a_generation_prompt_the_draft_never_saw_is_confirmed_by_the_replay(tmp_path):
+    """The served template (named by --chat-template) opens answers with an empty think block the demo draft was
+    never trained on: the served rendering replays worse: confirmed, measured."""
+    from eagle3lib.demo import world as demo
+    w = demo.ensure_world(progress=False)
+    tmpl = json.loads((w.target / "tokenizer_config.json").read_text())["chat_template"]
+    (tmp_path / "served.jinja").write_text(tmpl.replace("<|assistant|>{% endif %}",
+                                                        "<|assistant|><think>\n\n</think>\n\n{% endif %}"))
+    launch = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
+              f"--speculative-draft-model-path D --chat-template {tmp_path / 'served.jinja'}")
+    f = _aspect(check_template(read_artifacts(draft=w.draft, target=w.target, data=w.seed_data, launch=launch)),
+                "generation prompt")
+    assert (f.status, f.measured) == ("confirmed", True), f
+    ev = f.evidence
+    assert ev["acc_0_training_rendering"] - ev["acc_0_served_rendering"] > 0.05 and ev["inserted_tokens"] > 0
+
+
+@pytest.mark.slow
+def test_a_short_default_system_prompt_the_draft_does_not_notice_is_ruled_out_by_the_replay(tmp_path):
+    """The target's template now adds '<|system|>Be brief.<|end|>' to requests without a system turn (no training
+    sample has it): the markers say it differs, the replay shows the draft keeps its accuracy: ruled out, measured."""
+    from eagle3lib.demo import world as demo
+    w = demo.ensure_world(progress=False)
+    t = _served_target(tmp_path, w, "{{ bos_token }}", "{{ bos_token }}{% if messages[0]['role'] != 'system' %}"
+                       "<|system|>Be brief.<|end|>{% endif %}")
+    f = _aspect(check_template(read_artifacts(draft=w.draft, target=t, data=w.seed_data)), "system prompt")
+    assert (f.status, f.measured) == ("ruled out", True), f
+    assert f.evidence["training_default_system_share"] < 0.5 and f.evidence["rendered_samples"] > 0

@@ -313,3 +313,17 @@ def test_target_arch_from_config(tmp_path):
         target_arch_from_config(tmp_path / "wrong.json")
     with pytest.raises(MissingFileError):
         target_arch_from_config(tmp_path / "nowhere")
+
+
+def test_version_ranges_cut_at_every_knob_rule_edge_and_resolve_by_range_answers_each():
+    """Ranges tile the table's knob-rule edges (no gap, last open); the seed command is rewritten only from 0.4.6."""
+    from eagle3lib.engines.sglang_resolver import resolve_by_range, version_ranges
+    from eagle3lib.serving.launch import parse_launch
+    ranges = version_ranges()
+    assert ranges[0][0] == "0.4.1" and ranges[-1][1] is None and "0.4.6" in [lo for lo, _ in ranges]
+    assert all(a[1] == b[0] for a, b in zip(ranges, ranges[1:]))
+    seed = parse_launch("python -m sglang.launch_server --model-path t --speculative-algorithm EAGLE3 "
+                        "--speculative-draft-model-path d --speculative-num-steps 1 --speculative-eagle-topk 1 "
+                        "--speculative-num-draft-tokens 16")
+    rewrites = {lo: "speculative_num_draft_tokens" in r.changed() for lo, _, r in resolve_by_range(seed)}
+    assert not rewrites["0.4.5"] and rewrites["0.4.6"] and rewrites[ranges[-1][0]]

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from eagle3lib.steps.discovery import SAMPLES_DIR, config_paths, discover
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -88,3 +90,60 @@ def test_a_knob_that_does_not_parse_is_a_problem_never_a_rewrite(tmp_path):
     binary.write_bytes(b"\xcc\x81\xff\x00launch")
     with pytest.raises(ServingArgsError, match="cannot be read as text"):
         command_text(str(binary))
+
+
+# --- ndt_override without a startup log: the rule table at the version given, else range by range
+
+def test_ndt_at_a_given_version_without_a_log_is_confirmed_by_the_rule_table(tmp_path, monkeypatch):
+    """Seed command at SGLang 0.5.6, no log or /server_info: the table decides (confirmed, not a measurement)."""
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    (f,) = discover(SEED, "0.5.6").cause_findings()
+    assert (f.status, f.measured, f.needs) == ("confirmed", False, "")
+    assert "rule table at 0.5.6" in f.evidence["decided_by"] and "16 -> 2" in f.summary
+    (g,) = discover(SEED, "0.4.5").cause_findings()     # before the topk=1 rule (PR#5318, 0.4.6)
+    assert g.status == "ruled out"
+
+
+def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch):
+    """No version anywhere: the seed command is rewritten from 0.4.6 on, run as asked before: suspected, naming the
+    version; the fixed command runs as asked in every range: ruled out."""
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    d = discover(SEED)
+    (f,) = d.cause_findings()
+    assert d.version_source == "default" and f.status == "suspected" and "SGLang version" in f.needs
+    assert f.evidence["by_version_range"] == {"0.4.1 to 0.4.6 (excl.)": "as requested",
+                                              "0.4.6 onwards": "num_draft_tokens 16 -> 2"}
+    assert "--speculative-num-steps 15" in f.fix and "topk1_ndt" in f.source
+    (g,) = discover(FIXED).cause_findings()
+    assert g.status == "ruled out" and set(g.evidence["by_version_range"].values()) == {"as requested"}
+
+
+def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():
+    """A rule table whose every range has the topk=1 rule (the table from 0.4.6 on): confirmed, version unknown."""
+    from eagle3lib.engines.sglang_table import RULES
+    from eagle3lib.serving.launch import parse_launch
+    from eagle3lib.steps.discovery import ndt_by_range
+    from eagle3lib.engines.versions import parse_version
+    later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
+    f = ndt_by_range(parse_launch(SEED), "LlamaForCausalLM", "serving settings", rules=later)
+    assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
+
+
+@pytest.mark.slow
+def test_contract_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
+    """The demo draft declaring 64 positions (trained past them) on an SGLang launch, with the training data: the
+    context is replayed and served as SGLang does (drafts on): ruled out, measured; without the data: not replayed."""
+    import shutil
+    from eagle3lib.demo import world as demo
+    from eagle3lib.steps.discovery import serving_checks, resolve_inputs
+    w = demo.ensure_world(progress=False)
+    d = tmp_path / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
+    inp = resolve_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
+    found = serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+    (f,) = [x for x in found if x.cause == "short_context"]
+    assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
+    assert not [x for x in serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)))
+                if x.cause == "short_context"]
