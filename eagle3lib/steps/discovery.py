@@ -248,16 +248,20 @@ class Discovery:
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 
 
-def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None) -> list[Finding]:
+def contract_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
+                    replay_n: int = 4) -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
-    (notebook 01's), plus the serving-settings finding (`ndt_override`)."""
+    (notebook 01's), plus the serving-settings finding (`ndt_override`). `data`: the training samples, whose
+    slots (identified against the target on `replay_n` of them) are the trained layout the engine's capture is
+    compared with, not the config's claim of it (which reads the same as the engine's convention)."""
     draft = str(d.draft_config.parent) if d.draft_config else None
     target = str(d.target_config.parent) if d.target_config else None
     if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
         found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
-        found = run_checks(draft=draft, target=target, launch=inputs.launch_command,
+        found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
+                           replay_n=replay_n if data else 0,
                            engine_version=d.version if d.launch.engine == "sglang"
                            else (vl.version if vl is not None else None), only=SERVING_CHECKS, progress=progress,
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
