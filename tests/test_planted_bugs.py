@@ -21,12 +21,29 @@ from eagle3lib.demo import planted
 ROOT = Path(__file__).resolve().parents[1]
 WITH, CORE = "00,01,02,03", "00,01,02"    # notebooks run with the optional inputs / with the core ones only
 # launch-command cases concern notebook 01 alone: run once (their optional inputs do not reach 01)
-VARIANTS = [(n, True) for n in planted.CASES] + [(n, False) for n, c in planted.CASES.items() if not c.only]
+VARIANTS = [(n, True) for n in planted.CASES] + [(n, False) for n, c in planted.CASES.items()
+                                                 if not c.only and c.core]
+# cases whose deciding measurement has its inputs at hand (the training data and the target): a suspicion is not enough
+DECIDED_OFFLINE = ("rope_theta", "short_context")
 # cases that fail on a bug in a file owned elsewhere (what was seen, which file): strict, so a fix shows
 _TOP_IDS = ("notebooks 00 and 02 fail with LayoutError 'layer id -1 (input-of-layer convention): outside the target's "
             "layers' raised by DraftConfig.aux_layout from model/audit.py:70 (audit_draft) and replay/run.py:89 "
             "(load_setup) instead of a finding")
-XFAIL: dict[tuple[str, bool], str] = {("top_ids_output_of", True): _TOP_IDS, ("top_ids_output_of", False): _TOP_IDS}
+_ROPE = ("rope_mismatch only suspected from the configs (checks/rope.py: 'needs the draft's training data (for the "
+         "replay under both)') although the training data is given: no replay under both RoPEs decides it")
+_CONTEXT = ("short_context only suspected from the configs (checks/context.py: 'training samples reach 105 tokens, the "
+            "config declares only 64 positions'): no accuracy past max_position_embeddings is measured, no needs named")
+_TEMPLATE = ("chat_template_mismatch ruled out on every aspect by checks/template.py ('the training samples carry the "
+             "target template's role markers', 'the template's generation prompt ... opens the answers of 100% of "
+             "training samples') although the served template's {} changed")
+XFAIL: dict[tuple[str, bool], str] = {
+    **{("top_ids_output_of", o): _TOP_IDS for o in (True, False)},
+    **{("rope_theta", o): _ROPE for o in (True, False)},
+    **{("short_context", o): _CONTEXT for o in (True, False)},
+    **{("template_roles", o): _TEMPLATE.format("'<|user|>' -> '<|human|>' role-marker") for o in (True, False)},
+    **{("template_gen_prompt", o): _TEMPLATE.format("generation-prompt '<|assistant|>' -> '<|assistant|>\\n'")
+       for o in (True, False)},
+}
 
 
 @pytest.fixture(scope="module")
@@ -85,7 +102,10 @@ def test_planted_bug_is_named_and_nothing_else(world, tmp_path, name, optional):
         return
     v = verdicts[c.cause]
     assert v["status"] in ("confirmed", "suspected"), f"{name}: {c.cause} {v['label']}: {v['evidence'][:300]}"
-    if v["status"] == "suspected":
-        assert v["needs"], f"{name}: {c.cause} suspected without naming the measurement that would decide it"
+    if name in DECIDED_OFFLINE:
+        assert v["status"] == "confirmed" and v["measurement"], f"{name}: {v['label']}, not decided by a measurement"
+    if v["status"] == "suspected":            # the missing measurement named (by the suspicion or a not-checked one)
+        needs = [f["needs"] for f in v["findings"] if f["status"] in ("suspected", "not checked") and f["needs"]]
+        assert needs, f"{name}: {c.cause} suspected without naming the measurement that would decide it"
     assert v["aspects"].get(c.aspect) in ("confirmed", "suspected"), (name, c.aspect, v["aspects"])
     assert rc == 0, f"{name}: report exit code {rc}"
