@@ -3,8 +3,8 @@ defect planted in a copy of the demo world, run through ``python -m eagle3lib.re
 the optional inputs. The planted cause must be confirmed (or suspected, with the missing measurement named), no
 other cause confirmed, and every notebook ok; the healthy oddities must read "no fault found".
 
-One report run per case and input variant (a case's ``--only`` picks the notebooks it concerns): about 25 + 21 runs
-of 30-110 s each on 2 cores, so the suite is marked slow.
+One report run per case and input variant (a case's ``--only`` picks the notebooks it concerns): 26 + 17 runs of
+15-150 s each on 2 cores (the launch-command cases run notebook 01 only), so the suite is marked slow.
 """
 from __future__ import annotations
 
@@ -40,9 +40,8 @@ XFAIL: dict[tuple[str, bool], str] = {
     **{("top_ids_output_of", o): _TOP_IDS for o in (True, False)},
     **{("rope_theta", o): _ROPE for o in (True, False)},
     **{("short_context", o): _CONTEXT for o in (True, False)},
-    **{("template_roles", o): _TEMPLATE.format("'<|user|>' -> '<|human|>' role-marker") for o in (True, False)},
-    **{("template_gen_prompt", o): _TEMPLATE.format("generation-prompt '<|assistant|>' -> '<|assistant|>\\n'")
-       for o in (True, False)},
+    ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
+    ("template_gen_prompt", True): _TEMPLATE.format("generation prompt '<|assistant|>' -> '<|assistant|>\\n'"),
 }
 
 

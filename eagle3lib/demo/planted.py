@@ -55,8 +55,8 @@ class Case:
     serving_dump: str = ""                  # a serving dump of the demo world (repo-relative): for vLLM, what the
                                             # real engine fed this very draft (demo.vllm_world)
     only: str = ""                          # the notebooks the case concerns ("" all): `--only` of the report
-    core: bool = True                       # False: the deciding measurement needs an optional input (notebook
-                                            # 03's training data), so the case runs with the optional inputs only
+    core: bool = True                       # False: the deciding measurement needs an optional input (00's
+                                            # sample_data, 03's training_data): run with the optional inputs only
 
 
 def _drop_ids(c: dict) -> None:
@@ -160,8 +160,8 @@ CASES = {c.name: c for c in (
     # ---- the draft's config
     C("no_layer_ids", "eagle_config without eagle_aux_hidden_state_layer_ids", "missing_layer_ids",
       "ids in the config", config=_drop_ids),
-    C("ids_at_top", "ids [0, 2, 4, 6] only at the top level (as for vLLM), which SGLang does not read", "missing_layer_ids",
-      "ids under the key the engine reads", config=_ids_at_top),
+    C("ids_at_top", "ids [0, 2, 4, 6] only at the top level (as for vLLM), which SGLang does not read",
+      "missing_layer_ids", "ids under the key the engine reads", config=_ids_at_top),
     C("ids_v2_key", "ids only in eagle_config.layer_ids, which vLLM's V1 runner does not read", "missing_layer_ids",
       "ids under the key the engine reads", engine="vllm", config=_vllm_v2_key),
     C("ids_input_of", "eagle_config ids [0, 2, 4, 6] (input-of-layer) served by SGLang, which adds 1",
@@ -186,15 +186,17 @@ CASES = {c.name: c for c in (
       serving_dump="data/demo_vllm/own_embedding/dump"),
     # ---- the target
     C("template_system", "the target's template adds a default system prompt", "chat_template_mismatch",
-      "system prompt", target=_template("{{ bos_token }}", "{{ bos_token }}{% if messages[0]['role'] != 'system' "
-                                        "%}<|system|>You are a helpful assistant.<|end|>{% endif %}")),
+      "system prompt", core=False, target=_template("{{ bos_token }}", "{{ bos_token }}{% if messages[0]['role'] "
+                                                    "!= 'system' %}<|system|>You are a helpful assistant.<|end|>"
+                                                    "{% endif %}")),
     C("template_roles", "the target's template names the user 'human'", "chat_template_mismatch", "role markers",
-      target=_template("<|user|>", "<|human|>")),
+      core=False, target=_template("<|user|>", "<|human|>")),
     C("template_think", "the target's template opens an empty think block after the generation prompt",
-      "chat_template_mismatch", "think blocks", target=_template(_GEN, "{% if add_generation_prompt %}"
-                                                                       "<|assistant|><think>\n\n</think>\n\n{% endif %}")),
+      "chat_template_mismatch", "think blocks", core=False,
+      target=_template(_GEN, "{% if add_generation_prompt %}<|assistant|><think>\n\n</think>\n\n{% endif %}")),
     C("template_gen_prompt", "the target's generation prompt ends in a newline", "chat_template_mismatch",
-      "generation prompt", target=_template(_GEN, "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")),
+      "generation prompt", core=False,
+      target=_template(_GEN, "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")),
     C("target_drift", "the target fine-tuned since: layers 1.. attention and MLPs moved", "target_drift",
       "target recomputes the training states", target=_drifted, core=False),
     # ---- the launch command
