@@ -152,7 +152,7 @@ sglang_introspect.ask(seed.launch, seed.resolution, path_map=seed.path_map())
 # Each row names its source (the PR or file the engine fact comes from).
 
 # %%
-causes = discovery.serving_checks(inp, seed)
+causes = discovery.serving_checks(inp, seed, data=train_data_path)
 findings_frame(causes)
 
 # %% [markdown]

@@ -259,6 +259,10 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                       if not any(f.cause == c for f in out)]
     else:
         out.append(Finding("missing_layer_ids", "ruled out", f"{eng} reads the ids at {r.key}", ev, WHERE))
+    if not reads_ids:      # the engine's default capture: its loss is missing_layer_ids', the layout causes are not
+        # checked (as notebook 02 does), else one missing key would confirm two causes
+        return out + [not_checked(c, WHERE, "layer ids the engine reads (without them it feeds its default capture)")
+                      for c in ("layer_id_off_by_one", "aux_layout_mismatch") if not any(f.cause == c for f in out)]
     if trained is None:
         return out + [not_checked(c, WHERE, NEEDS["data"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")
                       if not any(f.cause == c for f in out)]

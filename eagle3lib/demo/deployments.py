@@ -99,15 +99,22 @@ def write(name: str, out, *, draft=None, target=None) -> Path:
     defect planted. `target`: the target whose embedding a planted copy is drawn like."""
     dep = deployment(name)
     w = demo.paths()
-    src, tgt, out = Path(draft or w.draft), Path(target or w.target), Path(out)
+    return edited_copy(draft or w.draft, out, dep.config, dep.weights, target or w.target)
+
+
+def edited_copy(src, out, config: Callable[[dict], None] | None = None,
+                weights: Callable[[dict, Path], None] | None = None, target=None) -> Path:
+    """A copy of draft folder `src` at `out` (replaced), its config.json edited by `config` and its tensors by
+    `weights` (given the tensors and the `target` folder)."""
+    out = Path(out)
     shutil.rmtree(out, ignore_errors=True)
     shutil.copytree(src, out)
     cfg = json.loads((out / "config.json").read_text())
-    if dep.config is not None:
-        dep.config(cfg)
+    if config is not None:
+        config(cfg)
     (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    if dep.weights is not None:
-        weights = load_file(str(out / "model.safetensors"))
-        dep.weights(weights, tgt)
-        save_file(weights, str(out / "model.safetensors"))
+    if weights is not None:
+        tensors = load_file(str(out / "model.safetensors"))
+        weights(tensors, Path(target) if target is not None else None)
+        save_file(tensors, str(out / "model.safetensors"))
     return out

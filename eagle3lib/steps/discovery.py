@@ -256,11 +256,13 @@ SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 DATA_CHECKS = ("context", "template")    # with the training data too: measured as this engine serves them
 
 
-def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "") -> list[Finding]:
+def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
+                   replay_n: int = 4) -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
-    (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`, the layer ids
-    are replayed against it and the context and chat template are measured as this engine serves them (the
-    template --chat-template names)."""
+    (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`: its slots
+    (identified against the target on `replay_n` of them) are the trained layout the engine's capture is compared
+    with, not the config's claim of it; the layer ids are replayed against it and the context and chat template
+    are measured as this engine serves them (the template --chat-template names)."""
     draft = str(d.draft_config.parent) if d.draft_config else None
     target = str(d.target_config.parent) if d.target_config else None
     if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
@@ -268,6 +270,7 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
         found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
+                           replay_n=replay_n if data else 0,
                            engine_version=d.version if d.launch.engine == "sglang"
                            else (vl.version if vl is not None else None), progress=progress,
                            only=SERVING_CHECKS + (DATA_CHECKS if data else ()),

@@ -130,7 +130,7 @@ def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version()
 
 
 @pytest.mark.slow
-def test_contract_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
+def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
     """The demo draft declaring 64 positions (trained past them) on an SGLang launch, with the training data: the
     context is replayed and served as SGLang does (drafts on): ruled out, measured; without the data: not replayed."""
     import shutil

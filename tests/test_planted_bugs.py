@@ -1,0 +1,110 @@
+"""The workbook's own planted-bug suite (issue 25): each case of `eagle3lib.demo.planted` is a user's folder with one
+defect planted in a copy of the demo world, run through ``python -m eagle3lib.report -f case.yaml`` with and without
+the optional inputs. The planted cause must be confirmed (or suspected, with the missing measurement named), no
+other cause confirmed, and every notebook ok; the healthy oddities must read "no fault found".
+
+One report run per case and input variant (a case's ``--only`` picks the notebooks it concerns): 26 + 17 runs of
+15-150 s each on 2 cores (the launch-command cases run notebook 01 only), so the suite is marked slow.
+"""
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from eagle3lib.causes import CATALOGUE
+from eagle3lib.demo import planted
+
+ROOT = Path(__file__).resolve().parents[1]
+WITH, CORE = "00,01,02,03", "00,01,02"    # notebooks run with the optional inputs / with the core ones only
+# launch-command cases concern notebook 01 alone: run once (their optional inputs do not reach 01)
+VARIANTS = [(n, True) for n in planted.CASES] + [(n, False) for n, c in planted.CASES.items()
+                                                 if not c.only and c.core]
+# cases whose deciding measurement has its inputs at hand (the training data and the target): a suspicion is not enough
+DECIDED_OFFLINE = ("rope_theta", "short_context")
+# cases that fail on a bug in a file owned elsewhere (what was seen, which file): strict, so a fix shows
+_TOP_IDS = ("notebooks 00 and 02 fail with LayoutError 'layer id -1 (input-of-layer convention): outside the target's "
+            "layers' raised by DraftConfig.aux_layout from model/audit.py:70 (audit_draft) and replay/run.py:89 "
+            "(load_setup) instead of a finding")
+_ROPE = ("rope_mismatch only suspected from the configs (checks/rope.py: 'needs the draft's training data (for the "
+         "replay under both)') although the training data is given: no replay under both RoPEs decides it")
+_CONTEXT = ("short_context only suspected from the configs (checks/context.py: 'training samples reach 105 tokens, the "
+            "config declares only 64 positions'): no accuracy past max_position_embeddings is measured, no needs named")
+_TEMPLATE = ("chat_template_mismatch ruled out on every aspect by checks/template.py ('the training samples carry the "
+             "target template's role markers', 'the template's generation prompt ... opens the answers of 100% of "
+             "training samples') although the served template's {} changed")
+XFAIL: dict[tuple[str, bool], str] = {
+    **{("top_ids_output_of", o): _TOP_IDS for o in (True, False)},
+    **{("rope_theta", o): _ROPE for o in (True, False)},
+    **{("short_context", o): _CONTEXT for o in (True, False)},
+    ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
+    ("template_gen_prompt", True): _TEMPLATE.format("generation prompt '<|assistant|>' -> '<|assistant|>\\n'"),
+}
+
+
+@pytest.fixture(scope="module")
+def world():
+    """The demo world every case copies (built or restored once)."""
+    from eagle3lib.demo import world as demo
+    return demo.ensure_world(progress=False)
+
+
+def _report(name: str, optional: bool, out: Path) -> tuple[int, dict]:
+    """(exit code, index.json) of one report run on case `name` written under `out`."""
+    c = planted.case(name)
+    params = planted.write(name, out, optional=optional)
+    only = c.only or (WITH if optional else CORE)
+    r = subprocess.run([sys.executable, "-m", "eagle3lib.report", "-f", str(params), "--out", str(out / "reports"),
+                        "--only", only, "--notebooks", str(ROOT / "notebooks"), "--cwd", str(ROOT)],
+                       capture_output=True, text=True, timeout=1500)
+    index = out / "reports" / "index.json"
+    assert index.is_file(), f"{name}: no index (rc {r.returncode}): {r.stderr[-2000:]}"
+    return r.returncode, json.loads(index.read_text())
+
+
+def _params(variants):
+    return [pytest.param(n, o, id=f"{n}-{'with' if o else 'core'}", marks=[pytest.mark.xfail(
+        strict=True, reason=XFAIL[n, o])] if (n, o) in XFAIL else []) for n, o in variants]
+
+
+def test_every_cause_and_aspect_is_planted_or_says_why():
+    """Each catalogue cause and aspect has a case, or NOT_PLANTABLE says why it cannot be planted offline."""
+    planted_aspects = {(c.cause, c.aspect) for c in planted.CASES.values() if c.cause}
+    for cid, cause in CATALOGUE.items():
+        for aspect in cause.aspects:
+            assert ((cid, aspect) in planted_aspects or cid in planted.NOT_PLANTABLE
+                    or f"{cid}/{aspect}" in planted.NOT_PLANTABLE), f"{cid} / {aspect}: neither planted nor explained"
+    for c in planted.CASES.values():
+        assert c.cause is None or c.aspect in CATALOGUE[c.cause].aspects, (c.name, c.aspect)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name, optional", _params(VARIANTS))
+def test_planted_bug_is_named_and_nothing_else(world, tmp_path, name, optional):
+    """The planted cause confirmed, or suspected with the missing measurement named; no other cause confirmed; every
+    notebook ok. A healthy oddity reads "no fault found"."""
+    c = planted.case(name)
+    rc, index = _report(name, optional, tmp_path / name)
+    d = index["diagnosis"]
+    broken = {r["notebook"]: (r["status"], (r.get("error") or "")[:300]) for r in index["notebooks"]
+              if r["status"] != "ok"}
+    assert not broken and not d["problems"], (broken, d["problems"])
+    verdicts = {v["cause"]: v for v in d["verdicts"]}
+    others = [(v["cause"], v["evidence"][:200]) for v in d["verdicts"]
+              if v["status"] == "confirmed" and v["cause"] != c.cause]
+    assert not others, f"{name}: other causes confirmed: {others}"
+    if c.cause is None:
+        assert d["healthy"] and d["headline"].startswith("no fault found"), d["headline"]
+        return
+    v = verdicts[c.cause]
+    assert v["status"] in ("confirmed", "suspected"), f"{name}: {c.cause} {v['label']}: {v['evidence'][:300]}"
+    if name in DECIDED_OFFLINE:
+        assert v["status"] == "confirmed" and v["measurement"], f"{name}: {v['label']}, not decided by a measurement"
+    if v["status"] == "suspected":            # the missing measurement named (by the suspicion or a not-checked one)
+        needs = [f["needs"] for f in v["findings"] if f["status"] in ("suspected", "not checked") and f["needs"]]
+        assert needs, f"{name}: {c.cause} suspected without naming the measurement that would decide it"
+    assert v["aspects"].get(c.aspect) in ("confirmed", "suspected"), (name, c.aspect, v["aspects"])
+    assert rc == 0, f"{name}: report exit code {rc}"
