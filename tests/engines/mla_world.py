@@ -25,8 +25,9 @@ DEEPSEEK_V3_ATTENTION = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "topk_meth
                          "scoring_func": "sigmoid"}
 
 
-def build(root: Path, ids: list[int] | None = None) -> tuple[Path, Path]:
-    """(target dir, draft dir) under `root`; `ids`: the draft's top-level aux ids (default [1, 2, 4, 6])."""
+def build(root: Path, ids: list[int] | None = None, attention: dict | None = None) -> tuple[Path, Path]:
+    """(target dir, draft dir) under `root`; `ids`: the draft's top-level aux ids (default [1, 2, 4, 6]);
+    `attention`: the fields set on the demo target's config (default DEEPSEEK_V3_ATTENTION)."""
     from transformers import DeepseekV3ForCausalLM
 
     from eagle3lib.demo.train_draft import draft_config_dict
@@ -37,7 +38,7 @@ def build(root: Path, ids: list[int] | None = None) -> tuple[Path, Path]:
 
     torch.manual_seed(0)
     tc = target_config(2685, kind="mla")
-    for key, value in DEEPSEEK_V3_ATTENTION.items():
+    for key, value in (DEEPSEEK_V3_ATTENTION if attention is None else attention).items():
         setattr(tc, key, value)
     tc.head_dim, tc.qk_head_dim = tc.qk_rope_head_dim, tc.qk_nope_head_dim + tc.qk_rope_head_dim
     target = DeepseekV3ForCausalLM(tc).eval()

@@ -139,3 +139,20 @@ def test_cpu_rope_kernel_fact():
         pytest.skip(f"the row is about the CPU build; this vLLM runs {kernel['forward']}")
     assert kernel["mla_views"]["query"] > 1e-3 and kernel["mla_views"]["key"] > 1e-3
     assert kernel["2d_query"] == {"query": 0.0, "key": 0.0}
+
+
+@pytest.mark.parametrize("name, attention, message", [
+    ("no_noaux_tc", {"kv_lora_rank": 512, "qk_rope_head_dim": 64}, r"KeyError: .*e_score_correction_bias"),
+    ("demo_latent", {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+     r"Head dimension 80 is not supported by MLA"),
+])
+def test_target_fields_vllm_needs(world, tmp_path, name, attention, message):
+    """engines/facts.py's "target" rows: without topk_method noaux_tc vLLM builds no e_score_correction_bias (the
+    checkpoint's bias has nowhere to go); the MLA demo target's latent 64 + 16 is refused by CPU_MLA (576 only)."""
+    topic = {"no_noaux_tc": "topk_method noaux_tc builds e_score_correction_bias",
+             "demo_latent": "CPU_MLA serves only the latent width 576"}[name]
+    row = fact("vllm", "target", topic)
+    assert row is not None and row.reads is True and "test_target_fields_vllm_needs" in row.checked
+    target, draft = build(tmp_path / name, attention=attention)
+    with pytest.raises(EngineError, match=message):
+        dump(target, draft, tmp_path / "dump", prompts=world["prompts"], n=1)

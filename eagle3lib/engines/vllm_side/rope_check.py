@@ -2,9 +2,10 @@
 
 DeepSeek's MLA layer (vllm/model_executor/layers/mla.py:219-230) hands its RotaryEmbedding a 3-D query
 ``q[..., qk_nope_head_dim:]`` (tokens, heads, qk_rope_head_dim) and ``k_pe.unsqueeze(1)``; the Llama layers hand it
-2-D (tokens, heads * dim). This builds the RoPE the MLA layer builds (``get_rope(..., is_neox_style=False)``), runs
-the kernel forward of this platform (``forward_cpu`` on a CPU build, ``forward_cuda`` elsewhere) on both shapes and compares
-each with ``forward_native``. Prints one JSON line: the max |kernel - native| per shape.
+2-D (tokens, heads * dim). This builds the RoPE the MLA layer builds (``get_rope(..., is_neox_style=False)``),
+runs the kernel forward of this platform (``forward_cpu`` on a CPU build, ``forward_cuda`` elsewhere) on MLA's
+views, a contiguous 3-D query and a 2-D one, and compares each with ``forward_native``. Prints one JSON line: the
+max |kernel - native| per case.
     python rope_check.py [--heads 4] [--dim 64] [--tokens 13]
 """
 import argparse
