@@ -54,3 +54,19 @@ def build(root: Path, ids: list[int] | None = None, attention: dict | None = Non
     raw["eagle_aux_hidden_state_layer_ids"] = list(ids or [1, 2, 4, 6])
     (out / "config.json").write_text(json.dumps(raw, indent=2) + "\n")
     return root / "target", out
+
+
+def greedy_texts(target: Path, prompts: list[dict], max_new_tokens: int) -> list[str]:
+    """transformers' greedy continuation of each {"prompt_token_ids": [...]} prompt, decoded (the reference a greedy
+    speculative server must reproduce whatever its draft proposes)."""
+    from transformers import AutoTokenizer, DeepseekV3ForCausalLM
+    tok = AutoTokenizer.from_pretrained(target)
+    model = DeepseekV3ForCausalLM.from_pretrained(target, dtype=torch.float32).eval()
+    out = []
+    for p in prompts:
+        ids = torch.tensor([p["prompt_token_ids"]])
+        with torch.no_grad():
+            gen = model.generate(ids, attention_mask=torch.ones_like(ids), max_new_tokens=max_new_tokens,
+                                 do_sample=False)
+        out.append(tok.decode(gen[0, ids.shape[1]:]))
+    return out

@@ -10,4 +10,7 @@ they import only vLLM, torch, safetensors and the standard library, and print on
           the (T, k*H) aux states), the fc input and the draft's first-step logits per request (`engines.vllm_dump`).
 - `rope_check` this platform's rotary kernel against vLLM's own forward_native on MLA's 3-D query views and a 2-D
           query (tests/engines/test_vllm_mla.py; the CPU kernel rotates the 3-D ones wrongly, engines/facts.py).
+- `native_rope/sitecustomize.py` not a script: a folder put on a vLLM server's PYTHONPATH by
+          `throughput.vllm_serve.serve(..., native_rope=True)`, which swaps the CPU rotary kernel for vLLM's own
+          forward_native in every vLLM process (a workaround for measuring MLA on CPU, named in the launch command).
 """
