@@ -190,3 +190,13 @@ def test_no_text_names_a_module_that_is_gone(stale: str):
     """Modules renamed long ago are named nowhere in the package (their names read as files that do not exist)."""
     bad = [str(p.relative_to(PKG.parent)) for p in MODULES.values() if stale in p.read_text()]
     assert not bad, f"'{stale}' (no such module) named in: {bad}"
+
+
+@pytest.mark.parametrize("name", ["compare", "resolve_inputs", "contract_checks", "cause_findings", "tolerance_for",
+                                  "replay", "layer_reading", "forward_preview"])
+def test_a_public_function_name_has_one_home(name: str):
+    """Issue 26's doubles: each of these names is a module-level function of at most one module."""
+    homes = [mod for mod, path in MODULES.items() if any(
+        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
+        for n in ast.parse(path.read_text()).body)]
+    assert len(homes) <= 1, f"{name} is defined in {homes}"

@@ -185,7 +185,7 @@ def replay_sharded(setup, data, *, target=None, device: str | None = None, dtype
         desc = " ".join(x for x in ("replay", label, f"(rank 0 of {w.world_size})") if x)
         with bar(total=total, desc=desc, progress=progress and w.rank == 0, unit="sample") as meter:
             count(setup, items, counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter)
-        counts.read_skipped += reader_skips()
+        counts.skip_read(reader_skips())
         merged = gather_counts(counts, w)
         return merged.result(label) if merged is not None else None
 

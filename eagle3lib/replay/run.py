@@ -255,15 +255,15 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     depths = setup.cfg.parallel_depths
     if setup.cfg.parallel_drafting and depths and num_steps > depths:
-        counts.notes.add(f"num_steps={num_steps} but the P-EAGLE draft was trained for {depths} depths: the depths "
-                         f"past {depths - 1} were never trained")
+        counts.note(f"num_steps={num_steps} but the P-EAGLE draft was trained for {depths} depths: the depths "
+                    f"past {depths - 1} were never trained")
     samples, ds, total = as_samples(data, n, seed, data_format)
     skipped0 = len(ds.skipped) if ds is not None else 0
     with bar(total=total, desc=f"replay {label or ''}".strip(), progress=progress, unit="sample") as meter:
         count(setup, enumerate(samples), counts, batch_tokens=batch_tokens, recapture=recapture, bar=meter,
               only_scored=only_scored, prefetch_tokens=prefetch_tokens)
     if ds is not None:
-        counts.read_skipped += [(i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
+        counts.skip_read((i, *x) for i, x in enumerate(ds.skipped[skipped0:]))
     return counts.result(label)
 
 
@@ -298,7 +298,7 @@ def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: in
             if bar is not None:
                 bar.update(1)
             if isinstance(item, Eagle3Error):
-                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(item)))
+                counts.skip(key, s, item)
             else:
                 yield item
 

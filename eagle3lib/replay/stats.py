@@ -216,6 +216,18 @@ class ReplayCounts:
             self.effective = other.effective
         return self
 
+    def skip(self, key, sample, error: Exception):
+        """A sample that could not be replayed (`key` orders it among the skips): where it is and why."""
+        self.skipped.append((key, f"sample '{sample.id}' ({sample.source})", str(error)))
+
+    def skip_read(self, skips):
+        """(key, where, reason) of samples the reader left out (they come first in the result's skips)."""
+        self.read_skipped += list(skips)
+
+    def note(self, text: str):
+        """A note the result carries (said once however often it is noted)."""
+        self.notes.add(text)
+
     def add(self, b: ReplayItem, sc: Scored):
         """Count one scored sample (`b`: its prepare_sample item, whose key orders it)."""
         v, c = sc.valid, sc.correct

@@ -135,13 +135,13 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     context is replayed and served as SGLang does (drafts on): ruled out, measured; without the data: not replayed."""
     import shutil
     from eagle3lib.demo import world as demo
-    from eagle3lib.steps.discovery import serving_checks, resolve_inputs
+    from eagle3lib.steps.discovery import discovery_inputs, serving_checks
     w = demo.ensure_world(progress=False)
     d = tmp_path / "draft"
     shutil.copytree(w.draft, d)
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
-    inp = resolve_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
+    inp = discovery_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
     found = serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
     (f,) = [x for x in found if x.cause == "short_context"]
     assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
