@@ -2,7 +2,6 @@
 `eagle3lib.causes.Finding`s; a missing input gives ``not checked`` naming it.
 
 - `inputs`      read_artifacts(): configs, tensor headers, data, launch, read once (never raises)
-- `evidence`    the names the checks import of `replay.evidence` (accuracy under config variants, by position)
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
 - `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine;
                   fc_norm + norm_before_fc together; what a SpecForge norm_output means (before PR#879)

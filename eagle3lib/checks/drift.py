@@ -63,7 +63,7 @@ def _replayed(art: Artifacts, model, samples, layout) -> dict:
     cannot run)."""
     if not art.draft_path:
         return {}
-    from .evidence import load_replay
+    from ..replay.evidence import load_replay
     from ..replay.run import replay
     try:
         setup = dataclasses.replace(load_replay(art.draft_path, art.target_path), training_layout=tuple(layout))

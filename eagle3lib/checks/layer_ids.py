@@ -108,7 +108,7 @@ def default_vs_trained(art: Artifacts, captured, trained, n: int = REPLAY_N) -> 
         return {}
     from ..replay.run import replay
     from ..layout import ZERO
-    from .evidence import load_replay
+    from ..replay.evidence import load_replay
     served = tuple(b or ZERO for b in captured)
     try:
         setup = load_replay(art.draft_path, art.target_path)

@@ -64,7 +64,7 @@ def _replay(art: Artifacts, target: dict, n: int) -> dict:
         return {}
     if target["partial_rotary_factor"] != 1.0:
         return {"replay": "not run: partial_rotary_factor is not modelled by the replay draft"}
-    from .evidence import acc0, load_replay
+    from ..replay.evidence import acc0, load_replay
     try:
         setup = load_replay(art.draft_path, art.target_path)
         return {"acc_0_draft_rope": acc0(setup, art.data, n),

@@ -71,7 +71,7 @@ def replay_renderings(art: Artifacts, tok, marks: dict, aspect: str, n: int = RE
         return {}
     from ..hidden.capture import capture, load_target_model
     from ..replay.run import replay
-    from .evidence import load_replay
+    from ..replay.evidence import load_replay
     pairs = []
     for s in art.data.sample(min(n, len(art.data)), 0):
         ids, mask = s.input_ids.tolist(), s.loss_mask.tolist()

@@ -109,7 +109,7 @@ def test_accuracy_that_falls_past_the_context_is_confirmed_for_every_engine(tmp_
     serves it (drafting on scores 0.1, no drafting 0), measured; one that holds (0.9 -> 0.85) is ruled out on
     SGLang and confirmed on vLLM V1 (no drafts past it)."""
     import torch
-    from eagle3lib.checks import evidence
+    from eagle3lib.replay import evidence
     from tests.checks.world import canonical_tensors
     raw = draft_raw(max_position_embeddings=32)
     art = read_artifacts(draft=write_draft(tmp_path, raw, canonical_tensors(raw)),
