@@ -12,6 +12,7 @@ from pathlib import Path
 import pandas as pd
 import torch
 
+from ..errors import LayoutError
 from .checkpoint import LoadedDraft, load_draft, param_table
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
@@ -42,7 +43,10 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     vocab = vocab_report(loaded.vocab)
     problems = loaded.report[~loaded.report.status.isin(["ok", "from_target"])]
     vocab_errors = vocab[(~vocab.ok) & (vocab.severity == "error")]
-    layout = cfg.aux_layout(info.num_layers)
+    try:
+        layout, layout_error = cfg.aux_layout(info.num_layers), None
+    except LayoutError as e:          # ids this target cannot have (e.g. SpecForge's -1 read as input-of-layer)
+        layout, layout_error = None, str(e)
     findings = {
         "dialect": cfg.dialect, "format": loaded.format, "aux_slots": cfg.num_aux,
         "layout": list(layout) if layout else None, "id_convention": cfg.aux_ids_convention,
@@ -50,6 +54,8 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
         "taken_from_target": list(loaded.taken_from_target), "config_warnings": len(cfg.warnings),
         "filled": [f.to_dict() for f in loaded.filled],
     }
+    if layout_error:
+        findings["layout_error"] = layout_error
     state = "loads cleanly" if not len(problems) and not len(vocab_errors) else \
         f"{len(problems)} tensor problem(s), {len(vocab_errors)} vocab error(s)"
     if loaded.filled:
@@ -58,7 +64,7 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     findings["attention"] = "MLA" if cfg.mla else "Llama"
     kind = " (MLA attention)" if cfg.mla else ""
     findings["headline"] = (f"{cfg.dialect} draft{kind} {state}: {cfg.num_aux} aux slots "
-                            f"[{', '.join(layout) if layout else 'engine defaults'}], "
+                            f"[{', '.join(layout) if layout else 'unreadable ids' if layout_error else 'engine defaults'}], "
                             f"Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}")
     return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model),
                  findings)

@@ -83,7 +83,11 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
     notes, lm_head, tok, L, lay = [f.sentence() for f in loaded.filled], None, None, None, None
     if target_path:
         L = load_target_info(target_path).num_layers
-        lay = loaded.cfg.aux_layout(L)
+        try:
+            lay = loaded.cfg.aux_layout(L)
+        except LayoutError as e:      # the config's ids are only a claim; the data's slots are identified apart
+            notes.append(f"the draft config's layer ids are no layout of this target ({e}): the training layout is "
+                         "the data's")
         tok = load_tokenizer(target_path)
         try:
             lm_head = load_target_tensor(target_path, "lm_head").to(device=device, dtype=dt)
@@ -91,7 +95,7 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
             notes.append(f"no target lm_head ({e}): the reference is the data's next token")
     else:
         notes.append("no target given: the reference is the data's next token, the layout is the data's own")
-    if lay is None and target_path:
+    if lay is None and target_path and loaded.cfg.aux_layer_ids is None:
         notes.append("the draft config names no aux layer ids: the training layout is the data's declared layout")
     if isinstance(loaded.model, PEagleDraft):
         notes += peagle_notes(loaded.model, tok)

@@ -71,3 +71,15 @@ def test_audit_of_a_draft_missing_a_tensor_runs_and_names_it(tmp_path, tiny_cfg_
     assert f["key"] == "midlayer.mlp.gate_proj.weight" and f["found"] is None and f["cause"] == "weights_dropped"
     assert f["file"].endswith("model.safetensors") and f["expected"] == list(rep.loc["midlayer.mlp.gate_proj.weight",
                                                                                   "expected_shape"])
+
+
+def test_ids_this_target_cannot_have_are_a_finding_not_a_crash(tmp_path, tiny_cfg_dict):
+    """SpecForge's output-of ids [-1, 1, 3, 5] moved as they are to the top level (read input-of-layer, as vLLM
+    does): -1 is no layer of the target. The audit still runs and names the error; it never guesses a layout."""
+    tiny_cfg_dict["draft_vocab_size"] = 120
+    tiny_cfg_dict["eagle_aux_hidden_state_layer_ids"] = tiny_cfg_dict["eagle_config"].pop(
+        "eagle_aux_hidden_state_layer_ids")
+    draft, target = _world(tmp_path, tiny_cfg_dict)
+    a = audit_draft(draft, target)
+    assert a.findings["layout"] is None and "-1" in a.findings["layout_error"]
+    assert "unreadable ids" in a.findings["headline"]

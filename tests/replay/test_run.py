@@ -331,3 +331,17 @@ def test_summary_is_json(tmp_path):
     text = json.dumps(out, allow_nan=False)
     assert out["simulated_accept_length"] is None and "acc_per_step" in text
     assert not math.isnan(out["expected_accept_length"])
+
+
+def test_ids_this_target_cannot_have_leave_the_layout_to_the_data(tmp_path):
+    """Top-level ids [-1, 1, 3, 5] (SpecForge's output-of ids moved as they are, read input-of-layer): the setup
+    still loads, says why it has no layout from the config, and a replay runs on the data's own slots."""
+    ec = copy.deepcopy(TINY_SPECFORGE["eagle_config"])
+    ids = ec.pop("eagle_aux_hidden_state_layer_ids")
+    s = make_setup(tmp_path, over={"eagle_config": ec, "eagle_aux_hidden_state_layer_ids": ids})
+    assert s.training_layout is None
+    assert any("no layout of this target" in n and "-1" in n for n in s.notes)
+    assert not any("names no aux layer ids" in n for n in s.notes)
+    samples, acc, _ = make_samples(s, n=2)
+    r = R.replay(s, samples, num_steps=1, progress=False).summary()
+    assert r["acc_per_step"][0] == pytest.approx(acc, abs=1e-4)       # the summary rounds to 4 places
