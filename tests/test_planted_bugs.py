@@ -42,9 +42,9 @@ XFAIL: dict[tuple[str, bool], str] = {
     **{("short_context", o): _CONTEXT for o in (True, False)},
     ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
     ("template_think", True): ("chat_template_mismatch confirmed, but on its 'generation prompt' aspect; 'think "
-                               "blocks' ruled out by checks/template.py ('empty think blocks in 0% of training samples, "
-                               "consistent with the template') although the served template now opens each answer "
-                               "with an empty think block"),
+                               "blocks' ruled out by checks/template.py ('empty think blocks in 0% of training "
+                               "samples, consistent with the template') although the served template now opens "
+                               "each answer with an empty think block"),
     ("template_gen_prompt", True): _TEMPLATE.format("generation prompt '<|assistant|>' -> '<|assistant|>\\n'"),
 }
 
