@@ -41,6 +41,10 @@ XFAIL: dict[tuple[str, bool], str] = {
     **{("rope_theta", o): _ROPE for o in (True, False)},
     **{("short_context", o): _CONTEXT for o in (True, False)},
     ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
+    ("template_think", True): ("chat_template_mismatch confirmed, but on its 'generation prompt' aspect; 'think "
+                               "blocks' ruled out by checks/template.py ('empty think blocks in 0% of training "
+                               "samples, consistent with the template') although the served template now opens "
+                               "each answer with an empty think block"),
     ("template_gen_prompt", True): _TEMPLATE.format("generation prompt '<|assistant|>' -> '<|assistant|>\\n'"),
 }
 

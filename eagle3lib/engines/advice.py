@@ -111,7 +111,15 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
 
 
 def advise(layout, num_layers: int) -> pd.DataFrame:
-    """Per engine: the layer ids that reproduce `layout`, where to write them, and whether it can at all."""
+    """Per engine: the layer ids that reproduce `layout`, where to write them, and whether it can at all. A slot
+    that matches no boundary of the target (None: a drifted or other target) has no ids: every engine says so."""
+    unmatched = [i for i, b in enumerate(layout or ()) if b is None]
+    if unmatched:
+        many = len(unmatched) > 1
+        why = (f"slot{'s' * many} {', '.join(map(str, unmatched))} match{'es' * (not many)} no boundary of this target "
+               "(a target other than the one the data was captured from): no ids reproduce the training layout")
+        return pd.DataFrame([{"engine": eng, "variant": _VARIANT[eng], "key": _KEY[eng], "ids": [],
+                              "expressible": "no", "why": why, "snippet": "", "cli": ""} for eng in ENGINES])
     names = parse_layout(layout, num_layers)
     if not names:
         raise LayoutError("advise", "empty layout", expected="the boundaries the draft was trained on", found=names)
