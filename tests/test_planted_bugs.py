@@ -4,11 +4,15 @@ the optional inputs. The planted cause must be confirmed (or suspected, with the
 other cause confirmed, and every notebook ok; the healthy oddities must read "no fault found".
 
 One report run per case and input variant (a case's ``--only`` picks the notebooks it concerns): 26 + 17 runs of
-15-150 s each on 2 cores (the launch-command cases run notebook 01 only), so the suite is marked slow.
+15-150 s each on 2 cores (the launch-command cases run notebook 01 only), so the suite is marked slow. The whole
+matrix (45 min to 2 h here) runs with ``EAGLE3LIB_PLANTED=all``; otherwise (``make test``, CI) the variants of SAMPLE
+run, one per kind of plant (a config, a checkpoint, a template, a target, a launch command, the healthy oddities), and
+the others are skipped saying how to run them.
 """
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -23,22 +27,25 @@ WITH, CORE = "00,01,02,03", "00,01,02"    # notebooks run with the optional inpu
 # launch-command cases concern notebook 01 alone: run once (their optional inputs do not reach 01)
 VARIANTS = [(n, True) for n in planted.CASES] + [(n, False) for n, c in planted.CASES.items()
                                                  if not c.only and c.core]
+# what `make test` runs: one plant of each kind, with the optional inputs, and the healthy oddities
+SAMPLE = {("no_layer_ids", True), ("rope_theta", True), ("no_lm_head", True), ("template_system", True),
+          ("target_drift", True), ("ndt_rewrite", True), ("healthy_vllm_eagle_config", True),
+          ("healthy_sglang_own_embedding", True)}
+FULL = os.environ.get("EAGLE3LIB_PLANTED") == "all"
 # cases whose deciding measurement has its inputs at hand (the training data and the target): a suspicion is not enough
 DECIDED_OFFLINE = ("rope_theta", "short_context")
 # cases that fail on a bug in a file owned elsewhere (what was seen, which file): strict, so a fix shows
-_TOP_IDS = ("notebooks 00 and 02 fail with LayoutError 'layer id -1 (input-of-layer convention): outside the target's "
-            "layers' raised by DraftConfig.aux_layout from model/audit.py:70 (audit_draft) and replay/run.py:89 "
-            "(load_setup) instead of a finding")
-_ROPE = ("rope_mismatch only suspected from the configs (checks/rope.py: 'needs the draft's training data (for the "
-         "replay under both)') although the training data is given: no replay under both RoPEs decides it")
-_CONTEXT = ("short_context only suspected from the configs (checks/context.py: 'training samples reach 105 tokens, the "
-            "config declares only 64 positions'): no accuracy past max_position_embeddings is measured, no needs named")
+_TOP_IDS = ("the plant reads as two causes on vLLM: top-level ids [-1, 1, 3, 5] make vLLM capture 3 slots for a 4-slot "
+            "fc, so aux_layout_mismatch is confirmed too ('vllm fails on the first request: its fc takes 4 aux slots, "
+            "it captures 3'): the case's single expected cause is in question, not yet the checks")
+_CONTEXT = ("short_context ruled out, measured (checks/context.py: step-0 accuracy 0.924 within the draft's 64 "
+            "positions, 0.938 past them, SGLang drafts on): on SGLang this plant is no fault; a case served by vLLM's "
+            "V1 runner (which stops drafting past max_model_len) would be")
 _TEMPLATE = ("chat_template_mismatch ruled out on every aspect by checks/template.py ('the training samples carry the "
              "target template's role markers', 'the template's generation prompt ... opens the answers of 100% of "
              "training samples') although the served template's {} changed")
 XFAIL: dict[tuple[str, bool], str] = {
     **{("top_ids_output_of", o): _TOP_IDS for o in (True, False)},
-    **{("rope_theta", o): _ROPE for o in (True, False)},
     **{("short_context", o): _CONTEXT for o in (True, False)},
     ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
     ("template_think", True): ("chat_template_mismatch confirmed, but on its 'generation prompt' aspect; 'think "
@@ -69,9 +76,20 @@ def _report(name: str, optional: bool, out: Path) -> tuple[int, dict]:
     return r.returncode, json.loads(index.read_text())
 
 
+def _marks(n: str, o: bool) -> list:
+    if not FULL and (n, o) not in SAMPLE:
+        return [pytest.mark.skip(reason="outside make test's sample of the planted suite: EAGLE3LIB_PLANTED=all runs "
+                                 "every case (45 min to 2 h on 2 cores)")]
+    return [pytest.mark.xfail(strict=True, reason=XFAIL[n, o])] if (n, o) in XFAIL else []
+
+
 def _params(variants):
-    return [pytest.param(n, o, id=f"{n}-{'with' if o else 'core'}", marks=[pytest.mark.xfail(
-        strict=True, reason=XFAIL[n, o])] if (n, o) in XFAIL else []) for n, o in variants]
+    return [pytest.param(n, o, id=f"{n}-{'with' if o else 'core'}", marks=_marks(n, o)) for n, o in variants]
+
+
+def test_the_sample_is_cases_of_the_suite():
+    """Every sampled variant is one the suite runs (a renamed case would silently leave the sample)."""
+    assert SAMPLE <= set(VARIANTS)
 
 
 def test_every_cause_and_aspect_is_planted_or_says_why():
