@@ -143,6 +143,10 @@ def aspect_causes(aspect: str, as_served, num_layers: int | None, ids_read: bool
     return (("missing_layer_ids",) if not ids_read else ()) + tuple(found)
 
 
+# the aspects (causes.ASPECTS) a missing tensor is about
+UNKNOWN_ASPECTS = {"lm_head_missing": ("present",)}
+
+
 def as_served_findings(served: float, source: str, as_served, *, num_layers: int | None, ids_read: bool = True,
                        tolerance: float | None = None) -> list[Finding]:
     """What a served τ measured by the real engine says about each wiring cause, beside the draft replayed as
@@ -168,7 +172,7 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
     out = _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed)
     # a cause whose tensors the checkpoint lacks: 'as trained' is the loader's stand-in, so no replay rules it out;
     # the served τ matching that stand-in's replay measures what the engine serves in its place
-    unknown = set(getattr(as_served, "unknown", ()))
+    unknown = set(as_served.unknown)
     out = [f for f in out if not (f.cause in unknown and f.status == "ruled out")]
     for c in sorted(unknown):
         same = abs(served - tr.tau) <= tol
@@ -181,10 +185,6 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
                            fix="ship the trained tensors (re-export the checkpoint from the training run)",
                            measured=True, aspects=UNKNOWN_ASPECTS.get(c, ())))
     return out
-
-
-# the aspects (causes.ASPECTS) a missing tensor is about
-UNKNOWN_ASPECTS = {"lm_head_missing": ("present",)}
 
 
 def _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed) -> list[Finding]:
