@@ -22,7 +22,7 @@ def main() -> None:
     ap.add_argument("--only", help="comma-separated deployment names (default: all)")
     ap.add_argument("--n", type=int, default=16, help="samples per replay")
     args = ap.parse_args()
-    why = vllm_world.available()
+    why = vllm_world.vllm_unavailable_reason()
     if why:
         raise SystemExit(f"bench_served_vs_replay: {why}")
     names = args.only.split(",") if args.only else list(deployments.DEPLOYMENTS)

@@ -24,9 +24,9 @@ from eagle3lib.causes import findings_frame
 from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
-from eagle3lib.demo.world import select as select_demo_world
+from eagle3lib.demo.world import select_world
 
-select_demo_world(demo_world)
+select_world(demo_world)
 
 inp = checkpoint_audit.audit_inputs(draft_path, target_path, sample_data)
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)

@@ -48,9 +48,9 @@ from eagle3lib.engines import sglang_resolver
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import discovery, served_prediction
 from eagle3lib.report import findings
-from eagle3lib.demo.world import select as select_demo_world
+from eagle3lib.demo.world import select_world
 
-select_demo_world(demo_world)
+select_world(demo_world)
 
 inp = discovery.discovery_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
                                draft_path)
@@ -90,7 +90,7 @@ seed.log_proof()
 
 # %%
 display(seed.hits_frame())
-sglang_resolver.rules_frame(seed.version)
+sglang_resolver.sglang_rules_frame(seed.version)
 
 # %% [markdown]
 # ## 5. The corrected command

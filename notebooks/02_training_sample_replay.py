@@ -43,9 +43,9 @@ from IPython.display import display
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, layoutsearch, run as replay, tokenview, verdict
 from eagle3lib.steps import sample_replay
-from eagle3lib.demo.world import select as select_demo_world
+from eagle3lib.demo.world import select_world
 
-select_demo_world(demo_world)
+select_world(demo_world)
 
 inp = sample_replay.replay_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
                                    new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
@@ -179,7 +179,7 @@ for label, d in details.items():
 
 # %%
 causes = sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search)
-headline = verdict.headline(verdicts, search) + f" [serving layout from {served.source}]"
+headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
 findings.record("headline", headline)
 findings.record_findings("02 training-sample replay", causes)
 findings.record("verdicts", {label: x.summary() for label, x in verdicts.items()})

@@ -30,11 +30,11 @@ from eagle3lib.engines import advice
 from eagle3lib.causes import findings_frame
 from eagle3lib.steps import diffing
 from eagle3lib.report import findings
-from eagle3lib.demo.world import select as select_demo_world
+from eagle3lib.demo.world import select_world
 
-select_demo_world(demo_world)
+select_world(demo_world)
 
-inp = diffing.inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
+inp = diffing.diff_inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
                      getattr(torch, dtype))
 for note in inp.notes:
     print("NOTE:", note)
@@ -111,10 +111,10 @@ findings_frame(causes)
 # ## Findings recorded for the report index
 
 # %%
-for key, value in diffing.summary(s).items():
+for key, value in diffing.diff_summary(s).items():
     findings.record(key, value)
 findings.record("advice", {r.engine: r.ids for r in adv.itertuples()})
 findings.record("fix_accuracy", diffing.proof_summary(proof) if not isinstance(proof, str) else proof)
-findings.record("headline", diffing.headline(s, proof))
+findings.record("headline", diffing.diff_headline(s, proof))
 findings.record_findings("03 hidden-state diffing", causes)
 findings.current()

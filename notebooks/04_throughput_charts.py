@@ -41,9 +41,9 @@ from eagle3lib.throughput import costmodel, plots, records
 from eagle3lib.report import findings
 from eagle3lib.demo.sweep import series_of
 from eagle3lib.steps import throughput_runs
-from eagle3lib.demo.world import select as select_demo_world
+from eagle3lib.demo.world import select_world
 
-select_demo_world(demo_world)
+select_world(demo_world)
 
 CORRECT = series_of("correct")     # the demo sweep's series with the training layout
 
@@ -183,7 +183,7 @@ tvc.replay.table if tvc is not None else "chain-vs-tree replay not run"
 # settings; the star is the predicted best.
 
 # %%
-plots.tree_vs_chain(tvc.choice, measured=tvc.timings) if tvc is not None else "chain-vs-tree replay not run"
+plots.tree_vs_chain_figure(tvc.choice, measured=tvc.timings) if tvc is not None else "chain-vs-tree replay not run"
 
 # %% [markdown]
 # ## 9. Headline

@@ -192,11 +192,99 @@ def test_no_text_names_a_module_that_is_gone(stale: str):
     assert not bad, f"'{stale}' (no such module) named in: {bad}"
 
 
-@pytest.mark.parametrize("name", ["compare", "resolve_inputs", "contract_checks", "cause_findings", "tolerance_for",
-                                  "replay", "layer_reading", "forward_preview"])
-def test_a_public_function_name_has_one_home(name: str):
-    """Issue 26's doubles: each of these names is a module-level function of at most one module."""
-    homes = [mod for mod, path in MODULES.items() if any(
-        isinstance(n, (ast.FunctionDef, ast.AsyncFunctionDef)) and n.name == name
-        for n in ast.parse(path.read_text()).body)]
-    assert len(homes) <= 1, f"{name} is defined in {homes}"
+# Public methods that mean one thing on every class that defines them (a protocol): any public class may have them.
+PROTOCOL_METHODS = {
+    "to_dict": "the value as a JSON-ready dict (from_dict reads it back)",
+    "from_dict": "the value again from to_dict's dict (or a parsed file of its kind)",
+    "frame": "the result as a pandas DataFrame, what a notebook shows",
+    "summary": "the result in brief: a flat dict for a table, or a few lines of text",
+    "headline": "one line: what the result says",
+    "findings": "the result as causes.Finding records",
+    "evidence": "what the result rests on, as its findings cite it",
+    "merge": "add another shard's counts into these",
+    "result": "the finished result of what was accumulated",
+    "close": "release what the object holds (files, a browser, a bar)",
+    "forward": "torch.nn.Module.forward",
+    "inputs": "a decoder layer's attention input and residual",
+    "qkv": "an attention's RoPE'd q, k, v",
+    "out": "an attention's output projection",
+    "rows": "a view of some batch rows of a cache",
+    "accept_length": "tokens per verify round, the bonus token included",
+    "tok_s": "decode tokens per second",
+    "ok": "no error",
+    "get": "a value by its key",
+    "take": "what a tap saw in the last forward",
+    "hidden_size": "H, the width of every state",
+    "num_tokens": "T, the rows of every state",
+    "nbytes": "bytes stored",
+    "layout": "boundary names, in the order the draft's fc receives them",
+}
+
+# Module-level functions that share their name with another public function or method and mean the same thing:
+# name -> (what it means, every home: a module, or module.Class for a method).
+SHARED_NAMES = {
+    "main": ("a command line's entry point", {
+        "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.engines.vllm_dump",
+        "eagle3lib.engines.vllm_side.accept", "eagle3lib.engines.vllm_side.dump", "eagle3lib.engines.vllm_side.probe",
+        "eagle3lib.engines.vllm_side.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
+        "eagle3lib.report.runner", "eagle3lib.throughput.vllm_serve"}),
+    "parser": ("a command line's argparse parser", {
+        "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
+    "resolve": ("the settings an engine runs for the requested ones", {
+        "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.engine.SpecEngine"}),
+    "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
+    "edited_copy": ("a copy of a draft folder with its config and tensors edited", {
+        "eagle3lib.demo.deployments", "eagle3lib.engines.draft_edit"}),
+    "exit_code": ("the workbook's exit code: 0 read, 1 broke, 3 an input unreadable", {
+        "eagle3lib.report.problems", "eagle3lib.diagnose.run.Run"}),
+    "not_given": ("the core inputs left empty on a user's own draft", {
+        "eagle3lib.report.problems", "eagle3lib.diagnose.run.Run"}),
+    "flag": ("the command-line spelling of a field name", {"eagle3lib.checks.launch_flags", "eagle3lib.diagnose.run"}),
+    "from_ids": ("layer ids in a convention -> boundary names", {
+        "eagle3lib.layout", "eagle3lib.serving.capturespec.CaptureSpec"}),
+    "raised": ("a confirmed or suspected finding (an alarm)", {"eagle3lib.causes", "eagle3lib.causes.Finding"}),
+    "root_error": ("the engine's own failure in a log", {
+        "eagle3lib.engines.vllm_errors", "eagle3lib.serving.vllm_log.VllmLogReading"}),
+    "save_dump": ("aux rows written as an eagle3lib-dump/1 directory", {
+        "eagle3lib.hidden.dumps", "eagle3lib.serving.engine.SpecEngine"}),
+    "speedup": ("predicted throughput relative to no speculation", {
+        "eagle3lib.throughput.costmodel", "eagle3lib.throughput.treecost.TreeCost"}),
+    "to_dict": (PROTOCOL_METHODS["to_dict"], {"eagle3lib.throughput.records"}),
+    "from_dict": (PROTOCOL_METHODS["from_dict"], {"eagle3lib.throughput.records"}),
+}
+
+
+def _public_functions() -> dict[str, list[tuple[str, bool]]]:
+    """name -> [(home, is a method)] for every public module-level function and public method of a public class."""
+    out: dict[str, list[tuple[str, bool]]] = {}
+    for mod, path in MODULES.items():
+        for node in ast.parse(path.read_text()).body:
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)) and not node.name.startswith("_"):
+                out.setdefault(node.name, []).append((mod, False))
+            elif isinstance(node, ast.ClassDef) and not node.name.startswith("_"):
+                for m in node.body:
+                    if isinstance(m, (ast.FunctionDef, ast.AsyncFunctionDef)) and not m.name.startswith("_"):
+                        out.setdefault(m.name, []).append((f"{mod}.{node.name}", True))
+    return out
+
+
+def test_no_two_public_functions_share_a_name_unless_they_mean_the_same():
+    """Issue 26: a name says what a function answers. Two public functions (module-level, or methods of public
+    classes) share a name only as a protocol method (PROTOCOL_METHODS) or as a listed shared name (SHARED_NAMES)."""
+    bad = []
+    for name, homes in sorted(_public_functions().items()):
+        if len(homes) < 2:
+            continue
+        allowed = SHARED_NAMES.get(name, ("", set()))[1]
+        odd = [h for h, method in homes if not (method and name in PROTOCOL_METHODS) and h not in allowed]
+        if odd:
+            bad.append(f"{name}: {', '.join(h for h, _ in homes)} (rename, or list it with its meaning)")
+    assert not bad, "public functions sharing a name:\n" + "\n".join(bad)
+
+
+def test_the_shared_names_list_names_real_homes():
+    """An entry of SHARED_NAMES whose home no longer defines the name is stale (delete it there)."""
+    found = _public_functions()
+    stale = [f"{name}: {h}" for name, (_, homes) in SHARED_NAMES.items() for h in sorted(homes)
+             if h not in {home for home, _ in found.get(name, [])}]
+    assert not stale, "stale SHARED_NAMES entries:\n" + "\n".join(stale)

@@ -197,7 +197,7 @@ def notebook_params() -> list[tuple[str, str]]:
     """(notebook, parameter) for every parameter of every notebook's parameters cell that has a kind."""
     from eagle3lib.report import runner
     out = []
-    for src in runner.discover(ROOT / "notebooks"):
+    for src in runner.discover_notebooks(ROOT / "notebooks"):
         for name in report_params.declared_parameters(report_params.read_source(src)):
             out.append((src.stem, name))
     return out
@@ -262,7 +262,7 @@ def step_calls():
         "train_data_path": lambda v: sr.load_replay_setup(sr.replay_inputs(D, T, v), recapture=False) and
         replayed(v),
         "heldout_data_path": replayed, "new_prompt_data_path": replayed, "served_data_path": replayed,
-        "training_data": lambda v: diffing.inputs(T, D, v, ""),
+        "training_data": lambda v: diffing.diff_inputs(T, D, v, ""),
         "launch_command": lambda v: disc(launch=v), "fixed_command": lambda v: disc(launch=v),
         "sglang_version": lambda v: disc(version=v),
         "serving_version": lambda v: sr.serving_layout(_ri(), 8, engine="sglang", engine_version=v),
@@ -349,7 +349,7 @@ def good_values(tmp: Path) -> dict[str, object]:
 def test_a_readable_value_of_every_kind_is_no_problem(tmp_path):
     good = good_values(tmp_path)
     assert set(good) == set(G.KINDS)
-    problems = [str(p) for k, v in good.items() if (p := G.check(k, v, k, ROOT)) is not None]
+    problems = [str(p) for k, v in good.items() if (p := G.check_input(k, v, k, ROOT)) is not None]
     assert not problems, problems
 
 

@@ -150,7 +150,7 @@ CASES = [
                                'vllm:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4\n'),
          lambda c: benchparse.parse_prometheus(c["path"]).warnings, Warned(), ("position",)),
     Case("findings_file_not_json", "findings", _text("findings.json", b'\xff{"tau": 2.1'),
-         lambda c: findings.read(c["path"]), ReportError, ("{path}", "not valid JSON", "a JSON object", "0xff")),
+         lambda c: findings.read_findings(c["path"]), ReportError, ("{path}", "not valid JSON", "a JSON object", "0xff")),
     Case("records_jsonl_broken_line", "records",
          _text("runs.jsonl", json.dumps(_RECORD) + "\n" + json.dumps(_RECORD)[:30] + "\n"),
          lambda c: records.read_jsonl(c["path"]), DataError,

@@ -16,7 +16,7 @@ EXPECTED = ("00", "01", "02", "03", "04")  # the workbook's notebooks (issues 2,
 @pytest.mark.slow
 def test_every_notebook_runs_on_the_embedded_default(demo_reports):
     """Every notebook executes ok, has one tagged parameters cell, and records a 'headline' finding."""
-    sources = report.discover(ROOT / "notebooks")
+    sources = report.discover_notebooks(ROOT / "notebooks")
     assert set(EXPECTED) <= {p.name[:2] for p in sources}, [p.name for p in sources]
     rc, out = demo_reports
     index = json.loads((out / "index.json").read_text())
@@ -29,7 +29,7 @@ def test_every_notebook_runs_on_the_embedded_default(demo_reports):
         tagged = [c for c in executed.cells if "parameters" in c.metadata.get("tags", [])]
         assert len(tagged) == 1, f"{stem}: {len(tagged)} cells tagged 'parameters'"
         assert (out / f"{stem}.html").stat().st_size > 0
-        recorded = findings.read(out / f"{stem}.findings.json")
+        recorded = findings.read_findings(out / f"{stem}.findings.json")
         assert "headline" in recorded, f"{stem} recorded {sorted(recorded)}"
         assert row["findings"] == recorded
     d = index["diagnosis"]                        # the demo world is the seed's story, told from evidence

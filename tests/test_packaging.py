@@ -16,7 +16,7 @@ from eagle3lib.report import params as report_params
 tomllib = pytest.importorskip("tomllib")
 
 ROOT = Path(__file__).resolve().parents[1]
-NOTEBOOKS = report.discover(ROOT / "notebooks")
+NOTEBOOKS = report.discover_notebooks(ROOT / "notebooks")
 _REQ = re.compile(r"^\s*([A-Za-z0-9][A-Za-z0-9._-]*)\s*(?:\[[^\]]*\])?\s*(.*?)\s*$")
 CONDA_TO_PIP = {"pytorch": "torch"}  # conda-forge names that differ from the PyPI name
 

@@ -66,7 +66,7 @@ def world():
 def _report(name: str, optional: bool, out: Path) -> tuple[int, dict]:
     """(exit code, index.json) of one report run on case `name` written under `out`."""
     c = planted.case(name)
-    params = planted.write(name, out, optional=optional)
+    params = planted.write_case(name, out, optional=optional)
     only = c.only or (WITH if optional else CORE)
     r = subprocess.run([sys.executable, "-m", "eagle3lib.report", "-f", str(params), "--out", str(out / "reports"),
                         "--only", only, "--notebooks", str(ROOT / "notebooks"), "--cwd", str(ROOT)],

@@ -27,7 +27,7 @@ from ..samples.writers import specforge_sample_path, write_seed_dataset, write_s
 from ..layout import to_ids
 from ..model.vocab import build_vocab_map, coverage
 from . import corpus as C
-from .train_draft import ACC_DEFINITION, Captured, capture, draft_config_dict, evaluate, train_draft
+from .train_draft import ACC_DEFINITION, Captured, capture_records, draft_config_dict, evaluate_draft, train_draft
 from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
 
 BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
@@ -173,7 +173,7 @@ def restore_world(root: str | Path, artifacts: Path | None = None, progress: boo
             splits, _, enc = _corpus(p, world["seed"])
         with timer.stage("capture hidden states"):
             target = AutoModelForCausalLM.from_pretrained(p.target, trust_remote_code=False).eval()
-            cap = {name: capture(target, enc[name], TRAINING_LAYOUT, progress=progress)
+            cap = {name: capture_records(target, enc[name], TRAINING_LAYOUT, progress=progress)
                    for name in ("draft_train", "heldout", "shifted")}
         with timer.stage("write training data"):
             _write_data(p, cap["draft_train"], cap["heldout"], cap["shifted"], target.config.num_hidden_layers)
@@ -237,7 +237,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
             tstats["samples"] = {q: greedy_reply(target, hf_tok, q) for q in SAMPLE_QUESTIONS}
             target.save_pretrained(p.target)                        # tokenizer files are already there
         with timer.stage("capture hidden states"):
-            cap = {name: capture(target, enc[name], TRAINING_LAYOUT, progress=progress)
+            cap = {name: capture_records(target, enc[name], TRAINING_LAYOUT, progress=progress)
                    for name in ("draft_train", "heldout", "shifted")}
         with timer.stage("write training data"):
             _write_data(p, cap["draft_train"], cap["heldout"], cap["shifted"], cfg.num_hidden_layers)
@@ -266,8 +266,8 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
             log = train_draft(draft, cap["draft_train"], cap["heldout"], lm_head, steps=SIZES["draft_steps"],
                               num_steps=SIZES["ttt_steps"], batch_size=SIZES["draft_batch"],
                               lr=SIZES["draft_lr"], eval_every=SIZES["draft_steps"] // 4, seed=seed, progress=progress)
-            shifted_ev = evaluate(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
-            train_ev = evaluate(draft, cap["draft_train"][:SIZES["heldout"]], lm_head, SIZES["ttt_steps"])
+            shifted_ev = evaluate_draft(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
+            train_ev = evaluate_draft(draft, cap["draft_train"][:SIZES["heldout"]], lm_head, SIZES["ttt_steps"])
             save_draft(draft, dcfg_dict, p.draft)
             with open(p.training_log, "w") as f:
                 for rec in log:

@@ -6,9 +6,9 @@ The trained draft (SpecForge format) stores its aux ids as SpecForge writes them
 healthy deployment writes [0, 2, 4, 6] there (as the issue's user did); the draft as SpecForge left it makes vLLM
 capture only three slots for a four-slot fc, and the first request fails.
 
-`write(name, out)` writes one deployment's draft folder; `DEPLOYMENTS` says what each one is and which cause the
+`write_deployment(name, out)` writes one deployment's draft folder; `DEPLOYMENTS` says what each one is and which cause the
 diagnosis must name (None: healthy, "no fault found"; `refused`: the engine fails on it, the error is the finding).
-Usage: ``draft = write("off_by_one", tmp / "draft"); DEPLOYMENTS["off_by_one"].cause``.
+Usage: ``draft = write_deployment("off_by_one", tmp / "draft"); DEPLOYMENTS["off_by_one"].cause``.
 """
 from __future__ import annotations
 
@@ -94,7 +94,7 @@ def deployment(name: str) -> Deployment:
     return DEPLOYMENTS[name]
 
 
-def write(name: str, out, *, draft=None, target=None) -> Path:
+def write_deployment(name: str, out, *, draft=None, target=None) -> Path:
     """The draft folder of deployment `name`: a copy of the demo draft (`draft`, else the demo world's) with its
     defect planted. `target`: the target whose embedding a planted copy is drawn like."""
     dep = deployment(name)

@@ -5,7 +5,7 @@ YAML that points the notebooks at it (`python -m eagle3lib.report -f <folder>/ca
 One case per catalogue cause and aspect that can be planted offline (`CASES`), plus healthy ones that look odd but
 that the named engine serves correctly (`cause` None: the report must read "no fault found"). Not planted here,
 and why (`NOT_PLANTABLE`): what needs a draft trained otherwise, or a measurement of a running server.
-Usage: ``yaml_path = write("rope_theta", tmp / "rope_theta"); CASES["rope_theta"].cause``.
+Usage: ``yaml_path = write_case("rope_theta", tmp / "rope_theta"); CASES["rope_theta"].cause``.
 """
 from __future__ import annotations
 
@@ -281,7 +281,7 @@ def _vllm_log(out: Path, target: Path, draft: Path) -> Path:
     return path
 
 
-def write(name: str, out, *, optional: bool = True) -> Path:
+def write_case(name: str, out, *, optional: bool = True) -> Path:
     """Case `name` as a user's folder under `out` (draft/, target/ when changed, launch.txt, server.log for vLLM)
     and its params YAML ``case.yaml`` (returned). `optional`: give the optional inputs too (the audit's and
     notebook 03's training data, the held-out split, the training log), else the core ones only."""

@@ -37,7 +37,7 @@ class Captured:
 
 
 @torch.no_grad()
-def capture(model, records: list[tuple[str, list[int], list[int]]], layout: tuple[str, ...],
+def capture_records(model, records: list[tuple[str, list[int], list[int]]], layout: tuple[str, ...],
             batch_size: int = 32, progress: bool = False) -> list[Captured]:
     """Run the HF target over (id, input_ids, loss_mask) records; keep `layout` slots and the final post-norm state."""
     L = model.config.num_hidden_layers
@@ -120,7 +120,7 @@ def step_terms(logits: list[Tensor], target_logits: Tensor, mask: Tensor, t2d: T
 
 
 @torch.no_grad()
-def evaluate(draft, samples: list[Captured], lm_head: Tensor, num_steps: int, batch_size: int = 64) -> dict:
+def evaluate_draft(draft, samples: list[Captured], lm_head: Tensor, num_steps: int, batch_size: int = 64) -> dict:
     """Pooled SpecForge accuracy and soft-CE per TTT step over `samples` (see ACC_DEFINITION)."""
     draft.eval()
     t2d = draft.t2d
@@ -160,7 +160,7 @@ def train_draft(draft, train: list[Captured], val: list[Captured], lm_head: Tens
         opt.zero_grad(set_to_none=True)
         run_loss.append(loss.item())
         if step % eval_every == 0 or step == steps:
-            ev = evaluate(draft, val, lm_head, num_steps)
+            ev = evaluate_draft(draft, val, lm_head, num_steps)
             rec = {"step": step, "epoch": round(step * batch_size / len(train), 2),
                    "train_loss": round(sum(run_loss) / len(run_loss), 4), "val_acc_step0": ev["acc"][0],
                    "val_acc": ev["acc"], "val_ploss": ev["ploss"], "val_positions": ev["positions"],

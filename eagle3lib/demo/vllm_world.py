@@ -5,7 +5,7 @@ A deployment folder holds what a user brings from a GPU box: ``draft/`` (the dra
 (launch.txt, server.log, metrics.txt, prompts and answers: `throughput.vllm_serve`), ``dump/`` (what vLLM fed the
 draft's fc: `engines.vllm_dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
-Without a vLLM venv `available()` says how to make one and nothing is served.
+Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served.
 Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``.
 """
 from __future__ import annotations
@@ -32,7 +32,7 @@ def root() -> Path:
     return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / "demo_vllm")
 
 
-def available() -> str:
+def vllm_unavailable_reason() -> str:
     """"" when the real vLLM can serve here, else the one-line reason and how to make it."""
     return vllm_env.unavailable_reason()
 
@@ -87,7 +87,7 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     """The deployment `name` served (and dumped: by default the names in DUMPED), reusing what an earlier run
     wrote for the same draft."""
     dump = name in DUMPED if dump is None else dump
-    reason = available()
+    reason = vllm_unavailable_reason()
     if reason:
         raise EngineError(f"vLLM demo deployment {name!r}", "the real vLLM is not installed", expected="a vLLM venv",
                           found=reason, cause="make vllm")
@@ -103,7 +103,7 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
             return Served(**{k: got[k] for k in Served.__dataclass_fields__})
     from ..throughput.vllm_serve import serve
     from ..engines.vllm_dump import dump as dump_draft
-    deployments.write(name, draft, draft=w.draft, target=w.target)
+    deployments.write_deployment(name, draft, draft=w.draft, target=w.target)
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts,
                 num_speculative_tokens=num_speculative_tokens, max_model_len=512)
     dumped = None

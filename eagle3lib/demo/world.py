@@ -2,7 +2,7 @@
 
 Two worlds, the same story: `llama` (a Llama target and a Llama-style EAGLE-3 draft, ``data/demo/``) and `mla`
 (a DeepSeek-V3-architecture target, MLA + MoE, and an MLA EAGLE-3 draft as SGLang serves for Kimi-K2.x,
-``data/demo_mla/``). `select(name)` (the notebooks' `demo_world` parameter) or ``$EAGLE3LIB_DEMO_WORLD`` picks
+``data/demo_mla/``). `select_world(name)` (the notebooks' `demo_world` parameter) or ``$EAGLE3LIB_DEMO_WORLD`` picks
 one for the process; `paths()` says where its artifacts live (``$EAGLE3LIB_DEMO_DIR`` overrides the folder);
 `ensure_world()` builds them when missing (eagle3lib.demo.build, which also says where each artifact lives:
 `DemoPaths`).
@@ -31,7 +31,7 @@ def world_name(name: str | None = None) -> str:
     return name
 
 
-def select(name: str | None = None) -> str:
+def select_world(name: str | None = None) -> str:
     """Make `name` ("llama" or "mla"; empty: keep the current choice) this process's demo world; returns it."""
     chosen = world_name(name)
     os.environ[WORLD_ENV] = chosen

@@ -208,7 +208,7 @@ def _replay(inp: Inputs) -> list[Finding]:
 
 
 def _diffing(inp: Inputs) -> list[Finding]:
-    di = diffing.inputs(inp.target, inp.draft, inp.data, inp.dump, device=inp.device)
+    di = diffing.diff_inputs(inp.target, inp.draft, inp.data, inp.dump, device=inp.device)
     s = diffing.sides(di)
     proof = diffing.proof_of_fix(di, diffing.served(s), s.training.identified, n=min(inp.n, 16),
                                  num_steps=inp.num_steps, device=inp.device)

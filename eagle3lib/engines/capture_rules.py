@@ -310,7 +310,7 @@ def draft_serving(engine: str, draft_config: dict, version: str | None = None) -
     return tuple(out)
 
 
-def rules_frame() -> pd.DataFrame:
+def capture_rules_frame() -> pd.DataFrame:
     """Both tables as one frame (kind = "target" / "draft"), what a notebook shows next to a finding."""
     rows = [{"kind": "target", **vars(r)} for r in TARGET_RULES] + [{"kind": "draft", **vars(r)} for r in DRAFT_RULES]
     return pd.DataFrame(rows)

@@ -65,7 +65,7 @@ class Resolution:
                                            "logged", "message"], dtype=object)
 
 
-def rules_frame(version: str | None = None, rules: tuple[Rule, ...] = RULES) -> pd.DataFrame:
+def sglang_rules_frame(version: str | None = None, rules: tuple[Rule, ...] = RULES) -> pd.DataFrame:
     """The rule table itself, one row per rule (only those holding in `version` when given)."""
     cols = ["id", "label", "min_version", "max_version", "kind", "logged", "condition", "effect", "source", "traced"]
     rows = [{c: getattr(r, c) for c in cols} for r in rules if version is None or r.holds_in(version)]

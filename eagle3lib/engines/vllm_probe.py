@@ -29,7 +29,7 @@ CACHE_ENV = "EAGLE3LIB_CACHE"
 SCRIPT = "probe.py"
 
 
-def available() -> bool:
+def vllm_available() -> bool:
     """Whether a vLLM venv is there to ask."""
     return vllm_python() is not None
 
@@ -224,7 +224,7 @@ def probe_many(requests: list[dict], *, use_cache: bool = True, timeout: float =
     """`probe` for several requests (dicts of probe's arguments); the uncached ones run in one vLLM process."""
     jobs = [_job(r["draft"], r["target"], r.get("method", "eagle3"), r.get("num_speculative_tokens", 3),
                  r.get("max_model_len"), r.get("dtype", "float32")) for r in requests]   # bad paths fail first
-    if not available():
+    if not vllm_available():
         raise EngineError("vllm_probe", "the real vLLM is not available", expected="a vLLM venv",
                           found=unavailable_reason())
     out: list[dict | None] = [None] * len(jobs)

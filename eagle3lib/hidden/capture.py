@@ -67,7 +67,7 @@ class Capture:
         """States of `layout` concatenated as a draft's fc takes them: (T, k*H) or (B, T, k*H)."""
         return torch.cat([self[n] for n in parse_layout(layout, self.num_layers)], dim=-1)  # -> (.., T, k*H)
 
-    def sample(self, b: int) -> Capture:
+    def sequence(self, b: int) -> Capture:
         """The b-th sequence of a batched capture, as an unbatched Capture."""
         if not self.batched:
             return self

@@ -4,7 +4,7 @@
 declared layout) against every boundary of a `capture.Capture` at token shifts -1..+1 and names each slot's best match
 with a confidence. Bad input (token counts, widths,
 NaNs) lands in `notes` and the rest is still compared. Numbers come back as DataFrames and frozen dataclasses.
-`identify_fc_input` recovers the layout a server fed from a dumped fc output. The words are in `diagnosis.py`.
+`identify_fc_input` recovers the layout a server fed from a dumped fc output. The words are in `explain.py`.
 """
 from __future__ import annotations
 
@@ -161,8 +161,8 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
     if ref.batched:
         if ref.input_ids.shape[0] != 1:
             raise LayoutError(f"reference {ref.source}", "a batched capture", expected="one sequence",
-                              found=tuple(ref.input_ids.shape), cause="pass reference.sample(b)")
-        ref = ref.sample(0)
+                              found=tuple(ref.input_ids.shape), cause="pass reference.sequence(b)")
+        ref = ref.sequence(0)
     L, H = ref.num_layers, ref.hidden_size
     names = [normalize(b, L) for b in boundaries] if boundaries is not None else ref.names
     n_r = int(ref.input_ids.shape[0])
@@ -259,7 +259,7 @@ class FcMatch:
 def identify_fc_input(fc_out: Tensor, fc_weight: Tensor, reference: Capture, *, starts=(), boundaries=None,
                       sweeps: int = 10) -> FcMatch:
     """Find the layout b_1..b_k with fc_out ~= sum_j ref[b_j] @ W_j^T (coordinate descent over boundaries)."""
-    ref = reference.sample(0) if reference.batched else reference
+    ref = reference.sequence(0) if reference.batched else reference
     H = ref.hidden_size
     if fc_weight.shape[1] % H:
         raise LayoutError("fc.weight", "input width is not a multiple of the target hidden size",

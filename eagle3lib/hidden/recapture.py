@@ -223,7 +223,7 @@ class _NoFile:
         pass
 
 
-def finish(target, data, out, result: RecaptureResult) -> None:
+def finish_recapture(target, data, out, result: RecaptureResult) -> None:
     """Rank 0, after every rank: the seed index in dataset order, and dataset_info.json naming the layout."""
     out = Path(out)
     info = dict(open_dataset(data).info)
@@ -278,7 +278,7 @@ def main(argv=None) -> int:
         if world > 1:
             _barrier()
         if rank == 0:
-            finish(a.target, a.data, a.out, r)
+            finish_recapture(a.target, a.data, a.out, r)
     except Eagle3Error as e:
         print(json.dumps({"ok": False, "error": str(e)}))
         return 2

@@ -38,7 +38,7 @@ class KVCache:
         self.v = torch.zeros(batch, num_kv_heads, max_len, v_head_dim or head_dim, dtype=dtype, device=device)
         self.max_len = max_len
 
-    def update(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
+    def store(self, positions: Tensor, k: Tensor, v: Tensor) -> tuple[Tensor, Tensor]:
         """Write k (B, nkv, S, hd) / v (B, nkv, S, vd) at positions (B, S); return the whole buffers."""
         if int(positions.max()) >= self.max_len:
             raise ValueError(f"draft KV cache holds {self.max_len} positions, asked to write {int(positions.max())}")
@@ -324,7 +324,7 @@ class Eagle3Draft(nn.Module):
         for layer, layer_cache in zip(self.decoder_layers, cache.layers, strict=True):
             u, residual = layer.inputs(emb, h)
             q, k, v = layer.self_attn.qkv(u, cos, sin)
-            k_all, v_all = layer_cache.update(positions, k, v)
+            k_all, v_all = layer_cache.store(positions, k, v)
             o = _attend(q, k_all, v_all, allowed, layer.self_attn.scale)
             h = layer.finish(layer.self_attn.out(o), residual)
         return self.head(h)

@@ -36,26 +36,26 @@ class TargetInfo:
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
 
     @property
-    def text(self) -> Mapping[str, Any]:
+    def text_config(self) -> Mapping[str, Any]:
         """The decoder's config: `text_config` of a VLM (Kimi-K2.5), else the config itself."""
         return self.raw["text_config"] if isinstance(self.raw.get("text_config"), Mapping) else self.raw
 
     @property
     def attention(self) -> str:
         """"mla" (DeepSeek-V3 / Kimi-K2: kv_lora_rank set), "sliding+full" (gpt-oss layer_types) or "full"."""
-        if self.text.get("kv_lora_rank"):
+        if self.text_config.get("kv_lora_rank"):
             return "mla"
-        return "sliding+full" if "sliding_attention" in (self.text.get("layer_types") or ()) else "full"
+        return "sliding+full" if "sliding_attention" in (self.text_config.get("layer_types") or ()) else "full"
 
     @property
     def moe(self) -> bool:
         """True when the decoder has routed experts (n_routed_experts, num_experts or num_local_experts > 0)."""
-        return any(int(self.text.get(k) or 0) > 0 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
+        return any(int(self.text_config.get(k) or 0) > 0 for k in ("n_routed_experts", "num_experts", "num_local_experts"))
 
     @property
     def first_k_dense_replace(self) -> int | None:
         """DeepSeek-V3 / Kimi-K2: the leading dense layers before the MoE ones (None when the config has no such key)."""
-        v = self.text.get("first_k_dense_replace")
+        v = self.text_config.get("first_k_dense_replace")
         return int(v) if v is not None else None
 
 

@@ -59,7 +59,7 @@ class ReplaySetup:
         return self.model.fc.weight.dtype
 
 
-def resolve_dtype(dtype, device: str) -> torch.dtype:
+def replay_dtype(dtype, device: str) -> torch.dtype:
     """"auto" -> bf16 on CUDA, fp32 elsewhere; strings like "bfloat16" -> torch dtypes."""
     if isinstance(dtype, torch.dtype):
         return dtype
@@ -77,7 +77,7 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
     the checkpoint lacks (or holds in the wrong shape) is, by default, replayed as an engine that loads the draft
     anyway would run it (`model.checkpoint.load_draft(missing="fill", lm_head=head_fill)`): `filled` and the notes
     say which; ``missing="raise"`` refuses such a draft."""
-    dt = resolve_dtype(dtype, device)
+    dt = replay_dtype(dtype, device)
     loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt, missing=missing,
                         lm_head=head_fill)
     notes, lm_head, tok, L, lay = [f.sentence() for f in loaded.filled], None, None, None, None

@@ -2,7 +2,7 @@
 
 At step k, the token at index p is what the draft drafts from position t = p-2-k (eagle3-formats.md §3.4):
 green = the chain from t reached and accepted it, red = rejected, grey = not scored (mask / end). `collect` runs
-the draft on a few samples keeping top-k; `render_html` / `static_view` give HTML (for exported reports),
+the draft on a few samples keeping top-k; `sample_html` / `static_view` give HTML (for exported reports),
 `browser` an ipywidgets browser (sample, position, step) for JupyterLab, opening each sample on its first
 scored position (`first_scored`); `show` displays both.
 """
@@ -109,7 +109,7 @@ def _show(s: str) -> str:
     return html.escape(s.replace("\n", "⏎").replace("\t", "⇥")) or "∅"
 
 
-def render_html(detail: SampleDetail, tokenizer=None, step: int = 0, position: int | None = None,
+def sample_html(detail: SampleDetail, tokenizer=None, step: int = 0, position: int | None = None,
                 max_tokens: int = 600) -> str:
     """HTML of one sample's text, each token coloured by its status at `step`, hover = top-k vs reference."""
     toks = token_strings(tokenizer, detail.input_ids[:max_tokens])
@@ -158,7 +158,7 @@ def first_scored(detail: SampleDetail) -> int:
 def static_view(details, tokenizer=None, step: int = 0, n: int = 3):
     """IPython HTML of the first `n` samples at `step` (what the exported report shows)."""
     from IPython.display import HTML
-    return HTML("<hr>".join(render_html(d, tokenizer, step) for d in list(details)[:n]))
+    return HTML("<hr>".join(sample_html(d, tokenizer, step) for d in list(details)[:n]))
 
 
 def browser(details, tokenizer=None):
@@ -174,7 +174,7 @@ def browser(details, tokenizer=None):
 
     def redraw(*_):
         d = details[sample.value]
-        text.value = render_html(d, tokenizer, step.value, pos.value)
+        text.value = sample_html(d, tokenizer, step.value, pos.value)
         with tab:
             tab.clear_output(wait=True)
             from IPython.display import display

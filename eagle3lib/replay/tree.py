@@ -93,7 +93,7 @@ def tree_candidates(model: Eagle3Draft, aux: Tensor, input_ids: Tensor, steps: i
     logits, h = model.head(out)                                              # (B, T, Vd), (B, T, H)
     tree = TreeBuilder(topk)
     p, idx = top_children(logits, topk)                                      # (B, T, S)
-    tok = tree.root(p, model.to_target_ids(idx))
+    tok = tree.expand_root(p, model.to_target_ids(idx))
     hs = h[:, :, None].expand(B, T, S, H)                                    # (B, T, H) -> (B, T, S, H)
     k0 = [k.repeat_interleave(S, dim=0) for k in k0]                         # (B, nkv, T, hd) -> (B*S, ...)
     v0 = [v.repeat_interleave(S, dim=0) for v in v0]
@@ -141,7 +141,7 @@ class TreeCounts:
         self.layout = self.layout or other.layout
         return self
 
-    def run(self, model: Eagle3Draft, batch: list[ReplayItem], mask_mode: str = "token"):
+    def count_batch(self, model: Eagle3Draft, batch: list[ReplayItem], mask_mode: str = "token"):
         """One padded batch: every setting's accept length at every fully scored position."""
         B, T = len(batch), max(len(b.ids) for b in batch)
         dev, dt = model.fc.weight.device, model.fc.weight.dtype
@@ -264,11 +264,11 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
                 continue
             longest = max([len(item.ids)] + [len(b.ids) for b in batch])
             if batch and (len(batch) + 1) * longest * widest > batch_tokens:
-                counts.run(model, batch, mask)
+                counts.count_batch(model, batch, mask)
                 batch = []
             batch.append(item)
         if batch:
-            counts.run(model, batch, mask)
+            counts.count_batch(model, batch, mask)
     if ds is not None:
         counts.skipped += [(-1 - i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)

@@ -125,7 +125,7 @@ def decide(train: ReplayResult, heldout: Mapping[str, ReplayResult] | ReplayResu
     return Verdict(kind, why, a, recorded_acc, held_acc, th, evidence)
 
 
-def headline(verdicts: Mapping[str, Verdict], search=None) -> str:
+def replay_headline(verdicts: Mapping[str, Verdict], search=None) -> str:
     """One line for the report index: the serving layout's verdict (else the last one) and the restoring fix."""
     key = "serving" if "serving" in verdicts else list(verdicts)[-1]
     v = verdicts[key]

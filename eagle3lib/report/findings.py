@@ -31,7 +31,7 @@ def record(key: str, value) -> None:
     _memory[key] = clean
     path = os.environ.get(ENV_VAR)
     if path:
-        found = read(path) if os.path.exists(path) else {}
+        found = read_findings(path) if os.path.exists(path) else {}
         found[key] = clean
         atomic_write(path, json.dumps(found, indent=2, allow_nan=False) + "\n")
 
@@ -61,7 +61,7 @@ def current() -> dict:
     return dict(_memory)
 
 
-def read(path: str | os.PathLike) -> dict:
+def read_findings(path: str | os.PathLike) -> dict:
     """The findings stored in a JSON file written by ``record``."""
     path = Path(path)
     if not path.is_file():

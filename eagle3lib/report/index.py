@@ -211,7 +211,7 @@ def _problems_html(found) -> str:
             f"</tr>{rows}</table>")
 
 
-def render_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None,
+def index_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None,
                 figures: dict[str, str] | None = None) -> str:
     """The index page: run conditions, the diagnosis, then one row per notebook; `figures` maps a notebook to
     its figure as inline HTML (`figure_of`)."""
@@ -237,4 +237,4 @@ def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
     out_dir = Path(out_dir)
     figures = {r.get("notebook"): f for r in rows if (f := figure_of(out_dir, r))}
     atomic_write_all({out_dir / "index.json": json.dumps(data, indent=2) + "\n",
-                      out_dir / "index.html": render_html(rows, meta, (d, bad), figures)})
+                      out_dir / "index.html": index_html(rows, meta, (d, bad), figures)})

@@ -146,7 +146,7 @@ def prepare(common: dict) -> str | None:
     if not names:
         return None
     from ..demo import vllm_world
-    why = vllm_world.available()
+    why = vllm_world.vllm_unavailable_reason()
     if why:
         return f"the vLLM demo needs the real vLLM: {why}"
     for name in ([names] if isinstance(names, str) else list(names)):

@@ -35,7 +35,7 @@ def _scalar(v) -> bool:
     return v is None or isinstance(v, (str, int, float, bool))
 
 
-def text(v) -> str:
+def value_text(v) -> str:
     """Any JSON value as one escaped line (nested values compact: "k v, k v"; lists "a, b")."""
     esc = html.escape
     if v is None:
@@ -47,10 +47,10 @@ def text(v) -> str:
     if isinstance(v, list):
         if not v:
             return "none"
-        shown = ", ".join(text(x) for x in v[:LIST_LIMIT])
+        shown = ", ".join(value_text(x) for x in v[:LIST_LIMIT])
         return shown + (f" (+{len(v) - LIST_LIMIT} more)" if len(v) > LIST_LIMIT else "")
     if isinstance(v, dict):
-        return ", ".join(f"{esc(_label(k))} {text(x)}" for k, x in v.items()) or "none"
+        return ", ".join(f"{esc(_label(k))} {value_text(x)}" for k, x in v.items()) or "none"
     return esc(str(v))
 
 
@@ -72,13 +72,13 @@ def _lists(value: dict) -> bool:
 def _short(v) -> bool:
     """Fits in one run of a line: a scalar, or a short list of scalars."""
     if isinstance(v, list):
-        return len(v) <= LIST_LIMIT and all(_scalar(x) for x in v) and len(text(v)) <= 80
+        return len(v) <= LIST_LIMIT and all(_scalar(x) for x in v) and len(value_text(v)) <= 80
     return _scalar(v) and len(str(v)) <= 80
 
 
 def _changed(changed: dict) -> str:
-    rows = [[html.escape(_label(k)), f"{text(v[0])} → {text(v[1])}"] if isinstance(v, list) and len(v) == 2
-            else [html.escape(_label(k)), text(v)] for k, v in changed.items()]
+    rows = [[html.escape(_label(k)), f"{value_text(v[0])} → {value_text(v[1])}"] if isinstance(v, list) and len(v) == 2
+            else [html.escape(_label(k)), value_text(v)] for k, v in changed.items()]
     return _table(["setting", "requested → effective"], rows) if rows else "nothing changed"
 
 
@@ -87,16 +87,16 @@ def _records(value: dict) -> str:
     esc = html.escape
     if all(isinstance(r.get("reason") or r.get("message"), str) for r in value.values()):
         return "<ul>" + "".join(
-            f"<li><b>{esc(str(k))}</b>: " + (f"<b>{text(r['verdict'])}</b>: " if "verdict" in r else "")
-            + text(r.get("reason") or r.get("message")) + "</li>" for k, r in value.items()) + "</ul>"
+            f"<li><b>{esc(str(k))}</b>: " + (f"<b>{value_text(r['verdict'])}</b>: " if "verdict" in r else "")
+            + value_text(r.get("reason") or r.get("message")) + "</li>" for k, r in value.items()) + "</ul>"
     fields = [f for f in dict.fromkeys(f for r in value.values() for f in r)
               if not all(r.get(f) == str(k) for k, r in value.items())]             # a field naming the row: dropped
     same = [f for f in fields if len(value) > 1 and len({repr(r.get(f)) for r in value.values()}) == 1]
     cols = [f for f in fields if f not in same]
     table = _table([""] + [esc(_label(f)) for f in cols],
-                   [[f"<b>{esc(str(k))}</b>"] + [text(r.get(f)) for f in cols] for k, r in value.items()])
+                   [[f"<b>{esc(str(k))}</b>"] + [value_text(r.get(f)) for f in cols] for k, r in value.items()])
     first = next(iter(value.values()))
-    common = f"<div>all: {text({f: first.get(f) for f in same})}</div>" if same else ""
+    common = f"<div>all: {value_text({f: first.get(f) for f in same})}</div>" if same else ""
     return table + common
 
 
@@ -106,31 +106,31 @@ def value_html(key: str, value) -> str:
     if isinstance(value, dict) and value:
         if key in ARROWS and len(value) == 2 and all(isinstance(v, (int, float)) for v in value.values()):
             (a, x), (b, y) = value.items()
-            return f"{esc(str(a))} <b>{text(x)}</b> → {esc(str(b))} <b>{text(y)}</b>"
+            return f"{esc(str(a))} <b>{value_text(x)}</b> → {esc(str(b))} <b>{value_text(y)}</b>"
         message = value.get("message") or value.get("reason")
         if isinstance(message, str):
-            return text(message)
+            return value_text(message)
         if all(isinstance(v, dict) for v in value.values()):
             return _records(value)
         if _lists(value):
-            return _table(None, [[esc(str(n)), text(x)] for n, x in value.items()])
+            return _table(None, [[esc(str(n)), value_text(x)] for n, x in value.items()])
         parts, inline = [], {}
         for k, v in value.items():
             if k == "changed" and isinstance(v, dict):
                 parts.append(_changed(v))
             elif isinstance(v, dict) and _lists(v):
-                parts.append(_table([esc(_label(k)), ""], [[esc(str(n)), text(x)] for n, x in v.items()]))
+                parts.append(_table([esc(_label(k)), ""], [[esc(str(n)), value_text(x)] for n, x in v.items()]))
             else:
                 inline[k] = v
-        line = " · ".join(f"{esc(_label(k))}: {text(v)}" for k, v in inline.items())
+        line = " · ".join(f"{esc(_label(k))}: {value_text(v)}" for k, v in inline.items())
         return "".join([f"<div>{line}</div>" if line else ""] + parts)
-    return text(value)
+    return value_text(value)
 
 
 def _layout_table(layouts: dict[str, list]) -> str:
     n = len(next(iter(layouts.values())))
     return _table(["slot"] + [html.escape(_label(k)) for k in layouts],
-                  [[str(i)] + [text(v[i]) for v in layouts.values()] for i in range(n)])
+                  [[str(i)] + [value_text(v[i]) for v in layouts.values()] for i in range(n)])
 
 
 def _key_html(key: str, links: dict[str, str]) -> str:
@@ -152,7 +152,7 @@ def findings_html(found: dict, links: dict[str, str] | None = None) -> str:
         items = []
     short = {k: v for k, v in found.items() if _short(v)}
     if short:                                                                # the small facts: one line
-        items.append("<li>" + " · ".join(f"<b>{_key_html(k, links)}</b>: {text(v)}" for k, v in short.items())
+        items.append("<li>" + " · ".join(f"<b>{_key_html(k, links)}</b>: {value_text(v)}" for k, v in short.items())
                      + "</li>")
     for k, v in found.items():
         if k not in short:

@@ -58,7 +58,7 @@ class NotebookResult:
     not_given: tuple[str, ...] = ()  # the parameters a "no fault found" needs that were left empty
 
 
-def discover(notebooks_dir: str | os.PathLike) -> list[Path]:
+def discover_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
     """The ``NN_topic.py`` notebook sources of a folder, in name order."""
     folder = Path(notebooks_dir)
     if not folder.is_dir():
@@ -67,7 +67,7 @@ def discover(notebooks_dir: str | os.PathLike) -> list[Path]:
     return sorted(p for p in folder.iterdir() if NOTEBOOK_NAME.match(p.name))
 
 
-def select(sources: list[Path], only: str | None) -> list[Path]:
+def select_notebooks(sources: list[Path], only: str | None) -> list[Path]:
     """Sources picked by ``--only`` ("02,03" or full stems); all when `only` is empty."""
     if not only:
         return list(sources)
@@ -189,7 +189,7 @@ def run_notebook(source: Path, out_dir: Path, params: dict | None = None, timeou
             warnings.append(f"partial notebook unreadable: {type(e).__name__}: {e}")
         if tmp_findings.exists():
             try:
-                found = findings_mod.read(tmp_findings)
+                found = findings_mod.read_findings(tmp_findings)
             except Eagle3Error as e:
                 warnings.append(str(e))
         try:
@@ -324,11 +324,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--params-template", action="store_true", help="print a parameters YAML template and exit")
     args = ap.parse_args(argv)
     try:
-        sources = discover(args.notebooks)
+        sources = discover_notebooks(args.notebooks)
         if args.params_template:
             print(params_template(sources))
             return 0
-        picked = select(sources, args.only)
+        picked = select_notebooks(sources, args.only)
         if not picked:
             raise ReportError(args.notebooks, "no notebooks to run", expected="NN_topic.py files", found="none")
         t0 = time.monotonic()

@@ -32,7 +32,7 @@ _RULE_FIELDS = frozenset({f for r in RULES for f in r.fields} | {"page_size", "d
 _OFFLINE = {"HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}   # never let SGLang reach the hub from here
 
 
-def available() -> bool:
+def sglang_available() -> bool:
     """Whether an ``sglang`` package can be imported here."""
     try:
         return importlib.util.find_spec("sglang") is not None
@@ -42,7 +42,7 @@ def available() -> bool:
 
 def installed_version() -> str | None:
     """The importable SGLang's version (None when absent or unreadable)."""
-    if not available():
+    if not sglang_available():
         return None
     try:
         mod = importlib.import_module("sglang")
@@ -120,7 +120,7 @@ def _introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None, env: Map
     if launch.engine != "sglang":
         raise ServingArgsError("sglang_introspect.introspect", "not an SGLang launch command", expected="sglang",
                                found=launch.engine)
-    if not available():
+    if not sglang_available():
         raise ServingArgsError("sglang_introspect", "SGLang is not importable here", expected="an installed sglang",
                                found="none", cause="the optional path; use the rule table (engines.sglang_resolver) instead")
     version = installed_version()
@@ -251,6 +251,6 @@ def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapp
                               "sglang_source": ""}])
     if launch is None or resolution is None or launch.engine != "sglang":
         return note("no SGLang launch command and resolution to compare")
-    if not available():
+    if not sglang_available():
         return note("SGLang is not installed here: the rule table's answer stands alone")
     return against_rules(introspect(launch, path_map=path_map), resolution)

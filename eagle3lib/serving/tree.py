@@ -71,7 +71,7 @@ class TreeBuilder:
         self.beam_scores = self.beam_index = None     # (..., k) score and candidate index of each beam slot
         self.offset = 0
 
-    def root(self, p: Tensor, tokens: Tensor) -> Tensor:
+    def expand_root(self, p: Tensor, tokens: Tensor) -> Tensor:
         """Block 0: the root's children are the first beams (slot r = candidate r). Returns the beam tokens."""
         self.scores.append(p)
         self.tokens.append(tokens)
@@ -254,7 +254,7 @@ def draft_tree(draft, logits: Tensor, hidden: Tensor, position: int, slots: Slot
     dev = logits.device
     b = TreeBuilder(topk)
     p, ids = top_children(logits[0], topk)                                   # (Vd,) -> (k,), (k,)
-    tok = b.root(p, draft.to_target_ids(ids))
+    tok = b.expand_root(p, draft.to_target_ids(ids))
     h = hidden[0].expand(topk, 1, hidden.shape[-1])                           # (1, 1, H) -> (k, 1, H)
     for i in range(1, steps):
         pos = torch.full((topk, 1), position + i - 1, dtype=torch.long, device=dev)

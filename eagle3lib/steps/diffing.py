@@ -1,6 +1,6 @@
 """Notebook 03's steps as calls: training slots and a serving dump compared with the target's own boundaries.
 
-`inputs()` resolves the paths (the demo world and, when no dump is given, a dump of the demo engine serving the
+`diff_inputs()` resolves the paths (the demo world and, when no dump is given, a dump of the demo engine serving the
 seed's wrong capture); `sides()` compares both sides with fresh reference captures and explains the difference;
 `proof_of_fix()` replays training samples under the served layout and under the identified one.
 """
@@ -44,7 +44,7 @@ class DiffInputs:
         return load_target_model(self.target_path, device=self.device, dtype=self.dtype)
 
 
-def inputs(target_path: str = "", draft_path: str = "", training_data: str = "", serving_dump: str = "",
+def diff_inputs(target_path: str = "", draft_path: str = "", training_data: str = "", serving_dump: str = "",
            sample_index: int = 0, device: str = "cpu", dtype=None) -> DiffInputs:
     """Resolve notebook 03's inputs. No draft path: the demo world fills every empty path, and its server's dump
     (the demo engine serving with the demo world's capture, made once) is the serving side. With a user's draft,
@@ -131,7 +131,7 @@ def served(s: Sides) -> tuple | None:
     return None if s.serving is None else s.serving.identified
 
 
-def summary(s: Sides) -> dict:
+def diff_summary(s: Sides) -> dict:
     """JSON-ready: the identified layouts and the kinds of difference."""
     return {"trained_layout": list(s.training.identified),
             "served_layout": list(s.serving.identified) if s.serving is not None else None,
@@ -164,7 +164,7 @@ def proof_summary(proof: pd.DataFrame) -> dict[str, float]:
     return {str(r["replay"]): float(r["acc step 0"]) for _, r in proof.iterrows()}
 
 
-def headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
+def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     """One line for the report index: what differs, and what the fix does to accuracy."""
     if s.explanation is None:
         return (f"training slots identified as [{', '.join(map(str, s.training.identified))}]; serving side not "

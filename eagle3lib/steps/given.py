@@ -1,11 +1,11 @@
 """Every input a user gives, read once before anything uses it. One that cannot be read is a `Problem` naming the
 parameter, the path or text, the error class and message, and what was expected: never silence, never a guess.
 
-`check(param, value, kind)` -> a Problem or None; `check_all({param: (value, kind)})` -> [Problem]. Reading is
+`check_input(param, value, kind)` -> a Problem or None; `check_all({param: (value, kind)})` -> [Problem]. Reading is
 cheap and never runs code: configs, safetensors headers, `.bin`/`.pt` only through `torch.load(weights_only=True)`
 (`model.safefiles`), the first samples of a dataset, a dump's manifest and requests, a log's lines, a launch
 command parsed strictly. `CLI` and `NOTEBOOK` give the kind of every parameter of `python -m eagle3lib.diagnose`
-and of the notebooks' parameters cells (tests/test_given_inputs.py keeps `NOTEBOOK` complete).
+and of the notebooks' parameters cells (tests/test_bad_inputs_given.py keeps `NOTEBOOK` complete).
 """
 from __future__ import annotations
 
@@ -140,16 +140,16 @@ def given(value) -> bool:
                 (isinstance(value, (list, tuple)) and not value))
 
 
-def resolve(value: str, base: Path | None = None) -> Path:
+def resolve_path(value: str, base: Path | None = None) -> Path:
     """A path as given when it exists or is absolute, else relative to `base` (the repository root)."""
     p = Path(str(value).strip())
     return p if p.is_absolute() or p.exists() else Path(base or REPO_ROOT) / p
 
 
-def check(param: str, value, kind: str, base: Path | None = None) -> Problem | None:
+def check_input(param: str, value, kind: str, base: Path | None = None) -> Problem | None:
     """None when `value` reads as `kind`, else the Problem (never raises; never runs code from a file)."""
     if kind not in KINDS:
-        raise ParameterError(f"given.check({param!r})", "unknown kind of input", expected=sorted(KINDS),
+        raise ParameterError(f"given.check_input({param!r})", "unknown kind of input", expected=sorted(KINDS),
                              found=kind)
     if not given(value) and kind not in ("count", "positive", "integer", "accuracy", "rate", "flag"):
         return None
@@ -165,7 +165,7 @@ def check(param: str, value, kind: str, base: Path | None = None) -> Problem | N
 
 def check_all(inputs: dict[str, tuple[object, str]], base: Path | None = None) -> list[Problem]:
     """The problems of `{param: (value, kind)}`, in order."""
-    return [p for name, (value, kind) in inputs.items() if (p := check(name, value, kind, base)) is not None]
+    return [p for name, (value, kind) in inputs.items() if (p := check_input(name, value, kind, base)) is not None]
 
 
 def notebook_kinds(stem: str) -> dict[str, str]:
@@ -200,7 +200,7 @@ def _want_file(p: Path, err, what: str) -> None:
 
 
 def _draft(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_dir(p, ConfigError, "a draft checkpoint folder")
     raw, file = read_config_json(p, "draft")
     DraftConfig.from_dict(raw, source=str(file))
@@ -209,7 +209,7 @@ def _draft(value, base):
 
 
 def _target(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_dir(p, ConfigError, "a target model folder")
     load_target_info(p)
     try:
@@ -224,7 +224,7 @@ def _target(value, base):
 
 
 def _data(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     if p.is_file() and p.stat().st_size == 0:
         raise DataError(str(p), "is empty, not training data", expected="a file with samples", found="0 bytes")
     ds = open_dataset(p, on_error="raise")
@@ -243,7 +243,7 @@ def _data(value, base):
 def _launch(value, base):
     text = str(value).strip()
     if text and not re.search(r"\s", text) and ("/" in text or text.endswith((".txt", ".sh", ".cmd"))):
-        p = resolve(text, base)            # a path: the file that holds the command
+        p = resolve_path(text, base)            # a path: the file that holds the command
         if p.is_dir():
             raise ServingArgsError(str(p), "is a folder, not a launch command or its file",
                                    expected="a launch command or a text file holding one", found="a folder")
@@ -272,7 +272,7 @@ def _server_lines(p: Path) -> bool:
 
 
 def _startup_log(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_file(p, LogParseError, "a server log")
     if not _server_lines(p):
         raise LogParseError(str(p), "no line an SGLang or vLLM server writes", expected="the server's own lines "
@@ -299,7 +299,7 @@ def _run_logs(value, base):
     if not paths:
         raise LogParseError(repr(value), "names no file", expected="comma-separated paths", found="nothing")
     for x in paths:
-        _run_file(resolve(x, base))
+        _run_file(resolve_path(x, base))
 
 
 def _run_logs_list(value, base):
@@ -309,11 +309,11 @@ def _run_logs_list(value, base):
     for x in value:
         if not isinstance(x, str):
             raise ParameterError(repr(x)[:80], "not a path", expected="a string", found=type(x).__name__)
-        _run_file(resolve(x, base))
+        _run_file(resolve_path(x, base))
 
 
 def _training_log(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_file(p, DataError, "a training log")
     read_recorded_accuracy(p)
 
@@ -326,7 +326,7 @@ def _url(value, base):
 
 
 def _server_info(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_file(p, ServingArgsError, "a saved /server_info")
     info = read_server_info(str(p))
     if info.version is None and "model_path" not in info.settings:     # another JSON (a model config, a result)
@@ -339,7 +339,7 @@ def _server(value, base):
 
 
 def _dump(value, base):
-    p = resolve(value, base)
+    p = resolve_path(value, base)
     _want_dir(p, DataError, "a serving dump folder")
     load_dump(p)
 

@@ -252,7 +252,7 @@ def trained_rope(draft_path, target_path) -> dict | None:
         return None
     try:
         d = rope_fields(read_config_json(draft_path, "draft")[0])
-        t = rope_fields(load_target_info(target_path).text)
+        t = rope_fields(load_target_info(target_path).text_config)
     except Eagle3Error:
         return None
     return {"rope_theta": t["theta"]} if abs(d["theta"] - t["theta"]) > 1e-6 * t["theta"] else None

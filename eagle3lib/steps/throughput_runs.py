@@ -3,21 +3,14 @@ the cost model fitted to the served runs (`fit_served`) and the findings it reco
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 
 import pandas as pd
 
 from ..demo import sweep as demo_sweep_mod
-from ..demo.world import REPO_ROOT
 from ..throughput import benchparse, costmodel, records
 from ..throughput.logparse import ParseResult
 from ..throughput.records import RunRecord
-
-
-def resolve_path(p) -> Path:
-    """A path as given when absolute or present from the working directory, else relative to the repository."""
-    p = Path(p)
-    return p if p.is_absolute() or p.exists() else REPO_ROOT / p
+from .given import resolve_path
 
 
 def read_runs(paths, server_url: str = "") -> list[ParseResult]:

@@ -110,7 +110,7 @@ class LogScan:
             self.warnings.append(f"run {idx} (lines {lines[0]}-{lines[-1]}) skipped: {e}")
             return None
 
-    def finish(self, keep, build, used: int, problem: str, expected: str, cause: str) -> ParseResult:
+    def build_result(self, keep, build, used: int, problem: str, expected: str, cause: str) -> ParseResult:
         """Build one record per kept segment; nothing built at all -> LogParseError naming the file."""
         segs = [s for s in self.segs if keep(s)]
         records = [r for i, seg in enumerate(segs) if (r := build(seg, i + 1)) is not None]
@@ -219,7 +219,7 @@ def parse_sglang_log(source: str | Path, *, text: str | None = None, series: str
     if not any(d["tau"] is not None for seg in scan.segs for _, _, d in seg.items):
         scan.warnings.append("no speculative lines ('accept len') found: every run is a baseline")
     series = series or Path(str(source)).stem
-    return scan.finish(lambda seg: seg.items,
+    return scan.build_result(lambda seg: seg.items,
                        lambda seg, i: _sg_record(scan, seg, i, series, hardware, engine_version, settings), used,
                        "no SGLang decode statistics found",
                        expected="'Decode batch' lines with '#running-req', 'gen throughput (token/s)' and "
@@ -327,7 +327,7 @@ def parse_vllm_log(source: str | Path, *, text: str | None = None, series: str =
             scan.segs[-1].items.append((n, when, {"gen": float(m.group(1)), "running": _num(m.group(2) or "")}))
             used += 1
     series = series or Path(str(source)).stem
-    return scan.finish(lambda seg: any("drafted" in d for _, _, d in seg.items),
+    return scan.build_result(lambda seg: any("drafted" in d for _, _, d in seg.items),
                        lambda seg, i: _vllm_record(scan, seg, i, k_given, series, hardware, engine_version), used,
                        "no vLLM speculative-decoding metrics found",
                        expected="'SpecDecoding metrics: ... Accepted: N tokens, Drafted: M tokens ...' or "

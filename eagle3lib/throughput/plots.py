@@ -176,7 +176,7 @@ def trajectory(records, baseline: float | None = None,
 
 
 
-def tree_vs_chain(choice, measured=(), title: str = "Chain vs tree: predicted accept length and throughput") -> Figure:
+def tree_vs_chain_figure(choice, measured=(), title: str = "Chain vs tree: predicted accept length and throughput") -> Figure:
     """Per setting of a treecost.TreeChoice: predicted accept length with its break-even τ*, and predicted tok/s
     (speedup when no baseline is known), chains and trees side by side; measured runs of the same settings
     (RunRecords, or a treecost.time_settings table) are drawn as black dots."""

@@ -120,11 +120,11 @@ def test_the_demo_world_is_chosen_by_one_name(monkeypatch):
     monkeypatch.delenv("EAGLE3LIB_DEMO_DIR", raising=False)
     monkeypatch.setenv(demo.WORLD_ENV, "")                               # restored after the test
     assert demo.paths().kind == "llama" and demo.paths().root.name == "demo"
-    assert demo.select("") == "llama"                                    # empty keeps the current choice
-    assert demo.select("MLA") == "mla" and demo.paths().root.name == "demo_mla" and demo.paths().kind == "mla"
+    assert demo.select_world("") == "llama"                                    # empty keeps the current choice
+    assert demo.select_world("MLA") == "mla" and demo.paths().root.name == "demo_mla" and demo.paths().kind == "mla"
     assert demo.paths(world="llama").root.name == "demo"
     with pytest.raises(DataError, match="unknown demo world"):
-        demo.select("qwen")
+        demo.select_world("qwen")
 
 
 @pytest.mark.parametrize("kind", ["llama", "mla"])
@@ -261,10 +261,10 @@ def test_saved_draft_replays_its_recorded_accuracy(world):
     """Reloaded draft + stored held-out samples reproduce the recorded step-0 accuracy (save/load is lossless)."""
     from eagle3lib.model.checkpoint import load_draft
     from eagle3lib.samples.readers import open_dataset
-    from eagle3lib.demo.train_draft import Captured, evaluate
+    from eagle3lib.demo.train_draft import Captured, evaluate_draft
     from eagle3lib.model.target import load_target_tensor
     p, w = world
     draft = load_draft(p.draft, target=p.target).model
     held = [Captured(s.id, s.input_ids, s.loss_mask, s.aux, s.final_hidden) for s in open_dataset(p.heldout_data)]
-    ev = evaluate(draft, held, load_target_tensor(p.target, "lm_head"), num_steps=1)
+    ev = evaluate_draft(draft, held, load_target_tensor(p.target, "lm_head"), num_steps=1)
     assert ev["acc"][0] == pytest.approx(w["draft"]["recorded_val_acc_step0"], abs=2e-3)

@@ -10,7 +10,7 @@ from eagle3lib.errors import ConfigError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.engines.versions import DEFAULT_VERSION, LATEST_TRACED, parse_version
 from eagle3lib.engines.sglang_rule import KNOBS
-from eagle3lib.engines.sglang_resolver import (adjustment_warning, normalize_speculative, resolve, rules_frame,
+from eagle3lib.engines.sglang_resolver import (adjustment_warning, normalize_speculative, resolve, sglang_rules_frame,
     target_arch_from_config)
 from eagle3lib.engines.sglang_table import RULES
 
@@ -293,7 +293,7 @@ def test_versions_and_engine_checks():
 
 def test_rules_frame_lists_the_table():
     """rules_frame has one row per rule with its range and source."""
-    frame = rules_frame()
+    frame = sglang_rules_frame()
     assert len(frame) == len(RULES) and frame["id"].is_unique
     row = frame.set_index("id").loc["topk1_ndt"]
     assert row["min_version"] == "0.4.6" and "#5318" in row["source"]

@@ -19,7 +19,7 @@ engine = [pytest.mark.engine, pytest.mark.skipif(bool(unavailable_reason()), rea
 def test_no_vllm_venv_raises_with_the_reason(monkeypatch, tmp_path):
     """Without a vLLM venv `available()` is False and `probe` raises EngineError carrying unavailable_reason()."""
     monkeypatch.setenv(PYTHON_ENV, str(tmp_path / "no-python"))
-    assert vllm_probe.available() is False
+    assert vllm_probe.vllm_available() is False
     with pytest.raises(EngineError, match="not an executable") as e:
         vllm_probe.probe(DRAFT, TARGET)
     assert "make vllm" in str(e.value)

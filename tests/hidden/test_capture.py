@@ -76,7 +76,7 @@ def test_batched_and_ragged_batches_match_single_runs(model, ids):
     one = capture(model, ids)
     two = capture(model, torch.stack([ids, ids.flip(0)]))
     assert two.batched and two["layer_in.4"].shape == (2, 16, H)
-    assert torch.allclose(two.sample(0)["layer_in.4"], one["layer_in.4"], atol=1e-5)
+    assert torch.allclose(two.sequence(0)["layer_in.4"], one["layer_in.4"], atol=1e-5)
     caps = capture_batch(model, [ids, ids[:7], ids[3:12]], batch_size=2, only=["layer_in.3", "final_prenorm"])
     assert [c["layer_in.3"].shape[0] for c in caps] == [16, 7, 9]
     for c, s in zip(caps, [ids, ids[:7], ids[3:12]]):

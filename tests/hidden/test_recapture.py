@@ -15,7 +15,7 @@ import torch
 
 from eagle3lib.checks.run import run_checks
 from eagle3lib.hidden.capture import capture, load_target_model
-from eagle3lib.hidden.recapture import FINAL, finish, main, recapture_dataset
+from eagle3lib.hidden.recapture import FINAL, finish_recapture, main, recapture_dataset
 from eagle3lib.samples.readers import open_dataset
 from eagle3lib.samples.sample import Sample
 from eagle3lib.samples.writers import (specforge_sample_path, write_seed_dataset, write_specforge_sample,
@@ -71,7 +71,7 @@ def test_each_format_is_recaptured_from_the_new_target(world, tmp_path, fmt):
     out = tmp_path / "out"
     r = recapture_dataset(new, data[fmt], out, layout=None if fmt != "specforge" else ",".join(LAYOUT),
                           batch_size=3, group_tokens=20, progress=False)
-    finish(new, data[fmt], out, r)
+    finish_recapture(new, data[fmt], out, r)
     assert (r.written, r.done_before, r.failed, r.layout) == (N, 0, (), LAYOUT)
     _check(out, fmt, new, data[fmt])
     names = sorted(p.name for p in out.rglob("*") if p.is_file() and p.suffix in (".ckpt", ".safetensors"))
@@ -94,7 +94,7 @@ def test_resumable_and_streamed(world, tmp_path):
     (out / "hidden_states" / "s4.safetensors").unlink()
     third = recapture_dataset(new, data["seed"], out, stream=True, progress=False)
     assert (third.written, third.done_before, third.streamed) == (1, N - 1, True)
-    finish(new, data["seed"], out, third)
+    finish_recapture(new, data["seed"], out, third)
     assert [json.loads(x)["id"] for x in (out / "train.jsonl").read_text().splitlines()] == [f"s{i}" for i in
                                                                                                 range(N)]
     _check(out, "seed", new, data["seed"])
@@ -108,7 +108,7 @@ def test_ranks_split_the_samples_and_formats_convert(world, tmp_path):
     rs = [recapture_dataset(new, data["specforge"], out, layout=",".join(LAYOUT), format="seed", rank=r,
                             world_size=2, progress=False) for r in (0, 1)]
     assert [r.written for r in rs] == [4, 3]
-    finish(new, data["specforge"], out, rs[0])
+    finish_recapture(new, data["specforge"], out, rs[0])
     ids = [json.loads(x)["id"] for x in (out / "train.jsonl").read_text().splitlines()]
     assert ids == [f"data_{10 + i}" for i in range(N)]
     _check(out, "seed", new, data["specforge"])

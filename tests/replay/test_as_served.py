@@ -37,7 +37,7 @@ def setup_of(world, draft):
 
 @pytest.mark.slow
 def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
-    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    healthy = setup_of(world, deployments.write_deployment("healthy", tmp_path / "h"))
     assert healthy.training_layout == TRAINED and healthy.training_layout_source == "identified"
     a = replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=12)
     assert a.differing == () and [r.label for r in a.replays] == ["as trained"]
@@ -49,7 +49,7 @@ def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
     d = replay_as_served(healthy, world.heldout_data, view(d2t="zeros"), num_steps=3, n=12)
     assert d.differing == ("d2t",) and d.get("as served").tau < d.get("as trained").tau - 1.0
     # the shipped random embedding: it was trained with the target's, the engine keeps its own
-    emb_dir = deployments.write("own_embedding", tmp_path / "e")
+    emb_dir = deployments.write_deployment("own_embedding", tmp_path / "e")
     own = load_file(str(emb_dir / "model.safetensors"))["embed_tokens.weight"]
     e = replay_as_served(setup_of(world, emb_dir), world.heldout_data, view(embedding="own"), num_steps=3, n=12,
                          own_embed=own, shipped={"embed_tokens.weight"})
@@ -64,7 +64,7 @@ def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
 
 @pytest.mark.slow
 def test_served_layout_recaptured_and_rope_measured(world, tmp_path):
-    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    healthy = setup_of(world, deployments.write_deployment("healthy", tmp_path / "h"))
     shifted = ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
     lay = replay_as_served(healthy, world.heldout_data, view(layout=shifted), num_steps=3, n=8,
                            recapture=Recapture(world.target))
@@ -73,7 +73,7 @@ def test_served_layout_recaptured_and_rope_measured(world, tmp_path):
     zeros = replay_as_served(healthy, world.heldout_data, view(layout=shifted), num_steps=3, n=4)
     assert any("replayed as zeros" in x for x in zeros.notes)
     # the config's RoPE (1e6) against the target's (1e4): the better one is what it was trained with
-    rope = setup_of(world, deployments.write("rope_theta", tmp_path / "r"))
+    rope = setup_of(world, deployments.write_deployment("rope_theta", tmp_path / "r"))
     r = replay_as_served(rope, world.heldout_data, view(), num_steps=3, n=8, trained_rope={"rope_theta": 1e4})
     assert r.trained["rope"] == {"rope_theta": 1e4} and r.differing == ("rope",)
     assert r.get("as served").tau < r.get("as trained").tau
@@ -160,11 +160,11 @@ def test_a_cause_whose_tensors_the_checkpoint_lacks_is_never_ruled_out_by_the_st
 
 @pytest.mark.slow
 def test_a_draft_loaded_with_a_stand_in_head_names_that_cause_unknown(world, tmp_path):
-    d = deployments.write("no_lm_head", tmp_path / "n")
+    d = deployments.write_deployment("no_lm_head", tmp_path / "n")
     s = load_setup(d, world.target, missing="fill")
     s = with_trained_layout(s, identify_training_layout(s, world.specforge_data))
     assert [f.cause for f in s.filled] == ["lm_head_missing"]
     a = replay_as_served(s, world.heldout_data, view(lm_head="target_sliced"), num_steps=3, n=8, shipped=set())
     assert a.unknown == ("lm_head_missing",) and a.differing == ()
-    healthy = setup_of(world, deployments.write("healthy", tmp_path / "h"))
+    healthy = setup_of(world, deployments.write_deployment("healthy", tmp_path / "h"))
     assert replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=4).unknown == ()

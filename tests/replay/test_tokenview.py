@@ -47,7 +47,7 @@ def test_status_marks_accepted_rejected_unscored():
 
 def test_render_html_escapes_and_explains():
     """Tokens are escaped, coloured by status, and hover text names draft top-k and the reference."""
-    html = TV.render_html(hand_detail(), Tok(), step=0, position=1)
+    html = TV.sample_html(hand_detail(), Tok(), step=0, position=1)
     assert "&lt;b&gt;" in html and "<b>h</b>" in html
     assert html.count("#c8f0c8") == 2 + 1 and html.count("#f6c4c4") == 1 + 1       # + legend entries
     assert "reference w3 " in html and "draft w9  0.50" in html

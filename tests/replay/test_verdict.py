@@ -61,11 +61,11 @@ def test_generalization_and_healthy():
 def test_headline_names_the_serving_verdict_and_the_fix():
     """The headline reports the serving layout's verdict with its numbers, and the search's fix when restored."""
     vs = {"training": V.decide(fake(0.7), recorded_acc=0.7), "serving": V.decide(fake(0.02), recorded_acc=0.7)}
-    line = V.headline(vs)
+    line = V.replay_headline(vs)
     assert line.startswith("serving layout: wiring") and "0.020" in line and "recorded 0.700" in line
     s = LS.LayoutSearch(pd.DataFrame({"acc_0": [0.69]}), "add embedding slot", True, 0.7, 0.5, "")
-    assert V.headline(vs, s).endswith("fix: add embedding slot -> acc_0 0.690")
-    assert V.headline({"training": vs["training"]}).startswith("training layout: healthy")
+    assert V.replay_headline(vs, s).endswith("fix: add embedding slot -> acc_0 0.690")
+    assert V.replay_headline({"training": vs["training"]}).startswith("training layout: healthy")
 
 
 def test_bad_threshold_and_empty_replay():

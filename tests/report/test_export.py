@@ -142,5 +142,5 @@ def test_no_workbook_notebook_needs_mathjax():
     from eagle3lib.report import runner
 
     root = export.TEMPLATE_DIR.parents[2]
-    for source in runner.discover(root / "notebooks"):
+    for source in runner.discover_notebooks(root / "notebooks"):
         assert export.tex_cells(report_params.read_source(source)) == [], source.name

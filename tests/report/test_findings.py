@@ -32,7 +32,7 @@ def test_record_with_env_merges_keys_into_one_json_file(monkeypatch, tmp_path):
     findings.record("accept_length", 1.6)
     findings.record("headline", "second")
     assert json.loads(path.read_text()) == {"headline": "second", "accept_length": 1.6}
-    assert findings.read(path) == {"headline": "second", "accept_length": 1.6}
+    assert findings.read_findings(path) == {"headline": "second", "accept_length": 1.6}
     assert [p.name for p in path.parent.iterdir()] == [path.name]  # no temp file left behind
 
 
@@ -66,13 +66,13 @@ def test_bad_keys_are_refused(key):
 def test_read_missing_and_corrupt_files(tmp_path):
     """read() names the file: MissingFileError when absent, ReportError when not a JSON object."""
     with pytest.raises(MissingFileError, match="nothing.json"):
-        findings.read(tmp_path / "nothing.json")
+        findings.read_findings(tmp_path / "nothing.json")
     (tmp_path / "half.json").write_text('{"headline": "cut')
     with pytest.raises(ReportError, match="half.json.*not valid JSON"):
-        findings.read(tmp_path / "half.json")
+        findings.read_findings(tmp_path / "half.json")
     (tmp_path / "list.json").write_text("[1, 2]")
     with pytest.raises(ReportError, match="JSON object"):
-        findings.read(tmp_path / "list.json")
+        findings.read_findings(tmp_path / "list.json")
 
 
 class _FullDisk:

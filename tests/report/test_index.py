@@ -9,7 +9,7 @@ import tempfile
 import pytest
 
 from eagle3lib.report import index as I
-from eagle3lib.report.index import load_rows, render_html, write_index
+from eagle3lib.report.index import load_rows, index_html, write_index
 
 ROWS = [
     {"notebook": "00_ok", "status": "ok", "seconds": 1.25, "html": "00_ok.html", "ipynb": "00_ok.ipynb",
@@ -102,7 +102,7 @@ def test_html_escapes_every_value():
     evil = {"notebook": "03_<x>", "status": "o\"k<", "seconds": 0.04, "error": "a < b & c",
             "warnings": ["<script>alert(1)</script>"], "html": 'a"b.html', "ipynb": "n&b.ipynb",
             "findings": {"headline": "<i>big</i>", "k<ey>": "<v>", "obj": {"a": "<b>"}}}
-    page = render_html([evil], {"params_file": "<p>.yaml"})
+    page = index_html([evil], {"params_file": "<p>.yaml"})
     for raw in ("<x>", "<i>", "<script>", "<v>", "k<ey>", '"b.html', "<p>.yaml", "n&b"):
         assert raw not in page, raw
     assert "<td>03_&lt;x&gt;</td>" in page and '<td class="o&quot;k&lt;">o&quot;k&lt;</td>' in page
@@ -114,7 +114,7 @@ def test_html_escapes_every_value():
 
 
 def test_rows_link_their_reports():
-    page = rows_by_name(render_html(ROWS, {}))
+    page = rows_by_name(index_html(ROWS, {}))
     ok, bad, slow = page["00_ok"], page["01_bad"], page["02_slow"]
     assert '<td class="ok">ok</td>' in ok and "<td>1.2 s</td>" in ok                  # 1.25 -> 1.2 (half-even)
     assert '<a href="00_ok.html">report</a> · <a href="00_ok.ipynb">notebook</a>' in ok
@@ -128,7 +128,7 @@ def test_rows_link_their_reports():
 
 
 def test_row_without_optional_fields_and_earlier_run_marker():
-    page = render_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
+    page = index_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
     assert '<tr><td>04_x <span class="stale">(earlier run)</span></td><td class="?">?</td><td>0.0 s</td>' \
            '<td></td><td></td><td class="err"></td><td></td></tr>' in page
     assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
@@ -137,7 +137,7 @@ def test_row_without_optional_fields_and_earlier_run_marker():
 def test_long_findings_are_kept_whole_and_read_as_text():
     """No finding is cut: a long sentence is shown whole, a dict as words, never as JSON."""
     long = "x" * 200
-    page = I.render_html([{"notebook": "05", "status": "ok",
+    page = I.index_html([{"notebook": "05", "status": "ok",
                            "findings": {"v": long, "d": {"sglang_version": "0.5.6", "ok": True}}}], {})
     assert f"<li><b>v</b>: {long}</li>" in page and "…" not in page
     assert "<li><b>d</b>: <div>sglang version: 0.5.6 · ok: yes</div></li>" in page and "&quot;" not in page

@@ -4,7 +4,7 @@ from __future__ import annotations
 import re
 
 from eagle3lib.report import readable as R
-from eagle3lib.report.index import render_html
+from eagle3lib.report.index import index_html
 
 LAYOUT = ["embed", "layer_in.2", "layer_in.4", "layer_in.6"]
 SERVED = ["layer_in.2", "layer_in.4", "layer_in.6", "zeros"]
@@ -44,7 +44,7 @@ def cells(page: str) -> list[list[str]]:
 def test_numbers_read_as_numbers():
     assert [R.number(x) for x in (3, 0.2246, 3.5527, 12345.6, True, 0.0093)] == \
         ["3", "0.225", "3.55", "12,346", "yes", "0.0093"]
-    assert R.text(None) == "—" and R.text([]) == "none" and R.text(list(range(14))).endswith("(+2 more)")
+    assert R.value_text(None) == "—" and R.value_text([]) == "none" and R.value_text(list(range(14))).endswith("(+2 more)")
 
 
 def test_requested_to_effective_and_engine_layers_as_tables():
@@ -80,7 +80,7 @@ def test_layouts_slot_by_slot_and_accuracy_as_served_to_fixed():
 
 def test_the_index_shows_no_json_and_cuts_nothing():
     rows = [{"notebook": n, "status": "ok", "findings": f} for n, f in (("01", NB01), ("02", NB02), ("03", NB03))]
-    page = render_html(rows, {})
+    page = index_html(rows, {})
     notebooks = page.split("<th>files</th></tr>")[-1]                  # the notebook rows
     assert "&quot;" not in notebooks and "{" not in notebooks and "…" not in notebooks
     assert "1 cause findings, in the diagnosis above" in notebooks

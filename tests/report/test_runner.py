@@ -16,7 +16,7 @@ import yaml
 from eagle3lib.report import runner as report
 from eagle3lib.report import params as report_params
 from eagle3lib.errors import MissingFileError, ReportError
-from eagle3lib.report.index import load_rows, render_html
+from eagle3lib.report.index import load_rows, index_html
 
 GOOD = '''\
 # %% [markdown]
@@ -232,13 +232,13 @@ def test_load_params_rejects_malformed_files(tmp_path, text, match):
 def test_select_and_discover(tmp_path):
     """Only NN_topic.py files are notebooks; --only takes numbers or stems in any order."""
     nbs = _write(tmp_path / "nb", {"00_a.py": GOOD, "01_b.py": GOOD, "02_c.py": GOOD, "helper.py": "", "3_x.py": ""})
-    sources = report.discover(nbs)
+    sources = report.discover_notebooks(nbs)
     assert [p.name for p in sources] == ["00_a.py", "01_b.py", "02_c.py"]
-    assert [p.stem for p in report.select(sources, "02,00")] == ["00_a", "02_c"]
-    assert [p.stem for p in report.select(sources, "01_b")] == ["01_b"]
-    assert report.select(sources, None) == sources
+    assert [p.stem for p in report.select_notebooks(sources, "02,00")] == ["00_a", "02_c"]
+    assert [p.stem for p in report.select_notebooks(sources, "01_b")] == ["01_b"]
+    assert report.select_notebooks(sources, None) == sources
     with pytest.raises(ReportError, match="no notebook matches '5'"):
-        report.select(sources, "5")
+        report.select_notebooks(sources, "5")
 
 
 def test_declared_parameters_and_template_round_trip(tmp_path):
@@ -246,7 +246,7 @@ def test_declared_parameters_and_template_round_trip(tmp_path):
     nbs = _write(tmp_path / "nb", {"00_good.py": GOOD, "02_hangs.py": HANGS})
     declared = report_params.declared_parameters(report_params.read_source(nbs / "00_good.py"))
     assert declared == {"n": ("3", "how many things"), "label": ('"demo"', "a label")}
-    text = report_params.params_template(report.discover(nbs))
+    text = report_params.params_template(report.discover_notebooks(nbs))
     assert yaml.safe_load(text) == {"00_good": None, "02_hangs": None}
     assert '  # pid_file: "kernel.pid"  # where the kernel writes its pid' in text
     edited = tmp_path / "edited.yaml"
@@ -298,7 +298,7 @@ def test_index_keeps_rows_of_notebooks_not_run_and_escapes_html(tmp_path):
         {"notebook": "09_gone", "status": "ok"}]}))
     rows = load_rows(tmp_path, keep={"00_a", "01_b"})
     assert [r["notebook"] for r in rows] == ["00_a", "01_b"] and all(r["earlier_run"] for r in rows)
-    page = render_html(rows, {"params_file": None})
+    page = index_html(rows, {"params_file": None})
     assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run)" in page
     (tmp_path / "index.json").write_text("{not json")
     assert load_rows(tmp_path, keep={"00_a"}) == []
@@ -324,7 +324,7 @@ def test_declared_parameters_reads_help_after_the_value(tmp_path):
     assert report_params.declared_parameters(report_params.read_source(nbs / "00_x.py")) == {
         "tag": ('"a#b"', "hash inside"), "rate": ("0.5", "")}
     with pytest.raises(ReportError, match="01_y.py.*not valid Python"):
-        report_params.params_template(report.discover(nbs))
+        report_params.params_template(report.discover_notebooks(nbs))
 
 
 FIGURE = '''\

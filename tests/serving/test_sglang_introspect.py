@@ -98,7 +98,7 @@ def stand_in(tmp_path, monkeypatch):
 def test_post_init_style_is_diffed(stand_in):
     """Old SGLang mutates fields: the diff finds ndt 16 -> 2 and mrr -> 48, and the warning is captured."""
     stand_in("0.4.6", WRITE)
-    assert si.available() and si.installed_version() == "0.4.6"
+    assert si.sglang_available() and si.installed_version() == "0.4.6"
     intro = si.introspect(parse_launch(SEED))
     assert intro.style == "post_init diff" and intro.error is None
     assert ("__post_init__", "speculative_num_draft_tokens", 16, 2) in intro.decisions
@@ -163,7 +163,7 @@ def test_path_map_is_undone_before_comparing(stand_in):
 
 def test_refuses_without_sglang_or_for_vllm(monkeypatch):
     """No sglang -> ServingArgsError naming the optional path; a vLLM command is refused too."""
-    monkeypatch.setattr(si, "available", lambda: False)
+    monkeypatch.setattr(si, "sglang_available", lambda: False)
     with pytest.raises(ServingArgsError, match="not importable"):
         si.introspect(parse_launch(SEED))
     with pytest.raises(ServingArgsError, match="not an SGLang launch"):
@@ -178,7 +178,7 @@ def test_ask_compares_or_explains(stand_in, monkeypatch):
     table = si.ask(launch, res).set_index("field")
     assert table.loc["speculative_num_draft_tokens", "agree"] is True
     assert si.ask(None, None).iloc[0]["field"] == "(not asked)"
-    monkeypatch.setattr(si, "available", lambda: False)
+    monkeypatch.setattr(si, "sglang_available", lambda: False)
     assert "not installed" in si.ask(launch, res).iloc[0]["sglang"]
 
 

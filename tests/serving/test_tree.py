@@ -103,7 +103,7 @@ def test_builder_mask_and_greedy_path_by_hand():
     """topk 2, 2 steps: beams follow cumulative scores; the mask is ancestors-or-self; the greedy path may take a
     second child; verify inputs place nodes at prefix + depth."""
     b = TreeBuilder(2)
-    tok = b.root(torch.tensor([0.6, 0.3]), torch.tensor([10, 20]))
+    tok = b.expand_root(torch.tensor([0.6, 0.3]), torch.tensor([10, 20]))
     assert tok.tolist() == [10, 20]
     tok, parent = b.expand(torch.tensor([[0.5, 0.4], [0.9, 0.1]]), torch.tensor([[11, 12], [21, 22]]))
     assert tok.tolist() == [11, 21] and parent.tolist() == [0, 1]          # 0.30 and 0.27 beat 0.24

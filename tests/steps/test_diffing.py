@@ -17,7 +17,7 @@ def world():
 
 def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
     """The demo engine's seed capture: embedding missing + padding; replay with the trained layout recovers."""
-    inp = diffing.inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))
+    inp = diffing.diff_inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))
     s = diffing.sides(inp)
     assert s.training.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.serving.identified == ("layer_in.2", "layer_in.4", "layer_in.6", "zeros")
@@ -26,13 +26,13 @@ def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
     acc = diffing.proof_summary(proof)
     served, fixed = list(acc.values())
     assert fixed > served + 0.05 and fixed > 0.85
-    assert "missing_slot" in diffing.headline(s, proof)
+    assert "missing_slot" in diffing.diff_headline(s, proof)
 
 
 def test_correct_capture_is_clean(world, tmp_path):
     """The demo engine serving the training layout: no false alarm."""
-    inp = diffing.inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))
+    inp = diffing.diff_inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))
     s = diffing.sides(inp)
     assert s.explanation.clean, s.explanation.summary
     assert s.serving.identified == s.training.identified
-    assert "no wiring fault" in diffing.headline(s)
+    assert "no wiring fault" in diffing.diff_headline(s)

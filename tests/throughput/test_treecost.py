@@ -69,7 +69,7 @@ def test_choice_follows_the_model_and_the_chart_draws_it():
     with pytest.raises(DataError, match="accept length"):
         choose_setting(cheap_verify, TAUS, settings=DEFAULT_GRID)
     before = plt.get_fignums()
-    fig = plots.tree_vs_chain(choose_setting(TRUE, TAUS), measured=records(TRUE, [(3, 1, 4), (5, 4, 8)]))
+    fig = plots.tree_vs_chain_figure(choose_setting(TRUE, TAUS), measured=records(TRUE, [(3, 1, 4), (5, 4, 8)]))
     assert isinstance(fig, Figure) and plt.get_fignums() == before
     ax_t, ax_s = fig.axes[:2]
     assert len(ax_t.get_xticklabels()) == len(TAUS)
@@ -116,6 +116,6 @@ def test_step_cost_fit_recovers_timings_and_engine_timings_add_up():
     want = [eng.generate(p, 6, SpecSettings(2, 2, 4)) for p in prompts]
     assert tim.accept_length[2] == pytest.approx(sum(sum(r.accept_lengths) for r in want) / sum(r.rounds for r in want))
     assert (tim.draft_s + tim.verify_s + tim.other_s - tim.round_s).abs().max() < 1e-12
-    fig = plots.tree_vs_chain(choose_setting(fit, {(2, 1, 3): 2.0, (2, 2, 4): 2.2}), measured=tim)
+    fig = plots.tree_vs_chain_figure(choose_setting(fit, {(2, 1, 3): 2.0, (2, 2, 4): 2.2}), measured=tim)
     dots = [c for c in fig.axes[0].collections if c.get_label() == "measured accept length"]
     assert len(dots) == 1 and list(dots[0].get_offsets()[:, 1]) == pytest.approx(list(tim.accept_length[1:]))
