@@ -297,6 +297,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     claim_needs = ("the training data (its slots identified against the target: the config's ids may be in "
                    "another engine's convention)") if claimed else ""
     if captured == list(trained) and not bad_slots and len(captured) == k:
+        # the config's ids read in the convention their place implies are not what this engine reads: it captures
+        # the trained layout, so a mismatch in that convention is no fault of this deployment
+        out = [f for f in out if not (f.where == f"{WHERE}.config_vs_data" and f.status == "confirmed")]
         out.append(Finding("layer_id_off_by_one", "ruled out", f"{eng} captures the training layout", ev, WHERE))
         if not any(f.cause == "aux_layout_mismatch" for f in out):
             out.append(Finding("aux_layout_mismatch", "ruled out", f"{eng} feeds {k} slots in the trained order",

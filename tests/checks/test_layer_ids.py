@@ -82,6 +82,17 @@ def test_output_of_ids_with_the_embedding_slot_read_as_input_of_are_one_root_cau
     assert convention_shift(("layer_in.2",) + LAYOUT, (None, "layer_in.1", "layer_in.3", "layer_in.5"), 8) is None
 
 
+def test_nested_ids_written_for_vllm_are_no_fault_where_vllm_serves_them(tmp_path):
+    """eagle_config ids [2, 4, 6] (input-of-layer, for vLLM): read in the convention their place implies (SpecForge's
+    output-of) they name layers one deeper than trained, but vLLM's V1 runner reads them as input-of and captures the
+    trained layout: nothing confirmed there. With no engine named the config-vs-data mismatch stands."""
+    raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6], "use_aux_hidden_state": True})
+    art = _art(tmp_path, raw)
+    f = check_layer_ids(art, engine="vllm", engine_runner="v1")
+    assert statuses(f, "layer_id_off_by_one") == {"ruled out"}, [x for x in f if x.cause == "layer_id_off_by_one"]
+    assert "confirmed" in statuses(check_layer_ids(art), "layer_id_off_by_one")
+
+
 def test_post_norm_final_slot_and_fc_width(tmp_path):
     """Data trained on final_postnorm: confirmed (engines capture pre-norm); 4-slot data for a 3-slot fc: mismatch."""
     f = check_layer_ids(_art(tmp_path, draft_raw(), ("layer_in.2", "layer_in.4", "final_postnorm")))
