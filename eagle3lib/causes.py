@@ -198,6 +198,8 @@ class Finding:
     measured: bool = False   # rests on a measurement (replay, recapture, a serving dump, the server's own report),
                              # not only on configs and engine rules: the diagnosis lets a measurement outweigh those
     aspects: tuple[str, ...] = ()   # the cause's aspects (ASPECTS) this finding is about; () = the whole cause
+    explains: tuple[str, ...] = ()  # causes this finding shows to be its consequence (an engine misreading ids in
+                                    # another convention also feeds fewer slots): confirmed, it is their root cause
 
     def __post_init__(self):
         cause(self.cause)
@@ -216,6 +218,11 @@ class Finding:
             raise FindingError(f"finding {self.cause!r} ({self.where})", "unknown aspect",
                                expected=" / ".join(CATALOGUE[self.cause].aspects), found=repr(self.aspects))
         object.__setattr__(self, "aspects", aspects)
+        explains = tuple(self.explains) if isinstance(self.explains, (list, tuple)) else self.explains
+        if not isinstance(explains, tuple) or any(c not in CATALOGUE or c == self.cause for c in explains):
+            raise FindingError(f"finding {self.cause!r} ({self.where})", "explains names an unknown cause (or "
+                               "itself)", expected="other ids of causes.CATALOGUE", found=repr(self.explains))
+        object.__setattr__(self, "explains", explains)
         for name in ("summary", "where", "fix", "needs", "source"):
             if not isinstance(getattr(self, name), str):
                 raise FindingError(f"finding {self.cause!r}", f"{name} must be a string", expected="str",
@@ -230,7 +237,7 @@ class Finding:
         """The finding as a JSON-safe dict (the field names as keys)."""
         return {"cause": self.cause, "status": self.status, "summary": self.summary, "evidence": dict(self.evidence),
                 "where": self.where, "fix": self.fix, "needs": self.needs, "source": self.source,
-                "measured": self.measured, "aspects": list(self.aspects)}
+                "measured": self.measured, "aspects": list(self.aspects), "explains": list(self.explains)}
 
     @classmethod
     def from_dict(cls, record: dict) -> "Finding":
@@ -238,7 +245,8 @@ class Finding:
         if not isinstance(record, dict):
             raise FindingError("finding record", "not a dict", expected="a dict from Finding.to_dict()",
                                found=type(record).__name__)
-        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source", "measured", "aspects")
+        names = ("cause", "status", "summary", "evidence", "where", "fix", "needs", "source", "measured", "aspects",
+                 "explains")
         unknown = sorted(set(record) - set(names))
         missing = [k for k in ("cause", "status", "summary") if k not in record]
         if unknown or missing:

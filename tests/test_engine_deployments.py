@@ -82,7 +82,11 @@ def test_a_draft_vllm_dies_on_is_a_finding_naming_the_file_and_key(served):
     assert f.cause == "aux_layout_mismatch" and f.evidence["key"] == "eagle_aux_hidden_state_layer_ids"
     assert f.evidence["file"].endswith("config.json") and "server.log" in f.summary
     assert "shape '[-1, 512]' is invalid" in f.summary and f.measured       # the engine's own error, quoted
-    assert sorted(v.cause for v in r.diagnosis.verdicts if v.status == "confirmed") == ["aux_layout_mismatch"]
+    # one root cause: the ids are in SpecForge's output-of convention, read as input-of (-1 names no boundary), so
+    # the slot count vLLM dies on is layer_id_off_by_one's consequence, named, not a second confirmed cause
+    assert sorted(v.cause for v in r.diagnosis.verdicts if v.status == "confirmed") == ["layer_id_off_by_one"]
+    aux = next(v for v in r.diagnosis.verdicts if v.cause == "aux_layout_mismatch")
+    assert aux.status == "ruled out" and any("consequence of layer_id_off_by_one" in x.summary for x in aux.findings)
     assert sum(v.status == "ruled out" for v in r.diagnosis.verdicts) >= 15    # nothing else is lost
     assert not r.problems
 

@@ -33,27 +33,11 @@ SAMPLE = {("no_layer_ids", True), ("rope_theta", True), ("no_lm_head", True), ("
           ("healthy_sglang_own_embedding", True)}
 FULL = os.environ.get("EAGLE3LIB_PLANTED") == "all"
 # cases whose deciding measurement has its inputs at hand (the training data and the target): a suspicion is not enough
-DECIDED_OFFLINE = ("rope_theta", "short_context")
+DECIDED_OFFLINE = ("rope_theta", "short_context", "template_roles", "template_think")
+# cases decided by the engine's rule at the version the inputs name (the launch command's environment): confirmed
+DECIDED_BY_RULE = ("ndt_rewrite",)
 # cases that fail on a bug in a file owned elsewhere (what was seen, which file): strict, so a fix shows
-_TOP_IDS = ("the plant reads as two causes on vLLM: top-level ids [-1, 1, 3, 5] make vLLM capture 3 slots for a 4-slot "
-            "fc, so aux_layout_mismatch is confirmed too ('vllm fails on the first request: its fc takes 4 aux slots, "
-            "it captures 3'): the case's single expected cause is in question, not yet the checks")
-_CONTEXT = ("short_context ruled out, measured (checks/context.py: step-0 accuracy 0.924 within the draft's 64 "
-            "positions, 0.938 past them, SGLang drafts on): on SGLang this plant is no fault; a case served by vLLM's "
-            "V1 runner (which stops drafting past max_model_len) would be")
-_TEMPLATE = ("chat_template_mismatch ruled out on every aspect by checks/template.py ('the training samples carry the "
-             "target template's role markers', 'the template's generation prompt ... opens the answers of 100% of "
-             "training samples') although the served template's {} changed")
-XFAIL: dict[tuple[str, bool], str] = {
-    **{("top_ids_output_of", o): _TOP_IDS for o in (True, False)},
-    **{("short_context", o): _CONTEXT for o in (True, False)},
-    ("template_roles", True): _TEMPLATE.format("'<|user|>' -> '<|human|>' role marker"),
-    ("template_think", True): ("chat_template_mismatch confirmed, but on its 'generation prompt' aspect; 'think "
-                               "blocks' ruled out by checks/template.py ('empty think blocks in 0% of training "
-                               "samples, consistent with the template') although the served template now opens "
-                               "each answer with an empty think block"),
-    ("template_gen_prompt", True): _TEMPLATE.format("generation prompt '<|assistant|>' -> '<|assistant|>\\n'"),
-}
+XFAIL: dict[tuple[str, bool], str] = {}
 
 
 @pytest.fixture(scope="module")
@@ -125,6 +109,8 @@ def test_planted_bug_is_named_and_nothing_else(world, tmp_path, name, optional):
     assert v["status"] in ("confirmed", "suspected"), f"{name}: {c.cause} {v['label']}: {v['evidence'][:300]}"
     if name in DECIDED_OFFLINE:
         assert v["status"] == "confirmed" and v["measurement"], f"{name}: {v['label']}, not decided by a measurement"
+    if name in DECIDED_BY_RULE:
+        assert v["status"] == "confirmed", f"{name}: {v['label']}, not decided at the version the launch names"
     if v["status"] == "suspected":            # the missing measurement named (by the suspicion or a not-checked one)
         needs = [f["needs"] for f in v["findings"] if f["status"] in ("suspected", "not checked") and f["needs"]]
         assert needs, f"{name}: {c.cause} suspected without naming the measurement that would decide it"

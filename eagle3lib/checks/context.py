@@ -74,7 +74,12 @@ def accuracy_falls_past(rows, draft_mp) -> dict | None:
 
 def served_past(engine: str, runner: str | None = None, version: str | None = None) -> str | None:
     """How `engine` (vLLM: its model `runner`, "v1" / "v2") serves positions past the draft's
-    max_position_embeddings, from the engine facts: "drafts on" or "stops drafting"; None when unknown."""
+    max_position_embeddings, from the engine facts: "drafts on" or "stops drafting"; None when unknown.
+
+    No third mode ("cut": the context truncated to the draft's positions) is scored: no engine fact records an
+    engine that truncates (engines/facts.py, topic "context": SGLang drafts on, vLLM raises the draft's rotary
+    positions to the target's and its V1 runner stops drafting past the draft's max_model_len). One is added here
+    only with a fact that has a source."""
     if engine == "sglang":
         on = engine_facts.reads("sglang", "context", "drafts_past_max_position_embeddings", version)
         return None if on is None else "drafts on" if on else "stops drafting"

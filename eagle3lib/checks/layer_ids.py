@@ -14,8 +14,8 @@ from ..engines.advice import captured_by
 from ..causes import Finding, not_checked
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
-from ..errors import Eagle3Error
-from ..layout import input_index
+from ..errors import Eagle3Error, LayoutError
+from ..layout import input_index, to_ids
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.layer_ids"
@@ -42,7 +42,7 @@ def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:
         return tuple(tl.layout), "training data, slots identified against the target's own boundaries"
     if art.data is not None and art.data.layout is not None:
         return tuple(art.data.layout), "training data's declared layout"
-    lay = art.draft_cfg.aux_layout(L)
+    lay = config_layout(art.draft_cfg, L)
     if lay is None and art.draft_cfg.dialect == "eagle":     # SafeAILab EAGLE: capture hard-coded, no ids by design
         return tuple(captured_by("eagle", None, L)), "EAGLE (SafeAILab) capture: inputs of [2, L//2, L-3]"
     return (tuple(lay), f"{CLAIM} {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
@@ -140,6 +140,31 @@ def _default_finding(ev: dict, rep: dict, said: str, fix: str, source: str) -> F
                    f"accuracy {b:.3f} vs {a:.3f} with the trained layout)", ev, WHERE, measured=True)
 
 
+def config_layout(cfg, L: int) -> tuple[str, ...] | None:
+    """The boundaries the config's ids name in its own convention; None when it has no ids, or when one of them
+    names no boundary read so (ids in the other convention: the engine-reading findings say what it captures)."""
+    try:
+        return cfg.aux_layout(L)
+    except LayoutError:
+        return None
+
+
+def convention_shift(trained, captured, L: int) -> int | None:
+    """The one-layer shift (+1 / -1) that fully explains what an engine captures against the trained layout: every
+    captured slot is its trained slot shifted so, and every slot it does not capture (None) is one the shift moves
+    off the target (the embedding one layer earlier, the last boundary one later); None otherwise."""
+    if len(trained) != len(captured) or all(c is None for c in captured):
+        return None
+    for s in (1, -1):
+        ok = True
+        for t, c in zip(trained, captured):
+            i = input_index(t, L) + s
+            ok = ok and (c is None and not 0 <= i <= L or c is not None and input_index(c, L) == i)
+        if ok:
+            return s
+    return None
+
+
 def _shift(a, b, L: int) -> int | None:
     """The uniform index shift from layout a to b (same length), or None."""
     if len(a) != len(b) or None in b:
@@ -192,7 +217,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         out.append(Finding("aux_layout_mismatch", "confirmed", f"the fc takes {k} aux slots, the training layout "
                            f"has {len(trained)}", base, f"{WHERE}.fc_width",
                            fix="make num_aux_hidden_states / the id list match fc.weight"))
-    cfg_lay = cfg.aux_layout(L)
+    cfg_lay = config_layout(cfg, L)
     if cfg_lay is not None and trained is not None and trained_from.startswith("training data"):
         s = _shift(trained, cfg_lay, L)
         if tuple(cfg_lay) != tuple(trained):
@@ -272,10 +297,33 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     claim_needs = ("the training data (its slots identified against the target: the config's ids may be in "
                    "another engine's convention)") if claimed else ""
     if captured == list(trained) and not bad_slots and len(captured) == k:
+        # the config's ids read in the convention their place implies are not what this engine reads: it captures
+        # the trained layout, so a mismatch in that convention is no fault of this deployment
+        out = [f for f in out if not (f.where == f"{WHERE}.config_vs_data" and f.status == "confirmed")]
         out.append(Finding("layer_id_off_by_one", "ruled out", f"{eng} captures the training layout", ev, WHERE))
         if not any(f.cause == "aux_layout_mismatch" for f in out):
             out.append(Finding("aux_layout_mismatch", "ruled out", f"{eng} feeds {k} slots in the trained order",
                                ev, WHERE))
+        return out
+    conv = convention_shift(trained, captured, L) if None in captured and len(captured) == k else None
+    kept = [p for p, c in zip(r.slot_problems, captured) if p and c is not None] \
+        if len(r.slot_problems) == len(captured) else bad_slots        # problems of the slots it does capture
+    if conv is not None and not kept:
+        got = [c for c in captured if c]
+        lost = [t for t, c in zip(trained, captured) if c is None]
+        ids = to_ids(trained, "input" if eng == "vllm" else "output", L)
+        said = (f"{eng} captures {ev['captured']}, the draft was trained on {list(trained)} ({trained_from}): every "
+                f"slot shifted by {conv:+d}, the ids written in the other convention; {', '.join(lost)} has no "
+                f"boundary there, so {eng} captures {len(got)} of the fc's {k} slots: that slot-count mismatch "
+                "(aux_layout_mismatch) is this convention's consequence, not a cause of its own")
+        st = "suspected" if claimed else "confirmed"
+        out.append(Finding("layer_id_off_by_one", st, said, {**ev, "consequences": {"aux_layout_mismatch": f"{len(got)}"
+                           f" of {k} slots captured"}}, WHERE, fix=f"write ids {ids} for {eng} (the trained layout "
+                           f"in its {'input' if eng == 'vllm' else 'output'}-of-layer convention)", needs=claim_needs,
+                           source=_SOURCES[eng], explains=("aux_layout_mismatch",) if st == "confirmed" else ()))
+        out.append(Finding("aux_layout_mismatch", "ruled out", f"as a cause of its own: every slot {eng} misses or "
+                           f"shifts is the id convention's (layer_id_off_by_one, shift {conv:+d})", ev, WHERE,
+                           source=_SOURCES[eng]))
         return out
     if s in (1, -1):
         out.append(Finding("layer_id_off_by_one", "suspected" if claimed else "confirmed", f"{eng} captures "

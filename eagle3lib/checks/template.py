@@ -19,7 +19,8 @@ import re
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
-from .template_replay import MARGIN, replay_renderings
+from .template_replay import (MARGIN, generation_head, replay_renderings, served_role_markers, think_block,
+                              training_markers, with_generation_prompt)
 
 WHERE = "checks.template"
 EMPTY_THINK = re.compile(r"<think>\s*</think>")
@@ -104,7 +105,8 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     named = launch_template(art)
     if named is not None:
         tok.chat_template = named
-    train_ids = _as_ids(tok, [s.input_ids for s in art.data.sample(min(n, len(art.data)), 0)])
+    drawn = list(art.data.sample(min(n, len(art.data)), 0))
+    train_ids = _as_ids(tok, [s.input_ids for s in drawn])
     if not train_ids:     # no sample read: nothing says what the training data was rendered with
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["data"] + " with readable samples",
                             f"no training sample could be read from {art.data.root}")]
@@ -122,7 +124,23 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
         share = {r: _share(train_ids, _ids(tok, marks[r].strip())) for r in ("user", "assistant")
                  if marks[r].strip()}
         ev["role_marker_share"] = share
-        if share and max(share.values()) == 0:
+        found = training_markers(tok, [(ids, list(s.loss_mask.tolist())) for ids, s in zip(train_ids, drawn)])
+        off = _roles_differ(tok, marks, found)
+        if found is not None:
+            ev["training_role_markers"] = {r: tok.decode(found[r], skip_special_tokens=False)[:SHOW]
+                                           for r in ("user", "assistant")}
+            ev["template_role_markers"] = {"user": marks["user"][:SHOW], "assistant": marks["assistant"][:SHOW]}
+        if off:
+            said = ("the served template renders the role markers otherwise than the training samples hold them ("
+                    + "; ".join(f"{r}: {marks[r]!r} served, {tok.decode(found[r], skip_special_tokens=False)!r} "
+                                "trained" for r in off) + ")")
+            fix = "serve with the template the training data was rendered with (--chat-template), or re-render the " \
+                  "training data with this one and retrain"
+            src = "SpecForge#296, PR#182; EAGLE#132"
+            out.append(_measured(art, tok, marks, "role markers", f"{WHERE}.markers", ev, said, fix, src) or
+                       Finding("chat_template_mismatch", "confirmed", said, ev, f"{WHERE}.markers", fix=fix,
+                               source=src, aspects=("role markers",)))
+        elif share and max(share.values()) == 0:
             out.append(Finding("chat_template_mismatch", "confirmed", "no training sample contains the target "
                                f"template's role markers ({', '.join(repr(marks[r].strip()) for r in share)}): the "
                                "data was rendered with another template", ev, f"{WHERE}.markers",
@@ -130,10 +148,11 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                                source="SpecForge#296, PR#182; EAGLE#132", aspects=("role markers",)))
         else:
             out.append(Finding("chat_template_mismatch", "ruled out", "the training samples carry the target "
-                               "template's role markers", ev, f"{WHERE}.markers", aspects=("role markers",)))
+                               "template's role markers" + (" where the template puts them" if found else ""), ev,
+                               f"{WHERE}.markers", aspects=("role markers",)))
     think_train = sum(_empty_think(tok, t) for t in train_ids) / max(len(train_ids), 1)
     ev_t = {"training_empty_think_share": think_train, "training_rendering": ev["training_rendering"]}
-    gen_think = bool(marks) and "<think>" in marks["generation_prompt"]
+    gen_think = bool(marks) and bool(think_block(marks["generation_prompt"]))
     ev_t["template_generation_prompt"] = marks["generation_prompt"][:SHOW] if marks else None
     if served is not None:
         think_served = sum(_empty_think(tok, t) for t in served_ids) / len(served_ids)
@@ -149,6 +168,15 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                            "empty <think></think>; the template's generation prompt has none", ev_t, f"{WHERE}.think",
                            fix="check the served think mode (enable_thinking)", needs=NEEDS["served_prompts"],
                            source="SpecForge#296", aspects=("think blocks",)))
+    elif think_train <= 0.5 and gen_think:
+        said = (f"the served template opens each answer with an empty think block "
+                f"({think_block(marks['generation_prompt'])!r}); {think_train:.0%} of training samples hold one")
+        fix = "serve in the think mode the draft was trained in (enable_thinking=False, or the training template), " \
+              "or retrain on data rendered with this one"
+        out.append(_measured(art, tok, marks, "think blocks", f"{WHERE}.think", ev_t, said, fix,
+                             "SpecForge#296; z-lab/dflash#133") or
+                   Finding("chat_template_mismatch", "confirmed", said, ev_t, f"{WHERE}.think", fix=fix,
+                           source="SpecForge#296; z-lab/dflash#133", aspects=("think blocks",)))
     else:
         out.append(Finding("chat_template_mismatch", "ruled out", f"empty think blocks in {think_train:.0%} of "
                            "training samples, consistent with the template", ev_t, f"{WHERE}.think",
@@ -156,8 +184,26 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     if named is not None:
         ev["served_template"] = f"--chat-template {art.launch.flags.get('chat_template')}"
     out += _system(tok, marks, train_ids, served_ids, served, ev, art)
-    out.append(_generation_prompt(tok, marks, train_ids, ev, art))
+    out.append(_generation_prompt(tok, marks, [(ids, list(s.loss_mask.tolist())) for ids, s in
+                                               zip(train_ids, drawn)], ev, art))
     return out
+
+
+def _roles_differ(tok, marks, found) -> list[str]:
+    """The roles ("user", "assistant") whose marker the served template renders otherwise than every training
+    sample holds it, neither ending the other (`found`: `training_markers`; none when they could not be inferred:
+    then only the shares of the template's markers in the samples speak)."""
+    if found is None:
+        return []
+    served = dict(zip(("user", "assistant"), served_role_markers(tok, marks)))
+    return [r for r in ("user", "assistant") if served[r] and not _suffix(found[r], served[r])]
+
+
+def _suffix(a: list[int], b: list[int]) -> bool:
+    """Whether one token sequence ends the other (a served user header after a default system block's end still
+    is the trained header)."""
+    n = min(len(a), len(b))
+    return n > 0 and a[len(a) - n:] == b[len(b) - n:]
 
 
 def launch_template(art: Artifacts) -> str | None:
@@ -232,16 +278,31 @@ def _system(tok, marks, train_ids, served_ids, served, ev, art=None) -> list[Fin
                     source="EAGLE#5, #79; sglang PR#4716" if off else "", aspects=asp)]
 
 
-def _generation_prompt(tok, marks, train_ids, ev, art=None) -> Finding:
-    """The generation-prompt aspect: what the template opens the answer with when serving, in the training samples."""
+def _opens_answers(ids: list[int], mask: list[int], gen: list[int]) -> bool:
+    """Whether every answer of a sample (a rise of its loss mask) opens with `gen`; a sample whose mask marks no
+    prompt (all ones: no answer boundary known) counts when it holds `gen` anywhere."""
+    if not any(m == 1 and i > 0 and mask[i - 1] == 0 for i, m in enumerate(mask)):
+        return _contains(ids, gen)
+    return with_generation_prompt(ids, mask, gen) is None
+
+
+def _generation_prompt(tok, marks, train_masks, ev, art=None) -> Finding:
+    """The generation-prompt aspect: what the template opens the answer with when serving (its think block aside),
+    before every answer of the training samples ((ids, loss mask) each), token for token."""
     w, asp = f"{WHERE}.generation_prompt", ("generation prompt",)
     if marks is None:
         return not_checked("chat_template_mismatch", w, "a target tokenizer with a chat template", aspects=asp)
-    gen = marks["generation_prompt"].strip()
-    if not gen:
+    gen = generation_head(marks["generation_prompt"])      # its think block is the think-blocks aspect
+    if not gen.strip():
         return Finding("chat_template_mismatch", "ruled out", "the template adds no generation prompt", {}, w,
                        aspects=asp)
-    share = _share(train_ids, _ids(tok, gen))
+    if gen == marks["assistant"]:           # what a conversation's answers open with: the role-marker aspect's
+        return Finding("chat_template_mismatch", "ruled out", f"the template's generation prompt {gen!r} is the "
+                       "assistant header it writes before every answer of a conversation (compared with the "
+                       "training samples as a role marker)", {"template_generation_prompt": gen[:SHOW]}, w,
+                       aspects=asp)
+    gen_ids = _ids(tok, gen)                # as served, trailing whitespace included (it is a token of its own)
+    share = sum(_opens_answers(ids, mask, gen_ids) for ids, mask in train_masks) / max(len(train_masks), 1)
     ev_g = {"template_generation_prompt": gen[:SHOW], "training_share": share,
             "training_rendering": ev["training_rendering"]}
     if share < 0.5:

@@ -2,11 +2,16 @@
 renderings replayed through the target (its states recaptured for each) and the draft, step-0 accuracy on the same
 answer tokens. Two aspects are rendered: the default system prompt the template adds to a request without one
 (inserted before the first user header), and the generation prompt it opens each answer with (its missing part
-inserted where each answer starts). The accuracy the served rendering costs decides the aspect.
+inserted where each answer starts), the role markers (the training rendering's user and assistant headers, inferred
+from what every training conversation holds there, replaced by the served template's) and the think block (the one
+the served generation prompt opens each answer with, inserted after the assistant header). The accuracy the served
+rendering costs decides the aspect.
 
 Usage: ``replay_renderings(art, tok, marks, "system prompt", n=4)`` -> {acc_0_training_rendering, ...} or {}.
 """
 from __future__ import annotations
+
+import re
 
 import torch
 
@@ -16,6 +21,7 @@ from .inputs import Artifacts
 
 REPLAY_N = 4          # training conversations rendered both ways (two target captures and two replays each)
 MARGIN = 0.05         # step-0 accuracy the served rendering loses that confirms the aspect
+EMPTY_THINK_TAIL = re.compile(r"<think>\s*</think>\s*")
 MEASUREMENT = "training conversations rendered with the served template, both renderings replayed through the " \
               "target and the draft"
 
@@ -54,17 +60,127 @@ def with_generation_prompt(ids: list[int], mask: list[int], gen: list[int]) -> t
     return (out_ids, out_mask) if changed else None
 
 
-def _render(aspect: str, tok, marks: dict, ids: list[int], mask: list[int]):
+def _prompt_parts(mask: list[int]) -> list[tuple[int, int]]:
+    """(start, end) of each prompt part: the tokens before an answer (a rise of the loss mask), since the last one."""
+    out, start = [], 0
+    for i, m in enumerate(mask):
+        if m == 1 and (i == 0 or mask[i - 1] == 0):
+            out.append((start, i))
+        elif m == 0 and i > 0 and mask[i - 1] == 1:
+            start = i
+    return out
+
+
+def _common(seqs: list[list[int]], tail: bool = False) -> list[int]:
+    """The longest common prefix (suffix with `tail`) of token sequences."""
+    seqs = [s[::-1] for s in seqs] if tail else seqs
+    out: list[int] = []
+    for col in zip(*seqs):
+        if len(set(col)) != 1:
+            break
+        out.append(col[0])
+    return out[::-1] if tail else out
+
+
+def _markerish(tok, special: set[int], t: int, at_end: bool) -> bool:
+    """Whether token `t` can end (`at_end`) or start a role marker: a special token, or text ending (starting) in
+    whitespace; a word of the content never does (so a first word every conversation shares stays out)."""
+    if t in special:
+        return True
+    text = tok.decode([t])
+    return bool(text) and (text[-1] if at_end else text[0]).isspace()
+
+
+def training_markers(tok, samples: list[tuple[list[int], list[int]]]) -> dict | None:
+    """The training rendering's role markers, inferred from its samples ((ids, loss mask) each): 'lead' (the bos
+    every sample opens with), 'assistant' (what every prompt part ends with before an answer, from its first
+    marker-like token) and 'user' (what every first turn opens with after the lead, up to the last marker-like
+    token before the turns' contents part); None when fewer than two first turns differ (the samples cannot tell a
+    marker from a content they share) or no marker-like token bounds them."""
+    parts = [(ids, _prompt_parts(mask)) for ids, mask in samples]
+    parts = [(ids, p) for ids, p in parts if p and p[0][1] > 0]
+    if len(parts) < 2:
+        return None
+    special = set(getattr(tok, "all_special_ids", None) or ())
+    bos = getattr(tok, "bos_token_id", None)
+    lead = [bos] if bos is not None and all(ids[:1] == [bos] for ids, _ in parts) else []
+    asst = _common([ids[a:b] for ids, p in parts for a, b in p], tail=True)
+    start = next((i for i, t in enumerate(asst) if _markerish(tok, special, t, False)), len(asst))
+    asst = asst[start:]
+    turns = [ids[len(lead):p[0][1] - len(asst)] for ids, p in parts]
+    if not asst or len({tuple(t) for t in turns}) < 2:
+        return None
+    user = _common(turns)
+    cut = max((i + 1 for i, t in enumerate(user) if _markerish(tok, special, t, True)), default=0)
+    return {"lead": lead, "user": user[:cut], "assistant": asst} if cut else None
+
+
+def with_role_markers(ids: list[int], mask: list[int], found: dict, user: list[int],
+                      assistant: list[int]) -> tuple[list[int], list[int]] | None:
+    """`ids` with the training rendering's role markers (`found`, `training_markers`) replaced by the served
+    template's: `user` where a user turn opens (after the lead, and after each answer), `assistant` before each
+    answer; None when nothing changes."""
+    tu, ta, lead = found["user"], found["assistant"], found["lead"]
+    out_ids, out_mask, i, changed = list(ids[:len(lead)]), list(mask[:len(lead)]), len(lead), False
+    turn_start = True
+    while i < len(ids):
+        if turn_start and mask[i] == 0 and tu != user and ids[i:i + len(tu)] == tu:
+            out_ids += user
+            out_mask += [0] * len(user)
+            i, changed, turn_start = i + len(tu), True, False
+            continue
+        turn_start = False
+        nxt = i + len(ta)
+        if ta != assistant and ids[i:nxt] == ta and nxt < len(ids) and mask[nxt] == 1 and \
+                all(m == 0 for m in mask[i:nxt]):
+            out_ids += assistant
+            out_mask += [0] * len(assistant)
+            i, changed = nxt, True
+            continue
+        out_ids.append(ids[i])
+        out_mask.append(mask[i])
+        turn_start = mask[i] == 1 and i + 1 < len(ids) and mask[i + 1] == 0
+        i += 1
+    return (out_ids, out_mask) if changed else None
+
+
+def served_role_markers(tok, marks: dict) -> tuple[list[int], list[int]]:
+    """(user header, what comes between a user turn's content and the answer) as the served template renders
+    them, in tokens (its default system prompt, an aspect of its own, left out)."""
+    return _ids(tok, marks["user"]), _ids(tok, marks["assistant"])
+
+
+def think_block(gen: str) -> str:
+    """The empty think block (and the whitespace after it) a generation prompt opens the answer with ("" none)."""
+    m = EMPTY_THINK_TAIL.search(gen)
+    return m.group(0) if m else ""
+
+
+def generation_head(gen: str) -> str:
+    """The generation prompt without its think block (that is the think-blocks aspect)."""
+    block = think_block(gen)
+    return gen.replace(block, "", 1) if block else gen
+
+
+def _renderer(aspect: str, tok, marks: dict, samples: list[tuple[list[int], list[int]]]):
+    """(ids, mask) -> the rendering the served template gives for `aspect` (None: unchanged); None when the
+    training rendering cannot be read for it."""
     if aspect == "system prompt":
         text = marks["no_system_rendering"]
-        prefix = text[:text.find("QQUSRQQ")].removeprefix(getattr(tok, "bos_token", None) or "")
-        return with_default_system(ids, mask, _ids(tok, prefix))
-    return with_generation_prompt(ids, mask, _ids(tok, marks["generation_prompt"]))
+        prefix = _ids(tok, text[:text.find("QQUSRQQ")].removeprefix(getattr(tok, "bos_token", None) or ""))
+        return lambda ids, mask: with_default_system(ids, mask, prefix)
+    if aspect == "role markers":
+        found = training_markers(tok, samples)
+        user, asst = served_role_markers(tok, marks)
+        return None if found is None else lambda ids, mask: with_role_markers(ids, mask, found, user, asst)
+    gen = marks["generation_prompt"] if aspect == "think blocks" else generation_head(marks["generation_prompt"])
+    gen_ids = _ids(tok, gen)
+    return lambda ids, mask: with_generation_prompt(ids, mask, gen_ids)
 
 
 def replay_renderings(art: Artifacts, tok, marks: dict, aspect: str, n: int = REPLAY_N, layout=None) -> dict:
     """Step-0 accuracy of the draft on `n` training conversations as rendered for training and as the served
-    template renders them for `aspect` ("system prompt" / "generation prompt"), the target's states recaptured for
+    template renders them for `aspect` (causes.ASPECTS of chat_template_mismatch), the target's states recaptured for
     both; {} when it cannot run (no weights, target, trained layout, or no sample the template changes)."""
     layout = layout or (art.data.layout if art.data is not None else None)
     if n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors or not layout:
@@ -72,10 +188,11 @@ def replay_renderings(art: Artifacts, tok, marks: dict, aspect: str, n: int = RE
     from ..hidden.capture import capture, load_target_model
     from ..replay.run import replay
     from ..replay.evidence import load_replay
-    pairs = []
-    for s in art.data.sample(min(n, len(art.data)), 0):
-        ids, mask = s.input_ids.tolist(), s.loss_mask.tolist()
-        served = _render(aspect, tok, marks, ids, mask)
+    pairs, drawn = [], list(art.data.sample(min(n, len(art.data)), 0))
+    samples = [(s.input_ids.tolist(), s.loss_mask.tolist()) for s in drawn]
+    render = _renderer(aspect, tok, marks, samples)
+    for s, (ids, mask) in zip(drawn if render is not None else (), samples):
+        served = render(ids, mask)
         if served is not None:
             pairs.append(((ids, mask), served, s.id))
     if not pairs:

@@ -82,8 +82,8 @@ DEPLOYMENTS = {d.name: d for d in (
     D("rope_theta", "config rope_theta 1e6, trained at 1e4", "rope_mismatch", config=_rope),
     D("no_lm_head", "lm_head.weight lost from the checkpoint", "lm_head_missing", config=_vllm_ids,
       weights=_no_lm_head),
-    D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5]", "aux_layout_mismatch",
-      refused=True, config=_specforge_as_is),
+    D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5] (output-of-layer, read as "
+      "input-of: 3 slots captured for a 4-slot fc)", "layer_id_off_by_one", refused=True, config=_specforge_as_is),
 )}
 
 

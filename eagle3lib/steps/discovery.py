@@ -7,6 +7,7 @@ read is in `Discovery.problems`.
 from __future__ import annotations
 
 import json
+import re
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -28,6 +29,10 @@ from ..engines.sglang_resolver import Resolution, read_config, resolve, resolve_
 from ..model.target import load_target_info
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
+# an SGLang version named in a launch command or a server log: a pinned install (sglang==0.5.6), an image tag
+# (lmsysorg/sglang:v0.5.6), a versioned environment's interpreter (/opt/sglang-0.5.6/bin/python), "SGLang v0.5.6"
+_VERSION_IN_TEXT = re.compile(r"\bsglang(?:==|[-_:]v?|\s+v(?:ersion)?\s*[:=]?\s*v?)(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)",
+                              re.IGNORECASE)
 
 
 DEMO_LAUNCH = SAMPLES_DIR / "demo_launch.json"   # the demo world's launch command, fixed command and startup log
@@ -117,7 +122,8 @@ class Discovery:
     draft_config: Path | None = None
     vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
-    version_source: str = "given"        # where `version` came from: "given", "/server_info" or "default" (unknown)
+    version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
+                                         # "server log" (named there, `version_in_text`) or "default" (unknown)
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -206,7 +212,8 @@ class Discovery:
         res, knobs = self.resolution, KNOBS
         observed = self.server_info is not None or (self.log is not None and bool(self.log.server_args))
         if self.version_source == "default" and not observed:
-            return [ndt_by_range(self.launch, self.target_arch, where)]
+            return [installed_sglang_finding(self.launch, res, where) or ndt_by_range(self.launch, self.target_arch,
+                                                                                       where)]
         eff = {k.replace("speculative_", ""): res.effective.get(k) for k in knobs}
         changed = {k: v for k, v in res.changed().items() if k in knobs and v[0] is not None}
         if not changed:
@@ -292,6 +299,45 @@ def _ranges_answered(launch, target_arch, rules) -> list[tuple[str, str | None, 
         else:
             out.append((lo, hi, kind, answer, r))
     return out
+
+
+def version_in_text(text: str) -> str | None:
+    """The SGLang version a launch command or server log names (`_VERSION_IN_TEXT`), None when it names none."""
+    m = _VERSION_IN_TEXT.search(text or "")
+    return m.group(1) if m else None
+
+
+def _log_text(path: str, limit: int = 200_000) -> str:
+    try:
+        return Path(path).read_text(errors="replace")[:limit] if path else ""
+    except OSError:
+        return ""
+
+
+def installed_sglang_finding(launch: LaunchArgs, res: Resolution, where: str) -> Finding | None:
+    """ndt_override as the installed SGLang's own ServerArgs resolves the launch (serving.sglang_introspect), for
+    a launch whose server version is unknown; None when SGLang is not installed here or could not resolve it."""
+    from ..serving import sglang_introspect
+    if not sglang_introspect.available():
+        return None
+    intro = sglang_introspect.introspect(launch)
+    if intro.error:
+        return None
+    changed = {k: (res.requested.get(k), intro.effective.get(k)) for k in KNOBS
+               if res.requested.get(k) is not None and intro.effective.get(k) != res.requested.get(k)}
+    v = intro.version or "of unknown version"
+    ev = {"sglang_version": intro.version or "unknown", "version_source": "installed sglang",
+          "decided_by": "the installed SGLang's own ServerArgs (serving.sglang_introspect)",
+          **{k.replace("speculative_", "") + "_requested": r for k, (r, _) in changed.items()},
+          **{k.replace("speculative_", "") + "_effective": e for k, (_, e) in changed.items()}}
+    w = f"{where}, the installed SGLang's resolver"
+    caveat = "the server's own version was not given: it may differ from the one installed here"
+    if not changed:
+        return Finding("ndt_override", "ruled out", f"the installed SGLang {v} runs the speculative knobs as "
+                       f"requested ({caveat})", ev, w)
+    text = "; ".join(f"{k.replace('speculative_', '')} {r} -> {e}" for k, (r, e) in changed.items())
+    return Finding("ndt_override", "confirmed", f"the installed SGLang {v} rewrites {text} ({caveat})", ev, w,
+                   fix="request settings SGLang keeps", source="sglang ServerArgs (installed)")
 
 
 def ndt_by_range(launch: LaunchArgs, target_arch: str | None, where: str, rules=RULES) -> Finding:
@@ -385,13 +431,21 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     L = target.num_layers if target is not None else None
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
     log = _try(problems, read_startup_log, server_log) if server_log else None
-    version = sglang_version or (info.version if info is not None and info.version else "") or DEFAULT_VERSION
-    version_source = "given" if sglang_version else "/server_info" if info is not None and info.version else "default"
+    named = {}                       # the version the launch command or the server log names, when neither the
+    if not sglang_version and not (info is not None and info.version):      # params nor /server_info give one
+        named = {src: v for src, v in (("launch command", version_in_text(launch_command)),
+                                       ("server log", version_in_text(_log_text(server_log)))) if v}
+    inferred, inferred_from = next(iter(((v, s) for s, v in named.items())), ("", ""))
+    version = sglang_version or (info.version if info is not None and info.version else "") or inferred or \
+        DEFAULT_VERSION
+    version_source = "given" if sglang_version else "/server_info" if info is not None and info.version else \
+        inferred_from or "default"
     if sglang_version and info is not None and info.version and info.version != sglang_version:
         notes.append(f"sglang_version {sglang_version} given, but /server_info says {info.version}: using "
                      f"{sglang_version}")
     if not sglang_version:
         notes.append(f"SGLang version {version} taken from " + ("/server_info" if info is not None and info.version
+                                                                else f"the {inferred_from}" if inferred_from
                                                                 else "the library default"))
     if _try(problems, parse_version, version) is None:
         version, version_source = DEFAULT_VERSION, "default"

@@ -53,6 +53,46 @@ def test_top_level_ids_in_the_output_convention_are_off_by_one_on_vllm(tmp_path)
     assert statuses(f, "missing_layer_ids") == {"ruled out"}
 
 
+def test_output_of_ids_with_the_embedding_slot_read_as_input_of_are_one_root_cause(tmp_path):
+    """SpecForge's ids [-1, 1, 3, 5] moved to the top level for vLLM: read as input-of-layer ids, every slot is one
+    layer shallower and -1 names no boundary, so 3 slots are captured for a 4-slot fc. The id convention explains
+    all of it: layer_id_off_by_one confirmed, naming the slot-count mismatch as its consequence; aux_layout_mismatch
+    is ruled out as a cause of its own, here and in the diagnosis (a replay's suspicion of it restated)."""
+    from eagle3lib.causes import Finding
+    from eagle3lib.checks.layer_ids import convention_shift
+    from eagle3lib.diagnose.combine import diagnose
+    trained = ("embed",) + LAYOUT
+    raw = draft_raw(eagle_config=None, eagle_aux_hidden_state_layer_ids=[-1, 1, 3, 5])
+    f = check_layer_ids(_art(tmp_path, raw, trained), engine="vllm", engine_runner="v1")
+    (root,) = [x for x in f if x.cause == "layer_id_off_by_one"]
+    assert (root.status, root.explains) == ("confirmed", ("aux_layout_mismatch",))
+    assert "3 of the fc's 4 slots" in root.summary and "[0, 2, 4, 6]" in root.fix
+    assert statuses(f, "aux_layout_mismatch") == {"ruled out"}
+    served = ["zeros", "layer_in.1", "layer_in.3", "layer_in.5"]
+    replay = Finding("aux_layout_mismatch", "suspected", "serving feeds other boundaries", {"served_layout": served},
+                     "02")
+    d = diagnose(f + [replay])
+    assert [v.cause for v in d.by_status("confirmed")] == ["layer_id_off_by_one"] and not d.by_status("suspected")
+    aux = next(v for v in d.verdicts if v.cause == "aux_layout_mismatch")
+    assert aux.status == "ruled out" and any("consequence of layer_id_off_by_one" in x.summary for x in aux.findings)
+    # the same shift without a lost slot, a permutation, and a slot lost that no shift explains
+    assert convention_shift(LAYOUT, ("layer_in.1", "layer_in.3", "layer_in.5"), 8) == -1
+    assert convention_shift(trained, (None, "layer_in.1", "layer_in.3", "layer_in.5"), 8) == -1
+    assert convention_shift(trained, (None, "layer_in.3", "layer_in.1", "layer_in.5"), 8) is None
+    assert convention_shift(("layer_in.2",) + LAYOUT, (None, "layer_in.1", "layer_in.3", "layer_in.5"), 8) is None
+
+
+def test_nested_ids_written_for_vllm_are_no_fault_where_vllm_serves_them(tmp_path):
+    """eagle_config ids [2, 4, 6] (input-of-layer, for vLLM): read in the convention their place implies (SpecForge's
+    output-of) they name layers one deeper than trained, but vLLM's V1 runner reads them as input-of and captures the
+    trained layout: nothing confirmed there. With no engine named the config-vs-data mismatch stands."""
+    raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6], "use_aux_hidden_state": True})
+    art = _art(tmp_path, raw)
+    f = check_layer_ids(art, engine="vllm", engine_runner="v1")
+    assert statuses(f, "layer_id_off_by_one") == {"ruled out"}, [x for x in f if x.cause == "layer_id_off_by_one"]
+    assert "confirmed" in statuses(check_layer_ids(art), "layer_id_off_by_one")
+
+
 def test_post_norm_final_slot_and_fc_width(tmp_path):
     """Data trained on final_postnorm: confirmed (engines capture pre-norm); 4-slot data for a 3-slot fc: mismatch."""
     f = check_layer_ids(_art(tmp_path, draft_raw(), ("layer_in.2", "layer_in.4", "final_postnorm")))

@@ -34,11 +34,22 @@ def target(tmp_path_factory):
     return d, tok
 
 
-def _data(root, tok, texts, name):
+def _answer_mask(tok, ids: list[int]) -> list[int]:
+    """SpecForge's loss mask: 1 on each answer (after an assistant header) up to and including its <|end|>."""
+    a, e = tok.convert_tokens_to_ids("<|assistant|>"), tok.convert_tokens_to_ids("<|end|>")
+    out, on = [], False
+    for t in ids:
+        out.append(int(on))
+        on = (on and t != e) or t == a
+    return out
+
+
+def _data(root, tok, texts, name, masked=False):
     samples = []
     for i, t in enumerate(texts):
-        ids = torch.tensor(tok(t, add_special_tokens=False)["input_ids"])
-        samples.append(Sample(f"s{i}", ids, torch.ones(len(ids), dtype=torch.long), torch.zeros(len(ids), 1, 8),
+        ids = tok(t, add_special_tokens=False)["input_ids"]
+        mask = _answer_mask(tok, ids) if masked else [1] * len(ids)
+        samples.append(Sample(f"s{i}", torch.tensor(ids), torch.tensor(mask), torch.zeros(len(ids), 1, 8),
                               ("layer_in.1",), None, f"mem:{i}"))
     write_seed_dataset(root / name, samples, layout=("layer_in.1",), info={"num_target_layers": 2})
     return root / name
@@ -148,12 +159,65 @@ def test_a_template_that_adds_a_default_system_prompt_is_confirmed_not_ruled_out
     assert _by_aspect(f)[("system prompt",)] == "ruled out"
 
 
-def test_a_generation_prompt_the_training_answers_never_open_with_is_confirmed(tmp_path, retemplated):
+def test_an_empty_think_block_the_served_generation_prompt_opens_is_the_think_aspect(tmp_path, retemplated):
+    """Issue 25: the served generation prompt now opens each answer with <think></think>, no training sample holds
+    one: the think-blocks aspect is confirmed (not "ruled out" from the samples' text), and the generation prompt
+    without its think block is what the samples hold, so that aspect is ruled out. Trained with them: ruled out."""
     d, tok = retemplated(THINK_GEN)
     f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT], "data")))
-    assert _by_aspect(f)[("generation prompt",)] == "confirmed"
+    assert (_by_aspect(f)[("think blocks",)], _by_aspect(f)[("generation prompt",)]) == ("confirmed", "ruled out")
     f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [THINK, THINK], "data2")))
-    assert _by_aspect(f)[("generation prompt",)] == "ruled out"
+    assert _by_aspect(f)[("think blocks",)] == "ruled out"
+
+
+GEN_MORE = TEMPLATE.replace("<|assistant|>{% endif %}", "<|assistant|>###{% endif %}")
+ROLES = TEMPLATE.replace("<|{{ m['role'] }}|>", "{% if m['role'] == 'user' %}User:{% else %}<|{{ m['role'] }}|>"
+                         "{% endif %}")
+CHAT2 = "<|begin|><|user|>hello<|end|><|assistant|>fine<|end|>"
+
+
+def test_a_generation_prompt_the_training_answers_never_open_with_is_confirmed(tmp_path, retemplated):
+    """The generation prompt is compared token for token before each answer (the loss mask's rise): one token more
+    than the training rendering holds there is confirmed; the template the data was rendered with rules it out."""
+    d, tok = retemplated(GEN_MORE)
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT2], "data", masked=True)))
+    hit = _aspect(f, "generation prompt")
+    assert hit.status == "confirmed" and hit.evidence["training_share"] == 0.0
+    d, tok = retemplated(TEMPLATE)
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT2], "data2", masked=True)))
+    assert _aspect(f, "generation prompt").status == "ruled out"
+
+
+def test_role_markers_are_read_from_the_training_rendering_and_replaced_by_the_served_ones(target):
+    """The user header every first turn opens with and what every prompt ends with before an answer are the
+    training rendering's markers; the served rendering swaps them where turns open and answers start."""
+    from eagle3lib.checks.template_replay import training_markers, with_role_markers
+    tok = target[1]
+    samples = [(ids := tok(t, add_special_tokens=False)["input_ids"], _answer_mask(tok, ids)) for t in (CHAT, CHAT2)]
+    found = training_markers(tok, samples)
+    assert [tok.convert_ids_to_tokens(found[k]) for k in ("lead", "user", "assistant")] == [
+        ["<|begin|>"], ["<|user|>"], ["<|end|>", "<|assistant|>"]]
+    assert training_markers(tok, samples[:1] * 2) is None          # identical turns: marker and content inseparable
+    ids, mask = samples[1]
+    user = tok("###", add_special_tokens=False)["input_ids"]
+    new_ids, new_mask = with_role_markers(ids, mask, found, user, found["assistant"])
+    assert tok.convert_ids_to_tokens(new_ids)[:3] == ["<|begin|>", "###", "hello"] and sum(new_mask) == sum(mask)
+    assert with_role_markers(ids, mask, found, found["user"], found["assistant"]) is None
+
+
+def test_a_served_template_with_other_role_markers_is_not_ruled_out_from_the_text(tmp_path, retemplated):
+    """Issue 25: the served template writes the user turn as 'User:' where the training samples hold <|user|> (the
+    assistant marker is unchanged, so some of the template's markers are in every sample): the role-marker aspect is
+    confirmed (no draft weights here to replay it), not ruled out; the training template rules it out."""
+    d, tok = retemplated(ROLES)
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT2], "data", masked=True)))
+    hit = _aspect(f, "role markers")
+    assert hit.status == "confirmed" and "User:" in hit.summary, hit
+    assert hit.evidence["training_role_markers"]["user"] == "<|user|>"
+    d, tok = retemplated(TEMPLATE)
+    f = check_template(read_artifacts(target=d, data=_data(tmp_path, tok, [CHAT, CHAT2], "data2", masked=True)))
+    assert _by_aspect(f) == {("role markers",): "ruled out", ("think blocks",): "ruled out",
+                             ("system prompt",): "ruled out", ("generation prompt",): "ruled out"}
 
 
 # --- measured: the training conversations rendered with the served template, both renderings replayed
@@ -186,9 +250,9 @@ def _aspect(findings, aspect):
 
 
 @pytest.mark.slow
-def test_a_generation_prompt_the_draft_never_saw_is_confirmed_by_the_replay(tmp_path):
+def test_a_think_block_the_draft_never_saw_is_confirmed_by_the_replay(tmp_path):
     """The served template (named by --chat-template) opens answers with an empty think block the demo draft was
-    never trained on: the served rendering replays worse: confirmed, measured."""
+    never trained on: the served rendering replays worse: the think-blocks aspect confirmed, measured."""
     from eagle3lib.demo import world as demo
     w = demo.ensure_world(progress=False)
     tmpl = json.loads((w.target / "tokenizer_config.json").read_text())["chat_template"]
@@ -196,8 +260,9 @@ def test_a_generation_prompt_the_draft_never_saw_is_confirmed_by_the_replay(tmp_
                                                         "<|assistant|><think>\n\n</think>\n\n{% endif %}"))
     launch = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
               f"--speculative-draft-model-path D --chat-template {tmp_path / 'served.jinja'}")
-    f = _aspect(check_template(read_artifacts(draft=w.draft, target=w.target, data=w.seed_data, launch=launch)),
-                "generation prompt")
+    found = check_template(read_artifacts(draft=w.draft, target=w.target, data=w.seed_data, launch=launch))
+    assert _aspect(found, "generation prompt").status == "ruled out"        # '<|assistant|>' as trained
+    f = _aspect(found, "think blocks")
     assert (f.status, f.measured) == ("confirmed", True), f
     ev = f.evidence
     assert ev["acc_0_training_rendering"] - ev["acc_0_served_rendering"] > 0.05 and ev["inserted_tokens"] > 0

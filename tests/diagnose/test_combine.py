@@ -162,3 +162,24 @@ def test_the_verdict_names_the_measurement_that_decided():
     v = diagnose([f, A("rope_mismatch", "suspected")]).verdicts[0]
     assert v.status == "confirmed" and v.measurement == "replay under the draft's RoPE and the target's"
     assert v.to_dict()["measurement"] == v.measurement
+
+
+def test_a_confirmed_root_cause_makes_what_it_explains_its_consequence():
+    """A confirmed finding that explains aux_layout_mismatch restates that cause's alarms as its consequence
+    ("ruled out" as a cause of its own, naming the root) unless one shows another served layout; a root that is not
+    confirmed explains nothing."""
+    root = Finding("layer_id_off_by_one", "confirmed", "ids in the other convention", {"captured": ["never captured",
+                   "layer_in.1"]}, "00", explains=("aux_layout_mismatch",))
+    same = Finding("aux_layout_mismatch", "confirmed", "fails: fc takes 2 slots, captures 1", {"captured":
+                   ["layer_in.1"]}, "01", measured=True)
+    other = Finding("aux_layout_mismatch", "confirmed", "dump shows another capture", {"served_layout":
+                    ["layer_in.7", "layer_in.1"]}, "03", measured=True)
+    d = diagnose([root, same])
+    assert [(v.cause, v.status) for v in d.verdicts] == [("layer_id_off_by_one", "confirmed"),
+                                                          ("aux_layout_mismatch", "ruled out")]
+    assert d.verdicts[1].findings[0].evidence["consequence_of"] == "layer_id_off_by_one"
+    d = diagnose([root, same, other])
+    assert {v.cause: v.status for v in d.verdicts}["aux_layout_mismatch"] == "conflict"     # the dump stands
+    weak = Finding("layer_id_off_by_one", "suspected", "maybe", {}, "00", explains=("aux_layout_mismatch",))
+    assert {v.cause: v.status for v in diagnose([weak, same]).verdicts}["aux_layout_mismatch"] == "confirmed"
+    assert Finding.from_dict(root.to_dict()) == root

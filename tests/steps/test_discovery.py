@@ -108,6 +108,8 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
     """No version anywhere: the seed command is rewritten from 0.4.6 on, run as asked before: suspected, naming the
     version; the fixed command runs as asked in every range: ruled out."""
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    from eagle3lib.serving import sglang_introspect
+    monkeypatch.setattr(sglang_introspect, "available", lambda: False)     # the rule table's answer, SGLang or not
     d = discover(SEED)
     (f,) = d.cause_findings()
     assert d.version_source == "default" and f.status == "suspected" and "SGLang version" in f.needs
@@ -116,6 +118,41 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
     assert "--speculative-num-steps 15" in f.fix and "topk1_ndt" in f.source
     (g,) = discover(FIXED).cause_findings()
     assert g.status == "ruled out" and set(g.evidence["by_version_range"].values()) == {"as requested"}
+
+
+def test_a_version_the_launch_command_or_the_server_log_names_decides_by_the_rule_table(tmp_path, monkeypatch):
+    """No sglang_version given: a launch run from a versioned environment, or a log naming a pinned install, gives
+    the version; the rule table at it decides (0.5.6: rewritten; 0.4.5: run as asked). Nothing named: unknown."""
+    from eagle3lib.steps.discovery import version_in_text
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    assert [version_in_text(t) for t in ("pip install sglang==0.5.6", "image lmsysorg/sglang:v0.5.3rc0",
+                                          "/opt/sglang-0.4.6.post1/bin/python", "sglang_router 1.2.3", SEED)] == [
+        "0.5.6", "0.5.3rc0", "0.4.6.post1", None, None]
+    d = discover(SEED.replace("python -m", "/opt/venvs/sglang-0.5.6/bin/python -m"))
+    (f,) = d.cause_findings()
+    assert (d.version, d.version_source, f.status) == ("0.5.6", "launch command", "confirmed")
+    assert "rule table at SGLang 0.5.6 (launch command)" in f.summary
+    log = tmp_path / "server.log"
+    log.write_text("Successfully installed sglang==0.4.5\n[2025-01-01 00:00:00] server started\n")
+    d = discover(SEED, server_log=str(log))
+    (f,) = d.cause_findings()
+    assert (d.version, d.version_source, f.status) == ("0.4.5", "server log", "ruled out")
+    assert discover(SEED, "0.5.6", server_log=str(log)).version == "0.5.6"          # the params' version wins
+
+
+def test_with_sglang_installed_its_own_resolver_answers_a_launch_of_unknown_version(tmp_path, monkeypatch):
+    """SGLang importable: the launch of unknown version is resolved by SGLang's own ServerArgs (topk 1: 16 draft
+    tokens run as num_steps + 1), named as the installed version's answer."""
+    pytest.importorskip("sglang")
+    from eagle3lib.serving import sglang_introspect
+    from eagle3lib.serving.launch import parse_launch
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    intro = sglang_introspect.introspect(parse_launch(SEED))
+    if intro.error:
+        pytest.skip(f"the installed SGLang cannot resolve a launch here: {intro.error[:120]}")
+    (f,) = discover(SEED).cause_findings()
+    assert f.where.endswith("the installed SGLang's resolver") and f.status == "confirmed", f
+    assert f.evidence["num_draft_tokens_effective"] == 2
 
 
 def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():
