@@ -6,9 +6,12 @@ One finding per aspect of chat_template_mismatch (`causes.ASPECTS`): role marker
 (the one the template adds by itself to a request that has none: the served default, against the training samples;
 an explicit one against the served prompts) and the generation prompt (what the template opens the answer with when
 it serves, against what the training samples hold before each answer). The served template is the one the launch
-names (--chat-template, a file) or else the target tokenizer's. A default system prompt or a generation prompt the
-training samples lack is measured when the draft's weights and the trained layout are at hand
-(`template_replay`: both renderings replayed through the target and the draft): the accuracy it costs decides.
+names (--chat-template, a file) or else the target tokenizer's. Where the served template renders an aspect
+otherwise than the training samples hold it (role markers other than those every training conversation opens its
+turns with, an empty think block the generation prompt opens answers with, a default system prompt, a generation
+prompt token for token), the aspect is measured when the draft's weights and the trained layout are at hand
+(`template_replay`: both renderings replayed through the target and the draft): the accuracy it costs decides; a
+difference of the text alone never rules an aspect out.
 
 Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
 """
@@ -19,8 +22,8 @@ import re
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
-from .template_replay import (MARGIN, generation_head, replay_renderings, served_role_markers, think_block,
-                              training_markers, with_generation_prompt)
+from .template_replay import (MARGIN, ends_alike, generation_head, replay_renderings, served_role_markers,
+                              think_block, training_markers, with_generation_prompt)
 
 WHERE = "checks.template"
 EMPTY_THINK = re.compile(r"<think>\s*</think>")
@@ -196,14 +199,7 @@ def _roles_differ(tok, marks, found) -> list[str]:
     if found is None:
         return []
     served = dict(zip(("user", "assistant"), served_role_markers(tok, marks)))
-    return [r for r in ("user", "assistant") if served[r] and not _suffix(found[r], served[r])]
-
-
-def _suffix(a: list[int], b: list[int]) -> bool:
-    """Whether one token sequence ends the other (a served user header after a default system block's end still
-    is the trained header)."""
-    n = min(len(a), len(b))
-    return n > 0 and a[len(a) - n:] == b[len(b) - n:]
+    return [r for r in ("user", "assistant") if served[r] and not ends_alike(found[r], served[r])]
 
 
 def launch_template(art: Artifacts) -> str | None:

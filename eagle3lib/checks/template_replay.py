@@ -144,6 +144,13 @@ def with_role_markers(ids: list[int], mask: list[int], found: dict, user: list[i
     return (out_ids, out_mask) if changed else None
 
 
+def ends_alike(a: list[int], b: list[int]) -> bool:
+    """Whether one token sequence ends the other (a served user header after a default system block's end still
+    is the trained header: that block is the system-prompt aspect's)."""
+    n = min(len(a), len(b))
+    return n > 0 and a[len(a) - n:] == b[len(b) - n:]
+
+
 def served_role_markers(tok, marks: dict) -> tuple[list[int], list[int]]:
     """(user header, what comes between a user turn's content and the answer) as the served template renders
     them, in tokens (its default system prompt, an aspect of its own, left out)."""
@@ -171,8 +178,11 @@ def _renderer(aspect: str, tok, marks: dict, samples: list[tuple[list[int], list
         return lambda ids, mask: with_default_system(ids, mask, prefix)
     if aspect == "role markers":
         found = training_markers(tok, samples)
-        user, asst = served_role_markers(tok, marks)
-        return None if found is None else lambda ids, mask: with_role_markers(ids, mask, found, user, asst)
+        if found is None:
+            return None
+        user, asst = (s if not ends_alike(t, s) else t for s, t in zip(served_role_markers(tok, marks),
+                                                                         (found["user"], found["assistant"])))
+        return lambda ids, mask: with_role_markers(ids, mask, found, user, asst)   # only the roles that differ
     gen = marks["generation_prompt"] if aspect == "think blocks" else generation_head(marks["generation_prompt"])
     gen_ids = _ids(tok, gen)
     return lambda ids, mask: with_generation_prompt(ids, mask, gen_ids)
