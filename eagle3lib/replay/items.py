@@ -40,12 +40,14 @@ def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
     data = list(data)
     return data[:n] if n else data, None, len(data[:n] if n else data)
 
+
 def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
     """The layout a replay asks for, as boundary names (default: the training layout); a bad name raises here."""
     want = tuple(layout) if layout is not None else setup.training_layout
     if want is None:
         return None
     return _parsed(want, setup.num_layers)
+
 
 def _parsed(names, num_layers: int | None) -> tuple[str, ...]:
     """Layout names or ids -> boundary names (ZERO kept); a bad name raises here."""
@@ -63,6 +65,7 @@ def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, 
     """
     want = _parsed(layout, num_layers)
     return pick_slots(sample, want, num_slots, sample_layout=sample_layout, fill=fill, recapture=recapture)
+
 
 def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_layout=None, fill: str = "error",
                recapture=None) -> tuple[Tensor, tuple[str, ...]]:
@@ -97,6 +100,7 @@ def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_
         effective.append(n)
     return torch.stack(slots, dim=1), tuple(effective)  # k x (T, Ht) -> (T, k, Ht)
 
+
 def shift_positions(aux: Tensor, align: int) -> Tensor:
     """Aux of position t+align fed at t (zeros past the ends): a token/hidden-state off-by-one, for the search."""
     if align == 0:
@@ -107,6 +111,7 @@ def shift_positions(aux: Tensor, align: int) -> Tensor:
     else:
         out[-align:] = aux[:align]
     return out
+
 
 def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "auto",
                          chunk: int = 512) -> tuple[Tensor, str, str]:
@@ -132,10 +137,12 @@ def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "au
         out[s:s + chunk] = (h @ lm_head.T).argmax(-1).cpu()  # (c, Ht) x (Ht, V) -> (c, V) -> (c,)
     return out, "target", ""
 
+
 def stored_layout(k: int) -> tuple[str, ...]:
     """The effective layout of a replay fed a training sample's slots as stored (no layout names them: the config
     has no ids, the data declares none, no recapture identified them): the fc's trained input, unnamed."""
     return tuple(f"stored slot {j}" for j in range(k))
+
 
 def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
                    reference: str = "auto", key=None) -> ReplayItem:
@@ -165,6 +172,7 @@ def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error"
     ref, kind, note = next_token_reference(s, setup.lm_head, reference)
     return ReplayItem(key, s.id, s.source, s.input_ids, s.loss_mask, eff,
                       shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
+
 
 def prepared(setup: ReplaySetup, keyed: Iterable, layout, *, skipped: list | None = None, bar=None,
              ahead_tokens: int = 0, **kw) -> Iterator[ReplayItem]:

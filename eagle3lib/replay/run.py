@@ -105,19 +105,7 @@ def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
     return notes
 
 
-# ---------------------------------------------------------------- sample -> draft inputs
-
-
-
-
-
-
-
-
-
-# ---------------------------------------------------------------- scoring one sample
-
-
+# ---------------------------------------------------------------- one replay: items -> loop -> counts
 
 def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n: int | None = None, seed: int = 0,
            data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
@@ -148,8 +136,6 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     if ds is not None:
         counts.skip_read((i, *x) for i, x in enumerate(ds.skipped[skipped0:]))
     return counts.result(label)
-
-
 
 
 def count(setup: ReplaySetup, items, counts: ReplayCounts, *, batch_tokens: int = 8192, recapture=None,

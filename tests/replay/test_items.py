@@ -22,6 +22,7 @@ def test_target_reference_from_final_hidden():
     ref, kind, note = I.next_token_reference(s, None)
     assert kind == "data" and ref[:-1].tolist() == s.input_ids[1:].tolist() and ref[-1] == -1 and "lm_head" in note
 
+
 def test_apply_layout_selects_fills_and_recaptures():
     """Slots are picked by name; missing ones raise, or are zero under fill='zeros', or come from recapture."""
     aux = torch.arange(3 * 4 * 2, dtype=torch.float32).reshape(3, 4, 2)
