@@ -287,8 +287,8 @@ def loop_row(h: int = 2048, T: int = 512, vd: int = 32000, V: int = 64000, repea
              device: str = "cpu") -> dict:
     """The one draft-run loop (`replay.loop.draft_run`: forward, d2t map and scoring, teacher-fed, nothing masked)
     against SpecForge's TTT forward (`make_specforge`) on the same weights, draft vocab `vd` of `V` (a random
-    sorted hot set, so d2t is real), fp32, K steps. Run in turn, `repeats` rounds: best of each and the median of
-    the per-round ratios; top-1 agreement (target ids) at every output that has a next token."""
+    sorted hot set, so d2t is real), fp32, K steps. Run in turn (who goes first alternates), `repeats` rounds: best
+    of each and the median of the per-round ratios, in wall and in process CPU seconds; top-1 agreement (target ids) at every output that has a next token."""
     raw = raw_config(h, vd) | {"vocab_size": V}
     d = make_ours(raw, torch.float32, device)
     torch.manual_seed(2)
@@ -303,14 +303,15 @@ def loop_row(h: int = 2048, T: int = 512, vd: int = 32000, V: int = 64000, repea
                       "data")
     run = {"eagle3lib loop": lambda: list(draft_run(d, [item], num_steps=K, simulate=False)),
            "specforge": lambda: spec(aux, ids, False)}
-    times, outs = {n: [] for n in run}, {}
+    times, cpu, outs = {n: [] for n in run}, {n: [] for n in run}, {}
     with torch.inference_mode():
         for n in run:                                   # warm-up (SpecForge's compiled norms and RoPE)
             run[n]()
-        for _ in range(repeats):
-            for n in run:
-                box = {}
+        for r in range(repeats):
+            for n in (list(run) if r % 2 == 0 else list(run)[::-1]):     # alternate who goes first
+                box, c0 = {}, time.process_time()
                 times[n].append(clocked(lambda: box.setdefault("o", run[n]()), device))
+                cpu[n].append(time.process_time() - c0)   # CPU s of the process: less swayed by a shared machine
                 outs[n] = box["o"]
     (mine,) = outs["eagle3lib loop"]
     theirs = torch.stack([hot[x[0].cpu()] for x in outs["specforge"]])             # (K, T) draft -> target ids
@@ -322,6 +323,10 @@ def loop_row(h: int = 2048, T: int = 512, vd: int = 32000, V: int = 64000, repea
             "paired x vs specforge": statistics.median(p / o for p, o in zip(times["specforge"],
                                                                            times["eagle3lib loop"])),
             "times eagle3lib loop": times["eagle3lib loop"], "times specforge": times["specforge"],
+            "cpu x vs specforge": min(cpu["specforge"]) / min(cpu["eagle3lib loop"]),
+            "paired cpu x vs specforge": statistics.median(p / o for p, o in zip(cpu["specforge"],
+                                                                               cpu["eagle3lib loop"])),
+            "cpu eagle3lib loop": cpu["eagle3lib loop"], "cpu specforge": cpu["specforge"],
             "top1 agree specforge": float((mine.teacher == theirs)[valid].float().mean()), "load": round(os.getloadavg()[0], 2)}
 
 
@@ -352,7 +357,8 @@ def main() -> None:
         row = loop_row(h, T, repeats=args.repeats, device=device)
         finish(args.name, [row], {"device": device, "num_steps": K, "feed": "teacher", "mask": "none"},
                columns=["Ht", "tokens", "dtype", "draft vocab", "eagle3lib loop s", "specforge s",
-                        "x vs specforge", "paired x vs specforge", "top1 agree specforge", "load"])
+                        "x vs specforge", "paired x vs specforge", "cpu x vs specforge", "paired cpu x vs specforge",
+                        "top1 agree specforge", "load"])
         return
     kind = "quick" if args.quick else "full" if args.full else "default"
     tokens, hidden, dtypes, vd, turn = GRIDS[kind]

@@ -182,6 +182,9 @@ class Eagle3Draft(nn.Module):
         v0: list[Tensor] = []
         diag: list[list[tuple[Tensor, Tensor]]] = [[] for _ in layers]       # per layer: steps 1..k, (n, nkv, hd|vd)
         h = prev = None
+        # cos/sin once for every position this forward reads (t + step for t < T0, step < K): (T0 + K, hd)
+        cos_all, sin_all = self.rotary(torch.arange(position_offset, position_offset + T0 + K, device=dev)[None],
+                                       self.fc.weight.dtype)
         for step in range(K if T0 else 0):
             # rows: flat indices b * T + t of the positions this step runs (step 0: all t < T0, they are keys)
             run = live[step] if step else torch.ones(B, T, dtype=torch.bool, device=dev)
@@ -189,9 +192,10 @@ class Eagle3Draft(nn.Module):
             run[:, T0:] = False
             rows = run.flatten().nonzero().flatten()                         # (n,)
             t = rows % T
+            cos, sin = cos_all[0, t + step], sin_all[0, t + step]             # (T0 + K, hd) -> (n, hd)
             if step == 0:
                 h = self.fuse(aux[:, :T0]).reshape(B * T0, -1)               # (B, T0, k*Ht) -> (B*T0, H)
-            else:
+            elif rows.numel() < h.shape[0]:                                  # rows only shrink: else the same rows
                 h = h[prev[rows]]                                            # (n_prev, H) -> (n, H)
                 diag = [[(kd[prev[rows]], vd[prev[rows]]) for kd, vd in d] for d in diag]
             if step == 0 or feed == "teacher":
@@ -200,7 +204,7 @@ class Eagle3Draft(nn.Module):
                 tokens = self.to_target_ids(ids_out[step - 1].flatten()[rows])
             for i, layer in enumerate(layers):                               # the last layer's output is fed back
                 a = layer.self_attn
-                q, k, v, residual = self._rows_in(layer, h, tokens if i == 0 else None, t + position_offset + step)
+                q, k, v, residual = self._rows_in(layer, h, tokens if i == 0 else None, cos, sin)
                 if step == 0:                                                # dense (B, T0): square causal SDPA
                     k0.append(k.view(B, T0, a.nkv, a.hd).transpose(1, 2).contiguous())   # -> (B, nkv, T0, hd)
                     v0.append(v.view(B, T0, a.nkv, a.vd).transpose(1, 2).contiguous())   # -> (B, nkv, T0, vd)
@@ -225,25 +229,29 @@ class Eagle3Draft(nn.Module):
         c = self.cfg
         return max(1, ROW_ELEMENTS // max(c.intermediate_size, c.draft_vocab_size, 2 * c.hidden_size))
 
-    def _rows_in(self, layer: ResidualLayer, h: Tensor, tokens: Tensor | None,
-                 positions: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
+    def _rows_in(self, layer: ResidualLayer, h: Tensor, tokens: Tensor | None, cos: Tensor,
+                 sin: Tensor) -> tuple[Tensor, Tensor, Tensor, Tensor]:
         """Attention inputs of `layer` for n rows (hidden (n, H), target token ids (n,) for the first layer, None
-        for later ones, RoPE positions (n,)): RoPE'd q (n, nh, hd), k (n, nkv, hd), v (n, nkv, vd) and the residual
-        (n, H), in chunks of rows."""
+        for later ones, RoPE cos/sin (n, hd)): RoPE'd q (n, nh, hd), k (n, nkv, hd), v (n, nkv, vd) and the
+        residual (n, H), in chunks of rows (one chunk: views of the chunk's outputs, nothing copied)."""
         a = layer.self_attn
-        n = h.shape[0]
-        q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.vd)
-        residual = h.new_empty(h.shape) if layer.norm_before_residual else h
-        for s in range(0, n, self._chunk()):
-            e = min(n, s + self._chunk())
-            cos, sin = self.rotary(positions[None, s:e], h.dtype)            # (1, c) -> (1, c, hd)
+        n, c = h.shape[0], self._chunk()
+
+        def chunk(s: int, e: int):
             emb = self.embed_tokens(tokens[None, s:e]) if tokens is not None else None   # (1, c, H)
             u, r = layer.inputs(emb, h[None, s:e])                           # (1, c, 2H|H), (1, c, H)
-            qc, kc, vc = a.qkv(u, cos, sin)                                  # (1, nh|nkv, c, hd|vd)
-            q[s:e] = qc[0].transpose(0, 1)                                   # (nh, c, hd) -> (c, nh, hd)
-            k[s:e], v[s:e] = kc[0].transpose(0, 1), vc[0].transpose(0, 1)    # (nkv, c, hd|vd) -> (c, nkv, hd|vd)
+            qc, kc, vc = a.qkv(u, cos[None, s:e], sin[None, s:e])            # (1, nh|nkv, c, hd|vd)
+            return qc[0].transpose(0, 1), kc[0].transpose(0, 1), vc[0].transpose(0, 1), r[0]   # (c, nh|nkv, hd|vd)
+        if n <= c:
+            q, k, v, r = chunk(0, n)
+            return q, k, v, (r if layer.norm_before_residual else h)
+        q, k, v = h.new_empty(n, a.nh, a.hd), h.new_empty(n, a.nkv, a.hd), h.new_empty(n, a.nkv, a.vd)
+        residual = h.new_empty(h.shape) if layer.norm_before_residual else h
+        for s in range(0, n, c):
+            e = min(n, s + c)
+            q[s:e], k[s:e], v[s:e], r = chunk(s, e)
             if layer.norm_before_residual:
-                residual[s:e] = r[0]
+                residual[s:e] = r
         return q, k, v, residual
 
     def _rows_attend(self, q: Tensor, rows: Tensor, B: int, T: int, k0: Tensor, v0: Tensor,
@@ -272,6 +280,8 @@ class Eagle3Draft(nn.Module):
     def _rows_finish(self, layer: ResidualLayer, o: Tensor, residual: Tensor) -> Tensor:
         """Rest of `layer` for n rows (attention out (n, nh, vd), residual (n, H)) in chunks: its output (n, H)."""
         n = o.shape[0]
+        if n <= self._chunk():                                               # one chunk: no output buffer
+            return layer.finish(layer.self_attn.out(o.transpose(0, 1)[None]), residual[None])[0]   # -> (n, H)
         out = residual.new_empty(residual.shape)
         for s in range(0, n, self._chunk()):
             e = min(n, s + self._chunk())
@@ -293,7 +303,7 @@ class Eagle3Draft(nn.Module):
                 fed[s:e] = normed
             lo, hi = (int(i) for i in torch.searchsorted(sel, torch.tensor([s, e], device=sel.device)))
             if hi > lo:
-                lg = self.lm_head(normed[sel[lo:hi] - s])                    # (m, H) -> (m, Vd)
+                lg = self.lm_head(normed if hi - lo == e - s else normed[sel[lo:hi] - s])   # (m, H) -> (m, Vd)
                 if ids is not None:
                     ids[rows[sel[lo:hi]]] = top1(lg)                         # (m, Vd) -> (m,)
                 if logits is not None:

@@ -35,8 +35,10 @@ class RMSNorm(nn.Module):
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype
         x32 = x.float()
-        x32 = x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)
-        return self.weight * x32.to(dtype)
+        y = (x32 * torch.rsqrt(x32.pow(2).mean(-1, keepdim=True) + self.eps)).to(dtype)   # a new tensor
+        if torch.is_grad_enabled() or y.dtype != self.weight.dtype:
+            return self.weight * y
+        return y.mul_(self.weight)            # no autograd: scale in place (the same product, one pass less)
 
 
 def rope_inv_freq(head_dim: int, theta: float, scaling, max_pos: int) -> tuple[Tensor, float]:
@@ -112,10 +114,19 @@ class Rotary(nn.Module):
 
 
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
-    """Rotate-half RoPE on (B, nh, T, hd) with cos/sin (B, T, hd)."""
+    """Rotate-half RoPE on (B, nh, T, hd) with cos/sin (B, T, hd): x * cos + cat(-x2, x1) * sin, written as
+    x * cos with x2 * sin taken from its first half and x1 * sin added to its second (the same sums: a + (-b)
+    is a - b exactly), without building the rotated copy."""
     cos, sin = cos[:, None], sin[:, None]                   # (B, T, hd) -> (B, 1, T, hd)
     x1, x2 = x.chunk(2, dim=-1)
-    return x * cos + torch.cat([-x2, x1], dim=-1) * sin
+    s1, s2 = sin.chunk(2, dim=-1)
+    out = x * cos                                           # (B, nh, T, hd)
+    if torch.is_grad_enabled() and (x.requires_grad or sin.requires_grad):
+        return out + torch.cat([-x2, x1], dim=-1) * sin
+    o1, o2 = out.chunk(2, dim=-1)                           # views of out: (B, nh, T, hd/2) each
+    o1.sub_(x2 * s1)
+    o2.add_(x1 * s2)
+    return out
 
 
 class DraftAttention(nn.Module):

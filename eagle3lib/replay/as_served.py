@@ -24,7 +24,8 @@ from ..errors import ConfigError, Eagle3Error
 from ..model.draft import Eagle3Draft
 from ..model.layers import Rotary
 from ..model.target import load_target_tensor
-from .run import ReplaySetup, replay
+from .run import replay
+from .stats import ReplaySetup
 from ..layout import ZERO
 
 # config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)

@@ -26,8 +26,9 @@ import torch.distributed as dist
 
 from ..samples.readers import Dataset, sample_order, open_dataset
 from ..errors import DataError, Eagle3Error, MissingFileError
-from .run import ReplaySetup, count, load_setup, requested_layout
-from .stats import ReplayCounts, ReplayOptions, ReplayResult
+from .run import count, load_setup
+from .items import requested_layout
+from .stats import ReplayCounts, ReplayOptions, ReplayResult, ReplaySetup
 from ..progress import bar, track
 
 RESULT_FORMAT = "eagle3lib.replay_result/1"

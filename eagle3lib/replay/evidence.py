@@ -14,7 +14,9 @@ from matplotlib.figure import Figure
 from ..progress import track
 from .as_served import variant
 from .loop import draft_run
-from .run import ReplaySetup, as_samples, load_setup, prepared_items, replay, requested_layout
+from .run import load_setup, replay
+from .items import as_samples, prepared_items, requested_layout
+from .stats import ReplaySetup
 
 POSITION_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 

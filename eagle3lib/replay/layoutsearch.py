@@ -20,7 +20,8 @@ from ..samples.readers import Dataset, open_dataset
 from ..samples.sample import Sample
 from ..errors import DataError
 from ..layout import ZERO, boundary_names, parse_layout
-from .run import ReplaySetup, replay
+from .run import replay
+from .stats import ReplaySetup
 from .verdict import THRESHOLDS
 from ..progress import track
 

@@ -98,10 +98,13 @@ def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_sc
     dev, dt = model.fc.weight.device, model.fc.weight.dtype
     parallel = isinstance(model, PEagleDraft)
     with torch.inference_mode(), d2t_reading(model, d2t):
-        ids = torch.zeros(B, T, dtype=torch.long)
-        aux = torch.zeros(B, T, batch[0].aux.shape[1], dtype=dt)
-        for i, b in enumerate(batch):                           # right padding: causal attention never sees it
-            ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
+        if B == 1:                                              # nothing to pad: the item's own tensors
+            ids, aux = batch[0].ids[None], batch[0].aux[None].to(dt)   # (T,) -> (1, T), (T, k*Ht) -> (1, T, k*Ht)
+        else:
+            ids = torch.zeros(B, T, dtype=torch.long)
+            aux = torch.zeros(B, T, batch[0].aux.shape[1], dtype=dt)
+            for i, b in enumerate(batch):                       # right padding: causal attention never sees it
+                ids[i, :len(b.ids)], aux[i, :len(b.ids)] = b.ids, b.aux.to(dt)
         ids, aux = ids.to(dev), aux.to(dev)
         used = chain_used = None
         if only_scored and not topk:

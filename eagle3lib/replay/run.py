@@ -10,53 +10,21 @@ on the rows its COD sampling can keep, and the chain simulation is that same for
 from __future__ import annotations
 
 import dataclasses
-import itertools
-import os
-from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import torch
-from torch import Tensor
 
-from ..model.checkpoint import load_draft
-from ..model.config import DraftConfig
-from ..samples.readers import Dataset, open_dataset
-from ..samples.sample import Sample
-from ..model.draft import Eagle3Draft
-from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..errors import Eagle3Error, LayoutError
-from ..layout import ZERO, parse_layout
-from .loop import draft_run
-from .stats import ReplayCounts, ReplayItem, ReplayOptions, ReplayResult
-from ..samples.prefetch import ahead
-from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 from ..hidden.capture import load_target_model
 from ..hidden.identify import trained_layout
+from ..model.checkpoint import load_draft
+from ..model.peagle import PEagleDraft, resolve_mask_token_id
+from ..model.target import load_target_info, load_target_tensor, load_tokenizer
 from ..progress import bar
-
-@dataclass(frozen=True, eq=False)
-class ReplaySetup:
-    """A loaded draft plus what replay needs from the target: lm_head (reference), tokenizer, layer count."""
-    model: Eagle3Draft
-    cfg: DraftConfig
-    draft_path: str
-    target_path: str | None
-    num_layers: int | None                       # target decoder layers (None without a target)
-    training_layout: tuple[str, ...] | None      # the boundaries the fc was trained on (see training_layout_source)
-    lm_head: Tensor | None                       # (V, Ht) target lm_head, for the SpecForge reference
-    tokenizer: object | None
-    notes: tuple[str, ...] = ()
-    training_layout_source: str = "config"       # hidden.identify.SOURCES: "identified", "declared", "config"
-    filled: tuple = ()                           # model.checkpoint.Filled: tensors standing in for missing ones
-
-    @property
-    def device(self) -> torch.device:
-        return self.model.fc.weight.device
-
-    @property
-    def dtype(self) -> torch.dtype:
-        return self.model.fc.weight.dtype
+from ..samples.readers import Dataset, open_dataset
+from .items import as_samples, prepared, requested_layout
+from .loop import draft_run
+from .stats import ReplayCounts, ReplayOptions, ReplayResult, ReplaySetup
 
 
 def replay_dtype(dtype, device: str) -> torch.dtype:
@@ -137,108 +105,7 @@ def peagle_notes(model: PEagleDraft, tokenizer=None) -> list[str]:
     return notes
 
 
-# ---------------------------------------------------------------- sample -> draft inputs
-
-def apply_layout(sample: Sample, layout, num_slots: int, *, sample_layout=None, fill: str = "error",
-                 recapture=None, num_layers: int | None = None) -> tuple[Tensor, tuple[str, ...]]:
-    """The (T, k, Ht) aux a draft gets under `layout` (names parsed here): the sample's slots picked by boundary name.
-
-    A boundary the sample lacks comes from `recapture` (anything with `.states(sample, names)`, e.g.
-    layoutsearch.Recapture), else from fill="zeros" (a zero slot, shown as "zeros" in the returned effective layout).
-    A layout shorter than the draft's k slots is completed with zero slots at the end under fill="zeros" (the
-    served states first, as a server padding its capture to fc's width would).
-    """
-    want = tuple(n if n == ZERO else parse_layout([n], num_layers)[0] for n in layout)
-    return pick_slots(sample, want, num_slots, sample_layout=sample_layout, fill=fill, recapture=recapture)
-
-
-def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_layout=None, fill: str = "error",
-               recapture=None) -> tuple[Tensor, tuple[str, ...]]:
-    """`apply_layout` for a layout already parsed (`requested_layout`, once per replay)."""
-    where = f"sample '{sample.id}' ({sample.source})"
-    have = sample.layout or (tuple(sample_layout) if sample_layout is not None else None)
-    if have is None or len(have) != sample.num_slots:
-        raise LayoutError(where, "cannot tell which boundary each aux slot holds",
-                          expected=f"a layout of {sample.num_slots} names (declared, in the data or the draft "
-                          "config)", found=have, cause="data without layout metadata and no layout declared")
-    want = list(want)
-    if len(want) > num_slots or (len(want) < num_slots and fill != "zeros"):
-        raise LayoutError(where, "layout length does not fit the draft's fc", expected=f"{num_slots} slots",
-                          found=f"{len(want)} {want}", cause="a serving layout with fewer slots needs fill='zeros'"
-                          " to emulate what the server feeds")
-    want += [ZERO] * (num_slots - len(want))
-    missing = [n for n in want if n != ZERO and n not in have]
-    captured = recapture.states(sample, missing) if (missing and recapture is not None) else {}
-    T, _, Ht = sample.aux.shape
-    slots, effective = [], []
-    for n in want:
-        if n in have:
-            slots.append(sample.aux[:, have.index(n)])
-        elif n in captured:
-            slots.append(captured[n].to(sample.aux.dtype))
-        elif n == ZERO or fill == "zeros":
-            slots.append(torch.zeros(T, Ht, dtype=sample.aux.dtype))
-            n = ZERO
-        else:
-            raise LayoutError(where, f"the sample does not carry boundary '{n}'", expected=f"one of {list(have)}",
-                              found=n, cause="give a target (recapture) or fill='zeros' to emulate a missing slot")
-        effective.append(n)
-    return torch.stack(slots, dim=1), tuple(effective)  # k x (T, Ht) -> (T, k, Ht)
-
-
-def shift_positions(aux: Tensor, align: int) -> Tensor:
-    """Aux of position t+align fed at t (zeros past the ends): a token/hidden-state off-by-one, for the search."""
-    if align == 0:
-        return aux
-    out = torch.zeros_like(aux)
-    if align > 0:
-        out[:-align] = aux[align:]
-    else:
-        out[-align:] = aux[:align]
-    return out
-
-
-def next_token_reference(sample: Sample, lm_head: Tensor | None, want: str = "auto",
-                         chunk: int = 512) -> tuple[Tensor, str, str]:
-    """(ref (T,), kind, note): ref[p] = reference for token p+1 (-1 where none), kind "target" or "data"."""
-    T = sample.num_tokens
-    data = torch.full((T,), -1, dtype=torch.long)
-    data[:-1] = sample.input_ids[1:]
-    if want == "data":
-        return data, "data", ""
-    why = ("no final hidden state in the sample" if sample.final_hidden is None else
-           "no target lm_head loaded" if lm_head is None else
-           "the stored final state is pre-norm (speculators)" if sample.final_boundary == "final_prenorm" else
-           f"final hidden width {sample.hidden_size} != lm_head width {lm_head.shape[1]}"
-           if lm_head.shape[1] != sample.final_hidden.shape[1] else "")
-    if why:
-        if want == "target":
-            return data, "data", f"target reference impossible ({why}): data token used"
-        return data, "data", f"data reference where {why}"
-    fh = sample.final_hidden
-    out = torch.empty(T, dtype=torch.long)
-    for s in range(0, T, chunk):
-        h = fh[s:s + chunk].to(device=lm_head.device, dtype=lm_head.dtype)
-        out[s:s + chunk] = (h @ lm_head.T).argmax(-1).cpu()  # (c, Ht) x (Ht, V) -> (c, V) -> (c,)
-    return out, "target", ""
-
-
-# ---------------------------------------------------------------- scoring one sample
-
-def as_samples(data, n=None, seed: int = 0, data_format: str | None = None):
-    """(iterable of Samples, dataset or None, total for the progress bar) from a Dataset, path or iterable. An
-    iterator (a generator of Samples: a capture loop, a custom reader) is consumed lazily, `n` first items, total
-    unknown; other iterables are taken as a list."""
-    if isinstance(data, (str, os.PathLike)):
-        data = open_dataset(Path(data), format=data_format or None, hidden_size=None)
-    if isinstance(data, Dataset):
-        it = data.sample(n, seed) if n else iter(data)
-        return it, data, (min(n, len(data)) if n else len(data))
-    if isinstance(data, Iterator):
-        return (itertools.islice(data, n) if n else data), None, None
-    data = list(data)
-    return data[:n] if n else data, None, len(data[:n] if n else data)
-
+# ---------------------------------------------------------------- one replay: items -> loop -> counts
 
 def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n: int | None = None, seed: int = 0,
            data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
@@ -271,97 +138,20 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     return counts.result(label)
 
 
-def requested_layout(setup: ReplaySetup, layout=None) -> tuple[str, ...] | None:
-    """The layout a replay asks for, as boundary names (default: the training layout); a bad name raises here."""
-    want = tuple(layout) if layout is not None else setup.training_layout
-    if want is None:
-        return None
-    return tuple(n if n == ZERO else parse_layout([n], setup.num_layers)[0] for n in want)
-
-
-def count(setup: ReplaySetup, items, counts: "ReplayCounts", *, batch_tokens: int = 8192, recapture=None,
-          bar=None, only_scored: bool = True, prefetch_tokens: int | None = None) -> "ReplayCounts":
-    """Prepare, run and add (key, Sample) pairs into `counts` (keys order the merged per-sample rows and skips).
+def count(setup: ReplaySetup, items, counts: ReplayCounts, *, batch_tokens: int = 8192, recapture=None,
+          bar=None, only_scored: bool = True, prefetch_tokens: int | None = None) -> ReplayCounts:
+    """Prepare (`items.prepared`), run (`loop.draft_run`) and add (key, Sample) pairs into `counts` (keys order
+    the merged per-sample rows and skips); a sample that does not prepare is counted skipped.
     prefetch_tokens: tokens of samples read and prepared ahead in a background thread while the draft runs
     (None: `batch_tokens`, the next batch; 0: in line). Counted in tokens, not samples: a batch holds tens of
     samples, and a reader two samples ahead would wait through most of every forward (benchmarks/NOTES.md 9.3)."""
-    model, o = setup.model, counts.opts
-
-    def prepared():                                  # reading + prepare_sample; runs in the prefetch thread
-        for key, s in items:
-            try:
-                with torch.inference_mode():
-                    item = prepare_sample(s, setup, counts.requested, fill=o.fill, recapture=recapture,
-                                          align=o.align, reference=o.reference, key=key)
-            except Eagle3Error as e:
-                item = e
-            yield key, s, item
-
-    def good(prepared_items):                        # the items to run; a sample that failed is counted skipped
-        for key, s, item in prepared_items:
-            if bar is not None:
-                bar.update(1)
-            if isinstance(item, Eagle3Error):
-                counts.skip(key, s, item)
-            else:
-                yield item
-
-    depth = batch_tokens if prefetch_tokens is None else prefetch_tokens
-    for r in draft_run(model, good(ahead(prepared(), depth, weight=_tokens_of)), num_steps=counts.K, d2t=o.d2t,
-                       mask=o.mask, simulate=o.simulate, only_scored=only_scored, batch_tokens=batch_tokens):
+    o, skipped = counts.opts, []
+    ready = prepared(setup, items, counts.requested, skipped=skipped, bar=bar, recapture=recapture, fill=o.fill,
+                     align=o.align, reference=o.reference,
+                     ahead_tokens=batch_tokens if prefetch_tokens is None else prefetch_tokens)
+    for r in draft_run(setup.model, ready, num_steps=counts.K, d2t=o.d2t, mask=o.mask, simulate=o.simulate,
+                       only_scored=only_scored, batch_tokens=batch_tokens):
         counts.add(r.item, r.scored)
+    for key, s, error in skipped:
+        counts.skip(key, s, error)
     return counts
-
-
-def stored_layout(k: int) -> tuple[str, ...]:
-    """The effective layout of a replay fed a training sample's slots as stored (no layout names them: the config
-    has no ids, the data declares none, no recapture identified them): the fc's trained input, unnamed."""
-    return tuple(f"stored slot {j}" for j in range(k))
-
-
-def prepare_sample(s: Sample, setup: ReplaySetup, layout, *, fill: str = "error", recapture=None, align: int = 0,
-                   reference: str = "auto", key=None) -> ReplayItem:
-    """Check one sample against the draft (width, layout, ids) and build its inputs and reference; `layout` is
-    parsed (`requested_layout`, once per replay), None: the sample's declared one."""
-    cfg, where = setup.cfg, f"sample '{s.id}' ({s.source})"
-    if s.hidden_size != cfg.target_hidden_size:
-        raise LayoutError(where, "hidden states of the wrong width for the draft", expected=cfg.target_hidden_size,
-                          found=s.hidden_size, cause="data captured from another target than the draft's")
-    if int(s.input_ids.max()) >= cfg.vocab_size or int(s.input_ids.min()) < 0:
-        raise LayoutError(where, "token id outside the target vocab", expected=f"0..{cfg.vocab_size - 1}",
-                          found=int(s.input_ids.max()), cause="data tokenized for another target")
-    if not bool(s.loss_mask.any()):
-        raise LayoutError(where, "loss mask is all zero", expected="at least one supervised position",
-                          found=f"{s.num_tokens} positions, none with mask 1", cause="no assistant turn in the sample")
-    lay = layout if layout is not None else s.layout
-    if lay is None and setup.training_layout is None and s.num_slots == cfg.num_aux:
-        aux, eff = s.aux, stored_layout(cfg.num_aux)   # the trained slots, in the fc's order, whatever they are
-    elif lay is None:
-        raise LayoutError(where, "no layout to apply", expected="a layout argument, a draft config with layer ids"
-                          " and a target, or data that declares its layout", found=None)
-    else:
-        aux, eff = pick_slots(s, tuple(lay), cfg.num_aux, sample_layout=setup.training_layout, fill=fill,
-                              recapture=recapture)
-    if aux.dtype.is_floating_point and not bool(torch.isfinite(aux).all()):
-        raise LayoutError(where, "NaN/inf in the aux hidden states", expected="finite", found="non-finite values")
-    ref, kind, note = next_token_reference(s, setup.lm_head, reference)
-    return ReplayItem(key, s.id, s.source, s.input_ids, s.loss_mask, eff,
-                      shift_positions(aux, align).flatten(1), ref, kind, note)   # (T, k, Ht) -> (T, k*Ht)
-
-
-def prepared_items(samples, setup: ReplaySetup, layout, **kw) -> Iterator[ReplayItem]:
-    """`prepare_sample` of each sample under the parsed `layout` (`kw`: its options); a sample that does not
-    prepare is left out (the token view and the accuracy by position show only what ran)."""
-    for s in samples:
-        try:
-            with torch.inference_mode():
-                item = prepare_sample(s, setup, layout, **kw)
-        except Eagle3Error:
-            continue
-        yield item         # outside inference mode: the caller runs between items
-
-
-def _tokens_of(prepared: tuple) -> int:
-    """What a (key, Sample, ReplayItem | error) from `count`'s reader weighs in the read-ahead budget: its tokens."""
-    item = prepared[2]
-    return len(item.ids) if isinstance(item, ReplayItem) else 1

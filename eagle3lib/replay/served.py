@@ -23,7 +23,7 @@ from ..causes import Finding
 from ..errors import DataError
 from ..hidden.explain import causes_of, explain
 from .as_served import ASPECT_CAUSE
-from .run import ReplaySetup
+from .stats import ReplaySetup
 from ..layout import ZERO
 from .tree import TreeReplayResult, check_setting, label_of, replay_tree
 

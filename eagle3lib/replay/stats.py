@@ -1,4 +1,5 @@
-"""Replay statistics: per-step and conditional accuracy, accept length, and the mergeable counts behind them.
+"""Replay's types and statistics: `ReplaySetup` (the loaded draft and what replay needs from the target),
+`ReplayOptions`, `ReplayItem`; per-step and conditional accuracy, accept length, and the mergeable counts behind them.
 
 E[accept] = 1 + Σ_k Π_{j<k} p_j from the conditional per-step rates (bonus token included, as SGLang counts).
 `ReplayCounts` sums integer counts per batch, merges exactly across ranks, and builds the `ReplayResult`.
@@ -13,6 +14,8 @@ import torch
 from torch import Tensor
 
 from ..errors import LayoutError
+from ..model.config import DraftConfig
+from ..model.draft import Eagle3Draft
 
 
 REFERENCES = ("auto", "target", "data")
@@ -20,6 +23,29 @@ D2T_MODES = ("offsets", "absolute", "identity")   # how d2t is read (replay.loop
 FILLS = ("error", "zeros")
 MASKS = ("token", "next")
 
+
+@dataclass(frozen=True, eq=False)
+class ReplaySetup:
+    """A loaded draft plus what replay needs from the target: lm_head (reference), tokenizer, layer count."""
+    model: Eagle3Draft
+    cfg: DraftConfig
+    draft_path: str
+    target_path: str | None
+    num_layers: int | None                       # target decoder layers (None without a target)
+    training_layout: tuple[str, ...] | None      # the boundaries the fc was trained on (see training_layout_source)
+    lm_head: Tensor | None                       # (V, Ht) target lm_head, for the SpecForge reference
+    tokenizer: object | None
+    notes: tuple[str, ...] = ()
+    training_layout_source: str = "config"       # hidden.identify.SOURCES: "identified", "declared", "config"
+    filled: tuple = ()                           # model.checkpoint.Filled: tensors standing in for missing ones
+
+    @property
+    def device(self) -> torch.device:
+        return self.model.fc.weight.device
+
+    @property
+    def dtype(self) -> torch.dtype:
+        return self.model.fc.weight.dtype
 
 
 @dataclass(frozen=True)
@@ -188,10 +214,10 @@ class ReplayResult:
 class ReplayCounts:
     """Raw integer counts of a replay: `merge` adds another shard's (exact), `result` builds the ReplayResult.
 
-    `setup` is a replay.ReplaySetup (its training layout and layer count resolve the layout).
+    `setup` is a ReplaySetup (its training layout and layer count resolve the layout).
     """
 
-    def __init__(self, setup, requested: tuple[str, ...] | None = None, options: ReplayOptions = ReplayOptions()):
+    def __init__(self, setup: ReplaySetup, requested: tuple[str, ...] | None = None, options: ReplayOptions = ReplayOptions()):
         self.requested = tuple(requested) if requested is not None else setup.training_layout
         self.opts, self.K = options, options.num_steps
         num_steps = options.num_steps

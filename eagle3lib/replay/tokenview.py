@@ -17,8 +17,8 @@ import torch
 from torch import Tensor
 
 from .loop import draft_run
-from .run import ReplaySetup, as_samples, prepared_items, requested_layout
-from .stats import ReplayItem
+from .items import as_samples, prepared_items, requested_layout
+from .stats import ReplayItem, ReplaySetup
 
 _COLORS = {"accepted": "#c8f0c8", "rejected": "#f6c4c4", "unscored": "#f2f2f2", "input": "#d0e2ff"}
 

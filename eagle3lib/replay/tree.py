@@ -20,10 +20,10 @@ import torch.nn.functional as F
 from torch import Tensor
 
 from ..model.draft import Eagle3Draft
-from ..errors import DataError, Eagle3Error, ServingArgsError, UnsupportedDraftError
+from ..errors import DataError, ServingArgsError, UnsupportedDraftError
 from .loop import d2t_reading
-from .run import ReplaySetup, as_samples, prepare_sample, requested_layout
-from .stats import ReplayItem, ReplayOptions, json_number, score
+from .items import as_samples, prepared, requested_layout
+from .stats import ReplayItem, ReplayOptions, ReplaySetup, json_number, score
 from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
 from ..progress import bar
 
@@ -254,14 +254,9 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
             bar(total=total, desc=f"tree replay {label or ''}".strip(), progress=progress,
                 unit="sample") as meter:
         batch: list[ReplayItem] = []
-        for key, s in enumerate(samples):
-            meter.update(1)
-            try:
-                item = prepare_sample(s, setup, want, fill=fill, recapture=recapture, align=align,
-                                      reference=reference, key=key)
-            except Eagle3Error as e:
-                counts.skipped.append((key, f"sample '{s.id}' ({s.source})", str(e)))
-                continue
+        skipped: list = []
+        for item in prepared(setup, enumerate(samples), want, skipped=skipped, bar=meter, fill=fill,
+                             recapture=recapture, align=align, reference=reference):
             longest = max([len(item.ids)] + [len(b.ids) for b in batch])
             if batch and (len(batch) + 1) * longest * widest > batch_tokens:
                 counts.count_batch(model, batch, mask)
@@ -269,6 +264,7 @@ def replay_tree(setup: ReplaySetup, data, settings=((5, 4, 8),), *, layout=None,
             batch.append(item)
         if batch:
             counts.count_batch(model, batch, mask)
+    counts.skipped += [(key, f"sample '{s.id}' ({s.source})", str(e)) for key, s, e in skipped]
     if ds is not None:
         counts.skipped += [(-1 - i, *x) for i, x in enumerate(ds.skipped[skipped0:])]
     return counts.result(label)

@@ -30,10 +30,10 @@ from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain
 from ..layout import engine_default_layout, parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
-from ..replay.run import ReplaySetup, identify_training_layout, load_setup, with_trained_layout
-from ..replay.run import stored_layout
+from ..replay.run import identify_training_layout, load_setup, with_trained_layout
+from ..replay.stats import ReplayResult, ReplaySetup
+from ..replay.items import stored_layout
 from ..layout import ZERO
-from ..replay.stats import ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION

@@ -31,7 +31,7 @@ ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def world(tmp_path_factory) -> tuple[R.ReplaySetup, Path]:
+def world(tmp_path_factory) -> tuple[S.ReplaySetup, Path]:
     """A tiny draft + target and a seed dataset of 10 lines: two lengths, every other sample with the target's
     final state (mixed reference), a NaN sample and a missing hidden-state file (skipped by the reader) and an
     out-of-vocab sample (skipped by replay)."""

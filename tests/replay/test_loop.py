@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eagle3lib.model.audit import audit_draft, target_tokenizer
-from eagle3lib.replay import evidence, loop as L, run as R, tokenview as TV
+from eagle3lib.replay import evidence, items as I, loop as L, run as R, tokenview as TV
 from eagle3lib.samples.readers import open_dataset
 from tests.replay import test_peagle as TP
 from tests.replay.test_run import make_samples, make_setup
@@ -68,7 +68,7 @@ def test_batched_runs_equal_one_at_a_time(tmp_path):
     """Items padded into one batch give each the predictions and scores they get alone (right padding unseen)."""
     setup = make_setup(tmp_path)
     samples, _, _ = make_samples(setup, n=3)
-    items = [R.prepare_sample(s, setup, None) for s in samples]
+    items = [I.prepare_sample(s, setup, None) for s in samples]
     alone = list(L.draft_run(setup.model, items, batch_tokens=0))
     batched = list(L.draft_run(setup.model, items, batch_tokens=10 ** 6))
     for x, y in zip(alone, batched, strict=True):

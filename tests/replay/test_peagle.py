@@ -10,6 +10,7 @@ from eagle3lib.errors import ConfigError
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.peagle import PEagleDraft
 from eagle3lib.replay import loop as L, run as R
+from eagle3lib.replay.stats import ReplaySetup
 from eagle3lib.samples.sample import Sample
 from tests.replay.test_run import make_setup as make_eagle3_setup
 
@@ -17,7 +18,7 @@ LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # TINY_SPECFORGE 
 K = 3
 
 
-def make_setup(tmp_path, mask_token_id=5, layers=1) -> R.ReplaySetup:
+def make_setup(tmp_path, mask_token_id=5, layers=1) -> ReplaySetup:
     """A random tiny P-EAGLE draft (Vd=40 of V=120) and a target dir with config, embedding and lm_head."""
     over = {"architectures": ["PEagleDraftModel"], "num_hidden_layers": layers}
     if mask_token_id is not None:

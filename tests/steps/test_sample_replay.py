@@ -147,9 +147,9 @@ def test_a_trained_layout_nothing_names_replays_the_stored_slots(tmp_path):
     """No ids, no declared layout, no identification: the training samples are replayed as stored (the fc's
     order) instead of stopping."""
     import torch
-    from eagle3lib.replay import run as R
+    from eagle3lib.replay import items as I, run as R
     from eagle3lib.samples.sample import Sample
     setup = dataclasses.replace(make_setup(tmp_path), training_layout=None)
     s = Sample("s0", torch.randint(0, 120, (16,)), torch.ones(16, dtype=torch.long), torch.randn(16, 4, 32))
     r = R.replay(setup, [s], layout=None, num_steps=1, progress=False)
-    assert r.layout == R.stored_layout(4) and not r.skipped and r.summary()["positions"] > 0
+    assert r.layout == I.stored_layout(4) and not r.skipped and r.summary()["positions"] > 0
