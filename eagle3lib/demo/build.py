@@ -59,6 +59,10 @@ class DemoPaths:
         return self.root / "draft_retrained"
 
     @property
+    def retrained_data(self) -> Path:   # mla world: the retrained draft's training data (serving layout slots):
+        return self.root / "data" / "retrained"   # specforge/, seed/, heldout/ as below
+
+    @property
     def specforge_data(self) -> Path:  # data_<i>.ckpt training files (in-domain, training split)
         return self.root / "data" / "specforge"
 
@@ -115,17 +119,37 @@ class _Timer:
 
 def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], shifted: list[Captured],
                 num_layers: int) -> None:
-    """Training split in SpecForge .ckpt files and the seed format; held-out and shifted splits in the seed format."""
-    for i, s in enumerate(train):
+    """Training split in SpecForge .ckpt files and the seed format; held-out and shifted splits in the seed format.
+    A world in RETRAINED also gets its retrained draft's data (the serving layout's slots) under data/retrained/."""
+    _write_splits(p.specforge_data, TRAINING_LAYOUT, num_layers, "../../target",
+                  (("train", train, p.seed_data, "kitchen"), ("heldout", heldout, p.heldout_data, "kitchen"),
+                   ("shifted", shifted, p.shifted_data, "nature")))
+    if p.kind in RETRAINED:
+        layout = RETRAINED[p.kind]
+        d = p.retrained_data
+        sub = [_slots(rows, layout) for rows in (train, heldout)]
+        _write_splits(d / "specforge", layout, num_layers, "../../../target",
+                      (("train", sub[0], d / "seed", "kitchen"), ("heldout", sub[1], d / "heldout", "kitchen")))
+
+
+def _slots(rows: list[Captured], layout: tuple[str, ...]) -> list[Captured]:
+    """The captured samples with only `layout`'s slots (each a TRAINING_LAYOUT slot): (T, 4, Ht) -> (T, k, Ht)."""
+    idx = [TRAINING_LAYOUT.index(s) for s in layout]
+    return [Captured(c.id, c.input_ids, c.loss_mask, c.aux[:, idx], c.final) for c in rows]
+
+
+def _write_splits(specforge: Path, layout: tuple[str, ...], num_layers: int, target: str, splits) -> None:
+    """The first split in SpecForge .ckpt files under `specforge`, every split (name, rows, dir, domain) in the seed
+    format, all at `layout`."""
+    for i, s in enumerate(splits[0][1]):
         T, k, Ht = s.aux.shape
-        write_specforge_sample(specforge_sample_path(p.specforge_data, i), s.input_ids, s.loss_mask,
+        write_specforge_sample(specforge_sample_path(specforge, i), s.input_ids, s.loss_mask,
                                hidden_state=s.final, aux_hidden_state=s.aux.reshape(T, k * Ht))  # (T,k,Ht)->(T,k*Ht)
-    for split, rows, d, domain in (("train", train, p.seed_data, "kitchen"), ("heldout", heldout, p.heldout_data,
-                                   "kitchen"), ("shifted", shifted, p.shifted_data, "nature")):
-        samples = (Sample(s.id, s.input_ids, s.loss_mask, s.aux, TRAINING_LAYOUT, s.final) for s in rows)
-        info = {"format": SEED_FORMAT, "layout": list(TRAINING_LAYOUT), "num_target_layers": num_layers,
-                "target": "../../target", "split": split, "domain": domain}
-        write_seed_dataset(d, samples, layout=TRAINING_LAYOUT, info=info, index_name=f"{split}.jsonl")
+    for split, rows, d, domain in splits:
+        samples = (Sample(s.id, s.input_ids, s.loss_mask, s.aux, layout, s.final) for s in rows)
+        info = {"format": SEED_FORMAT, "layout": list(layout), "num_target_layers": num_layers,
+                "target": target, "split": split, "domain": domain}
+        write_seed_dataset(d, samples, layout=layout, info=info, index_name=f"{split}.jsonl")
 
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "data" / "demo_artifacts"
@@ -306,9 +330,7 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
         if kind in RETRAINED:
             with timer.stage("draft training, serving layout"):
                 layout = RETRAINED[kind]
-                slots = [TRAINING_LAYOUT.index(s) for s in layout]    # the serving slots are training slots
-                sub = {name: [Captured(c.id, c.input_ids, c.loss_mask, c.aux[:, slots], c.final) for c in rows]
-                       for name, rows in cap.items()}                  # (T, 4, Ht) -> (T, 3, Ht)
+                sub = {name: _slots(rows, layout) for name, rows in cap.items()}   # the serving slots
                 rec, _ = _draft_stage(p.retrained_draft, layout, sub, target, cfg, (Vd, d2t, t2d), seed, progress)
                 retrained = {"retrained_draft": {
                     **rec, "dir": "draft_retrained", "layout": list(layout),

@@ -72,11 +72,14 @@ class Served:
 
     def diagnose_args(self) -> dict[str, str]:
         """What `python -m eagle3lib.diagnose` is given for this deployment (option -> value), as a user would:
-        the draft, the target, its training data, the served prompts' data, the launch, its log and /metrics, and
-        the dump when there is one."""
+        the draft, the target, its training data (the retrained draft's own), the served prompts' data, the
+        launch, its log and /metrics, and the dump when there is one."""
         w = demo.paths(world=self.world)
-        out = {"draft": self.draft, "target": str(w.target), "data": str(w.specforge_data),
-               "heldout": str(w.heldout_data), "launch": self.launch_command, "log": self.log,
+        retrained = deployments.deployment(self.name, self.world).source == "retrained_draft"
+        data, heldout = ((w.retrained_data / "specforge", w.retrained_data / "heldout") if retrained else
+                         (w.specforge_data, w.heldout_data))      # what the deployed draft was trained on
+        out = {"draft": self.draft, "target": str(w.target), "data": str(data),
+               "heldout": str(heldout), "launch": self.launch_command, "log": self.log,
                "served_log": ",".join(self.served_logs)}
         return {**out, "dump": self.dump} if self.dump else out
 
