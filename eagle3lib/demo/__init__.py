@@ -6,10 +6,12 @@
 - `corpus`       the code-generated chat corpus and its BPE tokenizer.
 - `train_target` the target: a small transformers `LlamaForCausalLM` trained on the corpus.
 - `train_draft`  the hidden-state capture and the EAGLE-3 draft trained on it (SpecForge objective).
-- `deployments`  the demo draft deployed on vLLM: healthy and broken copies, each with the cause it must show.
+- `deployments`  the demo draft deployed on vLLM: healthy and broken copies, each with the cause it must show
+                 (the mla world: its retrained draft healthy, the seed's draft with the embedding slot broken).
 - `planted`      the workbook's planted-bug suite: a user's folder with one defect (or a healthy oddity) and its
                  params YAML, one case per cause and aspect that can be planted offline.
-- `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``.
+- `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
+                 (``data/demo_vllm_mla/<name>/`` for the mla world).
 - `sweep`        the demo world loaded for serving; the demo engine swept over num_steps into `RunRecord`s.
 `python -m eagle3lib.demo [--force] [--from-scratch]` builds it and prints the timing table.
 """

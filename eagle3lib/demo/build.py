@@ -31,6 +31,13 @@ from .train_draft import ACC_DEFINITION, Captured, capture_records, draft_config
 from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
 
 BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
+BUILDER_VERSIONS = {"llama": BUILDER_VERSION,      # per world: retraining one world leaves the other's shipped
+                    "mla": "demo-world-mla-5"}     # artifacts current (mla 5: DeepSeek-V3's latent 512 + 64)
+
+
+def builder_version(kind: str = "llama") -> str:
+    """The builder version a `kind` world must carry to be current."""
+    return BUILDER_VERSIONS[kind]
 
 
 @dataclass(frozen=True)
@@ -46,6 +53,14 @@ class DemoPaths:
     @property
     def draft(self) -> Path:           # SpecForge/SGLang-format EAGLE-3 draft, MLA in the mla world (no embed_tokens)
         return self.root / "draft"
+
+    @property
+    def retrained_draft(self) -> Path:  # mla world: the draft retrained on the serving layout (vLLM can serve it)
+        return self.root / "draft_retrained"
+
+    @property
+    def retrained_data(self) -> Path:   # mla world: the retrained draft's training data (serving layout slots):
+        return self.root / "data" / "retrained"   # specforge/, seed/, heldout/ as below
 
     @property
     def specforge_data(self) -> Path:  # data_<i>.ckpt training files (in-domain, training split)
@@ -73,6 +88,10 @@ class DemoPaths:
 
 TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
 SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot
+EPS_KEPT = {"mla"}      # worlds whose rescale keeps rms_norm_eps (train_target.rescale_residual: the engines' MLA
+                        # latent norms read it)
+RETRAINED = {"mla": SERVING_LAYOUT}    # worlds that also train a draft on the serving layout (the fix: train on what
+                                       # the engine captures; vLLM's DeepSeek cannot hand over the embedding slot)
 SIZES = {"target_kitchen": 3200, "target_nature": 1200, "draft_train": 512, "heldout": 128, "shifted": 128,
          "tokenizer_vocab": 3072, "target_steps": 400, "target_batch": 12, "target_lr": 5e-3, "residual_scale": 30.0,
          "draft_steps": 600, "draft_batch": 6, "draft_lr": 3e-3, "ttt_steps": 3, "threads": 2, "draft_threads": 1}
@@ -100,17 +119,37 @@ class _Timer:
 
 def _write_data(p: DemoPaths, train: list[Captured], heldout: list[Captured], shifted: list[Captured],
                 num_layers: int) -> None:
-    """Training split in SpecForge .ckpt files and the seed format; held-out and shifted splits in the seed format."""
-    for i, s in enumerate(train):
+    """Training split in SpecForge .ckpt files and the seed format; held-out and shifted splits in the seed format.
+    A world in RETRAINED also gets its retrained draft's data (the serving layout's slots) under data/retrained/."""
+    _write_splits(p.specforge_data, TRAINING_LAYOUT, num_layers, "../../target",
+                  (("train", train, p.seed_data, "kitchen"), ("heldout", heldout, p.heldout_data, "kitchen"),
+                   ("shifted", shifted, p.shifted_data, "nature")))
+    if p.kind in RETRAINED:
+        layout = RETRAINED[p.kind]
+        d = p.retrained_data
+        sub = [_slots(rows, layout) for rows in (train, heldout)]
+        _write_splits(d / "specforge", layout, num_layers, "../../../target",
+                      (("train", sub[0], d / "seed", "kitchen"), ("heldout", sub[1], d / "heldout", "kitchen")))
+
+
+def _slots(rows: list[Captured], layout: tuple[str, ...]) -> list[Captured]:
+    """The captured samples with only `layout`'s slots (each a TRAINING_LAYOUT slot): (T, 4, Ht) -> (T, k, Ht)."""
+    idx = [TRAINING_LAYOUT.index(s) for s in layout]
+    return [Captured(c.id, c.input_ids, c.loss_mask, c.aux[:, idx], c.final) for c in rows]
+
+
+def _write_splits(specforge: Path, layout: tuple[str, ...], num_layers: int, target: str, splits) -> None:
+    """The first split in SpecForge .ckpt files under `specforge`, every split (name, rows, dir, domain) in the seed
+    format, all at `layout`."""
+    for i, s in enumerate(splits[0][1]):
         T, k, Ht = s.aux.shape
-        write_specforge_sample(specforge_sample_path(p.specforge_data, i), s.input_ids, s.loss_mask,
+        write_specforge_sample(specforge_sample_path(specforge, i), s.input_ids, s.loss_mask,
                                hidden_state=s.final, aux_hidden_state=s.aux.reshape(T, k * Ht))  # (T,k,Ht)->(T,k*Ht)
-    for split, rows, d, domain in (("train", train, p.seed_data, "kitchen"), ("heldout", heldout, p.heldout_data,
-                                   "kitchen"), ("shifted", shifted, p.shifted_data, "nature")):
-        samples = (Sample(s.id, s.input_ids, s.loss_mask, s.aux, TRAINING_LAYOUT, s.final) for s in rows)
-        info = {"format": SEED_FORMAT, "layout": list(TRAINING_LAYOUT), "num_target_layers": num_layers,
-                "target": "../../target", "split": split, "domain": domain}
-        write_seed_dataset(d, samples, layout=TRAINING_LAYOUT, info=info, index_name=f"{split}.jsonl")
+    for split, rows, d, domain in splits:
+        samples = (Sample(s.id, s.input_ids, s.loss_mask, s.aux, layout, s.final) for s in rows)
+        info = {"format": SEED_FORMAT, "layout": list(layout), "num_target_layers": num_layers,
+                "target": target, "split": split, "domain": domain}
+        write_seed_dataset(d, samples, layout=layout, info=info, index_name=f"{split}.jsonl")
 
 
 ARTIFACTS = Path(__file__).resolve().parents[2] / "data" / "demo_artifacts"
@@ -121,7 +160,8 @@ KINDS = ("llama", "mla")
 def artifacts_dir(kind: str = "llama") -> Path:
     """Where a world's trained target and draft are shipped: data/demo_artifacts (llama), data/demo_artifacts_mla."""
     return ARTIFACTS if kind == "llama" else ARTIFACTS.with_name(f"{ARTIFACTS.name}_{kind}")
-_SHIPPED = ("target", "draft")       # trained models; corpus, tokenizer inputs and hidden-state data are rebuilt
+_SHIPPED = ("target", "draft", "draft_retrained")   # trained models (those a world has); corpus, tokenizer inputs and
+                                                     # hidden-state data are rebuilt
 
 
 def _corpus(p: DemoPaths, seed: int):
@@ -149,7 +189,7 @@ def artifacts_current(kind: str = "llama", artifacts: Path | None = None) -> boo
     """True when shipped artifacts exist and were exported by this builder version."""
     try:
         w = json.loads(((artifacts or artifacts_dir(kind)) / "world.json").read_text())
-        return w.get("builder_version") == BUILDER_VERSION and w.get("kind", "llama") == kind
+        return w.get("builder_version") == BUILDER_VERSIONS.get(kind) and w.get("kind", "llama") == kind
     except (OSError, ValueError):
         return False
 
@@ -168,7 +208,8 @@ def restore_world(root: str | Path, artifacts: Path | None = None, progress: boo
     try:
         with timer.stage("copy shipped target + draft"):
             for name in _SHIPPED:
-                shutil.copytree(artifacts / name, p.root / name, dirs_exist_ok=True)
+                if (artifacts / name).is_dir():
+                    shutil.copytree(artifacts / name, p.root / name, dirs_exist_ok=True)
         with timer.stage("corpus"):
             splits, _, enc = _corpus(p, world["seed"])
         with timer.stage("capture hidden states"):
@@ -194,7 +235,8 @@ def export_artifacts(root: str | Path, artifacts: Path | None = None) -> Path:
     for name in _SHIPPED:
         if (artifacts / name).exists():
             shutil.rmtree(artifacts / name)
-        shutil.copytree(p.root / name, artifacts / name)
+        if (p.root / name).is_dir():
+            shutil.copytree(p.root / name, artifacts / name)
     shutil.copy2(p.world_json, artifacts / "world.json")
     if artifacts == ARTIFACTS:                # notebook 01's fallback when no world is built: the same configs
         for name in ("draft", "target"):
@@ -206,12 +248,39 @@ def export_artifacts(root: str | Path, artifacts: Path | None = None) -> Path:
     return artifacts
 
 
-def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: str = "llama") -> dict:
-    """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict.
-    kind: "llama" (Llama target, Llama-style draft) or "mla" (DeepSeek-V3 target, MLA draft)."""
+def _draft_stage(out: Path, layout: tuple[str, ...], cap: dict, target, cfg, vocab: tuple, seed: int,
+                 progress: bool) -> tuple[dict, dict]:
+    """Train one draft on `layout` (the `cap` splits hold exactly its slots), save it and its training log in `out`;
+    (its accuracies for world.json, its config dict). vocab: (draft vocab size, d2t, t2d)."""
     from ..model.draft import Eagle3Draft
     from ..model.checkpoint import save_draft
     from ..model.config import DraftConfig
+    Vd, d2t, t2d = vocab
+    dcfg_dict = draft_config_dict(cfg, Vd, layout)
+    torch.manual_seed(seed)
+    draft = Eagle3Draft(DraftConfig.from_dict(dcfg_dict, source="demo"))
+    lm_head = target.lm_head.weight.detach()
+    with torch.no_grad():
+        draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
+        draft.lm_head.weight.copy_(lm_head[t2d])     # start from the target's rows of the draft vocab
+        draft.d2t.copy_(d2t)
+        draft.t2d.copy_(t2d)
+    log = train_draft(draft, cap["draft_train"], cap["heldout"], lm_head, steps=SIZES["draft_steps"],
+                      num_steps=SIZES["ttt_steps"], batch_size=SIZES["draft_batch"],
+                      lr=SIZES["draft_lr"], eval_every=SIZES["draft_steps"] // 4, seed=seed, progress=progress)
+    shifted_ev = evaluate_draft(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
+    train_ev = evaluate_draft(draft, cap["draft_train"][:SIZES["heldout"]], lm_head, SIZES["ttt_steps"])
+    save_draft(draft, dcfg_dict, out)
+    with open(out / "training_log.jsonl", "w") as f:
+        for rec in log:
+            f.write(json.dumps(rec) + "\n")
+    return {"recorded_val_acc_step0": log[-1]["val_acc_step0"], "val_acc": log[-1]["val_acc"],
+            "train_acc": train_ev["acc"], "shifted_acc": shifted_ev["acc"]}, dcfg_dict
+
+
+def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: str = "llama") -> dict:
+    """Build every artifact of the demo world under `root` (overwriting); returns the world.json dict.
+    kind: "llama" (Llama target, Llama-style draft) or "mla" (DeepSeek-V3 target, MLA draft)."""
     if kind not in KINDS:
         raise ValueError(f"demo world kind must be one of {KINDS}, got {kind!r}")
     p = DemoPaths(Path(root), kind)
@@ -229,7 +298,8 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
             probe = torch.tensor([enc["heldout"][0][1]])
             with torch.no_grad():
                 before = target(input_ids=probe).logits
-                rescale_residual(target, SIZES["residual_scale"])  # LLM-like hidden-state magnitudes, same logits
+                rescale_residual(target, SIZES["residual_scale"], scale_eps=kind not in EPS_KEPT)  # LLM-like
+                # hidden-state magnitudes, same logits (mla: eps kept, what the engines' latent norms read)
                 change = (target(input_ids=probe).logits - before).abs().max()
             tstats.update(residual_scale=SIZES["residual_scale"], rescale_max_logit_change=float(change))
             tstats["heldout_loss"] = round(eval_loss(target, [e[1] for e in enc["heldout"]]), 4)
@@ -254,26 +324,23 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
                      "coverage_shifted": round(coverage(shifted_counts, d2t), 4)}
         with timer.stage("draft training"):
             torch.set_num_threads(SIZES["draft_threads"])      # small matmuls: a 2nd thread costs more than it gives
-            dcfg_dict = draft_config_dict(cfg, Vd, TRAINING_LAYOUT)
-            torch.manual_seed(seed)
-            draft = Eagle3Draft(DraftConfig.from_dict(dcfg_dict, source="demo"))
-            lm_head = target.lm_head.weight.detach()
-            with torch.no_grad():
-                draft.embed_tokens.weight.copy_(target.model.embed_tokens.weight)
-                draft.lm_head.weight.copy_(lm_head[t2d])     # start from the target's rows of the draft vocab
-                draft.d2t.copy_(d2t)
-                draft.t2d.copy_(t2d)
-            log = train_draft(draft, cap["draft_train"], cap["heldout"], lm_head, steps=SIZES["draft_steps"],
-                              num_steps=SIZES["ttt_steps"], batch_size=SIZES["draft_batch"],
-                              lr=SIZES["draft_lr"], eval_every=SIZES["draft_steps"] // 4, seed=seed, progress=progress)
-            shifted_ev = evaluate_draft(draft, cap["shifted"], lm_head, SIZES["ttt_steps"])
-            train_ev = evaluate_draft(draft, cap["draft_train"][:SIZES["heldout"]], lm_head, SIZES["ttt_steps"])
-            save_draft(draft, dcfg_dict, p.draft)
-            with open(p.training_log, "w") as f:
-                for rec in log:
-                    f.write(json.dumps(rec) + "\n")
+            draft_rec, dcfg_dict = _draft_stage(p.draft, TRAINING_LAYOUT, cap, target, cfg, (Vd, d2t, t2d), seed,
+                                                progress)
+        retrained = {}
+        if kind in RETRAINED:
+            with timer.stage("draft training, serving layout"):
+                layout = RETRAINED[kind]
+                sub = {name: _slots(rows, layout) for name, rows in cap.items()}   # the serving slots
+                rec, _ = _draft_stage(p.retrained_draft, layout, sub, target, cfg, (Vd, d2t, t2d), seed, progress)
+                retrained = {"retrained_draft": {
+                    **rec, "dir": "draft_retrained", "layout": list(layout),
+                    "ids": {"output": to_ids(layout, "output", cfg.num_hidden_layers),
+                            "vllm": to_ids(layout, "input", cfg.num_hidden_layers)},
+                    "why": "the seed's fix, training on what the engine captures: the same draft trained on the "
+                           "serving layout [out L1, out L3, out L5] (no embedding slot), which vLLM's DeepSeek "
+                           "target can hand over (vllm deepseek_v2.py:1562 adds a None residual for id 0)"}}
         world = {
-            "builder_version": BUILDER_VERSION, "kind": kind, "seed": seed, "sizes": SIZES,
+            "builder_version": BUILDER_VERSIONS[kind], "kind": kind, "seed": seed, "sizes": SIZES,
             "layouts": {"training": list(TRAINING_LAYOUT), "serving": list(SERVING_LAYOUT)},
             "training_layout": list(TRAINING_LAYOUT), "serving_layout": list(SERVING_LAYOUT),
             "layout_note": "training slots = [embedding output, out L1, out L3, out L5] of 8 layers (draft config "
@@ -284,11 +351,10 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
                        "hidden_size": cfg.hidden_size, "vocab_size": V,
                        "params": sum(t.numel() for t in target.parameters()), "dtype": "float32", **tstats},
             "vocab": vocab,
-            "draft": {"recorded_val_acc_step0": log[-1]["val_acc_step0"], "val_acc": log[-1]["val_acc"],
-                      "train_acc": train_ev["acc"], "shifted_acc": shifted_ev["acc"], "ttt_steps": SIZES["ttt_steps"],
-                      "architecture": dcfg_dict["architectures"][0],
+            "draft": {**draft_rec, "ttt_steps": SIZES["ttt_steps"], "architecture": dcfg_dict["architectures"][0],
                       "loss_decay": 0.8, "lm_head_init": "target lm_head rows of the draft vocab",
                       "acc_definition": ACC_DEFINITION},
+            **retrained,
             "data": {"specforge": "data/specforge", "seed": "data/seed/train.jsonl",
                      "heldout": "data/heldout/heldout.jsonl", "shifted": "data/shifted/shifted.jsonl",
                      "corpus": {n: f"corpus/{n}.jsonl" for n in splits}, "hidden_dtype": "float32",
@@ -301,7 +367,13 @@ def build_world(root: str | Path, seed: int = 0, progress: bool = True, kind: st
                                    "Without it this tiny target's adjacent layers are so alike (cos ~0.96) and so "
                                    "small that the draft shrugs off the seed's wrong capture (engine accept length "
                                    "~1.9 vs ~3.5 correct at scale 1; step-0 acc under it 0.49 / 0.33 / 0.23 at "
-                                   "scale 3 / 10 / 30, measured while tuning)",
+                                   "scale 3 / 10 / 30, measured while tuning)" + (
+                                       "; in this world the eps stay the config's rms_norm_eps 1e-6 (not x "
+                                       f"{SIZES['residual_scale'] ** 2:g}): vLLM and SGLang build the MLA latent "
+                                       "norms (q_a / kv_a_layernorm) with it where transformers uses 1e-6, so a "
+                                       "scaled eps would make the engines' target differ from transformers'; the "
+                                       "rescale is then exact up to rescale_max_logit_change"
+                                       if kind in EPS_KEPT else ""),
             "environment": {"torch": torch.__version__, "threads": SIZES["threads"],
                             "draft_threads": SIZES["draft_threads"], "python": platform.python_version(),
                             "transformers": __import__("transformers").__version__},

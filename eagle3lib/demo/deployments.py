@@ -6,9 +6,15 @@ The trained draft (SpecForge format) stores its aux ids as SpecForge writes them
 healthy deployment writes [0, 2, 4, 6] there (as the issue's user did); the draft as SpecForge left it makes vLLM
 capture only three slots for a four-slot fc, and the first request fails.
 
+The mla world (`MLA_DEPLOYMENTS`, `table("mla")`) deploys on vLLM's DeepSeek target, which cannot hand its draft
+the embedding (id 0: deepseek_v2.py:1562 adds a None residual): its healthy deployment is the draft retrained on
+the serving layout (`DemoPaths.retrained_draft`, vLLM ids [2, 4, 6]), its broken one the seed's draft as trained
+(ids [0, 2, 4, 6], the embedding slot); both written in vLLM's MLA dialect (model_type deepseek_v2, top-level ids).
+
 `write_deployment(name, out)` writes one deployment's draft folder; `DEPLOYMENTS` says what each one is and which cause the
 diagnosis must name (None: healthy, "no fault found"; `refused`: the engine fails on it, the error is the finding).
-Usage: ``draft = write_deployment("off_by_one", tmp / "draft"); DEPLOYMENTS["off_by_one"].cause``.
+Usage: ``draft = write_deployment("off_by_one", tmp / "draft"); DEPLOYMENTS["off_by_one"].cause``;
+``write_deployment("healthy", tmp / "draft", world="mla")``.
 """
 from __future__ import annotations
 
@@ -37,6 +43,8 @@ class Deployment:
     diagnosed: bool = True            # False: served and measured, but the diagnosis cannot name it yet (why)
     config: Callable[[dict], None] | None = None
     weights: Callable[[dict, Path], None] | None = None
+    source: str = "draft"             # which trained draft of the world (a DemoPaths attribute: "retrained_draft")
+    dialect: str | None = None        # re-saved in this format first (save_draft), as a user converts it; None: as is
 
 
 def _vllm_ids(c: dict) -> None:
@@ -87,19 +95,59 @@ DEPLOYMENTS = {d.name: d for d in (
 )}
 
 
-def deployment(name: str) -> Deployment:
-    """The deployment called `name`; DataError naming the known ones otherwise."""
-    if name not in DEPLOYMENTS:
-        raise DataError(f"deployment {name!r}", "unknown demo deployment", expected=sorted(DEPLOYMENTS), found=name)
-    return DEPLOYMENTS[name]
+def _top_ids(ids: list[int]) -> Callable[[dict], None]:
+    def edit(c: dict) -> None:
+        c["eagle_aux_hidden_state_layer_ids"] = list(ids)    # vLLM's DeepSeek target reads the top level
+    return edit
 
 
-def write_deployment(name: str, out, *, draft=None, target=None) -> Path:
-    """The draft folder of deployment `name`: a copy of the demo draft (`draft`, else the demo world's) with its
-    defect planted. `target`: the target whose embedding a planted copy is drawn like."""
-    dep = deployment(name)
-    w = demo.paths()
-    return edited_copy(draft or w.draft, out, dep.config, dep.weights, target or w.target)
+MLA_DEPLOYMENTS = {d.name: d for d in (
+    D("healthy", "the draft retrained on the serving layout [layer_in.2, layer_in.4, layer_in.6] (no embedding "
+      "slot), in vLLM's MLA dialect with its input-of-layer ids [2, 4, 6]", None, config=_top_ids([2, 4, 6]),
+      source="retrained_draft", dialect="vllm"),
+    D("embedding_slot", "the seed's draft as trained on [embed, layer_in.2, layer_in.4, layer_in.6], in vLLM's MLA "
+      "dialect with its input-of-layer ids [0, 2, 4, 6]: vLLM's DeepSeek target cannot hand over the embedding "
+      "(id 0)", "aux_layout_mismatch", refused=True, config=_top_ids([0, 2, 4, 6]), dialect="vllm"),
+)}
+TABLES = {"llama": DEPLOYMENTS, "mla": MLA_DEPLOYMENTS}
+
+
+def table(world: str | None = None) -> dict[str, Deployment]:
+    """The deployments of demo world `world` (default: the process's, demo.world_name())."""
+    return TABLES[demo.world_name(world)]
+
+
+def deployment(name: str, world: str | None = None) -> Deployment:
+    """The deployment called `name` (of `world`, default the process's); DataError naming the known ones otherwise."""
+    known = table(world)
+    if name not in known:
+        raise DataError(f"deployment {name!r}", f"unknown {demo.world_name(world)} demo deployment",
+                        expected=sorted(known), found=name)
+    return known[name]
+
+
+def write_deployment(name: str, out, *, draft=None, target=None, world: str | None = None) -> Path:
+    """The draft folder of deployment `name`: a copy of the demo draft (`draft`, else the world's trained draft the
+    deployment names) with its defect planted. `target`: the target whose embedding a planted copy is drawn like."""
+    dep = deployment(name, world)
+    w = demo.paths(world=world)
+    src, target = Path(draft or getattr(w, dep.source)), Path(target or w.target)
+    if dep.dialect is None:
+        return edited_copy(src, out, dep.config, dep.weights, target)
+    out = Path(out)
+    converted = out.with_name(f".{out.name}.{dep.dialect}")
+    try:
+        return edited_copy(resaved(src, converted, target, dep.dialect), out, dep.config, dep.weights, target)
+    finally:
+        shutil.rmtree(converted, ignore_errors=True)
+
+
+def resaved(src, out, target, format: str) -> Path:
+    """Draft folder `src` loaded (its embedding from `target`) and written to `out` in `format`, as a user converts
+    a SpecForge draft for an engine (save_draft: vLLM's MLA dialect is model_type deepseek_v2, top-level ids)."""
+    from ..model.checkpoint import load_draft, save_draft
+    loaded = load_draft(src, target=target)
+    return save_draft(loaded.model, loaded.cfg, out, format=format)
 
 
 def edited_copy(src, out, config: Callable[[dict], None] | None = None,

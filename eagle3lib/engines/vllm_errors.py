@@ -6,6 +6,9 @@ ends with several tracebacks; `root_error` is the first that is not such a re-ra
 the message names: the weight key ("There is no module or parameter named '...'"), the shapes ("shape '[-1, 384]' is
 invalid for input of size 2560", "Tried to load weights of size ... to a parameter of size ..."), a file, or
 "not supported". Lines of different processes (the "(Worker pid=N)" tags) may interleave; each is followed alone.
+Each error also keeps the frame it was raised in (`frame`: "vllm/model_executor/models/deepseek_v2.py:1562"), and
+`known_failure(error)` names a failure the engine facts explain (`KNOWN_FAILURES`: vLLM's DeepSeek target dying on
+the embedding as an aux slot).
     errors = scan_errors(log_lines(open("server.log").read())); root_error(errors)
 """
 from __future__ import annotations
@@ -28,6 +31,7 @@ WRAPPER = re.compile(r"See (?:the )?(?:root cause|stack trace)|check the stack t
 NATIVE = re.compile(r"^(?:double free or corruption.*|corrupted double-linked list.*|corrupted size vs\. prev_size.*|"
                     r"(?:free|malloc|realloc|munmap_chunk)\(\): .+|Segmentation fault.*|Fatal Python error: .+)$")
 WORKER_DIED = re.compile(r"Worker proc \S+ died unexpectedly(?: \(exit code: (?P<code>[^)]*)\))?")
+FRAME = re.compile(r'^\s*File "(?P<path>[^"]+)", line (?P<line>\d+)')
 
 
 @dataclass(frozen=True)
@@ -46,6 +50,47 @@ class LoggedError:
     file: str | None = None
     wrapper: bool = False     # vLLM re-raising another process's error ("see root cause above")
     phase: str = "startup"    # "startup" (before the engine was ready), "serving", or "shutdown" (after a stop)
+    frame: str | None = None  # where it was raised: the traceback's last frame, "vllm/.../deepseek_v2.py:1562"
+
+
+@dataclass(frozen=True)
+class KnownFailure:
+    """An engine failure the engine facts explain: raised at `frame` with `exception` whose message has `message`."""
+    frame: str                # path from the package root and line, as LoggedError.frame
+    exception: str
+    message: str
+    cause: str                # the catalogue cause it is the evidence of
+    key: str                  # the config key that makes the engine do it
+    fact: tuple[str, str, str]   # the engines.facts row (engine, topic, subject) that says why
+    what: str
+
+
+KNOWN_FAILURES = (
+    KnownFailure("vllm/model_executor/models/deepseek_v2.py:1562", "TypeError", "'Tensor' and 'NoneType'",
+                 "aux_layout_mismatch", "eagle_aux_hidden_state_layer_ids",
+                 ("vllm", "target", "deepseek target hands over the embedding as an aux state"),
+                 "vLLM's DeepSeek target cannot hand the draft the embedding: id 0 captures hidden_states + "
+                 "residual before layer 0, where residual is None"),
+)
+
+
+def known_failure(err: LoggedError | None) -> KnownFailure | None:
+    """The KNOWN_FAILURES row `err` is (same frame, exception and message), or None."""
+    if err is None or err.frame is None:
+        return None
+    return next((k for k in KNOWN_FAILURES if err.frame == k.frame and err.exception.endswith(k.exception)
+                 and k.message in err.message), None)
+
+
+def known_failure_text(text: str) -> KnownFailure | None:
+    """The KNOWN_FAILURES row a refusal's text quotes (its frame and its message), or None."""
+    return next((k for k in KNOWN_FAILURES if k.frame in text and k.message in text), None)
+
+
+def _frame(path: str, line: str) -> str:
+    """A traceback frame as "package/relative/path.py:line" (from the last site-packages, else as written)."""
+    rel = path.split("site-packages/")[-1]
+    return f"{rel}:{line}"
 
 
 def _classify(exc: str, msg: str) -> dict:
@@ -95,24 +140,29 @@ def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedErr
     msgs = [(no, *split_prefix(raw)) for no, raw in enumerate(lines, start=1)]
     stop_at = next((no for no, _, msg in msgs if SHUTDOWN in msg), None)
     open_tb: dict = {}           # process tag -> inside a traceback
+    frames: dict = {}            # process tag -> the last frame of its open traceback
     errors, last = [], {}        # last: process tag -> index of its latest error (for continuation lines)
     for no, proc, msg in msgs:
         text = msg.strip()
         if NATIVE.match(text) or WORKER_DIED.search(text):
             died = WORKER_DIED.search(text)
-            errors.append([no, proc, "worker died" if died else "native crash", text])
+            errors.append([no, proc, "worker died" if died else "native crash", text, None])
             last.pop(proc, None)
             continue
         if msg.startswith("Traceback (most recent call last)"):
             open_tb[proc] = True
+            frames.pop(proc, None)
             last.pop(proc, None)
+            continue
+        if open_tb.get(proc) and (f := FRAME.match(msg)):
+            frames[proc] = _frame(f["path"], f["line"])
             continue
         if open_tb.get(proc) and msg and not msg[0].isspace():
             m = _EXC.match(msg.strip())
             if m:
                 open_tb[proc] = False
                 exc, text = m["exc"], (m["msg"] or "").strip()
-                errors.append([no, proc, exc, text])
+                errors.append([no, proc, exc, text, frames.pop(proc, None)])
                 last[proc] = len(errors) - 1
             continue
         if proc in last and msg.startswith("  ") and not msg.lstrip().startswith("File "):
@@ -123,12 +173,12 @@ def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedErr
         elif proc in last:
             last.pop(proc)
     out = []
-    for no, proc, exc, text in errors:
+    for no, proc, exc, text, frame in errors:
         info = {"kind": exc} if exc in ("worker died", "native crash") else _classify(exc, text)
         wrapper = exc == "worker died" or bool(WRAPPER.search(text))
         phase = ("shutdown" if stop_at is not None and no > stop_at else
                  "serving" if ready_at is not None and no > ready_at else "startup")
-        out.append(LoggedError(no, proc, exc, text[:1000], wrapper=wrapper, phase=phase, **info))
+        out.append(LoggedError(no, proc, exc, text[:1000], wrapper=wrapper, phase=phase, frame=frame, **info))
     return out
 
 

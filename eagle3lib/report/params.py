@@ -141,7 +141,8 @@ RUNNER_KEYS = ("vllm_demo",)   # parameters-file keys the runner reads itself (n
 
 def prepare(common: dict) -> str | None:
     """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` serves those demo
-    deployments on the real vLLM (`demo.vllm_world`). Returns why the run is skipped (no vLLM here), else None."""
+    deployments (of `demo_world`'s world) on the real vLLM (`demo.vllm_world`). Returns why the run is skipped
+    (no vLLM here), else None."""
     names = common.pop("vllm_demo", None)
     if not names:
         return None
@@ -149,9 +150,10 @@ def prepare(common: dict) -> str | None:
     why = vllm_world.vllm_unavailable_reason()
     if why:
         return f"the vLLM demo needs the real vLLM: {why}"
+    world = common.get("demo_world") or None          # the mla world's deployments for demo_world: "mla"
     for name in ([names] if isinstance(names, str) else list(names)):
         t0 = time.monotonic()
-        d = vllm_world.ensure(str(name))
+        d = vllm_world.ensure(str(name), world=world)
         print(f"vLLM demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
               f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
     return None

@@ -318,7 +318,7 @@ def installed_sglang_finding(launch: LaunchArgs, res: Resolution, where: str) ->
     """ndt_override as the installed SGLang's own ServerArgs resolves the launch (serving.sglang_introspect), for
     a launch whose server version is unknown; None when SGLang is not installed here or could not resolve it."""
     from ..serving import sglang_introspect
-    if not sglang_introspect.available():
+    if not sglang_introspect.sglang_available():
         return None
     intro = sglang_introspect.introspect(launch)
     if intro.error:

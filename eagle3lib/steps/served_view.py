@@ -18,6 +18,8 @@ from pathlib import Path
 from ..causes import Finding
 from ..checks.inputs import read_artifacts
 from ..engines import vllm_env
+from ..engines.facts import fact
+from ..engines.vllm_errors import known_failure_text
 from ..engines.loaded_view import EngineView, engine_view
 from ..errors import Eagle3Error
 from ..hidden.explain import causes_of, explain
@@ -127,7 +129,8 @@ def _from_log(view: EngineView, r: VllmLogReading, art) -> EngineView:
     if err is not None:
         where = ", ".join(f"{k} {v}" for k, v in (("key", err.key), ("shape", err.shape), ("file", err.file)) if v)
         view = view.with_refusal(f"{err.exception}: {err.message[:200]} ({r.source}:{err.line_no}"
-                                 + (f"; {where}" if where else "") + ")", "log")
+                                 + (f"; {where}" if where else "") + (f"; raised at {err.frame}" if err.frame else "")
+                                 + ")", "log")
     elif r.draft_loaded and (r.embedding or r.lm_head):
         view = view.with_refusal(None, "log")
     return view
@@ -168,6 +171,15 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
     text = view.refused or ""
     cfg = str(Path(draft_path) / "config.json") if draft_path else "the draft's config.json"
     ev = {"error": text, "source": view.refused_source, "engine": view.engine, "version": view.version}
+    known = known_failure_text(text)
+    if known is not None:                     # a failure the engine facts explain (the frame it was raised in)
+        row = fact(*known.fact)
+        return [Finding(known.cause, "confirmed", f"{view.engine} dies serving the draft: {known.what}; the ids in "
+                        f"{cfg} ask for it. The engine: {text}" + (f" [{row.source}]" if row else ""),
+                        {**ev, "file": cfg, "key": known.key, "frame": known.frame,
+                         "fact": row.source if row else None}, WHERE,
+                        fix="train the draft on layer inputs the target hands over (ids >= 1, no embedding slot), "
+                            "as the engine captures them; the embedding cannot be served there", measured=True)]
     if "shape '[-1" in text or "fc" in text or "aux slot" in text:
         lay = view.aspects.get("layout")
         got = [b for b in (lay.value if lay is not None else ()) if b is not None]

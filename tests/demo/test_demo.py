@@ -130,7 +130,9 @@ def test_the_demo_world_is_chosen_by_one_name(monkeypatch):
 @pytest.mark.parametrize("kind", ["llama", "mla"])
 def test_rescale_residual_is_an_exact_reparametrization(kind, tmp_path):
     """rescale_residual multiplies every residual state by c and leaves logits and the final post-norm state alone,
-    on the Llama target and on the DeepSeek-V3 one (MLA latent norms and MoE experts), also after a save and load."""
+    on the Llama target and on the DeepSeek-V3 one (MLA latent norms and MoE experts), also after a save and load.
+    The mla world keeps rms_norm_eps (scale_eps=False: the engines' latent norms read it): exact up to eps / mean
+    square of the states (here random states of mean square ~4e-4: a logit change of ~1e-4)."""
     from transformers import AutoModelForCausalLM
 
     from eagle3lib.demo.train_target import rescale_residual, target_config
@@ -141,14 +143,15 @@ def test_rescale_residual_is_an_exact_reparametrization(kind, tmp_path):
     ids = torch.randint(0, 60, (2, 12))
     with torch.no_grad():
         a = model(input_ids=ids, output_hidden_states=True)
-        rescale_residual(model, 10.0)
+        rescale_residual(model, 10.0, scale_eps=kind == "llama")
         model.save_pretrained(tmp_path)
         b = AutoModelForCausalLM.from_pretrained(tmp_path).eval()(input_ids=ids, output_hidden_states=True)
-    assert torch.allclose(a.logits, b.logits, atol=1e-4)
+    tol = 1e-4 if kind == "llama" else 5e-4
+    assert torch.allclose(a.logits, b.logits, atol=tol)
     for i in range(3):                                               # embed, layer_in.1, layer_in.2: x 10
-        assert torch.allclose(b.hidden_states[i], 10 * a.hidden_states[i], rtol=1e-4, atol=1e-5)
-    assert torch.allclose(b.hidden_states[3], a.hidden_states[3], atol=1e-4)   # final post-norm: unchanged
-    assert model.config.rms_norm_eps == pytest.approx(1e-3)
+        assert torch.allclose(b.hidden_states[i], 10 * a.hidden_states[i], rtol=tol, atol=1e-5 if i == 0 else tol)
+    assert torch.allclose(b.hidden_states[3], a.hidden_states[3], atol=tol)   # final post-norm: unchanged
+    assert model.config.rms_norm_eps == pytest.approx(1e-3 if kind == "llama" else 1e-6)
 
 
 # ---------------------------------------------------------------- the built world (slow)

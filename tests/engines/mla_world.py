@@ -27,7 +27,8 @@ DEEPSEEK_V3_ATTENTION = {"kv_lora_rank": 512, "qk_rope_head_dim": 64, "topk_meth
 
 def build(root: Path, ids: list[int] | None = None, attention: dict | None = None) -> tuple[Path, Path]:
     """(target dir, draft dir) under `root`; `ids`: the draft's top-level aux ids (default [1, 2, 4, 6]);
-    `attention`: the fields set on the demo target's config (default DEEPSEEK_V3_ATTENTION)."""
+    `attention`: the fields set on the demo target's config (default DEEPSEEK_V3_ATTENTION, which the demo target
+    config carries itself since issue 27; a test sets others to see vLLM refuse them)."""
     from transformers import DeepseekV3ForCausalLM
 
     from eagle3lib.demo.train_draft import draft_config_dict

