@@ -9,8 +9,8 @@ as data with the source each was read from.
 - `DRAFT_READS`: the draft fields vLLM 0.32.0 reads for an `Eagle3DeepseekV2ForCausalLM` draft (deepseek_eagle3.py,
   and the runner / speculative config that read its ids and model_type).
 - `DEFAULTED`: fields a reader takes with a default when absent (what a config that lacks them gets).
-`missing(config, reader)` lists the fields `reader` reads that a config dict lacks.
-Usage: ``missing(json.load(open("target/config.json")), "sglang")`` -> [] for the mla demo world's target.
+`fields_missing(config, reader)` lists the fields `reader` reads that a config dict lacks.
+Usage: ``fields_missing(json.load(open("target/config.json")), "sglang")`` -> [] for the mla demo world's target.
 """
 from __future__ import annotations
 
@@ -113,7 +113,7 @@ DRAFT_READS: dict[str, Read] = {
 }
 
 
-def missing(config: dict, reader: str) -> list[str]:
+def fields_missing(config: dict, reader: str) -> list[str]:
     """The fields `reader` ("transformers", "sglang", "vllm") reads that `config` lacks and takes no default for."""
     i = READERS.index(reader)
     return [f for f, reads in TARGET_READS.items() if reads[i] is not None and f not in config
