@@ -157,6 +157,10 @@ def served_prompt_lengths(art: Artifacts) -> list[int] | None:
     return served_lengths(art.served_prompts, _tokenizer(art)) if art.served_prompts else None
 
 
+# the causes check_context reports (checks.run: what a broken check reports as not checked)
+CONTEXT_CAUSES = ('short_context',)
+
+
 def check_context(art: Artifacts, n: int = 32, replay_n: int = REPLAY_N, engine: str | None = None,
                   engine_version: str | None = None, engine_runner: str | None = None) -> list[Finding]:
     """One finding: is the draft's declared context shorter than what it is trained on / served with? Training
@@ -228,6 +232,10 @@ def attention_window(raw) -> dict:
                 "interleaved": 0 < len(sliding) < len(types)}
     on = sw is not None and body.get("use_sliding_window") is not False
     return {"window": sw if on else None, "sliding_layers": "all" if on else [], "interleaved": False}
+
+
+# the causes check_window reports (checks.run: what a broken check reports as not checked)
+WINDOW_CAUSES = ('draft_window_ignored',)
 
 
 def check_window(art: Artifacts) -> list[Finding]:

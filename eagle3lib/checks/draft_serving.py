@@ -186,6 +186,10 @@ def _kv_dtype(art: Artifacts, la) -> Finding:
     return Finding(c, "ruled out", f"the draft's KV cache keeps the model dtype ({draft})", ev, w)
 
 
+# the causes check_draft_serving reports (checks.run: what a broken check reports as not checked)
+DRAFT_SERVING_CAUSES = ('rejection_method', 'adaptive_depth', 'quantized_draft_graphs', 'kv_cache_dtype')
+
+
 def check_draft_serving(art: Artifacts) -> list[Finding]:
     """One finding per cause above (rejection method, depth, quantized drafter, KV dtype)."""
     causes = ("rejection_method", "adaptive_depth", "quantized_draft_graphs", "kv_cache_dtype")

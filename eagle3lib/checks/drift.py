@@ -129,6 +129,10 @@ def _command(art: Artifacts, layout) -> str:
     return recapture_command(art.target_path, art.data.root, layout)
 
 
+# the causes check_drift reports (checks.run: what a broken check reports as not checked)
+DRIFT_CAUSES = ('target_drift',)
+
+
 def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool = False,
                 model=None) -> list[Finding]:
     """Recapture `n` training samples through the target and say which of same / cast / scaled / different.

@@ -168,6 +168,10 @@ def _vocab(art: Artifacts) -> list[Finding]:
                     "(wrong_embedding: another tokenizer)", ev, w, aspects=("padded vocab",))]
 
 
+# the causes check_embedding reports (checks.run: what a broken check reports as not checked)
+EMBEDDING_CAUSES = ('wrong_embedding', 'lm_head_missing')
+
+
 def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
     """Findings on the embedding the draft gets, its lm_head and the vocab sizes."""
     need = art.missing("draft", "weights")

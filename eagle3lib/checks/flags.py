@@ -60,6 +60,10 @@ def _replay_evidence(art: Artifacts, flags, n: int) -> dict:
         return {"replay_error": str(e)[:200]}
 
 
+# the causes check_flags reports (checks.run: what a broken check reports as not checked)
+FLAGS_CAUSES = ('dropped_variant_flags',)
+
+
 def check_flags(art: Artifacts, engine: str | None = None, engine_version: str | None = None,
                 replay_n: int = 0) -> list[Finding]:
     """One finding about dropped variant flags (and one about flag weights the config does not switch on)."""
@@ -201,6 +205,10 @@ def _norm_output_meaning(art: Artifacts, replay_n: int) -> Finding:
                        source=src)
     return Finding(c, "not checked", f"not checked: norm_output {value} is set; which trainer wrote it decides its "
                    "meaning", ev, w, needs=needs, source=src)
+
+
+# the causes check_norm_meaning reports (checks.run: what a broken check reports as not checked)
+NORM_MEANING_CAUSES = ('fc_norm_conflict', 'specforge_norm_output')
 
 
 def check_norm_meaning(art: Artifacts, replay_n: int = 0) -> list[Finding]:

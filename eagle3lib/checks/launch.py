@@ -140,6 +140,10 @@ def _hidden(art: Artifacts) -> Finding:
     return Finding("hidden_size_mismatch", "ruled out", "the draft's slot width matches the target" + note, ev, w)
 
 
+# the causes check_launch reports (checks.run: what a broken check reports as not checked)
+LAUNCH_CAUSES = ('wrong_method', 'lossy_threshold', 'sampling_settings', 'quantized_target', 'hidden_size_mismatch')
+
+
 def check_launch(art: Artifacts) -> list[Finding]:
     """Findings on the launch command and the draft/target pairing."""
     return [_method(art), _lossy(art), _sampling(art), _quantized(art), _hidden(art)]

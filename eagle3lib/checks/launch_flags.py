@@ -235,6 +235,10 @@ def _trtllm(art: Artifacts) -> Finding:
                    "and relaxed acceptance do not apply", {"engine": art.launch.engine}, w)
 
 
+# the causes check_launch_flags reports (checks.run: what a broken check reports as not checked)
+LAUNCH_FLAGS_CAUSES = ('prefix_cache_stale_kv', 'dp_attention', 'lora_target', 'structured_output', 'chunked_prefill_boundary', 'mrope_draft_extend', 'trtllm_acceptance_gate')
+
+
 def check_launch_flags(art: Artifacts) -> list[Finding]:
     """One finding per cause above, from the launch command (and the served prompt lengths for the chunk check)."""
     causes = ("prefix_cache_stale_kv", "dp_attention", "lora_target", "structured_output", "chunked_prefill_boundary",

@@ -173,6 +173,10 @@ def _shift(a, b, L: int) -> int | None:
     return d.pop() if len(d) == 1 and 0 not in d else None
 
 
+# the causes check_layer_ids reports (checks.run: what a broken check reports as not checked)
+LAYER_IDS_CAUSES = ('missing_layer_ids', 'layer_id_off_by_one', 'aux_layout_mismatch', 'final_norm_slot')
+
+
 def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: str | None = None,
                     engine_runner: str | None = None) -> list[Finding]:
     """Findings for missing / unread ids, off-by-one and other capture mismatches, and a post-norm final slot.

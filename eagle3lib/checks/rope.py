@@ -75,6 +75,10 @@ def _replay(art: Artifacts, target: dict, n: int) -> dict:
         return {"replay_error": str(e)[:200]}
 
 
+# the causes check_rope reports (checks.run: what a broken check reports as not checked)
+ROPE_CAUSES = ('rope_mismatch',)
+
+
 def check_rope(art: Artifacts, replay_n: int = REPLAY_N) -> list[Finding]:
     """Findings on the draft's RoPE against the target's (decided by a replay on `replay_n` training samples when
     the data is given), the training config's, and what legacy readers see."""

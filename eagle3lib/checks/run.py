@@ -13,44 +13,40 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from .context import REPLAY_N as CONTEXT_REPLAY_N, check_context, check_window
-from .draft_serving import check_draft_serving
-from .embedding import check_embedding
-from .flags import check_flags, check_norm_meaning
+from .context import CONTEXT_CAUSES, REPLAY_N as CONTEXT_REPLAY_N, WINDOW_CAUSES, check_context, check_window
+from .draft_serving import DRAFT_SERVING_CAUSES, check_draft_serving
+from .drift import DRIFT_CAUSES, check_drift
+from .embedding import EMBEDDING_CAUSES, check_embedding
+from .flags import FLAGS_CAUSES, NORM_MEANING_CAUSES, check_flags, check_norm_meaning
 from .inputs import read_artifacts, with_identified_layout
-from .launch import check_launch
-from .launch_flags import check_launch_flags
-from .layer_ids import check_layer_ids
-from .rope import REPLAY_N as ROPE_REPLAY_N, check_rope
-from .template import check_template
-from .vocab import check_d2t
-from .weights import check_weights
+from .launch import LAUNCH_CAUSES, check_launch
+from .launch_flags import LAUNCH_FLAGS_CAUSES, check_launch_flags
+from .layer_ids import LAYER_IDS_CAUSES, check_layer_ids
+from .rope import REPLAY_N as ROPE_REPLAY_N, ROPE_CAUSES, check_rope
+from .template import TEMPLATE_CAUSES, check_template
+from .vocab import VOCAB_CAUSES, check_d2t
+from .weights import WEIGHTS_CAUSES, check_weights
 from ..progress import track
 
-# check name -> (function of (artifacts, options) -> findings, the causes it reports)
+# check name -> (function of (artifacts, options) -> findings, the causes it reports: each declared beside its check)
 CHECKS = {
     "layer_ids": (lambda a, o: check_layer_ids(a, o["engine"], o["engine_version"], o["engine_runner"]),
-                  ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")),
-    "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]),
-              ("dropped_variant_flags",)),
-    "rope": (lambda a, o: check_rope(a, max(o["replay_n"], ROPE_REPLAY_N)), ("rope_mismatch",)),
+                  LAYER_IDS_CAUSES),
+    "flags": (lambda a, o: check_flags(a, o["engine"], o["engine_version"], o["replay_n"]), FLAGS_CAUSES),
+    "rope": (lambda a, o: check_rope(a, max(o["replay_n"], ROPE_REPLAY_N)), ROPE_CAUSES),
     "context": (lambda a, o: check_context(a, replay_n=max(o["replay_n"], CONTEXT_REPLAY_N), engine=o["engine"],
                                            engine_version=o["engine_version"], engine_runner=o["engine_runner"]),
-                ("short_context",)),
-    "embedding": (lambda a, o: check_embedding(a, o["engine"]), ("wrong_embedding", "lm_head_missing")),
-    "launch": (lambda a, o: check_launch(a), ("wrong_method", "lossy_threshold", "sampling_settings",
-                                              "quantized_target", "hidden_size_mismatch")),
-    "weights": (lambda a, o: check_weights(a, o["engine"], o["engine_version"]), ("weights_dropped",)),
-    "template": (lambda a, o: check_template(a), ("chat_template_mismatch",)),
-    "vocab": (lambda a, o: check_d2t(a), ("d2t_mapping",)),
-    "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"], o["device"]), ("target_drift",)),
-    "norm_meaning": (lambda a, o: check_norm_meaning(a, o["replay_n"]), ("fc_norm_conflict", "specforge_norm_output")),
-    "window": (lambda a, o: check_window(a), ("draft_window_ignored",)),
-    "launch_flags": (lambda a, o: check_launch_flags(a), ("prefix_cache_stale_kv", "dp_attention", "lora_target",
-                                                         "structured_output", "chunked_prefill_boundary",
-                                                         "mrope_draft_extend", "trtllm_acceptance_gate")),
-    "draft_serving": (lambda a, o: check_draft_serving(a), ("rejection_method", "adaptive_depth",
-                                                           "quantized_draft_graphs", "kv_cache_dtype")),
+                CONTEXT_CAUSES),
+    "embedding": (lambda a, o: check_embedding(a, o["engine"]), EMBEDDING_CAUSES),
+    "launch": (lambda a, o: check_launch(a), LAUNCH_CAUSES),
+    "weights": (lambda a, o: check_weights(a, o["engine"], o["engine_version"]), WEIGHTS_CAUSES),
+    "template": (lambda a, o: check_template(a), TEMPLATE_CAUSES),
+    "vocab": (lambda a, o: check_d2t(a), VOCAB_CAUSES),
+    "drift": (lambda a, o: _drift(a, o["replay_n"], o["target_model"], o["device"]), DRIFT_CAUSES),
+    "norm_meaning": (lambda a, o: check_norm_meaning(a, o["replay_n"]), NORM_MEANING_CAUSES),
+    "window": (lambda a, o: check_window(a), WINDOW_CAUSES),
+    "launch_flags": (lambda a, o: check_launch_flags(a), LAUNCH_FLAGS_CAUSES),
+    "draft_serving": (lambda a, o: check_draft_serving(a), DRAFT_SERVING_CAUSES),
 }
 # a check that runs whenever the one it is part of is asked for by name (`only=("launch",)` runs launch_flags too),
 # so callers that name the older checks get the field-causes.md rows 20-33 that read the same inputs
@@ -65,7 +61,6 @@ def _drift(art, n: int, model=None, device: str = "cpu"):
     if n <= 0:
         return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
                             "through the target)")]
-    from .drift import check_drift
     return check_drift(art, n=n, model=model, device=device)
 
 

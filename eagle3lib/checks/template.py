@@ -93,6 +93,10 @@ def _as_ids(tok, items) -> list[list[int]]:
     return [_ids(tok, x) if isinstance(x, str) else (x.tolist() if hasattr(x, "tolist") else list(x)) for x in items]
 
 
+# the causes check_template reports (checks.run: what a broken check reports as not checked)
+TEMPLATE_CAUSES = ('chat_template_mismatch',)
+
+
 def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     """Findings on role markers, think blocks and system prompts: training samples vs template vs served."""
     need = art.missing("data") or (None if art.target_path else NEEDS["tokenizer"])

@@ -16,6 +16,10 @@ D2T_KEYS = ("d2t", "model.d2t", "draft_id_to_target_id", "eagle_module.d2t")
 T2D_KEYS = ("t2d", "model.t2d", "eagle_module.t2d")
 
 
+# the causes check_d2t reports (checks.run: what a broken check reports as not checked)
+VOCAB_CAUSES = ('d2t_mapping',)
+
+
 def check_d2t(art: Artifacts) -> list[Finding]:
     """One finding: every vocab-map error eagle3lib knows, confirmed with the check's explanation."""
     need = art.missing("draft", "weights")

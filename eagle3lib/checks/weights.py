@@ -107,6 +107,10 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
     return name, known
 
 
+# the causes check_weights reports (checks.run: what a broken check reports as not checked)
+WEIGHTS_CAUSES = ('weights_dropped',)
+
+
 def check_weights(art: Artifacts, engine: str | None = None, engine_version: str | None = None) -> list[Finding]:
     """One finding: keys dropped or tensors left at random init, per engine (or by eagle3lib's own key map)."""
     need = art.missing("draft", "weights")
