@@ -120,8 +120,9 @@ def test_mla_demo_target_in_bf16_gives_the_same_draft_top1(ids):
 def test_fp8_block_quantized_mla_target_reads_as_the_engines_dequantize_it(tmp_path):
     """A Kimi / DeepSeek-V3 style fp8 copy of the MLA demo target (e4m3 + weight_scale_inv, 32x32 blocks with
     partial edge blocks): streamed by default; its states equal those of the loaded bf16 model whose weights are the
-    per-block dequantized ones, and stay within fp8 error of the bf16 target's (relative error at most 8%, mean
-    cosine at least 0.99 at every boundary)."""
+    per-block dequantized ones, and stay within fp8 error of the bf16 target's (relative error at most 20%, mean
+    cosine at least 0.98 at every boundary: the MLA world retrained at 512 + 64 measures 9.4% / 0.995 at layer_in.6
+    and 14.3% / 0.990 at final_prenorm; a wrong block scale gives errors near 100%)."""
     bf16 = tmp_path / "bf16"
     load_target_model(f"{MLA}/target", dtype="bfloat16", stream=False).save_pretrained(bf16)
     fp8 = save_fp8_target(bf16, tmp_path / "fp8", block=(32, 32))
@@ -144,4 +145,4 @@ def test_fp8_block_quantized_mla_target_reads_as_the_engines_dequantize_it(tmp_p
         x, y = ref[n].float(), got[n].float()
         rel = float((x - y).norm() / x.norm())
         cos = float(torch.nn.functional.cosine_similarity(x, y, dim=-1).mean())
-        assert (rel == 0.0) if n == "embed" else (0.0 < rel <= 0.08 and cos >= 0.99), (n, rel, cos)
+        assert (rel == 0.0) if n == "embed" else (0.0 < rel <= 0.20 and cos >= 0.98), (n, rel, cos)

@@ -22,6 +22,12 @@ LAYOUT = ("embed", "layer_in.1", "final_prenorm")
 N_NEW = 30
 
 
+# how close a cached pass must come to a fresh one, in float64: transformers' DeepSeek-V3 runs its RMSNorm and its
+# router in float32 (modeling_deepseek_v3.py: `hidden_states.to(torch.float32)`, `F.linear(... torch.float32)`), so
+# a cached and a fresh pass agree to float32 rounding there (9e-7 seen), which depends on the CPU's kernels
+AUX_ATOL = {"deepseek_v3": 1e-5}
+
+
 def _cfg(**over):
     return _draft_cfg(vocab_size=V, target_hidden_size=H, num_aux_hidden_states=3,
                       eagle_config={"eagle_aux_hidden_state_layer_ids": [-1, 0, 1]}, **over)
@@ -70,13 +76,13 @@ def test_oracle_acceptance_and_rollback_match_a_fresh_pass(case):
     seq = torch.tensor(truth[:P])
     assert torch.equal(r.aux_ids, seq)
     fresh = capture_for_layout(model, seq, LAYOUT)                 # (P, 3H), one pass without a cache
-    assert torch.allclose(r.aux, fresh, atol=1e-9), (arch, (r.aux - fresh).abs().max())
+    assert torch.allclose(r.aux, fresh, atol=AUX_ATOL.get(arch, 1e-9)), (arch, (r.aux - fresh).abs().max())
     cache = draft.caches[-1]
     ref_cache = draft.new_cache(1, cache.max_len)
     Eagle3Draft.step(draft, fresh[None], torch.tensor(truth[1:P + 1])[None], torch.arange(P)[None], ref_cache,
                      fuse=True)
     for got, want in zip(cache.layers, ref_cache.layers, strict=True):
-        assert torch.allclose(got.k[:, :, :P], want.k[:, :, :P], atol=1e-9)
+        assert torch.allclose(got.k[:, :, :P], want.k[:, :, :P], atol=AUX_ATOL.get(arch, 1e-9))
 
 
 def test_tree_keeps_greedy_accepts_side_branches_and_rolls_back(case):
@@ -93,4 +99,4 @@ def test_tree_keeps_greedy_accepts_side_branches_and_rolls_back(case):
     assert r.output_ids == ref[:N_NEW] and set(r.accept_lengths) == {3}
     fresh = capture_for_layout(model, r.aux_ids, LAYOUT)
     assert torch.equal(r.aux_ids, torch.tensor(truth[:len(r.aux_ids)]))
-    assert torch.allclose(r.aux, fresh, atol=1e-9), (arch, (r.aux - fresh).abs().max())
+    assert torch.allclose(r.aux, fresh, atol=AUX_ATOL.get(arch, 1e-9)), (arch, (r.aux - fresh).abs().max())

@@ -109,7 +109,7 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
     version; the fixed command runs as asked in every range: ruled out."""
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
     from eagle3lib.serving import sglang_introspect
-    monkeypatch.setattr(sglang_introspect, "available", lambda: False)     # the rule table's answer, SGLang or not
+    monkeypatch.setattr(sglang_introspect, "sglang_available", lambda: False)     # the rule table's answer, SGLang or not
     d = discover(SEED)
     (f,) = d.cause_findings()
     assert d.version_source == "default" and f.status == "suspected" and "SGLang version" in f.needs
