@@ -37,11 +37,7 @@ DECIDED_OFFLINE = ("rope_theta", "short_context", "template_roles", "template_th
 # cases decided by the engine's rule at the version the inputs name (the launch command's environment): confirmed
 DECIDED_BY_RULE = ("ndt_rewrite",)
 # cases that fail on a bug in a file owned elsewhere (what was seen, which file): strict, so a fix shows
-XFAIL: dict[tuple[str, bool], str] = {
-    ("rope_theta", False): ("rope_mismatch suspected, not measured, in the core variant although train_data_path is "
-                            "at hand: notebook 00 gets no sample_data and notebook 01's data checks "
-                            "(steps.discovery.DATA_CHECKS: context, template) do not run the RoPE replay"),
-}
+XFAIL: dict[tuple[str, bool], str] = {}
 
 
 @pytest.fixture(scope="module")

@@ -260,7 +260,9 @@ class Discovery:
 
 
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
-DATA_CHECKS = ("context", "template")    # with the training data too: measured as this engine serves them
+# with the training data too: the context and template measured as this engine serves them, the RoPE replayed
+# (engine-free, but notebook 00 may have had no sample_data: the replay decides here from train_data_path)
+DATA_CHECKS = ("context", "template", "rope")
 
 
 def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
@@ -272,8 +274,9 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
     are measured as this engine serves them (the template --chat-template names)."""
     draft = str(d.draft_config.parent) if d.draft_config else None
     target = str(d.target_config.parent) if d.target_config else None
-    if d.launch is None:      # no command: what the draft and target decide alone (hidden sizes, quantization)
-        found = run_checks(draft=draft, target=target, only=("launch",), progress=progress)
+    if d.launch is None:      # no command: what the draft, target and data decide alone (sizes, quantization, RoPE)
+        found = run_checks(draft=draft, target=target, data=data or None, progress=progress,
+                           only=("launch",) + (("rope",) if data else ()))
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
         found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,

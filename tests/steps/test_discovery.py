@@ -184,3 +184,25 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
     assert not [x for x in serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)))
                 if x.cause == "short_context"]
+
+
+@pytest.mark.slow
+def test_without_a_launch_the_data_still_decide_the_rope_by_a_replay(tmp_path):
+    """A draft config with rope_theta 1e6 (trained at the target's 1e4), no launch command, the training data
+    given: notebook 01 replays under both RoPEs and confirms rope_mismatch by measurement (notebook 00 may have had
+    no sample_data); without the data it is not replayed there."""
+    import shutil
+    from eagle3lib.demo import world as demo
+    from eagle3lib.steps.discovery import discovery_inputs, serving_checks
+    w = demo.ensure_world(progress=False)
+    d = tmp_path / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**raw, "rope_theta": 1_000_000.0}))
+    inp = discovery_inputs("", "", "", "", str(w.target), str(d))
+    found = [x for x in serving_checks(inp, discover("", "", str(w.target), str(d)), data=str(w.seed_data))
+             if x.cause == "rope_mismatch" and x.measured]
+    assert [x.status for x in found] == ["confirmed"]
+    assert found[0].evidence["acc_0_target_rope"] > found[0].evidence["acc_0_draft_rope"]
+    assert not [x for x in serving_checks(inp, discover("", "", str(w.target), str(d)))
+                if x.cause == "rope_mismatch"]
