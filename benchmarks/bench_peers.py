@@ -345,7 +345,7 @@ def main() -> None:
     ap.add_argument("--peers", default="specforge,speculators")
     ap.add_argument("--spec-attn", default="simple_flex_attention", choices=("simple_flex_attention", "sdpa"),
                     help="speculators' attention implementation (its default: simple_flex_attention)")
-    ap.add_argument("--name", default="peers", help="result file benchmarks/results/<name>.json")
+    ap.add_argument("--name", help="result file benchmarks/results/<name>.json (default: peers, peers_loop with --loop)")
     ap.add_argument("--loop", action="store_true", help="only the row of the one draft-run loop vs SpecForge "
                     "(Ht 2048, T 512, fp32, draft vocab 32000 of 64000; --hidden / --tokens override)")
     args = ap.parse_args()
@@ -355,7 +355,7 @@ def main() -> None:
         h = int(args.hidden.split(",")[0]) if args.hidden else 2048
         T = int(args.tokens.split(",")[0]) if args.tokens else 512
         row = loop_row(h, T, repeats=args.repeats, device=device)
-        finish(args.name, [row], {"device": device, "num_steps": K, "feed": "teacher", "mask": "none"},
+        finish(args.name or "peers_loop", [row], {"device": device, "num_steps": K, "feed": "teacher", "mask": "none"},
                columns=["Ht", "tokens", "dtype", "draft vocab", "eagle3lib loop s", "specforge s",
                         "x vs specforge", "paired x vs specforge", "cpu x vs specforge", "paired cpu x vs specforge",
                         "top1 agree specforge", "load"])
@@ -408,7 +408,7 @@ def main() -> None:
     print("\n".join(f"note: {k}: {v}" for k, v in notes_all.items()))
     chat = [r["x vs fastest peer"] for r in rows if r["mask"] == "chat" and r["x vs fastest peer"]]
     dense = [r["x vs fastest peer"] for r in rows if r["mask"] == "none" and r["x vs fastest peer"]]
-    finish(args.name, rows, {
+    finish(args.name or "peers", rows, {
         "grid": kind, "device": device, "num_steps": K, "draft_vocab": vd, "chat_turn": turn, "feed": "teacher",
         "speculators_attention": args.spec_attn, "peer_notes": notes_all,
         "goal": ">= 1.5x the fastest peer at equal outputs on masked chat data, no slowdown (>= 1x) unmasked",
