@@ -19,5 +19,7 @@
                   chunked prefill, an mRoPE target, TRT-LLM's acceptance gate
 - `draft_serving` 11 how the engine runs and verifies the draft: rejection method, adaptive / lossy depth, a
                   quantized drafter under CUDA graphs, the KV-cache dtype
+- `ndt_override` 12 the speculative settings SGLang runs vs those requested (server report, rule table at a
+                  version, the installed SGLang, or per version range): notebook 01's Discovery calls it
 - `run`         run_checks(...): every check on whatever inputs are given
 """

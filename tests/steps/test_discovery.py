@@ -155,17 +155,6 @@ def test_with_sglang_installed_its_own_resolver_answers_a_launch_of_unknown_vers
     assert f.evidence["num_draft_tokens_effective"] == 2
 
 
-def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():
-    """A rule table whose every range has the topk=1 rule (the table from 0.4.6 on): confirmed, version unknown."""
-    from eagle3lib.engines.sglang_table import RULES
-    from eagle3lib.serving.launch import parse_launch
-    from eagle3lib.steps.discovery import ndt_by_range
-    from eagle3lib.engines.versions import parse_version
-    later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
-    f = ndt_by_range(parse_launch(SEED), "LlamaForCausalLM", "serving settings", rules=later)
-    assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
-
-
 @pytest.mark.slow
 def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
     """The demo draft declaring 64 positions (trained past them) on an SGLang launch, with the training data: the

@@ -1,0 +1,50 @@
+"""checks.ndt_override: the speculative settings SGLang runs, decided by the server's report, the rule table at a
+version, or the table's answer in each version range."""
+from __future__ import annotations
+
+import pandas as pd
+
+from eagle3lib.checks.ndt_override import ndt_by_range, ndt_override_findings
+from eagle3lib.engines.sglang_resolver import resolve
+from eagle3lib.engines.sglang_table import RULES
+from eagle3lib.engines.versions import parse_version
+from eagle3lib.serving.launch import parse_launch
+
+SEED = ("python -m sglang.launch_server --model-path /m/target --speculative-algorithm EAGLE3 "
+        "--speculative-draft-model-path /m/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "
+        "--speculative-num-draft-tokens 16")
+ARCH = "LlamaForCausalLM"
+
+
+def _find(diff=None, version="0.5.6", source="given", observed=False, command=SEED):
+    launch = parse_launch(command)
+    res = resolve(launch, version, ARCH, strict=False) if launch.engine == "sglang" else None
+    return ndt_override_findings(launch, res, version, source, observed, pd.DataFrame() if diff is None else diff,
+                                 ARCH)
+
+
+def test_the_rule_table_at_a_given_version_confirms_and_the_server_report_decides():
+    """0.5.6 rewrites 16 draft tokens to 2 under topk 1: confirmed by the table (not measured); the server reporting
+    2 makes it measured; the server reporting the requested 16 overrules the table (ruled out, measured)."""
+    (f,) = _find()
+    assert (f.status, f.measured) == ("confirmed", False) and "16 -> 2" in f.summary
+    assert "--speculative-num-steps 15" in f.fix
+    (g,) = _find(pd.DataFrame({"field": ["speculative_num_draft_tokens"], "agrees": [True]}), observed=True)
+    assert (g.status, g.measured, g.evidence["server_report"]) == ("confirmed", True, "agrees")
+    (h,) = _find(pd.DataFrame({"field": ["speculative_num_draft_tokens"], "agrees": [False]}), observed=True)
+    assert (h.status, h.measured) == ("ruled out", True) and "server reports the requested" in h.summary
+
+
+def test_no_launch_is_not_checked_and_a_vllm_launch_runs_k_as_given():
+    (f,) = ndt_override_findings(None, None, "0.5.6", "given", False, pd.DataFrame(), ARCH)
+    assert f.status == "not checked" and "launch_command" in f.needs
+    (g,) = _find(command="vllm serve /m/target --speculative-config "
+                         "'{\"method\": \"eagle3\", \"model\": \"/m/draft\", \"num_speculative_tokens\": 3}'")
+    assert g.status == "ruled out" and g.evidence == {"engine": "vllm"}
+
+
+def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():
+    """A rule table whose every range has the topk=1 rule (the table from 0.4.6 on): confirmed, version unknown."""
+    later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
+    f = ndt_by_range(parse_launch(SEED), ARCH, "serving settings", rules=later)
+    assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
