@@ -141,7 +141,7 @@ crossengine.lint_frame(seed.lint)
 # not know yet). CI never has SGLang; then this says so and the rule table's answer stands alone.
 
 # %%
-sglang_introspect.ask(seed.launch, seed.resolution, path_map=seed.path_map())
+sglang_introspect.ask(seed.launch, seed.resolution, introspection=seed.introspection)
 
 # %% [markdown]
 # ## 10. The causes these settings confirm or rule out

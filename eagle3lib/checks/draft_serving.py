@@ -192,15 +192,14 @@ DRAFT_SERVING_CAUSES = ('rejection_method', 'adaptive_depth', 'quantized_draft_g
 
 def check_draft_serving(art: Artifacts) -> list[Finding]:
     """One finding per cause above (rejection method, depth, quantized drafter, KV dtype)."""
-    causes = ("rejection_method", "adaptive_depth", "quantized_draft_graphs", "kv_cache_dtype")
     if art.launch is None:
         need = art.missing("launch")
         own = draft_quantization(dict(art.draft_raw)) if art.draft_raw is not None else None
         note = {"quantized_draft_graphs": f"not checked: the draft config declares {own} quantization; whether it "
                 "runs under CUDA graphs needs the launch command"} if own else {}
-        return [not_checked(c, WHERE, need, note.get(c, "")) for c in causes]
+        return [not_checked(c, WHERE, need, note.get(c, "")) for c in DRAFT_SERVING_CAUSES]
     la = art.launch
     if speculating(la) is False:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
-                        {"engine": la.engine}, WHERE) for c in causes]
+                        {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
     return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la)]

@@ -241,8 +241,7 @@ LAUNCH_FLAGS_CAUSES = ('prefix_cache_stale_kv', 'dp_attention', 'lora_target', '
 
 def check_launch_flags(art: Artifacts) -> list[Finding]:
     """One finding per cause above, from the launch command (and the served prompt lengths for the chunk check)."""
-    causes = ("prefix_cache_stale_kv", "dp_attention", "lora_target", "structured_output", "chunked_prefill_boundary",
-              "mrope_draft_extend")
+    causes = LAUNCH_FLAGS_CAUSES[:-1]            # trtllm_acceptance_gate: its own finding (_trtllm)
     if art.launch is None:
         need = art.missing("launch")
         out = [not_checked(c, WHERE, need) for c in causes[:-1]]

@@ -21,7 +21,6 @@ from .inputs import NEEDS, Artifacts
 WHERE = "checks.layer_ids"
 REPLAY_N = 8          # training samples replayed under the engine's default capture and the trained layout
 MEASUREMENT = "replay of the training samples under the engine's default layout vs the trained layout"
-CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
 SERVING = ("sglang", "vllm")
 _SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
                       "(first-id rule, ~v0.5.12)",
@@ -183,7 +182,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     `engine_runner`: vLLM's model runner ("v1" / "v2", from its startup log), when known."""
     need = art.missing("draft", "target")
     if need:
-        return [not_checked(c, WHERE, need) for c in CAUSES]
+        return [not_checked(c, WHERE, need) for c in LAYER_IDS_CAUSES]
     raw, cfg, info = dict(art.draft_raw), art.draft_cfg, art.target_info
     L, arch = info.num_layers, info.architecture
     trained, trained_from = training_layout(art)

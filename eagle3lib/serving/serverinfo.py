@@ -46,6 +46,16 @@ _FIELD_ADJ = re.compile(r"^(?P<field>[a-z]+(?:_[a-z0-9]+)+) is (?:adjusted|chang
 _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (?P<value>\w+) backend by default")
 _GARBLED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd]")
 _VERSION = re.compile(r"vLLM API server version (?P<v>\S+)|Initializing a V1 LLM engine \(v(?P<v1>[^)]+)\)")
+# an SGLang version named in a launch command or a server log: a pinned install (sglang==0.5.6), an image tag
+# (lmsysorg/sglang:v0.5.6), a versioned environment's interpreter (/opt/sglang-0.5.6/bin/python), "SGLang v0.5.6"
+_SGLANG_VERSION = re.compile(r"\bsglang(?:==|[-_:]v?|\s+v(?:ersion)?\s*[:=]?\s*v?)(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)",
+                              re.IGNORECASE)
+
+
+def version_in_text(text: str) -> str | None:
+    """The SGLang version a launch command or server log names (`_SGLANG_VERSION`), None when it names none."""
+    m = _SGLANG_VERSION.search(text or "")
+    return m.group(1) if m else None
 
 
 @dataclass(frozen=True)
@@ -92,7 +102,7 @@ class LogReading:
     events: tuple[LogEvent, ...]
     server_args: dict | None          # SGLang `server_args=ServerArgs(...)`: settings after normalization
     vllm_spec: dict | None            # vLLM SpeculativeConfig(...) / non-default args
-    version: str | None
+    version: str | None               # vLLM's own, or the SGLang install a line names (version_in_text)
     lines: int
     skipped: int                      # non-empty lines that say nothing about settings
     garbled: int                      # lines with binary or undecodable bytes (skipped too)
@@ -260,6 +270,8 @@ def read_startup_log(source) -> LogReading:
         vm = _VERSION.search(msg)
         if vm:
             version, engine = vm["v"] or vm["v1"], "vllm"
+        elif version is None:
+            version = version_in_text(msg)           # an SGLang log naming its install (sglang==0.5.6, an image)
         if SERVER_ARGS_MARK in msg:
             server_args, engine = server_args_from_line(msg), "sglang"
             if not msg.rstrip().endswith(")"):

@@ -178,7 +178,7 @@ def _introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None, env: Map
         return Introspection(version, "declarations", before, effective, tuple(decisions), tuple(handler.lines))
     effective = {n: getattr(sa, n, None) for n in names}
     decisions = tuple(("__post_init__", n, before.get(n), effective[n]) for n in names
-                      if n in before and not _equal(before[n], effective[n]))
+                      if n in before and not values_equal(before[n], effective[n]))
     return Introspection(version, "post_init diff", before, effective, decisions, tuple(handler.lines))
 
 
@@ -203,7 +203,8 @@ def _read_or(reader, sa, name, fallback):
         return fallback
 
 
-def _equal(a, b) -> bool:
+def values_equal(a, b) -> bool:
+    """a == b for ServerArgs values, identity for objects that refuse == (tensors, configs)."""
     try:
         return bool(a == b)
     except Exception:   # noqa: BLE001 - exotic objects (tensors, configs) that refuse ==
@@ -231,7 +232,7 @@ def against_rules(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
         as_launched = local_to_launch.get(theirs, theirs) if isinstance(theirs, str) else theirs   # path_map undone
         rules = ", ".join(h.rule_id for h in resolution.hits if h.field == f and h.kind != "note")
         agree = (None if intro.error or resolution.rejected or f not in intro.effective or f not in ours_decides
-                 else _equal(ours, as_launched))
+                 else values_equal(ours, as_launched))
         rows.append({"field": f, "sglang": theirs, "rule_table": ours, "agree": agree, "rule": rules,
                      "sglang_source": ", ".join(s for s, g, _, _ in intro.decisions if g == f)})
     if intro.error or resolution.rejected:     # either side refusing to start is a row, agreeing or not
@@ -242,10 +243,10 @@ def against_rules(intro: Introspection, resolution: Resolution) -> pd.DataFrame:
     return pd.DataFrame(rows, columns=["field", "sglang", "rule_table", "agree", "rule", "sglang_source"], dtype=object)
 
 
-def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapping[str, str] | None = None
-        ) -> pd.DataFrame:
-    """against_rules(introspect(...), resolution), or a one-row note when SGLang is absent or there is nothing
-    to ask."""
+def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapping[str, str] | None = None,
+        introspection: Introspection | None = None) -> pd.DataFrame:
+    """against_rules(introspection or introspect(...), resolution), or a one-row note when SGLang is absent or
+    there is nothing to ask."""
     def note(text):
         return pd.DataFrame([{"field": "(not asked)", "sglang": text, "rule_table": None, "agree": None, "rule": "",
                               "sglang_source": ""}])
@@ -253,4 +254,4 @@ def ask(launch: LaunchArgs | None, resolution: Resolution | None, path_map: Mapp
         return note("no SGLang launch command and resolution to compare")
     if not sglang_available():
         return note("SGLang is not installed here: the rule table's answer stands alone")
-    return against_rules(introspect(launch, path_map=path_map), resolution)
+    return against_rules(introspection or introspect(launch, path_map=path_map), resolution)

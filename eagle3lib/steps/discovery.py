@@ -7,8 +7,8 @@ read is in `Discovery.problems`.
 from __future__ import annotations
 
 import json
-import re
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 
 import pandas as pd
@@ -20,8 +20,9 @@ from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
 from ..checks.run import run_checks
 from ..errors import Eagle3Error, ServingArgsError
+from ..serving import sglang_introspect
 from ..serving.launch import LaunchArgs, parse_launch
-from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective
+from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
 from ..serving.vllm_log import read_vllm_log
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..engines.sglang_table import RULES
@@ -30,10 +31,6 @@ from ..engines.sglang_resolver import read_config, resolve
 from ..model.target import load_target_info
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
-# an SGLang version named in a launch command or a server log: a pinned install (sglang==0.5.6), an image tag
-# (lmsysorg/sglang:v0.5.6), a versioned environment's interpreter (/opt/sglang-0.5.6/bin/python), "SGLang v0.5.6"
-_VERSION_IN_TEXT = re.compile(r"\bsglang(?:==|[-_:]v?|\s+v(?:ersion)?\s*[:=]?\s*v?)(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)",
-                              re.IGNORECASE)
 
 
 DEMO_LAUNCH = SAMPLES_DIR / "demo_launch.json"   # the demo world's launch command, fixed command and startup log
@@ -124,7 +121,7 @@ class Discovery:
     vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
-                                         # "server log" (named there, `version_in_text`) or "default" (unknown)
+                                         # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -141,6 +138,14 @@ class Discovery:
     def hits_frame(self) -> pd.DataFrame:
         """Every rule that fired (empty without an SGLang resolution)."""
         return self.resolution.frame() if self.resolution is not None else pd.DataFrame()
+
+    @cached_property
+    def introspection(self) -> sglang_introspect.Introspection | None:
+        """The installed SGLang's own resolution of the launch (its paths mapped to the local configs), asked once
+        for the cause finding and notebook 01's side by side; None without SGLang here or an SGLang launch."""
+        if self.launch is None or self.launch.engine != "sglang" or not sglang_introspect.sglang_available():
+            return None
+        return sglang_introspect.introspect(self.launch, path_map=self.path_map())
 
     def path_map(self) -> dict:
         """Launch paths -> local config folders, for asking an installed SGLang (sglang_introspect)."""
@@ -197,7 +202,7 @@ class Discovery:
         """The serving-settings cause (`ndt_override`) as a finding (checks.ndt_override.ndt_override_findings)."""
         observed = self.server_info is not None or (self.log is not None and bool(self.log.server_args))
         return ndt_override_findings(self.launch, self.resolution, self.version, self.version_source, observed,
-                                     self.diff, self.target_arch)
+                                     self.diff, self.target_arch, self.introspection)
 
     def findings(self) -> dict:
         """Structured, JSON-ready findings for eagle3lib.report.findings.record."""
@@ -239,19 +244,6 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
                            only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
-
-
-def version_in_text(text: str) -> str | None:
-    """The SGLang version a launch command or server log names (`_VERSION_IN_TEXT`), None when it names none."""
-    m = _VERSION_IN_TEXT.search(text or "")
-    return m.group(1) if m else None
-
-
-def _log_text(path: str, limit: int = 200_000) -> str:
-    try:
-        return Path(path).read_text(errors="replace")[:limit] if path else ""
-    except OSError:
-        return ""
 
 
 def repo_path(path: str) -> str:
@@ -307,11 +299,11 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     L = target.num_layers if target is not None else None
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
     log = _try(problems, read_startup_log, server_log) if server_log else None
-    named = {}                       # the version the launch command or the server log names, when neither the
-    if not sglang_version and not (info is not None and info.version):      # params nor /server_info give one
-        named = {src: v for src, v in (("launch command", version_in_text(launch_command)),
-                                       ("server log", version_in_text(_log_text(server_log)))) if v}
-    inferred, inferred_from = next(iter(((v, s) for s, v in named.items())), ("", ""))
+    inferred_from, inferred = "", ""     # the version the launch command or the server log names, when neither
+    if not sglang_version and not (info is not None and info.version):      # the params nor /server_info give one
+        logged = log.version if log is not None and log.engine != "vllm" else None
+        inferred_from, inferred = next(((src, v) for src, v in (("launch command", version_in_text(launch_command)),
+                                                                ("server log", logged)) if v), ("", ""))
     version = sglang_version or (info.version if info is not None and info.version else "") or inferred or \
         DEFAULT_VERSION
     version_source = "given" if sglang_version else "/server_info" if info is not None and info.version else \

@@ -48,3 +48,22 @@ def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version()
     later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
     f = ndt_by_range(parse_launch(SEED), ARCH, "serving settings", rules=later)
     assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
+
+
+def test_with_no_version_the_installed_sglangs_answer_decides_and_without_it_the_ranges():
+    """Version unknown, no server report: the installed SGLang's own resolution (an Introspection, as
+    serving.sglang_introspect returns it) decides, naming its version; one that refused falls back to the ranges."""
+    from eagle3lib.serving.sglang_introspect import Introspection
+    launch = parse_launch(SEED)
+    res = resolve(launch, "0.5.6", ARCH, strict=False)
+    eff = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2}
+    intro = Introspection("0.5.9", "post_init diff", dict(eff, speculative_num_draft_tokens=16), eff, (), ())
+    (f,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, intro)
+    assert f.status == "confirmed" and f.where.endswith("the installed SGLang's resolver")
+    assert (f.evidence["sglang_version"], f.evidence["num_draft_tokens_effective"]) == ("0.5.9", 2)
+    same = Introspection("0.5.9", "post_init diff", {}, dict(eff, speculative_num_draft_tokens=16), (), ())
+    (g,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, same)
+    assert g.status == "ruled out" and "may differ from the one installed here" in g.summary
+    refused = Introspection(None, "post_init diff", {}, {}, (), (), error="ValueError: no accelerator")
+    (h,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, refused)
+    assert "by_version_range" in h.evidence and h.status == "suspected"

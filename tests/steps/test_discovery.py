@@ -123,7 +123,7 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
 def test_a_version_the_launch_command_or_the_server_log_names_decides_by_the_rule_table(tmp_path, monkeypatch):
     """No sglang_version given: a launch run from a versioned environment, or a log naming a pinned install, gives
     the version; the rule table at it decides (0.5.6: rewritten; 0.4.5: run as asked). Nothing named: unknown."""
-    from eagle3lib.steps.discovery import version_in_text
+    from eagle3lib.serving.serverinfo import version_in_text
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
     assert [version_in_text(t) for t in ("pip install sglang==0.5.6", "image lmsysorg/sglang:v0.5.3rc0",
                                           "/opt/sglang-0.4.6.post1/bin/python", "sglang_router 1.2.3", SEED)] == [
