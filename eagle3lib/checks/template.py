@@ -17,16 +17,14 @@ Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
 """
 from __future__ import annotations
 
-import re
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
-from .template_replay import (MARGIN, ends_alike, generation_head, replay_renderings, served_role_markers,
-                              think_block, training_markers, with_generation_prompt)
+from .template_replay import (EMPTY_THINK, MARGIN, RenderingReplay, ends_alike, generation_head,
+                              served_role_markers, think_block, training_markers, with_generation_prompt)
 
 WHERE = "checks.template"
-EMPTY_THINK = re.compile(r"<think>\s*</think>")
 PROBE = [{"role": "system", "content": "QQSYSQQ"}, {"role": "user", "content": "QQUSRQQ"},
          {"role": "assistant", "content": "QQASTQQ"}]
 SHOW = 240        # characters of each rendering kept as evidence
@@ -121,6 +119,10 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     train = _decode(tok, train_ids)
     served = _decode(tok, served_ids) if served_ids is not None else None
     marks = template_markers(tok)
+    train_samples = [(ids, s.loss_mask.tolist()) for ids, s in zip(train_ids, drawn)]     # (ids, loss mask) each
+    found = training_markers(tok, train_samples) if marks is not None else None
+    layout = art.trained.layout if art.trained is not None and art.trained.layout else None
+    rr = RenderingReplay(art, tok, marks, found, layout=layout) if marks is not None else None
     ev = {"samples": len(train), "training_rendering": train[0][:SHOW] if train else ""}
     out = []
     if marks is None:
@@ -131,7 +133,6 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
         share = {r: _share(train_ids, _ids(tok, marks[r].strip())) for r in ("user", "assistant")
                  if marks[r].strip()}
         ev["role_marker_share"] = share
-        found = training_markers(tok, [(ids, list(s.loss_mask.tolist())) for ids, s in zip(train_ids, drawn)])
         off = _roles_differ(tok, marks, found)
         if found is not None:
             ev["training_role_markers"] = {r: tok.decode(found[r], skip_special_tokens=False)[:SHOW]
@@ -144,7 +145,7 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
             fix = "serve with the template the training data was rendered with (--chat-template), or re-render the " \
                   "training data with this one and retrain"
             src = "SpecForge#296, PR#182; EAGLE#132"
-            out.append(_measured(art, tok, marks, "role markers", f"{WHERE}.markers", ev, said, fix, src) or
+            out.append(_measured(rr, "role markers", f"{WHERE}.markers", ev, said, fix, src) or
                        Finding("chat_template_mismatch", "confirmed", said, ev, f"{WHERE}.markers", fix=fix,
                                source=src, aspects=("role markers",)))
         elif share and max(share.values()) == 0:
@@ -180,7 +181,7 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                 f"({think_block(marks['generation_prompt'])!r}); {think_train:.0%} of training samples hold one")
         fix = "serve in the think mode the draft was trained in (enable_thinking=False, or the training template), " \
               "or retrain on data rendered with this one"
-        out.append(_measured(art, tok, marks, "think blocks", f"{WHERE}.think", ev_t, said, fix,
+        out.append(_measured(rr, "think blocks", f"{WHERE}.think", ev_t, said, fix,
                              "SpecForge#296; z-lab/dflash#133") or
                    Finding("chat_template_mismatch", "confirmed", said, ev_t, f"{WHERE}.think", fix=fix,
                            source="SpecForge#296; z-lab/dflash#133", aspects=("think blocks",)))
@@ -190,9 +191,8 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
                            aspects=("think blocks",)))
     if named is not None:
         ev["served_template"] = f"--chat-template {art.launch.flags.get('chat_template')}"
-    out += _system(tok, marks, train_ids, served_ids, served, ev, art)
-    out.append(_generation_prompt(tok, marks, [(ids, list(s.loss_mask.tolist())) for ids, s in
-                                               zip(train_ids, drawn)], ev, art))
+    out += _system(tok, marks, train_ids, served_ids, served, ev, rr)
+    out.append(_generation_prompt(tok, marks, train_samples, ev, rr))
     return out
 
 
@@ -217,10 +217,10 @@ def launch_template(art: Artifacts) -> str | None:
         return None
 
 
-def _measured(art, tok, marks, aspect: str, w: str, ev: dict, said: str, fix: str, source: str) -> Finding | None:
-    """The aspect decided by replaying both renderings (None when the replay cannot run)."""
-    layout = art.trained.layout if art.trained is not None and art.trained.layout else None
-    rep = replay_renderings(art, tok, marks, aspect, layout=layout)
+def _measured(rr: RenderingReplay | None, aspect: str, w: str, ev: dict, said: str, fix: str,
+              source: str) -> Finding | None:
+    """The aspect decided by replaying both renderings (None when the replay cannot run or none is given)."""
+    rep = rr.measure(aspect) if rr is not None else {}
     a, b = rep.get("acc_0_training_rendering"), rep.get("acc_0_served_rendering")
     if a is None or b is None or a != a or b != b:
         return None
@@ -234,7 +234,7 @@ def _measured(art, tok, marks, aspect: str, w: str, ev: dict, said: str, fix: st
                    measured=True)
 
 
-def _system(tok, marks, train_ids, served_ids, served, ev, art=None) -> list[Finding]:
+def _system(tok, marks, train_ids, served_ids, served, ev, rr: RenderingReplay | None = None) -> list[Finding]:
     """The system-prompt aspect: the default the served template adds to a request without one, against the
     training samples; an explicit one in the training samples against the served prompts."""
     w, asp = f"{WHERE}.system", ("system prompt",)
@@ -255,7 +255,7 @@ def _system(tok, marks, train_ids, served_ids, served, ev, art=None) -> list[Fin
             fix = ("serve with the template the training data was rendered with (--chat-template), or re-render the "
                    "training data with this one and retrain")
             src = "EAGLE#5, #79; SpecForge PR#182"
-            return [(art is not None and _measured(art, tok, marks, "system prompt", w, ev_s, said, fix, src)) or
+            return [_measured(rr, "system prompt", w, ev_s, said, fix, src) or
                     Finding("chat_template_mismatch", "confirmed", said, ev_s, w, fix=fix, source=src, aspects=asp)]
         return [Finding("chat_template_mismatch", "ruled out", f"the template's default system prompt is in "
                         f"{share:.0%} of training samples", ev_s, w, aspects=asp)]
@@ -286,7 +286,7 @@ def _opens_answers(ids: list[int], mask: list[int], gen: list[int]) -> bool:
     return with_generation_prompt(ids, mask, gen) is None
 
 
-def _generation_prompt(tok, marks, train_masks, ev, art=None) -> Finding:
+def _generation_prompt(tok, marks, train_masks, ev, rr: RenderingReplay | None = None) -> Finding:
     """The generation-prompt aspect: what the template opens the answer with when serving (its think block aside),
     before every answer of the training samples ((ids, loss mask) each), token for token."""
     w, asp = f"{WHERE}.generation_prompt", ("generation prompt",)
@@ -309,8 +309,7 @@ def _generation_prompt(tok, marks, train_masks, ev, art=None) -> Finding:
         said = f"the served template opens each answer with {gen!r}; {share:.0%} of training samples hold it before " \
                "their answers"
         fix = "serve with the template the training data was rendered with, or retrain on data rendered with this one"
-        return (art is not None and _measured(art, tok, marks, "generation prompt", w, ev_g, said, fix,
-                                              "SpecForge#296, PR#182")) or \
+        return _measured(rr, "generation prompt", w, ev_g, said, fix, "SpecForge#296, PR#182") or \
             Finding("chat_template_mismatch", "confirmed", said, ev_g, w, fix=fix, source="SpecForge#296, PR#182",
                     aspects=asp)
     return Finding("chat_template_mismatch", "ruled out", f"the template's generation prompt {gen!r} opens the "

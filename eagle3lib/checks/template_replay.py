@@ -7,7 +7,9 @@ from what every training conversation holds there, replaced by the served templa
 the served generation prompt opens each answer with, inserted after the assistant header). The accuracy the served
 rendering costs decides the aspect.
 
-Usage: ``replay_renderings(art, tok, marks, "system prompt", n=4)`` -> {acc_0_training_rendering, ...} or {}.
+Usage: ``RenderingReplay(art, tok, marks).measure("system prompt")`` -> {acc_0_training_rendering, ...} or {}; one
+RenderingReplay per check loads the target and the draft once and captures each training rendering once, whatever
+the aspects it measures.
 """
 from __future__ import annotations
 
@@ -21,7 +23,8 @@ from .inputs import Artifacts
 
 REPLAY_N = 4          # training conversations rendered both ways (two target captures and two replays each)
 MARGIN = 0.05         # step-0 accuracy the served rendering loses that confirms the aspect
-EMPTY_THINK_TAIL = re.compile(r"<think>\s*</think>\s*")
+EMPTY_THINK = re.compile(r"<think>\s*</think>")
+EMPTY_THINK_TAIL = re.compile(EMPTY_THINK.pattern + r"\s*")        # with the whitespace after it
 MEASUREMENT = "training conversations rendered with the served template, both renderings replayed through the " \
               "target and the draft"
 
@@ -169,15 +172,14 @@ def generation_head(gen: str) -> str:
     return gen.replace(block, "", 1) if block else gen
 
 
-def _renderer(aspect: str, tok, marks: dict, samples: list[tuple[list[int], list[int]]]):
+def _renderer(aspect: str, tok, marks: dict, found: dict | None):
     """(ids, mask) -> the rendering the served template gives for `aspect` (None: unchanged); None when the
-    training rendering cannot be read for it."""
+    training rendering cannot be read for it (`found`: its role markers, `training_markers`)."""
     if aspect == "system prompt":
         text = marks["no_system_rendering"]
         prefix = _ids(tok, text[:text.find("QQUSRQQ")].removeprefix(getattr(tok, "bos_token", None) or ""))
         return lambda ids, mask: with_default_system(ids, mask, prefix)
     if aspect == "role markers":
-        found = training_markers(tok, samples)
         if found is None:
             return None
         user, asst = (s if not ends_alike(t, s) else t for s, t in zip(served_role_markers(tok, marks),
@@ -188,39 +190,69 @@ def _renderer(aspect: str, tok, marks: dict, samples: list[tuple[list[int], list
     return lambda ids, mask: with_generation_prompt(ids, mask, gen_ids)
 
 
-def replay_renderings(art: Artifacts, tok, marks: dict, aspect: str, n: int = REPLAY_N, layout=None) -> dict:
+class RenderingReplay:
     """Step-0 accuracy of the draft on `n` training conversations as rendered for training and as the served
-    template renders them for `aspect` (causes.ASPECTS of chat_template_mismatch), the target's states recaptured for
-    both; {} when it cannot run (no weights, target, trained layout, or no sample the template changes)."""
-    layout = layout or (art.data.layout if art.data is not None else None)
-    if n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors or not layout:
-        return {}
-    from ..hidden.capture import capture, load_target_model
-    from ..replay.run import replay
-    from ..replay.evidence import load_replay
-    pairs, drawn = [], list(art.data.sample(min(n, len(art.data)), 0))
-    samples = [(s.input_ids.tolist(), s.loss_mask.tolist()) for s in drawn]
-    render = _renderer(aspect, tok, marks, samples)
-    for s, (ids, mask) in zip(drawn if render is not None else (), samples):
-        served = render(ids, mask)
-        if served is not None:
-            pairs.append(((ids, mask), served, s.id))
-    if not pairs:
-        return {}
-    try:
-        model = load_target_model(art.target_path)
-        setup = load_replay(art.draft_path, art.target_path)
+    template renders them, per aspect (causes.ASPECTS of chat_template_mismatch), the target's states recaptured
+    for both. `found`: the training rendering's role markers as the check inferred them (`training_markers`);
+    `layout`: the trained layout (default: the data's). The target, the draft and each training rendering's capture
+    are loaded once for every aspect measured."""
 
-        def sample(ids, mask, sid):
-            with torch.inference_mode():
-                aux = capture(model, torch.tensor(ids), only=list(layout)).stack(layout)   # (T, k, Ht)
-            return Sample(sid, torch.tensor(ids), torch.tensor(mask), aux.float(), tuple(layout), None, sid)
-        acc = {}
-        for label, k in (("training", 0), ("served", 1)):
-            items = [sample(*p[k], f"{p[2]}:{label}") for p in pairs]
-            acc[label] = float(replay(setup, items, n=len(items), num_steps=1, simulate=False, progress=False).acc0)
-    except Eagle3Error as e:
-        return {"replay_error": str(e)[:200]}
-    return {"acc_0_training_rendering": acc["training"], "acc_0_served_rendering": acc["served"],
-            "rendered_samples": len(pairs), "inserted_tokens": sum(len(p[1][0]) - len(p[0][0]) for p in pairs),
-            "measurement": MEASUREMENT}
+    def __init__(self, art: Artifacts, tok, marks: dict, found: dict | None = None, n: int = REPLAY_N,
+                 layout=None):
+        self.art, self.tok, self.marks, self.found, self.n = art, tok, marks, found, n
+        self.layout = layout or (art.data.layout if art.data is not None else None)
+        self._loaded = None                  # (target model, replay setup)
+        self._captured: dict[str, Sample] = {}   # sample id -> its training rendering, captured
+
+    def measure(self, aspect: str) -> dict:
+        """{acc_0_training_rendering, acc_0_served_rendering, rendered_samples, inserted_tokens, measurement} for
+        `aspect`; {} when it cannot run (no weights, target, trained layout, or no sample the template changes);
+        {"replay_error"} when the replay failed."""
+        art, layout = self.art, self.layout
+        if self.n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors \
+                or not layout:
+            return {}
+        from ..replay.run import replay
+        pairs, drawn = [], list(art.data.sample(min(self.n, len(art.data)), 0))
+        samples = [(s.input_ids.tolist(), s.loss_mask.tolist()) for s in drawn]
+        found = self.found if self.found is not None or aspect != "role markers" else training_markers(self.tok,
+                                                                                                        samples)
+        render = _renderer(aspect, self.tok, self.marks, found)
+        for s, (ids, mask) in zip(drawn if render is not None else (), samples):
+            served = render(ids, mask)
+            if served is not None:
+                pairs.append(((ids, mask), served, s.id))
+        if not pairs:
+            return {}
+        try:
+            setup = self._setup()
+            trained = [self._training_capture(ids, mask, sid) for (ids, mask), _, sid in pairs]
+            served = [self._capture(*p[1], f"{p[2]}:served") for p in pairs]
+            acc = {label: float(replay(setup, items, n=len(items), num_steps=1, simulate=False, progress=False).acc0)
+                   for label, items in (("training", trained), ("served", served))}
+        except Eagle3Error as e:
+            return {"replay_error": str(e)[:200]}
+        return {"acc_0_training_rendering": acc["training"], "acc_0_served_rendering": acc["served"],
+                "rendered_samples": len(pairs), "inserted_tokens": sum(len(p[1][0]) - len(p[0][0]) for p in pairs),
+                "measurement": MEASUREMENT}
+
+    def _setup(self):
+        if self._loaded is None:
+            from ..hidden.capture import load_target_model
+            from ..replay.evidence import load_replay
+            self._loaded = (load_target_model(self.art.target_path),
+                            load_replay(self.art.draft_path, self.art.target_path))
+        return self._loaded[1]
+
+    def _training_capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:
+        if sid not in self._captured:
+            self._captured[sid] = self._capture(ids, mask, f"{sid}:training")
+        return self._captured[sid]
+
+    def _capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:
+        """One rendering through the target: its aux states at the trained layout, as a replayable Sample."""
+        from ..hidden.capture import capture
+        self._setup()
+        with torch.inference_mode():
+            aux = capture(self._loaded[0], torch.tensor(ids), only=list(self.layout)).stack(self.layout)  # (T, k, Ht)
+        return Sample(sid, torch.tensor(ids), torch.tensor(mask), aux.float(), tuple(self.layout), None, sid)
