@@ -23,6 +23,7 @@ from .errors import LayoutError
 
 CONVENTIONS = ("input", "output", "hf")
 ZERO = "zeros"     # a slot name meaning "fed zeros" (what a server feeds for a slot it lacks)
+NOT_CAPTURED = "never captured"   # a slot an engine's ids capture nothing for (an index outside its layer loop)
 _LAYER_IN = re.compile(r"^layer_in\.(\d+)$")
 _ALIASES = re.compile(r"^(?:layer_out|out)\.(\d+)$")
 

@@ -14,8 +14,8 @@ from ..engines.advice import captured_by
 from ..causes import Finding, not_checked
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
-from ..errors import Eagle3Error, LayoutError
-from ..layout import input_index, to_ids
+from ..errors import Eagle3Error
+from ..layout import NOT_CAPTURED, input_index, to_ids
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.layer_ids"
@@ -41,7 +41,7 @@ def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:
         return tuple(tl.layout), "training data, slots identified against the target's own boundaries"
     if art.data is not None and art.data.layout is not None:
         return tuple(art.data.layout), "training data's declared layout"
-    lay = config_layout(art.draft_cfg, L)
+    lay = art.draft_cfg.aux_layout_or_none(L)
     if lay is None and art.draft_cfg.dialect == "eagle":     # SafeAILab EAGLE: capture hard-coded, no ids by design
         return tuple(captured_by("eagle", None, L)), "EAGLE (SafeAILab) capture: inputs of [2, L//2, L-3]"
     return (tuple(lay), f"{CLAIM} {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
@@ -86,7 +86,7 @@ def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[
     out: dict[str, object] = {}
     for eng in SERVING:
         r = engine_reading(raw, eng, L, version, arch)
-        out[eng] = [b or "never captured" for b in r.boundaries] if r is not None else (
+        out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else (
             "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
             "depends on the SGLang version (PR#25454 first-id rule)")
     ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
@@ -137,15 +137,6 @@ def _default_finding(ev: dict, rep: dict, said: str, fix: str, source: str) -> F
                        "with the trained layout (replayed)", ev, WHERE, fix=fix, source=source, measured=True)
     return Finding("missing_layer_ids", "ruled out", f"{said}, and the draft replays as well under it (step-0 "
                    f"accuracy {b:.3f} vs {a:.3f} with the trained layout)", ev, WHERE, measured=True)
-
-
-def config_layout(cfg, L: int) -> tuple[str, ...] | None:
-    """The boundaries the config's ids name in its own convention; None when it has no ids, or when one of them
-    names no boundary read so (ids in the other convention: the engine-reading findings say what it captures)."""
-    try:
-        return cfg.aux_layout(L)
-    except LayoutError:
-        return None
 
 
 def convention_shift(trained, captured, L: int) -> int | None:
@@ -220,7 +211,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         out.append(Finding("aux_layout_mismatch", "confirmed", f"the fc takes {k} aux slots, the training layout "
                            f"has {len(trained)}", base, f"{WHERE}.fc_width",
                            fix="make num_aux_hidden_states / the id list match fc.weight"))
-    cfg_lay = config_layout(cfg, L)
+    cfg_lay = cfg.aux_layout_or_none(L)
     if cfg_lay is not None and trained is not None and trained_from.startswith("training data"):
         s = _shift(trained, cfg_lay, L)
         if tuple(cfg_lay) != tuple(trained):
@@ -271,7 +262,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                               "(~v0.5.12): the version decides", ev, WHERE, needs="the SGLang version",
                               source=_SOURCES["sglang"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")]
     captured = list(r.boundaries)
-    ev["captured"] = [b or "never captured" for b in captured]
+    ev["captured"] = [b or NOT_CAPTURED for b in captured]
     reads_ids = not r.key.startswith("default")
     if not reads_ids:
         st = "suspected" if trained is None else ("ruled out" if captured == list(trained) else "confirmed")

@@ -32,6 +32,7 @@ from typing import Iterable
 import pandas as pd
 
 from ..causes import CATALOGUE, Finding
+from ..layout import NOT_CAPTURED, ZERO
 from ..steps.given import Problem
 
 RANK = ("confirmed", "conflict", "suspected", "ruled out", "not checked")
@@ -232,7 +233,7 @@ def _combined(cause_id: str, fs: list[Finding]) -> tuple[str, tuple[Finding, ...
     return status, tuple(fs), per
 
 
-_NO_SLOT = (None, "zeros", "never captured", "None")
+_NO_SLOT = (None, ZERO, NOT_CAPTURED, "None")
 
 
 def _served(f: Finding) -> tuple[str, ...] | None:

@@ -63,6 +63,7 @@ class KnownFailure:
     key: str                  # the config key that makes the engine do it
     fact: tuple[str, str, str]   # the engines.facts row (engine, topic, subject) that says why
     what: str
+    fix: str                  # what to do about it
 
 
 KNOWN_FAILURES = (
@@ -70,7 +71,9 @@ KNOWN_FAILURES = (
                  "aux_layout_mismatch", "eagle_aux_hidden_state_layer_ids",
                  ("vllm", "target", "deepseek target hands over the embedding as an aux state"),
                  "vLLM's DeepSeek target cannot hand the draft the embedding: id 0 captures hidden_states + "
-                 "residual before layer 0, where residual is None"),
+                 "residual before layer 0, where residual is None",
+                 "train the draft on layer inputs the target hands over (ids >= 1, no embedding slot), as the engine "
+                 "captures them; the embedding cannot be served there"),
 )
 
 

@@ -80,11 +80,8 @@ def trained_layout(data, cfg, num_layers: int | None, *, model=None, n: int = 3,
     declared = tuple(data.layout) if data is not None and getattr(data, "layout", None) else None
     config, key = None, ""
     if cfg is not None and num_layers:
-        try:
-            config = cfg.aux_layout(num_layers)
-            key = f"{cfg.aux_ids_key} ({cfg.aux_ids_convention}-of-layer)" if config is not None else ""
-        except Eagle3Error:
-            config = None
+        config = cfg.aux_layout_or_none(num_layers)
+        key = f"{cfg.aux_ids_key} ({cfg.aux_ids_convention}-of-layer)" if config is not None else ""
     claims = dict(declared=declared, config=tuple(config) if config else None, config_key=key)
     notes = []
     if model is not None and data is not None:

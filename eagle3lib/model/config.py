@@ -17,7 +17,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .. import layout as _layout
-from ..errors import ConfigError, MissingFileError
+from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
 from .config_fields import (MLA_ARCHITECTURE, MLA_ARCHITECTURES, MLA_SIZES, MlaConfig, detect_dialect, read_flag,
                             read_layer_ids, read_layer_type, read_mla, read_parallel, read_rope,
@@ -227,6 +227,14 @@ class DraftConfig:
         if self.aux_layer_ids is None:
             return None
         return _layout.from_ids(self.aux_layer_ids, self.aux_ids_convention or "output", num_target_layers)
+
+    def aux_layout_or_none(self, num_target_layers: int) -> tuple[str, ...] | None:
+        """`aux_layout`, or None when one of the ids names no boundary of this target read in the config's own
+        convention (ids written in the other one: what an engine captures for them is its own question)."""
+        try:
+            return self.aux_layout(num_target_layers)
+        except LayoutError:
+            return None
 
     def default_layout(self, num_target_layers: int) -> tuple[str, ...]:
         """Engines' default 3-slot capture (inputs of [2, L//2, L-3]) = SpecForge's outputs of [1, L//2-1, L-4]."""
