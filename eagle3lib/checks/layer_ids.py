@@ -10,12 +10,12 @@ final_norm_slot.
 """
 from __future__ import annotations
 
-from ..engines.advice import captured_by
+from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
 from ..errors import Eagle3Error
-from ..layout import NOT_CAPTURED, input_index, to_ids
+from ..layout import NOT_CAPTURED, input_index
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.layer_ids"
@@ -305,15 +305,16 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if conv is not None and not kept:
         got = [c for c in captured if c]
         lost = [t for t, c in zip(trained, captured) if c is None]
-        ids = to_ids(trained, "input" if eng == "vllm" else "output", L)
+        row = advise(trained, L).set_index("engine").loc[eng]      # the ids that engine needs, and whether it can
+        fix = (f"write ids {row['ids']} for {eng} ({row['key']})" if row["expressible"] != "no" else
+               f"{eng} cannot capture the trained layout ({row['why']}): retrain on a layout it captures")
         said = (f"{eng} captures {ev['captured']}, the draft was trained on {list(trained)} ({trained_from}): every "
                 f"slot shifted by {conv:+d}, the ids written in the other convention; {', '.join(lost)} has no "
                 f"boundary there, so {eng} captures {len(got)} of the fc's {k} slots: that slot-count mismatch "
                 "(aux_layout_mismatch) is this convention's consequence, not a cause of its own")
         st = "suspected" if claimed else "confirmed"
         out.append(Finding("layer_id_off_by_one", st, said, {**ev, "consequences": {"aux_layout_mismatch": f"{len(got)}"
-                           f" of {k} slots captured"}}, WHERE, fix=f"write ids {ids} for {eng} (the trained layout "
-                           f"in its {'input' if eng == 'vllm' else 'output'}-of-layer convention)", needs=claim_needs,
+                           f" of {k} slots captured"}}, WHERE, fix=fix, needs=claim_needs,
                            source=_SOURCES[eng], explains=("aux_layout_mismatch",) if st == "confirmed" else ()))
         out.append(Finding("aux_layout_mismatch", "ruled out", f"as a cause of its own: every slot {eng} misses or "
                            f"shifts is the id convention's (layer_id_off_by_one, shift {conv:+d})", ev, WHERE,
