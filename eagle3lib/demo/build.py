@@ -30,14 +30,18 @@ from . import corpus as C
 from .train_draft import ACC_DEFINITION, Captured, capture_records, draft_config_dict, evaluate_draft, train_draft
 from .train_target import eval_loss, greedy_reply, rescale_residual, target_config, train_target
 
-BUILDER_VERSION = "demo-world-4"   # bump when the builder changes what it writes: ensure_world() then rebuilds
-BUILDER_VERSIONS = {"llama": BUILDER_VERSION,      # per world: retraining one world leaves the other's shipped
-                    "mla": "demo-world-mla-5"}     # artifacts current (mla 5: DeepSeek-V3's latent 512 + 64)
+# bump a world's version when the builder changes what it writes for it: ensure_world() then rebuilds it; per world,
+# so retraining one leaves the other's shipped artifacts current (mla 5: DeepSeek-V3's latent 512 + 64)
+BUILDER_VERSIONS = {"llama": "demo-world-4", "mla": "demo-world-mla-5"}
 
 
-def builder_version(kind: str = "llama") -> str:
-    """The builder version a `kind` world must carry to be current."""
-    return BUILDER_VERSIONS[kind]
+def world_json_current(path: Path, kind: str = "llama") -> bool:
+    """True when the world.json at `path` exists and was written by this builder version for a `kind` world."""
+    try:
+        w = json.loads(Path(path).read_text())
+        return w.get("builder_version") == BUILDER_VERSIONS.get(kind) and w.get("kind", "llama") == kind
+    except (OSError, ValueError, AttributeError):
+        return False
 
 
 @dataclass(frozen=True)
@@ -187,11 +191,7 @@ def _corpus(p: DemoPaths, seed: int):
 
 def artifacts_current(kind: str = "llama", artifacts: Path | None = None) -> bool:
     """True when shipped artifacts exist and were exported by this builder version."""
-    try:
-        w = json.loads(((artifacts or artifacts_dir(kind)) / "world.json").read_text())
-        return w.get("builder_version") == BUILDER_VERSIONS.get(kind) and w.get("kind", "llama") == kind
-    except (OSError, ValueError):
-        return False
+    return world_json_current((artifacts or artifacts_dir(kind)) / "world.json", kind)
 
 
 def restore_world(root: str | Path, artifacts: Path | None = None, progress: bool = True, kind: str = "llama") -> dict:

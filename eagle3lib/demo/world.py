@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from .build import DemoPaths, artifacts_current, build_world, builder_version, restore_world
+from .build import DemoPaths, artifacts_current, build_world, restore_world, world_json_current
 
 REPO_ROOT = Path(__file__).resolve().parents[2]
 
@@ -45,16 +45,6 @@ def paths(root: str | os.PathLike | None = None, world: str | None = None) -> De
     return DemoPaths(Path(root), kind)
 
 
-def _is_current(p: DemoPaths) -> bool:
-    """True when world.json exists and was written by this builder version for this kind of world."""
-    import json
-    try:
-        w = json.loads(p.world_json.read_text())
-        return w.get("builder_version") == builder_version(p.kind) and w.get("kind", "llama") == p.kind
-    except (OSError, ValueError, AttributeError):
-        return False
-
-
 def ensure_world(root: str | os.PathLike | None = None, force: bool = False, progress: bool = True,
                  from_scratch: bool = False, world: str | None = None) -> DemoPaths:
     """The demo world's paths, building it first when missing, outdated or `force`.
@@ -69,11 +59,11 @@ def ensure_world(root: str | os.PathLike | None = None, force: bool = False, pro
     import shutil
     import tempfile
     p = paths(root, world)
-    if not force and _is_current(p):
+    if not force and world_json_current(p.world_json, p.kind):
         return p
     p.root.parent.mkdir(parents=True, exist_ok=True)
     with _locked(p.root.parent / f".{p.root.name}.lock"):
-        if not force and _is_current(p):       # built by another process while we waited
+        if not force and world_json_current(p.world_json, p.kind):       # built by another process while we waited
             return p
         tmp = Path(tempfile.mkdtemp(prefix=f".{p.root.name}.building-", dir=p.root.parent))
         try:

@@ -94,7 +94,7 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
 
     def fake_build(root, seed=0, progress=True, kind="llama"):
         calls.append(root)
-        build.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": build.BUILDER_VERSION,
+        build.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": build.BUILDER_VERSIONS["llama"],
                                                                "kind": kind}))
 
     monkeypatch.setattr(demo, "build_world", fake_build)
@@ -107,7 +107,7 @@ def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypa
     assert len(calls) == 1
     p.world_json.write_text(json.dumps({"builder_version": "old"}))
     demo.ensure_world(root, progress=False)
-    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == build.BUILDER_VERSION
+    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == build.BUILDER_VERSIONS["llama"]
     demo.ensure_world(root, force=True, progress=False)
     assert len(calls) == 3
     assert sorted(x.name for x in tmp_path.iterdir() if not x.name.endswith(".lock")) == ["w"]
