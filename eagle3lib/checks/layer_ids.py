@@ -156,11 +156,19 @@ def convention_shift(trained, captured, L: int) -> int | None:
 
 
 def _shift(a, b, L: int) -> int | None:
-    """The uniform index shift from layout a to b (same length), or None."""
+    """The uniform index shift from layout a to b (same length, every slot captured), or None."""
     if len(a) != len(b) or None in b:
         return None
     d = {input_index(y, L) - input_index(x, L) for x, y in zip(a, b)}
     return d.pop() if len(d) == 1 and 0 not in d else None
+
+
+def _ids_fix(trained, L: int, eng: str) -> str:
+    """The ids `eng` needs to capture the trained layout (engines.advice), or that it cannot."""
+    row = advise(trained, L).set_index("engine").loc[eng]
+    if row["expressible"] == "no":
+        return f"{eng} cannot capture the trained layout ({row['why']}): retrain on a layout it captures"
+    return f"write ids {row['ids']} for {eng} ({row['key']})"
 
 
 # the causes check_layer_ids reports (checks.run: what a broken check reports as not checked)
@@ -305,16 +313,13 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if conv is not None and not kept:
         got = [c for c in captured if c]
         lost = [t for t, c in zip(trained, captured) if c is None]
-        row = advise(trained, L).set_index("engine").loc[eng]      # the ids that engine needs, and whether it can
-        fix = (f"write ids {row['ids']} for {eng} ({row['key']})" if row["expressible"] != "no" else
-               f"{eng} cannot capture the trained layout ({row['why']}): retrain on a layout it captures")
         said = (f"{eng} captures {ev['captured']}, the draft was trained on {list(trained)} ({trained_from}): every "
                 f"slot shifted by {conv:+d}, the ids written in the other convention; {', '.join(lost)} has no "
                 f"boundary there, so {eng} captures {len(got)} of the fc's {k} slots: that slot-count mismatch "
                 "(aux_layout_mismatch) is this convention's consequence, not a cause of its own")
         st = "suspected" if claimed else "confirmed"
         out.append(Finding("layer_id_off_by_one", st, said, {**ev, "consequences": {"aux_layout_mismatch": f"{len(got)}"
-                           f" of {k} slots captured"}}, WHERE, fix=fix, needs=claim_needs,
+                           f" of {k} slots captured"}}, WHERE, fix=_ids_fix(trained, L, eng), needs=claim_needs,
                            source=_SOURCES[eng], explains=("aux_layout_mismatch",) if st == "confirmed" else ()))
         out.append(Finding("aux_layout_mismatch", "ruled out", f"as a cause of its own: every slot {eng} misses or "
                            f"shifts is the id convention's (layer_id_off_by_one, shift {conv:+d})", ev, WHERE,
@@ -323,8 +328,8 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if s in (1, -1):
         out.append(Finding("layer_id_off_by_one", "suspected" if claimed else "confirmed", f"{eng} captures "
                            f"{captured}, the draft was trained on {list(trained)} ({trained_from}): every slot "
-                           f"shifted by {s:+d}", ev, WHERE, fix=f"write ids {s:+d} off for {eng} "
-                           "(advice.config_snippet)", needs=claim_needs, source=_SOURCES[eng]))
+                           f"shifted by {s:+d}", ev, WHERE, fix=_ids_fix(trained, L, eng), needs=claim_needs,
+                           source=_SOURCES[eng]))
     else:
         out.append(Finding("layer_id_off_by_one", "ruled out", "no uniform one-layer shift", ev, WHERE))
         why = "; ".join(bad_slots) if captured == list(trained) else \
