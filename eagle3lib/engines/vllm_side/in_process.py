@@ -2,8 +2,9 @@
 
 `engine_parser(max_tokens)` holds the options both take; `build_engine(args, spec)` builds vLLM's offline engine the
 way both run it (eager, prefix caching off, one sequence at a time; ``--native-rope``: RoPE through vLLM's own
-``forward_native``, swapped in before any layer is built, see dump.py). `run_reporting(main, args)` keeps a copy of stdout for the one JSON line the caller reads, sends everything else the process
-writes (vLLM's whole log, tracebacks) to ``args.log``, builds the engine core in this process
+``forward_native``, swapped in before any layer is built, see dump.py). `run_reporting(main, args)` keeps a copy
+of stdout for the one JSON line the caller reads, sends everything else the process writes (vLLM's whole log,
+tracebacks) to ``args.log``, builds the engine core in this process
 (``VLLM_ENABLE_V1_MULTIPROCESSING=0``, so hooks on the worker reach it) and turns any failure into
 ``{"ok": false, "error": ...}`` with exit code 1 (the log keeps the traceback).
 """
