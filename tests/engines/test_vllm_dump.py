@@ -1,4 +1,5 @@
-"""engines.vllm_dump against the real vLLM (marker `engine`): what its draft's fc got, identified; logits parity."""
+"""engines.vllm_dump against the real vLLM (marker `engine`): what its draft's fc got, identified; logits parity. The
+engine walk (where a speculative engine drafts) needs no engine."""
 from __future__ import annotations
 
 import json
@@ -8,15 +9,21 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.engines.vllm_dump import dump, identify
+from eagle3lib.engines.vllm_dump import dump, engine_walk, identify
 from eagle3lib.engines.vllm_env import unavailable_reason
 from eagle3lib.model.checkpoint import load_draft
 
 ROOT = Path(__file__).resolve().parents[2]
 ARTIFACTS = ROOT / "data" / "demo_artifacts"
 
-pytestmark = [pytest.mark.engine,
-              pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason() or "vLLM is installed")]
+needs_vllm = pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason() or "vLLM is installed")
+
+
+def test_engine_walk_drafts_after_each_verification_at_the_last_accepted_row():
+    """From the prompt's last row P, the next draft is at P + accepted[P] + 1, while a token is left to predict."""
+    accepted = [9, 9, 3, 9, 9, 9, 0, 2, 9, 9, 1, 9, 9]     # 9: rows the walk must skip
+    assert engine_walk(accepted, 2) == [2, 6, 7, 10]      # 10 + 1 + 1 = 12 >= len - 2: nothing left to predict
+    assert engine_walk(accepted, 11) == [] and engine_walk([0] * 5, 0) == [0, 1, 2]
 
 
 def _draft(tmp: Path, name: str, **top_level) -> Path:
@@ -44,6 +51,8 @@ def healthy(world, tmp_path_factory):
     return draft, dump(world.target, draft, tmp / "dump", prompts=world.heldout_data, n=3)
 
 
+@pytest.mark.engine
+@needs_vllm
 def test_healthy_dump_identifies_as_the_trained_layout(world, healthy):
     """vLLM's fc got [embed, layer_in.2, layer_in.4, layer_in.6]; the manifest says what vLLM ran, slots stay None."""
     _, d = healthy
@@ -54,6 +63,8 @@ def test_healthy_dump_identifies_as_the_trained_layout(world, healthy):
     assert d.manifest["slots"] is None and len(d) == 3 and (d.root / "engine.log").is_file()
 
 
+@pytest.mark.engine
+@needs_vllm
 def test_top_level_ids_win_in_v1(world, tmp_path):
     """Top-level ids [1, 3, 5, 7] beside the nested ones: V1 reads the top level, so fc gets layer_in.1/3/5/7."""
     d = dump(world.target, _draft(tmp_path, "draft_odd", eagle_aux_hidden_state_layer_ids=[1, 3, 5, 7]),
@@ -62,6 +73,8 @@ def test_top_level_ids_win_in_v1(world, tmp_path):
     assert identify(d, world.target) == ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
 
 
+@pytest.mark.engine
+@needs_vllm
 def test_eagle3lib_draft_forward_equals_vllms_draft_logits(world, healthy):
     """On the dumped fc inputs, eagle3lib's draft gives vLLM's first-step draft logits within 1e-4 (fp32)."""
     draft_dir, d = healthy

@@ -3,9 +3,12 @@
 On the tiny random world of tests/engines/mla_world.py (DeepSeek-V3's latent 512 + 64, noaux_tc, sigmoid; the draft
 written by save_draft(format="vllm")): vLLM serves it (OpenAI server, CPU_MLA), refuses the embedding as an aux
 state on the first request, and its draft's first-step logits equal eagle3lib's MLA draft forward within 1e-4 when
-the rotation is vLLM's own PyTorch RoPE. With the CPU build's rotary kernel they do not: that kernel rotates MLA's
-(tokens, heads, dim) query wrongly (engines/facts.py, benchmarks/NOTES.md section 13); the engine-RoPE parity test
-skips with that reason only when it is that failure (the kernel check shows it and vLLM's native RoPE gives parity).
+the rotation is vLLM's own PyTorch RoPE, and so do its logits in every draft call of a served generation (step 0
+over the prompt, step 0 over the verified rows against the draft's KV cache, the one-row steps 1..K-1), where it
+drafts eagle3lib's chain replay at the positions its verification walk reaches. With the CPU build's rotary kernel
+they do not: that kernel rotates MLA's (tokens, heads, dim) query wrongly (engines/facts.py, benchmarks/NOTES.md
+section 12); the engine-RoPE parity tests skip with that reason only when it is that failure (the kernel check shows
+it and vLLM's native RoPE gives parity).
 """
 from __future__ import annotations
 
@@ -15,7 +18,7 @@ import pytest
 import torch
 
 from eagle3lib.engines.facts import fact
-from eagle3lib.engines.vllm_dump import dump
+from eagle3lib.engines.vllm_dump import CALL_KINDS, compare_calls, draft_calls, dump
 from eagle3lib.engines.vllm_env import run_script, unavailable_reason
 from eagle3lib.errors import EngineError
 from eagle3lib.model.checkpoint import load_draft
@@ -128,6 +131,48 @@ def test_mla_draft_logits_equal_eagle3libs_as_the_engine_runs(world, dumps):
                 and kernel["2d_query"]["query"] == 0.0 and _max_diff(world, dumps["native"]) < TOL)
     assert recorded, f"max |eagle3lib - vLLM| = {diff:.2e}, and not the recorded CPU RoPE failure: {kernel}"
     pytest.skip(f"{CPU_ROPE_REASON} (max |eagle3lib - vLLM| = {diff:.2f} with the kernel)")
+
+
+@pytest.fixture(scope="module")
+def calls(world):
+    """{rope: CallsCompared}: every draft forward of a greedy generation (3 prompts, 24 tokens each) through vLLM's
+    offline engine, recomputed by eagle3lib; "native": vLLM's forward_native RoPE, "engine": its CPU kernel."""
+    model = load_draft(world["draft"], target=world["target"]).model.eval()
+    out = {}
+    for name in ("native", "engine"):
+        reqs = draft_calls(world["target"], world["draft"], world["root"] / f"calls_{name}",
+                           prompts=world["prompts"], n=3, max_tokens=24, ignore_eos=True,
+                           native_rope=(name == "native"))
+        out[name] = compare_calls(reqs, model)
+    return out
+
+
+def test_every_mla_draft_call_equals_eagle3libs_with_vllms_native_rope(calls):
+    """Every call kind of a served generation (step 0 over the prompt, step 0 over the K+1 verified rows against the
+    draft's KV cache, the one-row steps 1..K-1 on the CPU_MLA decode kernel): vLLM's draft logits equal eagle3lib's
+    incremental forward fed the same rows in the same order within 1e-4 (fp32), and vLLM drafts eagle3lib's chain
+    replay of the served sequence at the positions engine_walk gives (engines/facts.py, "method")."""
+    c = calls["native"]
+    assert set(c.per_kind) == set(CALL_KINDS), c.per_kind
+    for kind, v in c.per_kind.items():
+        assert v["max_abs_diff"] < TOL, f"{kind}: max |eagle3lib - vLLM| = {v['max_abs_diff']:.2e} ({v})"
+    assert c.drafts > 0 and c.same_tokens == c.drafts and c.same_positions
+    assert c.served_tau == pytest.approx(c.walk_tau)
+    row = fact("vllm", "method", "drafts only where its verification walk goes")
+    assert row is not None and "test_every_mla_draft_call_equals_eagle3libs" in row.checked
+
+
+def test_every_mla_draft_call_equals_eagle3libs_as_the_engine_runs(calls):
+    """The same with the engine's own rotary kernel; skipped only on the recorded CPU kernel failure."""
+    c = calls["engine"]
+    if c.max_abs_diff() < TOL:
+        return
+    kernel = _rope_kernel()
+    recorded = (kernel["forward"] == "forward_cpu" and kernel["mla_views"]["query"] > 1e-3
+                and kernel["2d_query"]["query"] == 0.0 and calls["native"].max_abs_diff() < TOL)
+    assert recorded, f"max |eagle3lib - vLLM| = {c.per_kind}, and not the recorded CPU RoPE failure: {kernel}"
+    pytest.skip(f"{CPU_ROPE_REASON} (max |eagle3lib - vLLM| over every draft call = {c.max_abs_diff():.2f} with "
+                "the kernel)")
 
 
 def test_cpu_rope_kernel_fact():

@@ -8,6 +8,10 @@ they import only vLLM, torch, safetensors and the standard library, and print on
             speculative counters and the mean acceptance length (benchmarks/bench_vllm_facts.py).
 - `dump`   the offline engine in-process, one request at a time: the drafter's prefill inputs (token ids, positions,
           the (T, k*H) aux states), the fc input and the draft's first-step logits per request (`engines.vllm_dump`).
+- `draft_calls` the offline engine in-process, greedy, one request at a time: every forward call of the draft in a
+          served generation (step 0 over the prompt, step 0 after each verification, steps 1..K-1), its inputs,
+          attention metadata and logits, and what each proposal was handed (`engines.vllm_dump.draft_calls`).
+- `in_process` not a script: how dump and draft_calls run (one JSON line out, the engine's log to --log).
 - `rope_check` this platform's rotary kernel against vLLM's own forward_native on MLA's 3-D query views and a 2-D
           query (tests/engines/test_vllm_mla.py; the CPU kernel rotates the 3-D ones wrongly, engines/facts.py).
 - `native_rope/sitecustomize.py` not a script: a folder put on a vLLM server's PYTHONPATH by

@@ -18,27 +18,14 @@ Writes ``req_<n>.safetensors`` (aux, fc_in, input_ids, positions, next_token_ids
 engine log into --log, and prints one JSON line (what vLLM used: version, runner, aux layer ids, draft class).
     python dump.py --target T --draft D --prompts prompts.json --out RAW --log engine.log [--max-tokens 2]
 """
-import argparse
 import json
 import os
-import sys
-import traceback
 
 
 def _parse():
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--prompts", required=True, help="JSON list of {prompt_token_ids: [...]} or {prompt: text}")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--log", required=True)
+    from in_process import engine_parser    # this folder (the script's own) is on sys.path
+    ap = engine_parser(max_tokens=2)
     ap.add_argument("--spec", default="{}", help="extra speculative_config keys (JSON)")
-    ap.add_argument("--k", type=int, default=3)
-    ap.add_argument("--max-tokens", type=int, default=2)
-    ap.add_argument("--max-model-len", type=int, default=512)
-    ap.add_argument("--dtype", default="float32")
-    ap.add_argument("--native-rope", action="store_true",
-                    help="RoPE through vLLM's own forward_native instead of the CPU kernel (see below)")
     return ap.parse_args()
 
 
@@ -95,15 +82,12 @@ def main(a, say):
     import torch
     import vllm
     from safetensors.torch import save_file
-    from vllm import LLM, SamplingParams
+    from vllm import SamplingParams
 
-    if a.native_rope:        # before the engine: CustomOp binds its forward method when each layer is built
-        from vllm.model_executor.layers.rotary_embedding.base import RotaryEmbedding
-        RotaryEmbedding.forward_cpu = RotaryEmbedding.forward_native
+    from in_process import build_engine
     prompts = json.load(open(a.prompts))
     spec = {"method": "eagle3", "model": a.draft, "num_speculative_tokens": a.k, **json.loads(a.spec)}
-    llm = LLM(model=a.target, dtype=a.dtype, enforce_eager=True, max_model_len=a.max_model_len,
-              enable_prefix_caching=False, max_num_seqs=1, speculative_config=spec)
+    llm = build_engine(a, spec)
     info = llm.collective_rpc(_install)[0]
     os.makedirs(a.out, exist_ok=True)
     files, same = [], True
@@ -131,23 +115,5 @@ def main(a, say):
 
 
 if __name__ == "__main__":
-    args = _parse()
-    os.environ.setdefault("VLLM_ENABLE_V1_MULTIPROCESSING", "0")     # engine core in this process: hooks reach it
-    out = os.fdopen(os.dup(1), "w")                                  # our JSON line; vLLM's log goes to --log
-    log = open(args.log, "w")
-    os.dup2(log.fileno(), 1)
-    os.dup2(log.fileno(), 2)
-    sys.stdout = os.fdopen(1, "w", buffering=1)
-    sys.stderr = os.fdopen(2, "w", buffering=1)
-
-    def say(obj):
-        out.write(json.dumps(obj) + "\n")
-        out.flush()
-
-    try:
-        main(args, say)
-    except BaseException as e:   # noqa: BLE001 - the log keeps the traceback; the caller reads it
-        traceback.print_exc()
-        sys.stderr.flush()
-        say({"ok": False, "error": f"{type(e).__name__}: {e}"[:2000]})
-        sys.exit(1)
+    from in_process import run_reporting    # this folder (the script's own) is on sys.path
+    run_reporting(main, _parse())
