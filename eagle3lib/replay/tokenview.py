@@ -170,15 +170,15 @@ def browser(details, tokenizer=None):
     sample = w.Dropdown(options=[(d.id, i) for i, d in enumerate(details)], description="sample")
     step = w.IntSlider(0, 0, details[0].num_steps - 1, description="step")
     pos = w.IntSlider(first_scored(details[0]), 0, max(len(details[0].input_ids) - 1, 0), description="position t")
-    text, tab = w.HTML(), w.Output()
+    # the table is an HTML widget, not an Output widget: a headless run's client (nbclient) answers an Output
+    # widget's captures with comm messages on the shell socket it awaits the cell's reply on, and twice in this
+    # project's planted suite that reply never arrived (papermill waited out its per-cell timeout)
+    text, table = w.HTML(), w.HTML()
 
     def redraw(*_):
         d = details[sample.value]
         text.value = sample_html(d, tokenizer, step.value, pos.value)
-        with tab:
-            tab.clear_output(wait=True)
-            from IPython.display import display
-            display(position_table(d, pos.value, tokenizer))
+        table.value = position_table(d, pos.value, tokenizer).to_html(index=False)
 
     def new_sample(_):                      # a sample opens on its first scored position too
         d = details[sample.value]
@@ -191,7 +191,7 @@ def browser(details, tokenizer=None):
     for c in (step, pos):
         c.observe(redraw, names="value")
     redraw()
-    return w.VBox([w.HBox([sample, step, pos]), text, tab])
+    return w.VBox([w.HBox([sample, step, pos]), text, table])
 
 
 def show(details, tokenizer=None, n_static: int = 3, step: int = 0) -> None:

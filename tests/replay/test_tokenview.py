@@ -91,6 +91,25 @@ def test_static_view_and_browser(tmp_path):
     assert TV.browser([]).value.startswith("<i>")
 
 
+def test_the_browser_table_follows_the_position_and_holds_no_output_widget():
+    """The position table is an HTML widget redrawn with the position (an Output widget makes a headless client
+    send comm messages on the shell socket it awaits the cell's reply on)."""
+    import ipywidgets as w
+    box = TV.browser([hand_detail()], Tok())
+    pos, table = box.children[0].children[2], box.children[2]
+    assert isinstance(table, w.HTML) and "<table" in table.value
+
+    def walk(x):
+        yield x
+        for c in getattr(x, "children", ()):
+            yield from walk(c)
+    assert not [x for x in walk(box) if isinstance(x, w.Output)]
+    before = table.value
+    pos.value = pos.value + 1
+    assert table.value != before
+    assert table.value == TV.position_table(hand_detail(), pos.value, Tok()).to_html(index=False)
+
+
 def late_detail(first: int, sid: str = "late") -> TV.SampleDetail:
     """hand_detail with nothing scored before position `first` (a prompt the loss mask leaves out)."""
     d = hand_detail()
