@@ -34,7 +34,7 @@ pytestmark = [
 
 # the first token view (notebook 02 shows one per layout) and its parts
 VIEW = "document.querySelector('.widget-vbox')"
-TABLE = f"({VIEW}).querySelector('.widget-output').innerText"
+TABLE = f"({VIEW}).querySelector('.eagle3lib-position-table').innerText"
 POSITION = f"[...({VIEW}).querySelectorAll('.widget-slider')].find(s => s.innerText.startsWith('position t'))"
 
 

@@ -161,6 +161,9 @@ def static_view(details, tokenizer=None, step: int = 0, n: int = 3):
     return HTML("<hr>".join(sample_html(d, tokenizer, step) for d in list(details)[:n]))
 
 
+TABLE_CLASS = "eagle3lib-position-table"   # the browser's position-table widget (a CSS class in the page)
+
+
 def browser(details, tokenizer=None):
     """An ipywidgets browser over samples, positions and steps (live in JupyterLab)."""
     import ipywidgets as w
@@ -174,6 +177,7 @@ def browser(details, tokenizer=None):
     # widget's captures with comm messages on the shell socket it awaits the cell's reply on, and twice in this
     # project's planted suite that reply never arrived (papermill waited out its per-cell timeout)
     text, table = w.HTML(), w.HTML()
+    table.add_class(TABLE_CLASS)                  # what a live page finds the table by
 
     def redraw(*_):
         d = details[sample.value]
