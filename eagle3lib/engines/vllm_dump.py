@@ -43,6 +43,7 @@ from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import compare
 from ..hidden.dumps import Dump, load_dump, save_dump
 from ..model.safefiles import load_safetensors
+from ..replay.stats import verification_walk
 from .vllm_env import run_script
 from .vllm_errors import log_lines, root_error, scan_errors
 from .vllm_prompts import read_prompts
@@ -214,11 +215,9 @@ def engine_walk(accepted: Sequence[int], start: int) -> list[int]:
     """The positions a speculative engine drafts at: it drafts at `start` (the prompt's last row), verifies, and
     drafts next at the last accepted row: P -> P + accepted[P] + 1, while the row still has a token to predict
     (accepted: draft tokens a chain drafted from each row's position gets accepted; len = the sequence's length)."""
-    out, p = [], start
-    while 0 <= p < len(accepted) - 2:
-        out.append(p)
-        p += int(accepted[p]) + 1
-    return out
+    n = len(accepted)
+    return verification_walk([int(a) + 1 for a in accepted], [p < n - 2 for p in range(n)],
+                             {start} if start >= 0 else set())
 
 
 def _accepted(chain: list[torch.Tensor], seq: torch.Tensor) -> torch.Tensor:

@@ -2,7 +2,8 @@
 
 An `engines.loaded_view.EngineView` says what the engine feeds and loads (layout, d2t, embedding, lm_head; which
 source answered each). `replay_as_served(setup, data, view, num_steps=K)` replays the chain of K drafts (simulated
-greedy acceptance, the served τ's definition: accepted tokens per round + the bonus token) three ways:
+greedy acceptance, the served τ's definition: accepted tokens per round + the bonus token, counted where the
+engine drafts: at the positions its verification walk visits, replay.stats.verification_walk) three ways:
 - **as trained**: the identified training layout, the checkpoint's d2t, the embedding it was trained with (the
   target's; a shipped copy that differs is measured both ways and the better one is taken as trained), its own
   lm_head, and its config's RoPE — or the training config's / the target's RoPE when `trained_rope` says so;
@@ -111,9 +112,12 @@ class Replayed:
     label: str                      # "as trained", "as served", or the aspect served alone
     aspects: tuple[str, ...]        # the aspects set as served
     layout: tuple[str, ...]
-    tau: float                      # simulated τ of the chain (bonus token included)
+    tau: float                      # simulated τ of the chain where the engine drafts (its verification walk),
+                                    # bonus token included: what a served τ counts (every position when no walk)
     acc0: float
     positions: int
+    tau_every_position: float = float("nan")   # the chain's τ over every full-horizon position
+    drafts: int = 0                            # the walk's drafts behind `tau`
 
 
 @dataclass(frozen=True)
@@ -137,7 +141,8 @@ class AsServed:
 
     def frame(self) -> pd.DataFrame:
         rows = [{"replay": r.label, "aspects as served": ", ".join(r.aspects) or "-", "layout": ", ".join(r.layout),
-                 "acc step 0": round(r.acc0, 4), "τ (chain)": round(r.tau, 3), "positions": r.positions}
+                 "acc step 0": round(r.acc0, 4), "τ (chain, where the engine drafts)": round(r.tau, 3),
+                 "drafts": r.drafts, "τ (every position)": round(r.tau_every_position, 3), "positions": r.positions}
                 for r in self.replays]
         return pd.DataFrame(rows)
 
@@ -151,7 +156,9 @@ class AsServed:
         return {"num_steps": self.num_steps, "trained": {k: _plain(v) for k, v in self.trained.items()},
                 "served": {k: _plain(v) for k, v in self.served.items()}, "sources": dict(self.sources),
                 "replays": [{"label": r.label, "aspects": list(r.aspects), "layout": list(r.layout),
-                             "tau": r.tau, "acc0": r.acc0, "positions": r.positions} for r in self.replays],
+                             "tau": r.tau, "acc0": r.acc0, "positions": r.positions,
+                             "tau_every_position": r.tau_every_position, "drafts": r.drafts}
+                            for r in self.replays],
                 "notes": list(self.notes), "unknown": list(self.unknown)}
 
 
@@ -171,10 +178,11 @@ def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, se
         r = replay(setup, data, layout=lay, label=label, n=n, seed=seed, num_steps=num_steps, fill="zeros",
                    recapture=recapture, progress=False)
     s = r.summary()
-    tau = s["simulated_accept_length"]
-    return Replayed(label, tuple(aspects), tuple(r.layout), float(tau) if tau is not None else float("nan"),
+    every = float(s["simulated_accept_length"]) if s["simulated_accept_length"] is not None else float("nan")
+    walked = s["walked_accept_length"]
+    return Replayed(label, tuple(aspects), tuple(r.layout), float(walked) if walked is not None else every,
                     float(s["acc_per_step"][0]) if s["acc_per_step"][0] is not None else float("nan"),
-                    int(s["positions"]))
+                    int(s["positions"]), every, int(s["walked_drafts"]))
 
 
 def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=(), n: int = 16, seed: int = 0,

@@ -33,7 +33,7 @@ from ..progress import bar, track
 
 RESULT_FORMAT = "eagle3lib.replay_result/1"
 _FRAMES = ("per_step", "per_sample", "histogram")
-_FLOATS = ("expected_accept_length", "simulated_accept_length", "target_agreement")
+_FLOATS = ("expected_accept_length", "simulated_accept_length", "target_agreement", "walked_accept_length")
 
 
 @dataclass(frozen=True)

@@ -18,7 +18,7 @@ from torch import Tensor
 from ..errors import LayoutError
 from ..model.draft import Eagle3Draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
-from .stats import D2T_MODES, ReplayItem, Scored, score, scored_positions
+from .stats import D2T_MODES, ReplayItem, Scored, score, scored_positions, walk_rows
 
 
 @dataclass(frozen=True, eq=False)
@@ -109,9 +109,12 @@ def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_sc
         used = chain_used = None
         if only_scored and not topk:
             used = torch.zeros(K, B, T, dtype=torch.bool)
+            walk = torch.zeros(K, B, T, dtype=torch.bool)          # the rows a serving engine verifies
             for i, b in enumerate(batch):
                 used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, mask, parallel)[1]
-            used, chain_used = used.to(dev), used.long().cumprod(0).bool().to(dev)    # (K, B, T)
+                walk[:, i, :len(b.ids)] = walk_rows(b.ref, b.mask, K)
+            chain_used = (used.long().cumprod(0).bool() | walk.long().cumprod(0).bool()).to(dev)   # (K, B, T)
+            used = (used | walk).to(dev) if parallel else used.to(dev)   # P-EAGLE: its chain is the teacher run
         top_p = top_i = None
         if topk:
             logits = draft_steps(model, aux, ids, K, feed="teacher", mask_token_id=mask_id)   # K x (B, T, Vd)

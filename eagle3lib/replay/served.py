@@ -164,9 +164,11 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
           "tau_as_served": round(sv.tau, 3), "tolerance": round(tol, 3), "num_steps": as_served.num_steps,
           "differing": list(as_served.differing), "sources": dict(as_served.sources),
           "trained_layout": list(as_served.trained["layout"]),
-          "served_layout": [b or "nothing" for b in as_served.served["layout"]], "positions": tr.positions}
+          "served_layout": [b or "nothing" for b in as_served.served["layout"]], "positions": tr.positions,
+          "drafts": tr.drafts, "tau_as_trained_every_position": round(tr.tau_every_position, 3)}
+    where = f" (at the {tr.drafts} drafts of the engine's verification walk)" if tr.drafts else ""
     head = (f"served τ {served:.2f} ({source}); replayed as trained {tr.tau:.2f}, as the engine loads it "
-            f"{sv.tau:.2f}")
+            f"{sv.tau:.2f}{where}")
     diff = as_served.differing
     blamed = {a: aspect_causes(a, as_served, num_layers, ids_read) for a in diff}
     out = _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed)

@@ -2,6 +2,9 @@
 `ReplayOptions`, `ReplayItem`; per-step and conditional accuracy, accept length, and the mergeable counts behind them.
 
 E[accept] = 1 + Σ_k Π_{j<k} p_j from the conditional per-step rates (bonus token included, as SGLang counts).
+The chain simulation gives two τ: over every full-horizon position, and over the positions an engine's
+verification walk drafts at (`verification_walk`: a request's first draft at the prompt's last row, then at the
+last accepted row), which is what a served τ counts.
 `ReplayCounts` sums integer counts per batch, merges exactly across ranks, and builds the `ReplayResult`.
 """
 from __future__ import annotations
@@ -131,6 +134,8 @@ class Scored:
     oov: Tensor            # (K, T) reference outside the draft vocab
     horizon: Tensor        # (T,) leading valid steps
     accepted: Tensor | None
+    walked: Tensor | None = None          # (T,) bool: the positions the engine's verification walk drafts at
+    walk_accepted: Tensor | None = None   # (T,) 1 + leading chain matches on the walk's rows (walk_rows)
 
 
 def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "token",
@@ -154,6 +159,42 @@ def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "t
     return ref, m & (ref >= 0)
 
 
+def walk_rows(next_ref: Tensor, loss_mask: Tensor, K: int) -> Tensor:
+    """(K, T) the rows a serving engine verifies: step k at t drafts token t+2+k after token t+1 was generated, so
+    both are answer tokens (loss_mask 1) and a reference exists. Unlike `scored_positions` this does not follow a
+    training convention: the prompt's last row (t+1 the first answer token) is served, though SpecForge's mask
+    does not score it."""
+    T = next_ref.shape[0]
+    lm = loss_mask.bool()
+    rows = torch.zeros(K, T, dtype=torch.bool)
+    for k in range(min(K, T - 2)):
+        n = T - 2 - k                                           # t = 0 .. T-3-k: token t+2+k exists
+        rows[k, :n] = lm[1:1 + n] & lm[2 + k:2 + k + n] & (next_ref[1 + k:1 + k + n] >= 0)
+    return rows
+
+
+def walk_starts(loss_mask: Tensor) -> set[int]:
+    """Where a request's first draft is: the row before each answer span's first token (the prompt's last row)."""
+    lm = loss_mask.bool().tolist()
+    return {t for t in range(len(lm) - 1) if lm[t + 1] and (t == 0 or not lm[t])}
+
+
+def verification_walk(accepted, eligible, starts) -> list[int]:
+    """The positions a speculative engine drafts at: a request drafts first at a start; after each verification it
+    drafts at the last accepted row, P -> P + accepted[P] (accepted counts the bonus token: the draft tokens
+    verification kept + 1); a start begins the walk again (the next turn is a new request); a position not
+    `eligible` is passed over to the next eligible one. (vLLM 0.32: engines/facts.py, method "drafts only where
+    its verification walk goes"; SGLang's chain does the same.)"""
+    out, nxt = [], None
+    for p in range(len(accepted)):
+        if p in starts:
+            nxt = p
+        if nxt is not None and p >= nxt and eligible[p]:
+            out.append(p)
+            nxt = p + max(1, int(accepted[p]))
+    return out
+
+
 def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,
           mask: str = "token", parallel: bool = False) -> Scored:
     """Score target-id predictions pred (K, T) (and chain drafts (K, T)) against next_ref (T,); predictions
@@ -162,11 +203,16 @@ def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, c
     correct = valid & (pred.cpu() == ref)
     oov = valid & ~in_vocab[ref.clamp(min=0)]
     horizon = valid.long().cumprod(0).sum(0)
-    accepted = None
+    accepted = walked = walk_acc = None
     if chain is not None:
         run = (valid & (chain.cpu() == ref)).long().cumprod(0).sum(0)
         accepted = torch.where(horizon > 0, 1 + run, torch.zeros_like(run))
-    return Scored(ref, valid, correct, oov, horizon, accepted)
+        rows = walk_rows(next_ref, loss_mask, ref.shape[0])
+        walk_acc = 1 + (rows & (chain.cpu() == ref)).long().cumprod(0).sum(0)
+        pos = verification_walk(walk_acc.tolist(), rows.all(0).tolist(), walk_starts(loss_mask))
+        walked = torch.zeros(ref.shape[1], dtype=torch.bool)
+        walked[pos] = True
+    return Scored(ref, valid, correct, oov, horizon, accepted, walked, walk_acc)
 
 
 # ---------------------------------------------------------------- the replay
@@ -191,6 +237,8 @@ class ReplayResult:
     target_agreement: float          # P(target greedy == data token) at scored positions (nan: data reference)
     skipped: tuple[tuple[str, str], ...]
     notes: tuple[str, ...] = ()
+    walked_accept_length: float = float("nan")   # chain τ over the positions the engine's walk drafts at (nan if off)
+    walked_drafts: int = 0                       # drafts behind it
 
     @property
     def acc0(self) -> float:
@@ -208,6 +256,7 @@ class ReplayResult:
                 "oov_rate": nan(self.per_step.oov_rate.iloc[0]) if len(self.per_step) else None,
                 "expected_accept_length": nan(self.expected_accept_length),
                 "simulated_accept_length": nan(self.simulated_accept_length),
+                "walked_accept_length": nan(self.walked_accept_length), "walked_drafts": int(self.walked_drafts),
                 "target_agreement": nan(self.target_agreement)}
 
 
@@ -224,6 +273,7 @@ class ReplayCounts:
         self.valid, self.correct, self.oov, self.prefix, self.joint, self.cond_den = (
             torch.zeros(num_steps, dtype=torch.long) for _ in range(6))
         self.hist = torch.zeros(num_steps + 2, dtype=torch.long)
+        self.walk_hist = torch.zeros(num_steps + 2, dtype=torch.long)   # accepted (with bonus) on the walk
         self.agree, self.agree_n, self.kinds, self.notes = 0, 0, set(), set(setup.notes)
         self.rows, self.skipped, self.read_skipped = [], [], []    # (key, row) / (key, where, reason)
         self.effective = None                                      # (key, layout fed) of the first replayed sample
@@ -232,7 +282,7 @@ class ReplayCounts:
         """Add another shard's counts (same draft options) into these; integer sums, so the merge is exact."""
         if (other.requested, other.opts) != (self.requested, self.opts):
             raise ValueError("ReplayCounts.merge: counts of replays with different options")
-        for name in ("valid", "correct", "oov", "prefix", "joint", "cond_den", "hist"):
+        for name in ("valid", "correct", "oov", "prefix", "joint", "cond_den", "hist", "walk_hist"):
             setattr(self, name, getattr(self, name) + getattr(other, name))
         self.agree, self.agree_n = self.agree + other.agree, self.agree_n + other.agree_n
         self.kinds, self.notes = self.kinds | other.kinds, self.notes | other.notes
@@ -268,6 +318,8 @@ class ReplayCounts:
         full = sc.horizon == self.K
         if sc.accepted is not None:
             self.hist += torch.bincount(sc.accepted[full], minlength=self.K + 2)[:self.K + 2]
+        if sc.walked is not None:
+            self.walk_hist += torch.bincount(sc.walk_accepted[sc.walked], minlength=self.K + 2)[:self.K + 2]
         self.kinds.add(b.kind)
         self.notes.update([b.note] if b.note else [])
         if self.effective is None or b.key < self.effective[0]:
@@ -308,8 +360,11 @@ class ReplayCounts:
                              "fraction": [x / tot if tot else float("nan") for x in h]})
         sim = sum(a * c for a, c in zip(hist.accepted, h)) / tot if (o.simulate and tot) else float("nan")
         ref = "mixed" if len(self.kinds) > 1 else next(iter(self.kinds), "none")
+        wn = int(self.walk_hist.sum())
+        walked = (float((torch.arange(self.K + 2) * self.walk_hist).sum()) / wn if (o.simulate and wn)
+                  else float("nan"))
         return ReplayResult(label or ",".join(eff), eff, want, o.d2t, o.align, o.fill, ref, o.mask,
                             self.K, per_step, pd.DataFrame([r for _, r in sorted(self.rows, key=first)]), hist,
                             float(per_step.accept_length_if_steps.iloc[-1]), float(sim),
                             self.agree / self.agree_n if self.agree_n else float("nan"), skipped,
-                            tuple(sorted(self.notes)))
+                            tuple(sorted(self.notes)), walked, wn)

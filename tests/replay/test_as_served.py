@@ -42,7 +42,9 @@ def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
     a = replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=12)
     assert a.differing == () and [r.label for r in a.replays] == ["as trained"]
     plain = replay(healthy, world.heldout_data, n=12, num_steps=3, progress=False).summary()
-    assert a.get("as trained").tau == pytest.approx(plain["simulated_accept_length"])
+    assert a.get("as trained").tau == pytest.approx(plain["walked_accept_length"])        # where the engine drafts
+    assert a.get("as trained").tau_every_position == pytest.approx(plain["simulated_accept_length"])
+    assert a.get("as trained").drafts == plain["walked_drafts"] > 12
     assert a.get("as trained").tau > 3.0
 
     # d2t left at zeros: draft id i served as target id i

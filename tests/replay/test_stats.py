@@ -60,8 +60,9 @@ def test_replay_options_defaults_and_equality():
     assert S.REFERENCES == ("auto", "target", "data") and ZERO == "zeros"
 
 
-def item(key, T=4, kind="data", layout=LAYOUT, ref=None, ids=None, note=""):
-    return S.ReplayItem(key, f"s{key}", "mem", ids if ids is not None else torch.arange(T), torch.ones(T),
+def item(key, T=4, kind="data", layout=LAYOUT, ref=None, ids=None, note="", mask=None):
+    return S.ReplayItem(key, f"s{key}", "mem", ids if ids is not None else torch.arange(T),
+                        mask if mask is not None else torch.ones(T),
                         layout, torch.zeros(T, 2 * len(layout)), ref if ref is not None else torch.arange(T), kind,
                         note)
 
@@ -111,6 +112,51 @@ def test_score_more_steps_than_positions():
     assert sc.valid.tolist() == [[True, True, False], [True, False, False], [False, False, False]]
     assert sc.correct.tolist() == [[False, True, False], [True, False, False], [False, False, False]]
     assert sc.horizon.tolist() == [2, 1, 0] and sc.accepted.tolist() == [1, 2, 0]
+
+
+def test_verification_walk_drafts_at_the_last_accepted_row_and_restarts_at_each_answer():
+    """accepted counts the bonus token: from P the next draft is at P + accepted[P]; a start (the next turn's
+    prompt) begins again; positions not eligible (a chain cut by the answer's end) are passed over."""
+    acc = [1, 3, 1, 2, 1, 1, 4, 1, 1, 1, 2, 1]
+    assert S.verification_walk(acc, [True] * 12, {1}) == [1, 4, 5, 6, 10]
+    assert S.verification_walk(acc, [True] * 12, {1, 8}) == [1, 4, 5, 6, 8, 9, 10]    # a second request at 8
+    assert S.verification_walk(acc, [p != 4 for p in range(12)], {1}) == [1, 5, 6, 10]
+    assert S.verification_walk(acc, [True] * 12, set()) == []                        # no prompt: no request
+
+
+def test_walk_rows_serve_the_prompts_last_row_and_stop_at_the_answers_end():
+    """T=8, prompt 0..2, answer 3..6, then a prompt token: K=2. The engine drafts at t=2 (token 3, the first answer
+    token, generated) though SpecForge's mask scores from t=3; step k at t needs tokens t+1 and t+2+k answered."""
+    next_ref = torch.arange(10, 18)
+    mask = torch.tensor([0, 0, 0, 1, 1, 1, 1, 0])
+    rows = S.walk_rows(next_ref, mask, 2)
+    assert rows.int().tolist() == [[0, 0, 1, 1, 1, 0, 0, 0], [0, 0, 1, 1, 0, 0, 0, 0]]
+    assert S.walk_starts(mask) == {2} and S.walk_starts(torch.tensor([1, 1, 0, 1])) == {0, 2}
+    ref, valid = S.scored_positions(next_ref, mask, 2)
+    assert not valid[0, 2] and valid[0, 3]                                  # step 0 scored from t=3
+
+
+def test_score_walks_the_chain_the_way_verification_does():
+    """T=9, prompt 0..1, answer 2..8, K=2: rows at t=1..5 have the full horizon. The chain is right at both steps
+    from t=1 (-> 3 accepted with the bonus: next draft at 4), wrong at step 0 at t=4 (-> 1: next at 5), right at
+    step 0 only at t=5 (-> 2: next at 7, whose chain runs past the answer). Walked τ = (3 + 1 + 2) / 3."""
+    next_ref = torch.tensor([-1, 20, 21, 22, 23, 24, 25, 26, -1])   # next_ref[p]: the token after p
+    mask = torch.tensor([0, 0, 1, 1, 1, 1, 1, 1, 1])
+    chain = torch.full((2, 9), -7)
+    chain[:, 1] = torch.tensor([21, 22])                   # step 0 at t predicts next_ref[t+1]
+    chain[:, 4] = torch.tensor([0, 25])
+    chain[:, 5] = torch.tensor([25, 0])
+    sc = S.score(chain.clone(), next_ref, mask, torch.ones(30, dtype=torch.bool), chain=chain)
+    assert sc.walked.nonzero().flatten().tolist() == [1, 4, 5]
+    assert sc.walk_accepted[[1, 4, 5]].tolist() == [3, 1, 2]
+    c = S.ReplayCounts(SETUP, options=S.ReplayOptions(num_steps=2))
+    c.add(item(0, T=9, ref=next_ref, mask=mask), sc)
+    r = c.result()
+    assert r.walked_drafts == 3 and r.walked_accept_length == pytest.approx(2.0)
+    assert r.summary()["walked_accept_length"] == 2.0 and r.summary()["walked_drafts"] == 3
+    assert S.ReplayCounts(SETUP, options=S.ReplayOptions(num_steps=2)).merge(c).result().walked_drafts == 3
+    off = S.ReplayCounts(SETUP, options=S.ReplayOptions(num_steps=2, simulate=False)).result()
+    assert math.isnan(off.walked_accept_length) and off.walked_drafts == 0
 
 
 # ---------------------------------------------------------------- counts
