@@ -2,16 +2,17 @@
 
 `to_json_value` turns numpy / torch scalars, NaN and paths into plain JSON data; `atomic_write` /
 `atomic_write_all` write through a temp file in the same folder and ``os.replace`` (a crash or a full disk leaves
-the old file, never a half-written one).
+the old file, never a half-written one); `json_lines` reads JSON-lines files, a bad line named by file and line.
 """
 from __future__ import annotations
 
+import json
 import math
 import os
 import tempfile
 from pathlib import Path
 
-from .errors import ReportError
+from .errors import DataError, ReportError
 
 MAX_ARRAY_ITEMS = 1000  # a finding is a headline; bigger arrays belong in a DataFrame in the notebook
 
@@ -76,3 +77,17 @@ def atomic_write_all(files: dict) -> None:
         for tmp, _ in staged:
             if os.path.exists(tmp):
                 os.unlink(tmp)
+
+
+def json_lines(path: str | os.PathLike, cause: str = "a truncated write or a file of another format"):
+    """(line number, value) of each non-blank line of a JSON-lines file; a line that is not JSON raises DataError
+    naming the file and line."""
+    with open(path, encoding="utf-8", errors="replace") as f:
+        for no, line in enumerate(f, 1):
+            if not line.strip():
+                continue
+            try:
+                yield no, json.loads(line)
+            except json.JSONDecodeError as e:
+                raise DataError(f"{path}:{no}", "line is not valid JSON", expected="one JSON object per line",
+                                found=str(e)[:120], cause=cause) from None

@@ -27,6 +27,7 @@ draft_path: str = ""        # draft folder (its config.json is read); empty: the
 served_log_path: str = ""   # decode log / benchmark output with accept lengths (comma-separated); "" for none
 train_data_path: str = ""   # training samples to replay under the served setting; empty: the demo's (demo only)
 served_data_path: str = ""  # samples of the prompts the served τ was measured on (e.g. held-out data); empty: train_data_path
+served_traffic_path: str = ""  # the served requests + answers (prompts.jsonl, responses.jsonl): the replay runs on them (vLLM)
 serving_dump: str = ""      # a serving dump (decides the served layout); empty: the demo's (demo only), else rules
 demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
 
@@ -169,7 +170,8 @@ findings_frame(causes)
 served = served_prediction.served_vs_predicted(
     seed, draft_path=draft_path, target_path=inp.target_path, data_path=train_data_path,
     served_paths=[p for p in served_log_path.split(",") if p.strip()], server_url=server_url,
-    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=served_data_path)
+    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=served_data_path,
+    served_traffic_path=served_traffic_path)
 for note in served.notes + served.problems:
     print(note)
 causes += served.findings()

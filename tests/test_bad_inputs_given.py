@@ -23,6 +23,7 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
+from eagle3lib.replay.traffic import served_traffic
 from eagle3lib.diagnose.cli import main as cli_main
 from eagle3lib.report import params as report_params
 from eagle3lib.diagnose.run import Inputs, flag, run
@@ -269,6 +270,7 @@ def step_calls():
         "server_info_path": lambda v: disc(info=v), "server_url": lambda v: disc(info=v),
         "server_log_path": lambda v: disc(log=v),
         "served_log_path": lambda v: sp.served_runs([p for p in v.split(",") if p.strip()]),
+        "served_traffic_path": lambda v: served_traffic(v, T, ("embed", "layer_in.2")),
         "serving_dump": lambda v: sr.serving_layout(_ri(serving_dump=v), 8),
         "serving_layout": lambda v: sr.serving_layout(_ri(), 8, typed=v),
         "serving_engine": lambda v: sr.serving_layout(_ri(), 8, engine=v),
@@ -341,6 +343,7 @@ def good_values(tmp: Path) -> dict[str, object]:
             "run_logs_list": [str(SAMPLES / "seed_runs.jsonl")], "training_log": str(DRAFT / "training_log.jsonl"),
             "server": "http://127.0.0.1:30000", "url": "https://box:8000", "server_info":
             str(SAMPLES / "sglang_server_info_seed.json"), "dump": str(dump), "version": "0.5.6",
+            "traffic": str(ROOT / "data" / "demo_vllm" / "healthy" / "served"),
             "layout": "embed,layer_in.2", "engine": "vllm", "data_format": "seed", "device": "cpu",
             "dtype": "bfloat16", "dtype_auto": "auto", "demo_world": "mla", "count": 0, "positive": 3,
             "integer": -5, "accuracy": 0.747, "rate": 90.0, "flag": False, "steps_list": [1, 2, 3]}

@@ -73,7 +73,7 @@ class Served:
     def diagnose_args(self) -> dict[str, str]:
         """What `python -m eagle3lib.diagnose` is given for this deployment (option -> value), as a user would:
         the draft, the target, its training data (the retrained draft's own), the served prompts' data, the
-        launch, its log and /metrics, and the dump when there is one."""
+        launch, its log and /metrics, the served traffic when it served, and the dump when there is one."""
         w = demo.paths(world=self.world)
         retrained = deployments.deployment(self.name, self.world).source == "retrained_draft"
         data, heldout = ((w.retrained_data / "specforge", w.retrained_data / "heldout") if retrained else
@@ -81,6 +81,8 @@ class Served:
         out = {"draft": self.draft, "target": str(w.target), "data": str(data),
                "heldout": str(heldout), "launch": self.launch_command, "log": self.log,
                "served_log": ",".join(self.served_logs)}
+        if self.ok:                  # what it answered: the replay that predicts its τ runs on these sequences
+            out["served_traffic"] = str(Path(self.dir) / "served")
         return {**out, "dump": self.dump} if self.dump else out
 
 

@@ -28,6 +28,9 @@ def parser() -> argparse.ArgumentParser:
     a("--log", default="", help="the server's startup log")
     a("--served-log", default="", help="decode logs / benchmark outputs with accept lengths, comma-separated "
                                        "(compared with the replay under the setting each run ran)")
+    a("--served-traffic", default="", help="the served requests and answers (a folder with prompts.jsonl + "
+                                           "responses.jsonl, as vllm_serve saves them): the replay that predicts "
+                                           "the served τ runs on them")
     a("--server-url", default="", help="a live SGLang server (/server_info)")
     a("--dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
     a("--serving-layout", default="", help="the layout the server feeds, when known, e.g. layer_in.2,layer_in.4")

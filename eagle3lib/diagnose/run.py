@@ -29,10 +29,11 @@ CORE = ("draft", "data", "launch")    # "no fault found" needs the draft, its tr
 DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
            "heldout": (("generalization_gap",), ("data",)),
            "served_log": (("engine_regression",), ("data",)),
+           "served_traffic": (("engine_regression",), ("served_log", "data", "target")),
            "dump": (LAYOUT_CAUSES, ("target", "data")),
            "serving_layout": (LAYOUT_CAUSES, ("data",)),
            "target": (("hidden_size_mismatch",), ())}
-GIVEN = ("draft", "target", "data", "heldout", "launch", "log", "served_log", "server_url", "dump",
+GIVEN = ("draft", "target", "data", "heldout", "launch", "log", "served_log", "served_traffic", "server_url", "dump",
          "serving_layout")    # the inputs that are given or not (the rest are settings with defaults)
 NEEDS_DRAFT = ("01 served vs replay", "02 training-sample replay", "03 hidden-state diffing")
 EXIT = {"ok": 0, "failed": 1, "arguments": 2, "unreadable": 3}   # documented in README.md and cli.py
@@ -54,6 +55,7 @@ class Inputs:
     sglang_version: str = ""
     log: str = ""
     served_log: str = ""
+    served_traffic: str = ""
     server_url: str = ""
     dump: str = ""
     serving_layout: str = ""
@@ -175,7 +177,8 @@ def run(inp: Inputs, progress=None) -> Run:
             disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
             served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
             serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
-            progress=False, startup_log=inp.log, served_data_path=inp.heldout).findings())
+            progress=False, startup_log=inp.log, served_data_path=inp.heldout,
+            served_traffic_path=inp.served_traffic).findings())
     if inp.data or demo:
         part("02 training-sample replay", lambda: _replay(inp))
     else:

@@ -89,7 +89,7 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
         if k != 3:
             if engine == "vllm":
                 snip["num_aux_hidden_states"] = k
-                out.append(("yes", f"vLLM 0.32.0's llama_eagle3.py sizes fc from num_aux_hidden_states (else the "
+                out.append(("yes", "vLLM 0.32.0's llama_eagle3.py sizes fc from num_aux_hidden_states (else the "
                             "eagle_config ids, else 3 slots), never from top-level ids: the snippet sets it"))
             else:
                 out.append(("conditional", f"{via}vLLM 0.32.0's llama_eagle3.py sizes fc from num_aux_hidden_states "

@@ -7,7 +7,8 @@
                  padded batches, per-position predictions (teacher, chain, top-k) and their scores.
 - `evidence`     the replay evidence the checks cite: accuracy under config variants, by position (and its plot).
 - `stats`        the replay types (`ReplaySetup`, `ReplayOptions`, `ReplayItem`); per-step / conditional accuracy,
-                 accept-length arithmetic, mergeable `ReplayCounts`, `ReplayResult`.
+                 accept-length arithmetic, the engine's verification walk (where a server drafts), mergeable
+                 `ReplayCounts`, `ReplayResult`.
 - `verdict`      the verdict (wiring / generalization / healthy), replay tables and plot, notebook 02's inputs.
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
 - `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports); the audit's forward preview.
@@ -15,6 +16,8 @@
 - `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
                  against the draft as trained / as the engine loads it (what the served τ decides per cause).
 - `as_served`    the draft replayed as an engine loads it (layout, d2t, embedding, lm_head, RoPE), aspect by aspect.
+- `traffic`      the served traffic (each served prompt + the server's answer) as samples captured by the target:
+                 what a served τ is predicted on.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.
 - `cli`          the command line behind `python -m eagle3lib.replay` / `torchrun ... -m eagle3lib.replay`.
 """

@@ -29,6 +29,7 @@ from ..replay.verdict import read_recorded_accuracy
 from ..samples.readers import FORMATS, open_dataset
 from ..serving.launch import parse_launch
 from ..serving.serverinfo import read_server_info, read_startup_log
+from ..serving.traffic import check_traffic
 from ..serving.vllm_log import read_vllm_log
 from ..throughput.benchparse import parse_file
 from ..layout import parse_layout
@@ -53,6 +54,8 @@ KINDS = {
     "server": ("the server", "a live server URL (http://host:port) or a saved GET /server_info JSON"),
     "url": ("the server", "a live server URL (http://host:port)"),
     "server_info": ("the /server_info", "a saved GET /server_info JSON"),
+    "traffic": ("the served traffic", "a served folder with prompts.jsonl and responses.jsonl (as "
+                                      "throughput.vllm_serve saves them), or its responses.jsonl"),
     "dump": ("the serving dump", "an eagle3lib serving dump folder (manifest.json + req_<n>.safetensors)"),
     "version": ("the engine version", "an engine version such as 0.5.6"),
     "layout": ("the serving layout", "boundary names, e.g. embed,layer_in.2,layer_in.4"),
@@ -73,7 +76,7 @@ KINDS = {
 
 # python -m eagle3lib.diagnose: Inputs field -> kind (the flag is --field-with-dashes)
 CLI = {"draft": "draft", "target": "target", "data": "data", "heldout": "data", "launch": "launch",
-       "sglang_version": "version", "log": "startup_log", "served_log": "run_logs", "server_url": "server",
+       "sglang_version": "version", "log": "startup_log", "served_log": "run_logs", "served_traffic": "traffic", "server_url": "server",
        "dump": "dump", "serving_layout": "layout", "serving_engine": "engine", "recorded_acc": "accuracy",
        "training_log": "training_log", "n": "positive", "num_steps": "positive", "drift_samples": "count",
        "device": "device", "dtype": "dtype_auto"}
@@ -81,7 +84,7 @@ CLI = {"draft": "draft", "target": "target", "data": "data", "heldout": "data", 
 # the notebooks' parameters cells: name -> kind (a notebook in NOTEBOOK_OVERRIDES reads one differently)
 NOTEBOOK = {"draft_path": "draft", "target_path": "target", "sample_data": "data", "train_data_path": "data",
             "heldout_data_path": "data", "new_prompt_data_path": "data", "served_data_path": "data",
-            "training_data": "data", "launch_command": "launch", "fixed_command": "launch",
+            "served_traffic_path": "traffic", "training_data": "data", "launch_command": "launch", "fixed_command": "launch",
             "sglang_version": "version", "serving_version": "version", "server_info_path": "server_info",
             "server_url": "url", "server_log_path": "startup_log", "served_log_path": "run_logs",
             "serving_dump": "dump", "serving_layout": "layout", "serving_engine": "engine",
@@ -344,6 +347,10 @@ def _dump(value, base):
     load_dump(p)
 
 
+def _traffic(value, base):
+    check_traffic(resolve_path(value, base))
+
+
 def _version(value, base):
     errors = []
     for engine in ("sglang", "vllm"):
@@ -402,7 +409,7 @@ def _steps_list(value, base):
 READERS = {
     "draft": _draft, "target": _target, "data": _data, "launch": _launch, "startup_log": _startup_log,
     "run_logs": _run_logs, "run_logs_list": _run_logs_list, "training_log": _training_log, "server": _server,
-    "url": _url, "server_info": _server_info, "dump": _dump, "version": _version,
+    "url": _url, "server_info": _server_info, "dump": _dump, "traffic": _traffic, "version": _version,
     "layout": lambda v, b: parse_layout(str(v)), "engine": _one_of(("sglang", "vllm"), ServingArgsError),
     "data_format": _one_of(FORMATS, DataError), "device": _device,
     "dtype": _one_of(("float32", "float16", "bfloat16", "float64"), ParameterError),

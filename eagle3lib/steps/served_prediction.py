@@ -27,6 +27,7 @@ from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
+from ..replay.traffic import served_traffic
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from .served_view import ENGINE_SAID, deployment_view, view_findings
@@ -120,16 +121,18 @@ def demo_served(d: Discovery, n_prompts: int = 4) -> list[RunRecord]:
 def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str = "", data_path: str = "",
                         served_paths=(), server_url: str = "", serving_dump: str = "", serving_layout: str = "",
                         n: int = 16, device: str = "cpu", progress: bool = True, startup_log: str = "",
-                        served_data_path: str = "") -> ServedPrediction:
+                        served_data_path: str = "", served_traffic_path: str = "") -> ServedPrediction:
     """Every served run (from `served_paths` / `server_url`; on the demo world, its engine) beside the replay of the
     draft on `data_path` under that run's setting, in the layout the server feeds: from the serving dump, the typed
     `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order).
     A vLLM deployment is replayed as the engine loads it (`vllm_served`): `startup_log` is the server's log,
-    `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`)."""
+    `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`),
+    `served_traffic_path` the served requests and answers themselves (replay.traffic; before `served_data_path`)."""
     if draft_path and d.launch is not None and d.launch.engine == "vllm":
         return vllm_served(d, draft_path=draft_path, target_path=target_path, data_path=data_path,
-                           served_data_path=served_data_path, served_paths=served_paths, server_url=server_url,
-                           startup_log=startup_log, serving_dump=serving_dump, n=n, device=device)
+                           served_data_path=served_data_path, served_traffic_path=served_traffic_path,
+                           served_paths=served_paths, server_url=server_url, startup_log=startup_log,
+                           serving_dump=serving_dump, n=n, device=device)
     notes, problems, missing, runs = [], [], [], []
     if draft_path:
         if not data_path:
@@ -175,11 +178,13 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
 
 
 def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: str, served_data_path: str = "",
-                served_paths=(), server_url: str = "", startup_log: str = "", serving_dump: str = "", n: int = 16,
-                device: str = "cpu") -> ServedPrediction:
+                served_traffic_path: str = "", served_paths=(), server_url: str = "", startup_log: str = "",
+                serving_dump: str = "", n: int = 16, device: str = "cpu") -> ServedPrediction:
     """A vLLM deployment: the draft as vLLM loads it (the tables, the probe, the server's own log: `served_view`),
     what the engine said against the trained layout, and each served τ beside the draft replayed as trained and as
-    the engine loads it (`replay.as_served`), which decides the wiring causes by measurement."""
+    the engine loads it (`replay.as_served`), which decides the wiring causes by measurement. The replay runs on
+    the served traffic (every answer, captured by the target) when `served_traffic_path` is given, else on
+    `n` samples of `served_data_path`, else of the training data."""
     notes, problems, decided = [], [], []
     logs = [p for p in [startup_log, *served_paths] if p]
     log = None
@@ -225,6 +230,14 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
         if "embed_tokens.weight" in shipped else None
     rope = trained_rope(draft_path, target_path)
     data = served_data_path or ri.train_data
+    if served_traffic_path:
+        try:
+            data, tnote = served_traffic(served_traffic_path, target_path, setup.training_layout, setup.tokenizer,
+                                         device=device)
+            n = len(data)                         # every answer: the served τ counts them all
+            notes.append(tnote)
+        except Eagle3Error as e:
+            problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     rec = Recapture(target_path, device=device) if target_path else None
     first = None
     for r in runs:

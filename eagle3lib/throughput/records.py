@@ -16,7 +16,7 @@ from pathlib import Path
 import pandas as pd
 
 from ..errors import DataError, MissingFileError
-from ..jsonfiles import atomic_write, to_json_value
+from ..jsonfiles import atomic_write, json_lines, to_json_value
 
 TOK_S_SCOPES = ("aggregate", "per_request")
 ROUNDING_SLACK = 0.006  # engines print tau with 2 decimals
@@ -152,17 +152,7 @@ def read_jsonl(path: str | Path) -> list[RunRecord]:
     path = Path(path)
     if not path.is_file():
         raise MissingFileError(str(path), "run-record file not found", expected="a .jsonl file", found="nothing")
-    out = []
-    for i, line in enumerate(path.read_text(encoding="utf-8", errors="replace").splitlines(), 1):
-        if not line.strip():
-            continue
-        try:
-            d = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise DataError(f"{path}:{i}", "line is not valid JSON", expected="one JSON object per line",
-                            found=str(e), cause="a truncated write or a file of another format") from None
-        out.append(from_dict(d, where=f"{path}:{i}"))
-    return out
+    return [from_dict(d, where=f"{path}:{i}") for i, d in json_lines(path)]
 
 
 def to_dataframe(records) -> pd.DataFrame:

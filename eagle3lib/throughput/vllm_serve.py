@@ -6,7 +6,8 @@ venv (`engines.vllm_server`), waits for /health (or for the process to die), sen
 logs them every ``VLLM_LOG_STATS_INTERVAL`` s, 10 by default; this sets 1), saves /metrics and stops the server.
 τ = 1 + accepted / drafts, from /metrics (`benchparse.parse_prometheus`) and from the log (`logparse.parse_vllm_log`);
 a server that refused the draft gives ok=False and the engine's own final exception (`serving.vllm_log`).
-Out dir: launch.txt, server.log, metrics.txt, prompts.jsonl, responses.jsonl, served.json.
+Out dir: launch.txt, server.log, metrics.txt, prompts.jsonl, responses.jsonl (each answer's text and, with vLLM's
+``return_token_ids``, its token ids: the served traffic, `serving.traffic`), served.json.
     run = serve("data/demo/target", "my_draft", "out/served", prompts="data/demo/data/heldout/heldout.jsonl")
 CLI: ``python -m eagle3lib.throughput.vllm_serve --target T --draft D --prompts FILE --out DIR`` (one JSON line).
 """
@@ -59,7 +60,7 @@ class ServedRun:
 
 def _complete(server: VllmServer, model: str, p: Prompt, max_tokens: int) -> dict:
     body = {"model": model, "prompt": list(p.token_ids) if p.token_ids is not None else p.text,
-            "max_tokens": max_tokens, "temperature": 0}
+            "max_tokens": max_tokens, "temperature": 0, "return_token_ids": True}   # the answer as the engine's ids
     t0 = time.monotonic()
     try:
         ans = server.post("/v1/completions", body)
@@ -71,6 +72,8 @@ def _complete(server: VllmServer, model: str, p: Prompt, max_tokens: int) -> dic
         usage = ans.get("usage") or {}
         row.update(text=ch.get("text"), finish_reason=ch.get("finish_reason"),
                    prompt_tokens=usage.get("prompt_tokens"), completion_tokens=usage.get("completion_tokens"))
+        if ch.get("token_ids") is not None:             # what verification checked (serving.traffic reads it)
+            row["token_ids"] = ch["token_ids"]
     else:
         row["error"] = ans.get("error", ans)
     return row

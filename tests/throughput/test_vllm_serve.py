@@ -137,6 +137,13 @@ def test_real_vllm_serves_the_healthy_demo(healthy_run):
     assert log_rec.accept_length == pytest.approx(prom.accept_length) == pytest.approx(run.accept_length)
     assert run.accept_length == pytest.approx(1 + prom.accepted / prom.rounds)
     assert run.accept_length > 2.5 and run.n_answered == 32
+    # the served traffic: each answer's ids as the engine generated them, which the target's tokenizer agrees with
+    from eagle3lib.model.target import load_tokenizer
+    from eagle3lib.serving.traffic import read_traffic
+    rows = [json.loads(x) for x in (out / "responses.jsonl").read_text().splitlines()]
+    assert all(len(r["token_ids"]) == r["completion_tokens"] for r in rows)
+    traffic = read_traffic(out, load_tokenizer(ROOT / "data" / "demo" / "target"))
+    assert len(traffic.exchanges) == 32 and {e.ids_from for e in traffic.exchanges} == {"engine"}
     launch = parse_launch((out / "launch.txt").read_text())
     assert (launch.engine, launch.algorithm, launch.num_speculative_tokens) == ("vllm", "eagle3", 3)
     assert launch.draft_path.endswith("draft") and launch.env["VLLM_LOG_STATS_INTERVAL"] == "1"
