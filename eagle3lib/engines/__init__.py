@@ -12,6 +12,7 @@
                     read, with the source of each read (data).
 - `layer_reading`   which ids each engine reads from a draft config (vLLM: per model runner, V1 / V2) and the
                     boundaries it then captures.
+- `verification`    where a speculative engine drafts: its verification walk (`verification_walk`).
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
 - `vllm_config`     how vLLM resolves the speculative method (explicit or inferred from the path), by version.
 - `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.

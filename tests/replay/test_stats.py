@@ -11,6 +11,7 @@ import pytest
 import torch
 
 from eagle3lib.layout import ZERO
+from eagle3lib.engines.verification import verification_walk
 from eagle3lib.replay import stats as S
 
 LAYOUT = ("embed", "layer_in.2")
@@ -118,10 +119,10 @@ def test_verification_walk_drafts_at_the_last_accepted_row_and_restarts_at_each_
     """accepted counts the bonus token: from P the next draft is at P + accepted[P]; a start (the next turn's
     prompt) begins again; positions not eligible (a chain cut by the answer's end) are passed over."""
     acc = [1, 3, 1, 2, 1, 1, 4, 1, 1, 1, 2, 1]
-    assert S.verification_walk(acc, [True] * 12, {1}) == [1, 4, 5, 6, 10]
-    assert S.verification_walk(acc, [True] * 12, {1, 8}) == [1, 4, 5, 6, 8, 9, 10]    # a second request at 8
-    assert S.verification_walk(acc, [p != 4 for p in range(12)], {1}) == [1, 5, 6, 10]
-    assert S.verification_walk(acc, [True] * 12, set()) == []                        # no prompt: no request
+    assert verification_walk(acc, [True] * 12, {1}) == [1, 4, 5, 6, 10]
+    assert verification_walk(acc, [True] * 12, {1, 8}) == [1, 4, 5, 6, 8, 9, 10]    # a second request at 8
+    assert verification_walk(acc, [p != 4 for p in range(12)], {1}) == [1, 5, 6, 10]
+    assert verification_walk(acc, [True] * 12, set()) == []                        # no prompt: no request
 
 
 def test_walk_rows_serve_the_prompts_last_row_and_stop_at_the_answers_end():
