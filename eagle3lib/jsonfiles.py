@@ -87,7 +87,7 @@ def json_lines(path: str | os.PathLike, cause: str = "a truncated write or a fil
             if not line.strip():
                 continue
             try:
-                yield no, json.loads(line)
+                yield no, json.loads(line.rstrip("\r\n"))
             except json.JSONDecodeError as e:
                 raise DataError(f"{path}:{no}", "line is not valid JSON", expected="one JSON object per line",
                                 found=str(e)[:120], cause=cause) from None
