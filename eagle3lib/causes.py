@@ -1,8 +1,8 @@
 """The catalogue of causes a served EAGLE-3 draft underperforms for, and the `Finding` every check returns.
 
-One stable snake_case id per cause of `field-causes.md` (its 33 rows: 19 ranked, 14 reported in 2026) plus the
-seed's two (`ndt_override`, `aux_layout_mismatch`) and two the workbook tells apart (`generalization_gap`,
-`lossy_threshold`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
+One stable snake_case id per cause of `field-causes.md` (its 47 rows: 19 ranked, 28 reported in 2026) plus the
+seed's two (`ndt_override`, `aux_layout_mismatch`), two the workbook tells apart (`generalization_gap`,
+`lossy_threshold`) and two the training samples tell apart (`draft_config_differs`, `engine_cannot_run`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
 ``Finding(cause, status, summary, evidence, where, fix, needs, source)``; ``not_checked(cause, where, needs)`` is
 the finding of a check whose input is missing.
 Each cause lists its aspects (`ASPECTS`: chat_template_mismatch has role markers, think blocks, a default system
@@ -127,6 +127,50 @@ _ROWS_2026 = (
     ("trtllm_acceptance_gate", "TRT-LLM acceptance_rate_threshold turns speculation off permanently; relaxed "
      "acceptance in thinking inflates AL", "AL ~1.0, or an inflated AL", _FC + "33; TRT-LLM#12905, #12353, #18905"),
 )
+# field-causes.md rows 34-47 (added to the reference later), after rows 20-33 in the catalogue's order
+_ROWS_2026B = (
+    ("hicache_draft_kv", "hierarchical KV cache (SGLang HiCache) restores the target's KV on loadback but not the "
+     "draft's KV or DSA index buffers", "silent collapse, AL 4.49 -> 1.59 over hours; flush_cache restores it",
+     _FC + "34; sglang#32176"),
+    ("pd_disaggregation", "prefill/decode disaggregation does not transfer the draft's KV or hidden states",
+     "AL -4% on short prompts, about -25% at 30K", _FC + "35; TRT-LLM PR#17371; ROCm/ATOM PR#1331; sglang PR#10801"),
+    ("pipeline_parallel_aux", "pipeline parallelism: aux layers living on earlier PP ranks are never captured",
+     "the draft gets incomplete aux states", _FC + "36; sglang PR#39644, PR#23569; vllm PR#53052"),
+    ("greedy_verify_platform", "the verify step is silently greedy on some platforms (ROCm / CPU / NPU / XPU)",
+     "temperature ignored, looping output", _FC + "37; sglang PR#37134, #31214, #21275"),
+    ("aux_opt_out", "a draft that opts out of aux states (use_aux_hidden_state false or []) is still fed, or fed "
+     "the wrong thing", "lower AL (gpt-oss Eagle3-v2); vLLM 0.32 feeds the last hidden state, no fc",
+     _FC + "38; vllm PR#40656, #40551; tokenspeed PR#526"),
+    ("layer_id_count", "layer ids under target_layer_ids with a count other than the 3 the code assumes",
+     "refused or mis-handled checkpoints", _FC + "39; verl-SpeCo PR#6"),
+    ("k_meaning", "the meaning of K differs across engines (vLLM K, SGLang K+1 draft tokens; TRT-LLM counts "
+     "exclude the bonus token)", "off-by-one configs, misreported AL", _FC + "40; ModelOpt PR#2313; tokenspeed PR#54"),
+    ("simulated_acceptance", "simulated acceptance left on (SGLANG_SIMULATE_ACC_LEN, "
+     "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS)", "a fake AL", _FC + "41; sglang PR#29645; ATOM#555"),
+    ("fp8_kv_target", "fp8 KV cache on the target", "MTP acceptance 0.725 -> 0.630", _FC + "42; vllm PR#55557"),
+    ("draft_attention_backend", "the draft ignores --attention-backend; a compressed-tensors kv_cache_scheme "
+     "forces fp8 KV for the draft", "wrong draft kernel or KV dtype", _FC + "43; vllm#44879"),
+    ("stale_draft_kv", "approximate draft KV / hidden states never overwritten after acceptance", "AL -8 to -15%",
+     _FC + "44; vllm#14649"),
+    ("async_scheduling", "async scheduling gives up some acceptance", "small loss",
+     _FC + "45; vllm PR#29845; vllm-ascend PR#8230"),
+    ("sequence_parallel", "sequence parallelism combined with EAGLE-3", "draft accuracy problem",
+     _FC + "46; vllm-ascend#5825"),
+    ("k_schedule", "K scheduled by batch size (num_speculative_tokens_per_batch_size, draft_len_schedule, "
+     "confidence caps)", "AL not comparable across runs", _FC + "47; vllm-metal PR#463; vllm-ascend PR#15174"),
+)
+# causes the training samples tell apart (issue 36): the shipped draft is not what was trained, or the engine cannot
+# run what it was given; after the rows above so their order stays as it was
+_ROWS_TRAINED = (
+    ("draft_config_differs", "a draft config field differs from what training used (set, added or changed by a "
+     "converter or by hand): the draft fails its own training samples until that field is restored",
+     "training accuracy high; the replay on the training samples and the served τ low, no log line",
+     "training-and-eval.md; the counterfactual replay over every engine-read field (replay.counterfactual)"),
+    ("engine_cannot_run", "the engine cannot run a field, dtype or host the draft needs (an activation, an "
+     "architecture name, float32 weights on a backend that takes bf16): it refuses with its own message",
+     "the server does not start, or a request dies", "the engine's own traceback; engines.vllm_errors, "
+     "vllm-0.32-facts.md"),
+)
 # the separate ways each cause happens (a cause with one way has one aspect, named after it)
 ASPECTS: dict[str, tuple[str, ...]] = {
     "missing_layer_ids": ("ids in the config", "ids under the key the engine reads"),
@@ -152,12 +196,14 @@ ASPECTS: dict[str, tuple[str, ...]] = {
     "aux_layout_mismatch": ("served layout",),
     "generalization_gap": ("held-out accuracy",),
     "lossy_threshold": ("accept thresholds",),
+    "draft_config_differs": ("a field the engine reads",),
+    "engine_cannot_run": ("the engine's refusal",),
 }
 CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r, aspects=ASPECTS.get(r[0], (r[0].replace("_", " "),)))
-                               for r in _ROWS + _ROWS_2026}
+                               for r in _ROWS + _ROWS_2026 + _ROWS_2026B + _ROWS_TRAINED}
 
 # field-causes.md row number -> catalogue id (each row maps to exactly one id)
-FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19] + _ROWS_2026)}
+FIELD_CAUSES: dict[int, str] = {i + 1: r[0] for i, r in enumerate(_ROWS[:19] + _ROWS_2026 + _ROWS_2026B)}
 
 
 def cause(cause_id: str) -> Cause:

@@ -20,9 +20,9 @@ FIELD_CAUSES_MD = next((p for p in (ROOT.parent / "shared" / "reference" / "fiel
 
 
 def test_catalogue_covers_the_field_causes_and_the_seed_once_each():
-    """33 field causes map to 33 distinct ids; the seed's two and the extras are there; ids are snake_case."""
-    assert sorted(FIELD_CAUSES) == list(range(1, 34))
-    assert len(set(FIELD_CAUSES.values())) == 33
+    """47 field causes map to 47 distinct ids; the seed's two and the extras are there; ids are snake_case."""
+    assert sorted(FIELD_CAUSES) == list(range(1, 48))
+    assert len(set(FIELD_CAUSES.values())) == 47
     for extra in ("ndt_override", "aux_layout_mismatch", "generalization_gap", "d2t_mapping", "lossy_threshold"):
         assert extra in CATALOGUE
     for cid, c in CATALOGUE.items():
@@ -32,11 +32,13 @@ def test_catalogue_covers_the_field_causes_and_the_seed_once_each():
 
 
 def test_ids_added_for_rows_20_to_33_keep_the_earlier_order():
-    """The 19 ranked rows and the seed's ids keep their catalogue positions; rows 20-33 come after them."""
+    """The 19 ranked rows and the seed's ids keep their catalogue positions; rows 20-47 come after them, then the
+    causes the training samples tell apart."""
     ids = list(CATALOGUE)
     assert ids[:19] == [FIELD_CAUSES[r] for r in range(1, 20)]
     assert ids[19:23] == ["ndt_override", "aux_layout_mismatch", "generalization_gap", "lossy_threshold"]
-    assert ids[23:] == [FIELD_CAUSES[r] for r in range(20, 34)]
+    assert ids[23:51] == [FIELD_CAUSES[r] for r in range(20, 48)]
+    assert ids[51:] == ["draft_config_differs", "engine_cannot_run"]
 
 
 @pytest.mark.skipif(not FIELD_CAUSES_MD.is_file(), reason="reference notes not on this machine")

@@ -243,6 +243,17 @@ _TRAINED = "needs a draft trained otherwise (the demo draft was trained without 
            "makes a draft that never was"
 _SERVED = "needs a measurement of a running server (a served τ, its log or metrics): nothing offline to plant"
 NOT_PLANTABLE = {
+    **{c: "a serving feature of a GPU deployment (HiCache, PD disaggregation, pipeline / sequence parallelism, "
+          "fp8 KV, async scheduling, K schedules, a platform's verify step): read from the launch, not plantable "
+          "in the CPU demo's files" for c in ("hicache_draft_kv", "pd_disaggregation", "pipeline_parallel_aux",
+                                             "greedy_verify_platform", "fp8_kv_target", "draft_attention_backend",
+                                             "stale_draft_kv", "async_scheduling", "sequence_parallel",
+                                             "k_schedule", "k_meaning", "simulated_acceptance")},
+    "aux_opt_out": "needs the real engine: what vLLM feeds a draft with use_aux_hidden_state false is measured on "
+                   "it (tests/engines)",
+    "layer_id_count": "a draft trained on a layer count other than the demo's 4 slots: " + _TRAINED,
+    "draft_config_differs": "planted by the generated fault matrix (eagle3lib.demo.faults), not as one case here",
+    "engine_cannot_run": "an engine's refusal: needs the real engine (tests/engines), no offline plant",
     "final_norm_slot": "the demo draft's last slot is layer_in.6, not a final-norm boundary; " + _TRAINED,
     "dropped_variant_flags": _TRAINED, "specforge_norm_output": _TRAINED, "fc_norm_conflict": _TRAINED,
     "draft_window_ignored": _TRAINED,
