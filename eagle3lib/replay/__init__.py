@@ -16,6 +16,8 @@
 - `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
                  against the draft as trained / as the engine loads it (what the served τ decides per cause).
 - `as_served`    the draft replayed as an engine loads it (layout, d2t, embedding, lm_head, RoPE), aspect by aspect.
+- `counterfactual` the training samples decide what was trained: the draft replayed under every engine-read
+                 config field set otherwise; the field whose change restores the accuracy, with its fix.
 - `traffic`      the served traffic (each served prompt + the server's answer) as samples captured by the target:
                  what a served τ is predicted on.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.

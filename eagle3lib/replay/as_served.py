@@ -24,6 +24,7 @@ import torch
 from ..errors import ConfigError, Eagle3Error
 from ..model.draft import Eagle3Draft
 from ..model.layers import Rotary
+from ..model.variants import rebuilt
 from ..model.target import load_target_tensor
 from .run import replay
 from .stats import ReplaySetup
@@ -33,7 +34,9 @@ from ..layout import ZERO
 ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")
 FLAG_FIELDS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
 ASPECT_CAUSE = {"d2t": "d2t_mapping", "embedding": "wrong_embedding", "lm_head": "lm_head_missing",
-                "rope": "rope_mismatch"}      # layout: the kind of layout difference decides (hidden.explain)
+                "rope": "rope_mismatch", "config": "draft_config_differs"}
+# layout: the kind of layout difference decides (hidden.explain); config: a RoPE field is rope_mismatch
+CONFIG_ROPE = ("rope_theta", "rope_scaling", "max_position_embeddings")
 
 
 @contextlib.contextmanager
@@ -170,9 +173,13 @@ def _plain(v):
     return list(v) if isinstance(v, tuple) else v
 
 
-def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, seed, recapture) -> Replayed:
+def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, seed, recapture,
+         extra=None) -> Replayed:
     lay = tuple(x if x is not None else ZERO for x in values["layout"])
     rope = values.get("rope") or {}
+    if values.get("config"):                 # the config fields that reproduce training (replay.counterfactual)
+        m = rebuilt(setup.model, extra=extra, **values["config"]).model
+        setup = replace(setup, model=m, cfg=m.cfg)
     with loaded_as(setup, tensors, d2t=values.get("d2t"), embedding=values.get("embedding"),
                    lm_head=values.get("lm_head")), variant(setup.model, **rope):
         r = replay(setup, data, layout=lay, label=label, n=n, seed=seed, num_steps=num_steps, fill="zeros",
@@ -187,13 +194,16 @@ def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, se
 
 def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=(), n: int = 16, seed: int = 0,
                      own_embed: torch.Tensor | None = None, trained_rope: dict | None = None,
-                     recapture=None) -> AsServed:
+                     recapture=None, trained_config: dict | None = None, extra: dict | None = None) -> AsServed:
     """Replay the draft as trained, as `view` serves it, and with each differing aspect served alone.
 
     shipped: the tensor names the draft's checkpoint carries; own_embed: its shipped embed_tokens (read by the
     caller); trained_rope: RoPE fields the draft was trained with where they differ from its config (e.g.
     {"rope_theta": 1e4}, from the training config or the target), else None; recapture: what captures the
-    boundaries a served layout needs and the samples lack (layoutsearch.Recapture; None: they are zeros, noted)."""
+    boundaries a served layout needs and the samples lack (layoutsearch.Recapture; None: they are zeros, noted);
+    trained_config: the config fields that reproduce training where the shipped config differs (the counterfactual
+    search's `Search.trained_changes`): 'as trained' runs them, the engine reads the shipped ones (aspect
+    "config"); extra: checkpoint tensors the shipped config leaves unused, for a field that switches them on."""
     if setup.training_layout is None:
         raise ConfigError("replay.as_served", "no trained layout", expected="the identified training layout",
                           found=None, cause="give training data (its slots are identified against the target)")
@@ -207,7 +217,7 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
         notes.append("the checkpoint has no lm_head: the trained head is not known, so 'as trained' uses what "
                      "eagle3lib's loader gave (the target's)")
         trained["lm_head"] = served["lm_head"]
-    kw = dict(num_steps=num_steps, n=n, seed=seed, recapture=recapture)
+    kw = dict(num_steps=num_steps, n=n, seed=seed, recapture=recapture, extra=extra)
     if recapture is None and any(b is not None and b not in setup.training_layout for b in served["layout"]):
         notes.append("the served layout needs boundaries the training samples lack and nothing recaptures them: "
                      "they are replayed as zeros")
@@ -215,6 +225,14 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
     open_ = []
     if tensors.own_embed is not None and tensors.target_embed is not None:
         open_.append(("embedding", {"own": "own", "target": "target"}, "its own embed_tokens", "the target's"))
+    if trained_config:                        # the training samples say the shipped config is not what was trained
+        served["config"], sources["config"] = {}, "config"
+        trained["config"] = dict(trained_config)
+        notes.append("config: the training samples are replayed best with " + ", ".join(
+            f"{k} {v!r}" for k, v in trained_config.items()) + " (replay.counterfactual); the engine reads the "
+            "shipped config")
+        if set(trained_config) & set(CONFIG_ROPE):
+            trained_rope = None               # the search already settled the RoPE
     if trained_rope:                          # the engine reads the config's RoPE; the target's / training's differ
         served["rope"], sources["rope"] = {}, "config"
         open_.append(("rope", {"config": {}, "other": dict(trained_rope)}, "the config's RoPE",

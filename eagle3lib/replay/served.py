@@ -22,7 +22,7 @@ import pandas as pd
 from ..causes import Finding
 from ..errors import DataError
 from ..hidden.explain import causes_of, explain
-from .as_served import ASPECT_CAUSE
+from .as_served import ASPECT_CAUSE, CONFIG_ROPE
 from .stats import ReplaySetup
 from ..layout import ZERO
 from .tree import TreeReplayResult, check_setting, label_of, replay_tree
@@ -129,12 +129,21 @@ def served_vs_replay(setup: ReplaySetup, data, served: float, setting, *, source
 
 AS_SERVED = "served accept length vs the draft replayed as the engine loads it"
 WIRING_CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot",
-                 "d2t_mapping", "wrong_embedding", "lm_head_missing", "rope_mismatch")
+                 "d2t_mapping", "wrong_embedding", "lm_head_missing", "rope_mismatch", "draft_config_differs")
+
+
+def distinct_floor(tau: float) -> float:
+    """Accepted tokens by which two replays must differ before a served τ can tell them apart: max(0.1, 3%)."""
+    return max(0.1, 0.03 * tau)
 
 
 def aspect_causes(aspect: str, as_served, num_layers: int | None, ids_read: bool = True) -> tuple[str, ...]:
     """The catalogue causes an aspect served differently stands for: the kind of layout difference (hidden.explain),
     `missing_layer_ids` when the engine read no ids and fell back to its default; the cause of every other aspect."""
+    if aspect == "config":
+        fields = set(as_served.trained.get("config") or {})
+        return tuple(c for c, hit in (("rope_mismatch", fields & set(CONFIG_ROPE)),
+                                      ("draft_config_differs", fields - set(CONFIG_ROPE))) if hit)
     if aspect != "layout":
         return (ASPECT_CAUSE[aspect],)
     expl = explain(tuple(as_served.trained["layout"]),
@@ -190,36 +199,47 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
 
 
 def _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed) -> list[Finding]:
+    """Each hypothesis by how well it explains the served τ: its distance from the replay as trained and from the
+    replay as served (the margin between them in the evidence). As served explains it when the two replays are
+    far enough apart to tell (`distinct_floor`), the served τ is nearer that one, and within the tolerance."""
     out: list[Finding] = []
-    if abs(served - tr.tau) <= tol:
+    d_tr, d_sv, floor = abs(served - tr.tau), abs(served - sv.tau), distinct_floor(tr.tau)
+    distinct = bool(diff) and abs(tr.tau - sv.tau) > floor
+    ev = {**ev, "distance_as_trained": round(d_tr, 3), "distance_as_served": round(d_sv, 3),
+          "margin": round(abs(d_tr - d_sv), 3), "distinct_floor": round(floor, 3)}
+    explained = distinct and d_sv < d_tr and d_sv <= tol
+    if not explained and d_tr <= tol:
         for c in WIRING_CAUSES:
             why = next((a for a, cs in blamed.items() if c in cs), None)
             text = f"{head}: the engine serves the draft as trained"
             if why is not None and sv.tau < tr.tau - tol:
                 text += (f" although its {as_served.sources.get(why, '?')} view loads {why} as "
-                         f"{as_served.served[why]!r}, which would replay at {sv.tau:.2f}: that view is wrong")
+                         f"{_short(as_served.served[why])}, which would replay at {sv.tau:.2f}: that view is wrong")
             out.append(Finding(c, "ruled out", text, ev, AS_SERVED, measured=True))
         out.append(Finding("engine_regression", "ruled out", f"{head}: no acceptance is lost in serving", ev,
                            AS_SERVED, measured=True))
         return out
-    explained = bool(diff) and abs(served - sv.tau) <= tol and sv.tau < tr.tau - tol
     for a in diff:
         alone = as_served.get(f"{a} as served") or sv
-        drop = alone.tau < tr.tau - tol
+        drop = alone.tau < tr.tau - floor and abs(served - alone.tau) < d_tr
         for c in blamed[a]:
             if explained:
                 status = "confirmed" if drop else "ruled out"
                 text = (f"{head}: serving {a} as {_short(as_served.served[a])} (from the "
                         f"{as_served.sources.get(a, '?')}) alone replays at {alone.tau:.2f}"
-                        + (", which the served τ reproduces" if drop else ": not what loses acceptance"))
+                        + (f", which explains the served τ (off by {abs(served - alone.tau):.2f}, as trained by "
+                           f"{d_tr:.2f})" if drop else ": not what loses acceptance"))
             else:
                 status = "suspected" if drop else "ruled out"
                 text = (f"{head}: serving {a} as {_short(as_served.served[a])} replays at {alone.tau:.2f}; the "
-                        "served τ matches neither replay")
+                        f"served τ is off both replays by more than {tol:.2f} (as trained by {d_tr:.2f}, as "
+                        f"served by {d_sv:.2f})")
             fix = {"d2t_mapping": "store the map under the name the engine reads ('d2t')",
                    "wrong_embedding": "ship no embed_tokens (engines share the target's) or the target's own",
                    "lm_head_missing": "ship the trained lm_head.weight",
-                   "rope_mismatch": "serve with the RoPE the draft was trained with"}.get(
+                   "rope_mismatch": "serve with the RoPE the draft was trained with",
+                   "draft_config_differs": "write the trained values into config.json: " + ", ".join(
+                       f"{k} {v!r}" for k, v in (as_served.trained.get("config") or {}).items())}.get(
                 c, f"make the engine feed [{', '.join(as_served.trained['layout'])}]") if status != "ruled out" else ""
             out.append(Finding(c, status, text, {**ev, "aspect": a, "tau_aspect_alone": round(alone.tau, 3)},
                                AS_SERVED, fix=fix, measured=True))
@@ -235,9 +255,9 @@ def _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed) -> list[Fin
     elif served < min(tr.tau, sv.tau) - tol:
         out.append(Finding("engine_regression", "suspected", f"{head}: the server accepts less than the draft does "
                            "even as the engine loads it (an engine regression, prompts unlike the replayed data, or "
-                           "an aspect this view does not model)", ev, AS_SERVED,
-                           fix="replay on samples of the served prompts; compare another engine version",
-                           measured=True))
+                           "an aspect this view does not model); no other version was seen serving these artifacts",
+                           ev, AS_SERVED, fix="replay on the served traffic; serve the same artifacts on another "
+                           "engine version", measured=True))
     elif served > tr.tau + tol:
         out.append(Finding("measurement_artefact", "suspected", f"{head}: the server accepts more than greedy "
                            "verification on the replayed data reaches (repetitive outputs, a lossy threshold, a "

@@ -10,6 +10,8 @@ here and only here), then the library called in the notebook's order.
 - `served_view` the draft as the serving engine loads it (tables, the vLLM probe, the server's log), and what the
   running engine said as findings (its captured layout, the error it died of).
 - `sample_replay` notebook 02: its inputs (draft, target, training / held-out data, recorded accuracy).
+- `trained_config` notebook 02 and the diagnosis: is the shipped config what was trained? (the counterfactual
+  search with the target's / training config's values as candidates).
 - `diffing`    notebook 03: training slots and a serving dump compared with the target's own boundaries.
 - `throughput_runs` notebook 04: the served runs read from files / a server, the demo engine's sweep, and
   its chain-vs-tree replay and timing.

@@ -33,7 +33,8 @@ from ..serving.vllm_log import read_vllm_log
 from .served_view import ENGINE_SAID, deployment_view, view_findings
 from ..throughput.records import RunRecord
 from .discovery import Discovery
-from . import sample_replay
+from . import sample_replay, trained_config
+from .trained_config import unused_tensors
 from .throughput_runs import read_runs
 
 
@@ -229,6 +230,14 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
     own = load_state_dict(draft_path, keys=["embed_tokens.weight"]).get("embed_tokens.weight") \
         if "embed_tokens.weight" in shipped else None
     rope = trained_rope(draft_path, target_path)
+    # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
+    found = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
+                                                 recorded_from=ri.recorded_from)
+    decided += found.findings()
+    if found.trained_changes:
+        notes.append("as trained: " + found.restoring.described + f" (the training samples: {found.shipped_acc0:.2f} "
+                     f"as shipped, {found.restoring.acc0:.2f} so)")
+    extra = unused_tensors(draft_path, setup) if found.trained_changes else None
     data = served_data_path or ri.train_data
     if served_traffic_path:
         try:
@@ -247,7 +256,8 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             continue
         try:
             first = first or replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped, own_embed=own,
-                                              trained_rope=rope, n=n, recapture=rec)
+                                              trained_rope=rope, n=n, recapture=rec,
+                                              trained_config=found.trained_changes or None, extra=extra)
         except Eagle3Error as e:
             problems.append(f"replay as served: {e}")
             break

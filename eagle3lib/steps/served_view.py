@@ -19,7 +19,7 @@ from ..causes import Finding
 from ..checks.inputs import read_artifacts
 from ..engines import vllm_env
 from ..engines.facts import fact
-from ..engines.vllm_errors import known_failure_text
+from ..engines.vllm_errors import attribution, known_failure_text
 from ..engines.loaded_view import EngineView, engine_view
 from ..errors import Eagle3Error
 from ..hidden.explain import causes_of, explain
@@ -174,8 +174,8 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
     known = known_failure_text(text)
     if known is not None:                     # a failure the engine facts explain (the frame it was raised in)
         row = fact(*known.fact)
-        return [Finding(known.cause, "confirmed", f"{view.engine} dies serving the draft: {known.what}; the ids in "
-                        f"{cfg} ask for it. The engine: {text}" + (f" [{row.source}]" if row else ""),
+        return [Finding(known.cause, "confirmed", f"{view.engine} dies serving the draft: {known.what}; `{known.key}` "
+                        f"in {cfg} (or the launch) asks for it. The engine: {text}" + (f" [{row.source}]" if row else ""),
                         {**ev, "file": cfg, "key": known.key, "frame": known.frame,
                          "fact": row.source if row else None}, WHERE,
                         fix=known.fix, measured=True)]
@@ -191,6 +191,9 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
                         fix="write the trained layout's ids in vLLM's input-of-layer convention at the top level "
                             "(`eagle_aux_hidden_state_layer_ids`); an id the target has no boundary for (-1) is "
                             "never captured", measured=True)]
-    cause = "weights_dropped" if "weight" in text or "parameter" in text or "key" in text else "engine_regression"
+    _, cause = attribution(text)
+    fix = ("make the checkpoint load in the engine (the error names the key)" if cause == "weights_dropped" else
+           "the engine's message names what it cannot run: change that field, dtype or host (no other version was "
+           "seen serving these artifacts, so this is not called a regression)")
     return [Finding(cause, "confirmed", f"{view.engine} refuses the draft ({cfg}): {text}", {**ev, "file": cfg},
-                    WHERE, fix="make the checkpoint load in the engine (the error names the key)", measured=True)]
+                    WHERE, fix=fix, measured=True)]

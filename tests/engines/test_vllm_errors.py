@@ -46,3 +46,61 @@ def test_errors_of_the_asked_for_shutdown_are_not_the_engines_failure():
     assert [e.phase for e in errs] == ["shutdown"] and root_error(errs) is None
     before = scan_errors(lines[:1] + lines[3:], ready_at=1)      # the same error without the stop: a failure
     assert [e.phase for e in before] == ["serving"] and root_error(before) is before[0]
+
+
+def _traceback(frame_path: str, line: int, exc_line: str) -> list[str]:
+    p = "(EngineCore pid=3) ERROR 12-01 20:00:00 [core.py:1] "
+    return [p + "Traceback (most recent call last):",
+            p + f'  File "/venv/lib/python3.11/site-packages/{frame_path}", line {line}, in f', p + exc_line]
+
+
+def _refusal(lines) -> str:
+    """A refusal as the served view writes it from a log (steps.served_view: message, line, raised at frame)."""
+    e = root_error(scan_errors(lines))
+    return f"{e.exception}: {e.message[:200]} (server.log:{e.line_no}; raised at {e.frame})"
+
+
+def test_a_refusal_is_attributed_by_what_its_failing_line_does():
+    """The d2t lookup is d2t_mapping, the architecture the method names is wrong_method, the activation vLLM cannot
+    run is engine_cannot_run: each row's fix makes the engine accept; none is called a regression."""
+    from eagle3lib.engines.vllm_errors import attribution
+
+    cases = {
+        "d2t_mapping": _traceback("vllm/model_executor/models/llama_eagle3.py", 394,
+                                  "IndexError: index 2700 is out of bounds for dimension 1 with size 2685"),
+        "wrong_method": _traceback("vllm/model_executor/models/registry.py", 1205,
+                                   "ValueError: Model architectures ['EagleLlamaForCausalLMEagle3'] are not supported "
+                                   "for now. Supported architectures: dict_keys([...])"),
+        "engine_cannot_run": _traceback("vllm/model_executor/models/llama.py", 113,
+                                        "ValueError: Unsupported activation: gelu. Only silu is supported for now."),
+    }
+    for cause, lines in cases.items():
+        known, got = attribution(_refusal(lines))
+        assert got == cause and known is not None and known.fix, (cause, _refusal(lines))
+    # the same message raised elsewhere is not that row
+    _, other = attribution(_refusal(_traceback("vllm/other.py", 5, "IndexError: index 3 is out of bounds")))
+    assert other == "engine_cannot_run"
+    _, weights = attribution("ValueError: There is no module or parameter named 'midlayer.x.weight'")
+    assert weights == "weights_dropped"
+
+
+def test_every_refusal_the_project_served_is_mapped_to_the_cause_that_fixes_it():
+    """The committed deployments vLLM refused: each root error is a KNOWN_FAILURES row or the fc-width rule, never
+    the generic fallback (a new refusal must get its row)."""
+    import json
+    from pathlib import Path
+
+    from eagle3lib.engines.vllm_errors import attribution, known_failure_text
+
+    root = Path(__file__).resolve().parents[2] / "data"
+    refused = [json.loads(p.read_text()) | {"at": p.parent} for p in sorted(root.glob("demo_vllm*/*/deployment.json"))
+               if json.loads(p.read_text()).get("refused")]
+    assert len(refused) >= 2
+    for d in refused:
+        log = d["at"] / "served" / "server.log"
+        text = _refusal(log_lines(log.read_text(errors="replace")))
+        known, cause = attribution(text)
+        assert cause == d["cause"] or (known is None and cause == "aux_layout_mismatch"
+                                       and d["cause"] == "layer_id_off_by_one"), (d["name"], cause, text)
+        assert known is not None or "shape '[-1" in text, (d["name"], text)
+        assert cause != "engine_cannot_run" or known_failure_text(text) is not None

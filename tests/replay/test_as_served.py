@@ -170,3 +170,38 @@ def test_a_draft_loaded_with_a_stand_in_head_names_that_cause_unknown(world, tmp
     assert a.unknown == ("lm_head_missing",) and a.differing == ()
     healthy = setup_of(world, deployments.write_deployment("healthy", tmp_path / "h"))
     assert replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=4).unknown == ()
+
+
+def with_aspect(aspect: str, trained_value, trained: float, served: float) -> AsServed:
+    """Served as trained in every aspect but `aspect`, whose trained value is `trained_value` and served value {}."""
+    base = {"layout": TRAINED, "d2t": "checkpoint", "embedding": "target", "lm_head": "own"}
+    reps = (Replayed("as trained", (), TRAINED, trained, 0.9, 500),
+            Replayed("as served", (aspect,), TRAINED, served, 0.8, 500))
+    return AsServed(3, {**base, aspect: trained_value}, {**base, aspect: {}}, {k: "log" for k in base}, reps)
+
+
+def test_the_nearer_replay_explains_the_served_tau_by_its_margin():
+    """The rope_theta deployment on the real vLLM: served 2.71, as the engine loads it 2.83, as trained 3.07. The
+    served τ is 0.12 from the as-served replay and 0.36 from the trained one: RoPE is confirmed, not a conflict."""
+    found = as_served_findings(2.71, "metrics.txt", with_aspect("rope", {"rope_theta": 1e4}, 3.07, 2.83),
+                               num_layers=8)
+    got = by_cause(found)
+    assert got["rope_mismatch"] == {"confirmed"} and got["engine_regression"] == {"ruled out"}
+    rope = next(f for f in found if f.cause == "rope_mismatch")
+    assert rope.evidence["distance_as_served"] == pytest.approx(0.12, abs=1e-6)
+    assert rope.evidence["distance_as_trained"] == pytest.approx(0.36, abs=1e-6)
+    assert rope.evidence["margin"] == pytest.approx(0.24, abs=1e-6)
+    # two replays too close to tell apart: the served τ near both says the engine serves it as trained
+    close = with_aspect("rope", {"rope_theta": 1e4}, 3.07, 3.02)
+    assert by_cause(as_served_findings(3.01, "x", close, num_layers=8))["rope_mismatch"] == {"ruled out"}
+
+
+def test_a_config_aspect_names_the_field_the_training_samples_chose():
+    """'as trained' with the counterfactual's config: a norm flag is draft_config_differs, a RoPE field rope_mismatch."""
+    found = as_served_findings(1.39, "metrics.txt", with_aspect("config", {"norm_before_residual": False}, 3.2, 1.4),
+                               num_layers=8)
+    got = by_cause(found)
+    assert got["draft_config_differs"] == {"confirmed"} and got["rope_mismatch"] == {"ruled out"}
+    assert "norm_before_residual False" in next(f.fix for f in found if f.cause == "draft_config_differs")
+    got = by_cause(as_served_findings(1.39, "m", with_aspect("config", {"rope_theta": 1e4}, 3.2, 1.4), num_layers=8))
+    assert got["rope_mismatch"] == {"confirmed"} and got["draft_config_differs"] == {"ruled out"}

@@ -1,0 +1,294 @@
+"""The training samples decide what was trained: a counterfactual search over every field an engine reads.
+
+The shipped config.json is evidence about training, not its record. Replayed on its own training samples, a draft
+scores what training recorded; when it scores less under its shipped config, `search` replays the same samples
+with each field the serving engines read (`engines.facts.read_fields`) set otherwise, one at a time and then the
+best two together: a norm flag switched the other way, `rope_theta` as the target's / the training config's / a
+common value, `rope_scaling` removed or the target's, `rms_norm_eps`, `hidden_act`, `max_position_embeddings`.
+The candidate that restores the accuracy names the field and its fix ("remove `norm_before_residual` from
+config.json: 0.33 -> 0.92").
+
+The decision is a margin, not a band: a candidate restores when it gains more than `MIN_GAIN` and more than
+`Z` standard errors of the difference of two accuracies on these positions, and (with a recorded accuracy) comes
+nearer to it than the shipped config does. The search reports every candidate's accuracy, so a reader sees the
+margin. Fields the search does not replay say where they are decided (`DECIDED_ELSEWHERE`).
+Usage: ``s = search(setup, data, target_config=t); s.findings()``.
+"""
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field, replace
+from typing import Callable
+
+import pandas as pd
+
+from ..causes import Finding, not_checked
+from ..engines.facts import read_fields
+from ..errors import Eagle3Error
+from ..model.variants import CHANGEABLE, rebuilt
+from .run import replay
+from .stats import ReplaySetup
+
+WHERE = "replay.counterfactual (the training samples under each engine-read field set otherwise)"
+MIN_GAIN = 0.05           # step-0 accuracy a restoring candidate must gain over the shipped config
+Z = 3.0                   # ... and this many standard errors of the difference (unpaired: conservative for the
+                          # same positions scored twice)
+RECORDED_TOL = 0.10       # the shipped config "reproduces training" within this of the recorded accuracy
+COMMON_THETAS = (1e4, 5e5, 1e6)
+COMMON_EPS = (1e-5, 1e-6)
+ENGINES = ("vllm", "sglang")
+FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+ROPE = ("rope_theta", "rope_scaling", "partial_rotary_factor", "max_position_embeddings")
+
+# engine-read fields the search does not replay, and what decides them instead
+DECIDED_ELSEWHERE = {
+    "use_aux_hidden_state": "checks (aux_opt_out): with it false vLLM feeds the last hidden state and builds no fc, "
+                            "which the draft's fc weights and the training data's slots contradict",
+    "partial_rotary_factor": "checks.rope: eagle3lib's Llama forward rotates the whole head, so a partial factor is "
+                             "compared between draft, target and training config, not replayed",
+}
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One counterfactual config: the fields set otherwise, and what the training samples scored under it."""
+    changes: dict                     # field -> value (None: removed / off)
+    hows: tuple[str, ...]             # per field: "switch off", "the target's", "remove", "1e-06", ...
+    shipped: dict                     # field -> the shipped value
+    acc0: float = float("nan")
+    positions: int = 0
+    note: str = ""                    # why it was not measured
+
+    @property
+    def described(self) -> str:
+        return " + ".join(f"{k}={_show(v)} ({h})" for (k, v), h in zip(self.changes.items(), self.hows))
+
+    def config_fix(self) -> str:
+        parts = []
+        for (k, v), h in zip(self.changes.items(), self.hows):
+            if h == "remove" or (v is False and k in FLAGS):       # off is every reader's default for a flag
+                parts.append(f"remove `{k}` from config.json")
+            else:
+                parts.append(f"set `{k}` to {_show(v)} in config.json ({h})")
+        return "; ".join(parts)
+
+
+@dataclass(frozen=True)
+class Search:
+    """The shipped config's accuracy on the training samples, every candidate's, and the one that restores."""
+    shipped_acc0: float
+    positions: int
+    recorded: float | None
+    recorded_from: str
+    candidates: tuple[Candidate, ...]
+    fields: tuple[str, ...]           # the engine-read fields searched
+    elsewhere: dict = field(default_factory=dict)
+    notes: tuple[str, ...] = ()
+
+    def margin(self, c: Candidate) -> float:
+        """The accuracy a candidate must gain to count (MIN_GAIN, or Z standard errors when larger)."""
+        p = min(max((self.shipped_acc0 + c.acc0) / 2, 1e-3), 1 - 1e-3)
+        n = max(min(self.positions, c.positions), 1)
+        return max(MIN_GAIN, Z * math.sqrt(2 * p * (1 - p) / n))
+
+    @property
+    def reproduces_training(self) -> bool | None:
+        """Does the shipped config score the recorded accuracy (None: nothing recorded)?"""
+        if self.recorded is None or math.isnan(self.shipped_acc0):
+            return None
+        return self.shipped_acc0 >= self.recorded - RECORDED_TOL
+
+    @property
+    def best(self) -> Candidate | None:
+        measured = [c for c in self.candidates if not math.isnan(c.acc0)]
+        return max(measured, key=lambda c: (c.acc0, -len(c.changes)), default=None)
+
+    @property
+    def restoring(self) -> Candidate | None:
+        """The fewest-field candidate that restores the accuracy, by the margin (None: none does)."""
+        if math.isnan(self.shipped_acc0):
+            return None
+        ok = [c for c in self.candidates if not math.isnan(c.acc0) and c.acc0 - self.shipped_acc0 > self.margin(c)
+              and (self.recorded is None or abs(c.acc0 - self.recorded) < abs(self.shipped_acc0 - self.recorded))]
+        return min(ok, key=lambda c: (len(c.changes), -c.acc0), default=None)
+
+    @property
+    def trained_changes(self) -> dict:
+        """The field values that reproduce training ({} when the shipped config does)."""
+        c = self.restoring
+        return dict(c.changes) if c is not None else {}
+
+    def frame(self) -> pd.DataFrame:
+        rows = [{"config": "as shipped", "acc step 0": round(self.shipped_acc0, 4), "gain": 0.0, "margin": None,
+                 "positions": self.positions, "note": ""}]
+        for c in sorted(self.candidates, key=lambda c: -(c.acc0 if not math.isnan(c.acc0) else -1)):
+            measured = not math.isnan(c.acc0)
+            rows.append({"config": c.described, "acc step 0": round(c.acc0, 4) if measured else None,
+                         "gain": round(c.acc0 - self.shipped_acc0, 4) if measured else None,
+                         "margin": round(self.margin(c), 4) if measured else None, "positions": c.positions,
+                         "note": c.note or ("restores" if c is self.restoring else "")})
+        return pd.DataFrame(rows)
+
+    def to_dict(self) -> dict:
+        r = self.restoring
+        return {"shipped_acc0": self.shipped_acc0, "positions": self.positions, "recorded": self.recorded,
+                "recorded_from": self.recorded_from, "fields": list(self.fields), "elsewhere": dict(self.elsewhere),
+                "candidates": [{"changes": {k: _show(v) for k, v in c.changes.items()}, "hows": list(c.hows),
+                                "acc0": c.acc0, "positions": c.positions, "note": c.note} for c in self.candidates],
+                "restoring": r.described if r else None, "notes": list(self.notes)}
+
+    def findings(self) -> list[Finding]:
+        """`draft_config_differs`: confirmed with both accuracies and the fix when a candidate restores; ruled out
+        when the shipped config reproduces training (or nothing restores and nothing is recorded to fall short
+        of); suspected when it falls short of the recorded accuracy and no single field or pair restores it."""
+        aspect = ("a field the engine reads",)
+        if math.isnan(self.shipped_acc0):
+            return [not_checked("draft_config_differs", WHERE, "training samples the draft can be replayed on",
+                                aspects=aspect)]
+        ev = {"acc0_as_shipped": round(self.shipped_acc0, 4), "positions": self.positions,
+              "recorded": self.recorded, "recorded_from": self.recorded_from, "fields_searched": list(self.fields),
+              "candidates": len(self.candidates)}
+        r = self.restoring
+        if r is not None:
+            ev.update(acc0_restored=round(r.acc0, 4), margin=round(self.margin(r), 4),
+                      changes={k: _show(v) for k, v in r.changes.items()},
+                      shipped={k: _show(v) for k, v in r.shipped.items()})
+            rec = f" (recorded {self.recorded:.2f})" if self.recorded is not None else ""
+            rope = set(r.changes) <= set(ROPE)          # a RoPE field: the catalogue's own cause for it
+            return [Finding("rope_mismatch" if rope else "draft_config_differs", "confirmed",
+                            f"the draft fails its own training samples under its shipped config (step-0 accuracy "
+                            f"{self.shipped_acc0:.2f}) and scores {r.acc0:.2f} with {r.described}{rec}: the config is "
+                            f"not what was trained", ev, WHERE,
+                            fix=f"{r.config_fix()}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}", measured=True,
+                            aspects=("draft config vs training config",) if rope else aspect)]
+        best = self.best
+        if best is not None:
+            ev.update(best=best.described, acc0_best=round(best.acc0, 4))
+        if self.reproduces_training is False:
+            return [Finding("draft_config_differs", "suspected",
+                            f"the shipped config scores {self.shipped_acc0:.2f} on the training samples, "
+                            f"{self.recorded:.2f} recorded, and no engine-read field set otherwise restores it "
+                            f"(best {best.described if best else '-'}: {best.acc0 if best else float('nan'):.2f}): the "
+                            "checkpoint, its layout or the target differ instead", ev, WHERE, measured=True,
+                            aspects=aspect)]
+        said = ("reproduces the recorded accuracy" if self.reproduces_training else
+                "is not beaten by any engine-read field set otherwise")
+        return [Finding("draft_config_differs", "ruled out",
+                        f"the shipped config {said} on the training samples ({self.shipped_acc0:.2f}"
+                        + (f", recorded {self.recorded:.2f}" if self.recorded is not None else "")
+                        + f"; {len(self.candidates)} counterfactuals, best "
+                        f"{best.acc0 if best else float('nan'):.2f})", ev, WHERE, measured=True, aspects=aspect)]
+
+
+def _show(v) -> str:
+    if isinstance(v, float):
+        return f"{v:g}"
+    return "absent" if v is None else str(v)
+
+
+# ---------------------------------------------------------------- the candidates, field by field
+
+def _theta(cfg, target, training):
+    vals = [(target.get("theta"), "the target's")] if target else []
+    vals += [(training.get("rope_theta"), "the training config's")] if training else []
+    vals += [(t, "a common value") for t in COMMON_THETAS]
+    return [(float(v), h) for v, h in vals if v is not None and not math.isclose(float(v), cfg.rope_theta)]
+
+
+def _scaling(cfg, target, training):
+    out = [(None, "remove")] if cfg.rope_scaling else []
+    t = (target or {}).get("scaling")
+    if t and t != cfg.rope_scaling:
+        out.append((t, "the target's"))
+    return out
+
+
+def _eps(cfg, target, training):
+    vals = [(target.get("rms_norm_eps"), "the target's")] if target else []
+    vals += [(training.get("rms_norm_eps"), "the training config's")] if training else []
+    vals += [(e, "a common value") for e in COMMON_EPS]
+    return [(float(v), h) for v, h in vals if v is not None and not math.isclose(float(v), cfg.rms_norm_eps)]
+
+
+def _act(cfg, target, training):
+    vals = [("silu", "EAGLE-3's")] + ([(target.get("hidden_act"), "the target's")] if target else [])
+    return [(v, h) for v, h in vals if v and v != cfg.hidden_act]
+
+
+def _mpe(cfg, target, training):
+    t = (target or {}).get("max_position_embeddings")
+    return [(int(t), "the target's")] if t and int(t) != cfg.max_position_embeddings and cfg.rope_scaling else []
+
+
+GENERATORS: dict[str, Callable] = {"rope_theta": _theta, "rope_scaling": _scaling, "rms_norm_eps": _eps,
+                                   "hidden_act": _act, "max_position_embeddings": _mpe}
+for _f in FLAGS:
+    GENERATORS[_f] = (lambda name: lambda cfg, target, training:
+                      [(not getattr(cfg, name), "switch off" if getattr(cfg, name) else "switch on")])(_f)
+
+
+def engine_fields(engines=ENGINES) -> tuple[str, ...]:
+    """Every draft config field the engines read (the table's), in the table's order."""
+    return tuple(dict.fromkeys(f for e in engines for f in read_fields(e)))
+
+
+def counterfactuals(cfg, *, target: dict | None = None, training: dict | None = None,
+               fields=None) -> list[Candidate]:
+    """One candidate per engine-read field and value to try (`target`: the target's RoPE / eps / act / length,
+    `training`: the training config's fields, each optional)."""
+    out = []
+    for name in fields or engine_fields():
+        gen = GENERATORS.get(name)
+        if gen is None or name not in CHANGEABLE:
+            continue
+        for value, how in gen(cfg, target or {}, training or {}):
+            if name == "rope_scaling" and value is None and how == "remove" and not cfg.rope_scaling:
+                continue
+            out.append(Candidate({name: value}, (how,), {name: getattr(cfg, name)}))
+    return out
+
+
+def _acc0(setup: ReplaySetup, data, changes: dict, *, n: int, extra: dict | None, recapture) -> tuple[float, int]:
+    rb = rebuilt(setup.model, extra=extra, **changes)
+    s2 = replace(setup, model=rb.model, cfg=rb.model.cfg)
+    r = replay(s2, data, n=n, num_steps=1, simulate=False, fill="zeros", recapture=recapture, progress=False)
+    s = r.summary()
+    a = s["acc_per_step"][0] if s["acc_per_step"] else None
+    return (float(a) if a is not None else float("nan")), int(s["positions"])
+
+
+def search(setup: ReplaySetup, data, *, target: dict | None = None, training: dict | None = None,
+           recorded: float | None = None, recorded_from: str = "", n: int = 16, extra: dict | None = None,
+           recapture=None, pairs: int = 2) -> Search:
+    """Replay `n` training samples under the shipped config and under every candidate (`candidates`), then the best
+    `pairs` single changes together. `extra`: checkpoint tensors the shipped config leaves unused (an input_norm a
+    config without norm_before_fc drops), given to a candidate that uses them."""
+    notes = []
+    try:
+        base, pos = _acc0(setup, data, {}, n=n, extra=None, recapture=recapture)
+    except Eagle3Error as e:
+        return Search(float("nan"), 0, recorded, recorded_from, (), engine_fields(), dict(DECIDED_ELSEWHERE),
+                      (f"the shipped config could not be replayed: {e}",))
+    done = []
+    for c in counterfactuals(setup.cfg, target=target, training=training):
+        try:
+            a, p = _acc0(setup, data, c.changes, n=n, extra=extra, recapture=recapture)
+            done.append(replace(c, acc0=a, positions=p))
+        except Eagle3Error as e:
+            done.append(replace(c, note=f"not replayed: {e}"))
+    singles = sorted((c for c in done if not math.isnan(c.acc0) and c.acc0 > base), key=lambda c: -c.acc0)
+    top: list[Candidate] = []
+    for c in singles:                       # the best value of each field, best fields first
+        if all(set(c.changes).isdisjoint(t.changes) for t in top):
+            top.append(c)
+    top = top[:pairs]
+    if len(top) == 2:
+        a_, b_ = top
+        both = Candidate({**a_.changes, **b_.changes}, a_.hows + b_.hows, {**a_.shipped, **b_.shipped})
+        try:
+            acc, p = _acc0(setup, data, both.changes, n=n, extra=extra, recapture=recapture)
+            done.append(replace(both, acc0=acc, positions=p))
+        except Eagle3Error as e:
+            notes.append(f"pair {both.described} not replayed: {e}")
+    return Search(base, pos, recorded, recorded_from, tuple(done), engine_fields(), dict(DECIDED_ELSEWHERE),
+                  tuple(notes))

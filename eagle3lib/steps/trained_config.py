@@ -1,0 +1,61 @@
+"""Notebook 02's (and the diagnosis') question before any served number: is the shipped config what was trained?
+
+The training samples are the ground truth (replay.counterfactual): the draft is replayed on them under its shipped
+config and under every engine-read field set otherwise, with the target's values, the training config's (when
+given) and common ones as candidates. `trained_config_search` gathers those values from the files and runs it;
+its `Search.trained_changes` is the configuration that reproduces training, which the as-served replay then
+takes as "as trained" (steps.served_prediction).
+"""
+from __future__ import annotations
+
+from ..checks.rope import rope_fields
+from ..errors import Eagle3Error
+from ..model.checkpoint import canonicalize
+from ..model.config import read_config_json
+from ..model.safefiles import load_state_dict
+from ..model.target import load_target_info
+from ..replay.counterfactual import Search, search
+from ..replay.stats import ReplaySetup
+
+N_SAMPLES = 16         # training samples per candidate (the search replays step 0 only: CPU seconds on the demo)
+
+
+def target_fields(target_path: str) -> dict:
+    """The target's values of the fields a draft config copies from it ({} when it cannot be read)."""
+    if not target_path:
+        return {}
+    try:
+        tc = load_target_info(target_path).text_config
+    except Eagle3Error:
+        return {}
+    return {**rope_fields(tc), "rms_norm_eps": tc.get("rms_norm_eps"), "hidden_act": tc.get("hidden_act"),
+            "max_position_embeddings": tc.get("max_position_embeddings")}
+
+
+def training_fields(training_config: str) -> dict | None:
+    """The training run's config (None when not given or unreadable: the search then proposes no value from it)."""
+    if not training_config:
+        return None
+    try:
+        return read_config_json(training_config, "training")[0]
+    except Eagle3Error:
+        return None
+
+
+def unused_tensors(draft_path: str, setup: ReplaySetup) -> dict:
+    """Checkpoint tensors the shipped config leaves out of the model (an input_norm a config without norm_before_fc
+    drops), so a candidate that switches their module on runs the trained weights."""
+    have = set(setup.model.state_dict())
+    try:
+        sd, _ = canonicalize(load_state_dict(draft_path))
+    except Eagle3Error:
+        return {}
+    return {k: v.to(device=setup.device) for k, v in sd.items() if k not in have}
+
+
+def trained_config_search(setup: ReplaySetup, data, *, recorded: float | None = None, recorded_from: str = "",
+                          training_config: str = "", n: int = N_SAMPLES, recapture=None) -> Search:
+    """The counterfactual search on `n` training samples of `data` for the draft of `setup`."""
+    return search(setup, data, target=target_fields(setup.target_path or ""),
+                  training=training_fields(training_config), recorded=recorded, recorded_from=recorded_from, n=n,
+                  extra=unused_tensors(setup.draft_path, setup), recapture=recapture)

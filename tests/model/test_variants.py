@@ -1,0 +1,68 @@
+"""Tests for eagle3lib.model.variants: the same trained weights under other config values."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3lib.errors import ConfigError
+from eagle3lib.model.config import DraftConfig
+from eagle3lib.model.draft import Eagle3Draft
+from eagle3lib.model.layers import DraftMLP, activation
+from eagle3lib.model.variants import rebuilt
+
+
+def draft(d: dict) -> Eagle3Draft:
+    m = Eagle3Draft(DraftConfig.from_dict(d))
+    with torch.no_grad():
+        for p in m.parameters():
+            p.normal_(0, 0.2)
+    return m.eval()
+
+
+def step0(m: Eagle3Draft) -> torch.Tensor:
+    g = torch.Generator().manual_seed(0)
+    aux = torch.randn(1, 6, m.cfg.num_aux * m.cfg.target_hidden_size, generator=g)
+    ids = torch.randint(0, m.cfg.vocab_size, (1, 6), generator=g)
+    with torch.no_grad():
+        return m.ttt_forward(aux, ids, num_steps=1)[0][0]
+
+
+def test_rebuilt_shares_the_weights_and_changes_only_the_computation(tiny_cfg_dict):
+    m = draft(tiny_cfg_dict)
+    same = rebuilt(m)
+    assert torch.equal(step0(same.model), step0(m)) and same.added == () == same.unused
+    assert same.model.fc.weight.data_ptr() == m.fc.weight.data_ptr()          # shared, not copied
+    nbr = rebuilt(m, norm_before_residual=True)
+    assert nbr.model.cfg.norm_before_residual and not m.cfg.norm_before_residual
+    assert not torch.allclose(step0(nbr.model), step0(m))
+    theta = rebuilt(m, rope_theta=1e6)
+    assert not torch.allclose(step0(theta.model), step0(m))
+
+
+def test_a_flag_switched_on_adds_its_module_at_init_or_from_the_checkpoint(tiny_cfg_dict):
+    m = draft(tiny_cfg_dict)
+    on = rebuilt(m, norm_before_fc=True)
+    assert on.added == ("input_norm.weight",)
+    assert torch.equal(on.model.input_norm.weight, torch.ones(4 * 32))       # an engine's init of a missing weight
+    trained = torch.full((4 * 32,), 2.0)
+    given = rebuilt(m, extra={"input_norm.weight": trained}, norm_before_fc=True)
+    assert given.added == () and torch.equal(given.model.input_norm.weight, trained)
+    off = rebuilt(given.model, norm_before_fc=False)
+    assert off.unused == ("input_norm.weight",)
+
+
+def test_only_fields_that_keep_every_tensor_shape_change(tiny_cfg_dict):
+    with pytest.raises(ConfigError, match="hidden_size"):
+        rebuilt(draft(tiny_cfg_dict), hidden_size=64)
+
+
+def test_the_mlp_runs_the_configs_activation(tiny_cfg_dict):
+    silu = DraftMLP(DraftConfig.from_dict(tiny_cfg_dict))
+    gelu = DraftMLP(DraftConfig.from_dict(dict(tiny_cfg_dict, hidden_act="gelu")))
+    gelu.load_state_dict(silu.state_dict())
+    x = torch.randn(2, 3, 32)
+    assert not torch.allclose(silu(x), gelu(x))
+    ref = gelu.down_proj(torch.nn.functional.gelu(gelu.gate_proj(x)) * gelu.up_proj(x))
+    assert torch.allclose(gelu(x), ref)
+    with pytest.raises(ConfigError, match="hidden_act"):
+        activation("swishy")
