@@ -61,6 +61,18 @@ def _rope(c: dict) -> None:
     c["rope_theta"] = 1_000_000.0      # trained at the target's 10000
 
 
+def _also(**fields) -> Callable[[dict], None]:
+    """vLLM's ids, and config fields the draft was not trained with (a converter's or a hand edit)."""
+    def edit(c: dict) -> None:
+        _vllm_ids(c)
+        c.update(fields)
+    return edit
+
+
+def _d2t_absolute(w: dict, target: Path) -> None:
+    w["d2t"] = w["d2t"] + torch.arange(w["d2t"].numel(), dtype=w["d2t"].dtype)   # absolute ids, not offsets
+
+
 def _specforge_as_is(c: dict) -> None:
     pass                               # [-1, 1, 3, 5] as SpecForge wrote them
 
@@ -90,6 +102,14 @@ DEPLOYMENTS = {d.name: d for d in (
     D("rope_theta", "config rope_theta 1e6, trained at 1e4", "rope_mismatch", config=_rope),
     D("no_lm_head", "lm_head.weight lost from the checkpoint", "lm_head_missing", config=_vllm_ids,
       weights=_no_lm_head),
+    D("norm_flag_added", "norm_before_residual: true added to the config; the draft was trained without it",
+      "draft_config_differs", config=_also(norm_before_residual=True)),
+    D("rope_scaling_added", "a linear rope_scaling of factor 4 added to the config; trained without scaling",
+      "rope_mismatch", config=_also(rope_scaling={"rope_type": "linear", "factor": 4.0})),
+    D("hidden_act_gelu", "hidden_act gelu in the config; trained with silu (vLLM's Llama MLP runs silu only)",
+      "draft_config_differs", refused=True, config=_also(hidden_act="gelu")),
+    D("d2t_absolute", "d2t holds absolute target ids instead of offsets", "d2t_mapping", refused=True,
+      config=_vllm_ids, weights=_d2t_absolute),
     D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5] (output-of-layer, read as "
       "input-of: 3 slots captured for a 4-slot fc)", "layer_id_off_by_one", refused=True, config=_specforge_as_is),
 )}

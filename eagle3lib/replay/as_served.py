@@ -121,6 +121,7 @@ class Replayed:
     positions: int
     tau_every_position: float = float("nan")   # the chain's τ over every full-horizon position
     drafts: int = 0                            # the walk's drafts behind `tau`
+    per_position: tuple[float, ...] = ()       # P(draft position i accepted) on the walk, i = 1..K
 
 
 @dataclass(frozen=True)
@@ -189,7 +190,7 @@ def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, se
     walked = s["walked_accept_length"]
     return Replayed(label, tuple(aspects), tuple(r.layout), float(walked) if walked is not None else every,
                     float(s["acc_per_step"][0]) if s["acc_per_step"][0] is not None else float("nan"),
-                    int(s["positions"]), every, int(s["walked_drafts"]))
+                    int(s["positions"]), every, int(s["walked_drafts"]), r.walked_per_position)
 
 
 def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=(), n: int = 16, seed: int = 0,

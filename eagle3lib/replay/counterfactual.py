@@ -38,6 +38,9 @@ COMMON_THETAS = (1e4, 5e5, 1e6)
 COMMON_EPS = (1e-5, 1e-6)
 ENGINES = ("vllm", "sglang")
 FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+# fields whose untrained value an engine refuses outright (engines.facts 'config' rows): the refusal is this
+# finding's consequence (vLLM / SGLang: hidden_act other than silu)
+REFUSED_VALUES = ("hidden_act",)
 ROPE = ("rope_theta", "rope_scaling", "partial_rotary_factor", "max_position_embeddings")
 
 # engine-read fields the search does not replay, and what decides them instead
@@ -160,7 +163,8 @@ class Search:
                             f"{self.shipped_acc0:.2f}) and scores {r.acc0:.2f} with {r.described}{rec}: the config is "
                             f"not what was trained", ev, WHERE,
                             fix=f"{r.config_fix()}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}", measured=True,
-                            aspects=("draft config vs training config",) if rope else aspect)]
+                            aspects=("draft config vs training config",) if rope else aspect,
+                            explains=("engine_cannot_run",) if set(r.changes) & set(REFUSED_VALUES) else ())]
         best = self.best
         if best is not None:
             ev.update(best=best.described, acc0_best=round(best.acc0, 4))

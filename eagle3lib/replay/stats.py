@@ -224,6 +224,16 @@ class ReplayResult:
     notes: tuple[str, ...] = ()
     walked_accept_length: float = float("nan")   # chain τ over the positions the engine's walk drafts at (nan if off)
     walked_drafts: int = 0                       # drafts behind it
+    walked_histogram: tuple[int, ...] = ()       # drafts of the walk by tokens accepted, bonus included (0..K+1)
+
+    @property
+    def walked_per_position(self) -> tuple[float, ...]:
+        """P(draft position i is accepted), i = 1..K, over the walk: what vLLM's
+        spec_decode_num_accepted_tokens_per_pos / num_drafts counts (() without a walk)."""
+        n = sum(self.walked_histogram)
+        if not n:
+            return ()
+        return tuple(sum(self.walked_histogram[i + 1:]) / n for i in range(1, self.num_steps + 1))
 
     @property
     def acc0(self) -> float:
@@ -352,4 +362,4 @@ class ReplayCounts:
                             self.K, per_step, pd.DataFrame([r for _, r in sorted(self.rows, key=first)]), hist,
                             float(per_step.accept_length_if_steps.iloc[-1]), float(sim),
                             self.agree / self.agree_n if self.agree_n else float("nan"), skipped,
-                            tuple(sorted(self.notes)), walked, wn)
+                            tuple(sorted(self.notes)), walked, wn, tuple(int(x) for x in self.walk_hist))

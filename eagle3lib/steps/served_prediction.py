@@ -248,22 +248,25 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
         except Eagle3Error as e:
             problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     rec = Recapture(target_path, device=device) if target_path else None
-    first = None
+    replays: dict[int, AsServed] = {}         # one replay per served depth K: each run is set beside its own
     for r in runs:
         st = setting_of(r, d)
         if st is None or st[1] != 1:
             problems.append(f"{r.label or r.source}: not a chain of known depth (vLLM: num_speculative_tokens)")
             continue
         try:
-            first = first or replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped, own_embed=own,
-                                              trained_rope=rope, n=n, recapture=rec,
-                                              trained_config=found.trained_changes or None, extra=extra)
+            if st[0] not in replays:
+                replays[st[0]] = replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped,
+                                                  own_embed=own, trained_rope=rope, n=n, recapture=rec,
+                                                  trained_config=found.trained_changes or None, extra=extra)
         except Eagle3Error as e:
             problems.append(f"replay as served: {e}")
             break
         ids_read = not (view.aspects.get("layout") and "default" in view.aspects["layout"].detail)
-        decided += as_served_findings(float(r.accept_length), r.source or r.label, first,
-                                      num_layers=setup.num_layers, ids_read=ids_read)
+        decided += as_served_findings(float(r.accept_length), r.source or r.label, replays[st[0]],
+                                      num_layers=setup.num_layers, ids_read=ids_read,
+                                      engine_per_position=r.per_position)
+    first = next(iter(replays.values()), None)
     notes += list(first.notes) if first is not None else []
     return ServedPrediction((), tuple(problems), (), tuple(notes), view, first, tuple(decided))
 
