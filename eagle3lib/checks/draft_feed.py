@@ -71,7 +71,8 @@ def _aux_opt_out(art: Artifacts, engine, runner) -> Finding:
         return Finding(c, "ruled out", "the draft config does not opt out of aux states (use_aux_hidden_state "
                        + ("true" if flag else "absent") + ")", ev, w)
     k, k_from = trained_fc(art)
-    trained = art.trained.layout if art.trained is not None and art.trained.layout else None
+    tl = art.trained        # the data's slots only (identified or declared): the config's ids are a claim
+    trained = tl.layout if tl is not None and tl.layout and tl.source in ("identified", "declared") else None
     ev.update(fc_slots=k, fc_from=k_from, trained_layout=list(trained) if trained else None)
     with_aux = (k is not None and k > 1) or (trained is not None and len(trained) > 1)
     if flag is not False:          # ids [] with the flag on: vLLM reads an empty list as absent -> default capture
