@@ -95,7 +95,9 @@ FACTS: tuple[Fact, ...] = (
     F("vllm", "flag", "use_aux_hidden_state@v1_runner", True, None, "", "vllm 0.32.0 vllm/v1/worker/"
       "gpu_model_runner.py:643-648, 5231 (use_aux_hidden_state_outputs = drafter.eagle3_use_aux_hidden_state); "
       f"{_PROP}:172-173, 1672-1685", "false: the V1 runner captures no aux layers and hands the draft the target's "
-      "last hidden state (after the final norm) with no fc: served 1.05 on the demo draft, no log line",
+      "last hidden state (after the final norm) with no fc: served 1.05 on the demo draft, no log line; "
+      "replay.as_served of that view (final_postnorm, zeros for the fc's other slots): 1.10 against 3.15 as "
+      "trained (8 demo training samples, K 3)",
       checked=_run("aux_opt_out_as_served")),
     F("vllm", "flag", "use_aux_hidden_state@v2_runner", False, None, "", "vllm 0.32.0 vllm/v1/worker/gpu/"
       "model_runner.py:299-307 (aux outputs on for every eagle3 method), gpu/spec_decode/target_dependent_ar/"
@@ -114,7 +116,7 @@ FACTS: tuple[Fact, ...] = (
       "aux layers on earlier PP ranks were never captured before these PRs; not placed by release"),
     F("vllm", "serving", "aux_states_over_pp@v2", True, None, "", "vllm 0.32.0 vllm/v1/worker/gpu/model_runner.py:"
       "405-414, gpu/spec_decode/eagle/eagle3_utils.py:44-80; llama.py:358, qwen2.py:335 "
-      "(supports_aux_hidden_states_over_pp); vllm PR#53052", "the V2 runner relays aux states from earlier PP "
+      "(supports_aux_hidden_states_over_pp); vllm PR#53052, PR#50514 (MRV2 eagle3 with PP)", "the V2 runner relays aux states from earlier PP "
       "ranks for model files that declare it and refuses the others at start"),
     F("sglang", "serving", "sampled_verify_off_cuda", True, None, "2026", "sglang PR#37134, #31214, #21275",
       "the verify step was greedy on ROCm / CPU / NPU / XPU (temperature ignored); not placed by release"),

@@ -80,7 +80,8 @@ def _from_probe(view: EngineView, p, art) -> EngineView:
     if p.aux_states_v1 is False and (p.runner or "").lower() == "v1":     # use_aux_hidden_state false, honoured
         view = dataclasses.replace(view, fc_slots=0).overruled(
             "layout", LAST_HIDDEN, "probe", f"{who}: use_aux_hidden_state {p.use_aux_hidden_state}, no fc built, "
-            "the runner captures no aux layer: the draft gets the target's last hidden state")
+            "the runner captures no aux layer: the draft gets the target's last hidden state"
+        ).with_refusal(None, "probe")          # the table's V2 refusal does not apply to this runner
     elif p.ids_used is not None:
         keys = p.ids_v1_key if (p.runner or "").lower() == "v1" else p.ids_v2_key
         src = ", ".join(keys) if keys else "no ids: the target's default"

@@ -21,6 +21,7 @@ def test_probe_that_captures_no_aux_states_gives_the_last_hidden_state(tmp_path)
     d, t = write_draft(tmp_path, raw, canonical_tensors(raw)), write_target(tmp_path)
     view, _ = deployment_view("vllm", d, t, probe=_probe(False), use_probe=False)
     assert view.value("layout") == LAST_HIDDEN and view.source("layout") == "probe" and view.fc_slots == 0
+    assert view.refused is None                   # the table's V2 prediction gives way to the V1 runner's answer
     trained = TrainedLayout(LAYOUT, "declared", "the data's declared layout")
     f = {x.cause: x for x in view_findings(view, trained, num_layers=8)}
     assert f["aux_layout_mismatch"].status == "confirmed"
