@@ -13,6 +13,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
+from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
 from .inputs import Artifacts
@@ -155,7 +156,18 @@ def _pp(art: Artifacts, la) -> Finding:
                    source=f.source)
 
 
-def _count(art: Artifacts, engine) -> Finding:
+def vllm_fc(raw: dict, version=None) -> tuple[int | None, str]:
+    """(aux slots vLLM's model file for the draft builds fc for, the rule's source): `engines.capture_rules`'s row
+    for the draft architecture (checked on the running engine), else llama_eagle3's rule (`vllm_fc_slots`)."""
+    arch = (raw.get("architectures") or [""])[0]
+    rules = draft_rules("vllm", arch, version)
+    if len(rules) == 1 and served_fc_slots(rules[0].fc_slots, raw) is not None:
+        return served_fc_slots(rules[0].fc_slots, raw), f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
+    return vllm_fc_slots(raw), ("vLLM llama_eagle3.py: num_aux_hidden_states, else the eagle_config id count, "
+                                "else 3")
+
+
+def _count(art: Artifacts, engine, version=None) -> Finding:
     c, w = "layer_id_count", f"{WHERE}.layer_id_count"
     if art.draft_raw is None:
         return not_checked(c, w, art.missing("draft"))
@@ -172,14 +184,13 @@ def _count(art: Artifacts, engine) -> Finding:
         return Finding(c, "confirmed", f"{key} lists {n} ids but the checkpoint's fc takes {k} slots ({k_from}): "
                        "the ids and the trained fc disagree", ev, w, fix=f"list the {k} trained layers", source="verl-SpeCo PR#6")
     if engine == "vllm" or engine is None:
-        built = vllm_fc_slots(raw)
+        built, rule = vllm_fc(raw, version)
         ev["vllm_fc_slots"] = built
-        if built != n:
+        if built is not None and built != n:
             return Finding(c, "confirmed" if engine == "vllm" else "suspected", f"{key} lists {n} ids but vLLM "
-                           f"sizes fc for {built} slots (num_aux_hidden_states, else the eagle_config id count, else "
-                           "3): the checkpoint is refused or fed the wrong count", ev, w,
-                           fix=f"set num_aux_hidden_states {n} and the ids under eagle_config",
-                           source="verl-SpeCo PR#6; vllm 0.32.0 llama_eagle3.py:209-216")
+                           f"builds fc for {built} slots ({rule}): the checkpoint is refused or fed the wrong count",
+                           ev, w, fix=f"set num_aux_hidden_states {n} and the ids under eagle_config",
+                           source=f"verl-SpeCo PR#6; {rule}")
     return Finding(c, "ruled out", f"{key} lists {n} ids" + (f", the fc takes {k}" if k else "")
                    + (", and vLLM sizes fc for the same count" if engine in ("vllm", None) else ""), ev, w)
 
@@ -276,7 +287,7 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
                      engine_runner: str | None = None) -> list[Finding]:
     """One finding per cause above; the launch ones are not checked without a launch."""
     eng = (engine or (art.launch.engine if art.launch is not None else None) or "").lower() or None
-    out = [_aux_opt_out(art, eng, engine_runner), _count(art, eng), _stale(eng, engine_version)]
+    out = [_aux_opt_out(art, eng, engine_runner), _count(art, eng, engine_version), _stale(eng, engine_version)]
     if art.launch is None:
         need = art.missing("launch")
         return out[:1] + [not_checked("pipeline_parallel_aux", WHERE, need)] + out[1:] + \
