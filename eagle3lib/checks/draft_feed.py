@@ -59,7 +59,7 @@ def trained_fc(art: Artifacts) -> tuple[int | None, str]:
     return 0, "no fc.weight in the checkpoint"
 
 
-def _aux_opt_out(art: Artifacts, engine, runner) -> Finding:
+def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
     c, w = "aux_opt_out", f"{WHERE}.aux_opt_out"
     if art.draft_raw is None:
         return not_checked(c, w, art.missing("draft"))
@@ -88,9 +88,17 @@ def _aux_opt_out(art: Artifacts, engine, runner) -> Finding:
     v1 = facts.fact("vllm", "flag", "use_aux_hidden_state@v1_runner")
     v2 = facts.fact("vllm", "flag", "use_aux_hidden_state@v2_runner")
     if engine == "sglang":
-        return Finding(c, "not checked", f"not checked: {where} is false; no SGLang row says what SGLang feeds "
-                       "such a draft", ev, w, needs="the SGLang server log or a serving dump of what the draft's "
-                       "first layer gets", source="vllm PR#40656, #40551; tokenspeed PR#526")
+        sg = facts.fact("sglang", "flag", "use_aux_hidden_state@eagle_config")
+        honours = facts.reads("sglang", "flag", sg.subject, version)
+        ev["sglang_honours"] = honours
+        bad = with_aux if honours else (not with_aux if honours is False else None)
+        what = ("the last hidden state" if honours else "its aux states" if honours is False else
+                "the last hidden state from sglang PR#14920 on, aux states before it")
+        status = "confirmed" if bad else "ruled out" if bad is False else "suspected"
+        return Finding(c, status, f"{where} is false, the draft was trained on " + (
+            "aux states" if with_aux else "the last hidden state alone") + f"; SGLang feeds it {what}", ev, w,
+            needs="" if bad is not None else "the SGLang version (sglang PR#14920 placed by release)",
+            source=sg.source)
     runners = {"v1": v1, "v2": v2} if runner not in ("v1", "v2") else {runner: v1 if runner == "v1" else v2}
     fed = {r: ("the target's last hidden state, no fc" if f.reads else "the concatenated aux states (k*H), no fc")
            for r, f in runners.items()}
@@ -287,7 +295,7 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
                      engine_runner: str | None = None) -> list[Finding]:
     """One finding per cause above; the launch ones are not checked without a launch."""
     eng = (engine or (art.launch.engine if art.launch is not None else None) or "").lower() or None
-    out = [_aux_opt_out(art, eng, engine_runner), _count(art, eng, engine_version), _stale(eng, engine_version)]
+    out = [_aux_opt_out(art, eng, engine_runner, engine_version), _count(art, eng, engine_version), _stale(eng, engine_version)]
     if art.launch is None:
         need = art.missing("launch")
         return out[:1] + [not_checked("pipeline_parallel_aux", WHERE, need)] + out[1:] + \

@@ -104,6 +104,10 @@ FACTS: tuple[Fact, ...] = (
       "speculator.py:210-214 (cat(aux) into combine_hidden_states, which returns it unchanged when false)",
       "static reading (no CUDA build here): the V2 runner still feeds the concatenated aux states (k*H wide) to a "
       "draft that opted out, whose first layer was built for H"),
+    F("sglang", "flag", "use_aux_hidden_state@eagle_config", True, None, "2025-12-11", "sglang PR#14920 (GPT-OSS "
+      "Eagle v2: the optional aux-hidden design read from eagle_config)", "from the PR's description, not read in "
+      "SGLang's source here: from it on, false feeds the last hidden state; before it the flag was not read (aux "
+      "states fed); the release is not placed"),
     # ---- serving features around the draft (field-causes.md #34-47): what the engine does, by version
     F("sglang", "serving", "hicache_restores_draft_kv", True, None, "2026", "sglang#32176, #28771 (AL 4.49 -> 1.59, "
       "3.4 -> 1.9 over 2 h; flush_cache restores it), PR#17338, PR#30393, #38031 / PR#38161",
