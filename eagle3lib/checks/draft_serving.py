@@ -273,8 +273,9 @@ def _greedy_platform(la) -> Finding:
     c, w = "greedy_verify_platform", f"{WHERE}.platform"
     device = la.flags.get("device")
     f = facts.fact("sglang", "serving", "sampled_verify_off_cuda")
-    needs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a greedy "
-             "verify) and the SGLang version")
+    outputs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a "
+               "greedy verify)")
+    needs = outputs + " and the SGLang version"
     ev = {"engine": la.engine, "device": device}
     if la.engine == "sglang":
         if device is None:
@@ -287,7 +288,7 @@ def _greedy_platform(la) -> Finding:
                            fix="compare served outputs at temperature 0 and > 0", needs=needs, source=f.source)
         return Finding(c, "ruled out", f"--device {device}: the greedy verify was reported off CUDA only", ev, w)
     return Finding(c, "not checked", "not checked: vLLM takes its platform from the build, not the launch; the "
-                   "greedy verify was reported on SGLang", ev, w, needs="the platform (vLLM build) and " + needs[:80],
+                   "greedy verify was reported on SGLang", ev, w, needs="the platform (the vLLM build) and " + outputs,
                    source=f.source)
 
 

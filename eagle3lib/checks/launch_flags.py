@@ -242,8 +242,15 @@ def _hicache(la: LaunchArgs) -> Finding:
     c, w = "hicache_draft_kv", f"{WHERE}.hicache"
     if la.engine != "sglang":
         kt = la.flags.get("kv_transfer_config")
-        return Finding(c, "ruled out", "HiCache is SGLang's; a vLLM deployment has no hierarchical-cache loadback "
-                       "of the draft's KV", {"engine": la.engine, "kv_transfer_config": kt}, w)
+        conn = str(kt.get("kv_connector", "")) if isinstance(kt, dict) else ""
+        ev = {"engine": la.engine, "kv_transfer_config": kt}
+        if any(k in conn.lower() for k in ("offload", "lmcache")):
+            return Finding(c, "not checked", f"not checked: {conn} loads KV back from outside the GPU; the draft "
+                           "KV missing on loadback was reported on SGLang's HiCache, no vLLM thread", ev, w,
+                           needs="served accept lengths over time (served_log_path) against the replay",
+                           source="sglang#32176")
+        return Finding(c, "ruled out", "HiCache is SGLang's and the launch names no KV-offloading connector: no KV "
+                       "is loaded back from host memory", ev, w)
     on, bad = switch(la, "enable_hierarchical_cache")
     if bad:
         return _bad(c, w, bad)

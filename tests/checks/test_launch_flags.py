@@ -139,6 +139,10 @@ def test_hicache_on_sglang_is_suspected(tmp_path):
     assert "over time" in f.needs and "flush_cache" in f.fix
     assert _f(tmp_path, SG)["hicache_draft_kv"].status == "ruled out"
     assert _f(tmp_path, SG + " --enable-hierarchical-cache=maybe")["hicache_draft_kv"].status == "not checked"
+    kt = " --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'"
+    f = _f(tmp_path, VL + kt)["hicache_draft_kv"]
+    assert f.status == "not checked" and "over time" in f.needs
+    assert _f(tmp_path, VL)["hicache_draft_kv"].status == "ruled out"
 
 
 def test_pd_disaggregation(tmp_path):
