@@ -16,9 +16,13 @@
 - `vocab`         d2t / t2d (vocab.check_vocab) as findings
 - `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
 - `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,
-                  chunked prefill, an mRoPE target, TRT-LLM's acceptance gate
+                  chunked prefill, an mRoPE target, TRT-LLM's acceptance gate, HiCache, PD disaggregation,
+                  async scheduling, sequence parallelism
 - `draft_serving` 11 how the engine runs and verifies the draft: rejection method, adaptive / lossy depth, a
-                  quantized drafter under CUDA graphs, the KV-cache dtype
+                  quantized drafter under CUDA graphs, the KV-cache dtype, simulated acceptance, an fp8 target KV
+                  cache, the draft's attention backend / kv_cache_scheme, a platform with a greedy verify
+- `draft_feed`  13 what the engine feeds the draft and what K means: aux opt-out, aux layers on earlier PP
+                  ranks, the layer-id count vs the fc built, stale draft KV by version, K's meaning, a K schedule
 - `ndt_override` 12 the speculative settings SGLang runs vs those requested (server report, rule table at a
                   version, the installed SGLang, or per version range): notebook 01's Discovery calls it
 - `run`         run_checks(...): every check on whatever inputs are given

@@ -1,8 +1,11 @@
 """Check 11, how the engine runs and verifies the draft, from the launch command and the draft config: the
 rejection-sampling method (vLLM `rejection_sample_method`, SGLang's simulated acceptance), adaptive or lossy depth,
-a quantized drafter under CUDA graphs, and the KV-cache dtype the draft shares with the target.
+a quantized drafter under CUDA graphs, and the KV-cache dtype the draft shares with the target; simulated acceptance
+left on in the launch's environment, an fp8 KV cache on the target, the draft's attention backend and KV scheme, and
+a platform whose verify step is greedy.
 
-Causes: rejection_method, adaptive_depth, quantized_draft_graphs, kv_cache_dtype. Usage: ``check_draft_serving(art)``.
+Causes: rejection_method, adaptive_depth, quantized_draft_graphs, kv_cache_dtype, simulated_acceptance,
+fp8_kv_target, draft_attention_backend, greedy_verify_platform. Usage: ``check_draft_serving(art)``.
 Rests on: vllm PR#35461 / PR#38045 / PR#41035 (methods), PR#50808 / PR#53987 (FLy, lossy); sglang PR#21599 /
 PR#23336 (adaptive steps); vllm#54997 (NVFP4 drafter under graphs), sglang PR#28196 (draft inherits --quantization),
 vllm PR#40849 (vLLM keeps an external draft unquantized), vLLM `llama_eagle3.get_cache_config` (the draft's KV dtype
@@ -11,6 +14,7 @@ is the target's unless speculative_config.kv_cache_dtype), tokenspeed PR#1012 (f
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
+from ..engines import facts
 from .inputs import Artifacts
 from .launch_flags import spec_config, speculating, switch
 
@@ -186,8 +190,110 @@ def _kv_dtype(art: Artifacts, la) -> Finding:
     return Finding(c, "ruled out", f"the draft's KV cache keeps the model dtype ({draft})", ev, w)
 
 
+SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS")
+OFF_CUDA = ("cpu", "npu", "xpu", "hpu", "rocm", "hip", "musa")      # platforms whose verify was greedy (sglang)
+
+
+def _simulated(la) -> Finding:
+    c, w = "simulated_acceptance", f"{WHERE}.simulated"
+    ev = {k: la.env.get(k) for k in SIMULATE_ENV}
+    set_ = {k: v for k, v in ev.items() if v not in (None, "", "0", "0.0")}
+    if set_:
+        k, v = next(iter(set_.items()))
+        return Finding(c, "confirmed", f"{k}={v} in the launch's environment: the server accepts a forced / "
+                       "simulated number of draft tokens, so its accept length is the knob's, not the draft's",
+                       ev, w, fix=f"unset {', '.join(set_)} before measuring the draft",
+                       source="sglang PR#29645; ROCm/ATOM#555")
+    return Finding(c, "ruled out", "the launch's environment sets neither SGLANG_SIMULATE_ACC_LEN nor "
+                   "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS (a variable exported elsewhere is not seen here)", ev, w)
+
+
+def kv_scheme(raw) -> dict | None:
+    """A compressed-tensors kv_cache_scheme in a config's quantization_config (or its transformer_layer_config)."""
+    for body in (raw, raw.get("transformer_layer_config") if isinstance(raw.get("transformer_layer_config"), dict)
+                 else {}):
+        q = body.get("quantization_config")
+        if isinstance(q, dict) and isinstance(q.get("kv_cache_scheme"), dict):
+            return dict(q["kv_cache_scheme"])
+    return None
+
+
+def _fp8_target(art: Artifacts, la) -> Finding:
+    c, w = "fp8_kv_target", f"{WHERE}.fp8_kv_target"
+    kv = str(la.flags.get("kv_cache_dtype") or "auto")
+    scheme = kv_scheme(dict(art.target_raw)) if art.target_raw is not None else None
+    ev = {"kv_cache_dtype": kv, "target_kv_cache_scheme": scheme}
+    src = "vllm PR#55557"
+    if kv.lower().startswith("fp8") or kv.lower().startswith("fp4") or scheme:
+        how = f"--kv-cache-dtype {kv}" if kv.lower() not in PLAIN_KV else "its kv_cache_scheme"
+        return Finding(c, "suspected", f"the target attends over a quantized KV cache ({how}): its hidden states "
+                       "drift from the bf16 ones the draft was trained on (MTP acceptance 0.725 -> 0.630, vllm "
+                       "PR#55557)", ev, w, fix="compare the served accept length with --kv-cache-dtype auto",
+                       needs="served accept length with --kv-cache-dtype auto on the same traffic", source=src)
+    if art.target_raw is None and kv.lower() in PLAIN_KV:
+        return Finding(c, "ruled out", f"--kv-cache-dtype {kv}: the target's KV cache keeps the model dtype (the "
+                       "target config, not given, could still declare a kv_cache_scheme)", ev, w)
+    return Finding(c, "ruled out", f"the target's KV cache keeps the model dtype ({kv}, no kv_cache_scheme)", ev, w)
+
+
+def _attention(art: Artifacts, la) -> Finding:
+    c, w = "draft_attention_backend", f"{WHERE}.attention"
+    ac = la.flags.get("attention_config")
+    backend = la.flags.get("attention_backend") or (ac.get("backend") if isinstance(ac, dict) else None)
+    scheme = kv_scheme(dict(art.draft_raw)) if art.draft_raw is not None else None
+    ev = {"engine": la.engine, "attention_backend": backend, "draft_kv_cache_scheme": scheme}
+    follows = facts.fact("vllm", "serving", "draft_follows_attention_backend")
+    reads_scheme = facts.fact("vllm", "serving", "kv_cache_scheme_read_from_draft")
+    if la.engine == "vllm" and scheme:
+        return Finding(c, "suspected", f"the draft config declares a compressed-tensors kv_cache_scheme ({scheme}): "
+                       "vLLM reads the draft's own quantization config, which gives the draft an fp8 KV cache "
+                       "whatever --kv-cache-dtype says", ev, w, fix="drop kv_cache_scheme from the draft's "
+                       "quantization_config (or serve it in bf16) and compare", needs="served accept length without "
+                       "the draft's kv_cache_scheme", source=reads_scheme.source)
+    if la.engine == "vllm" and backend:
+        return Finding(c, "suspected", f"attention backend {backend} chosen for the target: the EAGLE-3 draft's "
+                       "attention picks its own backend and may not follow it (vllm#44879; vLLM 0.32 CPU: the draft "
+                       "still picks AMX_MLA with attention_config.backend CPU_MLA)", ev, w,
+                       needs="the startup log's attention-backend line for the draft's layers",
+                       source=follows.source)
+    if art.draft_raw is None:
+        return not_checked(c, w, art.missing("draft"), "not checked: no backend is forced; whether the draft config "
+                           "declares a kv_cache_scheme needs it")
+    if la.engine == "sglang" and scheme:
+        return Finding(c, "not checked", "not checked: the draft config declares a kv_cache_scheme; the fp8 draft KV "
+                       "was reported on vLLM (vllm#44879), no SGLang thread", ev, w,
+                       needs="the SGLang server log's KV-cache dtype for the draft worker", source="vllm#44879")
+    how = ("no attention backend is forced" if la.engine == "vllm" or not backend else
+           f"--attention-backend {backend} reaches the draft worker too (SGLang gives every worker the same "
+           "ServerArgs, sglang PR#34337)")
+    return Finding(c, "ruled out", how + " and the draft config declares no kv_cache_scheme", ev, w)
+
+
+def _greedy_platform(la) -> Finding:
+    c, w = "greedy_verify_platform", f"{WHERE}.platform"
+    device = la.flags.get("device")
+    f = facts.fact("sglang", "serving", "sampled_verify_off_cuda")
+    outputs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a "
+               "greedy verify)")
+    needs = outputs + " and the SGLang version"
+    ev = {"engine": la.engine, "device": device}
+    if la.engine == "sglang":
+        if device is None:
+            return Finding(c, "not checked", "not checked: no --device (SGLang's default is cuda, which ROCm builds "
+                           "also report); the verify step was greedy on ROCm / CPU / NPU / XPU", ev, w, needs=needs,
+                           source=f.source)
+        if str(device).lower() in OFF_CUDA:
+            return Finding(c, "suspected", f"--device {device}: SGLang's verify step was silently greedy off CUDA "
+                           "(temperature ignored, looping output); the fixing release is not placed", ev, w,
+                           fix="compare served outputs at temperature 0 and > 0", needs=needs, source=f.source)
+        return Finding(c, "ruled out", f"--device {device}: the greedy verify was reported off CUDA only", ev, w)
+    return Finding(c, "not checked", "not checked: vLLM takes its platform from the build, not the launch; the "
+                   "greedy verify was reported on SGLang", ev, w, needs="the platform (the vLLM build) and " + outputs,
+                   source=f.source)
+
+
 # the causes check_draft_serving reports (checks.run: what a broken check reports as not checked)
-DRAFT_SERVING_CAUSES = ('rejection_method', 'adaptive_depth', 'quantized_draft_graphs', 'kv_cache_dtype')
+DRAFT_SERVING_CAUSES = ('rejection_method', 'adaptive_depth', 'quantized_draft_graphs', 'kv_cache_dtype', 'simulated_acceptance', 'fp8_kv_target', 'draft_attention_backend', 'greedy_verify_platform')
 
 
 def check_draft_serving(art: Artifacts) -> list[Finding]:
@@ -202,4 +308,5 @@ def check_draft_serving(art: Artifacts) -> list[Finding]:
     if speculating(la) is False:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                         {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
-    return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la)]
+    return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
+            _attention(art, la), _greedy_platform(la)]

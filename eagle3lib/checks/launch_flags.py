@@ -1,16 +1,19 @@
 """Check 10, serving features around the draft, from the launch command (SGLang flags and env; vLLM top-level
 flags and `--speculative-config`): prefix caching, DP attention / DP groups, LoRA adapters on the target,
-structured output, the chunked-prefill boundary, a multimodal-RoPE target in draft-extend, and whether the
-deployment is TRT-LLM's at all.
+structured output, the chunked-prefill boundary, a multimodal-RoPE target in draft-extend, whether the
+deployment is TRT-LLM's at all; and the topology around the draft: SGLang's hierarchical cache, prefill/decode
+disaggregation, async scheduling, sequence parallelism.
 
 Causes: prefix_cache_stale_kv, dp_attention, lora_target, structured_output, chunked_prefill_boundary,
-mrope_draft_extend (an mRoPE target), trtllm_acceptance_gate. An engine default alone never raises a cause
-(vLLM's prefix caching is on by default: what decides it is the served accept length over time).
+mrope_draft_extend (an mRoPE target), trtllm_acceptance_gate, hicache_draft_kv, pd_disaggregation,
+async_scheduling, sequence_parallel. An engine default alone never raises a cause (vLLM's prefix caching and
+async scheduling are on by default: what decides them is the served accept length).
 Usage: ``check_launch_flags(art)``.
 """
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
+from ..engines import facts
 from ..serving.launch import LaunchArgs
 from .context import served_prompt_lengths
 from .inputs import NEEDS, Artifacts
@@ -235,13 +238,125 @@ def _trtllm(art: Artifacts) -> Finding:
                    "and relaxed acceptance do not apply", {"engine": art.launch.engine}, w)
 
 
+def _hicache(la: LaunchArgs) -> Finding:
+    c, w = "hicache_draft_kv", f"{WHERE}.hicache"
+    if la.engine != "sglang":
+        kt = la.flags.get("kv_transfer_config")
+        conn = str(kt.get("kv_connector", "")) if isinstance(kt, dict) else ""
+        ev = {"engine": la.engine, "kv_transfer_config": kt}
+        if any(k in conn.lower() for k in ("offload", "lmcache")):
+            return Finding(c, "not checked", f"not checked: {conn} loads KV back from outside the GPU; the draft "
+                           "KV missing on loadback was reported on SGLang's HiCache, no vLLM thread", ev, w,
+                           needs="served accept lengths over time (served_log_path) against the replay",
+                           source="sglang#32176")
+        return Finding(c, "ruled out", "HiCache is SGLang's and the launch names no KV-offloading connector: no KV "
+                       "is loaded back from host memory", ev, w)
+    on, bad = switch(la, "enable_hierarchical_cache")
+    if bad:
+        return _bad(c, w, bad)
+    ev = {"enable_hierarchical_cache": bool(on), "hicache_ratio": la.flags.get("hicache_ratio"),
+          "hicache_storage_backend": la.flags.get("hicache_storage_backend")}
+    if not on:
+        return Finding(c, "ruled out", "the launch sets no --enable-hierarchical-cache: no KV is loaded back from "
+                       "host memory", ev, w)
+    f = facts.fact("sglang", "serving", "hicache_restores_draft_kv")
+    return Finding(c, "suspected", f"--enable-hierarchical-cache with --speculative-algorithm {la.algorithm}: "
+                   "HiCache loadback restored the target's KV but not the draft's KV (nor DSA index buffers), a "
+                   "silent collapse over hours (AL 4.49 -> 1.59) that /flush_cache resets; the fixing release is "
+                   "not placed", ev, w, fix="compare the served accept length before and after POST /flush_cache, "
+                   "or serve without --enable-hierarchical-cache", needs="served accept lengths over time "
+                   "(served_log_path) and the SGLang version", source=f.source)
+
+
+def _pd(la: LaunchArgs) -> Finding:
+    c, w = "pd_disaggregation", f"{WHERE}.pd"
+    src = facts.fact("sglang", "serving", "pd_transfers_draft_state").source
+    needs = "served accept length by prompt length against a colocated (non-disaggregated) deployment"
+    if la.engine == "sglang":
+        mode = la.flags.get("disaggregation_mode")
+        ev = {"disaggregation_mode": mode}
+        if mode in (None, "null", "none", ""):
+            return Finding(c, "ruled out", "no --disaggregation-mode: prefill and decode run in one server, the "
+                           "draft's state never crosses workers", ev, w)
+        return Finding(c, "suspected", f"--disaggregation-mode {mode}: the draft's KV / hidden states are not handed "
+                       "from the prefill to the decode worker the way the target's KV is (AL -4% on short prompts, "
+                       "-13% at 1K, about -25% at 30K)", ev, w, fix="compare with a colocated server on the same "
+                       "prompts, by prompt length", needs=needs, source=src)
+    kt = la.flags.get("kv_transfer_config")
+    ev = {"kv_transfer_config": kt}
+    if kt is None:
+        return Finding(c, "ruled out", "no --kv-transfer-config: prefill and decode run in one vLLM engine", ev, w)
+    if not isinstance(kt, dict):
+        return _bad(c, w, f"--kv-transfer-config is not a JSON object ({str(kt)[:60]!r})")
+    return Finding(c, "not checked", f"not checked: a KV connector ({kt.get('kv_connector')}, role "
+                   f"{kt.get('kv_role')}) moves the target's KV between engines; the lost draft state was reported "
+                   "on SGLang, TRT-LLM and ATOM, no vLLM thread", ev, w, needs=needs, source=src)
+
+
+def _async(la: LaunchArgs) -> Finding:
+    c, w = "async_scheduling", f"{WHERE}.async_scheduling"
+    src = "vllm PR#29845; vllm-ascend PR#8230"
+    needs = "served accept length with async scheduling off against on (same traffic)"
+    if la.engine == "sglang":
+        off, bad = switch(la, "disable_overlap_schedule")
+        if bad:
+            return _bad(c, w, bad)
+        ev = {"disable_overlap_schedule": off, "SGLANG_ENABLE_SPEC_V2": la.env.get("SGLANG_ENABLE_SPEC_V2")}
+        if off:
+            return Finding(c, "ruled out", "--disable-overlap-schedule: SGLang schedules each step after the last",
+                           ev, w)
+        return Finding(c, "not checked", "not checked: SGLang's overlap scheduler (spec v2) is on by default; the "
+                       "acceptance loss of async scheduling was measured on vLLM", ev, w, needs=needs, source=src)
+    on, bad = switch(la, "async_scheduling")
+    if bad:
+        return _bad(c, w, bad)
+    ev = {"async_scheduling": on}
+    if on is False:
+        return Finding(c, "ruled out", "--no-async-scheduling: each step is scheduled after the previous one's "
+                       "accepted tokens are known", ev, w)
+    if on:
+        return Finding(c, "suspected", "--async-scheduling: the scheduler runs a step ahead of the accepted tokens, "
+                       "which gives up a little acceptance (vllm PR#29845)", ev, w,
+                       fix="compare the served accept length with --no-async-scheduling", needs=needs, source=src)
+    f = facts.fact("vllm", "serving", "async_scheduling_default")
+    return Finding(c, "not checked", f"not checked: async scheduling is left to vLLM's default (on for EAGLE in "
+                   f"{f.since}, the release read: {f.source}); a default alone is not evidence", ev, w, needs=needs,
+                   source=f"{src}; {f.source}")
+
+
+def sequence_parallel(la: LaunchArgs) -> tuple[str, object] | None:
+    """(where, value) of a sequence-parallelism switch the launch turns on (vLLM compilation_config pass_config
+    enable_sp / enable_sequence_parallelism, or a flag of that name), None when none is on."""
+    cc = la.flags.get("compilation_config")
+    pc = cc.get("pass_config") if isinstance(cc, dict) and isinstance(cc.get("pass_config"), dict) else {}
+    for k in ("enable_sp", "enable_sequence_parallelism"):
+        if pc.get(k) is True:
+            return f"compilation_config.pass_config.{k}", True
+        if la.flags.get(k) not in (None, False):
+            return flag(k), la.flags.get(k)
+    return None
+
+
+def _sp(la: LaunchArgs) -> Finding:
+    c, w = "sequence_parallel", f"{WHERE}.sequence_parallel"
+    sp = sequence_parallel(la)
+    ev = {"sequence_parallel": sp[0] if sp else None, "compilation_config": la.flags.get("compilation_config")}
+    if sp is None:
+        return Finding(c, "ruled out", "the launch turns on no sequence parallelism", ev, w)
+    return Finding(c, "suspected", f"sequence parallelism ({sp[0]}) with EAGLE-3: the draft's accuracy dropped "
+                   "with it on (vllm-ascend#5825)", ev, w, fix="compare the served accept length with sequence "
+                   "parallelism off", needs="served accept length with sequence parallelism off",
+                   source="vllm-ascend#5825")
+
+
 # the causes check_launch_flags reports (checks.run: what a broken check reports as not checked)
-LAUNCH_FLAGS_CAUSES = ('prefix_cache_stale_kv', 'dp_attention', 'lora_target', 'structured_output', 'chunked_prefill_boundary', 'mrope_draft_extend', 'trtllm_acceptance_gate')
+LAUNCH_FLAGS_CAUSES = ('prefix_cache_stale_kv', 'dp_attention', 'lora_target', 'structured_output', 'chunked_prefill_boundary', 'mrope_draft_extend', 'trtllm_acceptance_gate', 'hicache_draft_kv', 'pd_disaggregation', 'async_scheduling', 'sequence_parallel')
+TOPOLOGY = ('hicache_draft_kv', 'pd_disaggregation', 'async_scheduling', 'sequence_parallel')
 
 
 def check_launch_flags(art: Artifacts) -> list[Finding]:
     """One finding per cause above, from the launch command (and the served prompt lengths for the chunk check)."""
-    causes = LAUNCH_FLAGS_CAUSES[:-1]            # trtllm_acceptance_gate: its own finding (_trtllm)
+    causes = LAUNCH_FLAGS_CAUSES[:6]            # trtllm_acceptance_gate: its own finding (_trtllm)
     if art.launch is None:
         need = art.missing("launch")
         out = [not_checked(c, WHERE, need) for c in causes[:-1]]
@@ -249,9 +364,10 @@ def check_launch_flags(art: Artifacts) -> list[Finding]:
         out.append(not_checked("mrope_draft_extend", f"{WHERE}.mrope", need) if art.target_info is None or m else
                    Finding("mrope_draft_extend", "ruled out", "the target declares no multimodal RoPE (no "
                            "mrope_section)", {"mrope": None}, f"{WHERE}.mrope"))
-        return out + [_trtllm(art)]
+        return out + [_trtllm(art)] + [not_checked(c, WHERE, need) for c in TOPOLOGY]
     la = art.launch
     if speculating(la) is False:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
-                        {"engine": la.engine}, WHERE) for c in causes] + [_trtllm(art)]
-    return [_prefix_cache(la), _dp(la), _lora(la), _structured(la), _chunked(art, la), _mrope(art, la), _trtllm(art)]
+                        {"engine": la.engine}, WHERE) for c in causes + TOPOLOGY] + [_trtllm(art)]
+    return [_prefix_cache(la), _dp(la), _lora(la), _structured(la), _chunked(art, la), _mrope(art, la), _trtllm(art),
+            _hicache(la), _pd(la), _async(la), _sp(la)]

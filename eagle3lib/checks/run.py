@@ -15,6 +15,7 @@ from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .context import CONTEXT_CAUSES, REPLAY_N as CONTEXT_REPLAY_N, WINDOW_CAUSES, check_context, check_window
 from .draft_serving import DRAFT_SERVING_CAUSES, check_draft_serving
+from .draft_feed import DRAFT_FEED_CAUSES, check_draft_feed
 from .drift import DRIFT_CAUSES, check_drift
 from .embedding import EMBEDDING_CAUSES, check_embedding
 from .flags import FLAGS_CAUSES, NORM_MEANING_CAUSES, check_flags, check_norm_meaning
@@ -47,10 +48,13 @@ CHECKS = {
     "window": (lambda a, o: check_window(a), WINDOW_CAUSES),
     "launch_flags": (lambda a, o: check_launch_flags(a), LAUNCH_FLAGS_CAUSES),
     "draft_serving": (lambda a, o: check_draft_serving(a), DRAFT_SERVING_CAUSES),
+    "draft_feed": (lambda a, o: check_draft_feed(a, o["engine"], o["engine_version"], o["engine_runner"]),
+                   DRAFT_FEED_CAUSES),
 }
 # a check that runs whenever the one it is part of is asked for by name (`only=("launch",)` runs launch_flags too),
-# so callers that name the older checks get the field-causes.md rows 20-33 that read the same inputs
-PART_OF = {"norm_meaning": "flags", "window": "context", "launch_flags": "launch", "draft_serving": "launch"}
+# so callers that name the older checks get the field-causes.md rows 20-47 that read the same inputs
+PART_OF = {"norm_meaning": "flags", "window": "context", "launch_flags": "launch", "draft_serving": "launch",
+           "draft_feed": "launch"}
 # the checks that read the trained layout: with replay evidence, the training data's slots are identified against
 # the target's own boundaries first (one recapture, shared with the drift check)
 USES_TRAINED_LAYOUT = ("layer_ids", "drift")

@@ -43,7 +43,8 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target"
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target",
+    #                     "serving", "metric"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -90,6 +91,60 @@ FACTS: tuple[Fact, ...] = (
     F("vllm", "flag", "use_aux_hidden_state@eagle_config", True, None, "", f"{_LE3}:179-183, 209, 462-463",
       "false: no fc is built, fc.* keys are dropped and the target's last hidden state is fed as it is",
       checked=_run("flags_as_built")),
+    # which runner honours use_aux_hidden_state false (field-causes.md #38): V1 asks the proposer, V2 never does
+    F("vllm", "flag", "use_aux_hidden_state@v1_runner", True, None, "", "vllm 0.32.0 vllm/v1/worker/"
+      "gpu_model_runner.py:643-648, 5231 (use_aux_hidden_state_outputs = drafter.eagle3_use_aux_hidden_state); "
+      f"{_PROP}:172-173, 1672-1685", "false: the V1 runner captures no aux layers and hands the draft the target's "
+      "last hidden state (after the final norm) with no fc: served 1.05 on the demo draft, no log line; "
+      "replay.as_served of that view (final_postnorm, zeros for the fc's other slots): 1.10 against 3.15 as "
+      "trained (8 demo training samples, K 3)",
+      checked=_run("aux_opt_out_as_served")),
+    F("vllm", "flag", "use_aux_hidden_state@v2_runner", False, None, "", "vllm 0.32.0 vllm/v1/worker/gpu/"
+      "model_runner.py:299-307 (aux outputs on for every eagle3 method), gpu/spec_decode/target_dependent_ar/"
+      "speculator.py:210-214 (cat(aux) into combine_hidden_states, which returns it unchanged when false)",
+      "static reading (no CUDA build here): the V2 runner still feeds the concatenated aux states (k*H wide) to a "
+      "draft that opted out, whose first layer was built for H"),
+    F("sglang", "flag", "use_aux_hidden_state@eagle_config", True, None, "2025-12-11", "sglang PR#14920 (GPT-OSS "
+      "Eagle v2: the optional aux-hidden design read from eagle_config)", "from the PR's description, not read in "
+      "SGLang's source here: from it on, false feeds the last hidden state; before it the flag was not read (aux "
+      "states fed); the release is not placed"),
+    # ---- serving features around the draft (field-causes.md #34-47): what the engine does, by version
+    F("sglang", "serving", "hicache_restores_draft_kv", True, None, "2026", "sglang#32176, #28771 (AL 4.49 -> 1.59, "
+      "3.4 -> 1.9 over 2 h; flush_cache restores it), PR#17338, PR#30393, #38031 / PR#38161",
+      "HiCache loadback restored the target's KV but not the draft's KV / DSA index buffers; the release that "
+      "restores both is not placed"),
+    F("sglang", "serving", "pd_transfers_draft_state", True, None, "2025", "sglang PR#10801; TRT-LLM PR#17371; "
+      "ROCm/ATOM PR#1331", "the prefill worker hands the decode worker the target's KV; the draft's KV / hidden "
+      "states are rebuilt or missing (AL -4% short prompts, -13% at 1K, -25% at 30K); not placed by release"),
+    F("sglang", "serving", "aux_states_over_pp", True, None, "2026", "sglang PR#39644, PR#23569",
+      "aux layers on earlier PP ranks were never captured before these PRs; not placed by release"),
+    F("vllm", "serving", "aux_states_over_pp@v2", True, None, "", "vllm 0.32.0 vllm/v1/worker/gpu/model_runner.py:"
+      "405-414, gpu/spec_decode/eagle/eagle3_utils.py:44-80; llama.py:358, qwen2.py:335 "
+      "(supports_aux_hidden_states_over_pp); vllm PR#53052, PR#50514 (MRV2 eagle3 with PP)", "the V2 runner relays aux states from earlier PP "
+      "ranks for model files that declare it and refuses the others at start"),
+    F("sglang", "serving", "sampled_verify_off_cuda", True, None, "2026", "sglang PR#37134, #31214, #21275",
+      "the verify step was greedy on ROCm / CPU / NPU / XPU (temperature ignored); not placed by release"),
+    F("vllm", "serving", "draft_follows_attention_backend", False, None, "", "vllm#44879; vllm 0.32.0 "
+      "platforms/cpu.py:152-164 (vllm-0.32-facts.md: with attention_config.backend CPU_MLA the EAGLE-3 draft still "
+      "picks AMX_MLA on AMX hosts)", "the draft's attention picks its backend itself"),
+    F("vllm", "serving", "kv_cache_scheme_read_from_draft", True, None, "", "vllm 0.32.0 vllm/model_executor/models/"
+      "utils.py:985-1007 (get_draft_quant_config: the draft's own quantization_config), layers/quantization/"
+      "compressed_tensors/compressed_tensors.py:267 (kv_cache_scheme); vllm#44879",
+      "a compressed-tensors kv_cache_scheme in the draft config gives the draft an fp8 KV cache"),
+    F("vllm", "serving", "draft_rewrites_accepted_kv", True, "0.32.0", "", f"{_PROP}:512-600 (propose: the "
+      "first pass runs over every verified token with the target's hidden states and writes the draft's KV at "
+      "their slots)", "vllm#14649 (open; filed on a V0 build of 2025-03: the approximate draft KV / hidden states "
+      "were never overwritten, AL -8 to -15%); 0.32.0 is the first release read, earlier ones are not placed"),
+    F("vllm", "serving", "async_scheduling_default", True, "0.32.0", "", "vllm 0.32.0 vllm/config/vllm.py:1585-1644",
+      "on unless pooling, a non-EAGLE method, disable_padded_drafter_batch, an executor without it, or PP on "
+      "the V1 runner; 0.32.0 is the first release read"),
+    F("vllm", "serving", "k_per_batch_size", True, "0.32.0", "", f"{_SPEC}:491, 1961 "
+      "(num_speculative_tokens_per_batch_size); vllm/v1/spec_decode/dynamic/utils.py",
+      "K picked per batch size; 0.32.0 is the first release read"),
+    F("vllm", "metric", "mean_acceptance_length_counts_bonus", False, "0.8.5", "2025-04-24",
+      "serving-and-throughput.md section 0 (vLLM's mean acceptance length left out the bonus token from "
+      "2025-04-24 to 2025-05-09)", "release mapping approximate: 0.8.5 (2025-04-28) and 0.8.5.post1 fall in the "
+      "window, 0.9.0 (2025-05-15) after it", until="0.9.0"),
     # ---- embedding / lm_head at serve time (field-causes.md #6, #7; eagle3-formats.md §3.6)
     F("sglang", "embed", "own_embed_used", False, None, "", "sglang eagle_worker.py set_embed",
       "the draft's embed_tokens is replaced by the target's, unless target_hidden_size != hidden_size"),

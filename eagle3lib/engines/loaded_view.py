@@ -3,7 +3,9 @@ source that answered.
 
 Aspects (`ASPECTS`) and what each can be:
 - `layout`    the boundaries it feeds the fc, in fc order (None = a slot that gets nothing), and whether the
-              captured slots fit the fc the engine builds (else the engine crashes on the first request);
+              captured slots fit the fc the engine builds (else the engine crashes on the first request); a vLLM
+              draft whose eagle_config opts out of aux states (`use_aux_hidden_state` false) gets, on the V1
+              runner, the target's last hidden state and no fc (`fc_slots` 0): ("final_postnorm",);
 - `d2t`       "checkpoint" (the draft's offsets) or "zeros" (left at init: draft id i is target id i);
 - `embedding` "target" (the target's embed_tokens) or "own" (the draft's shipped copy);
 - `lm_head`   "own", "target" (the whole target head) or "target_sliced" (the first draft_vocab_size rows of the
@@ -30,6 +32,7 @@ ASPECTS = ("layout", "d2t", "embedding", "lm_head")
 # here (the vLLM probe), eagle3lib's tables
 SOURCES = ("dump", "log", "probe", "table", "unknown")
 D2T_KEYS = ("d2t", "model.d2t", "eagle_module.d2t", "draft_id_to_target_id")
+LAST_HIDDEN = ("final_postnorm",)      # what vLLM's V1 runner feeds a draft that opts out of aux states
 
 
 @dataclass(frozen=True)
@@ -108,6 +111,31 @@ def vllm_fc_slots(raw: dict) -> int:
     return int(raw.get("num_aux_hidden_states") or (len(ids) if isinstance(ids, list) and ids else 3))
 
 
+def aux_opted_out(raw: Mapping) -> bool:
+    """The draft's eagle_config sets use_aux_hidden_state to a false value (vLLM reads only eagle_config, and any
+    false value: llama_eagle3.py:179-183, llm_base_proposer.py:1672-1685)."""
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    return "use_aux_hidden_state" in ec and not ec["use_aux_hidden_state"]
+
+
+def _opted_out(r: EngineReading, runner, version) -> tuple[Aspect, str | None]:
+    """(the layout aspect, the refusal) of a vLLM draft that opts out of aux states, by model runner."""
+    v1 = facts.fact("vllm", "flag", "use_aux_hidden_state@v1_runner")
+    if runner == "v1" and facts.reads("vllm", "flag", v1.subject, version):
+        return Aspect("layout", LAST_HIDDEN, "table", "use_aux_hidden_state false: vLLM builds no fc and its V1 "
+                      "runner captures no aux layer, so the draft gets the target's last hidden state (after the "
+                      f"final norm) as it is ({v1.source})"), None
+    v2 = facts.fact("vllm", "flag", "use_aux_hidden_state@v2_runner")
+    lay = Aspect("layout", tuple(r.boundaries), "table", f"use_aux_hidden_state false: vLLM builds no fc, but its V2 "
+                 f"runner still captures {r.key} and feeds their concatenation as it is ({v2.source}; static); "
+                 f"the V1 runner would feed the target's last hidden state ({v1.source})")
+    k = len([b for b in r.boundaries if b is not None])
+    why = (f"vLLM's V2 runner feeds the draft {k} concatenated aux states ({k}*H wide) but builds no fc for "
+           "use_aux_hidden_state false: the draft's first layer, built for H, fails on the first request (static "
+           "reading)") if k > 1 else None
+    return lay, why
+
+
 def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info, version=None,
                 runner: str | None = None) -> EngineView:
     """The draft as `engine` at `version` loads it, from the tables (see the module docstring)."""
@@ -122,7 +150,10 @@ def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple]
     fc = vllm_fc_slots(raw) if eng == "vllm" else None
     refused = None
     captured = [b for b in r.boundaries if b is not None]
-    if fc is not None and len(captured) != fc:
+    if fc is not None and aux_opted_out(raw):
+        fc = 0
+        aspects["layout"], refused = _opted_out(r, runner, version)
+    elif fc is not None and len(captured) != fc:
         refused = (f"{eng} captures {len(captured)} aux slot(s) for ids {list(r.ids)} but builds fc for {fc}: the "
                    f"first request fails in fc (shape '[-1, {fc}*H]' is invalid)")
     aspects["d2t"] = _d2t(eng, raw, keys, version)

@@ -64,6 +64,8 @@ class VllmProbe:
     fc_slots: int | None = None
     fc_input_size: int | None = None
     use_aux_hidden_state: bool | None = None
+    aux_states_v1: bool | None = None        # the V1 runner captures aux states for this draft (False: it feeds the
+    #                                          target's last hidden state; ids_used is then empty)
     norm_before_fc: bool | None = None
     fc_norm: int | None = None               # per-slot norms built (None: none)
     norm_output: bool | None = None
@@ -107,7 +109,8 @@ class VllmProbe:
                    ids_v1=tup(ids.get("v1")), ids_v1_key=tuple(ids.get("v1_key") or ()), ids_v2=tup(ids.get("v2")),
                    ids_v2_key=tuple(ids.get("v2_key") or ()), ids_default=tup(ids.get("default")),
                    ids_used=tup(ids.get("used")), fc_slots=dr.get("fc_slots"), fc_input_size=dr.get("fc_input_size"),
-                   use_aux_hidden_state=dr.get("use_aux_hidden_state"), norm_before_fc=dr.get("norm_before_fc"),
+                   use_aux_hidden_state=dr.get("use_aux_hidden_state"),
+                   aux_states_v1=(ans.get("aux_states") or {}).get("v1"), norm_before_fc=dr.get("norm_before_fc"),
                    fc_norm=dr.get("fc_norm"), norm_output=dr.get("norm_output"),
                    norm_before_residual=dr.get("norm_before_residual"), rope=dr.get("rope"),
                    keys_loaded=dict(ld.get("loaded") or {}),

@@ -64,7 +64,8 @@ _S = {
     "lora-paths": ("lora_paths", "str"), "max-loras-per-batch": ("max_loras_per_batch", "int"),
     "grammar-backend": ("grammar_backend", "str"), "disaggregation-mode": ("disaggregation_mode", "str"),
     "enable-dp-lm-head": ("enable_dp_lm_head", "bool"), "tool-call-parser": ("tool_call_parser", "str"),
-    "reasoning-parser": ("reasoning_parser", "str"),
+    "reasoning-parser": ("reasoning_parser", "str"), "enable-hierarchical-cache": ("enable_hierarchical_cache", "bool"),
+    "hicache-ratio": ("hicache_ratio", "float"), "hicache-storage-backend": ("hicache_storage_backend", "str"),
 }
 _V = {
     "model": ("model", "str"), "speculative-config": ("speculative_config", "json"),
@@ -87,6 +88,7 @@ _V = {
     "guided-decoding-backend": ("guided_decoding_backend", "str"),
     "enable-auto-tool-choice": ("enable_auto_tool_choice", "bool"), "tool-call-parser": ("tool_call_parser", "str"),
     "reasoning-parser": ("reasoning_parser", "str"), "enable-expert-parallel": ("enable_expert_parallel", "bool"),
+    "kv-transfer-config": ("kv_transfer_config", "json"), "attention-config": ("attention_config", "json"),
 }
 
 

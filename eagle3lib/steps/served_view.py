@@ -20,7 +20,7 @@ from ..checks.inputs import read_artifacts
 from ..engines import vllm_env
 from ..engines.facts import fact
 from ..engines.vllm_errors import attribution, known_failure_text
-from ..engines.loaded_view import EngineView, engine_view
+from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..hidden.explain import causes_of, explain
 from ..layout import from_ids
@@ -77,7 +77,12 @@ def _from_probe(view: EngineView, p, art) -> EngineView:
     if p.error:
         return view.with_refusal(f"{who} refuses the deployment at {p.error.get('stage')}: {p.error.get('type')}: "
                                  f"{str(p.error.get('message'))[:200]}", "probe")
-    if p.ids_used is not None:
+    if p.aux_states_v1 is False and (p.runner or "").lower() == "v1":     # use_aux_hidden_state false, honoured
+        view = dataclasses.replace(view, fc_slots=0).overruled(
+            "layout", LAST_HIDDEN, "probe", f"{who}: use_aux_hidden_state {p.use_aux_hidden_state}, no fc built, "
+            "the runner captures no aux layer: the draft gets the target's last hidden state"
+        ).with_refusal(None, "probe")          # the table's V2 refusal does not apply to this runner
+    elif p.ids_used is not None:
         keys = p.ids_v1_key if (p.runner or "").lower() == "v1" else p.ids_v2_key
         src = ", ".join(keys) if keys else "no ids: the target's default"
         view = view.overruled("layout", _layout(p.ids_used, L), "probe", f"{who} reads {src}: {list(p.ids_used)}"

@@ -6,7 +6,7 @@ import pytest
 
 from eagle3lib.checks.draft_serving import check_draft_serving, draft_quantization
 from eagle3lib.checks.inputs import read_artifacts
-from tests.checks.world import draft_raw, write_draft
+from tests.checks.world import TARGET, draft_raw, write_draft, write_target
 
 SG = ("python -m sglang.launch_server --model-path t --speculative-draft-model-path d "
       "--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 "
@@ -23,7 +23,7 @@ def vl(extra: str = "", top: str = "") -> str:
 def _f(tmp_path, launch, raw=None) -> dict:
     art = read_artifacts(draft=write_draft(tmp_path, raw or draft_raw()), launch=launch)
     found = check_draft_serving(art)
-    assert len({x.cause for x in found}) == len(found) == 4
+    assert len({x.cause for x in found}) == len(found) == 8
     return {x.cause: x for x in found}
 
 
@@ -102,8 +102,8 @@ def test_kv_cache_dtype(tmp_path):
 def test_garbled_values_are_named(tmp_path):
     """A --speculative-config that is not JSON, or a switch with a word for value: not checked naming the flag."""
     f = _f(tmp_path, "vllm serve t --speculative-config '{method: eagle3}'")
-    assert all(x.status == "not checked" and "--speculative-config" in x.summary for c, x in f.items()
-               if c != "quantized_draft_graphs")
+    spec_readers = ("rejection_method", "adaptive_depth", "kv_cache_dtype")    # the causes that read it
+    assert all(f[c].status == "not checked" and "--speculative-config" in f[c].summary for c in spec_readers)
     f = _f(tmp_path, SG + " --speculative-adaptive=often")["adaptive_depth"]
     assert f.status == "not checked" and "--speculative-adaptive" in f.needs
     f = _f(tmp_path, SG + " --disable-cuda-graph=nah")["quantized_draft_graphs"]
@@ -116,3 +116,51 @@ def test_without_speculation_or_launch(tmp_path):
     assert {x.status for x in f.values()} == {"ruled out"}
     f = check_draft_serving(read_artifacts())
     assert {x.status for x in f} == {"not checked"} and all("launch" in x.needs for x in f)
+
+
+@pytest.mark.parametrize("var", ["SGLANG_SIMULATE_ACC_LEN=3.2", "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS=2"])
+def test_simulated_acceptance_in_the_launch_environment_is_confirmed(tmp_path, var):
+    """A simulated / forced accept length in the launch's env prefix: confirmed, naming the variable; unset (or 0):
+    ruled out."""
+    f = _f(tmp_path, f"{var} {SG}")["simulated_acceptance"]
+    assert f.status == "confirmed" and var.split("=")[0] in f.fix
+    assert _f(tmp_path, SG)["simulated_acceptance"].status == "ruled out"
+    assert _f(tmp_path, f"SGLANG_SIMULATE_ACC_LEN=0 {SG}")["simulated_acceptance"].status == "ruled out"
+
+
+def test_fp8_kv_cache_on_the_target(tmp_path):
+    """--kv-cache-dtype fp8_e4m3: suspected (vllm PR#55557); auto: ruled out; a target kv_cache_scheme: suspected."""
+    f = _f(tmp_path, SG + " --kv-cache-dtype fp8_e4m3")["fp8_kv_target"]
+    assert f.status == "suspected" and "55557" in f.source
+    assert _f(tmp_path, vl('"num_speculative_tokens": 3', top="--kv-cache-dtype auto"))["fp8_kv_target"].status == \
+        "ruled out"
+    target = {**TARGET, "quantization_config": {"quant_method": "compressed-tensors",
+                                                "kv_cache_scheme": {"num_bits": 8, "type": "float"}}}
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, target), launch=SG)
+    f = {x.cause: x for x in check_draft_serving(art)}["fp8_kv_target"]
+    assert f.status == "suspected" and f.evidence["target_kv_cache_scheme"]["num_bits"] == 8
+
+
+def test_draft_attention_backend_and_kv_scheme(tmp_path):
+    """vLLM with a forced attention backend: suspected (the draft picks its own, vllm#44879); a draft
+    kv_cache_scheme: suspected (vLLM reads the draft's own quantization config); neither: ruled out."""
+    f = _f(tmp_path, vl(top="--attention-backend FLASHINFER"))["draft_attention_backend"]
+    assert f.status == "suspected" and "44879" in f.source and f.evidence["attention_backend"] == "FLASHINFER"
+    f = _f(tmp_path, vl(top="--attention-config '{\"backend\": \"CPU_MLA\"}'"))["draft_attention_backend"]
+    assert f.status == "suspected" and f.evidence["attention_backend"] == "CPU_MLA"
+    raw = draft_raw(quantization_config={"quant_method": "compressed-tensors",
+                                         "kv_cache_scheme": {"num_bits": 8, "type": "float"}})
+    f = _f(tmp_path, vl(), raw)["draft_attention_backend"]
+    assert f.status == "suspected" and "utils.py:985" in f.source
+    assert _f(tmp_path, vl())["draft_attention_backend"].status == "ruled out"
+    assert _f(tmp_path, SG + " --attention-backend triton")["draft_attention_backend"].status == "ruled out"
+
+
+def test_greedy_verify_platform(tmp_path):
+    """SGLang --device npu: suspected (sglang PR#37134); --device cuda: ruled out; no --device: not checked (ROCm
+    also says cuda); vLLM: not checked (the platform is the build's)."""
+    f = _f(tmp_path, SG + " --device npu")["greedy_verify_platform"]
+    assert f.status == "suspected" and "37134" in f.source and "temperature" in f.needs
+    assert _f(tmp_path, SG + " --device cuda")["greedy_verify_platform"].status == "ruled out"
+    assert _f(tmp_path, SG)["greedy_verify_platform"].status == "not checked"
+    assert _f(tmp_path, vl())["greedy_verify_platform"].status == "not checked"

@@ -21,7 +21,7 @@ def _f(tmp_path, launch, target=None, served=None) -> dict:
     art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, target),
                          launch=launch, served_prompts=served)
     found = check_launch_flags(art)
-    assert len({x.cause for x in found}) == len(found) == 7
+    assert len({x.cause for x in found}) == len(found) == 11
     return {x.cause: x for x in found}
 
 
@@ -33,7 +33,9 @@ def test_clean_launch_raises_nothing_and_says_what_decides_the_rest(tmp_path, la
     assert {c: x.status for c, x in f.items()} == {
         "prefix_cache_stale_kv": "not checked", "dp_attention": "ruled out", "lora_target": "ruled out",
         "structured_output": "not checked", "chunked_prefill_boundary": "not checked",
-        "mrope_draft_extend": "ruled out", "trtllm_acceptance_gate": "ruled out"}
+        "mrope_draft_extend": "ruled out", "trtllm_acceptance_gate": "ruled out", "hicache_draft_kv": "ruled out",
+        "pd_disaggregation": "ruled out", "async_scheduling": "not checked", "sequence_parallel": "ruled out"}
+    assert "async scheduling off" in f["async_scheduling"].needs
     assert "over time" in f["prefix_cache_stale_kv"].needs and "served_log_path" in f["prefix_cache_stale_kv"].needs
     assert "response_format" in f["structured_output"].needs
     assert "served_prompts" in f["chunked_prefill_boundary"].needs
@@ -127,3 +129,56 @@ def test_garbled_flag_values_are_named_never_a_crash(tmp_path, launch, flag):
     f = _f(tmp_path, launch)
     named = [x for x in f.values() if flag in x.summary]
     assert named and all(x.status == "not checked" and flag in x.needs for x in named)
+
+
+def test_hicache_on_sglang_is_suspected(tmp_path):
+    """--enable-hierarchical-cache with EAGLE3: suspected (sglang#32176), naming served accept lengths over time;
+    without it, or on vLLM: ruled out."""
+    f = _f(tmp_path, SG + " --enable-hierarchical-cache --hicache-ratio 2")["hicache_draft_kv"]
+    assert f.status == "suspected" and "32176" in f.source and f.evidence["hicache_ratio"] == 2.0
+    assert "over time" in f.needs and "flush_cache" in f.fix
+    assert _f(tmp_path, SG)["hicache_draft_kv"].status == "ruled out"
+    assert _f(tmp_path, SG + " --enable-hierarchical-cache=maybe")["hicache_draft_kv"].status == "not checked"
+    kt = " --kv-transfer-config '{\"kv_connector\": \"LMCacheConnectorV1\", \"kv_role\": \"kv_both\"}'"
+    f = _f(tmp_path, VL + kt)["hicache_draft_kv"]
+    assert f.status == "not checked" and "over time" in f.needs
+    assert _f(tmp_path, VL)["hicache_draft_kv"].status == "ruled out"
+
+
+def test_pd_disaggregation(tmp_path):
+    """SGLang --disaggregation-mode decode: suspected (sglang PR#10801), by prompt length; a vLLM KV connector: not
+    checked (no vLLM thread); neither: ruled out."""
+    f = _f(tmp_path, SG + " --disaggregation-mode decode")["pd_disaggregation"]
+    assert f.status == "suspected" and "10801" in f.source and "prompt length" in f.needs
+    kt = " --kv-transfer-config '{\"kv_connector\": \"NixlConnector\", \"kv_role\": \"kv_both\"}'"
+    f = _f(tmp_path, VL + kt)["pd_disaggregation"]
+    assert f.status == "not checked" and f.evidence["kv_transfer_config"]["kv_connector"] == "NixlConnector"
+    assert _f(tmp_path, SG + " --disaggregation-mode null")["pd_disaggregation"].status == "ruled out"
+
+
+def test_async_scheduling(tmp_path):
+    """vLLM --async-scheduling: suspected (vllm PR#29845); --no-async-scheduling: ruled out; the default (on in
+    0.32.0, engines.facts) is not evidence; SGLang --disable-overlap-schedule: ruled out."""
+    assert _f(tmp_path, VL + " --async-scheduling")["async_scheduling"].status == "suspected"
+    assert _f(tmp_path, VL + " --no-async-scheduling")["async_scheduling"].status == "ruled out"
+    f = _f(tmp_path, VL)["async_scheduling"]
+    assert f.status == "not checked" and "config/vllm.py:1585" in f.source
+    assert _f(tmp_path, SG + " --disable-overlap-schedule")["async_scheduling"].status == "ruled out"
+    assert _f(tmp_path, SG)["async_scheduling"].status == "not checked"
+
+
+def test_sequence_parallel(tmp_path):
+    """compilation_config pass_config enable_sp with EAGLE-3: suspected (vllm-ascend#5825); off: ruled out."""
+    cc = " -O '{\"pass_config\": {\"enable_sp\": true}}'"
+    f = _f(tmp_path, VL + cc)["sequence_parallel"]
+    assert f.status == "suspected" and f.evidence["sequence_parallel"] == "compilation_config.pass_config.enable_sp"
+    assert _f(tmp_path, VL + " -O '{\"pass_config\": {\"enable_sp\": false}}'")["sequence_parallel"].status == \
+        "ruled out"
+
+
+def test_topology_causes_without_launch_name_it(tmp_path):
+    """No launch: each topology cause is not checked, naming the launch command."""
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()))
+    f = {x.cause: x for x in check_launch_flags(art)}
+    for c in ("hicache_draft_kv", "pd_disaggregation", "async_scheduling", "sequence_parallel"):
+        assert f[c].status == "not checked" and "launch command" in f[c].needs, c

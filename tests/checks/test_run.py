@@ -87,3 +87,33 @@ def test_healthy_demo_world_gives_no_alarm_for_rows_20_to_33(world, engine):
     assert bad == [], findings_frame(bad).to_string()
     assert all(x.needs for x in f if x.status == "not checked")
     assert sum(x.status == "ruled out" for x in f) >= 9
+
+
+# field-causes.md rows 34-47
+ROWS_34_47 = {"hicache_draft_kv", "pd_disaggregation", "pipeline_parallel_aux", "greedy_verify_platform",
+              "aux_opt_out", "layer_id_count", "k_meaning", "simulated_acceptance", "fp8_kv_target",
+              "draft_attention_backend", "stale_draft_kv", "async_scheduling", "sequence_parallel", "k_schedule"}
+
+
+def test_rows_34_to_47_are_each_reported_by_a_check():
+    """Each field-causes.md row 34-47 is a cause some contract check reports, and `only=("launch",)` runs them."""
+    from eagle3lib.causes import FIELD_CAUSES
+    reported = {c for _, causes in R.CHECKS.values() for c in causes}
+    assert ROWS_34_47 == {FIELD_CAUSES[r] for r in range(34, 48)} and ROWS_34_47 <= reported
+    f = run_checks(launch=CLEAN["vllm"].format(t="t", d="d"), only=("launch",))
+    assert ROWS_34_47 <= {x.cause for x in f}
+
+
+@pytest.mark.parametrize("world", ["demo_artifacts", "demo_artifacts_mla"])
+@pytest.mark.parametrize("engine", ["sglang", "vllm"])
+def test_healthy_demo_world_gives_no_alarm_for_rows_34_to_47(world, engine):
+    """The demo worlds' draft and target with a clean launch of either engine (vLLM 0.32.0 named): every row 34-47
+    cause ruled out, or not checked naming its input."""
+    d, t = ROOT / "data" / world / "draft", ROOT / "data" / world / "target"
+    f = [x for x in run_checks(draft=d, target=t, launch=CLEAN[engine].format(t=t, d=d),
+                               engine_version="0.32.0" if engine == "vllm" else None) if x.cause in ROWS_34_47]
+    assert {x.cause for x in f} == ROWS_34_47
+    bad = [x for x in f if x.raised]
+    assert bad == [], findings_frame(bad).to_string()
+    assert all(x.needs for x in f if x.status == "not checked")
+    assert sum(x.status == "ruled out" for x in f) >= 9

@@ -85,6 +85,23 @@ def test_flags_as_built(P):
     assert "input_norm.weight" in nested.keys_loaded and "fc_norm.0.weight" in nested.keys_loaded
 
 
+def test_aux_opt_out_as_served(P):
+    """use_aux_hidden_state false: the V1 runner row says it is honoured; vLLM's own proposer answers no aux states,
+    no aux layer is set on the target and no fc is built; engines.loaded_view predicts exactly that (the target's
+    last hidden state, fc 0, served), and the shipped draft keeps its aux states."""
+    off, shipped = P["aux_off"], P["shipped"]
+    assert reads("flag", "use_aux_hidden_state@v1_runner") is True and off.runner == "v1"
+    assert off.aux_states_v1 is False and off.ids_used == () and off.fc_slots is None and off.ok
+    assert shipped.aux_states_v1 is True and shipped.ids_used
+    from eagle3lib.engines.loaded_view import LAST_HIDDEN, engine_view
+    from eagle3lib.model.target import load_target_info
+    from eagle3lib.checks.inputs import tensor_headers
+    view = engine_view("vllm", draft_raw=cfg(P, "aux_off"), tensors=tensor_headers(P["root"] / "v" / "aux_off"),
+                       target_info=load_target_info(off.target), version=off.vllm_version.split("+")[0],
+                       runner=off.runner)
+    assert view.value("layout") == LAST_HIDDEN and view.fc_slots == 0 and view.refused is None
+
+
 def test_key_handling(P):
     """The key rows: midlayer. and layers.0. load into layers.0; t2d, .bias and (without norm_before_fc)
     input_norm are dropped silently; an unknown name and an already model.-prefixed one fail the load, naming it;

@@ -126,6 +126,16 @@ def ids_answer(vc) -> dict:
             "v2": list(v2) if v2 else None, "v2_key": id_keys(hf, v2)}
 
 
+def aux_answer(vc) -> dict:
+    """Whether the V1 runner captures aux states for this draft: it asks the proposer
+    (`SpecDecodeBaseProposer._get_eagle3_use_aux_hidden_state_from_config`, gpu_model_runner.py:643-648); False
+    means the draft gets the target's last hidden state and no aux layer is set on the target (:5231)."""
+    from vllm.v1.spec_decode.llm_base_proposer import SpecDecodeBaseProposer
+    sc = vc.speculative_config
+    me = SimpleNamespace(method=sc.method, draft_model_config=sc.draft_model_config)
+    return {"v1": bool(SpecDecodeBaseProposer._get_eagle3_use_aux_hidden_state_from_config(me))}
+
+
 def setup_parallel(vc, state: dict) -> None:
     """A one-process world (gloo, once per probe process) and this job's model-parallel groups (vLLM creates the
     expert-parallel group only for an MoE model, so the groups are rebuilt for every job)."""
@@ -287,9 +297,13 @@ def probe_one(job: dict, state: dict) -> dict:
             ans["error"] = failure("build", e)
             return ans
         ans["ids"]["default"] = list(tgt.get_eagle3_default_aux_hidden_state_layers())
+        ans["aux_states"] = aux_answer(vc)
         chosen = ans["ids"][ans["runner"]["in_use"]]
-        tgt.set_aux_hidden_state_layers(tuple(chosen) if chosen else tuple(ans["ids"]["default"]))
-        ans["ids"]["used"] = list(tgt.model.aux_hidden_state_layers)
+        if ans["runner"]["in_use"] == "v1" and not ans["aux_states"]["v1"]:
+            ans["ids"]["used"] = []          # the V1 runner sets no aux layers on the target (:5231)
+        else:
+            tgt.set_aux_hidden_state_layers(tuple(chosen) if chosen else tuple(ans["ids"]["default"]))
+            ans["ids"]["used"] = list(tgt.model.aux_hidden_state_layers)
         ans["target_class"] = type(tgt).__name__
         ans["draft"] = draft_answer(d)
         ans["load"] = load_answer(d, header)

@@ -1,0 +1,309 @@
+"""Check 13, what the engine feeds the draft and what its K means: a draft that opts out of aux states, aux layers
+on earlier pipeline-parallel ranks, a layer-id count other than the fc the engine builds, the draft KV the engine
+leaves approximate (by version), the meaning of the launch's K against the served metric, and a K scheduled by
+batch size.
+
+Causes: aux_opt_out, pipeline_parallel_aux, layer_id_count, stale_draft_kv, k_meaning, k_schedule.
+Usage: ``check_draft_feed(art, engine="vllm", engine_version="0.32.0", engine_runner="v1")``.
+Rests on `engines.facts` rows (topics flag / serving / metric: use_aux_hidden_state per vLLM runner, aux states
+over PP, draft_rewrites_accepted_kv, k_per_batch_size, mean_acceptance_length_counts_bonus) and
+`engines.loaded_view.vllm_fc_slots` (the fc vLLM builds).
+"""
+from __future__ import annotations
+
+from ..causes import Finding, not_checked
+from ..engines import facts
+from ..engines.capture_rules import draft_rules, served_fc_slots
+from ..engines.loaded_view import vllm_fc_slots
+from ..engines.versions import in_force
+from .inputs import Artifacts
+from .launch_flags import integer, spec_config, speculating
+
+WHERE = "checks.draft_feed"
+ID_KEYS = ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids", "target_layer_ids",
+           "eagle_config.layer_ids", "eagle_config.target_layer_ids")
+SCHEDULE_KEYS = ("num_speculative_tokens_per_batch_size", "draft_len_schedule")
+
+
+def use_aux(raw) -> tuple[bool | None, str | None]:
+    """(use_aux_hidden_state as the config sets it, where): eagle_config first, then the top level; (None, None)
+    when neither sets it (engines then use aux states)."""
+    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
+    for where, body in (("eagle_config.use_aux_hidden_state", ec), ("use_aux_hidden_state", raw)):
+        if "use_aux_hidden_state" in body:
+            return body["use_aux_hidden_state"], where
+    return None, None
+
+
+def config_ids(raw) -> tuple[list | None, str | None]:
+    """(the draft config's aux layer ids, the key), first of ID_KEYS that holds a list."""
+    for k in ID_KEYS:
+        sect, _, leaf = k.rpartition(".")
+        node = raw.get(sect) if sect else raw
+        v = node.get(leaf) if isinstance(node, dict) else None
+        if isinstance(v, list):
+            return v, k
+    return None, None
+
+
+def trained_fc(art: Artifacts) -> tuple[int | None, str]:
+    """(aux slots the checkpoint's fc.weight takes, 0 when it ships no fc, None without weights or a config; where
+    read), from the tensor headers only (the config's own count is a claim, not the trained fc)."""
+    if art.tensors is None or art.draft_cfg is None:
+        return None, ""
+    ht = art.draft_cfg.target_hidden_size
+    for key in ("fc.weight", "model.fc.weight", "eagle_module.fc.weight"):
+        shape = art.tensors.get(key, ((), ""))[0]
+        if len(shape) == 2 and shape[1] % ht == 0:
+            return shape[1] // ht, f"{key} {list(shape)}"
+    return 0, "no fc.weight in the checkpoint"
+
+
+def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
+    c, w = "aux_opt_out", f"{WHERE}.aux_opt_out"
+    if art.draft_raw is None:
+        return not_checked(c, w, art.missing("draft"))
+    raw = dict(art.draft_raw)
+    flag, where = use_aux(raw)
+    ids, key = config_ids(raw)
+    ev = {"use_aux_hidden_state": flag, "where": where, "ids": ids, "ids_key": key, "engine": engine,
+          "runner": runner}
+    if flag is not False and ids != []:
+        return Finding(c, "ruled out", "the draft config does not opt out of aux states (use_aux_hidden_state "
+                       + ("true" if flag else "absent") + ")", ev, w)
+    k, k_from = trained_fc(art)
+    tl = art.trained        # the data's slots only (identified or declared): the config's ids are a claim
+    trained = tl.layout if tl is not None and tl.layout and tl.source in ("identified", "declared") else None
+    ev.update(fc_slots=k, fc_from=k_from, trained_layout=list(trained) if trained else None)
+    with_aux = (k is not None and k > 1) or (trained is not None and len(trained) > 1)
+    if flag is not False:          # ids [] with the flag on: vLLM reads an empty list as absent -> default capture
+        return Finding(c, "suspected", f"{key} is an empty list: engines read it as absent and capture their "
+                       "default layers, so the draft is still fed aux states", ev, w,
+                       fix="write the trained layout's ids, or use_aux_hidden_state false for a last-state draft",
+                       source="vllm PR#40656; tokenspeed PR#526")
+    if k is None and trained is None:
+        return not_checked(c, w, "the draft's weights (fc.weight's width) or its training data (slots per "
+                           "sample)", f"not checked: {where} is false; whether the draft was trained on aux states "
+                           "needs its fc or its data")
+    v1 = facts.fact("vllm", "flag", "use_aux_hidden_state@v1_runner")
+    v2 = facts.fact("vllm", "flag", "use_aux_hidden_state@v2_runner")
+    if engine == "sglang":
+        sg = facts.fact("sglang", "flag", "use_aux_hidden_state@eagle_config")
+        honours = facts.reads("sglang", "flag", sg.subject, version)
+        ev["sglang_honours"] = honours
+        bad = with_aux if honours else (not with_aux if honours is False else None)
+        what = ("the last hidden state" if honours else "its aux states" if honours is False else
+                "the last hidden state from sglang PR#14920 on, aux states before it")
+        status = "confirmed" if bad else "ruled out" if bad is False else "suspected"
+        return Finding(c, status, f"{where} is false, the draft was trained on " + (
+            "aux states" if with_aux else "the last hidden state alone") + f"; SGLang feeds it {what}", ev, w,
+            needs="" if bad is not None else "the SGLang version (sglang PR#14920 placed by release)",
+            source=sg.source)
+    runners = {"v1": v1, "v2": v2} if runner not in ("v1", "v2") else {runner: v1 if runner == "v1" else v2}
+    fed = {r: ("the target's last hidden state, no fc" if f.reads else "the concatenated aux states (k*H), no fc")
+           for r, f in runners.items()}
+    ev["fed"] = fed
+    src = "; ".join(f.source for f in runners.values()) + "; vllm PR#40656, #40551"
+    if with_aux:
+        why = (f"fc takes {k} aux slots ({k_from})" if k and k > 1 else
+               f"its training data carries {len(trained)} slots per position")
+        return Finding(c, "confirmed", f"{where} is false but the draft was trained on aux states ({why}): vLLM "
+                       + "; ".join(f"the {r.upper()} runner feeds it {t}" for r, t in fed.items())
+                       + " (served 1.05 on the demo draft with the V1 runner, no log line)", ev, w,
+                       fix=f"drop {where} (or set it true) so vLLM builds the fc the draft was trained with",
+                       source=src)
+    if "v2" in runners:
+        return Finding(c, "suspected", f"{where} is false and the draft was trained on the last hidden state alone "
+                       "(fc takes one slot or none): the V1 runner honours it; the V2 runner (CUDA default) still "
+                       "feeds the concatenated aux states (static reading)", ev, w,
+                       needs="the vLLM model runner (VLLM_USE_V2_MODEL_RUNNER, or the startup log)", source=src)
+    return Finding(c, "ruled out", f"{where} is false and the draft was trained on the last hidden state alone: "
+                   "the V1 runner feeds it exactly that", ev, w, source=v1.source)
+
+
+def pp_size(la) -> tuple[int | None, str | None]:
+    return integer(la, "pp_size" if la.engine == "sglang" else "pipeline_parallel_size")
+
+
+def _pp(art: Artifacts, la) -> Finding:
+    c, w = "pipeline_parallel_aux", f"{WHERE}.pipeline_parallel"
+    pp, bad = pp_size(la)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="the launch with a valid PP size")
+    ev = {"pp_size": pp, "engine": la.engine}
+    if pp is None or pp <= 1:
+        return Finding(c, "ruled out", "no pipeline parallelism: every aux layer runs on the one rank that drafts",
+                       ev, w)
+    if art.draft_cfg is None or art.target_info is None:
+        return not_checked(c, w, art.missing("draft", "target"), f"not checked: pipeline parallel size {pp}; which "
+                           "rank holds each aux layer needs the draft's ids and the target's layer count")
+    L = art.target_info.num_layers
+    lay = art.draft_cfg.aux_layout_or_none(L)
+    ids = list(art.draft_cfg.aux_layer_ids or ())
+    per = -(-L // pp)
+    ranks = sorted({min(int(i) // per, pp - 1) for i in ids if isinstance(i, int) and 0 <= i <= L})
+    ev.update(num_layers=L, layers_per_rank=per, aux_ids=ids, aux_layout=list(lay) if lay else None, ranks=ranks)
+    if not ids:
+        return Finding(c, "not checked", f"not checked: pipeline parallel size {pp} and no aux ids in the config (the "
+                       "engine's default layers span the ranks)", ev, w, needs="the draft's aux layer ids")
+    if ranks == [pp - 1]:
+        return Finding(c, "ruled out", f"every aux layer ({ids}) sits on the last of {pp} ranks, where the draft "
+                       "runs", ev, w)
+    if la.engine == "sglang":
+        f = facts.fact("sglang", "serving", "aux_states_over_pp")
+        return Finding(c, "suspected", f"pipeline parallel size {pp}: aux layers {ids} sit on ranks {ranks} of "
+                       f"0..{pp - 1} (about {per} layers each), and SGLang did not capture aux states on earlier "
+                       "ranks before the PRs; the fixing release is not placed", ev, w, fix="serve with --pp-size 1 "
+                       "and compare, or use a version with the PRs", needs="the SGLang version and served accept "
+                       "length at --pp-size 1", source=f.source)
+    f = facts.fact("vllm", "serving", "aux_states_over_pp@v2")
+    return Finding(c, "not checked", f"not checked: pipeline parallel size {pp} with aux layers on ranks {ranks}; "
+                   "vLLM 0.32's V2 runner relays them from earlier ranks for model files that declare it (Llama, "
+                   "Qwen2) and refuses the others, the V1 runner's relay is not read", ev, w,
+                   needs="the vLLM model runner and served accept length at pipeline_parallel_size 1",
+                   source=f.source)
+
+
+def vllm_fc(raw: dict, version=None) -> tuple[int | None, str]:
+    """(aux slots vLLM's model file for the draft builds fc for, the rule's source): `engines.capture_rules`'s row
+    for the draft architecture (checked on the running engine), else llama_eagle3's rule (`vllm_fc_slots`)."""
+    arch = (raw.get("architectures") or [""])[0]
+    rules = draft_rules("vllm", arch, version)
+    if len(rules) == 1 and served_fc_slots(rules[0].fc_slots, raw) is not None:
+        return served_fc_slots(rules[0].fc_slots, raw), f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
+    return vllm_fc_slots(raw), ("vLLM llama_eagle3.py: num_aux_hidden_states, else the eagle_config id count, "
+                                "else 3")
+
+
+def _count(art: Artifacts, engine, version=None) -> Finding:
+    c, w = "layer_id_count", f"{WHERE}.layer_id_count"
+    if art.draft_raw is None:
+        return not_checked(c, w, art.missing("draft"))
+    raw = dict(art.draft_raw)
+    ids, key = config_ids(raw)
+    k, k_from = trained_fc(art)
+    ev = {"ids": ids, "key": key, "fc_slots": k, "fc_from": k_from,
+          "num_aux_hidden_states": raw.get("num_aux_hidden_states")}
+    if not ids:
+        return Finding(c, "not checked", "not checked: the config lists no aux layer ids (missing_layer_ids says "
+                       "what the engine does then)", ev, w, needs="the draft's aux layer ids")
+    n = len(ids)
+    if k and k != n:
+        return Finding(c, "confirmed", f"{key} lists {n} ids but the checkpoint's fc takes {k} slots ({k_from}): "
+                       "the ids and the trained fc disagree", ev, w, fix=f"list the {k} trained layers", source="verl-SpeCo PR#6")
+    if engine == "vllm" or engine is None:
+        built, rule = vllm_fc(raw, version)
+        ev["vllm_fc_slots"] = built
+        if built is not None and built != n:
+            return Finding(c, "confirmed" if engine == "vllm" else "suspected", f"{key} lists {n} ids but vLLM "
+                           f"builds fc for {built} slots ({rule}): the checkpoint is refused or fed the wrong count",
+                           ev, w, fix=f"set num_aux_hidden_states {n} and the ids under eagle_config",
+                           source=f"verl-SpeCo PR#6; {rule}")
+    return Finding(c, "ruled out", f"{key} lists {n} ids" + (f", the fc takes {k}" if k else "")
+                   + (", and vLLM sizes fc for the same count" if engine in ("vllm", None) else ""), ev, w)
+
+
+def _stale(engine, version) -> Finding:
+    c, w = "stale_draft_kv", f"{WHERE}.stale_draft_kv"
+    ev = {"engine": engine, "engine_version": version}
+    if engine != "vllm":
+        return Finding(c, "not checked", "not checked: the approximate draft KV was reported on vLLM (vllm#14649)"
+                       + ("" if engine else "; the engine is not known"), ev, w,
+                       needs="the serving engine and version" if not engine else "served accept length against the "
+                       "replay (a loss of 8-15% with no other cause)", source="vllm#14649")
+    f = facts.fact("vllm", "serving", "draft_rewrites_accepted_kv")
+    if not version:
+        return not_checked(c, w, "the engine version", f"not checked: vLLM {f.since}'s proposer rewrites the "
+                           "accepted tokens' draft KV from the target's states; vllm#14649's V0 build did not")
+    held = in_force(f.since, f.until, version, "vllm")
+    if held:
+        return Finding(c, "ruled out", f"vLLM {version}: the proposer's first pass runs over every verified token "
+                       "with the target's hidden states and writes the draft's KV at their slots", ev, w,
+                       source=f.source)
+    return Finding(c, "not checked", f"not checked: vLLM {version} is not placed (the rewrite was read at "
+                   f"{f.since}; vllm#14649 was filed on a V0 build of 2025-03 and is open)", ev, w,
+                   needs=f"a vLLM version at or after {f.since}, or served accept length against the replay",
+                   source=f"vllm#14649; {f.source}")
+
+
+def _k_meaning(la, version) -> Finding:
+    c, w = "k_meaning", f"{WHERE}.k_meaning"
+    src = "ModelOpt PR#2313; tokenspeed PR#54; serving-and-throughput.md section 0"
+    if la.engine == "sglang":
+        steps, topk, ndt = la.num_steps, la.topk, la.num_draft_tokens
+        ev = {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": ndt}
+        if topk == 1 and steps is not None and ndt is not None and ndt == steps:
+            return Finding(c, "suspected", f"--speculative-num-draft-tokens {ndt} equals --speculative-num-steps: "
+                           "the launch reads NDT as K, but SGLang counts the root in NDT (K drafts = NDT - 1, "
+                           "vLLM's K); at topk 1 SGLang rewrites NDT to steps + 1 (see ndt_override)", ev, w,
+                           fix=f"compare with vLLM K = {steps} as --speculative-num-steps {steps}, "
+                               f"--speculative-num-draft-tokens {steps + 1}", source=src)
+        return Finding(c, "ruled out", "SGLang's K is --speculative-num-steps"
+                       + (f" ({steps})" if steps is not None else "") + "; its accept len counts the bonus token "
+                       "(τ, like vLLM's mean acceptance length): compare it with vLLM at K = num_steps", ev, w,
+                       source=src)
+    spec, bad = spec_config(la)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+    k = spec.get("num_speculative_tokens")
+    ev = {"num_speculative_tokens": k, "engine_version": version}
+    f = facts.fact("vllm", "metric", "mean_acceptance_length_counts_bonus")
+    if not version:
+        return Finding(c, "not checked", f"not checked: K = num_speculative_tokens ({k}); vLLM's mean acceptance "
+                       f"length left out the bonus token in {f.since} (2025-04-24 to 2025-05-09), so the version "
+                       "decides what the served number means", ev, w, needs="the vLLM version", source=f.source)
+    counts = facts.reads("vllm", "metric", f.subject, version)   # False inside the window without the bonus
+    if counts is None:
+        return Finding(c, "not checked", f"not checked: vLLM version {version!r} cannot be placed against the "
+                       f"{f.since} window", ev, w, needs="the vLLM version as a release number", source=f.source)
+    if counts:
+        return Finding(c, "ruled out", f"vLLM {version}: K = num_speculative_tokens ({k}) drafts per step; the mean "
+                       "acceptance length counts the bonus token (τ, at most K + 1), as SGLang's accept len does",
+                       ev, w, source=f.source)
+    return Finding(c, "confirmed", f"vLLM {version}: its mean acceptance length left out the bonus token, so the "
+                   "served number is τ - 1 against every other engine's τ", ev, w,
+                   fix="add 1 to the served mean acceptance length, or recompute τ from the counters",
+                   source=f.source)
+
+
+def _k_schedule(la) -> Finding:
+    c, w = "k_schedule", f"{WHERE}.k_schedule"
+    spec, bad = spec_config(la) if la.engine == "vllm" else ({}, None)
+    if bad:
+        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+    got = {k: (spec or {}).get(k, la.flags.get(k)) for k in SCHEDULE_KEYS}
+    got = {k: v for k, v in got.items() if v not in (None, False, [], {})}
+    ev = {"schedule": got, "engine": la.engine}
+    if got:
+        k = next(iter(got))
+        f = facts.fact("vllm", "serving", "k_per_batch_size")
+        return Finding(c, "confirmed", f"{k} {got[k]}: K changes with the batch size, so the served accept length "
+                       "mixes depths and is not comparable with a fixed-K replay or another run", ev, w,
+                       fix=f"measure with a fixed num_speculative_tokens (drop {k})",
+                       source=f"vllm-metal PR#463; vllm-ascend PR#15174; {f.source}")
+    return Finding(c, "ruled out", "K is fixed: no num_speculative_tokens_per_batch_size or draft_len_schedule"
+                   + (" (SGLang's --speculative-adaptive is reported as adaptive_depth)" if la.engine == "sglang"
+                      else ""), ev, w)
+
+
+# the causes check_draft_feed reports (checks.run: what a broken check reports as not checked)
+DRAFT_FEED_CAUSES = ('aux_opt_out', 'pipeline_parallel_aux', 'layer_id_count', 'stale_draft_kv', 'k_meaning',
+                     'k_schedule')
+
+
+def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: str | None = None,
+                     engine_runner: str | None = None) -> list[Finding]:
+    """One finding per cause above; the launch ones are not checked without a launch."""
+    eng = (engine or (art.launch.engine if art.launch is not None else None) or "").lower() or None
+    out = [_aux_opt_out(art, eng, engine_runner, engine_version), _count(art, eng, engine_version), _stale(eng, engine_version)]
+    if art.launch is None:
+        need = art.missing("launch")
+        return out[:1] + [not_checked("pipeline_parallel_aux", WHERE, need)] + out[1:] + \
+            [not_checked(c, WHERE, need) for c in ("k_meaning", "k_schedule")]
+    la = art.launch
+    if speculating(la) is False:
+        return out[:1] + [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
+                                  {"engine": la.engine}, WHERE) for c in ("pipeline_parallel_aux",)] + out[1:] + \
+            [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
+                     {"engine": la.engine}, WHERE) for c in ("k_meaning", "k_schedule")]
+    return out[:1] + [_pp(art, la)] + out[1:] + [_k_meaning(la, engine_version), _k_schedule(la)]
