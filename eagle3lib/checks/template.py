@@ -17,6 +17,8 @@ Cause: chat_template_mismatch. Usage: ``check_template(art, n=16)``.
 """
 from __future__ import annotations
 
+import dataclasses
+
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
@@ -193,7 +195,12 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
         ev["served_template"] = f"--chat-template {art.launch.flags.get('chat_template')}"
     out += _system(tok, marks, train_ids, served_ids, served, ev, rr)
     out.append(_generation_prompt(tok, marks, train_samples, ev, rr))
-    return out
+    judged = (f"--chat-template {art.launch.flags.get('chat_template')}" if named is not None else
+              "the target tokenizer's" + ("" if art.launch is not None else " (no launch given)"))
+    return [dataclasses.replace(f, evidence={**f.evidence, TEMPLATE_JUDGED: judged}) for f in out]
+
+
+TEMPLATE_JUDGED = "template_judged"     # evidence key: the template an aspect was judged on (diagnose.combine)
 
 
 def _roles_differ(tok, marks, found) -> list[str]:

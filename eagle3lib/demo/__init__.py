@@ -8,6 +8,8 @@
 - `train_draft`  the hidden-state capture and the EAGLE-3 draft trained on it (SpecForge objective).
 - `deployments`  the demo draft deployed on vLLM: healthy and broken copies, each with the cause it must show
                  (the mla world: its retrained draft healthy, the seed's draft with the embedding slot broken).
+- `faults`       the generated fault matrix: the healthy deployment with each engine-read field (and d2t, lm_head)
+                 perturbed, alone and in pairs (tests/demo/test_faults.py checks the diagnosis of each).
 - `planted`      the workbook's planted-bug suite: a user's folder with one defect (or a healthy oddity) and its
                  params YAML, one case per cause and aspect that can be planted offline.
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``

@@ -106,8 +106,9 @@ DEPLOYMENTS = {d.name: d for d in (
       "draft_config_differs", config=_also(norm_before_residual=True)),
     D("rope_scaling_added", "a linear rope_scaling of factor 4 added to the config; trained without scaling",
       "rope_mismatch", config=_also(rope_scaling={"rope_type": "linear", "factor": 4.0})),
-    D("hidden_act_gelu", "hidden_act gelu in the config; trained with silu (vLLM's Llama MLP runs silu only)",
-      "draft_config_differs", refused=True, config=_also(hidden_act="gelu")),
+    D("hidden_act_gelu", "hidden_act gelu in the config; trained with silu (vLLM's Llama MLP runs silu only; the "
+      "demo draft replays its training samples alike under either)", "engine_cannot_run", refused=True,
+      config=_also(hidden_act="gelu")),
     D("d2t_absolute", "d2t holds absolute target ids instead of offsets", "d2t_mapping", refused=True,
       config=_vllm_ids, weights=_d2t_absolute),
     D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5] (output-of-layer, read as "

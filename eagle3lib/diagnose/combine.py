@@ -32,6 +32,7 @@ from typing import Iterable
 import pandas as pd
 
 from ..causes import CATALOGUE, Finding
+from ..checks.template import TEMPLATE_JUDGED
 from ..layout import NOT_CAPTURED, ZERO
 from ..steps.given import Problem
 
@@ -267,6 +268,18 @@ def explained(groups: dict[str, list[Finding]]) -> dict[str, list[Finding]]:
     return {c: fs for c, fs in out.items() if fs}
 
 
+def served_template_only(groups: dict[str, list[Finding]]) -> dict[str, list[Finding]]:
+    """The chat-template aspects judged on the template the launch serves (--chat-template FILE) when any finding
+    was: a finding judged on the tokenizer's own template (notebook 00, no launch) then says nothing about what is
+    served and is left out, never set against it."""
+    fs = groups.get("chat_template_mismatch") or []
+    served = [f for f in fs if str(f.evidence.get(TEMPLATE_JUDGED, "")).startswith("--chat-template")]
+    if not served:
+        return groups
+    return {**groups, "chat_template_mismatch": [f for f in fs if f in served or TEMPLATE_JUDGED not in f.evidence
+                                                 or f.status == "not checked"]}
+
+
 def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_given: Iterable[str] = (),
              undecided: Iterable[str] = ()) -> Diagnosis:
     """Group findings by cause, restate what a confirmed root cause explains as its consequence (`explained`),
@@ -275,7 +288,7 @@ def diagnose(findings: Iterable[Finding], problems: Iterable[Problem] = (), not_
     groups: dict[str, list[Finding]] = {}
     for f in findings:
         groups.setdefault(f.cause, []).append(f)
-    groups = explained(groups)
+    groups = explained(served_template_only(groups))
     order = {c: i for i, c in enumerate(CATALOGUE)}
     verdicts = [CauseVerdict(c, CATALOGUE[c].title, *_combined(c, fs)) for c, fs in groups.items()]
     verdicts.sort(key=lambda v: (RANK.index(v.status), order.get(v.cause, len(order))))

@@ -142,8 +142,8 @@ class Search:
 
     def findings(self) -> list[Finding]:
         """`draft_config_differs`: confirmed with both accuracies and the fix when a candidate restores; ruled out
-        when the shipped config reproduces training (or nothing restores and nothing is recorded to fall short
-        of); suspected when it falls short of the recorded accuracy and no single field or pair restores it."""
+        when the shipped config reproduces training, or when no field or pair restores what it falls short of
+        (the shortfall is then another cause's: the evidence keeps both numbers)."""
         aspect = ("a field the engine reads",)
         if math.isnan(self.shipped_acc0):
             return [not_checked("draft_config_differs", WHERE, "training samples the draft can be replayed on",
@@ -168,13 +168,13 @@ class Search:
         best = self.best
         if best is not None:
             ev.update(best=best.described, acc0_best=round(best.acc0, 4))
-        if self.reproduces_training is False:
-            return [Finding("draft_config_differs", "suspected",
+        if self.reproduces_training is False:     # short of training, but no config field is why
+            return [Finding("draft_config_differs", "ruled out",
                             f"the shipped config scores {self.shipped_acc0:.2f} on the training samples, "
                             f"{self.recorded:.2f} recorded, and no engine-read field set otherwise restores it "
-                            f"(best {best.described if best else '-'}: {best.acc0 if best else float('nan'):.2f}): the "
-                            "checkpoint, its layout or the target differ instead", ev, WHERE, measured=True,
-                            aspects=aspect)]
+                            f"(best {best.described if best else '-'}: {best.acc0 if best else float('nan'):.2f}): "
+                            "the shortfall lies in the checkpoint, its layout, its vocab map or the target, not in "
+                            "a config field", ev, WHERE, measured=True, aspects=aspect)]
         said = ("reproduces the recorded accuracy" if self.reproduces_training else
                 "is not beaten by any engine-read field set otherwise")
         return [Finding("draft_config_differs", "ruled out",

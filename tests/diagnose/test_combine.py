@@ -183,3 +183,22 @@ def test_a_confirmed_root_cause_makes_what_it_explains_its_consequence():
     weak = Finding("layer_id_off_by_one", "suspected", "maybe", {}, "00", explains=("aux_layout_mismatch",))
     assert {v.cause: v.status for v in diagnose([weak, same]).verdicts}["aux_layout_mismatch"] == "confirmed"
     assert Finding.from_dict(root.to_dict()) == root
+
+
+def test_the_chat_template_is_judged_on_the_served_one_only():
+    """--chat-template FILE adding a system prompt: confirmed on the served file (notebook 01), ruled out on the
+    tokenizer's own template (notebook 00, no launch): the served one decides, no conflict."""
+    from eagle3lib.causes import Finding
+    from eagle3lib.checks.template import TEMPLATE_JUDGED
+    from eagle3lib.diagnose.combine import diagnose
+
+    served = Finding("chat_template_mismatch", "confirmed", "the served template adds a system prompt",
+                     {TEMPLATE_JUDGED: "--chat-template sys.jinja"}, "checks.template.system", measured=True,
+                     aspects=("system prompt",))
+    own = Finding("chat_template_mismatch", "ruled out", "no default system prompt",
+                  {TEMPLATE_JUDGED: "the target tokenizer's (no launch given)"}, "checks.template.system",
+                  measured=True, aspects=("system prompt",))
+    (v,) = diagnose([served, own]).verdicts
+    assert v.status == "confirmed" and own not in v.findings
+    (alone,) = diagnose([own]).verdicts          # without a served file the tokenizer's template is what is served
+    assert dict(alone.aspects)["system prompt"] == "ruled out" and own in alone.findings
