@@ -18,6 +18,8 @@ pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")]
 
 BROKEN = [n for n, d in deployments.DEPLOYMENTS.items() if d.cause and not d.refused and d.diagnosed]
+REFUSED = [n for n, d in deployments.DEPLOYMENTS.items() if d.refused and n != "specforge_as_is"]
+HEALTHY = [n for n, d in deployments.DEPLOYMENTS.items() if d.cause is None]
 
 
 @pytest.fixture(scope="session")
@@ -57,6 +59,36 @@ def test_healthy_deployment_is_no_fault_found_and_the_replay_predicts_its_tau(se
     layout = [f for part in r.findings.values() for f in part
               if f.cause == "aux_layout_mismatch" and f.evidence.get("source") in ("dump", "log", "probe")]
     assert layout and {f.status for f in layout} == {"ruled out"}
+
+
+@pytest.mark.parametrize("name", [n for n in HEALTHY if n != "healthy"])
+def test_the_replay_predicts_the_served_tau_at_the_served_depth(served, name):
+    """K = 5 (healthy_k5): the as-trained replay runs the launch's K, within 10% of what vLLM served."""
+    d, r = diagnosed(served, name)
+    k = deployments.DEPLOYMENTS[name].num_speculative_tokens
+    assert d.ok and r.diagnosis.healthy, r.diagnosis.text()
+    decided = [f for part in r.findings.values() for f in part if f.cause == "engine_regression" and f.measured
+               and f.evidence.get("num_steps") == k]
+    assert decided, [f.evidence.get("num_steps") for part in r.findings.values() for f in part
+                     if f.cause == "engine_regression"]
+    ev = decided[0].evidence
+    assert abs(ev["tau_as_trained"] - d.accept_length) <= 0.1 * d.accept_length, ev
+    assert len(ev["per_position_as_trained"]) == k == len(ev["per_position_served"])
+
+
+@pytest.mark.parametrize("name", REFUSED)
+def test_a_refusal_names_the_cause_whose_fix_makes_the_engine_accept(served, name):
+    """vLLM refusing the draft (an activation, a d2t lookup, the method's architecture name): the one cause the
+    refusal maps to is confirmed from the engine's own traceback, and nothing is an engine regression."""
+    d, r = diagnosed(served, name)
+    want = deployments.DEPLOYMENTS[name].cause
+    assert not d.ok, f"{name} served: {d.accept_length}"
+    st = statuses(r)
+    assert sorted(c for c, s in st.items() if s == "confirmed") == [want], r.diagnosis.text()
+    assert st.get("engine_regression") != "confirmed"
+    refusal = [f for part in r.findings.values() for f in part if f.cause == want and f.status == "confirmed"
+               and f.measured and f.fix]
+    assert refusal, r.diagnosis.text()
 
 
 @pytest.mark.parametrize("name", BROKEN)

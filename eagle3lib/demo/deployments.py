@@ -45,6 +45,8 @@ class Deployment:
     weights: Callable[[dict, Path], None] | None = None
     source: str = "draft"             # which trained draft of the world (a DemoPaths attribute: "retrained_draft")
     dialect: str | None = None        # re-saved in this format first (save_draft), as a user converts it; None: as is
+    method: str = "eagle3"            # the speculative method the launch names (--speculative-config method)
+    num_speculative_tokens: int | None = None    # the launch's K (None: demo.vllm_world's default)
 
 
 def _vllm_ids(c: dict) -> None:
@@ -111,6 +113,10 @@ DEPLOYMENTS = {d.name: d for d in (
       config=_also(hidden_act="gelu")),
     D("d2t_absolute", "d2t holds absolute target ids instead of offsets", "d2t_mapping", refused=True,
       config=_vllm_ids, weights=_d2t_absolute),
+    D("method_eagle", "the healthy draft launched with method eagle (an EAGLE-1/2 method for an EAGLE-3 draft)",
+      "wrong_method", refused=True, config=_vllm_ids, method="eagle"),
+    D("healthy_k5", "the healthy draft served with K = 5 speculative tokens", None, config=_vllm_ids,
+      num_speculative_tokens=5),
     D("specforge_as_is", "the draft as SpecForge wrote it: eagle_config ids [-1, 1, 3, 5] (output-of-layer, read as "
       "input-of: 3 slots captured for a 4-slot fc)", "layer_id_off_by_one", refused=True, config=_specforge_as_is),
 )}

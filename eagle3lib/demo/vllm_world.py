@@ -136,8 +136,10 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     from ..engines.vllm_dump import dump as dump_draft
     deployments.write_deployment(name, draft, target=w.target, world=kind)
     native = kind in NATIVE_ROPE
+    num_speculative_tokens = dep.num_speculative_tokens or num_speculative_tokens
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts,
-                num_speculative_tokens=num_speculative_tokens, max_model_len=512, native_rope=native)
+                num_speculative_tokens=num_speculative_tokens, method=dep.method, max_model_len=512,
+                native_rope=native)
     dumped = None
     if dump and run.ok:
         dump_draft(w.target, draft, out / "dump", prompts=w.heldout_data, n=DUMP_PROMPTS,

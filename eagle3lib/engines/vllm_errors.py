@@ -65,6 +65,7 @@ class KnownFailure:
     fact: tuple[str, str, str]   # the engines.facts row (engine, topic, subject) that says why
     what: str
     fix: str                  # what to do about it
+    explains: tuple[str, ...] = ()   # causes whose alarms are this failure's consequence (causes.Finding.explains)
 
 
 KNOWN_FAILURES = (
@@ -86,7 +87,9 @@ KNOWN_FAILURES = (
                  ("vllm", "method", "method inferred from the path"),
                  "vLLM names the draft's architecture after the method (transformers_utils/configs/eagle.py:46-52: "
                  "method eagle -> 'Eagle' + the draft's architecture), and no model class has that name",
-                 "serve an EAGLE-3 draft with method eagle3 (--speculative-config '{\"method\": \"eagle3\", ...}')"),
+                 "serve an EAGLE-3 draft with method eagle3 (--speculative-config '{\"method\": \"eagle3\", ...}')",
+                 # an engine that never loads the draft as EAGLE-3 reads its ids in no EAGLE-3 convention
+                 ("layer_id_off_by_one", "missing_layer_ids", "aux_layout_mismatch", "weights_dropped")),
     # the activation: vLLM's Llama MLP runs silu only
     KnownFailure("vllm/model_executor/models/llama.py:113", "ValueError", "Unsupported activation",
                  "engine_cannot_run", "hidden_act", ("vllm", "config", "hidden_act"),

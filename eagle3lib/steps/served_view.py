@@ -183,7 +183,7 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
                         f"in {cfg} (or the launch) asks for it. The engine: {text}" + (f" [{row.source}]" if row else ""),
                         {**ev, "file": cfg, "key": known.key, "frame": known.frame,
                          "fact": row.source if row else None}, WHERE,
-                        fix=known.fix, measured=True)]
+                        fix=known.fix, measured=True, explains=known.explains)]
     if "shape '[-1" in text or "fc" in text or "aux slot" in text:
         lay = view.aspects.get("layout")
         got = [b for b in (lay.value if lay is not None else ()) if b is not None]
