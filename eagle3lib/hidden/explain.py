@@ -3,7 +3,8 @@
 Each side is a `compare.Comparison` (what the slots were identified as, with their damage: scale, dtype, alignment,
 NaNs) or a plain sequence of boundary names. Layout differences are named by kind (missing or extra slot, zero
 padding, a shift of every slot = a layer-id convention mismatch, a permutation, pre- vs post-norm final state) with a
-one-paragraph summary; the findings come back as a frozen dataclass and a DataFrame.
+one-paragraph summary; the findings come back as a frozen dataclass and a DataFrame. A slot that matches no boundary
+(None in a layout) is reported as unidentified on its side and compared with nothing: never sorted or shown as a name.
 """
 from __future__ import annotations
 

@@ -232,7 +232,7 @@ training_layouts = st.sampled_from([TRAINED, ("layer_in.1", "layer_in.2", "layer
                                     tuple(f"stored slot {j}" for j in range(4))])
 serving_layouts = st.builds(
     SR.ServingLayout,
-    st.one_of(st.none(), st.lists(named, min_size=1, max_size=5).map(tuple)),
+    st.one_of(st.none(), st.lists(named, max_size=5).map(tuple)),
     st.sampled_from(["serving dump", "typed", "engine rules", SR.ENGINE_DEFAULT, "none"]),
     st.just("the evidence"),
     st.fixed_dictionaries({"fc_slots": st.one_of(st.none(), st.integers(0, 5))}))
