@@ -166,7 +166,8 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
     L, H = ref.num_layers, ref.hidden_size
     names = [normalize(b, L) for b in boundaries] if boundaries is not None else ref.names
     n_r = int(ref.input_ids.shape[0])
-    s0, r0, n, notes = _align_tokens(slots.input_ids, ref.input_ids, slots.num_tokens, n_r)
+    s0, r0, n, notes = (_align_tokens(slots.input_ids, ref.input_ids, slots.num_tokens, n_r) if slots.k else
+                        (0, 0, 0, ["no slots: nothing to compare"]))
     notes = list(slots.notes) + notes
     refs = {b: ref[b][r0:r0 + n] for b in names}                           # (n, H) each; float64 per pair only
     ref_ok = {b: v.isfinite().all(-1) for b, v in refs.items()}             # (n,)
@@ -222,8 +223,26 @@ def compare(slots: Slots, reference: Capture, *, shifts=(-1, 0, 1), boundaries=N
                         "n_tokens": top["n_tokens"], "tolerance": tol.dtype, "note": note})
         if declared[j] is not None and declared[j] not in refs:
             notes.append(f"slot {j}: declared boundary '{declared[j]}' is not in the reference capture")
-    return Comparison(pd.DataFrame(summary), pd.DataFrame(rows), tuple(notes), tolerance_for(ref.dtype), L,
-                      slots.source)
+    return Comparison(_every_column(pd.DataFrame(summary), SLOT_FIELDS),
+                      _every_column(pd.DataFrame(rows), ("slot", "boundary", "shift", "cos_mean", "cos_min", "rel_l2",
+                                                         "norm_ratio", "distance")),
+                      tuple(notes), tolerance_for(ref.dtype), L, slots.source)
+
+
+# every column of Comparison.slots, present even when no slot got that far (no slots, all NaN, all another width):
+# a missing number is NaN (a missing name None), never a missing column
+SLOT_FIELDS = ("slot", "declared", "best", "shift", "status", "note", "n_nonfinite", "cos_mean", "cos_min", "rel_l2",
+               "norm_ratio", "distance", "runner_up", "runner_up_shift", "margin", "confidence", "declared_cos_mean",
+               "declared_rel_l2", "n_tokens", "tolerance")
+_NAMED = ("declared", "best", "status", "note", "runner_up", "tolerance")
+
+
+def _every_column(df: pd.DataFrame, columns) -> pd.DataFrame:
+    for c in columns:
+        if c not in df.columns:
+            df[c] = pd.Series([None] * len(df) if c in _NAMED or c == "boundary" else [float("nan")] * len(df),
+                              index=df.index, dtype=object if c in _NAMED or c == "boundary" else float)
+    return df
 
 
 def plot_similarity(cmp: Comparison, metric: str = "cos_mean", shift: int = 0):

@@ -3,7 +3,8 @@
 Each side is a `compare.Comparison` (what the slots were identified as, with their damage: scale, dtype, alignment,
 NaNs) or a plain sequence of boundary names. Layout differences are named by kind (missing or extra slot, zero
 padding, a shift of every slot = a layer-id convention mismatch, a permutation, pre- vs post-norm final state) with a
-one-paragraph summary; the findings come back as a frozen dataclass and a DataFrame.
+one-paragraph summary; the findings come back as a frozen dataclass and a DataFrame. A slot that matches no boundary
+(None in a layout) is reported as unidentified on its side and compared with nothing: never sorted or shown as a name.
 """
 from __future__ import annotations
 
@@ -57,11 +58,31 @@ def _index(name: str | None, L: int | None) -> int | None:
     return 0 if name == "embed" else int(name.split(".")[1])
 
 
+UNIDENTIFIED = "unidentified"
+
+
+def slot_name(name: str | None) -> str:
+    """A slot's boundary in words: an unidentified slot (None) is said so, never shown as a name or sorted."""
+    return UNIDENTIFIED if name is None else str(name)
+
+
+def layout_text(layout) -> str:
+    """A layout in words, unidentified slots said so: "embed, unidentified, layer_in.4"."""
+    return ", ".join(slot_name(x) for x in layout)
+
+
+def unidentified_slots(layout) -> tuple[int, ...]:
+    """The slots of a layout that match no boundary (None), in order."""
+    return tuple(j for j, x in enumerate(layout) if x is None)
+
+
 def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Difference]:
+    """Layout differences slot by slot; an unidentified slot (None) on either side is compared with nothing (its
+    own finding says it matched no boundary), so no permutation, shift or order is read from it."""
     out: list[Difference] = []
-    if E == A:
+    if E == A and None not in E:
         return out
-    if None not in A and len(E) == len(A) and sorted(E) == sorted(A):
+    if None not in A and None not in E and len(E) == len(A) and sorted(E) == sorted(A):
         moved = "; ".join(f"slot {j} holds {a} (trained at slot {E.index(a)})" for j, a in enumerate(A) if a != E[j])
         return [Difference("permutation", "error", None, f"{who} feeds the right tensors in the wrong order: {moved}. "
                         "Engines concatenate in ascending layer order; permute the fc.weight column blocks or the "
@@ -102,15 +123,15 @@ def _layout_findings(E: tuple, A: tuple, L: int | None, who: str) -> list[Differ
         for i in range(i1 + n, i2) if tag in ("delete", "replace") else ():
             later = " The slots after it move one place left, so each fc block reads another tensor." \
                 if i < len(E) - 1 and len([a for a in A if a != ZERO]) < len(E) else ""
-            out.append(Difference("missing_slot", "error", i, f"slot {i} of the trained layout ({E[i]}) is not fed "
-                               f"by {who}.{later}"))
+            out.append(Difference("missing_slot", "error", i, f"slot {i} of the trained layout "
+                               f"({slot_name(E[i])}) is not fed by {who}.{later}"))
         for j in range(j1 + n, j2) if tag in ("insert", "replace") else ():
             if A[j] == ZERO:
                 out.append(Difference("padding", "error", j, f"{who} fills slot {j} with zeros: it captured fewer "
                                    "states than the draft's fc has slots and padded the rest"))
             else:
-                out.append(Difference("extra_slot", "error", j, f"{who} feeds {A[j]} at slot {j}, which the trained "
-                                   "layout does not have"))
+                out.append(Difference("extra_slot", "error", j, f"{who} feeds {slot_name(A[j])} at slot {j}, "
+                                   "which the trained layout does not have"))
     if len(E) != len(A):
         out.append(Difference("width", "error", None, f"the draft's fc expects {len(E)} slots x H; {who} supplies "
                            f"{len(A)} x H"))
@@ -162,10 +183,14 @@ def explain(expected, actual, *, num_layers: int | None = None, names=("training
                      for f in _damage_findings(expected, names[0])]
     if isinstance(actual, Comparison):
         findings += _damage_findings(actual, names[1])
+    for side, layout, severity in ((0, E, "warning"), (1, A, "error")):   # names only: no damage finding says it
+        if not isinstance((expected, actual)[side], Comparison):
+            findings += [Difference("unidentified", severity, j, f"{names[side]} slot {j} is unidentified (matches "
+                                    "no boundary): its layout is not checked") for j in unidentified_slots(layout)]
     findings += _layout_findings(tuple(E), tuple(A), L, names[1])
     bad = [f for f in findings if f.severity != "info"]
     if not bad:
-        summary = f"clean: {names[1]} feeds exactly the tensors the draft was trained on ({', '.join(map(str, E))})"
+        summary = f"clean: {names[1]} feeds exactly the tensors the draft was trained on ({layout_text(E)})"
     else:
         summary = f"{len(bad)} problem(s): " + " | ".join(f.text for f in bad)
     return LayoutExplanation(tuple(E), tuple(A), tuple(findings), summary)

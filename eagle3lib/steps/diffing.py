@@ -6,6 +6,8 @@ seed's wrong capture); `sides()` compares both sides with fresh reference captur
 """
 from __future__ import annotations
 
+import dataclasses
+import math
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -16,7 +18,8 @@ from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
 from ..causes import Finding, not_checked
 from ..checks.run import run_checks
-from ..hidden.explain import LAYOUT_CAUSES, LayoutExplanation, causes_of, explain
+from ..hidden.explain import (LAYOUT_CAUSES, LayoutExplanation, causes_of, explain, layout_text,
+                              unidentified_slots)
 from ..samples.sample import Sample
 from ..samples.readers import open_dataset
 from ..replay.run import load_setup, replay
@@ -83,45 +86,61 @@ def diff_inputs(target_path: str = "", draft_path: str = "", training_data: str 
                       tuple(notes), device, dtype)
 
 
+NO_DUMP = "not checked: no serving dump given (serving_dump)"
+
+
 @dataclass(frozen=True, eq=False)
 class Sides:
     """Both sides compared against the target's boundaries, and what differs between them."""
     training: Comparison
-    serving: Comparison | None              # None: no serving dump given
+    serving: Comparison | None              # None: no serving dump given, or none of its requests to compare
     explanation: LayoutExplanation | None
     reference: Capture
+    serving_missing: str = NO_DUMP          # why the serving side is not checked (when `serving` is None)
 
 
 def sides(inp: DiffInputs, request: int = 0, progress: bool = False) -> Sides:
-    """Compare the training sample's slots and one dumped request with reference captures on their own tokens."""
+    """Compare the training sample's slots and one dumped request with reference captures on their own tokens.
+    A dump without that request leaves the serving side not checked, saying so (`serving_missing`)."""
     ref_train = capture(inp.model, inp.sample.input_ids, progress=progress)
     train = compare(as_slots(inp.sample), ref_train)
     if inp.dump is None:
         return Sides(train, None, None, ref_train)
+    if not 0 <= request < len(inp.dump):
+        return Sides(train, None, None, ref_train, f"not checked: the serving dump {inp.dump_path} holds "
+                     f"{len(inp.dump)} request(s), no request {request} (serving_dump, dump_request)")
     served = inp.dump[request]
     serve = compare(served, capture(inp.model, served.input_ids, progress=progress))
     return Sides(train, serve, explain(train, serve, num_layers=ref_train.num_layers), ref_train)
 
 
 SLOT_COLUMNS = ["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]
-NO_DUMP = "not checked: no serving dump given (serving_dump)"
 
 
-def slot_table(cmp: Comparison | None) -> pd.DataFrame | str:
-    """Each slot's best boundary and how sure (or the sentence saying the side was not given)."""
-    return NO_DUMP if cmp is None else cmp.slots[SLOT_COLUMNS]
+def slot_table(cmp: Comparison | None, missing: str = NO_DUMP) -> pd.DataFrame | str:
+    """Each slot's best boundary and how sure (or the sentence saying the side was not given, or holds no slot)."""
+    if cmp is None:
+        return missing
+    if not len(cmp.slots):
+        return f"not checked: {cmp.source or 'this side'} holds no aux slot (0 slots)"
+    return cmp.slots.reindex(columns=SLOT_COLUMNS)
 
 
-def similarity_plot(cmp: Comparison | None):
-    """compare.plot_similarity of one side (a Figure), or the sentence saying the side was not given."""
+def similarity_plot(cmp: Comparison | None, missing: str = NO_DUMP):
+    """compare.plot_similarity of one side (a Figure), or the sentence saying why there is nothing to plot."""
     from ..hidden.compare import plot_similarity
-    return NO_DUMP if cmp is None else plot_similarity(cmp)
+    if cmp is None:
+        return missing
+    if not len(cmp.table):
+        return (f"not plotted: no slot of {cmp.source or 'this side'} could be compared with a boundary "
+                f"({len(cmp.slots)} slot(s); statuses {sorted(set(map(str, cmp.slots['status'])))})")
+    return plot_similarity(cmp)
 
 
 def explanation_frame(s: Sides) -> pd.DataFrame | str:
     """How the served slots differ from the trained ones, one row per difference (printed summary first)."""
     if s.explanation is None:
-        return NO_DUMP
+        return s.serving_missing
     print(s.explanation.summary)
     return s.explanation.frame()
 
@@ -129,6 +148,14 @@ def explanation_frame(s: Sides) -> pd.DataFrame | str:
 def served(s: Sides) -> tuple | None:
     """The identified serving layout (None without a dump)."""
     return None if s.serving is None else s.serving.identified
+
+
+def _unmatched(layout) -> str:
+    """The sentence for training slots that match no boundary of the target (drift evidence), "" when none."""
+    j = unidentified_slots(layout)
+    return (f"training slot(s) {list(j)} match no boundary of the target (training_data against target_path): the "
+            "data was captured from another or a since changed target (see target_drift), so the trained layout "
+            "is not identified there") if j else ""
 
 
 def diff_summary(s: Sides) -> dict:
@@ -145,40 +172,68 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
     if served_layout is None:
         return "not checked: no serving dump given, so there is no served layout to replay"
     if any(x is None for x in served_layout):
-        return (f"not replayed: serving slot(s) {[j for j, x in enumerate(served_layout) if x is None]} match no "
+        return (f"not replayed: serving slot(s) {list(unidentified_slots(served_layout))} match no "
                 "boundary of the target, so the served layout cannot be emulated")
+    if not len(served_layout):
+        return "not replayed: the serving dump holds no aux slot (0 slots), so there is no served layout to replay"
+    if fixed_layout is None or not len(fixed_layout) or any(x is None for x in fixed_layout):
+        return ("not replayed: " + (_unmatched(fixed_layout) if fixed_layout else "no training layout identified "
+                                    "(training_data)") + ": there is no trained layout to replay against")
     setup = load_setup(inp.draft_path, inp.target_path, device=device)
+    # samples that declare no layout (a config without ids) hold the identified training layout
+    setup = dataclasses.replace(setup, training_layout=tuple(fixed_layout), training_layout_source="identified")
     rows = []
     for label, layout in (("as served", served_layout), ("fixed (identified training layout)", fixed_layout)):
         r = replay(setup, inp.training_data, layout=[s if s else "zeros" for s in layout], label=label, n=n,
                    num_steps=num_steps, fill="zeros", progress=progress)
         s = r.summary()
-        rows.append({"replay": label, "layout fed to fc": ", ".join(r.layout), "acc step 0": s["acc_per_step"][0],
-                     "acc per step": s["acc_per_step"], "expected accept length": s["expected_accept_length"],
-                     "simulated accept length": s["simulated_accept_length"]})
+        first = r.skipped[0][1] if r.skipped else ""
+        rows.append({"replay": label, "layout fed to fc": ", ".join(r.layout),
+                     "acc step 0": (s["acc_per_step"] or [None])[0], "acc per step": s["acc_per_step"],
+                     "expected accept length": s["expected_accept_length"],
+                     "simulated accept length": s["simulated_accept_length"], "samples": s["samples"],
+                     "skipped": s["skipped"], "why": "" if s["samples"] else f"no sample replayed ({first})"
+                     if first else "no sample replayed (training_data holds none)"})
     return pd.DataFrame(rows)
 
 
-def proof_summary(proof: pd.DataFrame) -> dict[str, float]:
-    """{replay label: step-0 accuracy} from proof_of_fix's table."""
-    return {str(r["replay"]): float(r["acc step 0"]) for _, r in proof.iterrows()}
+def _acc(x) -> float | None:
+    """A number, or None where it is missing (None, NaN, not a number): shown as missing, never float(None)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def proof_summary(proof: pd.DataFrame | str | None) -> dict[str, float | None]:
+    """{replay label: step-0 accuracy, None where it was not measured} from proof_of_fix's table; {} when the
+    proof is a sentence (not replayed) or missing."""
+    if not isinstance(proof, pd.DataFrame) or "replay" not in proof.columns:
+        return {}
+    return {str(r["replay"]): _acc(r.get("acc step 0")) for _, r in proof.iterrows()}
+
+
+def _pct(x: float | None) -> str:
+    return "not measured" if x is None else f"{x:.1%}"
 
 
 def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     """One line for the report index: what differs, and what the fix does to accuracy."""
+    trained = layout_text(s.training.identified)
     if s.explanation is None:
-        return (f"training slots identified as [{', '.join(map(str, s.training.identified))}]; serving side not "
-                "checked (no serving dump given)")
+        return f"training slots identified as [{trained}]; serving side {s.serving_missing}"
     if s.explanation.clean:
-        text = f"serving feeds the trained layout [{', '.join(map(str, s.training.identified))}]: no wiring fault"
+        text = f"serving feeds the trained layout [{trained}]: no wiring fault"
     else:
         kinds = ", ".join(sorted(s.explanation.kinds))
-        text = (f"serving feeds [{', '.join(map(str, s.serving.identified))}] where training used "
-                f"[{', '.join(map(str, s.training.identified))}] ({kinds})")
-    if isinstance(proof, pd.DataFrame) and len(proof) == 2:
-        a = proof_summary(proof)
+        text = f"serving feeds [{layout_text(s.serving.identified)}] where training used [{trained}] ({kinds})"
+    if unidentified_slots(s.training.identified):
+        text += f"; {_unmatched(s.training.identified)}"
+    a = proof_summary(proof)
+    if len(a) == 2:
         served, fixed = list(a.values())
-        text += f"; step-0 accuracy {served:.1%} as served -> {fixed:.1%} with the trained layout"
+        text += f"; step-0 accuracy {_pct(served)} as served -> {_pct(fixed)} with the trained layout"
     return text
 
 
@@ -192,23 +247,32 @@ def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None
     """The layout causes as findings: what serving feeds, identified against the target's own boundaries."""
     where = "serving dump vs the target's boundaries"
     if s.explanation is None:
-        return [not_checked(c, where, "a serving dump (serving_dump: SGLang --debug-tensor-dump-output-folder or "
-                            "an eagle3lib dump)") for c in LAYOUT_CAUSES]
+        needs = "a serving dump (serving_dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump)"
+        return [not_checked(c, where, needs, s.serving_missing) for c in LAYOUT_CAUSES]
     trained, served = s.training.identified, s.serving.identified
-    evidence = {"trained_layout": [str(x) for x in trained], "served_layout": [str(x) for x in served],
-                "dump": str(inp.dump_path), "min_cos_serving": float(s.serving.slots["cos_mean"].min())}
-    if isinstance(proof, pd.DataFrame) and len(proof) == 2:
-        acc = list(proof_summary(proof).values())
+    min_cos = _acc(s.serving.slots["cos_mean"].min()) if len(s.serving.slots) else None
+    evidence = {"trained_layout": [layout_text([x]) for x in trained],
+                "served_layout": [layout_text([x]) for x in served], "dump": str(inp.dump_path),
+                "min_cos_serving": min_cos}
+    acc = list(proof_summary(proof).values())
+    if len(acc) == 2:
         evidence.update({"acc_0_as_served": acc[0], "acc_0_trained_layout": acc[1]})
     if s.explanation.clean:
-        return [Finding(c, "ruled out", f"the serving dump feeds the trained layout [{', '.join(map(str, trained))}]",
+        return [Finding(c, "ruled out", f"the serving dump feeds the trained layout [{layout_text(trained)}]",
                         evidence, where, measured=True) for c in LAYOUT_CAUSES]
-    found = causes_of(s.explanation)
+    unmatched = _unmatched(trained)
+    # training slots that match nothing leave the layout undecided there: only what serving itself gets wrong
+    # (an error of the serving side: a slot missing, extra, padded, unidentified) confirms a cause
+    found = causes_of(s.explanation) if not unmatched else causes_of(dataclasses.replace(
+        s.explanation, findings=tuple(f for f in s.explanation.findings if f.severity == "error")))
     kinds = sorted(s.explanation.kinds)
-    fix = (f"make the engine capture [{', '.join(map(str, trained))}] (notebook 03 section 4 lists the ids per "
-           "engine)")
-    out = [Finding(c, "confirmed", f"serving feeds [{', '.join(map(str, served))}] where training used "
-                   f"[{', '.join(map(str, trained))}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, where,
+    fix = f"make the engine capture [{layout_text(trained)}] (notebook 03 section 4 lists the ids per engine)"
+    out = [Finding(c, "confirmed", f"serving feeds [{layout_text(served)}] where training used "
+                   f"[{layout_text(trained)}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, where,
                    fix=fix, measured=True) for c in found]
+    if unmatched:
+        needs = "training slots identified against the target (training_data captured from this target_path)"
+        return out + [not_checked(c, where, needs, f"not checked: {unmatched}") for c in LAYOUT_CAUSES
+                      if c not in found]
     return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where,
                           measured=True) for c in LAYOUT_CAUSES if c not in found]

@@ -24,9 +24,9 @@ from ..demo import world as demo_mod
 from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, Eagle3Error
 from ..hidden.capture import capture, load_target_model
-from ..hidden.compare import compare
+from ..hidden.compare import Comparison, compare
 from ..hidden.dumps import load_dump
-from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain
+from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain, layout_text, unidentified_slots
 from ..layout import engine_default_layout, parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
@@ -75,7 +75,8 @@ def replay_inputs(draft_path: str = "", target_path: str = "", train_data_path: 
         raise DataError("train_data_path", "no training data given", expected="the draft's training samples",
                         found="''", cause="the verdict needs samples the draft was trained on")
     held = {k: p for k, p in (("held-out", heldout_data_path), ("new prompts", new_prompt_data_path)) if p}
-    rec, src = (float(recorded_val_acc), "parameter") if recorded_val_acc >= 0 else (None, "not given")
+    given = _num(recorded_val_acc) if isinstance(recorded_val_acc, (int, float)) else None   # None / NaN: not given
+    rec, src = (given, "parameter") if given is not None and given >= 0 else (None, "not given")
     if rec is None and training_log_path:
         rec, src = read_recorded_accuracy(training_log_path)
     return ReplayInputs(draft_path, target_path, train_data_path, train_data_format or None, held, rec, src,
@@ -114,18 +115,14 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
     """The serving side's layout from the best evidence given (see the module docstring for the order)."""
     if inp.serving_dump:
         dump = load_dump(inp.serving_dump)
+        if not 0 <= request < len(dump):
+            return ServingLayout(None, "serving dump", f"serving dump {inp.serving_dump} holds {len(dump)} "
+                                 f"request(s), no request {request}: the serving side is not replayed",
+                                 {"dump": inp.serving_dump, "request": request, "requests": len(dump)})
         served = dump[request]
         model = load_target_model(inp.target_path, device=device, dtype=dtype)
-        cmp = compare(served, capture(model, served.input_ids, progress=False))
-        ident = cmp.identified
-        ev = {"dump": inp.serving_dump, "request": request, "identified": [str(x) for x in ident],
-              "min_cos": float(cmp.slots["cos_mean"].min())}
-        if any(x is None for x in ident):
-            return ServingLayout(None, "serving dump", f"serving dump {inp.serving_dump}: slot(s) "
-                                 f"{[j for j, x in enumerate(ident) if x is None]} match no boundary of the target, "
-                                 "so the served layout cannot be replayed (notebook 03 shows the slots)", ev)
-        return ServingLayout(tuple(ident), "serving dump", f"identified from the serving dump {inp.serving_dump} "
-                             f"(request {request}) against the target's own boundaries", ev)
+        return dumped_layout(compare(served, capture(model, served.input_ids, progress=False)), inp.serving_dump,
+                             request)
     if typed:
         lay = parse_layout(typed, num_layers)
         return ServingLayout(lay, "typed", f"typed as the serving layout: {', '.join(lay)}", {"typed": typed})
@@ -149,6 +146,23 @@ def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = ""
                              {"engine": engine, "version": engine_version, "key": r.key,
                               "problems": list(r.problems) + [p for p in r.slot_problems if p]})
     return ServingLayout(None, "none", f"the serving side is not replayed: give {SERVING_INPUTS}")
+
+
+def dumped_layout(cmp: Comparison, dump: str, request: int = 0) -> ServingLayout:
+    """The serving layout a dumped request's comparison with the target's boundaries shows: known only when every
+    slot is identified (a slot matching no boundary, or a dump of no slot, is said so and not replayed)."""
+    ident = cmp.identified
+    cos = cmp.slots["cos_mean"].min() if len(cmp.slots) else None
+    ev = {"dump": dump, "request": request, "identified": [layout_text([x]) for x in ident], "min_cos": _num(cos)}
+    if not ident:
+        return ServingLayout(None, "serving dump", f"serving dump {dump} (request {request}) holds no aux slot "
+                             "(0 slots): the serving side is not replayed", ev)
+    if unidentified_slots(ident):
+        return ServingLayout(None, "serving dump", f"serving dump {dump}: slot(s) {list(unidentified_slots(ident))} "
+                             "match no boundary of the target, so the served layout cannot be replayed (notebook 03 "
+                             "shows the slots)", ev)
+    return ServingLayout(tuple(ident), "serving dump", f"identified from the serving dump {dump} "
+                         f"(request {request}) against the target's own boundaries", ev)
 
 
 ENGINE_DEFAULT = "engine default"      # ServingLayout.source of a config without ids: what every engine falls back to
@@ -178,15 +192,16 @@ def _engine_default(draft_path: str, num_layers: int | None) -> ServingLayout | 
 def layouts_to_replay(training_layout, serving: ServingLayout) -> dict[str, tuple[str, ...] | None]:
     """{"training": the trained layout (None: nothing names it, so the data's slots are replayed as stored, the
     fc's own order), "serving": the evidence's layout (when known)}."""
-    out = {"training": tuple(training_layout) if training_layout is not None else None}
-    if serving.layout is not None:
+    named = training_layout is not None and len(training_layout) and not unidentified_slots(training_layout)
+    out = {"training": tuple(training_layout) if named else None}   # a slot nothing names: the slots as stored
+    if serving.layout is not None and len(serving.layout) and not unidentified_slots(serving.layout):
         out["serving"] = tuple(serving.layout)
     return out
 
 
 def shown(layout, k: int) -> list[str]:
-    """A layout to print: its names, or the stored slots when nothing names them."""
-    return list(layout) if layout is not None else list(stored_layout(k))
+    """A layout to print: its names (an unidentified slot said so), or the stored slots when nothing names them."""
+    return [layout_text([x]) for x in layout] if layout is not None else list(stored_layout(k or 0))
 
 
 # ---------------------------------------------------------------- findings
@@ -202,29 +217,45 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
         out += _missing_ids(tr, train.get("serving"), serving, where_s)
     elif serving.layout is None:
         out += [not_checked(c, "replay of training samples", SERVING_INPUTS, serving.detail) for c in LAYOUT_CAUSES]
-    elif tr is not None:
+    elif tr is None:        # no replay under the trained layout: nothing to hold the served one against
+        causes = LAYOUT_CAUSES + (("missing_layer_ids",) if serving.source == ENGINE_DEFAULT else ())
+        out += [not_checked(c, where_s, "a replay of the training samples under the trained layout "
+                            "(train_data_path)") for c in causes]
+    elif _unnamed(tr.layout):
+        out += [not_checked(c, where_s, "a trained layout by name (training data that declares its layout, layer "
+                            "ids in the draft config, or a target to identify the slots: target_path)",
+                            f"not checked: the training samples were replayed as stored ({', '.join(tr.layout)}): "
+                            f"nothing names the trained layout to hold the served [{layout_text(serving.layout)}] "
+                            "against") for c in LAYOUT_CAUSES]
+    else:
         sv = train.get("serving", tr)
         ev = {"trained_layout": list(tr.layout), "served_layout": list(serving.layout), "layout_source":
-              serving.source, "acc_0_trained_layout": _num(tr.acc0), "acc_0_served_layout": _num(sv.acc0)}
+              serving.source, "acc_0_trained_layout": _acc0(tr), "acc_0_served_layout": _acc0(sv)}
         expl = explain(tuple(tr.layout), tuple(serving.layout), num_layers=num_layers)
-        drop = tr.acc0 - sv.acc0
-        status = "ruled out" if expl.clean else (
-            "confirmed" if serving.source != "engine rules" and drop > THRESHOLDS["wiring_drop"] else "suspected")
+        drop = _acc0(tr) - _acc0(sv) if None not in (_acc0(tr), _acc0(sv)) else None   # None: not measured
+        status = "ruled out" if expl.clean else ("confirmed" if serving.source != "engine rules" and drop is not None
+                                                 and drop > THRESHOLDS["wiring_drop"] else "suspected")
         found = causes_of(expl) if not expl.clean else ()
         measured = serving.source == "serving dump"       # typed or predicted layouts are not measurements
         for c in LAYOUT_CAUSES:
             if c in found:
                 out.append(Finding(c, status, f"serving feeds [{', '.join(serving.layout)}], trained on "
-                                   f"[{', '.join(tr.layout)}]: step-0 accuracy {sv.acc0:.3f} as served vs "
-                                   f"{tr.acc0:.3f} with the trained layout ({serving.detail})", ev, where_s,
+                                   f"[{', '.join(tr.layout)}]: step-0 accuracy {_acc(sv)} as served vs "
+                                   f"{_acc(tr)} with the trained layout ({serving.detail})", ev, where_s,
                                    fix=f"feed the trained layout [{', '.join(tr.layout)}]", measured=measured))
             else:
                 out.append(Finding(c, "ruled out", f"serving feeds the trained layout as far as {c} goes "
                                    f"({serving.detail})", ev, where_s, measured=measured))
     v = verdicts.get("training")
+    held = {k: _num(a) for k, a in (v.heldout_acc or {}).items()} if v is not None else {}
     if v is None or not v.heldout_acc:
         out.append(not_checked("generalization_gap", "replay of held-out samples", "held-out or new-prompt data "
                                "(heldout_data_path / new_prompt_data_path)"))
+    elif _num(v.train_acc) is None or None in held.values():
+        gone = ["training"] * (_num(v.train_acc) is None) + [k for k, a in held.items() if a is None]
+        out.append(not_checked("generalization_gap", "replay of held-out samples", "samples that replay (" +
+                               ", ".join(gone) + ": no step-0 accuracy)", f"not checked: no step-0 accuracy on "
+                               f"{', '.join(gone)} (no sample replayed)"))
     elif v.verdict in ("generalization", "healthy"):
         worst = min(v.heldout_acc.items(), key=lambda kv: kv[1])
         ev = {"acc_0_training": _num(v.train_acc), **{f"acc_0_{k}": _num(a) for k, a in v.heldout_acc.items()},
@@ -240,10 +271,11 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
                                f"{v.verdict}"))
     if search is not None:        # a d2t reading that restores the accuracy confirms; no such reading decides
         best = search.table[search.table.candidate == search.best]   # nothing (the map itself may be lost)
-        if len(best) and best.iloc[0]["d2t"] != "offsets" and search.restored:
+        acc = _num(best.iloc[0]["acc_0"]) if len(best) else None    # a reading with no accuracy restores nothing
+        if acc is not None and best.iloc[0]["d2t"] != "offsets" and search.restored:
             out.append(Finding("d2t_mapping", "confirmed", f"layout search: reading d2t as "
-                               f"{best.iloc[0]['d2t']} restores step-0 accuracy to {float(best.iloc[0]['acc_0']):.3f}",
-                               {"best": str(search.best), "acc_0": float(best.iloc[0]["acc_0"])},
+                               f"{best.iloc[0]['d2t']} restores step-0 accuracy to {acc:.3f}",
+                               {"best": str(search.best), "acc_0": acc},
                                "layout search (d2t readings)", fix="store d2t as offsets (target_id = draft_id + "
                                "d2t[draft_id])", measured=True))
     return out
@@ -252,26 +284,31 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
 def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving: ServingLayout, where: str) -> list[Finding]:
     """missing_layer_ids measured: the draft replayed under the engines' default capture against its trained
     layout; the layout causes are about ids the config does not have (not checked)."""
-    ev = {**serving.evidence, "trained_layout": list(tr.layout), "acc_0_trained_layout": _num(tr.acc0),
+    ev = {**serving.evidence, "trained_layout": list(tr.layout), "acc_0_trained_layout": _acc0(tr),
           "measurement": "replay of the training samples under the engine's default layout vs the trained layout"}
     needs = "layer ids in the draft config (without them every engine feeds its default capture)"
     out = [not_checked(c, where, needs, f"not checked: the config names no ids ({serving.detail})")
            for c in LAYOUT_CAUSES]
     if sv is None:
         return out + [not_checked("missing_layer_ids", where, "a replay under the engine's default layout")]
-    ev["acc_0_engine_default"] = _num(sv.acc0)
-    drop = tr.acc0 - sv.acc0
+    if _acc0(tr) is None:
+        return out + [not_checked("missing_layer_ids", where, "training samples that replay under the trained "
+                                  "layout (train_data_path)", f"not checked: no step-0 accuracy under the trained "
+                                  f"layout ({len(tr.skipped)} sample(s) skipped), nothing to hold the engine "
+                                  "default's against")]
+    ev["acc_0_engine_default"] = _acc0(sv)
+    drop = _acc0(tr) - (_acc0(sv) if _acc0(sv) is not None else math.nan)
     fix = "write the trained layout's ids into the config (notebook 03 section 4 lists them per engine)"
     k = int(serving.evidence.get("fc_slots") or len(tr.layout))
     if len(serving.layout) != k:
         ev["refused_by"] = "vllm (the fc's input width does not match the captured slots: the first request fails)"
     if math.isnan(drop) or drop > THRESHOLDS["wiring_drop"]:
         return out + [Finding("missing_layer_ids", "confirmed", f"{serving.detail}: step-0 accuracy "
-                              f"{sv.acc0:.3f} under it (the missing slots fed as zeros) vs {tr.acc0:.3f} with the "
+                              f"{_acc(sv)} under it (the missing slots fed as zeros) vs {_acc(tr)} with the "
                               "trained layout" + ("; vLLM refuses such a draft outright" if "refused_by" in ev else ""),
                               ev, where, fix=fix, source="vllm PR#50170", measured=True)]
     return out + [Finding("missing_layer_ids", "ruled out", f"{serving.detail}: the draft replays as well under it "
-                          f"(step-0 accuracy {sv.acc0:.3f} vs {tr.acc0:.3f}): it was trained on the default", ev,
+                          f"(step-0 accuracy {_acc(sv)} vs {_acc(tr)}): it was trained on the default", ev,
                           where, measured=True)]
 
 
@@ -285,4 +322,25 @@ def search_start(verdicts: Mapping[str, Verdict], layouts: Mapping[str, tuple]) 
 
 
 def _num(x):
-    return None if x is None or (isinstance(x, float) and math.isnan(x)) else float(x)
+    """A number, or None where it is missing (None, NaN, or not a number)."""
+    try:
+        v = float(x)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(v) else v
+
+
+def _acc(r: ReplayResult) -> str:
+    """A replay's step-0 accuracy to print: "0.812", or "not measured (no sample replayed)"."""
+    a = _acc0(r)
+    return f"{a:.3f}" if a is not None else f"not measured ({len(r.skipped)} sample(s) skipped, none replayed)"
+
+
+def _acc0(r: ReplayResult) -> float | None:
+    """A replay's step-0 accuracy, None where it is missing (no step counted, None or NaN)."""
+    return _num(r.per_step["acc"].iloc[0]) if "acc" in r.per_step and len(r.per_step) else None
+
+
+def _unnamed(layout) -> bool:
+    """A replay layout nothing names (the slots as stored, `replay.items.stored_layout`)."""
+    return tuple(layout) == stored_layout(len(layout)) and len(layout) > 0

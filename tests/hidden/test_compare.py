@@ -6,7 +6,7 @@ import pytest
 import torch
 import transformers
 
-from eagle3lib.hidden.capture import as_slots, capture
+from eagle3lib.hidden.capture import Slots, as_slots, capture
 from eagle3lib.hidden.dumps import load_dump, save_dump
 from eagle3lib.hidden.compare import (TOLERANCES, Comparison, assert_close, compare, identify_fc_input,
     plot_similarity, similarity, tolerance_for)
@@ -254,3 +254,34 @@ def test_identify_fc_input_recovers_the_served_layout(ref):
         assert len(chosen) == 4 and others["rel_l2"].min() > 10 * got.rel_l2
     with pytest.raises(LayoutError, match="multiple of the target hidden size"):
         identify_fc_input(fc_out, torch.randn(H, 50), ref)
+
+
+def test_training_data_of_a_since_changed_target_is_unidentified_not_a_crash(ids):
+    """Regression (the target_drift neighbour): training slots captured from the target before a fine-tune, the
+    reference and the serving dump from the changed target. The training side's later slots match nothing (None);
+    explain names them unidentified instead of sorting None against names (TypeError)."""
+    old, new = tiny_llama(True), tiny_llama(True)
+    g = torch.Generator().manual_seed(2)
+    with torch.no_grad():
+        for name, p in new.named_parameters():
+            if ".layers." in name and int(name.split(".layers.")[1].split(".")[0]) >= 1 and "norm" not in name:
+                p.add_(2.0 * p.std() * torch.randn(p.shape, generator=g))
+    ref_new = capture(new, ids)
+    train = compare(served(capture(old, ids), TRAIN), ref_new)
+    serve = compare(served(ref_new, TRAIN), ref_new)
+    assert train.identified[0] == "embed" and None in train.identified and serve.identified == TRAIN
+    d = explain(train, serve, num_layers=L)
+    assert d.kinds == {"unidentified"}
+    assert {f.slot for f in d.findings if f.kind == "unidentified"} == {j for j, x in enumerate(train.identified)
+                                                                       if x is None}
+
+
+@pytest.mark.parametrize("slots", [(), (torch.full((T, H), float("nan")),), (torch.randn(T, 5),)],
+                         ids=["no slot", "all NaN", "other width"])
+def test_every_slot_column_is_there_when_no_slot_was_compared(ref, slots):
+    """A dump of no slot, of NaN, of another width: the slot table keeps every column (NaN numbers), not a KeyError
+    in the notebooks' tables."""
+    cmp = compare(Slots(slots, None, ref.input_ids, "planted"), ref)
+    assert {"cos_mean", "rel_l2", "runner_up", "confidence", "best", "status"} <= set(cmp.slots.columns)
+    assert len(cmp.slots) == len(slots) and cmp.identified == (None,) * len(slots)
+    assert cmp.slots["cos_mean"].isna().all()

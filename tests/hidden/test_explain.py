@@ -58,3 +58,17 @@ def test_pre_vs_post_norm_final_state_is_named():
 def test_names_are_used_in_the_words():
     d = explain(["embed", "layer_in.3"], ["layer_in.3"], num_layers=L, names=("SpecForge", "vLLM"))
     assert all("vLLM" in f.text or "expects" in f.text for f in d.findings) and d.actual == ("layer_in.3",)
+
+
+def test_an_unidentified_training_slot_is_never_sorted_against_names():
+    """Regression (target drift, served from the changed target): the training slots past the embedding match no
+    boundary of the changed target (None) while serving's all do. `_layout_findings` sorted both sides to look for a
+    permutation: TypeError '<' between NoneType and str, and notebook 03 never reached its drift check."""
+    d = explain(("embed", None, None, None), ("embed", "layer_in.2", "layer_in.4", "layer_in.6"), num_layers=8)
+    assert d.kinds == {"unidentified"} and not d.clean
+    assert [(f.slot, f.severity) for f in d.findings] == [(1, "warning"), (2, "warning"), (3, "warning")]
+    assert all("training slot" in f.text and "not checked" in f.text for f in d.findings)
+    d = explain(("layer_in.1",), (None,), num_layers=8)       # a served slot matching nothing is never "clean"
+    assert d.kinds == {"unidentified"} and d.findings[0].severity == "error" and "serving slot 0" in d.summary
+    d = explain((None, "layer_in.2"), ("layer_in.2",), num_layers=8)
+    assert "(unidentified) is not fed" in d.summary and "None" not in d.summary
