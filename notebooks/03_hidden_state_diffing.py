@@ -60,10 +60,10 @@ diffing.similarity_plot(s.training)
 # matches another boundary, or none, or is all zeros, is what the draft saw in production.
 
 # %%
-diffing.slot_table(s.serving)
+diffing.slot_table(s.serving, s.serving_missing)
 
 # %% tags=["index-figure"]
-diffing.similarity_plot(s.serving)
+diffing.similarity_plot(s.serving, s.serving_missing)
 
 # %% [markdown]
 # ## 3. Diagnosis in words
