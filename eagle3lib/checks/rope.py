@@ -58,11 +58,11 @@ def _differences(a: dict, b: dict) -> list[str]:
     return out
 
 
-def _replay(art: Artifacts, target: dict, n: int) -> dict:
+def _replay(art: Artifacts, target: dict, n: int, draft: dict | None = None) -> dict:
     """Step-0 accuracy under the draft config's RoPE and under the target's (empty when it cannot run)."""
     if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path or not art.tensors:
         return {}
-    if target["partial_rotary_factor"] != 1.0:
+    if target["partial_rotary_factor"] != 1.0 or (draft or {}).get("partial_rotary_factor", 1.0) != 1.0:
         return {"replay": "not run: partial_rotary_factor is not modelled by the replay draft"}
     from ..replay.evidence import acc0, load_replay
     try:
@@ -109,7 +109,7 @@ def check_rope(art: Artifacts, replay_n: int = REPLAY_N) -> list[Finding]:
     if not diff:
         out.append(Finding("rope_mismatch", "ruled out", "draft and target RoPE agree", ev, WHERE))
         return out
-    rep = _replay(art, t, replay_n)
+    rep = _replay(art, t, replay_n, d)
     ev = {**ev, "differences": diff, **rep}
     a, b = rep.get("acc_0_draft_rope"), rep.get("acc_0_target_rope")
     if a is not None and b is not None and not (math.isnan(a) or math.isnan(b)):

@@ -24,6 +24,7 @@ from .launch import LAUNCH_CAUSES, check_launch
 from .launch_flags import LAUNCH_FLAGS_CAUSES, check_launch_flags
 from .layer_ids import LAYER_IDS_CAUSES, check_layer_ids
 from .rope import REPLAY_N as ROPE_REPLAY_N, ROPE_CAUSES, check_rope
+from .runnable import RUNNABLE_CAUSES, check_runnable
 from .template import TEMPLATE_CAUSES, check_template
 from .vocab import VOCAB_CAUSES, check_d2t
 from .weights import WEIGHTS_CAUSES, check_weights
@@ -48,13 +49,14 @@ CHECKS = {
     "window": (lambda a, o: check_window(a), WINDOW_CAUSES),
     "launch_flags": (lambda a, o: check_launch_flags(a), LAUNCH_FLAGS_CAUSES),
     "draft_serving": (lambda a, o: check_draft_serving(a), DRAFT_SERVING_CAUSES),
+    "runnable": (lambda a, o: check_runnable(a, o["engine"]), RUNNABLE_CAUSES),
     "draft_feed": (lambda a, o: check_draft_feed(a, o["engine"], o["engine_version"], o["engine_runner"]),
                    DRAFT_FEED_CAUSES),
 }
 # a check that runs whenever the one it is part of is asked for by name (`only=("launch",)` runs launch_flags too),
 # so callers that name the older checks get the field-causes.md rows 20-47 that read the same inputs
 PART_OF = {"norm_meaning": "flags", "window": "context", "launch_flags": "launch", "draft_serving": "launch",
-           "draft_feed": "launch"}
+           "draft_feed": "launch", "runnable": "launch"}
 # the checks that read the trained layout: with replay evidence, the training data's slots are identified against
 # the target's own boundaries first (one recapture, shared with the drift check)
 USES_TRAINED_LAYOUT = ("layer_ids", "drift")

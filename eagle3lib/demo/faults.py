@@ -11,6 +11,7 @@ Usage: ``for f in singles(): write_fault(f, tmp / f.name)``.
 from __future__ import annotations
 
 import itertools
+import json
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -116,3 +117,37 @@ def write_fault(fault: Fault, out, *, world=None) -> Path:
     w = world or demo.ensure_world(progress=False)
     healthy = write_deployment("healthy", out.with_name(out.name + ".healthy"))
     return edited_copy(healthy, out, config=fault.config, weights=fault.weights, target=w.target)
+
+
+UNCHANGED = 0.03        # step-0 accuracy on the training samples within this of the healthy draft's: a no-op
+
+
+def counterfactual_finding(diagnosis: dict) -> dict | None:
+    """The counterfactual search's finding in a diagnosis record (`Diagnosis.to_dict()`), or None."""
+    return next((f for v in diagnosis["verdicts"] for f in v["findings"]
+                 if f["where"].startswith("replay.counterfactual")), None)
+
+
+def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: float) -> list[str]:
+    """What the matrix demands of one diagnosis (a `Diagnosis.to_dict()` record), as sentences (none: it holds):
+    no part broke and every input read; a fault that changes the training-sample accuracy is named by a raised
+    verdict; every confirmed verdict names the fault (nothing else alarms; on a fault that changes nothing the engine
+    or the replay sees, nothing is confirmed at all); no conflict."""
+    bad = []
+    if exit_code == 1 or diagnosis["problems"]:
+        bad.append(f"a part broke or an input was unreadable: {diagnosis['problems']}")
+    raised = [v for v in diagnosis["verdicts"] if v["status"] in ("confirmed", "suspected", "conflict")]
+    text = json.dumps(raised)
+    acc0 = ((counterfactual_finding(diagnosis) or {}).get("evidence") or {}).get("acc0_as_shipped")
+    changes = acc0 is not None and abs(acc0 - healthy_acc0) > UNCHANGED
+    unnamed = [v["cause"] for v in raised if v["status"] == "confirmed"
+               and not any(n in json.dumps(v) for n in fault.names)]
+    if unnamed:
+        bad.append(f"confirmed without naming {fault.names} (a false alarm beside the fault; acc0 {acc0} vs "
+                   f"{healthy_acc0}): {unnamed}")
+    if changes and not any(n in text for n in fault.names):
+        bad.append(f"the fault changes the training-sample accuracy ({healthy_acc0:.2f} -> {acc0:.2f}) but no raised "
+                   f"verdict names {fault.names}: {[v['cause'] for v in raised]}")
+    if any(v["status"] == "conflict" for v in raised):
+        bad.append(f"a conflict: {[v['cause'] for v in raised if v['status'] == 'conflict']}")
+    return bad

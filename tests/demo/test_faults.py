@@ -17,7 +17,6 @@ from eagle3lib.engines.facts import read_fields
 SAMPLE = ("norm_before_residual", "rms_norm_eps")
 ALL = os.environ.get("EAGLE3LIB_FAULTS") == "all"
 CASES = {f.name: f for f in faults.singles() + (faults.pairs() if ALL else ())}
-UNCHANGED = 0.03        # step-0 accuracy on the training samples within this of the healthy draft's: a no-op
 
 
 def test_every_engine_read_field_is_perturbed_and_pairs_cover_every_two():
@@ -38,27 +37,6 @@ def test_a_fault_changes_only_what_it_says(tmp_path):
         assert changed <= {f.name, "eagle_config"} and changed, (f.name, changed)
 
 
-def invariants(fault: faults.Fault, d: dict, exit_code: int, healthy_acc0: float) -> list[str]:
-    """What the matrix demands of one diagnosis: no crash; the field named when the draft computes otherwise;
-    nothing confirmed when the fault changes nothing the replay can see."""
-    bad = []
-    if exit_code == 1 or d["problems"]:
-        bad.append(f"a part broke or an input was unreadable: {d['problems']}")
-    raised = [v for v in d["verdicts"] if v["status"] in ("confirmed", "suspected", "conflict")]
-    text = json.dumps(raised)
-    cf = next((f for v in d["verdicts"] if v["cause"] in ("draft_config_differs",) for f in v["findings"]
-               if f["where"].startswith("replay.counterfactual")), None)
-    acc0 = (cf or {}).get("evidence", {}).get("acc0_as_shipped")
-    changes = acc0 is not None and abs(acc0 - healthy_acc0) > UNCHANGED
-    if acc0 is not None and not changes and any(v["status"] == "confirmed" for v in raised):
-        bad.append(f"confirmed on a fault that changes nothing the replay sees (acc0 {acc0} vs {healthy_acc0}): "
-                   f"{[v['cause'] for v in raised]}")
-    if changes and not any(n in text for n in fault.names):
-        bad.append(f"the fault changes the training-sample accuracy ({healthy_acc0:.2f} -> {acc0:.2f}) but no raised "
-                   f"verdict names {fault.names}: {[v['cause'] for v in raised]}")
-    return bad
-
-
 @pytest.fixture(scope="module")
 def world():
     return demo.ensure_world(progress=False)
@@ -75,7 +53,7 @@ def healthy_acc0(world, tmp_path_factory):
     d, code = diagnosed(world, faults.write_fault(faults.Fault("none", "nothing", ()),
                                                   tmp_path_factory.mktemp("h") / "draft"))
     assert code != 1 and not [v for v in d["verdicts"] if v["status"] == "confirmed"], d["headline"]
-    cf = next(f for v in d["verdicts"] for f in v["findings"] if f["where"].startswith("replay.counterfactual"))
+    cf = faults.counterfactual_finding(d)
     assert cf["status"] == "ruled out"
     return cf["evidence"]["acc0_as_shipped"]
 
@@ -85,5 +63,5 @@ def healthy_acc0(world, tmp_path_factory):
 def test_the_generated_fault_is_named_and_nothing_else_alarms(world, tmp_path, healthy_acc0, name):
     fault = CASES[name]
     d, code = diagnosed(world, faults.write_fault(fault, tmp_path / "draft"))
-    bad = invariants(fault, d, code, healthy_acc0)
+    bad = faults.invariants(fault, d, code, healthy_acc0)
     assert not bad, f"{name}: {bad}"
