@@ -129,12 +129,21 @@ class Browser:
         assert path.is_file(), f"report page not found: {path}"
         url = path.as_uri() + (f"#{fragment}" if fragment else "")
         asked, failed, errors = [], [], []
+
+        def on_response(response):
+            if response.status >= 400:
+                failed.append(f"{response.url[:120]}: HTTP {response.status}")
+
+        def on_console(message):
+            if message.type in ("error", "assert"):
+                errors.append(message.text)
+
         page = self._context.new_page()
-        page.on("request", lambda r: asked.append(r.url))
-        page.on("requestfailed", lambda r: failed.append(f"{r.url[:120]}: {r.failure}"))
-        page.on("response", lambda r: r.status >= 400 and failed.append(f"{r.url[:120]}: HTTP {r.status}"))
-        page.on("console", lambda m: m.type in ("error", "assert") and errors.append(m.text))
-        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("request", lambda request: asked.append(request.url))
+        page.on("requestfailed", lambda request: failed.append(f"{request.url[:120]}: {request.failure}"))
+        page.on("response", on_response)
+        page.on("console", on_console)
+        page.on("pageerror", lambda error: errors.append(str(error)))
         try:
             page.goto(url, wait_until="load")
             seen = page.evaluate(_INSPECT)
