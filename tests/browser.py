@@ -85,8 +85,10 @@ def skip_reason() -> str | None:
     if importlib.util.find_spec("playwright") is None:
         return "playwright is not installed (pip install -e '.[dev]')"
     if find_chromium() is None:
-        return (f"no Chromium binary: none of {', '.join(NAMES)} on PATH and ${ENV_VAR} unset "
-                "(apt-get install -y chromium; .ci/run installs it when apt is available)")
+        given = os.environ.get(ENV_VAR)
+        where = f"${ENV_VAR}={given!r} is no executable" if given else \
+            f"none of {', '.join(NAMES)} on PATH and ${ENV_VAR} unset"
+        return f"no Chromium binary: {where} (apt-get install -y chromium; .ci/run installs it when apt is available)"
     return None
 
 
