@@ -101,7 +101,7 @@ proof
 # cosine ≈ 1 and norm ratio ≈ 1 per slot; another dtype a small uniform error; a fine-tuned target an error that
 # grows with depth. Its fix, when drift is confirmed, is to recapture the training data from the target as it is now
 # and retrain: the finding's fix line names the command with these paths (`python -m eagle3lib.hidden.recapture
-# --target ... --data ... --layout ... --out ...`; README, "A target of any size").
+# --target ... --data ... --layout ... --out ...`; docs/scale.md, "A target of any size").
 
 # %%
 causes = diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)

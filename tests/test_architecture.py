@@ -22,6 +22,7 @@ LAYERS = [
     {"demo"},
     {"steps"},
     {"diagnose", "report"},
+    {"cli", "__main__"},          # eagle3lib/cli.py, eagle3lib/__main__.py: the `eagle3lib` command
 ]
 
 
@@ -224,12 +225,12 @@ PROTOCOL_METHODS = {
 # name -> (what it means, every home: a module, or module.Class for a method).
 SHARED_NAMES = {
     "main": ("a command line's entry point", {
-        "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.engines.vllm_dump",
+        "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.engines.vllm_dump",
         "eagle3lib.engines.vllm_side.accept", "eagle3lib.engines.vllm_side.dump", "eagle3lib.engines.vllm_side.probe",
         "eagle3lib.engines.vllm_side.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
         "eagle3lib.report.runner", "eagle3lib.throughput.vllm_serve"}),
     "parser": ("a command line's argparse parser", {
-        "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
+        "eagle3lib.cli", "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
     "resolve": ("the settings an engine runs for the requested ones", {
         "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.engine.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),

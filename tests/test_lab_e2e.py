@@ -18,7 +18,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib.report.offline_html import Browser, find_chromium
+from tests.browser import Browser, skip_reason
 
 ROOT = Path(__file__).resolve().parents[1]
 NOTEBOOK = "02_training_sample_replay.py"
@@ -29,7 +29,7 @@ pytestmark = [
     pytest.mark.slow,
     pytest.mark.skipif(LAB_PYTHON is None, reason="jupyterlab is not installed (pip install -e '.[lab]', or set "
                        "EAGLE3LIB_LAB_PYTHON to a Python that has it)"),
-    pytest.mark.skipif(find_chromium() is None, reason="no headless Chromium on PATH: apt-get install -y chromium"),
+    pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason())),
 ]
 
 # the first token view (notebook 02 shows one per layout) and its parts
@@ -90,13 +90,17 @@ def lab(tmp_path):
             server.wait(timeout=10)
 
 
+def _wait_for(page, expression: str, seconds: float):
+    """The truthy value of `expression`, polled in the page every 250 ms (Playwright's TimeoutError after)."""
+    return page.wait_for_function(expression, timeout=seconds * 1000, polling=250).json_value()
+
+
 def test_the_token_view_renders_live_and_a_slider_redraws_its_table(lab):
     base, token = lab
     with Browser(loopback=True, timeout=60, height=1000) as b:
         page = b.page(f"{base}/lab?token={token}")
         try:
-            page.wait_for("!!(window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open'))",
-                          90, "JupyterLab started")
+            _wait_for(page, "!!(window.jupyterapp && window.jupyterapp.commands.hasCommand('docmanager:open'))", 90)
             page.evaluate("window.jupyterapp.restored.then(() => true)")
             opened = page.evaluate(f"window.jupyterapp.commands.execute('docmanager:open', {{path: "
                                    f"{json.dumps(NOTEBOOK)}, factory: 'Jupytext Notebook'}}).then(w => "
@@ -104,23 +108,24 @@ def test_the_token_view_renders_live_and_a_slider_redraws_its_table(lab):
             assert opened == [NOTEBOOK, True]                   # the .py opened as a notebook, through Jupytext
             kernel = ("(() => { const s = window.jupyterapp.shell.currentWidget.sessionContext.session; "
                       "return !!(s && s.kernel && s.kernel.status === 'idle'); })()")
-            picked = page.wait_for(f"document.querySelector('.jp-Dialog .jp-mod-accept') ? 'dialog' : "
-                                   f"({kernel} ? 'kernel' : null)", 90, "a kernel, or the dialog to pick one")
+            picked = _wait_for(page, f"document.querySelector('.jp-Dialog .jp-mod-accept') ? 'dialog' : "
+                                     f"({kernel} ? 'kernel' : null)", 90)   # a kernel, or the dialog to pick one
             if picked == "dialog":                              # no kernel in the .py: Lab asks, Python 3 is picked
                 page.evaluate("document.querySelector('.jp-Dialog .jp-mod-accept').click(), true")
-                page.wait_for(kernel, 90, "the Python 3 kernel idle")
+                _wait_for(page, kernel, 90)                     # the Python 3 kernel idle
             page.evaluate("window.jupyterapp.commands.execute('notebook:run-all-cells').then(() => true)")
-            page.wait_for(f"!!({VIEW}) && !!({POSITION}) && ({TABLE}).includes('draft top-k')", 420,
-                          "the token view rendered live with its position table")
+            # the token view rendered live with its position table
+            _wait_for(page, f"!!({VIEW}) && !!({POSITION}) && ({TABLE}).includes('draft top-k')", 420)
             assert page.evaluate("!document.body.innerText.includes('Error displaying widget')")
             before_pos = int(page.evaluate(f"({POSITION}).innerText.split(/\\s+/).pop()"))
             before = page.evaluate(TABLE)
             focused = page.evaluate(f"(() => {{ const h = ({POSITION}).querySelector('.noUi-handle'); h.focus(); "
                                     "return document.activeElement === h; })()")
             assert focused
-            page.key("ArrowRight", key_code=39)
-            after = page.wait_for(f"(() => {{ const t = {TABLE}; return t !== {json.dumps(before)} ? t : null; }})()",
-                                  90, "the table redrawn after the slider moved")
+            page.keyboard.press("ArrowRight")
+            # the table redrawn after the slider moved
+            after = _wait_for(page, f"(() => {{ const t = {TABLE}; return t !== {json.dumps(before)} ? t : null; }})()",
+                              90)
             assert int(page.evaluate(f"({POSITION}).innerText.split(/\\s+/).pop()")) == before_pos + 1
             assert "draft top-k" in after and after != before
         finally:

@@ -52,6 +52,22 @@ def test_environment_yml_matches_pyproject():
     assert any(re.match(r"^python=3\.11", d) for d in conda)
 
 
+def test_console_script_is_the_cli_module():
+    """pyproject's [project.scripts] `eagle3lib` names a callable that is eagle3lib.cli.main (pip install -e . makes
+    the script from it); every command it dispatches is documented in docs/cli.md."""
+    import importlib
+
+    from eagle3lib import cli
+
+    scripts = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["scripts"]
+    module, _, attr = scripts["eagle3lib"].partition(":")
+    entry = getattr(importlib.import_module(module), attr)
+    assert entry is cli.main and callable(entry)
+    doc = (ROOT / "docs" / "cli.md").read_text()
+    for name in cli.COMMANDS:
+        assert f"eagle3lib {name}" in doc, name
+
+
 def test_readme_shows_two_commands_and_ci_runs_the_test_one():
     """README's first code block holds exactly `make report` and `make test`; .ci/run runs `make test`."""
     assert _readme_commands() == ["make report", "make test"]

@@ -7,11 +7,12 @@
 - `export`    a notebook -> one self-contained HTML page (template `templates/eagle3lib_offline`, nothing
               loaded from the network), its heading anchors, its index figure, finding -> evidence section.
 - `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).
-- `offline_html`  a report opened as a reader offline does: headless Chromium, network off, over the DevTools
-              pipe; failed requests, console errors, images decoded, visible text, widget views; screenshots.
 - `problems`  what stands between the notebooks and "no fault found": parameters that cannot be read (the
               notebook is not run), a notebook that stopped on an input or broke, core inputs not given; exit code.
 - `index`     `reports/index.json` (data) and `reports/index.html` (figures inline, links to the evidence).
 - `readable`  a notebook's findings as the index shows them: short sentences and small tables.
 - `findings`  `record(key, value)`: the headline findings a notebook leaves for the index.
+
+A page opened as a reader offline does (the system Chromium under Playwright, network off) is test-only code:
+tests/browser.py, used by tests/report/test_offline_html.py and tests/test_lab_e2e.py.
 """

@@ -12,6 +12,8 @@ import urllib.error
 import urllib.request
 from pathlib import Path
 
+from prometheus_client.parser import text_string_to_metric_families
+
 from ..errors import DataError, LogParseError, MissingFileError
 from .logparse import SGLANG_FIELD_NAMES, ParseResult, LogScan, sglang_settings, parse_sglang_log, parse_vllm_log
 from .records import FIELDS, RunRecord, from_dict
@@ -134,30 +136,30 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
     return scan.result(records, len(records))
 
 
-_PROM = re.compile(r"^([a-zA-Z_:][\w:]*)(\{[^}]*\})?\s+(\S+)")
-
-
 def _prom_values(lines, scan=None) -> dict:
     """Prometheus exposition lines -> {(name without _total, position label or None): summed value}.
 
-    A sample whose value is not a finite number is skipped (and counted on `scan` when given)."""
+    Each sample line goes through ``prometheus_client.parser`` on its own, so one line it cannot read (or whose
+    value is not a finite number) is skipped and counted on `scan`, when given, with its number; the rest are read."""
     out = {}
     for n, line in enumerate(lines, 1):
-        m = _PROM.match(line.strip())
-        if not m or line.startswith("#"):
+        text = line.strip()
+        if not text or text.startswith("#"):
             continue
-        name, labels = re.sub(r"_total$", "", m.group(1)), m.group(2) or ""
-        pos = re.search(r'position="(\d+)"', labels)
         try:
-            value = float(m.group(3))
-        except ValueError:
-            value = float("nan")
-        if not math.isfinite(value):
+            samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
+        except ValueError as e:
             if scan is not None:
-                scan.bad_line(n, f"{m.group(1)}: value {m.group(3)!r} is not a finite number")
+                scan.bad_line(n, f"not a Prometheus sample ({str(e)[:80]})")
             continue
-        key = (name, int(pos.group(1)) if pos else None)
-        out[key] = out.get(key, 0.0) + value
+        for s in samples:
+            if not math.isfinite(s.value):
+                if scan is not None:
+                    scan.bad_line(n, f"{s.name}: value {s.value!r} is not a finite number")
+                continue
+            pos = s.labels.get("position", "")
+            key = (re.sub(r"_total$", "", s.name), int(pos) if pos.isdecimal() else None)
+            out[key] = out.get(key, 0.0) + float(s.value)
     return out
 
 

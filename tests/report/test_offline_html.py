@@ -1,5 +1,5 @@
-"""Reports open offline: headless Chromium with the network off (eagle3lib.report.offline_html) on a planted
-page, on a small report this test makes through the real runner, and on the demo's real reports."""
+"""Reports open offline: the system's headless Chromium under Playwright with the network off (tests/browser.py) on
+a planted page, on a small report this test makes through the real runner, and on the demo's real reports."""
 from __future__ import annotations
 
 import html
@@ -15,12 +15,11 @@ from eagle3lib.report import runner as report
 from eagle3lib.report import params as report_params
 from eagle3lib.report.export import external_loads
 from eagle3lib.report.index import evidence_links
-from eagle3lib.report.offline_html import Browser, find_chromium
 from eagle3lib.report.static_widgets import view_ids
+from tests.browser import Browser, skip_reason
 
 ROOT = Path(__file__).resolve().parents[2]
-pytestmark = pytest.mark.skipif(find_chromium() is None, reason="no headless Chromium on PATH: apt-get install -y "
-                                "chromium (.ci/run installs it when apt is available)")
+pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))
 
 TINY = '''\
 # %% [markdown]

@@ -42,6 +42,22 @@ def test_sglang_prometheus_gauges_and_nothing_found():
         bp.parse_prometheus("m.txt", text='vllm:num_requests_running{engine="0"} 1.0\n')
 
 
+def test_prometheus_label_values_with_braces_quotes_and_a_broken_line():
+    """Label values may hold '}', ',' and escaped quotes (the exposition format allows them); a line the parser
+    cannot read is counted with its number and the others are still read."""
+    model = r'model_name="a},b \"q\"",position="1"'
+    text = ("vllm:spec_decode_num_drafts_total{m=\"x}\"} 10\n"
+            "vllm:spec_decode_num_accepted_tokens_total 8\n"
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + model.replace('"1"', '"0"') + "} 6\n"
+            "vllm:spec_decode_num_accepted_tokens_per_pos_total{" + model + "} 2\n"
+            "vllm:spec_decode_num_draft_tokens_total{engine= 20\n")
+    res = bp.parse_prometheus("m.prom", text=text)
+    (rec,) = res.records
+    assert rec.rounds == 10 and rec.accept_length == pytest.approx(1.8)
+    assert rec.per_position == pytest.approx((0.6, 0.2)) and rec.num_steps == 2
+    assert res.n_bad == 1 and res.bad_lines[0][0] == 5 and "not a Prometheus sample" in res.bad_lines[0][1]
+
+
 def _write(tmp_path, name, obj):
     p = tmp_path / name
     p.write_text(obj if isinstance(obj, str) else json.dumps(obj))
