@@ -192,11 +192,14 @@ def _show(v) -> str:
 
 # ---------------------------------------------------------------- the candidates, field by field
 
-def _theta(cfg, target, training):
-    vals = [(target.get("theta"), "the target's")] if target else []
-    vals += [(training.get("rope_theta"), "the training config's")] if training else []
-    vals += [(t, "a common value") for t in COMMON_THETAS]
-    return [(float(v), h) for v, h in vals if v is not None and not math.isclose(float(v), cfg.rope_theta)]
+def _numbers(field: str, target_key: str, common) -> Callable:
+    """Candidates for a numeric field: the target's value, the training config's, then common ones, each only
+    where it differs from the shipped value."""
+    def gen(cfg, target, training):
+        vals = [(target.get(target_key), "the target's"), (training.get(field), "the training config's")]
+        vals += [(v, "a common value") for v in common]
+        return [(float(v), h) for v, h in vals if v is not None and not math.isclose(float(v), getattr(cfg, field))]
+    return gen
 
 
 def _scaling(cfg, target, training):
@@ -205,13 +208,6 @@ def _scaling(cfg, target, training):
     if t and t != cfg.rope_scaling:
         out.append((t, "the target's"))
     return out
-
-
-def _eps(cfg, target, training):
-    vals = [(target.get("rms_norm_eps"), "the target's")] if target else []
-    vals += [(training.get("rms_norm_eps"), "the training config's")] if training else []
-    vals += [(e, "a common value") for e in COMMON_EPS]
-    return [(float(v), h) for v, h in vals if v is not None and not math.isclose(float(v), cfg.rms_norm_eps)]
 
 
 def _act(cfg, target, training):
@@ -224,7 +220,9 @@ def _mpe(cfg, target, training):
     return [(int(t), "the target's")] if t and int(t) != cfg.max_position_embeddings and cfg.rope_scaling else []
 
 
-GENERATORS: dict[str, Callable] = {"rope_theta": _theta, "rope_scaling": _scaling, "rms_norm_eps": _eps,
+GENERATORS: dict[str, Callable] = {"rope_theta": _numbers("rope_theta", "theta", COMMON_THETAS),
+                                   "rope_scaling": _scaling, "rms_norm_eps": _numbers("rms_norm_eps", "rms_norm_eps",
+                                                                                      COMMON_EPS),
                                    "hidden_act": _act, "max_position_embeddings": _mpe}
 for _f in FLAGS:
     GENERATORS[_f] = (lambda name: lambda cfg, target, training:

@@ -6,14 +6,13 @@ import json
 import pytest
 
 from eagle3lib.demo import deployments
-from eagle3lib.demo import world as demo
 from eagle3lib.engines.facts import read_fields
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.variants import CHANGEABLE
 from eagle3lib.replay import counterfactual as cf
 from eagle3lib.replay.counterfactual import Candidate, Search
-from eagle3lib.replay.run import identify_training_layout, load_setup, with_trained_layout
 from eagle3lib.steps.trained_config import trained_config_search
+from tests.replay.test_as_served import setup_of, world  # noqa: F401  (the demo world and its replay setup)
 
 
 @pytest.mark.parametrize("engine", ["vllm", "sglang"])
@@ -81,16 +80,6 @@ def test_no_gain_beyond_the_margin_is_no_finding_of_a_fault():
 def test_nothing_to_replay_is_not_checked():
     (f,) = Search(float("nan"), 0, None, "", (), ()).findings()
     assert f.status == "not checked" and "training samples" in f.needs
-
-
-@pytest.fixture(scope="module")
-def world():
-    return demo.ensure_world(progress=False)
-
-
-def setup_of(world, draft):
-    s = load_setup(draft, world.target)
-    return with_trained_layout(s, identify_training_layout(s, world.specforge_data))
 
 
 @pytest.mark.slow
