@@ -10,7 +10,7 @@ import pytest
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
-TOPICS = {"flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target", "serving",
+TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "method", "rope", "context", "target", "serving",
           "metric"}   # Fact.topic's comment
 
 
