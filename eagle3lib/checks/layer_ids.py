@@ -79,7 +79,8 @@ def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch:
     runners and returned only when they agree; SGLang with no version is read at the oldest and newest rule and
     returned only when both agree (else None: the runner / version decides)."""
     if engine == "vllm":
-        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_runner=runner)
+        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_version=version,
+                                       vllm_runner=runner)
               if r.engine in ("vllm", "vllm-v1")]
         if runner:
             return next(r for r in rs if r.engine == "vllm")
@@ -89,11 +90,13 @@ def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch:
     return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
 
 
-def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[str, object]:
-    """Evidence table: the boundaries each known engine captures for this config (a string when it cannot)."""
+def per_engine(raw, cfg, L: int, version: str | None, arch: str | None,
+               engine: str | None = None) -> dict[str, object]:
+    """Evidence table: the boundaries each known engine captures for this config (a string when it cannot).
+    `version` is the named `engine`'s; vLLM is read at it only when it is vLLM's (else at the checked release)."""
     out: dict[str, object] = {}
     for eng in SERVING:
-        r = engine_reading(raw, eng, L, version, arch)
+        r = engine_reading(raw, eng, L, version if eng == "sglang" or engine == "vllm" else None, arch)
         out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else (
             "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
             "depends on the SGLang version (PR#25454 first-id rule)")
@@ -196,7 +199,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     k, k_from = fc_slots(art)
     places = id_places(raw)
     try:
-        table = per_engine(raw, cfg, L, engine_version, arch)
+        table = per_engine(raw, cfg, L, engine_version, arch, engine and engine.lower())
     except Eagle3Error as e:
         return [Finding("missing_layer_ids", "confirmed", f"the config's layer ids name no boundary of the "
                         f"{L}-layer target: {e}", {"ids": list(cfg.aux_layer_ids or [])}, WHERE,

@@ -38,9 +38,9 @@ def vllm_key(version: str = VLLM_CHECKED) -> str:
     return next(k for k in per_runner[0] if all(k in keys for keys in per_runner))
 
 
-def key_text(engine: str) -> str:
+def key_text(engine: str, version: str | None = None) -> str:
     """Where `engine` (a row of ENGINES) takes the ids from, in words: the table's id_key rows for the serving
-    engines, the tools' own keys for the others."""
+    engines (vLLM at `version`, else the release the rows were checked at), the tools' own keys for the others."""
     if engine.startswith("sglang"):
         read, ignored = id_keys("sglang", "model"), [k for k in id_key_names("sglang") if k not in
                                                      id_keys("sglang", "model")]
@@ -48,10 +48,11 @@ def key_text(engine: str) -> str:
                                   engine == "sglang" and ignored else " (nested)")
     if engine != "vllm":
         return _KEY[engine]
-    key, runners = vllm_key(), id_readers("vllm")
-    only = [f"{k} is read by {r.upper()} only" for r in runners for k in id_keys("vllm", r, VLLM_CHECKED)
-            if k != key and not all(k in id_keys("vllm", o, VLLM_CHECKED) for o in runners)]
-    return f"{key} (every model runner of {VLLM_CHECKED} reads it" + "".join(f"; {o}" for o in only) + ")"
+    v = version or VLLM_CHECKED
+    key, runners = vllm_key(v), id_readers("vllm")
+    only = [f"{k} is read by {r.upper()} only" for r in runners for k in id_keys("vllm", r, v)
+            if k != key and not all(k in id_keys("vllm", o, v) for o in runners)]
+    return f"{key} (every model runner of {v} reads it" + "".join(f"; {o}" for o in only) + ")"
 
 
 def _put(key: str, value) -> dict:
