@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..errors import LayoutError
 from ..layout import engine_default_ids, engine_default_layout, from_ids, input_index, parse_layout
-from .facts import id_key_names, id_keys, id_readers
+from .facts import id_key_names, id_keys, id_readers, shared_id_key
 from .versions import VLLM_CHECKED
 
 ENGINES = ("sglang", "sglang-first-id", "vllm", "specforge", "speculators", "eagle")
@@ -34,8 +34,7 @@ _KEY = {   # the training tools' keys (the serving engines' come from the table:
 
 def vllm_key(version: str = VLLM_CHECKED) -> str:
     """The key to write a draft's ids under for vLLM: the first one every model runner reads (engines.facts)."""
-    per_runner = [id_keys("vllm", r, version) for r in id_readers("vllm")]
-    return next(k for k in per_runner[0] if all(k in keys for keys in per_runner))
+    return shared_id_key("vllm", version)
 
 
 def key_text(engine: str, version: str | None = None) -> str:

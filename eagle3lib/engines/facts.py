@@ -403,6 +403,13 @@ def id_keys(engine: str, reader: str, version: str | None = None) -> tuple[str, 
                  if at == reader and reads(engine, "id_key", f"{key}@{at}", version))
 
 
+def shared_id_key(engine: str, version: str | None = None) -> str | None:
+    """The first key every reader of `engine` takes the ids from at `version` (vLLM: both model runners), the one
+    to write them under; None when the readers share none."""
+    per_reader = [id_keys(engine, r, version) for r in id_readers(engine)]
+    return next((k for k in per_reader[0] if all(k in keys for keys in per_reader)), None) if per_reader else None
+
+
 def id_readers(engine: str) -> tuple[str, ...]:
     """The readers of aux layer ids the table knows for `engine` (vLLM: its model runners), in table order."""
     return tuple(dict.fromkeys(f.subject.rpartition("@")[2] for f in facts("id_key", engine)))
