@@ -49,7 +49,7 @@ class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
     topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "method", "rope", "context",
-    #                     "target", "serving", "metric"
+    #                     "window", "target", "serving", "metric"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -321,6 +321,12 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "config", "partial_rotary_factor", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
       "srt/models/llama.py:176-177 (rotary_dim = partial_rotary_factor * head_dim)"),
     F("sglang", "config", "max_position_embeddings", True, None, "", "sglang#6783 (context rows)"),
+    # ---- the draft's own attention window (cause 23, checks.context.check_window)
+    F("vllm", "window", "draft_sliding_window_read", True, None, "2026", "vllm PR#47568 (Qwen3 EAGLE-3 drafts)",
+      "speculators PR#684: before it vLLM ignored the draft's layer_types / sliding_window and fell through to the "
+      "verifier's cache_config.sliding_window; the release is not placed"),
+    F("sglang", "window", "draft_sliding_window_read", True, None, "2026", "sglang PR#24664 (EAGLE-3 SWA drafters)",
+      "before it the draft ran with the target's window; the release is not placed"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
