@@ -48,8 +48,8 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "method", "rope", "context",
-    #                     "window", "target", "serving", "metric"
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope",
+    #                     "context", "window", "target", "serving", "metric"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -223,6 +223,14 @@ FACTS: tuple[Fact, ...] = (
       "set_eagle3_layers_to_capture (eagle_config ids, output-of-layer: +1 on every id; PR#25454 first-id rule)"),
     F("sglang", "id_key", "eagle_aux_hidden_state_layer_ids@model", False, None, "", "sglang eagle_worker.py / "
       "llama.py (only eagle_config is read)", "a top-level key is ignored"),
+    # ---- how many aux slots the draft's fc is built for (subject key@model file): the first of these keys the
+    # config sets, counted (a list by its length), else 3 slots (engines.loaded_view.vllm_fc_slots)
+    F("vllm", "fc_slots", "num_aux_hidden_states@llama_eagle3", True, None, "", f"{_LE3} (LlamaModel.__init__: "
+      "fc in_features = num_aux_hidden_states * target_hidden_size)", "top-level ids never size fc",
+      checked=_run("fc_sizing_matches_vllm")),
+    F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@llama_eagle3", True, None, "",
+      f"{_LE3} (LlamaModel.__init__)", "without num_aux_hidden_states: the count of the eagle_config ids, else 3",
+      checked=_run("fc_sizing_matches_vllm")),
     # ---- method (field-causes.md #10)
     F("sglang", "method", "EAGLE with an EAGLE-3 draft", False, None, "", "sglang PR#21272",
       "--speculative-algorithm EAGLE loads the draft without fc: AL exactly 1.0, no warning"),
@@ -414,6 +422,13 @@ def shared_id_key(engine: str, version: str | None = None) -> str | None:
     to write them under; None when the readers share none."""
     per_reader = [id_keys(engine, r, version) for r in id_readers(engine)]
     return next((k for k in per_reader[0] if all(k in keys for keys in per_reader)), None) if per_reader else None
+
+
+def fc_slot_keys(engine: str, model_file: str, version: str | None = None) -> tuple[str, ...]:
+    """The config keys `engine`'s `model_file` sizes the draft's fc from at `version`, first set one wins (a list
+    counts by its length; none set: 3 slots)."""
+    return tuple(key for key, at in (f.subject.rpartition("@")[::2] for f in facts("fc_slots", engine))
+                 if at == model_file and reads(engine, "fc_slots", f"{key}@{at}", version))
 
 
 def id_readers(engine: str) -> tuple[str, ...]:
