@@ -213,9 +213,18 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = REPLAY_N, engine:
 
 # --- cause 23: the draft's own attention window against the target's, which engines have used instead ---
 
-WINDOW_SOURCE = ("speculators PR#684 (vLLM ignored the draft's layer_types / sliding_window and fell through to the "
-                 "verifier's cache_config.sliding_window); read for Qwen3 EAGLE-3 drafts from vllm PR#47568, "
-                 "SGLang EAGLE-3 SWA drafters from sglang PR#24664")
+WINDOW_SUBJECT = "draft_sliding_window_read"   # the engine table's rows (topic "window") this check rests on
+
+
+def window_source() -> str:
+    """The check's `source`: the engine table's window rows (engines.facts, topic "window")."""
+    return "; ".join(f"{f.engine}: {f.source} ({f.note})" for f in engine_facts.facts("window"))
+
+
+def window_fix() -> str:
+    """What to serve with: the versions (PRs) from which each engine reads the draft's own window."""
+    prs = ", ".join(f.source for f in engine_facts.facts("window") if f.subject == WINDOW_SUBJECT)
+    return f"serve with an engine version that reads the draft's window ({prs})"
 
 
 def attention_window(raw) -> dict:
@@ -254,7 +263,7 @@ def check_window(art: Artifacts) -> list[Finding]:
                             "sliding window on every layer: an engine that takes the window from the target runs "
                             "the draft windowed, as it was not trained", ev, w, fix="compare the served accept length "
                             "on prompts longer than the window; give the draft config an explicit layer_types",
-                            needs="the engine version", source=WINDOW_SOURCE)]
+                            needs="the engine version", source=window_source())]
         why = ("the target's windows are per layer (interleaved)" if t["interleaved"] else
                "the target declares none either" if uniform is None else
                f"the target's window ({uniform}) covers its whole context")
@@ -267,6 +276,5 @@ def check_window(art: Artifacts) -> list[Finding]:
                     f"{d['sliding_layers']}), the target {uniform or 'none'}"
                     + (" (per layer)" if t["interleaved"] else "") + ": an engine that ignores the draft's own "
                     "layer_types / sliding_window runs it with the target's, not as it was trained", ev, w,
-                    fix="serve with an engine version that reads the draft's window "
-                    "(vllm PR#47568 for Qwen3 drafts, sglang PR#24664)", needs="the engine version",
-                    source=WINDOW_SOURCE)]
+                    fix=window_fix(), needs="the engine version",
+                    source=window_source())]

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
+from ..engines.facts import id_keys, id_readers
 from ..engines.layer_reading import layer_reading
-from ..engines.versions import DEFAULT_VERSION
+from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index
 from .inputs import NEEDS, Artifacts
@@ -22,10 +23,17 @@ WHERE = "checks.layer_ids"
 REPLAY_N = 8          # training samples replayed under the engine's default capture and the trained layout
 MEASUREMENT = "replay of the training samples under the engine's default layout vs the trained layout"
 SERVING = ("sglang", "vllm")
-_SOURCES = {"sglang": "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 "
-                      "(first-id rule, ~v0.5.12)",
-            "vllm": "engines.layer_reading: vLLM 0.32.0 model runners (V2 eagle3_utils: top level, then "
-                    "eagle_config.layer_ids; V1 gpu_model_runner: top level, then eagle_config ids), input-of-layer"}
+
+
+def reading_source(engine: str) -> str:
+    """The `source` of a finding that rests on how `engine` reads the ids: the table's "id_key" rows (the keys each
+    reader tries, in order) and the capture rules of engines.layer_reading."""
+    if engine == "sglang":
+        return (f"engines.facts id_key rows (SGLang reads {', '.join(id_keys('sglang', 'model'))}); "
+                "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 (first-id rule, "
+                "~v0.5.12)")
+    runners = "; ".join(f"{r.upper()}: {', then '.join(id_keys('vllm', r, VLLM_CHECKED))}" for r in id_readers("vllm"))
+    return f"engines.facts id_key rows: vLLM {VLLM_CHECKED} model runners ({runners}), input-of-layer"
 
 
 CLAIM = "draft config"        # `trained_from` of a layout read from the config's ids: a claim, not a measurement
@@ -71,7 +79,8 @@ def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch:
     runners and returned only when they agree; SGLang with no version is read at the oldest and newest rule and
     returned only when both agree (else None: the runner / version decides)."""
     if engine == "vllm":
-        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_runner=runner)
+        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_version=version,
+                                       vllm_runner=runner)
               if r.engine in ("vllm", "vllm-v1")]
         if runner:
             return next(r for r in rs if r.engine == "vllm")
@@ -81,11 +90,13 @@ def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch:
     return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
 
 
-def per_engine(raw, cfg, L: int, version: str | None, arch: str | None) -> dict[str, object]:
-    """Evidence table: the boundaries each known engine captures for this config (a string when it cannot)."""
+def per_engine(raw, cfg, L: int, version: str | None, arch: str | None,
+               engine: str | None = None) -> dict[str, object]:
+    """Evidence table: the boundaries each known engine captures for this config (a string when it cannot).
+    `version` is the named `engine`'s; vLLM is read at it only when it is vLLM's (else at the checked release)."""
     out: dict[str, object] = {}
     for eng in SERVING:
-        r = engine_reading(raw, eng, L, version, arch)
+        r = engine_reading(raw, eng, L, version if eng == "sglang" or engine == "vllm" else None, arch)
         out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else (
             "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
             "depends on the SGLang version (PR#25454 first-id rule)")
@@ -188,7 +199,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     k, k_from = fc_slots(art)
     places = id_places(raw)
     try:
-        table = per_engine(raw, cfg, L, engine_version, arch)
+        table = per_engine(raw, cfg, L, engine_version, arch, engine and engine.lower())
     except Eagle3Error as e:
         return [Finding("missing_layer_ids", "confirmed", f"the config's layer ids name no boundary of the "
                         f"{L}-layer target: {e}", {"ids": list(cfg.aux_layer_ids or [])}, WHERE,
@@ -263,12 +274,12 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if r is None and eng == "vllm":
         return out + [Finding(c, "suspected", "vLLM's V1 and V2 model runners read these ids from other keys: the "
                               "runner decides (the server's startup log names it; CPU builds run V1)", ev, WHERE,
-                              needs="the vLLM model runner (the server's startup log)", source=_SOURCES["vllm"])
+                              needs="the vLLM model runner (the server's startup log)", source=reading_source("vllm"))
                       for c in ("missing_layer_ids", "aux_layout_mismatch")]
     if r is None:
         return out + [Finding(c, "suspected", "SGLang reads these ids differently before and after PR#25454 "
                               "(~v0.5.12): the version decides", ev, WHERE, needs="the SGLang version",
-                              source=_SOURCES["sglang"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")]
+                              source=reading_source("sglang")) for c in ("layer_id_off_by_one", "aux_layout_mismatch")]
     captured = list(r.boundaries)
     ev["captured"] = [b or NOT_CAPTURED for b in captured]
     reads_ids = not r.key.startswith("default")
@@ -277,9 +288,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         said = f"{eng} reads no layer ids from this config ({'; '.join(r.problems) or 'none given'}) and falls " \
                f"back to {captured}"
         fix = f"write the ids where {eng} reads them (advice.config_snippet)"
-        out.append(_default_finding(ev, default_vs_trained(art, captured, trained), said, fix, _SOURCES[eng]) or
+        out.append(_default_finding(ev, default_vs_trained(art, captured, trained), said, fix, reading_source(eng)) or
                    Finding("missing_layer_ids", st, said, ev, WHERE, fix=fix,
-                           needs="" if trained else _layout_needs(art), source=_SOURCES[eng]))
+                           needs="" if trained else _layout_needs(art), source=reading_source(eng)))
         # what it feeds instead is the fallback missing_layer_ids is about, not a misread of ids the config has
         return out + [not_checked(c, WHERE, "layer ids the engine reads (it falls back to its default capture)",
                                   f"not checked: {said}") for c in ("layer_id_off_by_one", "aux_layout_mismatch")
@@ -320,16 +331,16 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         st = "suspected" if claimed else "confirmed"
         out.append(Finding("layer_id_off_by_one", st, said, {**ev, "consequences": {"aux_layout_mismatch": f"{len(got)}"
                            f" of {k} slots captured"}}, WHERE, fix=_ids_fix(trained, L, eng), needs=claim_needs,
-                           source=_SOURCES[eng], explains=("aux_layout_mismatch",) if st == "confirmed" else ()))
+                           source=reading_source(eng), explains=("aux_layout_mismatch",) if st == "confirmed" else ()))
         out.append(Finding("aux_layout_mismatch", "ruled out", f"as a cause of its own: every slot {eng} misses or "
                            f"shifts is the id convention's (layer_id_off_by_one, shift {conv:+d})", ev, WHERE,
-                           source=_SOURCES[eng]))
+                           source=reading_source(eng)))
         return out
     if s in (1, -1):
         out.append(Finding("layer_id_off_by_one", "suspected" if claimed else "confirmed", f"{eng} captures "
                            f"{captured}, the draft was trained on {list(trained)} ({trained_from}): every slot "
                            f"shifted by {s:+d}", ev, WHERE, fix=_ids_fix(trained, L, eng), needs=claim_needs,
-                           source=_SOURCES[eng]))
+                           source=reading_source(eng)))
     else:
         out.append(Finding("layer_id_off_by_one", "ruled out", "no uniform one-layer shift", ev, WHERE))
         why = "; ".join(bad_slots) if captured == list(trained) else \
@@ -338,5 +349,5 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         st = "suspected" if (captured == list(trained) or claimed) and fits else "confirmed"
         out.append(Finding("aux_layout_mismatch", st, why, ev, WHERE,
                            fix="see advice.advise(training layout) for what each engine can express",
-                           needs=claim_needs if st == "suspected" else "", source=_SOURCES[eng]))
+                           needs=claim_needs if st == "suspected" else "", source=reading_source(eng)))
     return out

@@ -226,7 +226,7 @@ CASES = {c.name: c for c in (
       "served layout", serving_dump="data/demo/serving_dump_seed"),
     # ---- healthy, though odd-looking (each claim: engines/facts.py, engines/layer_reading.py)
     C("healthy_vllm_eagle_config", "ids [0, 2, 4, 6] only in eagle_config, served by vLLM 0.32's V1 runner, which "
-      "reads them (layer_reading.VLLM_ID_KEYS; the real engine's dump of demo.deployments' healthy)", None,
+      "reads them (engines.facts id_key rows; the real engine's dump of demo.deployments' healthy)", None,
       engine="vllm", config=_vllm_ids, serving_dump="data/demo_vllm/healthy/dump"),
     C("healthy_sglang_own_embedding", "a random embed_tokens of the draft's own, which SGLang replaces with the "
       "target's (facts: sglang embed own_embed_used False)", None, weights=_own_embedding),

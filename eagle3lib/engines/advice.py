@@ -13,6 +13,8 @@ import pandas as pd
 
 from ..errors import LayoutError
 from ..layout import engine_default_ids, engine_default_layout, from_ids, input_index, parse_layout
+from .facts import id_key_names, id_keys, id_readers, shared_id_key
+from .versions import VLLM_CHECKED
 
 ENGINES = ("sglang", "sglang-first-id", "vllm", "specforge", "speculators", "eagle")
 _VARIANT = {
@@ -23,15 +25,46 @@ _VARIANT = {
     "speculators": "vLLM semantics (datagen and serving through vLLM)",
     "eagle": "SafeAILab EAGLE: capture hard-coded to inputs of [2, L//2, L-3]",
 }
-_KEY = {
-    "sglang": "eagle_config.eagle_aux_hidden_state_layer_ids (nested; a top-level key is ignored)",
-    "sglang-first-id": "eagle_config.eagle_aux_hidden_state_layer_ids (nested)",
-    "vllm": "eagle_aux_hidden_state_layer_ids (TOP LEVEL: both model runners of 0.32.0 read it; the nested "
-            "eagle_config one is read by V1 only)",
+_KEY = {   # the training tools' keys (the serving engines' come from the table: key_text)
     "specforge": "--aux-hidden-states-layers a,b,c / draft config eagle_config.eagle_aux_hidden_state_layer_ids",
     "speculators": "eagle_aux_hidden_state_layer_ids (top level; convert: --algorithm-kwargs)",
     "eagle": "none: edit modeling_llama_kv.py",
 }
+
+
+def vllm_key(version: str = VLLM_CHECKED) -> str:
+    """The key to write a draft's ids under for vLLM: the first one every model runner reads (engines.facts)."""
+    return shared_id_key("vllm", version)
+
+
+def key_text(engine: str, version: str | None = None) -> str:
+    """Where `engine` (a row of ENGINES) takes the ids from, in words: the table's id_key rows for the serving
+    engines (vLLM at `version`, else the release the rows were checked at), the tools' own keys for the others."""
+    if engine.startswith("sglang"):
+        read, ignored = id_keys("sglang", "model"), [k for k in id_key_names("sglang") if k not in
+                                                     id_keys("sglang", "model")]
+        return ", ".join(read) + (f" (nested; {', '.join(ignored)} at the top level is ignored)" if
+                                  engine == "sglang" and ignored else " (nested)")
+    if engine != "vllm":
+        return _KEY[engine]
+    v = version or VLLM_CHECKED
+    key, runners = vllm_key(v), id_readers("vllm")
+    only = [f"{k} is read by {r.upper()} only" for r in runners for k in id_keys("vllm", r, v)
+            if k != key and not all(k in id_keys("vllm", o, v) for o in runners)]
+    return f"{key} (every model runner of {v} reads it" + "".join(f"; {o}" for o in only) + ")"
+
+
+def _put(key: str, value) -> dict:
+    """{"a": {"b": value}} for the dotted key "a.b"."""
+    out: dict = {}
+    node = out
+    *sections, leaf = key.split(".")
+    for sect in sections:
+        node = node.setdefault(sect, {})
+    node[leaf] = value
+    return out
+
+
 _RANK = {"yes": 0, "conditional": 1, "no": 2}
 
 
@@ -85,7 +118,7 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
         if L in idx:
             out.append(("conditional", f"{via}id {L} (final pre-norm) is captured only by newer models "
                         "(EagleModelMixin)"))
-        snip = {"eagle_aux_hidden_state_layer_ids": list(idx)}
+        snip = _put(vllm_key() if engine == "vllm" else "eagle_aux_hidden_state_layer_ids", list(idx))
         if k != 3:
             if engine == "vllm":
                 snip["num_aux_hidden_states"] = k
@@ -118,7 +151,7 @@ def advise(layout, num_layers: int) -> pd.DataFrame:
         many = len(unmatched) > 1
         why = (f"slot{'s' * many} {', '.join(map(str, unmatched))} match{'es' * (not many)} no boundary of this target "
                "(a target other than the one the data was captured from): no ids reproduce the training layout")
-        return pd.DataFrame([{"engine": eng, "variant": _VARIANT[eng], "key": _KEY[eng], "ids": [],
+        return pd.DataFrame([{"engine": eng, "variant": _VARIANT[eng], "key": key_text(eng), "ids": [],
                               "expressible": "no", "why": why, "snippet": "", "cli": ""} for eng in ENGINES])
     names = parse_layout(layout, num_layers)
     if not names:
@@ -132,7 +165,7 @@ def advise(layout, num_layers: int) -> pd.DataFrame:
         ok = bool(snip) and worst != "no"
         cli = {"specforge": f"--aux-hidden-states-layers {','.join(map(str, ids))}",
                "speculators": f"--algorithm-kwargs '{json.dumps(snip)}'"}.get(eng, "")
-        rows.append({"engine": eng, "variant": _VARIANT[eng], "key": _KEY[eng], "ids": ids, "expressible": worst,
+        rows.append({"engine": eng, "variant": _VARIANT[eng], "key": key_text(eng), "ids": ids, "expressible": worst,
                      "why": "; ".join(r for _, r in verdicts), "snippet": json.dumps(snip) if ok else "",
                      "cli": cli if ok else ""})
     return pd.DataFrame(rows)

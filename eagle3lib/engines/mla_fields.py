@@ -18,6 +18,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
+from .facts import id_keys
+
 SGLANG_COMMIT = "3e4a39e"                       # sgl-project/sglang commit the SGLang column was read at
 _SG = f"sglang deepseek_v2.py @{SGLANG_COMMIT}"
 _VL = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
@@ -92,8 +94,9 @@ NOTES = {
 DRAFT_READS: dict[str, Read] = {
     "model_type": Read("vllm 0.32.0 vllm/config/speculative.py:679-693 (deepseek_v3 -> deepseek_mtp: refused; "
                        "write deepseek_v2)"),
-    "eagle_aux_hidden_state_layer_ids": Read("vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:5268 (top level "
-                                             "first, then eagle_config: the target captures these)", 5268),
+    "eagle_aux_hidden_state_layer_ids": Read("vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:5268 (the V1 runner "
+                                             f"tries {', then '.join(id_keys('vllm', 'v1'))}: engines.facts id_key "
+                                             "rows; the target captures these)", 5268),
     "hidden_size": Read(f"{_VE}:58", 58),
     "max_position_embeddings": Read(f"{_VE}:59", 59),
     "qk_nope_head_dim": Read(f"{_VE}:64", 64),

@@ -23,6 +23,7 @@ import pandas as pd
 from ..errors import EngineError, MissingFileError
 from ..jsonfiles import atomic_write
 from ..model.safefiles import read_safetensors_header
+from .facts import id_key_names
 from .vllm_env import SIDE_DIR, run_script, unavailable_reason, vllm_python
 
 CACHE_ENV = "EAGLE3LIB_CACHE"
@@ -209,7 +210,8 @@ def _job(draft, target, method, k, max_model_len, dtype) -> tuple[dict, str, int
     dcfg, tcfg = _config(d, "draft"), _config(t, "target")
     headers = {f.name: read_safetensors_header(f) for f in sorted(d.glob("*.safetensors"))}
     job = {"draft": str(d), "target": str(t), "method": method, "num_speculative_tokens": int(k),
-           "max_model_len": max_model_len, "dtype": dtype}
+           "max_model_len": max_model_len, "dtype": dtype,
+           "id_keys": list(id_key_names("vllm"))}     # where the side script looks for the key each runner read
     h = hashlib.sha256()
     for part in (job, dcfg, headers, tcfg, str(vllm_python()), (SIDE_DIR / SCRIPT).read_text()):
         h.update(json.dumps(part, sort_keys=True, default=str).encode())

@@ -10,8 +10,8 @@ import pytest
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
-TOPICS = {"flag", "config", "embed", "lm_head", "keys", "method", "rope", "context", "target", "serving",
-          "metric"}   # Fact.topic's comment
+TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope", "context", "window",
+          "target", "serving", "metric"}   # Fact.topic's comment
 
 
 @pytest.mark.parametrize("row", EF.FACTS, ids=lambda f: f"{f.engine}:{f.topic}:{f.subject}")

@@ -102,28 +102,32 @@ def runner_answer(vc) -> dict:
             "v2_unsupported": unsupported}
 
 
-def id_keys(hf, ids) -> list[str]:
-    """The config keys whose value equals the ids a runner returned (which key it read them from)."""
+def keys_holding(hf, ids, keys) -> list[str]:
+    """The config keys among `keys` (dotted: "eagle_config.layer_ids"; the job's list, eagle3lib's table) whose
+    value equals the ids a runner returned (which key it read them from). A nested key is also looked up under
+    dflash_config, where DFlash drafts keep the same names."""
     if ids is None:
         return []
-    cands = [("eagle_aux_hidden_state_layer_ids", getattr(hf, "eagle_aux_hidden_state_layer_ids", None))]
-    for sect in ("eagle_config", "dflash_config"):
+    split = [key.rpartition(".")[::2] for key in keys]
+    cands = [(leaf, getattr(hf, leaf, None)) for sect, leaf in split if not sect]
+    for sect in dict.fromkeys([s for s, _ in split if s] + ["dflash_config"]):
         d = getattr(hf, sect, None)
         if isinstance(d, dict):
-            cands += [(f"{sect}.{k}", d.get(k)) for k in ("eagle_aux_hidden_state_layer_ids", "layer_ids")]
-    return [k for k, v in cands if isinstance(v, (list, tuple)) and tuple(v) == tuple(ids)]
+            cands += [(f"{sect}.{leaf}", d.get(leaf)) for leaf in dict.fromkeys(lf for s, lf in split if s)]
+    return list(dict.fromkeys(k for k, v in cands if isinstance(v, (list, tuple)) and tuple(v) == tuple(ids)))
 
 
-def ids_answer(vc) -> dict:
-    """The aux layer ids V1 and V2 read from the draft config (None: the target's default is used)."""
+def ids_answer(vc, keys) -> dict:
+    """The aux layer ids V1 and V2 read from the draft config (None: the target's default is used), and which of
+    `keys` held them."""
     from vllm.v1.worker.gpu.spec_decode.eagle.eagle3_utils import get_eagle3_aux_layers_from_config
     from vllm.v1.worker.gpu_model_runner import GPUModelRunner
     sc = vc.speculative_config
     hf = sc.draft_model_config.hf_config
     v1 = GPUModelRunner._get_eagle3_aux_layers_from_config(SimpleNamespace(speculative_config=sc))
     v2 = get_eagle3_aux_layers_from_config(sc)
-    return {"v1": list(v1) if v1 else None, "v1_key": id_keys(hf, v1),
-            "v2": list(v2) if v2 else None, "v2_key": id_keys(hf, v2)}
+    return {"v1": list(v1) if v1 else None, "v1_key": keys_holding(hf, v1, keys),
+            "v2": list(v2) if v2 else None, "v2_key": keys_holding(hf, v2, keys)}
 
 
 def aux_answer(vc) -> dict:
@@ -289,7 +293,7 @@ def probe_one(job: dict, state: dict) -> dict:
         ans["vocab_context"] = vocab_context(vc)
         if sc.method not in ("eagle", "eagle3"):
             return ans                   # not an EAGLE head: nothing EAGLE-3 to build
-        ans["ids"] = ids_answer(vc)
+        ans["ids"] = ids_answer(vc, job["id_keys"])
         setup_parallel(vc, state)
         try:
             tgt, d = build(vc)
