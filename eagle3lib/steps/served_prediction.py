@@ -178,6 +178,13 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     return ServedPrediction(tuple(out), tuple(problems), (), tuple(notes))
 
 
+def served_dtype(d: Discovery) -> str:
+    """The dtype the launch served in, where it names a half precision (--dtype bfloat16 / float16): the replay
+    runs in it; else "auto" (the checkpoint's own dtype, as vLLM's "auto" loads it)."""
+    asked = d.launch.get("dtype") if d.launch is not None else None
+    return asked if asked in ("bfloat16", "float16") else "auto"
+
+
 def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: str, served_data_path: str = "",
                 served_traffic_path: str = "", served_paths=(), server_url: str = "", startup_log: str = "",
                 serving_dump: str = "", n: int = 16, device: str = "cpu") -> ServedPrediction:
@@ -202,12 +209,13 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
     ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
-        setup = sample_replay.load_replay_setup(ri, device=device)
+        setup = sample_replay.load_replay_setup(ri, device=device, dtype=served_dtype(d))
         view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,
                                        num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3)
     except Eagle3Error as e:
         return ServedPrediction((), tuple(problems + [f"draft/target: {e}"]), ())
     notes += vnotes + [f"training layout: {setup.training_layout} ({setup.training_layout_source})"]
+    notes += [f"replayed in {served_dtype(d)}, the dtype the launch served in"] * (served_dtype(d) != "auto")
     if serving_dump:
         try:
             sl = sample_replay.serving_layout(ri, setup.num_layers, device=device)

@@ -176,13 +176,14 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
           speculative_config: dict | None = None, max_tokens: int = 64, max_model_len: int | None = None,
           dtype: str = "float32", startup_timeout: float = 300.0, stats_timeout: float = 60.0,
           port: int | None = None, n: int | None = None, concurrency: int = 8,
-          extra_args: tuple[str, ...] = (), native_rope: bool = False) -> ServedRun:
+          extra_args: tuple[str, ...] = (), native_rope: bool = False, notes: tuple[str, ...] = ()) -> ServedRun:
     """Serve `draft` beside `target` with the real vLLM, send `prompts` (file, dataset or list), measure τ.
 
     `speculative_config`: extra keys for vLLM's --speculative-config; `n`: at most this many prompts; `concurrency`:
     requests in flight at once; `extra_args`: more server flags; `native_rope`: RoPE through vLLM's own
     forward_native instead of the CPU build's kernel, which mis-rotates MLA layers (engines/vllm_side/native_rope;
-    the launch command and the notes say so). The server is stopped on every exit."""
+    the launch command and the notes say so); `notes`: more lines for served.json (the route a host took). The
+    server is stopped on every exit."""
     t_start = time.monotonic()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -204,7 +205,7 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
     served = ServedRun(str(out), server.command(), str(out / "server.log"), run.metrics, run.error is None,
                        run.error, run.tau, run.log_tau, run.per_pos, run.counters, run.seconds, server.pid,
                        server.port, len(todo), sum("error" not in r for r in run.rows),
-                       tuple(run.notes) + (NATIVE_ROPE_NOTE,) * native_rope)
+                       tuple(notes) + tuple(run.notes) + (NATIVE_ROPE_NOTE,) * native_rope)
     atomic_write(out / "served.json", json.dumps(served.to_dict(), indent=1) + "\n")
     return served
 

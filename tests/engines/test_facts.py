@@ -11,7 +11,7 @@ from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
 TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope", "context", "window",
-          "target", "serving", "metric"}   # Fact.topic's comment
+          "target", "serving", "metric", "host"}   # Fact.topic's comment
 
 
 @pytest.mark.parametrize("row", EF.FACTS, ids=lambda f: f"{f.engine}:{f.topic}:{f.subject}")
