@@ -158,7 +158,7 @@ def test_it_is_the_fix_the_drift_check_names(world, tmp_path):
     old, new, data = world
     f = run_checks(target=str(new), data=str(data["seed"]), only=("drift",), replay_n=3)[0]
     assert (f.cause, f.status) == ("target_drift", "confirmed")
-    assert f"python -m eagle3lib.hidden.recapture --target {new} --data {data['seed']} --layout " \
+    assert f"python -m eagle3lib.hidden.recapture --target {new} --train-data {data['seed']} --layout " \
            "embed,layer_in.1,layer_in.2 --out" in f.fix
     out = tmp_path / "fixed"
     assert main(["--target", str(new), "--data", str(data["seed"]), "--out", str(out), "--quiet"]) == 0
