@@ -36,11 +36,6 @@ OLD_FLAGS = {"--data": "--train-data", "--heldout": "--heldout-data", "--log": "
              "--dump": "--serving-dump"}
 
 
-def flag(name: str) -> str:
-    """The command-line flag of an input name (``train_data`` -> ``--train-data``)."""
-    return "--" + name.replace("_", "-")
-
-
 def deprecated(old: str, new: str, where: str = "") -> None:
     """Warn (FutureWarning, shown by default) that `old` is the deprecated name of `new`."""
     at = f" ({where})" if where else ""

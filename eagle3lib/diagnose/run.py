@@ -184,7 +184,7 @@ def run(inp: Inputs, progress=None) -> Run:
         part("02 training-sample replay", lambda: _replay(inp))
     else:
         parts["02 training-sample replay"] = sample_replay.replay_findings(
-            {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--data)"), None)
+            {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--train-data)"), None)
     if (inp.target and inp.train_data) or demo:
         part("03 hidden-state diffing", lambda: _diffing(inp))
     return Run(parts, tuple(problems), skipped, asked, demo)
