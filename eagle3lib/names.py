@@ -19,6 +19,17 @@ from typing import Any, Mapping, MutableMapping
 # the inputs, by their one name: a notebook parameter / YAML key as is, a flag as --name-with-dashes
 INPUTS = ("draft", "target", "train_data", "heldout_data", "launch", "server_log", "serving_dump")
 
+# what each input is, in one line (the template's top-level lines, docs/inputs.md)
+WHAT = {
+    "draft": "the draft checkpoint folder (config.json + weights); empty: the embedded demo world's draft",
+    "target": "the target model folder (config, embedding, lm_head, tokenizer; the model to recapture)",
+    "train_data": "the samples the draft was trained on (SpecForge, seed, speculators or ModelOpt format)",
+    "heldout_data": "held-out samples: the prompts the served τ was measured on (01), the held-out replay (02)",
+    "launch": "the serving launch command (SGLang or vLLM), or the file holding it",
+    "server_log": "the server's startup log (SGLang or vLLM)",
+    "serving_dump": "what the server fed the draft (an SGLang tensor dump or an eagle3lib dump folder)",
+}
+
 # old notebook parameter / YAML key -> its name now (deprecated: removed in the release after next)
 OLD_PARAMS = {
     "draft_path": "draft",               # 00, 01, 02, 03

@@ -16,7 +16,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import MissingFileError, ReportError
-from ..names import renamed
+from ..names import WHAT, renamed
 
 KERNEL = "python3"       # the kernel every notebook runs on (papermill and JupyterLab alike)
 
@@ -123,6 +123,9 @@ def params_template(sources: list[Path]) -> str:
         for name, (default, comment) in names.items():
             counts[name] = counts.get(name, 0) + 1
             first.setdefault(name, _template_line(name, default, comment))
+    for name, what in WHAT.items():        # an input shared at the top level: what it is, not one notebook's use
+        if counts.get(name, 0) > 1:
+            first[name] = _template_line(name, '""', what)
     shared = [first[n] for n in sorted(n for n, c in counts.items() if c > 1)]
     if shared:
         lines += ["# Shared by several notebooks (top level):"] + shared + [""]
