@@ -57,7 +57,7 @@ class Case:
                                             # real engine fed this very draft (demo.vllm_world)
     only: str = ""                          # the notebooks the case concerns ("" all): `--only` of the report
     core: bool = True                       # False: the deciding measurement needs an optional input (00's
-                                            # sample_data, 03's training_data): run with the optional inputs only
+                                            # train_data, 03's train_data): run with the optional inputs only
     python: str = "python"                  # the interpreter the SGLang launch command runs
     version_param: bool = True              # give the SGLang version as the params' sglang_version (False: the
                                             # launch command names it, as a versioned environment's path does)

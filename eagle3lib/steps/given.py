@@ -101,7 +101,7 @@ NOTEBOOK_OVERRIDES = {"02_training_sample_replay": {"dtype": "dtype_auto"}}
 @dataclass(frozen=True)
 class Problem:
     """A given input that could not be read (or, `failure`, a part of the workbook that broke on its own)."""
-    param: str              # as the user spelled it: "--draft", "draft_path"; a part's name for a failure
+    param: str              # as the user spelled it: "--draft", "draft"; a part's name for a failure
     given: str              # the path or text given (cut)
     error: str              # the error class
     message: str
