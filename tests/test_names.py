@@ -242,3 +242,41 @@ def test_the_readme_names_no_input_by_an_old_name():
     text = (ROOT / "README.md").read_text()
     found = [o for o in list(OLD_PARAMS) + list(OLD_FLAGS) if re.search(rf"(?<![\w-]){re.escape(o)}(?![\w-])", text)]
     assert not found, found
+
+
+# ---------------------------------------------------------------- a report run, end to end (two tiny notebooks)
+
+TINY = '''\
+# %% tags=["parameters"]
+train_data: str = ""  # the training data
+{extra}
+# %%
+from eagle3lib.names import adopt_old_names
+adopt_old_names(globals())
+print("TRAIN_DATA=" + train_data)
+'''
+
+
+def test_a_report_run_on_an_old_top_level_key_says_so_and_gives_every_notebook_the_input(tmp_path, capsys):
+    import nbformat
+
+    from eagle3lib.report import runner
+    nbs = tmp_path / "notebooks"
+    nbs.mkdir()
+    (nbs / "00_a.py").write_text(TINY.format(extra=""))
+    (nbs / "01_b.py").write_text(TINY.format(extra='device: str = "cpu"  # a setting\n'))
+    import torch
+
+    from eagle3lib.samples.sample import Sample
+    from eagle3lib.samples.writers import write_seed_dataset
+    sample = Sample("s0", torch.arange(6), torch.ones(6, dtype=torch.int64), torch.randn(6, 3, 8))
+    data = write_seed_dataset(tmp_path / "data", [sample]).parent        # training data that reads
+    (tmp_path / "p.yaml").write_text(f"train_data_path: {data}\n")
+    out = tmp_path / "reports"
+    assert runner.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "p.yaml")]) == 0
+    said = capsys.readouterr().out
+    assert "warning: 'train_data_path'" in said and "now called 'train_data'" in said
+    for stem in ("00_a", "01_b"):
+        nb = nbformat.read(out / f"{stem}.ipynb", as_version=4)
+        text = "".join(o.get("text", "") for c in nb.cells if c.cell_type == "code" for o in c.get("outputs", []))
+        assert f"TRAIN_DATA={data}" in text, stem
