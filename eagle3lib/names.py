@@ -30,7 +30,7 @@ WHAT = {
     "serving_dump": "what the server fed the draft (an SGLang tensor dump or an eagle3lib dump folder)",
 }
 
-# old notebook parameter / YAML key -> its name now (deprecated: removed in the release after next)
+# old notebook parameter / YAML key -> its name now (deprecated: they work for this release, then go)
 OLD_PARAMS = {
     "draft_path": "draft",               # 00, 01, 02, 03
     "target_path": "target",             # 00, 01, 02, 03
@@ -62,9 +62,13 @@ def renamed(params: Mapping[str, Any], where: str = "") -> dict[str, Any]:
         if new is None:
             continue
         deprecated(old, new, where)
+        at = f" ({where})" if where else ""
         if new in params:
-            warnings.warn(f"both '{old}' and '{new}' given{f' ({where})' if where else ''}: '{new}' is used",
-                          FutureWarning, stacklevel=2)
+            warnings.warn(f"both '{old}' and '{new}' given{at}: '{new}' is used", FutureWarning, stacklevel=2)
+            continue
+        if new in out:      # two old names of one input (sample_data and train_data_path): the first is kept
+            warnings.warn(f"'{old}' and another old name of '{new}' given{at}: the first is used", FutureWarning,
+                          stacklevel=2)
             continue
         out[new] = value
     return out

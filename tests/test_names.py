@@ -158,6 +158,12 @@ def test_the_new_name_wins_over_the_old_one_at_the_same_level(tmp_path):
     assert any("both 'train_data_path' and 'train_data'" in str(w.message) for w in record)
 
 
+def test_two_old_names_of_one_input_keep_the_first(tmp_path):
+    with pytest.warns(FutureWarning) as record:
+        common, _ = report_params.load_params(_yaml(tmp_path, "sample_data: /a\ntrain_data_path: /b\n"), STEMS)
+    assert common == {"train_data": "/a"} and any("the first is used" in str(w.message) for w in record)
+
+
 def test_params_for_takes_an_old_name_too():
     """A caller that builds the parameters itself (no YAML) gets the same mapping."""
     with pytest.warns(FutureWarning):
