@@ -431,7 +431,8 @@ def test_too_few_inputs_say_how_little_was_checked():
     d = r.diagnosis
     assert r.problems == () and r.exit_code == 0 and not d.healthy
     checked = sum(v.status != "not checked" for v in d.verdicts)
-    assert d.headline() == f"{checked} of {len(d.verdicts)} causes checked: give --train-data and --launch to check the rest"
+    assert d.headline() == f"{checked} of {len(d.verdicts)} causes checked: give --train-data and --launch to " \
+                           "check the rest"
 
 
 @pytest.mark.parametrize("row", range(5))

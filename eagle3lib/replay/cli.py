@@ -53,9 +53,10 @@ def main(argv=None) -> int:
     t0 = time.perf_counter()
     try:
         r = distributed.replay_sharded(a.draft, a.train_data, target=a.target, dtype=a.dtype, layout=layout,
-                               label=a.label, n=a.num_samples, seed=a.seed, data_format=a.format, num_steps=a.num_steps, fill=a.fill,
-                               d2t=a.d2t, align=a.align, mask=a.mask, reference=a.reference,
-                               simulate=not a.no_simulate, batch_tokens=a.batch_tokens, progress=not a.quiet)
+                                       label=a.label, n=a.num_samples, seed=a.seed, data_format=a.format,
+                                       num_steps=a.num_steps, fill=a.fill, d2t=a.d2t, align=a.align, mask=a.mask,
+                                       reference=a.reference, simulate=not a.no_simulate,
+                                       batch_tokens=a.batch_tokens, progress=not a.quiet)
     except Eagle3Error as e:
         print(f"eagle3lib.replay: {e}", file=sys.stderr)
         return 2

@@ -77,8 +77,8 @@ KINDS = {
 # python -m eagle3lib.diagnose: Inputs field -> kind (the flag is --field-with-dashes)
 CLI = {"draft": "draft", "target": "target", "train_data": "data", "heldout_data": "data", "launch": "launch",
        "sglang_version": "version", "server_log": "startup_log", "served_log": "run_logs", "served_traffic": "traffic",
-       "server_url": "server", "serving_dump": "dump", "serving_layout": "layout", "serving_engine": "engine", "recorded_acc": "accuracy",
-       "training_log": "training_log", "n": "positive", "num_steps": "positive", "drift_samples": "count",
+       "server_url": "server", "serving_dump": "dump", "serving_layout": "layout", "serving_engine": "engine",
+       "recorded_acc": "accuracy", "training_log": "training_log", "n": "positive", "num_steps": "positive", "drift_samples": "count",
        "device": "device", "dtype": "dtype_auto"}
 
 # the notebooks' parameters cells: name -> kind (a notebook in NOTEBOOK_OVERRIDES reads one differently)

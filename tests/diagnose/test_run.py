@@ -46,7 +46,8 @@ def dumps(world, tmp_path_factory):
 def diagnosis(world, *, draft=None, dump=None, launch=CLEAN_LAUNCH, log="", heldout=None):
     """The diagnosis of a user-style run (draft given, so nothing is filled from the demo world)."""
     inp = Inputs(draft=str(draft or world.draft), target=str(world.target), train_data=str(world.seed_data),
-                 heldout_data=str(heldout or world.heldout_data), launch=launch, sglang_version="0.5.6", server_log=log,
+                 heldout_data=str(heldout or world.heldout_data), launch=launch, sglang_version="0.5.6",
+                 server_log=log,
                  serving_dump=str(dump) if dump else "", n=8, drift_samples=0)
     r = run(inp)
     assert r.problems == ()
@@ -85,7 +86,8 @@ def test_one_unreadable_input_is_never_no_fault_found(world, dumps, tmp_path):
     log = tmp_path / "server.log"
     log.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
     r = run(Inputs(draft=str(world.draft), target=str(world.target), train_data=str(world.seed_data),
-                   heldout_data=str(world.heldout_data), launch=CLEAN_LAUNCH, sglang_version="0.5.6", server_log=str(log),
+                   heldout_data=str(world.heldout_data), launch=CLEAN_LAUNCH, sglang_version="0.5.6",
+                   server_log=str(log),
                    serving_dump=str(dumps["correct"]), n=8, drift_samples=0))
     assert [(p.param, p.error) for p in r.problems] == [("--server-log", "LogParseError")] and r.exit_code == 3
     d = r.diagnosis
