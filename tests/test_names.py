@@ -216,8 +216,8 @@ def test_the_new_diagnose_flags_do_not_warn():
     assert (args.train_data, args.heldout_data, args.server_log, args.serving_dump) == ("/t", "/h", "/l", "/d")
 
 
-@pytest.mark.parametrize("cli,rest", [("replay", ["--draft", "/d", "--out", "/o"]), ("recapture",
-                                                                                     ["--target", "/t", "--out", "/o"])])
+@pytest.mark.parametrize("cli,rest", [("replay", ["--draft", "/d", "--out", "/o"]),
+                                      ("recapture", ["--target", "/t", "--out", "/o"])])
 def test_replay_and_recapture_take_the_old_data_flag_and_still_require_one(cli, rest, capsys):
     p = _parsers()[cli]
     with pytest.warns(FutureWarning, match="'--data'.*now called '--train-data'"):

@@ -23,7 +23,7 @@ from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_
 from ..steps.given import CLI, Problem, check_all, given
 from .combine import Diagnosis, diagnose
 
-CORE = ("draft", "train_data", "launch")    # "no fault found" needs the draft, its training data and the launch command
+CORE = ("draft", "train_data", "launch")   # "no fault found" needs the draft, its training data and the launch command
 # input -> (the causes it decides, the other inputs it needs to decide them): given and readable, it must decide
 # at least one of them, or the diagnosis says so instead of "no fault found"
 DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
