@@ -8,9 +8,9 @@
 # eagle3lib does, and lists everything it finds.
 
 # %% tags=["parameters"]
-draft_path: str = ""        # draft checkpoint dir (config.json + weights); empty: the embedded demo world's draft
-target_path: str = ""       # target model dir (only its embedding/lm_head/tokenizer are read); empty: demo target
-sample_data: str = ""       # training data for a forward on real tokens; empty: demo training data (seed format)
+draft: str = ""             # draft checkpoint dir (config.json + weights); empty: the embedded demo world's draft
+target: str = ""            # target model dir (only its embedding/lm_head/tokenizer are read); empty: demo target
+train_data: str = ""        # training data for a forward on real tokens; empty: demo training data (seed format)
 device: str = "cpu"         # "cuda" on a GPU box
 dtype: str = "float32"      # "bfloat16" to load as served
 num_steps: int = 3          # TTT steps shown in the forward preview
@@ -28,7 +28,10 @@ from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
 
-inp = checkpoint_audit.audit_inputs(draft_path, target_path, sample_data)
+from eagle3lib.names import adopt_old_names
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
+
+inp = checkpoint_audit.audit_inputs(draft, target, train_data)
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
 a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])

@@ -13,20 +13,20 @@
 # With every parameter empty the notebook runs on the demo world, whose server is the seed's: its launch command,
 # its corrected command and its SGLang 0.5.6 startup log come from `data/samples/demo_launch.json` (when the demo
 # world is not built, the shipped sample configs under `data/samples/` stand in for the target and the draft).
-# With your own `draft_path`, nothing is taken from the demo: an input left empty is reported as not given.
+# With your own `draft`, nothing is taken from the demo: an input left empty is reported as not given.
 
 # %% tags=["parameters"]
-launch_command: str = ""    # the command as it was launched (SGLang or vLLM); empty: the demo world's seed launch (demo only)
+launch: str = ""            # the command as it was launched (SGLang or vLLM); empty: the demo world's seed launch (demo only)
 fixed_command: str = ""     # a corrected command to compare with; empty: the demo world's fixed command (demo only)
 sglang_version: str = ""    # SGLang version the server ran; empty: /server_info's, else the demo's 0.5.6 / the library default
 server_info_path: str = ""  # a saved GET /server_info JSON of that server; "" for none
 server_url: str = ""        # a live SGLang server to read /server_info from, e.g. "http://127.0.0.1:30000"; "" for none
-server_log_path: str = ""   # the server's startup log (repo-relative or absolute); empty: the demo's sample log (demo only)
-target_path: str = ""       # target model folder (its config.json is read); empty: the demo world's target (demo only)
-draft_path: str = ""        # draft folder (its config.json is read); empty: the embedded demo world
+server_log: str = ""        # the server's startup log (repo-relative or absolute); empty: the demo's sample log (demo only)
+target: str = ""            # target model folder (its config.json is read); empty: the demo world's target (demo only)
+draft: str = ""             # draft folder (its config.json is read); empty: the embedded demo world
 served_log_path: str = ""   # decode log / benchmark output with accept lengths (comma-separated); "" for none
-train_data_path: str = ""   # training samples to replay under the served setting; empty: the demo's (demo only)
-served_data_path: str = ""  # samples of the prompts the served τ was measured on (e.g. held-out data); empty: train_data_path
+train_data: str = ""        # training samples to replay under the served setting; empty: the demo's (demo only)
+heldout_data: str = ""      # samples of the prompts the served τ was measured on (e.g. held-out data); empty: train_data
 served_traffic_path: str = ""  # the served requests + answers (prompts.jsonl, responses.jsonl): the replay runs on them (vLLM)
 serving_dump: str = ""      # a serving dump (decides the served layout); empty: the demo's (demo only), else rules
 demo_world: str = ""         # which embedded demo world empty paths mean: "llama" (default) or "mla" (DeepSeek-V3 target, MLA draft)
@@ -53,8 +53,10 @@ from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
 
-inp = discovery.discovery_inputs(launch_command, fixed_command, sglang_version, server_log_path, target_path,
-                               draft_path)
+from eagle3lib.names import adopt_old_names
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
+
+inp = discovery.discovery_inputs(launch, fixed_command, sglang_version, server_log, target, draft)
 for note in inp.notes:
     print("NOTE:", note)
 seed = discovery.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
@@ -153,7 +155,7 @@ sglang_introspect.ask(seed.launch, seed.resolution, introspection=seed.introspec
 # Each row names its source (the PR or file the engine fact comes from).
 
 # %%
-causes = discovery.serving_checks(inp, seed, data=train_data_path)
+causes = discovery.serving_checks(inp, seed, data=train_data)
 findings_frame(causes)
 
 # %% [markdown]
@@ -168,9 +170,9 @@ findings_frame(causes)
 
 # %%
 served = served_prediction.served_vs_predicted(
-    seed, draft_path=draft_path, target_path=inp.target_path, data_path=train_data_path,
+    seed, draft_path=draft, target_path=inp.target_path, data_path=train_data,
     served_paths=[p for p in served_log_path.split(",") if p.strip()], server_url=server_url,
-    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=served_data_path,
+    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=heldout_data,
     served_traffic_path=served_traffic_path)
 for note in served.notes + served.problems:
     print(note)

@@ -15,11 +15,11 @@
 # layout search names the wiring that restores the accuracy.
 
 # %% tags=["parameters"]
-draft_path: str = ""            # draft checkpoint dir (config.json + weights); empty: the embedded demo world
-target_path: str = ""           # target dir: embedding, lm_head (reference), tokenizer, model (recapture); empty: demo
-train_data_path: str = ""       # samples the draft was TRAINED on; empty: demo training split (seed format)
+draft: str = ""                 # draft checkpoint dir (config.json + weights); empty: the embedded demo world
+target: str = ""                # target dir: embedding, lm_head (reference), tokenizer, model (recapture); empty: demo
+train_data: str = ""            # samples the draft was TRAINED on; empty: demo training split (seed format)
 train_data_format: str = ""     # empty: detect; or "specforge", "seed", "speculators", "modelopt"
-heldout_data_path: str = ""     # in-domain held-out samples; empty: demo held-out split (demo only)
+heldout_data: str = ""          # in-domain held-out samples; empty: demo held-out split (demo only)
 new_prompt_data_path: str = ""  # samples of new / served prompts; empty: demo shifted-domain split (demo only)
 serving_dump: str = ""          # what the server fed the draft (SGLang tensor dump or eagle3lib dump); empty: demo's (demo only)
 serving_layout: str = ""        # else: the layout the server feeds, typed, e.g. "layer_in.4,layer_in.32"
@@ -47,7 +47,10 @@ from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
 
-inp = sample_replay.replay_inputs(draft_path, target_path, train_data_path, train_data_format, heldout_data_path,
+from eagle3lib.names import adopt_old_names
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
+
+inp = sample_replay.replay_inputs(draft, target, train_data, train_data_format, heldout_data,
                                    new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
 setup = sample_replay.load_replay_setup(inp, device=device, dtype=dtype, recapture=recapture)
 served = sample_replay.serving_layout(inp, setup.num_layers, typed=serving_layout, engine=serving_engine,

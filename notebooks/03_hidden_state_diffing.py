@@ -9,9 +9,9 @@
 # a serving dump against all of them — numbers first, then a diagnosis in words, then the ids to write.
 
 # %% tags=["parameters"]
-target_path: str = ""       # target model dir; empty: the demo world's target (demo only)
-draft_path: str = ""        # draft dir (for the proof-of-fix replay); empty: the embedded demo world
-training_data: str = ""     # training data with the slots the draft was trained on; empty: demo training data (demo only)
+target: str = ""            # target model dir; empty: the demo world's target (demo only)
+draft: str = ""             # draft dir (for the proof-of-fix replay); empty: the embedded demo world
+train_data: str = ""        # training data with the slots the draft was trained on; empty: demo training data (demo only)
 serving_dump: str = ""      # what serving fed the draft (SGLang tensor dump or eagle3lib dump); empty: the demo's (demo only)
 sample_index: int = 0       # which training sample to compare
 dump_request: int = 0       # which dumped request to compare
@@ -34,7 +34,10 @@ from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
 
-inp = diffing.diff_inputs(target_path, draft_path, training_data, serving_dump, sample_index, device,
+from eagle3lib.names import adopt_old_names
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
+
+inp = diffing.diff_inputs(target, draft, train_data, serving_dump, sample_index, device,
                      getattr(torch, dtype))
 for note in inp.notes:
     print("NOTE:", note)

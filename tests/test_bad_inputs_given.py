@@ -257,18 +257,16 @@ def step_calls():
 
     replayed = lambda v: replay(_setup(), v, n=1, progress=False)       # noqa: E731
     return {
-        "draft_path": lambda v: (audit(d=v), disc(d=v)),
-        "target_path": lambda v: (audit(t=v), disc(t=v)),
-        "sample_data": lambda v: audit(s=v),
-        "train_data_path": lambda v: sr.load_replay_setup(sr.replay_inputs(D, T, v), recapture=False) and
-        replayed(v),
-        "heldout_data_path": replayed, "new_prompt_data_path": replayed, "served_data_path": replayed,
-        "training_data": lambda v: diffing.diff_inputs(T, D, v, ""),
-        "launch_command": lambda v: disc(launch=v), "fixed_command": lambda v: disc(launch=v),
+        "draft": lambda v: (audit(d=v), disc(d=v)),
+        "target": lambda v: (audit(t=v), disc(t=v)),
+        "train_data": lambda v: (audit(s=v), sr.load_replay_setup(sr.replay_inputs(D, T, v), recapture=False) and
+                                 replayed(v), diffing.diff_inputs(T, D, v, "")),
+        "heldout_data": replayed, "new_prompt_data_path": replayed,
+        "launch": lambda v: disc(launch=v), "fixed_command": lambda v: disc(launch=v),
         "sglang_version": lambda v: disc(version=v),
         "serving_version": lambda v: sr.serving_layout(_ri(), 8, engine="sglang", engine_version=v),
         "server_info_path": lambda v: disc(info=v), "server_url": lambda v: disc(info=v),
-        "server_log_path": lambda v: disc(log=v),
+        "server_log": lambda v: disc(log=v),
         "served_log_path": lambda v: sp.served_runs([p for p in v.split(",") if p.strip()]),
         "served_traffic_path": lambda v: served_traffic(v, T, ("embed", "layer_in.2")),
         "serving_dump": lambda v: sr.serving_layout(_ri(serving_dump=v), 8),
@@ -291,7 +289,7 @@ def alarms(result) -> set:
     return {(f.cause, f.status, f.summary) for f in flat if getattr(f, "status", None) in ("confirmed", "suspected")}
 
 
-BASELINE = {"draft_path": str(DRAFT), "target_path": str(TARGET)}   # else: the parameter left empty
+BASELINE = {"draft": str(DRAFT), "target": str(TARGET)}   # else: the parameter left empty
 
 
 @pytest.mark.parametrize("case", CASES)
@@ -378,7 +376,7 @@ def docs_section() -> str:
     lines += ["", "A launch command read leniently (notebook 01's tables, `run_checks`) lists a value that does not "
               "parse in `LaunchArgs.unread`: no method, engine layer reading, SGLang resolution or `ndt_override` is "
               "decided from it. A diagnosis short of the draft, its training data and the launch command says how "
-              "little was checked (\"11 of 34 causes checked: give --data and --launch to check the rest\"); a "
+              "little was checked (\"11 of 34 causes checked: give --train-data and --launch to check the rest\"); a "
               "given input that decided none of what it decides says so too."]
     return "\n".join(lines) + "\n"
 
@@ -387,9 +385,10 @@ ISSUE_ROWS = (
     ("`--draft` a folder whose weights are a pickled `pytorch_model.bin` that would run code",
      "could not read the draft (--draft '…'): UnsafeFileError: …/pytorch_model.bin: refused"),
     ("`--draft /nonexistent`", "could not read the draft (--draft '/nonexistent'): MissingFileError"),
-    ("`--log /etc/passwd`", "could not read the server log (--log '/etc/passwd'): LogParseError: no line an SGLang "
-                            "or vLLM server writes"),
-    ("`--data` a model folder", "could not read the training data (--data '…'): DataError: no training data found"),
+    ("`--server-log /etc/passwd`", "could not read the server log (--server-log '/etc/passwd'): LogParseError: no "
+                                   "line an SGLang or vLLM server writes"),
+    ("`--train-data` a model folder", "could not read the training data (--train-data '…'): DataError: no training "
+                                      "data found"),
     ("`--launch \"vllm serve x --speculative-config {bad json\"`", "could not read the launch command (--launch "
      "'…'): ServingArgsError: flag --speculative-config: value is not a JSON object"),
 )
@@ -399,30 +398,30 @@ ISSUE_ROWS = (
 
 def test_a_report_run_refuses_a_bad_parameter_and_exits_3(tmp_path, capsys):
     """`make report` with a draft whose weights would run code: notebook 00 is not run, index.json's `problems`
-    and the top of index.html name draft_path, the diagnosis is no "no fault found", exit code 3."""
+    and the top of index.html name draft, the diagnosis is no "no fault found", exit code 3."""
     import yaml
 
     from eagle3lib.report import runner
     marker = tmp_path / "payload_ran"
     bad = build("unsafe_pickle", "draft", tmp_path / "in", marker)
     params = tmp_path / "bad.yaml"
-    params.write_text(yaml.safe_dump({"00_checkpoint_audit": {"draft_path": bad, "target_path": str(TARGET)}}))
+    params.write_text(yaml.safe_dump({"00_checkpoint_audit": {"draft": bad, "target": str(TARGET)}}))
     out = tmp_path / "reports"
     rc = runner.main(["--notebooks", str(ROOT / "notebooks"), "--out", str(out), "--cwd", str(ROOT), "-f",
                       str(params), "--only", "00"])
     index = json.loads((out / "index.json").read_text())
     assert rc == 3
     (p,) = index["problems"]
-    assert (p["param"], p["given"], p["error"], p["notebooks"]) == ("draft_path", bad, "UnsafeFileError",
+    assert (p["param"], p["given"], p["error"], p["notebooks"]) == ("draft", bad, "UnsafeFileError",
                                                                      ["00_checkpoint_audit"])
     assert "weights_only=True" in p["message"] and p["expected"].startswith("a draft checkpoint folder")
     row = index["notebooks"][0]
     assert row["status"] == "skipped" and row["error"].startswith("not run: a given parameter could not be read")
     d = index["diagnosis"]
-    assert not d["healthy"] and d["headline"].startswith("could not read the draft (draft_path")
+    assert not d["healthy"] and d["headline"].startswith("could not read the draft (draft ")
     page = (out / "index.html").read_text()
     assert page.index("Problems (1)") < page.index("<h2>Notebooks</h2>") and "UnsafeFileError" in page
-    assert "unreadable input: draft_path" in capsys.readouterr().out
+    assert "unreadable input: draft" in capsys.readouterr().out
     assert not marker.exists(), "the pickled payload ran"
 
 
@@ -432,7 +431,8 @@ def test_too_few_inputs_say_how_little_was_checked():
     d = r.diagnosis
     assert r.problems == () and r.exit_code == 0 and not d.healthy
     checked = sum(v.status != "not checked" for v in d.verdicts)
-    assert d.headline() == f"{checked} of {len(d.verdicts)} causes checked: give --data and --launch to check the rest"
+    assert d.headline() == f"{checked} of {len(d.verdicts)} causes checked: give --train-data and --launch to " \
+                           "check the rest"
 
 
 @pytest.mark.parametrize("row", range(5))
@@ -445,8 +445,10 @@ def test_the_rows_of_issue_28(row, tmp_path, capsys):
         (["--draft", build("unsafe_pickle", "draft", tmp_path / "in", marker)], "--draft",
          "could not read the draft (--draft"),
         (["--draft", "/nonexistent"], "--draft", "could not read the draft (--draft '/nonexistent')"),
-        (["--draft", str(DRAFT), "--log", str(passwd)], "--log", "could not read the server log (--log"),
-        (["--draft", str(DRAFT), "--data", str(TARGET)], "--data", "could not read the training data (--data"),
+        (["--draft", str(DRAFT), "--server-log", str(passwd)], "--server-log",
+         "could not read the server log (--server-log"),
+        (["--draft", str(DRAFT), "--train-data", str(TARGET)], "--train-data",
+         "could not read the training data (--train-data"),
         (["--draft", str(DRAFT), "--launch", "vllm serve x --speculative-config {bad json"], "--launch",
          "could not read the launch command (--launch"),
     ][row]

@@ -61,18 +61,14 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
     served = write_jsonl([r for r in run_demo_sweep([(3, 1, 4), (3, 3, 6)], captures=("correct",), repeats=1,
                                                     num_prompts=4, prompts="train") if r.num_steps],
                          tmp_path / "served.jsonl")      # the server's own runs: a chain and a tree
-    paths = {"draft_path": str(w.draft), "target_path": str(w.target)}
+    paths = {"draft": str(w.draft), "target": str(w.target), "train_data": str(w.seed_data)}  # top level: all
     params = {
-        "00_checkpoint_audit": {**paths, "sample_data": str(w.seed_data)},
-        "01_config_override_discovery": {**paths, "launch_command": CLEAN_LAUNCH.format(target=w.target,
-                                                                                        draft=w.draft),
-                                         "sglang_version": "0.5.6", "served_log_path": str(served),
-                                         "train_data_path": str(w.seed_data)},
-        "02_training_sample_replay": {**paths, "train_data_path": str(w.seed_data),
-                                      "heldout_data_path": str(w.heldout_data), "serving_dump": str(dump),
+        **paths,
+        "01_config_override_discovery": {"launch": CLEAN_LAUNCH.format(target=w.target, draft=w.draft),
+                                         "sglang_version": "0.5.6", "served_log_path": str(served)},
+        "02_training_sample_replay": {"heldout_data": str(w.heldout_data), "serving_dump": str(dump),
                                       "training_log_path": str(w.training_log), "n_samples": 16},
-        "03_hidden_state_diffing": {**paths, "training_data": str(w.seed_data), "serving_dump": str(dump),
-                                    "replay_samples": 8},
+        "03_hidden_state_diffing": {"serving_dump": str(dump), "replay_samples": 8},
     }
     (tmp_path / "clean.yaml").write_text(yaml.safe_dump(params))
     out = tmp_path / "reports"

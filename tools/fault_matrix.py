@@ -21,7 +21,7 @@ from eagle3lib.diagnose.run import Inputs, run  # noqa: E402
 
 
 def diagnosed(w, draft):
-    r = run(Inputs(draft=str(draft), target=str(w.target), data=str(w.specforge_data),
+    r = run(Inputs(draft=str(draft), target=str(w.target), train_data=str(w.specforge_data),
                    training_log=str(w.training_log), n=16, drift_samples=0), progress=False)
     return r.diagnosis.to_dict(), r.exit_code
 

@@ -28,7 +28,7 @@ def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | No
     (`ndt_by_range`: suspected, naming the version, when they differ)."""
     where = "serving settings (launch command vs effective settings)"
     if launch is None:
-        return [not_checked("ndt_override", where, "the launch command (launch_command)")]
+        return [not_checked("ndt_override", where, "the launch command (launch)")]
     unread = [k for k in launch.unread if k in KNOBS + ("speculative_algorithm", "speculative_config")]
     if unread:      # a knob that did not parse is never evidence of a rewrite
         flags = ", ".join("--" + k.replace("_", "-") for k in unread)

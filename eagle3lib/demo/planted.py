@@ -57,7 +57,7 @@ class Case:
                                             # real engine fed this very draft (demo.vllm_world)
     only: str = ""                          # the notebooks the case concerns ("" all): `--only` of the report
     core: bool = True                       # False: the deciding measurement needs an optional input (00's
-                                            # sample_data, 03's training_data): run with the optional inputs only
+                                            # train_data, 03's train_data): run with the optional inputs only
     python: str = "python"                  # the interpreter the SGLang launch command runs
     version_param: bool = True              # give the SGLang version as the params' sglang_version (False: the
                                             # launch command names it, as a versioned environment's path does)
@@ -331,22 +331,21 @@ def write_case(name: str, out, *, optional: bool = True) -> Path:
     launch = _launch(c, target, draft)
     (out / "launch.txt").write_text(launch + "\n")
     data = str(w.specforge_data.resolve())
-    params: dict = {"draft_path": str(draft), "target_path": str(target), "train_data_path": data,
-                    "launch_command": launch}
+    params: dict = {"draft": str(draft), "target": str(target), "train_data": data, "launch": launch}
     if c.engine == "vllm":
-        params.update(server_log_path=str(_vllm_log(out, target, draft)), serving_engine="vllm",
+        params.update(server_log=str(_vllm_log(out, target, draft)), serving_engine="vllm",
                       serving_version=VLLM_VERSION)
     else:
         params.update(sglang_version=SGLANG_VERSION if c.version_param else "", serving_engine="sglang",
                       serving_version=SGLANG_VERSION)
     if c.serving_dump:
         params["serving_dump"] = str(demo.REPO_ROOT / c.serving_dump)
-    params.update({"00_checkpoint_audit": {"sample_data": data if optional else ""},
+    only_core = {} if optional else {"train_data": ""}     # the top-level train_data reaches 00 and 03 too
+    params.update({"00_checkpoint_audit": only_core,
                    "02_training_sample_replay": {"n_samples": 16, "n_search": 4} | (
-                       {"heldout_data_path": str(w.heldout_data.resolve()),
+                       {"heldout_data": str(w.heldout_data.resolve()),
                         "training_log_path": str(w.training_log.resolve())} if optional else {}),
-                   "03_hidden_state_diffing": {"training_data": data if optional else "", "replay_samples": 8,
-                                               "drift_samples": 2},
+                   "03_hidden_state_diffing": only_core | {"replay_samples": 8, "drift_samples": 2},
                    "04_throughput_charts": {"log_paths": [], "run_demo_sweep": False, "tree_replay_samples": 0}})
     path = out / "case.yaml"
     path.write_text(f"# planted case {name}: {c.what} (cause: {c.cause or 'none, no fault found'})\n"

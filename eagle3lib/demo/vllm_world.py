@@ -80,14 +80,14 @@ class Served:
         retrained = deployments.deployment(self.name, self.world).source == "retrained_draft"
         data, heldout = ((w.retrained_data / "specforge", w.retrained_data / "heldout") if retrained else
                          (w.specforge_data, w.heldout_data))      # what the deployed draft was trained on
-        out = {"draft": self.draft, "target": str(w.target), "data": str(data),
-               "heldout": str(heldout), "launch": self.launch_command, "log": self.log,
+        out = {"draft": self.draft, "target": str(w.target), "train_data": str(data),
+               "heldout_data": str(heldout), "launch": self.launch_command, "server_log": self.log,
                "served_log": ",".join(self.served_logs)}
         if self.ok:                  # what it answered: the replay that predicts its τ runs on these sequences
             out["served_traffic"] = str(Path(self.dir) / "served")
         if self.dtype != "float32":  # the training-sample replay in the dtype served
             out["dtype"] = self.dtype
-        return {**out, "dump": self.dump} if self.dump else out
+        return {**out, "serving_dump": self.dump} if self.dump else out
 
 
 def _stamp(draft: Path) -> str:

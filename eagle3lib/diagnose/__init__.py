@@ -6,6 +6,7 @@
 - `run`      the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
              artifacts, through the same step functions; every given input read first (`steps.given`), one that
              cannot be read a problem no part sees; a missing input narrows, never fails.
-- `cli`      `python -m eagle3lib.diagnose --draft D --target T [--data] [--launch] [--log] [--dump] ...`; exit
+- `cli`      `python -m eagle3lib.diagnose --draft D --target T [--train-data] [--launch] [--server-log]
+             [--serving-dump] ...`; exit
              code 0 read, 1 broke, 2 arguments, 3 an input unreadable.
 """

@@ -1,4 +1,5 @@
-"""``python -m eagle3lib.diagnose --draft D --target T [--data ...] [--launch "..."] [--log ...] [--dump ...]``
+"""``python -m eagle3lib.diagnose --draft D --target T [--train-data ...] [--launch "..."] [--server-log ...]
+[--serving-dump ...]``
 
 The notebooks' checks on one set of artifacts, for a GPU box over ssh: the problems met first (every given input
 that could not be read, naming its flag), a plain-text table of the ranked causes, then, as the last line, one
@@ -13,6 +14,7 @@ import argparse
 import json
 import sys
 
+from ..names import add_old_flags
 from .run import Inputs, run
 
 
@@ -21,18 +23,18 @@ def parser() -> argparse.ArgumentParser:
     a = p.add_argument
     a("--draft", default="", help="draft checkpoint dir (config.json + weights); none: the demo world")
     a("--target", default="", help="target model dir (config, embedding, lm_head, tokenizer; the model to recapture)")
-    a("--data", default="", help="the draft's training data (any format eagle3lib reads)")
-    a("--heldout", default="", help="held-out or served-prompt samples (generalization gap)")
+    a("--train-data", default="", help="the draft's training data (any format eagle3lib reads)")
+    a("--heldout-data", default="", help="held-out or served-prompt samples (generalization gap)")
     a("--launch", default="", help="the serving launch command, quoted (SGLang or vLLM)")
     a("--sglang-version", default="", help="SGLang version the server ran (rule table, capture rules)")
-    a("--log", default="", help="the server's startup log")
+    a("--server-log", default="", help="the server's startup log")
     a("--served-log", default="", help="decode logs / benchmark outputs with accept lengths, comma-separated "
                                        "(compared with the replay under the setting each run ran)")
     a("--served-traffic", default="", help="the served requests and answers (a folder with prompts.jsonl + "
                                            "responses.jsonl, as vllm_serve saves them): the replay that predicts "
                                            "the served τ runs on them")
     a("--server-url", default="", help="a live SGLang server (/server_info)")
-    a("--dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
+    a("--serving-dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
     a("--serving-layout", default="", help="the layout the server feeds, when known, e.g. layer_in.2,layer_in.4")
     a("--serving-engine", default="", help="sglang or vllm: use its capture rules for the serving layout")
     a("--recorded-acc", type=float, default=-1.0, help="step-0 validation accuracy training reported")
@@ -43,6 +45,7 @@ def parser() -> argparse.ArgumentParser:
     a("--device", default="cpu")
     a("--dtype", default="float32")
     a("--quiet", action="store_true", help="no progress lines")
+    add_old_flags(p)     # --data, --heldout, --log, --dump: the old names, for one release (a warning each)
     return p
 
 

@@ -20,7 +20,7 @@ served layout other than the one the root finding names (then it is evidence of 
 
 "No fault found" is said only on evidence (`Diagnosis.healthy`): nothing confirmed, suspected or in conflict,
 something ruled out, no given input unreadable and no part of the workbook broken (`problems`, listed first), the
-inputs every verdict needs given (`not_given`: "3 of 35 causes checked: give --data and --launch to check the
+inputs every verdict needs given (`not_given`: "3 of 35 causes checked: give --train-data and --launch to check the
 rest"), and every given input deciding what it decides (`undecided`). Otherwise the headline says what could not
 be read, or how little was checked.
 """

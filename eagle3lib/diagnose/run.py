@@ -23,18 +23,19 @@ from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_
 from ..steps.given import CLI, Problem, check_all, given
 from .combine import Diagnosis, diagnose
 
-CORE = ("draft", "data", "launch")    # "no fault found" needs the draft, its training data and the launch command
+CORE = ("draft", "train_data", "launch")   # "no fault found" needs the draft, its training data and the launch command
 # input -> (the causes it decides, the other inputs it needs to decide them): given and readable, it must decide
 # at least one of them, or the diagnosis says so instead of "no fault found"
 DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
-           "heldout": (("generalization_gap",), ("data",)),
-           "served_log": (("engine_regression",), ("data",)),
-           "served_traffic": (("engine_regression",), ("served_log", "data", "target")),
-           "dump": (LAYOUT_CAUSES, ("target", "data")),
-           "serving_layout": (LAYOUT_CAUSES, ("data",)),
+           "heldout_data": (("generalization_gap",), ("train_data",)),
+           "served_log": (("engine_regression",), ("train_data",)),
+           "served_traffic": (("engine_regression",), ("served_log", "train_data", "target")),
+           "serving_dump": (LAYOUT_CAUSES, ("target", "train_data")),
+           "serving_layout": (LAYOUT_CAUSES, ("train_data",)),
            "target": (("hidden_size_mismatch",), ())}
-GIVEN = ("draft", "target", "data", "heldout", "launch", "log", "served_log", "served_traffic", "server_url", "dump",
-         "serving_layout")    # the inputs that are given or not (the rest are settings with defaults)
+# the inputs that are given or not (the rest are settings with defaults)
+GIVEN = ("draft", "target", "train_data", "heldout_data", "launch", "server_log", "served_log", "served_traffic",
+         "server_url", "serving_dump", "serving_layout")
 NEEDS_DRAFT = ("01 served vs replay", "02 training-sample replay", "03 hidden-state diffing")
 EXIT = {"ok": 0, "failed": 1, "arguments": 2, "unreadable": 3}   # documented in README.md and cli.py
 
@@ -49,15 +50,15 @@ class Inputs:
     """What the terminal command was given (paths as strings; "" = not given)."""
     draft: str = ""
     target: str = ""
-    data: str = ""
-    heldout: str = ""
+    train_data: str = ""
+    heldout_data: str = ""
     launch: str = ""
     sglang_version: str = ""
-    log: str = ""
+    server_log: str = ""
     served_log: str = ""
     served_traffic: str = ""
     server_url: str = ""
-    dump: str = ""
+    serving_dump: str = ""
     serving_layout: str = ""
     serving_engine: str = ""
     recorded_acc: float = -1.0
@@ -158,11 +159,11 @@ def run(inp: Inputs, progress=None) -> Run:
             parts[name] = found
 
     audit_in = guard("00 checkpoint audit", lambda: checkpoint_audit.audit_inputs(inp.draft, inp.target,
-                                                                                    inp.data))
+                                                                                    inp.train_data))
     if audit_in is not None:
         part("00 checkpoint audit", lambda: checkpoint_audit.artifact_checks(audit_in))
     disc_in = guard("01 serving settings", lambda: discovery.discovery_inputs(inp.launch, "", inp.sglang_version,
-                                                                            inp.log, inp.target, inp.draft))
+                                                                            inp.server_log, inp.target, inp.draft))
     disc = None if disc_in is None else guard("01 serving settings", lambda: discovery.discover(
         disc_in.launch_command, disc_in.sglang_version, disc_in.target_path, disc_in.draft_path,
         server_info=inp.server_url, server_log=disc_in.server_log))
@@ -172,26 +173,26 @@ def run(inp: Inputs, progress=None) -> Run:
             if param not in bad:
                 problems.append(Problem(param, value, error, text, "", "01 serving settings"))
         part("01 serving settings", lambda: discovery.serving_checks(
-            disc_in, disc, data=audit_in.sample_data if audit_in is not None else inp.data))
+            disc_in, disc, data=audit_in.sample_data if audit_in is not None else inp.train_data))
         part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
-            disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.data,
+            disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.train_data,
             served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
-            serving_dump=inp.dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
-            progress=False, startup_log=inp.log, served_data_path=inp.heldout,
+            serving_dump=inp.serving_dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
+            progress=False, startup_log=inp.server_log, served_data_path=inp.heldout_data,
             served_traffic_path=inp.served_traffic).findings())
-    if inp.data or demo:
+    if inp.train_data or demo:
         part("02 training-sample replay", lambda: _replay(inp))
     else:
         parts["02 training-sample replay"] = sample_replay.replay_findings(
-            {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--data)"), None)
-    if (inp.target and inp.data) or demo:
+            {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--train-data)"), None)
+    if (inp.target and inp.train_data) or demo:
         part("03 hidden-state diffing", lambda: _diffing(inp))
     return Run(parts, tuple(problems), skipped, asked, demo)
 
 
 def _replay(inp: Inputs) -> list[Finding]:
-    ri = sample_replay.replay_inputs(inp.draft, inp.target, inp.data, "", inp.heldout, "", inp.recorded_acc,
-                                      inp.training_log, inp.dump, inp.device)
+    ri = sample_replay.replay_inputs(inp.draft, inp.target, inp.train_data, "", inp.heldout_data, "", inp.recorded_acc,
+                                      inp.training_log, inp.serving_dump, inp.device)
     setup = sample_replay.load_replay_setup(ri, device=inp.device, dtype=inp.dtype)
     served = sample_replay.serving_layout(ri, setup.num_layers, typed=inp.serving_layout,
                                           engine=inp.serving_engine, engine_version=inp.sglang_version,
@@ -214,7 +215,7 @@ def _replay(inp: Inputs) -> list[Finding]:
 
 
 def _diffing(inp: Inputs) -> list[Finding]:
-    di = diffing.diff_inputs(inp.target, inp.draft, inp.data, inp.dump, device=inp.device)
+    di = diffing.diff_inputs(inp.target, inp.draft, inp.train_data, inp.serving_dump, device=inp.device)
     s = diffing.sides(di)
     proof = diffing.proof_of_fix(di, diffing.served(s), s.training.identified, n=min(inp.n, 16),
                                  num_steps=inp.num_steps, device=inp.device)

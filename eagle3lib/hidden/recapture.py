@@ -1,5 +1,5 @@
-"""``python -m eagle3lib.hidden.recapture --target T --data D --layout L --out DIR``: a training set's aux states
-recaptured from the target as it is now (the fix for `target_drift`: the stored states came from another target).
+"""``python -m eagle3lib.hidden.recapture --target T --train-data D --layout L --out DIR``: a training set's aux
+states recaptured from the target as it is now (the fix for `target_drift`: the stored states came from another target).
 
 Each sample's tokens run through the target (`load_target_model`: streamed layer by layer when the target is fp8 or
 too big for the device; `hidden.layerwise` then reads each layer once per group of `--group-tokens` tokens) and the
@@ -31,6 +31,7 @@ from .layerwise import capture_layerwise
 from .stream import streamed
 from ..errors import DataError, Eagle3Error, LayoutError
 from ..layout import parse_layout
+from ..names import add_old_flags
 from ..progress import bar
 from ..samples.readers import open_dataset
 from ..samples.sample import Sample
@@ -71,7 +72,7 @@ def recapture_command(target, data, layout=None, out=None) -> str:
     """The command line that recaptures `data` from `target` (the fix a drift finding names)."""
     data = str(data).rstrip("/")
     lay = f" --layout {','.join(layout)}" if layout else ""
-    return (f"python -m eagle3lib.hidden.recapture --target {target} --data {data}{lay} "
+    return (f"python -m eagle3lib.hidden.recapture --target {target} --train-data {data}{lay} "
             f"--out {out or data + '-recaptured'}")
 
 
@@ -248,7 +249,7 @@ def parser() -> argparse.ArgumentParser:
     p = argparse.ArgumentParser(prog="python -m eagle3lib.hidden.recapture", description=__doc__.split("\n\n")[0])
     a = p.add_argument
     a("--target", required=True, help="the target as it is now (HF folder, safetensors; fp8 block-quantized read)")
-    a("--data", required=True, help="the training data to recapture (any format eagle3lib reads)")
+    a("--train-data", required=True, help="the training data to recapture (any format eagle3lib reads; required)")
     a("--out", required=True, help="where the recaptured data goes (resumable: samples already there are kept)")
     a("--layout", default=None, help="boundaries of the aux slots, e.g. embed,layer_in.3,layer_in.31,layer_in.59 "
                                      "(default: the data's declared layout)")
@@ -261,6 +262,7 @@ def parser() -> argparse.ArgumentParser:
     a("--n", type=int, default=None, help="only the first n samples")
     a("--stream", choices=("auto", "yes", "no"), default="auto", help="stream the layers (auto: fp8 or too big)")
     a("--quiet", action="store_true", help="no progress bar")
+    add_old_flags(p)        # --data: the old name of --train-data, for one release (a warning)
     return p
 
 
@@ -272,13 +274,13 @@ def main(argv=None) -> int:
     device = f"cuda:{os.environ.get('LOCAL_RANK', 0)}" if world > 1 and a.device == "cuda" else a.device
     stream = {"auto": None, "yes": True, "no": False}[a.stream]
     try:
-        r = recapture_dataset(a.target, a.data, a.out, layout=a.layout, format=a.format, device=device,
+        r = recapture_dataset(a.target, a.train_data, a.out, layout=a.layout, format=a.format, device=device,
                               dtype=a.dtype, batch_size=a.batch_size, group_tokens=a.group_tokens, n=a.n,
                               stream=stream, rank=rank, world_size=world, progress=not a.quiet)
         if world > 1:
             _barrier()
         if rank == 0:
-            finish_recapture(a.target, a.data, a.out, r)
+            finish_recapture(a.target, a.train_data, a.out, r)
     except Eagle3Error as e:
         print(json.dumps({"ok": False, "error": str(e)}))
         return 2

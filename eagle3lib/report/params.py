@@ -16,6 +16,7 @@ from pathlib import Path
 import yaml
 
 from ..errors import MissingFileError, ReportError
+from ..names import WHAT, renamed
 
 KERNEL = "python3"       # the kernel every notebook runs on (papermill and JupyterLab alike)
 
@@ -62,7 +63,9 @@ def declared_parameters(nb, where: str = "parameters cell") -> dict[str, tuple[s
 
 
 def load_params(path: str | os.PathLike | None, stems: list[str]) -> tuple[dict, dict[str, dict]]:
-    """(top-level parameters, {notebook stem: section}) from a YAML file; a section overrides the top level."""
+    """(top-level parameters, {notebook stem: section}) from a YAML file; a section overrides the top level. An
+    input's old name (`names.OLD_PARAMS`: `train_data_path`, `sample_data`, ...) is read as its new name, with a
+    FutureWarning: at the top level it then reaches every notebook that takes the input."""
     if path is None:
         return {}, {}
     path = Path(path)
@@ -82,17 +85,20 @@ def load_params(path: str | os.PathLike | None, stems: list[str]) -> tuple[dict,
             if value is not None and not isinstance(value, dict):
                 raise ReportError(f"{path}, section '{key}'", "a notebook section must be a mapping",
                                   expected="name: value lines", found=type(value).__name__)
-            sections[key] = value or {}
+            sections[key] = renamed({str(k): v for k, v in (value or {}).items()}, f"{path}, section '{key}'")
         elif re.match(r"^\d\d_", key):
             raise ReportError(f"{path}, section '{key}'", "no notebook of that name", expected=stems, found=key,
                               cause="a typo, or a notebook that was renamed")
         else:
             common[key] = value
-    return common, sections
+    return renamed(common, str(path)), sections
 
 
 def params_for(stem: str, declared: dict, common: dict, section: dict) -> tuple[dict, list[str]]:
-    """Parameters to inject into one notebook, and warnings for section keys the notebook does not declare."""
+    """Parameters to inject into one notebook, and warnings for section keys the notebook does not declare: every
+    top-level key the notebook declares, then its section's keys over them. An old input name is passed under its
+    new one (`names.renamed`, warned), so it reaches every notebook that takes the input."""
+    common, section = renamed(common, "top level"), renamed(section, stem)
     params = {k: v for k, v in common.items() if k in declared}
     warnings = []
     for k, v in section.items():
@@ -117,6 +123,9 @@ def params_template(sources: list[Path]) -> str:
         for name, (default, comment) in names.items():
             counts[name] = counts.get(name, 0) + 1
             first.setdefault(name, _template_line(name, default, comment))
+    for name, what in WHAT.items():        # an input shared at the top level: what it is, not one notebook's use
+        if counts.get(name, 0) > 1:
+            first[name] = _template_line(name, '""', what)
     shared = [first[n] for n in sorted(n for n, c in counts.items() if c > 1)]
     if shared:
         lines += ["# Shared by several notebooks (top level):"] + shared + [""]

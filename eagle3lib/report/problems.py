@@ -18,7 +18,7 @@ from ..steps.given import KINDS, Problem, check_params, given, notebook_kinds
 
 EXIT = {"ok": 0, "failed": 1, "cannot start": 2, "unreadable": 3}
 # notebook number -> the parameter a "no fault found" needs from it on a user's own draft, and what it decides
-CORE = {"01": ("launch_command", "the serving settings"), "02": ("train_data_path", "the training-sample replay")}
+CORE = {"01": ("launch", "the serving settings"), "02": ("train_data", "the training-sample replay")}
 _ERROR = re.compile(r"^([A-Za-z_]\w*): (.*)$", re.S)
 
 
@@ -47,7 +47,7 @@ def of_failure(stem: str, status: str, error: str | None, params: dict) -> tuple
 def not_given(stem: str, declared, params: dict) -> tuple[str, ...]:
     """The core parameter of `stem` left empty on a user's own draft (the demo world fills it otherwise)."""
     core = CORE.get(stem[:2])
-    if core is None or "draft_path" not in declared or not given(params.get("draft_path")):
+    if core is None or "draft" not in declared or not given(params.get("draft")):
         return ()
     return () if core[0] not in declared or given(params.get(core[0])) else (f"{core[0]} ({stem})",)
 

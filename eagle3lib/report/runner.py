@@ -19,6 +19,7 @@ import shutil
 import sys
 import tempfile
 import time
+import warnings
 from pathlib import Path
 
 from .. import __version__
@@ -262,7 +263,14 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
     """Run `sources` in order (one failure does not stop the others) and write the index; returns the results."""
     out_dir = Path(out_dir)
     stems = all_stems or [p.stem for p in sources]
-    common, sections = load_params(params_file, stems)
+    with warnings.catch_warnings(record=True) as renamed:     # an input's old name: one plain line each
+        warnings.simplefilter("always", FutureWarning)
+        common, sections = load_params(params_file, stems)
+    for w in renamed:
+        if issubclass(w.category, FutureWarning):
+            print(f"warning: {w.message}", flush=True)
+        else:
+            warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     skip = prepare(common)
     if skip:
         print(f"skipped: {skip}", flush=True)

@@ -52,9 +52,9 @@ def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:
     """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
     if not inputs.sample_data:
-        return "not checked: no sample_data given (training data of this draft) — the forward preview is skipped"
+        return "not checked: no train_data given (training data of this draft) — the forward preview is skipped"
     if not inputs.target_path:
-        return "not checked: no target_path given (its tokenizer decodes the preview) — the preview is skipped"
+        return "not checked: no target given (its tokenizer decodes the preview) — the preview is skipped"
     sample = next(open_dataset(inputs.sample_data).sample(1, seed=0))
     return tokenview.preview_table(a.loaded.model, sample.input_ids, sample.aux_concat(),
                                    audit.target_tokenizer(inputs.target_path), num_steps=num_steps)

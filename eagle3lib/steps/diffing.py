@@ -63,21 +63,21 @@ def diff_inputs(target_path: str = "", draft_path: str = "", training_data: str 
             serving_dump = str(ensure_serving_dump("seed", device=device))
             notes.append(f"demo world: its server's dump (the demo engine serving training prompts with the "
                          f"demo world's capture) is the serving side: {serving_dump}")
-    for value, name in ((target_path, "target_path"), (training_data, "training_data")):
+    for value, name in ((target_path, "target"), (training_data, "train_data")):
         if not value:
             raise MissingFileError(name, "not given", expected="a path (notebook 03 compares the training slots "
                                    "with the target's own boundaries)", found="''", cause="set it in the "
-                                   "parameters (params/gpu-box.yaml), or leave draft_path empty for the demo world")
+                                   "parameters (params/gpu-box.yaml), or leave draft empty for the demo world")
     if not serving_dump:
         notes.append("no serving_dump given: the serving side is not checked (give an SGLang "
                      "--debug-tensor-dump-output-folder or an eagle3lib dump)")
     if not (Path(target_path) / "config.json").is_file():
         raise MissingFileError(f"target model {target_path}", "no config.json there", expected="a local HF model "
                                "folder with config.json and weights", found="no such file",
-                               cause="a wrong target_path, or a target that was moved")
+                               cause="a wrong target, or a target that was moved")
     ds = open_dataset(training_data)
     if not 0 <= sample_index < len(ds):
-        raise DataError(f"training_data {training_data}", f"no sample {sample_index}", expected=f"a sample index "
+        raise DataError(f"train_data {training_data}", f"no sample {sample_index}", expected=f"a sample index "
                         f"below the {len(ds)} samples", found=sample_index, cause="an empty dataset, or sample_index "
                         "past its end")
     sample = ds[sample_index]
@@ -153,7 +153,7 @@ def served(s: Sides) -> tuple | None:
 def _unmatched(layout) -> str:
     """The sentence for training slots that match no boundary of the target (drift evidence), "" when none."""
     j = unidentified_slots(layout)
-    return (f"training slot(s) {list(j)} match no boundary of the target (training_data against target_path): the "
+    return (f"training slot(s) {list(j)} match no boundary of the target (train_data against target): the "
             "data was captured from another or a since changed target (see target_drift), so the trained layout "
             "is not identified there") if j else ""
 
@@ -178,7 +178,7 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
         return "not replayed: the serving dump holds no aux slot (0 slots), so there is no served layout to replay"
     if fixed_layout is None or not len(fixed_layout) or any(x is None for x in fixed_layout):
         return ("not replayed: " + (_unmatched(fixed_layout) if fixed_layout else "no training layout identified "
-                                    "(training_data)") + ": there is no trained layout to replay against")
+                                    "(train_data)") + ": there is no trained layout to replay against")
     setup = load_setup(inp.draft_path, inp.target_path, device=device)
     # samples that declare no layout (a config without ids) hold the identified training layout
     setup = dataclasses.replace(setup, training_layout=tuple(fixed_layout), training_layout_source="identified")
@@ -193,7 +193,7 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
                      "expected accept length": s["expected_accept_length"],
                      "simulated accept length": s["simulated_accept_length"], "samples": s["samples"],
                      "skipped": s["skipped"], "why": "" if s["samples"] else f"no sample replayed ({first})"
-                     if first else "no sample replayed (training_data holds none)"})
+                     if first else "no sample replayed (train_data holds none)"})
     return pd.DataFrame(rows)
 
 
@@ -271,7 +271,7 @@ def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None
                    f"[{layout_text(trained)}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, where,
                    fix=fix, measured=True) for c in found]
     if unmatched:
-        needs = "training slots identified against the target (training_data captured from this target_path)"
+        needs = "training slots identified against the target (train_data captured from this target)"
         return out + [not_checked(c, where, needs, f"not checked: {unmatched}") for c in LAYOUT_CAUSES
                       if c not in found]
     return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where,

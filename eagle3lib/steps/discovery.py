@@ -86,7 +86,7 @@ def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path | No
     if draft_path:
         out = [None if not given else (Path(given) if Path(given).suffix == ".json" else Path(given) / "config.json")
                for given in (target_path, draft_path)]
-        return out[0], out[1], [] if target_path else ["no target_path given: layer readings are not checked"]
+        return out[0], out[1], [] if target_path else ["no target given: layer readings are not checked"]
     out, notes = [], []
     for given, demo_dir, sample, what in ((target_path, demo.paths().target, "demo_target_config.json", "target"),
                                           (draft_path, demo.paths().draft, "demo_draft_config.json", "draft")):
@@ -174,7 +174,7 @@ class Discovery:
     def headline(self) -> str:
         """One line: the first speculative knob SGLang changed, the rule and its first version."""
         if self.launch is None and not any("launch" in p or "flag" in p for p in self.problems):
-            return "not checked: no launch command given (launch_command)"
+            return "not checked: no launch command given (launch)"
         if self.launch is None:
             return "launch command unreadable: " + next((p for p in self.problems if "launch" in p or "flag" in p),
                                                         "see problems")

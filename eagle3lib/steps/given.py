@@ -75,18 +75,18 @@ KINDS = {
 }
 
 # python -m eagle3lib.diagnose: Inputs field -> kind (the flag is --field-with-dashes)
-CLI = {"draft": "draft", "target": "target", "data": "data", "heldout": "data", "launch": "launch",
-       "sglang_version": "version", "log": "startup_log", "served_log": "run_logs", "served_traffic": "traffic", "server_url": "server",
-       "dump": "dump", "serving_layout": "layout", "serving_engine": "engine", "recorded_acc": "accuracy",
-       "training_log": "training_log", "n": "positive", "num_steps": "positive", "drift_samples": "count",
+CLI = {"draft": "draft", "target": "target", "train_data": "data", "heldout_data": "data", "launch": "launch",
+       "sglang_version": "version", "server_log": "startup_log", "served_log": "run_logs", "served_traffic": "traffic",
+       "server_url": "server", "serving_dump": "dump", "serving_layout": "layout", "serving_engine": "engine",
+       "recorded_acc": "accuracy", "training_log": "training_log", "n": "positive", "num_steps": "positive", "drift_samples": "count",
        "device": "device", "dtype": "dtype_auto"}
 
 # the notebooks' parameters cells: name -> kind (a notebook in NOTEBOOK_OVERRIDES reads one differently)
-NOTEBOOK = {"draft_path": "draft", "target_path": "target", "sample_data": "data", "train_data_path": "data",
-            "heldout_data_path": "data", "new_prompt_data_path": "data", "served_data_path": "data",
-            "served_traffic_path": "traffic", "training_data": "data", "launch_command": "launch", "fixed_command": "launch",
-            "sglang_version": "version", "serving_version": "version", "server_info_path": "server_info",
-            "server_url": "url", "server_log_path": "startup_log", "served_log_path": "run_logs",
+NOTEBOOK = {"draft": "draft", "target": "target", "train_data": "data", "heldout_data": "data",
+            "new_prompt_data_path": "data", "served_traffic_path": "traffic", "launch": "launch",
+            "fixed_command": "launch", "sglang_version": "version", "serving_version": "version",
+            "server_info_path": "server_info", "server_url": "url", "server_log": "startup_log",
+            "served_log_path": "run_logs",
             "serving_dump": "dump", "serving_layout": "layout", "serving_engine": "engine",
             "train_data_format": "data_format", "training_log_path": "training_log", "recorded_val_acc": "accuracy",
             "device": "device", "dtype": "dtype", "demo_world": "demo_world", "num_steps": "positive",
@@ -101,7 +101,7 @@ NOTEBOOK_OVERRIDES = {"02_training_sample_replay": {"dtype": "dtype_auto"}}
 @dataclass(frozen=True)
 class Problem:
     """A given input that could not be read (or, `failure`, a part of the workbook that broke on its own)."""
-    param: str              # as the user spelled it: "--draft", "draft_path"; a part's name for a failure
+    param: str              # as the user spelled it: "--draft", "draft"; a part's name for a failure
     given: str              # the path or text given (cut)
     error: str              # the error class
     message: str

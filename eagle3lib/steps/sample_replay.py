@@ -72,7 +72,7 @@ def replay_inputs(draft_path: str = "", target_path: str = "", train_data_path: 
         training_log_path = training_log_path or str(w.training_log)
         serving_dump = serving_dump or str(ensure_serving_dump("seed", device=device))
     if not train_data_path:
-        raise DataError("train_data_path", "no training data given", expected="the draft's training samples",
+        raise DataError("train_data", "no training data given", expected="the draft's training samples",
                         found="''", cause="the verdict needs samples the draft was trained on")
     held = {k: p for k, p in (("held-out", heldout_data_path), ("new prompts", new_prompt_data_path)) if p}
     given = _num(recorded_val_acc) if isinstance(recorded_val_acc, (int, float)) else None   # None / NaN: not given
@@ -220,10 +220,10 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
     elif tr is None:        # no replay under the trained layout: nothing to hold the served one against
         causes = LAYOUT_CAUSES + (("missing_layer_ids",) if serving.source == ENGINE_DEFAULT else ())
         out += [not_checked(c, where_s, "a replay of the training samples under the trained layout "
-                            "(train_data_path)") for c in causes]
+                            "(train_data)") for c in causes]
     elif _unnamed(tr.layout):
         out += [not_checked(c, where_s, "a trained layout by name (training data that declares its layout, layer "
-                            "ids in the draft config, or a target to identify the slots: target_path)",
+                            "ids in the draft config, or a target to identify the slots: target)",
                             f"not checked: the training samples were replayed as stored ({', '.join(tr.layout)}): "
                             f"nothing names the trained layout to hold the served [{layout_text(serving.layout)}] "
                             "against") for c in LAYOUT_CAUSES]
@@ -250,7 +250,7 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
     held = {k: _num(a) for k, a in (v.heldout_acc or {}).items()} if v is not None else {}
     if v is None or not v.heldout_acc:
         out.append(not_checked("generalization_gap", "replay of held-out samples", "held-out or new-prompt data "
-                               "(heldout_data_path / new_prompt_data_path)"))
+                               "(heldout_data / new_prompt_data_path)"))
     elif _num(v.train_acc) is None or None in held.values():
         gone = ["training"] * (_num(v.train_acc) is None) + [k for k, a in held.items() if a is None]
         out.append(not_checked("generalization_gap", "replay of held-out samples", "samples that replay (" +
@@ -293,7 +293,7 @@ def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving: ServingLayo
         return out + [not_checked("missing_layer_ids", where, "a replay under the engine's default layout")]
     if _acc0(tr) is None:
         return out + [not_checked("missing_layer_ids", where, "training samples that replay under the trained "
-                                  "layout (train_data_path)", f"not checked: no step-0 accuracy under the trained "
+                                  "layout (train_data)", f"not checked: no step-0 accuracy under the trained "
                                   f"layout ({len(tr.skipped)} sample(s) skipped), nothing to hold the engine "
                                   "default's against")]
     ev["acc_0_engine_default"] = _acc0(sv)

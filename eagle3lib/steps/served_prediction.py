@@ -137,7 +137,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     notes, problems, missing, runs = [], [], [], []
     if draft_path:
         if not data_path:
-            missing.append("training samples to replay (train_data_path)")
+            missing.append("training samples to replay (train_data)")
         runs, problems = served_runs(served_paths, server_url)
         if not runs:
             missing.append("a decode log or benchmark output with accept lengths (served_log_path)")
@@ -206,7 +206,7 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             log = r
             break
     if not data_path:
-        return ServedPrediction((), tuple(problems), ("training samples to replay (train_data_path)",))
+        return ServedPrediction((), tuple(problems), ("training samples to replay (train_data)",))
     ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
         setup = sample_replay.load_replay_setup(ri, device=device, dtype=served_dtype(d))

@@ -37,7 +37,7 @@ def test_the_rule_table_at_a_given_version_confirms_and_the_server_report_decide
 
 def test_no_launch_is_not_checked_and_a_vllm_launch_runs_k_as_given():
     (f,) = ndt_override_findings(None, None, "0.5.6", "given", False, pd.DataFrame(), ARCH)
-    assert f.status == "not checked" and "launch_command" in f.needs
+    assert f.status == "not checked" and "(launch)" in f.needs
     (g,) = _find(command="vllm serve /m/target --speculative-config "
                          "'{\"method\": \"eagle3\", \"model\": \"/m/draft\", \"num_speculative_tokens\": 3}'")
     assert g.status == "ruled out" and g.evidence == {"engine": "vllm"}

@@ -43,7 +43,7 @@ def world():
 
 
 def diagnosed(world, draft) -> tuple[dict, int]:
-    r = run(Inputs(draft=str(draft), target=str(world.target), data=str(world.specforge_data),
+    r = run(Inputs(draft=str(draft), target=str(world.target), train_data=str(world.specforge_data),
                    training_log=str(world.training_log), n=16, drift_samples=0), progress=False)
     return r.diagnosis.to_dict(), r.exit_code
 

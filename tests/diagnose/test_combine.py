@@ -64,20 +64,20 @@ def test_healthy_run_says_no_fault_found_and_what_was_checked():
 
 def _clean():
     return [F("ndt_override", "ruled out"), F("aux_layout_mismatch", "ruled out"),
-            not_checked("generalization_gap", "02", "held-out data (--heldout)")]
+            not_checked("generalization_gap", "02", "held-out data (--heldout-data)")]
 
 
 def test_an_unreadable_input_is_listed_first_and_never_healthy():
     p = Problem("--draft", "/m/draft", "UnsafeFileError", "/m/draft/pytorch_model.bin: refused", "a draft folder",
                 "the draft")
-    d = diagnose(_clean(), problems=[p, Problem("--log", "/etc/passwd", "LogParseError", "no server line", "")])
+    d = diagnose(_clean(), problems=[p, Problem("--server-log", "/etc/passwd", "LogParseError", "no server line", "")])
     assert not d.healthy and d.alarms == ()
     assert d.headline() == ("could not read the draft (--draft '/m/draft'): UnsafeFileError: "
                             "/m/draft/pytorch_model.bin: refused (and 1 more problem)")
     text = d.text().splitlines()
     assert text[2] == "PROBLEMS (2)" and "--draft" in text[3] and "UnsafeFileError" in text[4]
     rec = d.to_dict()
-    assert [x["param"] for x in rec["problems"]] == ["--draft", "--log"] and rec["healthy"] is False
+    assert [x["param"] for x in rec["problems"]] == ["--draft", "--server-log"] and rec["healthy"] is False
     assert Problem.from_dict(rec["problems"][0]) == p
     # with an alarm too, both: what could not be read, then what was found
     d = diagnose(_clean() + [F("lossy_threshold", "confirmed")], problems=[p])
@@ -92,27 +92,27 @@ def test_a_broken_part_is_a_failure_in_the_headline():
 
 
 def test_how_little_was_checked_and_what_to_give():
-    d = diagnose(_clean(), not_given=["--data", "--launch"])
+    d = diagnose(_clean(), not_given=["--train-data", "--launch"])
     assert not d.healthy
-    assert d.headline() == "2 of 3 causes checked: give --data and --launch to check the rest"
-    d = diagnose(_clean(), undecided=["--heldout was given but decided none of generalization_gap"])
-    assert not d.healthy and d.headline().endswith("--heldout was given but decided none of generalization_gap")
+    assert d.headline() == "2 of 3 causes checked: give --train-data and --launch to check the rest"
+    d = diagnose(_clean(), undecided=["--heldout-data was given but decided none of generalization_gap"])
+    assert not d.healthy and d.headline().endswith("--heldout-data was given but decided none of generalization_gap")
     assert diagnose(_clean()).healthy          # the same findings with nothing standing in the way
 
 
 def test_undecided_names_a_given_input_that_decided_nothing():
     d = diagnose(_clean())
-    assert undecided(d, {"draft", "data", "heldout"}) == [
-        "--heldout was given but decided none of generalization_gap (needs held-out data (--heldout))"]
-    assert undecided(d, {"draft", "heldout"}) == []                       # it needs --data as well
-    assert undecided(d, {"draft", "data", "launch"}) == []                # ndt_override was decided
-    bad = [Problem("--heldout", "/x", "DataError", "unreadable", "")]
-    assert undecided(d, {"draft", "data", "heldout"}, bad) == []          # unreadable: a problem already
+    assert undecided(d, {"draft", "train_data", "heldout_data"}) == [
+        "--heldout-data was given but decided none of generalization_gap (needs held-out data (--heldout-data))"]
+    assert undecided(d, {"draft", "heldout_data"}) == []             # it needs --train-data as well
+    assert undecided(d, {"draft", "train_data", "launch"}) == []          # ndt_override was decided
+    bad = [Problem("--heldout-data", "/x", "DataError", "unreadable", "")]
+    assert undecided(d, {"draft", "train_data", "heldout_data"}, bad) == []  # unreadable: a problem already
 
 
 def test_attribute_names_the_input_a_message_shows():
-    inp = Inputs(draft="/m/d", data="/data/train")
-    assert attribute("/data/train: no training data found", inp, "02") == ("--data", "/data/train")
+    inp = Inputs(draft="/m/d", train_data="/data/train")
+    assert attribute("/data/train: no training data found", inp, "02") == ("--train-data", "/data/train")
     assert attribute("something else broke", inp, "02") == ("02", "")
 
 

@@ -40,8 +40,9 @@ def test_a_diagnose_run_with_data_heldout_launch_and_dump_loads_the_target_once(
     dump = ensure_serving_dump("seed")
     targets.clear_cache()
     counted.clear()
-    r = run(Inputs(draft=str(w.draft), target=str(w.target), data=str(w.seed_data), heldout=str(w.heldout_data),
-                   launch=SEED_LAUNCH, sglang_version="0.5.6", dump=str(dump), n=4, drift_samples=2))
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data),
+                   heldout_data=str(w.heldout_data),
+                   launch=SEED_LAUNCH, sglang_version="0.5.6", serving_dump=str(dump), n=4, drift_samples=2))
     assert r.problems == ()
     assert "aux_layout_mismatch" in {v.cause for v in r.diagnosis.alarms}
     assert targets.loads() == Counter({str(w.target.resolve()): 1})

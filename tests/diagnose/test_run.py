@@ -45,9 +45,10 @@ def dumps(world, tmp_path_factory):
 
 def diagnosis(world, *, draft=None, dump=None, launch=CLEAN_LAUNCH, log="", heldout=None):
     """The diagnosis of a user-style run (draft given, so nothing is filled from the demo world)."""
-    inp = Inputs(draft=str(draft or world.draft), target=str(world.target), data=str(world.seed_data),
-                 heldout=str(heldout or world.heldout_data), launch=launch, sglang_version="0.5.6", log=log,
-                 dump=str(dump) if dump else "", n=8, drift_samples=0)
+    inp = Inputs(draft=str(draft or world.draft), target=str(world.target), train_data=str(world.seed_data),
+                 heldout_data=str(heldout or world.heldout_data), launch=launch, sglang_version="0.5.6",
+                 server_log=log,
+                 serving_dump=str(dump) if dump else "", n=8, drift_samples=0)
     r = run(inp)
     assert r.problems == ()
     return r.diagnosis
@@ -81,15 +82,15 @@ def test_a_planted_capture_is_the_one_confirmed_cause(world, dumps, name, cause)
 
 def test_one_unreadable_input_is_never_no_fault_found(world, dumps, tmp_path):
     """The clean deployment with one more input that is not what it claims (`/etc/passwd`-like text as the server
-    log): a problem naming --log, exit code 3, and no "no fault found" (the rest is still diagnosed)."""
+    log): a problem naming --server-log, exit code 3, and no "no fault found" (the rest is still diagnosed)."""
     log = tmp_path / "server.log"
     log.write_text("root:x:0:0:root:/root:/bin/bash\ndaemon:x:1:1:daemon:/usr/sbin:/usr/sbin/nologin\n")
-    r = run(Inputs(draft=str(world.draft), target=str(world.target), data=str(world.seed_data),
-                   heldout=str(world.heldout_data), launch=CLEAN_LAUNCH, sglang_version="0.5.6", log=str(log),
-                   dump=str(dumps["correct"]), n=8, drift_samples=0))
-    assert [(p.param, p.error) for p in r.problems] == [("--log", "LogParseError")] and r.exit_code == 3
+    r = run(Inputs(draft=str(world.draft), target=str(world.target), train_data=str(world.seed_data),
+                   heldout_data=str(world.heldout_data), launch=CLEAN_LAUNCH, sglang_version="0.5.6",
+                   server_log=str(log), serving_dump=str(dumps["correct"]), n=8, drift_samples=0))
+    assert [(p.param, p.error) for p in r.problems] == [("--server-log", "LogParseError")] and r.exit_code == 3
     d = r.diagnosis
-    assert not d.healthy and d.headline().startswith("could not read the server log (--log")
+    assert not d.healthy and d.headline().startswith("could not read the server log (--server-log")
     assert not d.alarms and {"aux_layout_mismatch", "ndt_override"} <= {v.cause for v in d.by_status("ruled out")}
 
 

@@ -118,16 +118,16 @@ def test_the_command_line(world, tmp_path, capsys):
     """One JSON line; exit 0 when written, 2 when the layout is unknown (SpecForge data declares none) or the
     device is a GPU this machine does not have."""
     old, new, data = world
-    assert main(["--target", str(new), "--data", str(data["speculators"]), "--out", str(tmp_path / "o"),
+    assert main(["--target", str(new), "--train-data", str(data["speculators"]), "--out", str(tmp_path / "o"),
                  "--quiet"]) == 0
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rec["ok"] and rec["written"] == N and rec["layout"] == list(LAYOUT) and rec["target_load"] == "full"
-    assert main(["--target", str(new), "--data", str(data["specforge"]), "--out", str(tmp_path / "p"),
+    assert main(["--target", str(new), "--train-data", str(data["specforge"]), "--out", str(tmp_path / "p"),
                  "--quiet"]) == 2
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert not rec["ok"] and "--layout" in rec["error"]
     if not torch.cuda.is_available():          # the CUDA path says so before any work
-        assert main(["--target", str(new), "--data", str(data["seed"]), "--out", str(tmp_path / "q"),
+        assert main(["--target", str(new), "--train-data", str(data["seed"]), "--out", str(tmp_path / "q"),
                      "--device", "cuda", "--quiet"]) == 2
         rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
         assert "device 'cuda': no such CUDA device" in rec["error"] and not (tmp_path / "q").exists()
@@ -143,7 +143,7 @@ def test_two_gloo_ranks_under_torchrun_equal_one_process(world, tmp_path):
         port = s.getsockname()[1]
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
-           "--master-port", str(port), "-m", "eagle3lib.hidden.recapture", "--target", str(new), "--data",
+           "--master-port", str(port), "-m", "eagle3lib.hidden.recapture", "--target", str(new), "--train-data",
            str(data["seed"]), "--out", str(tmp_path / "out"), "--quiet"]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=180)
     assert p.returncode == 0, p.stderr[-3000:]
@@ -158,9 +158,9 @@ def test_it_is_the_fix_the_drift_check_names(world, tmp_path):
     old, new, data = world
     f = run_checks(target=str(new), data=str(data["seed"]), only=("drift",), replay_n=3)[0]
     assert (f.cause, f.status) == ("target_drift", "confirmed")
-    assert f"python -m eagle3lib.hidden.recapture --target {new} --data {data['seed']} --layout " \
+    assert f"python -m eagle3lib.hidden.recapture --target {new} --train-data {data['seed']} --layout " \
            "embed,layer_in.1,layer_in.2 --out" in f.fix
     out = tmp_path / "fixed"
-    assert main(["--target", str(new), "--data", str(data["seed"]), "--out", str(out), "--quiet"]) == 0
+    assert main(["--target", str(new), "--train-data", str(data["seed"]), "--out", str(out), "--quiet"]) == 0
     after = run_checks(target=str(new), data=str(out), only=("drift",), replay_n=3)[0]
     assert (after.cause, after.status) == ("target_drift", "ruled out")

@@ -132,7 +132,7 @@ def _torchrun(root: Path, out: Path, *extra: str, module: str = "eagle3lib.repla
     env = {**os.environ, "GLOO_SOCKET_IFNAME": "lo", "OMP_NUM_THREADS": "1", "PYTHONPATH": str(ROOT)}
     cmd = [sys.executable, "-m", "torch.distributed.run", "--nproc-per-node", "2", "--master-addr", "127.0.0.1",
            "--master-port", str(port), "-m", module, "--draft", str(root / "draft"),
-           "--target", str(root / "target"), "--data", str(root / "seed"), "--out", str(out),
+           "--target", str(root / "target"), "--train-data", str(root / "seed"), "--out", str(out),
            "--quiet", *extra]
     p = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=out.parent, timeout=120)
     assert p.returncode == 0, p.stderr[-3000:]

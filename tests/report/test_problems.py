@@ -8,11 +8,11 @@ from eagle3lib.steps.given import Problem
 
 def test_a_stop_on_an_eagle3lib_error_is_an_input_problem_anything_else_a_failure():
     (p,) = P.of_failure("02_training_sample_replay", "failed", "DataError: /d/train: no training data found",
-                        {"train_data_path": "/d/train", "n_samples": 8})
-    assert (p.param, p.given, p.error, p.failure, p.notebooks) == ("train_data_path", "/d/train", "DataError",
+                        {"train_data": "/d/train", "n_samples": 8})
+    assert (p.param, p.given, p.error, p.failure, p.notebooks) == ("train_data", "/d/train", "DataError",
                                                                    False, ("02_training_sample_replay",))
     assert p.what == "the training data" and p.expected.startswith("training samples")
-    (f,) = P.of_failure("02_x", "failed", "KeyError: 'slots'", {"train_data_path": "/d/train"})
+    (f,) = P.of_failure("02_x", "failed", "KeyError: 'slots'", {"train_data": "/d/train"})
     assert (f.param, f.error, f.failure) == ("02_x", "KeyError", True)
     (t,) = P.of_failure("04_x", "timeout", "a cell ran past the per-cell timeout of 6 s", {})
     assert (t.error, t.failure) == ("timeout", True)
@@ -20,7 +20,7 @@ def test_a_stop_on_an_eagle3lib_error_is_an_input_problem_anything_else_a_failur
 
 
 def test_exit_code_failure_over_unreadable_over_ok():
-    unread = {"problems": [Problem("draft_path", "/x", "MissingFileError", "not found", "").to_dict()]}
+    unread = {"problems": [Problem("draft", "/x", "MissingFileError", "not found", "").to_dict()]}
     broke = {"problems": [Problem("01_x", "", "KeyError", "k", "", failure=True).to_dict()]}
     assert P.exit_code([{"problems": []}, {}]) == 0
     assert P.exit_code([{}, unread]) == 3
@@ -28,16 +28,16 @@ def test_exit_code_failure_over_unreadable_over_ok():
 
 
 def test_not_given_only_on_a_users_own_draft():
-    declared = {"draft_path": "", "launch_command": ""}
+    declared = {"draft": "", "launch": ""}
     stem = "01_config_override_discovery"
-    assert P.not_given(stem, declared, {"draft_path": "/m/d"}) == (f"launch_command ({stem})",)
-    assert P.not_given(stem, declared, {"draft_path": "/m/d", "launch_command": "vllm serve m"}) == ()
+    assert P.not_given(stem, declared, {"draft": "/m/d"}) == (f"launch ({stem})",)
+    assert P.not_given(stem, declared, {"draft": "/m/d", "launch": "vllm serve m"}) == ()
     assert P.not_given(stem, declared, {}) == ()                               # the demo world fills it
-    assert P.not_given("00_checkpoint_audit", {"draft_path": ""}, {"draft_path": "/m/d"}) == ()
+    assert P.not_given("00_checkpoint_audit", {"draft": ""}, {"draft": "/m/d"}) == ()
 
 
 def test_merged_names_every_notebook_a_parameter_was_given_to():
-    a = Problem("draft_path", "/x", "MissingFileError", "not found", "", notebooks=("00_a",))
+    a = Problem("draft", "/x", "MissingFileError", "not found", "", notebooks=("00_a",))
     (m,) = P.merged([a, Problem(**{**a.to_dict(), "notebooks": ("02_b",)})])
     assert m.notebooks == ("00_a", "02_b")
 
@@ -54,8 +54,8 @@ def test_the_index_diagnosis_is_healthy_only_with_the_core_notebooks_and_no_prob
                                                                              "replay)"]
     d = diagnosis_of(rows[:1])[0]
     assert not d.healthy and d.headline().startswith("1 of 1 causes checked: give notebook 01")
-    told = [dict(rows[1], not_given=["launch_command (01_config_override_discovery)"])] + rows[::2]
-    assert "give launch_command (01_config_override_discovery)" in diagnosis_of(told)[0].headline()
+    told = [dict(rows[1], not_given=["launch (01_config_override_discovery)"])] + rows[::2]
+    assert "give launch (01_config_override_discovery)" in diagnosis_of(told)[0].headline()
     bad = rows + [{"notebook": "03_hidden_state_diffing", "status": "skipped", "problems": [
         Problem("serving_dump", "/d", "DataError", "no manifest", "", "the serving dump").to_dict()]}]
     d = diagnosis_of(bad)[0]

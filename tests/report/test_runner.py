@@ -164,7 +164,7 @@ def test_write_failure_keeps_earlier_report(tmp_path, monkeypatch):
 STOPS = '''\
 # %% tags=["parameters"]
 data_dir: str = "x"  # a folder the notebook reads
-draft_path: str = ""  # a draft (read by the runner before the run)
+draft: str = ""  # a draft (read by the runner before the run)
 
 # %%
 from eagle3lib.errors import DataError
@@ -174,7 +174,7 @@ raise DataError(data_dir, "no training data found", expected="samples", found="n
 
 def test_a_notebook_stopped_by_its_input_or_refused_before_the_run_exits_3(tmp_path, capsys):
     """A notebook that stops on an eagle3lib error is an input it could not read (exit 3, a problem naming the
-    parameter whose value the message shows); one given a draft_path that does not exist is not run at all."""
+    parameter whose value the message shows); one given a draft that does not exist is not run at all."""
     nbs = _write(tmp_path / "notebooks", {"00_stops.py": STOPS})
     out = tmp_path / "reports"
     (tmp_path / "p.yaml").write_text(f"data_dir: {tmp_path / 'mine'}\n")
@@ -182,11 +182,11 @@ def test_a_notebook_stopped_by_its_input_or_refused_before_the_run_exits_3(tmp_p
     (p,) = json.loads((out / "index.json").read_text())["problems"]
     assert (p["param"], p["given"], p["error"], p["failure"]) == ("data_dir", str(tmp_path / "mine"), "DataError",
                                                                   False)
-    (tmp_path / "q.yaml").write_text(f"draft_path: {tmp_path / 'no_draft'}\n")
+    (tmp_path / "q.yaml").write_text(f"draft: {tmp_path / 'no_draft'}\n")
     assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "q.yaml")]) == 3
     row = _rows(out)["00_stops"]
-    assert row["status"] == "skipped" and row["ipynb"] is None and row["problems"][0]["param"] == "draft_path"
-    assert "unreadable input: draft_path" in capsys.readouterr().out
+    assert row["status"] == "skipped" and row["ipynb"] is None and row["problems"][0]["param"] == "draft"
+    assert "unreadable input: draft" in capsys.readouterr().out
 
 
 def test_bad_arguments_exit_2_before_any_kernel(tmp_path, capsys):

@@ -75,7 +75,7 @@ def test_a_config_without_ids_with_a_serving_dump_proves_the_fix(world, tmp_path
     from eagle3lib.demo import planted
     from eagle3lib.demo.sweep import ensure_serving_dump
     y = yaml.safe_load(planted.write_case("no_layer_ids", tmp_path / "case").read_text())
-    inp = diffing.diff_inputs(y["target_path"], y["draft_path"], y["train_data_path"], str(ensure_serving_dump()))
+    inp = diffing.diff_inputs(y["target"], y["draft"], y["train_data"], str(ensure_serving_dump()))
     s = diffing.sides(inp)
     proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified, n=4)
     served, fixed = diffing.proof_summary(proof).values()
@@ -94,12 +94,12 @@ def test_a_drifted_target_with_its_own_serving_dump_leaves_the_layout_not_checke
     from eagle3lib.hidden.dumps import save_dump
     from eagle3lib.samples.readers import open_dataset
     y = yaml.safe_load(planted.write_case("target_drift", tmp_path / "case").read_text())
-    model = load_target_model(y["target_path"])
-    ids = [open_dataset(y["train_data_path"])[0].input_ids]
+    model = load_target_model(y["target"])
+    ids = [open_dataset(y["train_data"])[0].input_ids]
     dump = save_dump(tmp_path / "dump", [capture_for_layout(model, ids[0], ("embed", "layer_in.2", "layer_in.4",
                                                                             "layer_in.6"))], ids, slots=None,
                      hidden_size=model.config.hidden_size, source="the drifted target")
-    inp = diffing.diff_inputs(y["target_path"], y["draft_path"], y["train_data_path"], str(dump))
+    inp = diffing.diff_inputs(y["target"], y["draft"], y["train_data"], str(dump))
     s = diffing.sides(inp)
     gone = [j for j, x in enumerate(s.training.identified) if x is None]
     assert gone and s.serving.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")

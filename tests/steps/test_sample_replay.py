@@ -30,7 +30,7 @@ def test_a_users_draft_gets_nothing_from_the_demo(tmp_path):
     assert inp.serving_dump == ""                       # no dump given: not the demo's
     inp = SR.replay_inputs("d", "t", "x", recorded_val_acc=0.7)
     assert inp.recorded_acc == 0.7 and inp.recorded_from == "parameter" and inp.heldout == {}
-    with pytest.raises(DataError, match="train_data_path"):
+    with pytest.raises(DataError, match="train_data"):
         SR.replay_inputs("d", "t", "")
 
 

@@ -42,7 +42,7 @@ def test_missing_inputs_are_not_checked_and_named(user):
     root, _, _ = user
     d = discovery.discover("", "")
     (f,) = sp.served_vs_predicted(d, draft_path=str(root / "draft")).findings()
-    assert f.status == "not checked" and "served_log_path" in f.needs and "train_data_path" in f.needs
+    assert f.status == "not checked" and "served_log_path" in f.needs and "(train_data)" in f.needs
 
 
 def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
