@@ -1,6 +1,7 @@
 # Two commands on a fresh machine (Python 3.10+ and pip):
 #   make report   # all notebooks on the embedded demo world -> reports/*.html + reports/index.html
-#   make test     # the whole test suite
+#   make test     # the quick suite a newcomer runs to see the install works (~8 min on 2 cores, one real report)
+#   make test-all # the full suite: slow, planted, engine (what .ci/run runs; ~45 min on 2 cores)
 # make report PARAMS=params/gpu-box.yaml   points the notebooks at real artifacts.
 # make report REPORT_ARGS="--only 02 --timeout 600"   passes more options to python -m eagle3lib.report.
 # make vllm     # the real vLLM in its own venv (.venv-vllm; CPU or CUDA build by nvidia-smi), for the engine tests
@@ -10,7 +11,7 @@ STAMP := $(VENV)/.eagle3lib-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.eagle3lib-vllm-installed
 
-.PHONY: report test setup vllm clean-reports
+.PHONY: report test test-all setup vllm clean-reports
 
 $(STAMP): pyproject.toml tools/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/bootstrap.sh
@@ -25,8 +26,13 @@ vllm: $(VLLM_STAMP)
 report: $(STAMP)
 	$(VENV)/bin/python -m eagle3lib.report $(if $(PARAMS),-f $(PARAMS),) $(REPORT_ARGS)
 
+QUICK := (not slow and not engine) or e2e
+
 test: $(STAMP)
-	$(VENV)/bin/python -m pytest -q $(PYTEST_ARGS)
+	$(VENV)/bin/python -m pytest -q -m "$(QUICK)" $(PYTEST_ARGS)
+
+test-all: $(STAMP)
+	$(VENV)/bin/python -m pytest -q --durations=25 $(PYTEST_ARGS)
 
 clean-reports:
 	rm -rf reports

@@ -10,6 +10,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 BENCH = Path(__file__).resolve().parents[1] / "benchmarks"
 
 

@@ -14,6 +14,7 @@ EXPECTED = ("00", "01", "02", "03", "04")  # the workbook's notebooks (issues 2,
 
 
 @pytest.mark.slow
+@pytest.mark.e2e
 def test_every_notebook_runs_on_the_embedded_default(demo_reports):
     """Every notebook executes ok, has one tagged parameters cell, and records a 'headline' finding."""
     sources = report.discover_notebooks(ROOT / "notebooks")

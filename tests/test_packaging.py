@@ -68,14 +68,20 @@ def test_console_script_is_the_cli_module():
         assert f"eagle3lib {name}" in doc, name
 
 
-def test_readme_shows_two_commands_and_ci_runs_the_test_one():
-    """README's first code block holds exactly `make report` and `make test`; .ci/run runs `make test`."""
+def test_readme_shows_two_commands_and_ci_runs_a_test_command_it_names():
+    """README's first code block holds exactly `make report` and `make test`; .ci/run runs `make test-all`, the full
+    suite, which the README names beside it; the Makefile has all three targets, and the quick one deselects what
+    the full one runs."""
     assert _readme_commands() == ["make report", "make test"]
     ci = (ROOT / ".ci" / "run").read_text()
     code = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.strip().startswith("#")]
-    assert "set -euo pipefail" in code and "make test" in code
+    assert "set -euo pipefail" in code and code[-1] == "make test-all"
+    assert "`make test-all`" in (ROOT / "README.md").read_text()
     makefile = (ROOT / "Makefile").read_text()
-    assert re.search(r"^report:", makefile, re.M) and re.search(r"^test:", makefile, re.M)
+    for target in ("report", "test", "test-all"):
+        assert re.search(rf"^{target}:", makefile, re.M), target
+    quick = re.search(r"^QUICK := (.+)$", makefile, re.M).group(1)
+    assert "not slow" in quick and "not engine" in quick and "e2e" in quick
 
 
 @pytest.mark.parametrize("source", NOTEBOOKS, ids=[p.stem for p in NOTEBOOKS])

@@ -12,6 +12,8 @@ from eagle3lib.demo.sweep import ensure_serving_dump
 from eagle3lib.diagnose.run import Inputs, run
 from eagle3lib.hidden import targets
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 SEED_LAUNCH = ("python -m sglang.launch_server --model-path T --speculative-algorithm EAGLE3 "
                "--speculative-draft-model-path D --speculative-num-steps 1 --speculative-eagle-topk 1 "
                "--speculative-num-draft-tokens 16")

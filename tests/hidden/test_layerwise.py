@@ -10,6 +10,8 @@ from eagle3lib.hidden.layerwise import capture_layerwise
 from eagle3lib.hidden.stream import stream_target, streamed
 from tests.tiny_targets import ARCHS, V, save_tiny_target
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 
 @pytest.fixture(scope="module")
 def seqs():

@@ -133,6 +133,7 @@ def test_the_command_line(world, tmp_path, capsys):
         assert "device 'cuda': no such CUDA device" in rec["error"] and not (tmp_path / "q").exists()
 
 
+@pytest.mark.slow
 def test_two_gloo_ranks_under_torchrun_equal_one_process(world, tmp_path):
     """torchrun with 2 CPU ranks: each recaptures its share, rank 0 writes the index; the same data as one process."""
     import socket

@@ -27,6 +27,8 @@ from eagle3lib.errors import DataError, MissingFileError
 from tests.hidden.test_capture import tiny_llama
 from tests.replay.test_run import LAYOUT, make_samples, make_setup
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 ROOT = Path(__file__).resolve().parents[2]
 
 

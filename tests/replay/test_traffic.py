@@ -17,6 +17,8 @@ from eagle3lib.replay.run import identify_training_layout, load_setup, replay, w
 from eagle3lib.replay.traffic import served_traffic, traffic_samples
 from eagle3lib.serving.traffic import read_traffic
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):

@@ -94,6 +94,7 @@ def _leftovers(out: Path) -> list[str]:
     return [p.name for p in out.iterdir() if p.name.endswith(".tmp") or ".running." in p.name]
 
 
+@pytest.mark.slow
 def test_failures_are_reported_and_earlier_good_report_kept(tmp_path, capsys):
     """ok / failed / timeout rows, partial notebooks kept, last good HTML kept, kernel gone, exit code 1."""
     nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD, "01_raises.py": RAISES, "02_hangs.py": HANGS})
@@ -304,6 +305,7 @@ def test_index_keeps_rows_of_notebooks_not_run_and_escapes_html(tmp_path):
     assert load_rows(tmp_path, keep={"00_a"}) == []
 
 
+@pytest.mark.slow
 def test_report_module_runs_as_script(tmp_path):
     """`python -m eagle3lib.report --params-template` works from a shell (the Makefile's entry point)."""
     import subprocess

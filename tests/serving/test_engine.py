@@ -105,6 +105,7 @@ def _expected_rounds(n_prompt: int, n_new: int, m: int, wrong: set) -> tuple[lis
 
 
 # ---- greedy equivalence ----------------------------------------------------------------------------------------
+@pytest.mark.slow
 @pytest.mark.parametrize("steps", [1, 2, 3, 5])
 def test_random_draft_output_equals_target_greedy(target, prompt, reference, steps):
     """Speculative output (random draft, d2t offsets) equals target-only greedy decoding for num_steps 1, 2, 3, 5."""
@@ -131,6 +132,7 @@ def test_oracle_acceptance_bookkeeping_and_equivalence(target, prompt, reference
     assert 1 < r.accept_length < steps + 1                                  # both accepts and rejections happened
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("layers", [1, 2])
 def test_kv_rollback_matches_fresh_recompute(target, prompt, reference, layers):
     """After rounds with rejections, the captured target states and the draft's KV cache (every layer's) equal a

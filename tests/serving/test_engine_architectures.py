@@ -18,6 +18,8 @@ from tests.serving.test_engine import OracleDraft, _draft_cfg, _expected_rounds,
 from tests.serving.test_tree import SecondChoiceOracle
 from tests.tiny_targets import ARCHS, H, V, exact, save_tiny_target
 
+pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test
+
 LAYOUT = ("embed", "layer_in.1", "final_prenorm")
 N_NEW = 30
 
