@@ -1,8 +1,11 @@
 """The generated fault matrix (eagle3lib.demo.faults) diagnosed case by case, as a markdown table on stdout and
-JSON in benchmarks/results/fault_matrix.json: `python tools/fault_matrix.py [--pairs]`.
+JSON in benchmarks/results/fault_matrix.json: `python tools/fault_matrix.py [--pairs] [--engine vllm]`.
 
 Each case is the healthy demo deployment with one (or two) engine-read fields perturbed, diagnosed from the draft,
-target, training data and training log as `python -m eagle3lib.diagnose` does (in-process: `diagnose.run`)."""
+target, training data and training log as `python -m eagle3lib.diagnose` does (in-process: `diagnose.run`).
+`--engine vllm` serves each case on the real vLLM first (127.0.0.1, 16 held-out prompts, K 3, stopped by its pid)
+and diagnoses it with what the engine wrote as well (launch, log, /metrics, served traffic): the served τ, or the
+engine's refusal, beside the invariants (benchmarks/results/fault_matrix_vllm.json)."""
 from __future__ import annotations
 
 import argparse
@@ -15,43 +18,76 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eagle3lib.demo import faults  # noqa: E402
+from eagle3lib.demo import faults, portable  # noqa: E402
 from eagle3lib.demo import world as demo  # noqa: E402
 from eagle3lib.diagnose.run import Inputs, run  # noqa: E402
 
 
-def diagnosed(w, draft):
+def diagnosed(w, draft, engine: str = ""):
+    """(diagnosis, exit code, what the engine measured: {} offline) of one case's draft."""
+    given, served = {}, {}
+    if engine == "vllm":
+        from eagle3lib.throughput.vllm_serve import serve
+        out = Path(draft).parent / "served"
+        s = serve(w.target, draft, out, prompts=w.heldout_data, n=16, num_speculative_tokens=3, max_model_len=512)
+        served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
+        given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
+                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else []))}
+        if s.ok:
+            given["served_traffic"] = str(out)
     r = run(Inputs(draft=str(draft), target=str(w.target), train_data=str(w.specforge_data),
-                   training_log=str(w.training_log), n=16, drift_samples=0), progress=False)
-    return r.diagnosis.to_dict(), r.exit_code
+                   training_log=str(w.training_log), n=16, drift_samples=0, **given), progress=False)
+    return r.diagnosis.to_dict(), r.exit_code, served
+
+
+def _tau(served: dict) -> str:
+    if not served:
+        return "-"
+    return f"{served['accept_length']:.2f}" if served.get("ok") else "refused"
 
 
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", action="store_true", help="also every two config faults together")
-    ap.add_argument("--out", default=str(ROOT / "benchmarks" / "results" / "fault_matrix.json"))
+    ap.add_argument("--engine", choices=("vllm",), default="", help="serve each case on the real engine first")
+    ap.add_argument("--only", default="", help="comma-separated fault names (default: every case)")
+    ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
+    a.out = a.out or str(ROOT / "benchmarks" / "results" / f"fault_matrix{'_' + a.engine if a.engine else ''}.json")
     w = demo.ensure_world(progress=False)
     cases = faults.singles() + (faults.pairs() if a.pairs else ())
+    cases = tuple(f for f in cases if not a.only or f.name in a.only.split(","))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        d, code = diagnosed(w, faults.write_fault(faults.Fault("none", "nothing", ()), Path(tmp) / "healthy"))
+        d, code, served = diagnosed(w, faults.write_fault(faults.Fault("none", "nothing", ()),
+                                                          Path(tmp) / "healthy" / "draft"), a.engine)
         healthy = faults.counterfactual_finding(d)["evidence"]["acc0_as_shipped"]
-        print("| fault | acc0 as shipped | raised (confirmed / suspected) | invariants |")
-        print("|---|---|---|---|")
+        raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
+                  if v["status"] in ("confirmed", "suspected", "conflict")]
+        rows.append({"fault": "none", "what": "the healthy deployment", "acc0": healthy, "raised": raised,
+                     "violations": [f"the healthy deployment raises {raised}"] if raised else [],
+                     "exit_code": code, "served": served})
+        print("| fault | acc0 as shipped | served τ | raised (confirmed / suspected) | invariants |")
+        print("|---|---|---|---|---|")
+        print(f"| none | {round(healthy, 3)} | {_tau(served)} | {', '.join(raised) or 'none'} | "
+              f"{'; '.join(rows[0]['violations']) or 'hold'} |", flush=True)
         for f in cases:
             t = time.monotonic()
-            d, code = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_")))
+            d, code, served = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_") / "draft"),
+                                        a.engine)
             bad = faults.invariants(f, d, code, healthy)
             cf = (faults.counterfactual_finding(d) or {}).get("evidence") or {}
             raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                       if v["status"] in ("confirmed", "suspected", "conflict")]
             rows.append({"fault": f.name, "what": f.what, "acc0": cf.get("acc0_as_shipped"), "raised": raised,
-                         "violations": bad, "seconds": round(time.monotonic() - t, 1), "exit_code": code})
+                         "violations": bad, "seconds": round(time.monotonic() - t, 1), "exit_code": code,
+                         "served": served})
             acc = cf.get("acc0_as_shipped")
-            print(f"| {f.name} | {acc if acc is None else round(acc, 3)} | {', '.join(raised) or 'none'} | "
+            print(f"| {f.name} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | "
+                  f"{', '.join(raised) or 'none'} | "
                   f"{'; '.join(bad) or 'hold'} |", flush=True)
-    Path(a.out).write_text(json.dumps({"healthy_acc0": healthy, "cases": rows}, indent=1) + "\n")
+    Path(a.out).write_text(portable.portable_text(json.dumps({"healthy_acc0": healthy, "engine": a.engine or None,
+                                                              "cases": rows}, indent=1)) + "\n")
     failed = sum(bool(r["violations"]) for r in rows)
     print(f"\n{len(rows) - failed} passed, {failed} failed")
     return 1 if failed else 0

@@ -76,3 +76,13 @@ def test_demo_world_served_runs_match_the_replay_in_the_served_layout():
     (c,) = res.comparisons
     assert c.setting == (1, 1, 2) and "zeros" in c.layout
     assert abs(c.gap) <= c.tolerance and [f.status for f in res.findings()] == ["ruled out"]
+
+
+@pytest.mark.parametrize("flag, expected", [("--dtype bfloat16", "bfloat16"), ("--dtype float16", "float16"),
+                                            ("--dtype float32", "auto"), ("", "auto")])
+def test_the_as_served_replay_runs_in_the_launchs_half_dtype(flag, expected):
+    """A vLLM launch served in bfloat16 (the mla world on an AMX host, engines.host) is replayed in bfloat16;
+    float32 or no --dtype leaves the checkpoint's own dtype."""
+    d = discovery.discover(f"vllm serve data/demo/target {flag} --speculative-config "
+                           "'{\"method\": \"eagle3\", \"model\": \"d\", \"num_speculative_tokens\": 3}'", "")
+    assert sp.served_dtype(d) == expected
