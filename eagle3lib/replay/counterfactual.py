@@ -17,7 +17,7 @@ Usage: ``s = search(setup, data, target_config=t); s.findings()``.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field, fields, replace
 from typing import Callable
 
 import pandas as pd
@@ -25,6 +25,7 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..engines.facts import read_fields
 from ..errors import Eagle3Error
+from ..model.checkpoint import expected_tensors
 from ..model.variants import CHANGEABLE, rebuilt
 from .run import replay
 from .stats import ReplaySetup
@@ -87,6 +88,22 @@ class Search:
     fields: tuple[str, ...]           # the engine-read fields searched
     elsewhere: dict = field(default_factory=dict)
     notes: tuple[str, ...] = ()
+    shipped_cfg: object = None        # the shipped DraftConfig (which tensors a restoring change makes unneeded)
+
+    def unneeded(self, c: Candidate) -> tuple[str, ...]:
+        """Tensors the shipped config asks for and the candidate's does not (a norm a flag added): the checkpoint
+        never had them, so their absence is the changed field's consequence, not a dropped weight."""
+        if self.shipped_cfg is None:
+            return ()
+        names = {f.name for f in fields(type(self.shipped_cfg))}
+        ch = {k: v for k, v in c.changes.items() if k in names}
+        if not ch:
+            return ()
+        try:
+            return tuple(sorted(set(expected_tensors(self.shipped_cfg)) -
+                                set(expected_tensors(replace(self.shipped_cfg, **ch)))))
+        except (Eagle3Error, TypeError, ValueError):
+            return ()
 
     def margin(self, c: Candidate) -> float:
         """The accuracy a candidate must gain to count (MIN_GAIN, or Z standard errors when larger)."""
@@ -158,13 +175,17 @@ class Search:
                       shipped={k: _show(v) for k, v in r.shipped.items()})
             rec = f" (recorded {self.recorded:.2f})" if self.recorded is not None else ""
             rope = set(r.changes) <= set(ROPE)          # a RoPE field: the catalogue's own cause for it
+            unneeded = self.unneeded(r)
+            if unneeded:
+                ev["tensors_the_field_adds"] = list(unneeded)
             return [Finding("rope_mismatch" if rope else "draft_config_differs", "confirmed",
                             f"the draft fails its own training samples under its shipped config (step-0 accuracy "
                             f"{self.shipped_acc0:.2f}) and scores {r.acc0:.2f} with {r.described}{rec}: the config is "
                             f"not what was trained", ev, WHERE,
                             fix=f"{r.config_fix()}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}", measured=True,
                             aspects=("draft config vs training config",) if rope else aspect,
-                            explains=("engine_cannot_run",) if set(r.changes) & set(REFUSED_VALUES) else ())]
+                            explains=(("engine_cannot_run",) if set(r.changes) & set(REFUSED_VALUES) else ()) +
+                            (("weights_dropped",) if unneeded else ()))]
         best = self.best
         if best is not None:
             ev.update(best=best.described, acc0_best=round(best.acc0, 4))
@@ -270,7 +291,7 @@ def search(setup: ReplaySetup, data, *, target: dict | None = None, training: di
         base, pos = _acc0(setup, data, {}, n=n, extra=None, recapture=recapture)
     except Eagle3Error as e:
         return Search(float("nan"), 0, recorded, recorded_from, (), engine_fields(), dict(DECIDED_ELSEWHERE),
-                      (f"the shipped config could not be replayed: {e}",))
+                      (f"the shipped config could not be replayed: {e}",), setup.cfg)
     done = []
     for c in counterfactuals(setup.cfg, target=target, training=training):
         try:
@@ -293,4 +314,4 @@ def search(setup: ReplaySetup, data, *, target: dict | None = None, training: di
         except Eagle3Error as e:
             notes.append(f"pair {both.described} not replayed: {e}")
     return Search(base, pos, recorded, recorded_from, tuple(done), engine_fields(), dict(DECIDED_ELSEWHERE),
-                  tuple(notes))
+                  tuple(notes), setup.cfg)

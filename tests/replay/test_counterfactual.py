@@ -58,6 +58,23 @@ def test_a_restoring_field_is_confirmed_with_both_accuracies_and_its_fix():
     assert s.trained_changes == {"norm_before_residual": False}
 
 
+def test_a_flag_whose_tensor_the_checkpoint_lacks_explains_the_missing_weight(tiny_cfg_dict):
+    """A norm flag the draft was not trained with asks for a norm the checkpoint never had: the restoring change
+    (remove the flag) names that tensor, and the finding explains weights_dropped (the absent tensor is the field's
+    consequence); a flag that adds no tensor explains nothing."""
+    shipped = DraftConfig.from_dict(dict(tiny_cfg_dict, norm_before_fc=True))
+    c = Candidate({"norm_before_fc": False}, ("switch off",), {"norm_before_fc": True}, 0.9, 500)
+    s = Search(0.3, 500, 0.88, "log", (c,), ("norm_before_fc",), shipped_cfg=shipped)
+    assert s.unneeded(c)
+    (f,) = s.findings()
+    assert f.cause == "draft_config_differs" and "weights_dropped" in f.explains
+    assert f.evidence["tensors_the_field_adds"] == list(s.unneeded(c))
+    plain = DraftConfig.from_dict(dict(tiny_cfg_dict, rope_theta=5e5))
+    r = Candidate({"rope_theta": 1e4}, ("the training config's",), {"rope_theta": 5e5}, 0.9, 500)
+    s = Search(0.3, 500, 0.88, "log", (r,), ("rope_theta",), shipped_cfg=plain)
+    assert s.unneeded(r) == () and "weights_dropped" not in s.findings()[0].explains
+
+
 def test_a_rope_field_that_restores_is_rope_mismatch():
     s = Search(0.81, 560, 0.88, "log", (Candidate({"rope_theta": 1e4}, ("the target's",), {"rope_theta": 1e6},
                                                     0.925, 560),), ("rope_theta",))
