@@ -111,7 +111,7 @@ def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
                        + "; ".join(f"the {r.upper()} runner feeds it {t}" for r, t in fed.items())
                        + " (served 1.05 on the demo draft with the V1 runner, no log line)", ev, w,
                        fix=f"drop {where} (or set it true) so vLLM builds the fc the draft was trained with",
-                       source=src)
+                       source=src, explains=("aux_layout_mismatch",))   # the served layout is the flag's consequence
     if "v2" in runners:
         return Finding(c, "suspected", f"{where} is false and the draft was trained on the last hidden state alone "
                        "(fc takes one slot or none): the V1 runner honours it; the V2 runner (CUDA default) still "

@@ -135,6 +135,7 @@ class AsServed:
     notes: tuple[str, ...] = field(default_factory=tuple)
     unknown: tuple[str, ...] = ()   # causes whose trained tensors the checkpoint lacks: 'as trained' replays the
                                     # loader's stand-in (setup.filled), so it cannot rule them out
+    unseen: dict = field(default_factory=dict)   # cause -> why these replays cannot see it (a field they do not run)
 
     @property
     def differing(self) -> tuple[str, ...]:
@@ -257,4 +258,10 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
     unknown = {f.cause for f in setup.filled}
     if trained["lm_head"] != "own":
         unknown.add("lm_head_missing")
-    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes), tuple(sorted(unknown)))
+    raw = setup.cfg.raw or {}
+    prf = raw.get("partial_rotary_factor", (raw.get("rope_parameters") or {}).get("partial_rotary_factor"))
+    unseen = {}
+    if prf is not None and float(prf) != 1.0:     # the forward rotates whole heads; the engine rotates a part
+        unseen["rope_mismatch"] = (f"the draft config's partial_rotary_factor {prf} is not replayed (the replay "
+                                   "rotates whole heads, the engine a part of each)")
+    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes), tuple(sorted(unknown)), unseen)

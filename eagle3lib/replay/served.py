@@ -15,7 +15,7 @@ Usage: ``served_vs_replay(setup, data, served=3.9, setting=(5, 4, 8), layout=lay
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import pandas as pd
 
@@ -188,6 +188,10 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
     # the served τ matching that stand-in's replay measures what the engine serves in its place
     unknown = set(as_served.unknown)
     out = [f for f in out if not (f.cause in unknown and f.status == "ruled out")]
+    out = [f for f in out if not (f.cause in as_served.unseen and f.status == "ruled out")]   # never seen, never ruled out
+    if as_served.unseen:
+        out = [replace(f, evidence={**f.evidence, "not_replayed": dict(as_served.unseen)})
+               if f.cause == "engine_regression" and f.status == "suspected" else f for f in out]
     for c in sorted(unknown):
         same = abs(served - tr.tau) <= tol
         out.append(Finding(c, "confirmed" if same else "suspected",

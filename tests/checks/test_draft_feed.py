@@ -59,7 +59,7 @@ def test_aux_opt_out_confirmed_when_the_draft_was_trained_with_aux_states(tmp_pa
     fc; V2: the concatenation, no fc), citing the runner rows; true / absent: ruled out."""
     raw = draft_raw(eagle_config=OFF)
     f = _f(tmp_path, vl(), raw, engine="vllm", engine_runner="v1")["aux_opt_out"]
-    assert f.status == "confirmed" and f.evidence["fc_slots"] == 3
+    assert f.status == "confirmed" and f.evidence["fc_slots"] == 3 and f.explains == ("aux_layout_mismatch",)
     assert "last hidden state" in f.evidence["fed"]["v1"] and "gpu_model_runner.py:643" in f.source
     f = _f(tmp_path, vl(), raw, engine="vllm")["aux_opt_out"]
     assert f.status == "confirmed" and set(f.evidence["fed"]) == {"v1", "v2"}

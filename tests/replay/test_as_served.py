@@ -111,6 +111,22 @@ def test_served_equal_to_trained_rules_every_wiring_cause_out_even_against_the_v
     assert "that view is wrong" in d2t.summary
 
 
+def test_a_field_the_replays_cannot_run_is_never_ruled_out_by_them():
+    """A draft config with a partial_rotary_factor (the engine rotates part of each head, the replay whole heads):
+    a served loss nothing the engine loads differently explains leaves rope_mismatch to the RoPE check, never ruled
+    out by these replays, and the suspected engine_regression names what was not replayed."""
+    from dataclasses import replace as copy
+    unseen = {"rope_mismatch": "partial_rotary_factor 0.5 is not replayed"}
+    got = as_served_findings(2.27, "metrics", copy(fake(3.2), unseen=unseen), num_layers=8)
+    causes = by_cause(got)
+    assert "rope_mismatch" not in causes and causes["engine_regression"] == {"suspected"}
+    assert all(causes[c] == {"ruled out"} for c in WIRING_CAUSES if c != "rope_mismatch")
+    reg = next(f for f in got if f.cause == "engine_regression")
+    assert reg.evidence["not_replayed"] == unseen
+    plain = by_cause(as_served_findings(2.27, "metrics", fake(3.2), num_layers=8))
+    assert plain["rope_mismatch"] == {"ruled out"}
+
+
 def test_served_equal_to_as_served_confirms_the_aspect_that_drops():
     got = by_cause(as_served_findings(1.3, "metrics", fake(3.3, 1.26, d2t="zeros"), num_layers=8))
     assert got["d2t_mapping"] == {"confirmed"}
