@@ -13,7 +13,8 @@ import argparse
 import json
 import sys
 
-from .run import Inputs, run
+from ..steps.part import Inputs
+from .run import run
 
 
 def parser() -> argparse.ArgumentParser:

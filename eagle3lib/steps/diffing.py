@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from ..hidden.capture import Capture, as_slots, capture, load_target_model
 from ..hidden.dumps import Dump, load_dump
@@ -26,6 +27,10 @@ from ..replay.run import load_setup, replay
 from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, MissingFileError
+from .part import Inputs, Part
+
+NAME = "03 hidden-state diffing"
+PROOF_SAMPLES = 16     # training samples replayed for the proof of fix unless Inputs.proof_samples says (at most n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -276,3 +281,19 @@ def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None
                       if c not in found]
     return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where,
                           measured=True) for c in LAYOUT_CAUSES if c not in found]
+
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 03: the training slots and the serving dump identified against the target's own boundaries, what
+    differs, the proof of fix and the drift check. `results`: the DiffInputs, the Sides and the proof."""
+    dtype = getattr(torch, inputs.target_dtype) if inputs.target_dtype else None
+    inp = diff_inputs(inputs.target, inputs.draft, inputs.data, inputs.dump, inputs.sample_index, inputs.device,
+                      dtype)
+    s = sides(inp, request=inputs.dump_request)
+    n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
+    proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,
+                         device=inputs.device)
+    found = diffing_findings(inp, s, proof) + drift_findings(inp, n=inputs.drift_samples)
+    tables = {"training slots": slot_table(s.training), "serving slots": slot_table(s.serving, s.serving_missing),
+              "proof of fix": proof}
+    return Part(NAME, found, tables=tables, notes=inp.notes, results={"inputs": inp, "sides": s, "proof": proof})

@@ -37,6 +37,12 @@ from ..layout import ZERO
 from ..replay.verdict import THRESHOLDS, Verdict, read_recorded_accuracy
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
+from ..replay import layoutsearch, verdict
+from ..replay.run import replay
+from . import trained_config
+from .part import Inputs, Part
+
+NAME = "02 training-sample replay"
 
 SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
                  "or serving_engine + serving_version"
@@ -202,6 +208,50 @@ def layouts_to_replay(training_layout, serving: ServingLayout) -> dict[str, tupl
 def shown(layout, k: int) -> list[str]:
     """A layout to print: its names (an unidentified slot said so), or the stored slots when nothing names them."""
     return [layout_text([x]) for x in layout] if layout is not None else list(stored_layout(k or 0))
+
+
+# ---------------------------------------------------------------- the part
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 02: the draft replayed on its training samples under each layout there is evidence of, on the
+    held-out samples, its verdicts, the layout search (when a replay says wiring) and the trained-config search.
+    `results` holds the inputs, setup, serving layout, layouts, replays, verdicts and both searches."""
+    ri = replay_inputs(inputs.draft, inputs.target, inputs.data, inputs.train_format, inputs.heldout,
+                       inputs.new_prompt_data, inputs.recorded_acc, inputs.training_log, inputs.dump, inputs.device)
+    setup = load_replay_setup(ri, device=inputs.device, dtype=inputs.dtype, recapture=inputs.recapture)
+    served = serving_layout(ri, setup.num_layers, typed=inputs.serving_layout, engine=inputs.serving_engine,
+                            engine_version=inputs.serving_version or inputs.sglang_version, device=inputs.device)
+    layouts = layouts_to_replay(setup.training_layout, served)
+    steps = {"n": inputs.n, "seed": inputs.seed, "num_steps": inputs.num_steps, "progress": False}
+    train = {k: replay(setup, ri.train_data, layout=lay, label=k, fill="zeros", data_format=ri.train_format, **steps)
+             for k, lay in layouts.items()}
+    held = {k: replay(setup, p, label=k, **steps) for k, p in ri.heldout.items()}
+    verdicts = {k: verdict.decide(r, held, recorded_acc=ri.recorded_acc) for k, r in train.items()}
+    start, search = search_start(verdicts, layouts), None
+    if start is not None and setup.num_layers:
+        target_acc = ri.recorded_acc if ri.recorded_acc is not None else train["training"].acc0
+        rc = layoutsearch.Recapture(ri.target_path, device=inputs.device, dtype=setup.dtype) \
+            if inputs.search_recapture else None
+        search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc,
+                                             n=inputs.n_search, seed=inputs.seed, recapture=rc, progress=False)
+    config_search = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
+                                                         recorded_from=ri.recorded_from)
+    found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings()
+    headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
+    tables = {"training samples": verdict.replay_table(train),
+              "held-out": verdict.replay_table({"training": train["training"], **held}),
+              "config search": config_search.frame(),
+              "layout search": search.table if search is not None else "no replay says wiring: no layout search "
+                                                                     "needed"}
+    return Part(NAME, found, tables=tables, notes=setup.notes, results={
+        "inputs": ri, "setup": setup, "served": served, "layouts": layouts, "train": train, "held": held,
+        "verdicts": verdicts, "start": start, "search": search, "config_search": config_search,
+        "headline": headline})
+
+
+def not_run(inputs: Inputs) -> list[Finding]:
+    """The findings of the part when there are no training samples to replay (a user's draft without them)."""
+    return replay_findings({}, {}, ServingLayout(None, "none", "no training data given (--data)"), None)
 
 
 # ---------------------------------------------------------------- findings
