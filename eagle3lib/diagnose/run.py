@@ -14,9 +14,8 @@ import dataclasses
 import traceback
 from dataclasses import dataclass, field
 
-from ..causes import Finding
+from ..causes import LAYOUT_CAUSES, Finding
 from ..errors import Eagle3Error
-from ..hidden.explain import LAYOUT_CAUSES
 from ..steps.given import CLI, Problem, check_all, given
 from ..steps.order import PARTS
 from ..steps.part import Inputs, Part

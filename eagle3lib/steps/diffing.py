@@ -17,9 +17,9 @@ import torch
 from ..hidden.capture import Capture, as_slots, capture, load_target_model
 from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
-from ..causes import Finding, not_checked
+from ..causes import LAYOUT_CAUSES, Finding, not_checked
 from ..checks.run import run_checks
-from ..hidden.explain import (LAYOUT_CAUSES, LayoutExplanation, causes_of, explain, layout_text,
+from ..hidden.explain import (LayoutExplanation, causes_of, explain, layout_text,
                               unidentified_slots)
 from ..samples.sample import Sample
 from ..samples.readers import open_dataset

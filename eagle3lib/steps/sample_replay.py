@@ -19,14 +19,14 @@ import math
 from dataclasses import dataclass, field
 from typing import Mapping
 
-from ..causes import Finding, not_checked
+from ..causes import CAPTURE_CAUSES, LAYOUT_CAUSES, Finding, not_checked
 from ..demo import world as demo_mod
 from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, Eagle3Error
 from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import Comparison, compare
 from ..hidden.dumps import load_dump
-from ..hidden.explain import LAYOUT_CAUSES, causes_of, explain, layout_text, unidentified_slots
+from ..hidden.explain import causes_of, explain, layout_text, unidentified_slots
 from ..layout import engine_default_layout, parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
@@ -268,7 +268,7 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
     elif serving.layout is None:
         out += [not_checked(c, "replay of training samples", SERVING_INPUTS, serving.detail) for c in LAYOUT_CAUSES]
     elif tr is None:        # no replay under the trained layout: nothing to hold the served one against
-        causes = LAYOUT_CAUSES + (("missing_layer_ids",) if serving.source == ENGINE_DEFAULT else ())
+        causes = CAPTURE_CAUSES if serving.source == ENGINE_DEFAULT else LAYOUT_CAUSES
         out += [not_checked(c, where_s, "a replay of the training samples under the trained layout "
                             "(train_data_path)") for c in causes]
     elif _unnamed(tr.layout):

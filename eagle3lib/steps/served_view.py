@@ -15,7 +15,7 @@ from __future__ import annotations
 import dataclasses
 from pathlib import Path
 
-from ..causes import Finding
+from ..causes import CAPTURE_CAUSES, Finding
 from ..checks.inputs import read_artifacts
 from ..engines import vllm_env
 from ..engines.facts import fact
@@ -27,7 +27,6 @@ from ..layout import from_ids
 from ..serving.vllm_log import VllmLogReading, read_vllm_log
 
 WHERE = "what the serving engine loads (its log / its own code)"
-LAYOUT_CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot")
 _EMBED = {"shared": "target", "own": "own"}
 ENGINE_SAID = ("dump", "log", "probe")        # sources that are the engine's own answer, not a table
 
@@ -155,13 +154,13 @@ def view_findings(view: EngineView, trained, *, draft_path: str = "", num_layers
         sure = trained.source in ("identified", "declared")
         if served == tr:
             out += [Finding(c, "ruled out", f"{view.engine} captures the trained layout [{', '.join(tr)}] "
-                            f"({lay.detail})", ev, WHERE, measured=sure) for c in LAYOUT_CAUSES]
+                            f"({lay.detail})", ev, WHERE, measured=sure) for c in CAPTURE_CAUSES]
         else:
             found = causes_of(explain(tr, served, num_layers=num_layers)) or ("aux_layout_mismatch",)
             if "default" in lay.detail:
                 found = ("missing_layer_ids",) + tuple(found)
             status = "confirmed" if sure else "suspected"
-            for c in LAYOUT_CAUSES:
+            for c in CAPTURE_CAUSES:
                 out.append(Finding(c, status if c in found else "ruled out", f"{view.engine} captures "
                                    f"[{', '.join(served)}] ({lay.detail}); the draft was trained on [{', '.join(tr)}] "
                                    f"({trained.source})", ev, WHERE, measured=sure,
