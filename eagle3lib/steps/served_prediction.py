@@ -30,7 +30,8 @@ from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served
 from ..replay.traffic import served_traffic
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
-from .served_view import ENGINE_SAID, deployment_view, view_findings
+from ..checks.engine_said import ENGINE_SAID, view_findings
+from .served_view import deployment_view
 from ..throughput.records import RunRecord
 from . import discovery
 from .discovery import Discovery
