@@ -27,6 +27,7 @@
                   version, the installed SGLang, or per version range): notebook 01's Discovery calls it
 - `engine_said`   what the running engine said (its log, a probe, a dump) against the trained layout, and the
                   error it died of, naming the file and the key (steps.served_prediction calls it)
+- `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `run`         run_checks(...): every check on whatever inputs are given
 """
