@@ -28,6 +28,8 @@
 - `engine_said`   what the running engine said (its log, a probe, a dump) against the trained layout, and the
                   error it died of, naming the file and the key (steps.served_prediction calls it)
 - `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)
+- `replayed_layout` what the training-sample replay decides: the served layout against the trained one,
+                  missing_layer_ids, generalization_gap, a d2t reading (notebook 02)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `run`         run_checks(...): every check on whatever inputs are given
 """
