@@ -20,6 +20,12 @@ from .jsonfiles import to_json_value
 
 STATUSES = ("confirmed", "suspected", "ruled out", "not checked")
 
+# Cause groups, each written here once.
+# What a served layout held against the trained one decides (hidden.explain.causes_of names no other layout cause):
+LAYOUT_CAUSES = ("aux_layout_mismatch", "final_norm_slot", "layer_id_off_by_one")
+# ... and what an engine's capture of a draft config decides: a config without ids is served the engine's default
+CAPTURE_CAUSES = ("missing_layer_ids",) + LAYOUT_CAUSES
+
 
 @dataclass(frozen=True)
 class Cause:

@@ -20,10 +20,10 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 import torch
 
-from eagle3lib.causes import findings_frame
 from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
+from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
@@ -31,7 +31,9 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inp = checkpoint_audit.audit_inputs(draft, target, train_data)
+part = checkpoint_audit.run(Inputs(draft=draft, target=target, train_data=train_data, device=device,
+                                   dtype=dtype, num_steps=num_steps))
+inp = part.results["inputs"]
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
 a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])
@@ -98,8 +100,7 @@ checkpoint_audit.forward_preview(a, inp, num_steps=num_steps)
 # that depend on the serving engine are asked in notebook 01, with the launch command's engine.
 
 # %%
-causes = checkpoint_audit.artifact_checks(inp)
-findings_frame(causes)
+part.frame()
 
 # %% [markdown]
 # ## Findings recorded for the report index
@@ -107,5 +108,5 @@ findings_frame(causes)
 # %%
 for key, value in a.findings.items():
     findings.record(key, value)
-findings.record_findings("00 checkpoint audit", causes)
+findings.record_findings(part.name, part.findings)
 a.findings

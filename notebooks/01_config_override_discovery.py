@@ -46,8 +46,8 @@ from IPython.display import display
 from eagle3lib.engines import layer_reading
 from eagle3lib.serving import crossengine, serverinfo, sglang_introspect
 from eagle3lib.engines import sglang_resolver
-from eagle3lib.causes import findings_frame
 from eagle3lib.steps import discovery, served_prediction
+from eagle3lib.steps.part import Inputs
 from eagle3lib.report import findings
 from eagle3lib.demo.world import select_world
 
@@ -56,11 +56,14 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inp = discovery.discovery_inputs(launch, fixed_command, sglang_version, server_log, target, draft)
+inputs = Inputs(draft=draft, target=target, train_data=train_data, launch=launch,
+                fixed_command=fixed_command, sglang_version=sglang_version, server_log=server_log,
+                server_info=server_info_path, server_url=server_url, served_log=served_log_path,
+                served_data=heldout_data, served_traffic=served_traffic_path, serving_dump=serving_dump)
+settings = discovery.run(inputs)
+inp, seed = settings.results["inputs"], settings.results["discovery"]
 for note in inp.notes:
     print("NOTE:", note)
-seed = discovery.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
-                          server_info=server_info_path or server_url, server_log=inp.server_log)
 print(seed.summary())
 seed.requested_frame()
 
@@ -155,8 +158,8 @@ sglang_introspect.ask(seed.launch, seed.resolution, introspection=seed.introspec
 # Each row names its source (the PR or file the engine fact comes from).
 
 # %%
-causes = discovery.serving_checks(inp, seed, data=train_data)
-findings_frame(causes)
+causes = list(settings.findings)
+settings.frame()
 
 # %% [markdown]
 # ## 11. Served accept length against the replay, under the setting the server ran
@@ -169,15 +172,11 @@ findings_frame(causes)
 # effective settings.
 
 # %%
-served = served_prediction.served_vs_predicted(
-    seed, draft_path=draft, target_path=inp.target_path, data_path=train_data,
-    served_paths=[p for p in served_log_path.split(",") if p.strip()], server_url=server_url,
-    serving_dump=serving_dump, startup_log=inp.server_log, served_data_path=heldout_data,
-    served_traffic_path=served_traffic_path)
-for note in served.notes + served.problems:
+served_part = served_prediction.run(inputs, {settings.name: settings})
+for note in served_part.notes:
     print(note)
-causes += served.findings()
-served.frame()
+causes += served_part.findings
+served_part.tables["served vs replay"]
 
 # %% [markdown]
 # ### A vLLM deployment: the draft as the engine loads it, replayed that way
@@ -190,8 +189,8 @@ served.frame()
 # cause out, one equal to the as-served replay confirms the aspects whose own replay drops.
 
 # %%
-display(served.view_frame())
-served.as_served_frame()
+display(served_part.tables["as loaded"])
+served_part.tables["as served"]
 
 # %% [markdown]
 # ## 12. Findings

@@ -41,8 +41,9 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 from IPython.display import display
 
 from eagle3lib.report import findings
-from eagle3lib.replay import evidence, layoutsearch, run as replay, tokenview, verdict
-from eagle3lib.steps import sample_replay, trained_config
+from eagle3lib.replay import evidence, tokenview, verdict
+from eagle3lib.steps import sample_replay
+from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
@@ -50,12 +51,14 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inp = sample_replay.replay_inputs(draft, target, train_data, train_data_format, heldout_data,
-                                   new_prompt_data_path, recorded_val_acc, training_log_path, serving_dump, device)
-setup = sample_replay.load_replay_setup(inp, device=device, dtype=dtype, recapture=recapture)
-served = sample_replay.serving_layout(inp, setup.num_layers, typed=serving_layout, engine=serving_engine,
-                                      engine_version=serving_version, device=device)
-compare = sample_replay.layouts_to_replay(setup.training_layout, served)
+part = sample_replay.run(Inputs(
+    draft=draft, target=target, train_data=train_data, train_format=train_data_format,
+    heldout_data=heldout_data, new_prompt_data=new_prompt_data_path, recorded_acc=recorded_val_acc,
+    training_log=training_log_path, serving_dump=serving_dump, serving_layout=serving_layout,
+    serving_engine=serving_engine, serving_version=serving_version, n=n_samples, n_search=n_search,
+    num_steps=num_steps, recapture=recapture, search_recapture=recapture, device=device, dtype=dtype, seed=seed))
+res = part.results
+inp, setup, served, compare = res["inputs"], res["setup"], res["served"], res["layouts"]
 print("draft:", inp.draft_path, "| target:", inp.target_path, "| demo world:", inp.demo)
 print("serving layout:", served.layout, "<-", served.source, "|", served.detail)
 print("recorded validation accuracy:", inp.recorded_acc, f"({inp.recorded_from})")
@@ -82,10 +85,8 @@ for note in setup.notes:
 # accept length that chain drafting with k+1 steps would reach from those conditional rates.
 
 # %%
-train = {label: replay.replay(setup, inp.train_data, layout=lay, label=label, n=n_samples, seed=seed,
-                              data_format=inp.train_format, num_steps=num_steps, fill="zeros")
-         for label, lay in compare.items()}
-verdict.replay_table(train)
+train = res["train"]
+part.tables["training samples"]
 
 # %%
 for label, r in train.items():
@@ -112,9 +113,8 @@ verdict.plot_replay(train)
 # a generalization gap; similar numbers mean the draft carries over.
 
 # %%
-held = {name: replay.replay(setup, path, label=name, n=n_samples, seed=seed, num_steps=num_steps)
-        for name, path in inp.heldout.items()}
-verdict.replay_table({"training": train["training"], **held})
+held = res["held"]
+part.tables["held-out"]
 
 # %% [markdown]
 # ## 5. Verdict
@@ -124,7 +124,7 @@ verdict.replay_table({"training": train["training"], **held})
 # feeding the draft right?", the training layout's to "does the draft itself hold up?".
 
 # %%
-verdicts = {label: verdict.decide(r, held, recorded_acc=inp.recorded_acc) for label, r in train.items()}
+verdicts = res["verdicts"]
 for label, v in verdicts.items():
     print(f"[{label}] {v.verdict.upper()}: {v.reason}")
 print("thresholds:", dict(verdicts["training"].thresholds))
@@ -142,9 +142,8 @@ verdicts[list(verdicts)[-1]].evidence
 # larger) and comes nearer the recorded accuracy. The fix then names the field.
 
 # %%
-config_search = trained_config.trained_config_search(setup, inp.train_data, recorded=inp.recorded_acc,
-                                                     recorded_from=inp.recorded_from)
-display(config_search.frame())
+config_search = res["config_search"]
+display(part.tables["config search"])
 for f in config_search.findings():
     print(f"[{f.status}] {f.summary}" + (f" | fix: {f.fix}" if f.fix else ""))
 
@@ -168,16 +167,8 @@ evidence.position_plot(by_position, setup.cfg.max_position_embeddings)
 # samples' tokens. "Restores" means no longer `wiring`.
 
 # %%
-start = sample_replay.search_start(verdicts, compare)
-search = None
-if start is None:
-    print("no replay says wiring: no layout search needed")
-else:
-    target_acc = inp.recorded_acc if inp.recorded_acc is not None else train["training"].acc0
-    rc = layoutsearch.Recapture(inp.target_path, device=device, dtype=setup.dtype) if recapture else None
-    search = layoutsearch.search_layouts(setup, inp.train_data, start[1], target_acc=target_acc, n=n_search,
-                                         seed=seed, recapture=rc)
-    print(f"from the {start[0]} layout:", search.message)
+start, search = res["start"], res["search"]
+print(f"from the {start[0]} layout: {search.message}" if search is not None else part.tables["layout search"])
 search.table.head(12) if search is not None else None
 
 # %% [markdown]
@@ -197,10 +188,9 @@ for label, d in details.items():
 # ## 8. Findings
 
 # %%
-causes = sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings()
-headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
+headline = res["headline"]
 findings.record("headline", headline)
-findings.record_findings("02 training-sample replay", causes)
+findings.record_findings(part.name, part.findings)
 findings.record("verdicts", {label: x.summary() for label, x in verdicts.items()})
 findings.record("replays", {label: r.summary() for label, r in {**train, **held}.items()})
 findings.record("layout_search", {"best": search.best, "restored": search.restored, "message": search.message}

@@ -24,11 +24,10 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 # %%
 # %matplotlib inline
-import torch
 
 from eagle3lib.engines import advice
-from eagle3lib.causes import findings_frame
 from eagle3lib.steps import diffing
+from eagle3lib.steps.part import Inputs
 from eagle3lib.report import findings
 from eagle3lib.demo.world import select_world
 
@@ -37,8 +36,10 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inp = diffing.diff_inputs(target, draft, train_data, serving_dump, sample_index, device,
-                     getattr(torch, dtype))
+part = diffing.run(Inputs(draft=draft, target=target, train_data=train_data, serving_dump=serving_dump,
+                          sample_index=sample_index, dump_request=dump_request, proof_samples=replay_samples,
+                          drift_samples=drift_samples, device=device, target_dtype=dtype))
+inp, s, proof = part.results["inputs"], part.results["sides"], part.results["proof"]
 for note in inp.notes:
     print("NOTE:", note)
 print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sample.num_slots} slots "
@@ -51,8 +52,7 @@ print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sa
 # A healthy data pipeline shows one bright cell per row (cosine ≈ 1) at the declared boundary.
 
 # %%
-s = diffing.sides(inp, request=dump_request)
-diffing.slot_table(s.training)
+part.tables["training slots"]
 
 # %%
 diffing.similarity_plot(s.training)
@@ -63,7 +63,7 @@ diffing.similarity_plot(s.training)
 # matches another boundary, or none, or is all zeros, is what the draft saw in production.
 
 # %%
-diffing.slot_table(s.serving, s.serving_missing)
+part.tables["serving slots"]
 
 # %% tags=["index-figure"]
 diffing.similarity_plot(s.serving, s.serving_missing)
@@ -93,8 +93,7 @@ adv[["engine", "variant", "key", "ids", "expressible", "why"]]
 # draft's training accuracy.
 
 # %%
-proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified, n=replay_samples, device=device)
-proof
+part.tables["proof of fix"]
 
 # %% [markdown]
 # ## 6. The causes this confirms or rules out
@@ -107,8 +106,7 @@ proof
 # --target ... --data ... --layout ... --out ...`; docs/scale.md, "A target of any size").
 
 # %%
-causes = diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(inp, n=drift_samples)
-findings_frame(causes)
+part.frame()
 
 # %% [markdown]
 # ## Findings recorded for the report index
@@ -119,5 +117,5 @@ for key, value in diffing.diff_summary(s).items():
 findings.record("advice", {r.engine: r.ids for r in adv.itertuples()})
 findings.record("fix_accuracy", diffing.proof_summary(proof) if not isinstance(proof, str) else proof)
 findings.record("headline", diffing.diff_headline(s, proof))
-findings.record_findings("03 hidden-state diffing", causes)
+findings.record_findings(part.name, part.findings)
 findings.current()

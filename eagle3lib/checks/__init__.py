@@ -25,6 +25,11 @@
                   ranks, the layer-id count vs the fc built, stale draft KV by version, K's meaning, a K schedule
 - `ndt_override` 12 the speculative settings SGLang runs vs those requested (server report, rule table at a
                   version, the installed SGLang, or per version range): notebook 01's Discovery calls it
+- `engine_said`   what the running engine said (its log, a probe, a dump) against the trained layout, and the
+                  error it died of, naming the file and the key (steps.served_prediction calls it)
+- `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)
+- `replayed_layout` what the training-sample replay decides: the served layout against the trained one,
+                  missing_layer_ids, generalization_gap, a d2t reading (notebook 02)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `run`         run_checks(...): every check on whatever inputs are given
 """

@@ -14,13 +14,11 @@ import dataclasses
 import traceback
 from dataclasses import dataclass, field
 
-from ..causes import Finding
+from ..causes import LAYOUT_CAUSES, Finding
 from ..errors import Eagle3Error
-from ..hidden.explain import LAYOUT_CAUSES
-from ..replay import layoutsearch, verdict
-from ..replay.run import replay
-from ..steps import checkpoint_audit, diffing, discovery, sample_replay, served_prediction, trained_config
 from ..steps.given import CLI, Problem, check_all, given
+from ..steps.order import PARTS
+from ..steps.part import Inputs, Part
 from .combine import Diagnosis, diagnose
 
 CORE = ("draft", "train_data", "launch")   # "no fault found" needs the draft, its training data and the launch command
@@ -36,38 +34,13 @@ DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
 # the inputs that are given or not (the rest are settings with defaults)
 GIVEN = ("draft", "target", "train_data", "heldout_data", "launch", "server_log", "served_log", "served_traffic",
          "server_url", "serving_dump", "serving_layout")
-NEEDS_DRAFT = ("01 served vs replay", "02 training-sample replay", "03 hidden-state diffing")
+NEEDS_DRAFT = frozenset(step.name for step in PARTS if step.needs_draft)
 EXIT = {"ok": 0, "failed": 1, "arguments": 2, "unreadable": 3}   # documented in README.md and cli.py
 
 
 def flag(name: str) -> str:
     """The command-line flag of an Inputs field (``served_log`` -> ``--served-log``)."""
     return "--" + name.replace("_", "-")
-
-
-@dataclass(frozen=True)
-class Inputs:
-    """What the terminal command was given (paths as strings; "" = not given)."""
-    draft: str = ""
-    target: str = ""
-    train_data: str = ""
-    heldout_data: str = ""
-    launch: str = ""
-    sglang_version: str = ""
-    server_log: str = ""
-    served_log: str = ""
-    served_traffic: str = ""
-    server_url: str = ""
-    serving_dump: str = ""
-    serving_layout: str = ""
-    serving_engine: str = ""
-    recorded_acc: float = -1.0
-    training_log: str = ""
-    n: int = 32
-    num_steps: int = 3
-    drift_samples: int = 4
-    device: str = "cpu"
-    dtype: str = "float32"
 
 
 @dataclass(frozen=True)
@@ -153,70 +126,21 @@ def run(inp: Inputs, progress=None) -> Run:
                                     name, failure=True))
         return None
 
-    def part(name, fn):
-        found = guard(name, fn)
-        if found is not None:
-            parts[name] = found
-
-    audit_in = guard("00 checkpoint audit", lambda: checkpoint_audit.audit_inputs(inp.draft, inp.target,
-                                                                                    inp.train_data))
-    if audit_in is not None:
-        part("00 checkpoint audit", lambda: checkpoint_audit.artifact_checks(audit_in))
-    disc_in = guard("01 serving settings", lambda: discovery.discovery_inputs(inp.launch, "", inp.sglang_version,
-                                                                            inp.server_log, inp.target, inp.draft))
-    disc = None if disc_in is None else guard("01 serving settings", lambda: discovery.discover(
-        disc_in.launch_command, disc_in.sglang_version, disc_in.target_path, disc_in.draft_path,
-        server_info=inp.server_url, server_log=disc_in.server_log))
-    if disc is not None:
-        for text, error in zip(disc.problems, disc.problem_errors):    # what it could not read (a server down)
-            param, value = attribute(text, inp, "01 serving settings")
+    done: dict[str, Part] = {}
+    for step in PARTS:
+        if not demo and not all(getattr(inp, k) for k in step.needs):     # a user's draft without what it needs
+            if hasattr(step.module, "not_run"):
+                parts[step.name] = step.module.not_run(inp)
+            continue
+        if step.after and step.after not in done:
+            continue
+        made = guard(step.name, lambda: step.module.run(inp, done))
+        if made is None:
+            continue
+        done[step.name] = made
+        for text, error in made.problems:       # what it could not read and went on without (a server down)
+            param, value = attribute(text, inp, step.name)
             if param not in bad:
-                problems.append(Problem(param, value, error, text, "", "01 serving settings"))
-        part("01 serving settings", lambda: discovery.serving_checks(
-            disc_in, disc, data=audit_in.sample_data if audit_in is not None else inp.train_data))
-        part("01 served vs replay", lambda: served_prediction.served_vs_predicted(
-            disc, draft_path=inp.draft, target_path=inp.target, data_path=inp.train_data,
-            served_paths=[p for p in inp.served_log.split(",") if p.strip()], server_url=inp.server_url,
-            serving_dump=inp.serving_dump, serving_layout=inp.serving_layout, n=min(inp.n, 16), device=inp.device,
-            progress=False, startup_log=inp.server_log, served_data_path=inp.heldout_data,
-            served_traffic_path=inp.served_traffic).findings())
-    if inp.train_data or demo:
-        part("02 training-sample replay", lambda: _replay(inp))
-    else:
-        parts["02 training-sample replay"] = sample_replay.replay_findings(
-            {}, {}, sample_replay.ServingLayout(None, "none", "no training data given (--train-data)"), None)
-    if (inp.target and inp.train_data) or demo:
-        part("03 hidden-state diffing", lambda: _diffing(inp))
+                problems.append(Problem(param, value, error, text, "", step.name))
+        parts[step.name] = made.findings
     return Run(parts, tuple(problems), skipped, asked, demo)
-
-
-def _replay(inp: Inputs) -> list[Finding]:
-    ri = sample_replay.replay_inputs(inp.draft, inp.target, inp.train_data, "", inp.heldout_data, "", inp.recorded_acc,
-                                      inp.training_log, inp.serving_dump, inp.device)
-    setup = sample_replay.load_replay_setup(ri, device=inp.device, dtype=inp.dtype)
-    served = sample_replay.serving_layout(ri, setup.num_layers, typed=inp.serving_layout,
-                                          engine=inp.serving_engine, engine_version=inp.sglang_version,
-                                          device=inp.device)
-    layouts = sample_replay.layouts_to_replay(setup.training_layout, served)
-    train = {k: replay(setup, ri.train_data, layout=lay, label=k, n=inp.n, num_steps=inp.num_steps, fill="zeros",
-                       data_format=ri.train_format, progress=False) for k, lay in layouts.items()}
-    held = {k: replay(setup, p, label=k, n=inp.n, num_steps=inp.num_steps, progress=False)
-            for k, p in ri.heldout.items()}
-    verdicts = {k: verdict.decide(r, held, recorded_acc=ri.recorded_acc) for k, r in train.items()}
-    start, search = sample_replay.search_start(verdicts, layouts), None
-    if start is not None and setup.num_layers:
-        target_acc = ri.recorded_acc if ri.recorded_acc is not None else train["training"].acc0
-        search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc, n=8,
-                                             progress=False)
-    config_search = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
-                                                         recorded_from=ri.recorded_from)
-    return sample_replay.replay_findings(verdicts, train, served, setup.num_layers, search) + \
-        config_search.findings()
-
-
-def _diffing(inp: Inputs) -> list[Finding]:
-    di = diffing.diff_inputs(inp.target, inp.draft, inp.train_data, inp.serving_dump, device=inp.device)
-    s = diffing.sides(di)
-    proof = diffing.proof_of_fix(di, diffing.served(s), s.training.identified, n=min(inp.n, 16),
-                                 num_steps=inp.num_steps, device=inp.device)
-    return diffing.diffing_findings(di, s, proof) + diffing.drift_findings(di, n=inp.drift_samples)

@@ -200,7 +200,6 @@ def explain(expected, actual, *, num_layers: int | None = None, names=("training
 # every slot one layer off (a convention mismatch), have causes of their own; the rest is a layout mismatch.
 CAUSE_OF_KIND = {"postnorm": "final_norm_slot", "shift": "layer_id_off_by_one", "scale": "target_drift",
                  "dtype": "quantized_target"}
-LAYOUT_CAUSES = ("aux_layout_mismatch", "final_norm_slot", "layer_id_off_by_one")
 
 
 def causes_of(expl: LayoutExplanation) -> tuple[str, ...]:

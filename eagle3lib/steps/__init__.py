@@ -1,5 +1,11 @@
 """What each notebook calls: a notebook's parameters resolved (empty path = the demo world's artifact is decided
-here and only here), then the library called in the notebook's order.
+here and only here), then the library called in the notebook's order. Each notebook's step module has
+`run(inputs, earlier) -> Part`: the notebook displays the part, the diagnosis loops over the parts.
+
+- `part`       `Inputs` (what every investigation is given, one set) and `Part` (its findings, tables, figures,
+  notes, problems and the results they were made from).
+- `order`      the notebooks and their parts in order, written once (`NOTEBOOKS`, `PARTS`): what the diagnosis
+  loops over.
 
 - `given`      every input a user gives, read once before use: one that cannot be read is a `Problem` naming
   the parameter, the path or text, the error and what was expected (the diagnosis and the report runner).

@@ -12,6 +12,9 @@ from ..replay import tokenview
 from ..causes import Finding
 from ..checks.run import run_checks
 from ..samples.readers import open_dataset
+from .part import Inputs, Part
+
+NAME = "00 checkpoint audit"
 
 
 @dataclass(frozen=True)
@@ -41,6 +44,13 @@ def artifact_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,
                       only=ARTIFACT_CHECKS, progress=progress)
+
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 00's findings: its inputs resolved (`results["inputs"]`, an AuditInputs) and the artifact checks."""
+    inp = audit_inputs(inputs.draft, inputs.target, inputs.train_data)
+    found = artifact_checks(inp)
+    return Part(NAME, found, results={"inputs": inp})
 
 
 def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:

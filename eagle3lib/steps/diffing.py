@@ -12,13 +12,15 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import pandas as pd
+import torch
 
 from ..hidden.capture import Capture, as_slots, capture, load_target_model
 from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
-from ..causes import Finding, not_checked
+from ..causes import Finding
 from ..checks.run import run_checks
-from ..hidden.explain import (LAYOUT_CAUSES, LayoutExplanation, causes_of, explain, layout_text,
+from ..checks.served_layout import dump_findings, unmatched_slots_text
+from ..hidden.explain import (LayoutExplanation, explain, layout_text,
                               unidentified_slots)
 from ..samples.sample import Sample
 from ..samples.readers import open_dataset
@@ -26,6 +28,10 @@ from ..replay.run import load_setup, replay
 from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, MissingFileError
+from .part import Inputs, Part
+
+NAME = "03 hidden-state diffing"
+PROOF_SAMPLES = 16     # training samples replayed for the proof of fix unless Inputs.proof_samples says (at most n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -150,14 +156,6 @@ def served(s: Sides) -> tuple | None:
     return None if s.serving is None else s.serving.identified
 
 
-def _unmatched(layout) -> str:
-    """The sentence for training slots that match no boundary of the target (drift evidence), "" when none."""
-    j = unidentified_slots(layout)
-    return (f"training slot(s) {list(j)} match no boundary of the target (train_data against target): the "
-            "data was captured from another or a since changed target (see target_drift), so the trained layout "
-            "is not identified there") if j else ""
-
-
 def diff_summary(s: Sides) -> dict:
     """JSON-ready: the identified layouts and the kinds of difference."""
     return {"trained_layout": list(s.training.identified),
@@ -177,7 +175,7 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
     if not len(served_layout):
         return "not replayed: the serving dump holds no aux slot (0 slots), so there is no served layout to replay"
     if fixed_layout is None or not len(fixed_layout) or any(x is None for x in fixed_layout):
-        return ("not replayed: " + (_unmatched(fixed_layout) if fixed_layout else "no training layout identified "
+        return ("not replayed: " + (unmatched_slots_text(fixed_layout) if fixed_layout else "no training layout identified "
                                     "(train_data)") + ": there is no trained layout to replay against")
     setup = load_setup(inp.draft_path, inp.target_path, device=device)
     # samples that declare no layout (a config without ids) hold the identified training layout
@@ -229,7 +227,7 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
         kinds = ", ".join(sorted(s.explanation.kinds))
         text = f"serving feeds [{layout_text(s.serving.identified)}] where training used [{trained}] ({kinds})"
     if unidentified_slots(s.training.identified):
-        text += f"; {_unmatched(s.training.identified)}"
+        text += f"; {unmatched_slots_text(s.training.identified)}"
     a = proof_summary(proof)
     if len(a) == 2:
         served, fixed = list(a.values())
@@ -244,35 +242,22 @@ def drift_findings(inp: DiffInputs, n: int = 4, progress=None) -> list[Finding]:
 
 
 def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
-    """The layout causes as findings: what serving feeds, identified against the target's own boundaries."""
-    where = "serving dump vs the target's boundaries"
-    if s.explanation is None:
-        needs = "a serving dump (serving_dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump)"
-        return [not_checked(c, where, needs, s.serving_missing) for c in LAYOUT_CAUSES]
-    trained, served = s.training.identified, s.serving.identified
-    min_cos = _acc(s.serving.slots["cos_mean"].min()) if len(s.serving.slots) else None
-    evidence = {"trained_layout": [layout_text([x]) for x in trained],
-                "served_layout": [layout_text([x]) for x in served], "dump": str(inp.dump_path),
-                "min_cos_serving": min_cos}
-    acc = list(proof_summary(proof).values())
-    if len(acc) == 2:
-        evidence.update({"acc_0_as_served": acc[0], "acc_0_trained_layout": acc[1]})
-    if s.explanation.clean:
-        return [Finding(c, "ruled out", f"the serving dump feeds the trained layout [{layout_text(trained)}]",
-                        evidence, where, measured=True) for c in LAYOUT_CAUSES]
-    unmatched = _unmatched(trained)
-    # training slots that match nothing leave the layout undecided there: only what serving itself gets wrong
-    # (an error of the serving side: a slot missing, extra, padded, unidentified) confirms a cause
-    found = causes_of(s.explanation) if not unmatched else causes_of(dataclasses.replace(
-        s.explanation, findings=tuple(f for f in s.explanation.findings if f.severity == "error")))
-    kinds = sorted(s.explanation.kinds)
-    fix = f"make the engine capture [{layout_text(trained)}] (notebook 03 section 4 lists the ids per engine)"
-    out = [Finding(c, "confirmed", f"serving feeds [{layout_text(served)}] where training used "
-                   f"[{layout_text(trained)}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, where,
-                   fix=fix, measured=True) for c in found]
-    if unmatched:
-        needs = "training slots identified against the target (train_data captured from this target)"
-        return out + [not_checked(c, where, needs, f"not checked: {unmatched}") for c in LAYOUT_CAUSES
-                      if c not in found]
-    return out + [Finding(c, "ruled out", f"no {c} difference between served and trained slots", evidence, where,
-                          measured=True) for c in LAYOUT_CAUSES if c not in found]
+    """The layout causes as findings: what serving feeds, identified against the target's own boundaries
+    (decided by `checks.served_layout.dump_findings`)."""
+    return dump_findings(s.training, s.serving, s.explanation, str(inp.dump_path), missing=s.serving_missing,
+                         accuracy=proof_summary(proof))
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 03: the training slots and the serving dump identified against the target's own boundaries, what
+    differs, the proof of fix and the drift check. `results`: the DiffInputs, the Sides and the proof."""
+    dtype = getattr(torch, inputs.target_dtype) if inputs.target_dtype else None
+    inp = diff_inputs(inputs.target, inputs.draft, inputs.train_data, inputs.serving_dump, inputs.sample_index, inputs.device,
+                      dtype)
+    s = sides(inp, request=inputs.dump_request)
+    n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
+    proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,
+                         device=inputs.device)
+    found = diffing_findings(inp, s, proof) + drift_findings(inp, n=inputs.drift_samples)
+    tables = {"training slots": slot_table(s.training), "serving slots": slot_table(s.serving, s.serving_missing),
+              "proof of fix": proof}
+    return Part(NAME, found, tables=tables, notes=inp.notes, results={"inputs": inp, "sides": s, "proof": proof})

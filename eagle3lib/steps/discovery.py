@@ -29,6 +29,10 @@ from ..engines.sglang_table import RULES
 from ..engines.sglang_rule import KNOBS
 from ..engines.sglang_resolver import read_config, resolve
 from ..model.target import load_target_info
+from . import checkpoint_audit
+from .part import Inputs, Part
+
+NAME = "01 serving settings"
 
 SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
 
@@ -244,6 +248,21 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
                            only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
     return d.cause_findings() + found
+
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 01's serving settings: the launch command discovered from every source given (`results`: its
+    DiscoveryInputs and Discovery) and the checks that need the engine, on the training data notebook 00
+    resolved when it ran before (`earlier`), else the data given. What could not be read is in `problems`."""
+    inp = discovery_inputs(inputs.launch, inputs.fixed_command, inputs.sglang_version, inputs.server_log, inputs.target,
+                           inputs.draft)
+    d = discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
+                 server_info=inputs.server_info or inputs.server_url, server_log=inp.server_log)
+    audit = (earlier or {}).get(checkpoint_audit.NAME)
+    data = audit.results["inputs"].sample_data if audit is not None else inputs.train_data
+    found = serving_checks(inp, d, data=data)
+    return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
+                problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})
 
 
 def repo_path(path: str) -> str:

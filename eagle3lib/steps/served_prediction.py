@@ -30,12 +30,18 @@ from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served
 from ..replay.traffic import served_traffic
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
-from .served_view import ENGINE_SAID, deployment_view, view_findings
+from ..checks.engine_said import ENGINE_SAID, view_findings
+from .served_view import deployment_view
 from ..throughput.records import RunRecord
+from . import discovery
 from .discovery import Discovery
+from .part import Inputs, Part
 from . import sample_replay, trained_config
 from .trained_config import unused_tensors
 from .throughput_runs import read_runs
+
+NAME = "01 served vs replay"
+SERVED_SAMPLES = 16     # samples per prediction unless Inputs.served_samples says otherwise (at most Inputs.n)
 
 
 @dataclass(frozen=True, eq=False)
@@ -78,6 +84,23 @@ class ServedPrediction:
         need = " and ".join(self.missing) or "a served run with an accept length"
         why = "; ".join(self.problems)
         return [not_checked("engine_regression", WHERE + (f" ({why})" if why else ""), need)]
+
+
+def run(inputs: Inputs, earlier) -> Part:
+    """Notebook 01 section 11: the served runs beside the replay, for the serving settings `earlier` holds (the
+    part `discovery.run` made; `results["served"]` is the ServedPrediction, its problems are notes here)."""
+    settings = earlier[discovery.NAME]
+    d, di = settings.results["discovery"], settings.results["inputs"]
+    n = inputs.served_samples if inputs.served_samples is not None else min(inputs.n, SERVED_SAMPLES)
+    served = served_vs_predicted(
+        d, draft_path=inputs.draft, target_path=di.target_path, data_path=inputs.train_data,
+        served_paths=[p for p in inputs.served_log.split(",") if p.strip()], server_url=inputs.server_url,
+        serving_dump=inputs.serving_dump, serving_layout=inputs.serving_layout, n=n, device=inputs.device, progress=False,
+        startup_log=di.server_log, served_data_path=inputs.served_data or inputs.heldout_data,
+        served_traffic_path=inputs.served_traffic)
+    return Part(NAME, served.findings(), tables={"served vs replay": served.frame(), "as loaded": served.view_frame(),
+                                                 "as served": served.as_served_frame()},
+                notes=served.notes + served.problems, results={"served": served})
 
 
 def setting_of(record: RunRecord, d: Discovery | None) -> tuple[int, int, int] | None:

@@ -12,7 +12,7 @@ import yaml
 from eagle3lib.demo.sweep import demo_serving_dump
 from eagle3lib.hidden.compare import compare
 from eagle3lib.hidden.capture import Slots
-from eagle3lib.hidden.explain import LAYOUT_CAUSES
+from eagle3lib.causes import LAYOUT_CAUSES
 from eagle3lib.steps import diffing
 from tests.steps.test_step_properties import REF
 

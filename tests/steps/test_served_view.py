@@ -6,7 +6,8 @@ from __future__ import annotations
 from eagle3lib.engines.loaded_view import LAST_HIDDEN
 from eagle3lib.engines.vllm_probe import VllmProbe
 from eagle3lib.hidden.identify import TrainedLayout
-from eagle3lib.steps.served_view import deployment_view, view_findings
+from eagle3lib.checks.engine_said import view_findings
+from eagle3lib.steps.served_view import deployment_view
 from tests.checks.world import LAYOUT, canonical_tensors, draft_raw, write_draft, write_target
 
 

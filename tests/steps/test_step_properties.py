@@ -24,7 +24,8 @@ from hypothesis import HealthCheck, given, settings, strategies as st
 from eagle3lib.causes import STATUSES
 from eagle3lib.hidden.capture import Capture, Slots
 from eagle3lib.hidden.compare import compare
-from eagle3lib.hidden.explain import LAYOUT_CAUSES, causes_of, explain
+from eagle3lib.causes import LAYOUT_CAUSES
+from eagle3lib.hidden.explain import causes_of, explain
 from eagle3lib.layout import boundary_names
 from eagle3lib.replay import stats as S
 from eagle3lib.replay.verdict import THRESHOLDS, Verdict
