@@ -15,7 +15,8 @@ import json
 import sys
 
 from ..names import add_old_flags
-from .run import Inputs, run
+from ..steps.part import Inputs
+from .run import run
 
 
 def parser() -> argparse.ArgumentParser:
