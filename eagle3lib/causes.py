@@ -2,7 +2,7 @@
 
 One stable snake_case id per cause of `field-causes.md` (its 47 rows: 19 ranked, 28 reported in 2026) plus the
 seed's two (`ndt_override`, `aux_layout_mismatch`), two the workbook tells apart (`generalization_gap`,
-`lossy_threshold`) and two the training samples tell apart (`draft_config_differs`, `engine_cannot_run`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
+`lossy_threshold`) and three the training samples and the served replays tell apart (`draft_config_differs`, `engine_cannot_run`, `served_loss_unexplained`); `FIELD_CAUSES` maps each row number to its id. A check says what it saw as
 ``Finding(cause, status, summary, evidence, where, fix, needs, source)``; ``not_checked(cause, where, needs)`` is
 the finding of a check whose input is missing.
 Each cause lists its aspects (`ASPECTS`: chat_template_mismatch has role markers, think blocks, a default system
@@ -176,6 +176,11 @@ _ROWS_TRAINED = (
      "architecture name, float32 weights on a backend that takes bf16): it refuses with its own message",
      "the server does not start, or a request dies", "the engine's own traceback; engines.vllm_errors, "
      "vllm-0.32-facts.md"),
+    ("served_loss_unexplained", "the server accepts fewer tokens than the draft reaches replayed as the engine loads "
+     "it, and nothing measured explains the loss (an aspect no replay models, prompts unlike the replayed ones, or "
+     "the engine itself: engine_regression needs the same artifacts served on another version)",
+     "served τ below both replays, every modelled wiring cause ruled out",
+     "replay.served; the real vLLM's generated fault matrix (benchmarks/results/fault_matrix_vllm.json)"),
 )
 # the separate ways each cause happens (a cause with one way has one aspect, named after it)
 ASPECTS: dict[str, tuple[str, ...]] = {
@@ -204,6 +209,7 @@ ASPECTS: dict[str, tuple[str, ...]] = {
     "lossy_threshold": ("accept thresholds",),
     "draft_config_differs": ("a field the engine reads",),
     "engine_cannot_run": ("the engine's refusal",),
+    "served_loss_unexplained": ("served τ below the replays",),
 }
 CATALOGUE: dict[str, Cause] = {r[0]: Cause(*r, aspects=ASPECTS.get(r[0], (r[0].replace("_", " "),)))
                                for r in _ROWS + _ROWS_2026 + _ROWS_2026B + _ROWS_TRAINED}

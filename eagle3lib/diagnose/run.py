@@ -26,8 +26,8 @@ CORE = ("draft", "train_data", "launch")   # "no fault found" needs the draft, i
 # at least one of them, or the diagnosis says so instead of "no fault found"
 DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
            "heldout_data": (("generalization_gap",), ("train_data",)),
-           "served_log": (("engine_regression",), ("train_data",)),
-           "served_traffic": (("engine_regression",), ("served_log", "train_data", "target")),
+           "served_log": (("engine_regression", "served_loss_unexplained"), ("train_data",)),
+           "served_traffic": (("engine_regression", "served_loss_unexplained"), ("served_log", "train_data", "target")),
            "serving_dump": (LAYOUT_CAUSES, ("target", "train_data")),
            "serving_layout": (LAYOUT_CAUSES, ("train_data",)),
            "target": (("hidden_size_mismatch",), ())}

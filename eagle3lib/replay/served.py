@@ -6,8 +6,9 @@ a tree-served τ compared with a chain prediction reads as a loss the server nev
 `served_vs_replay` replays the setting the server ran (SGLang tree drafting when topk > 1, replay.tree; the chain when topk = 1) in
 the layout it feeds, and keeps the chain of the same depth beside it. The gap becomes a finding:
 - within the tolerance: the serving path reproduces the draft's offline acceptance (`engine_regression` ruled out);
-- served below: the serving path loses acceptance the draft has offline (suspected `engine_regression`; a served
-  layout or prompts unlike the replayed data show the same way, which notebooks 02 and 03 tell apart);
+- served below: the serving path loses acceptance the draft has offline (suspected `served_loss_unexplained`; a
+  served layout or prompts unlike the replayed data show the same way, which notebooks 02 and 03 tell apart;
+  `engine_regression` is not checked: it needs the same artifacts served on another engine version);
 - served above: greedy verification on this data cannot reach it (suspected `measurement_artefact`: repetitive
   outputs, a lossy accept threshold, a counter convention).
 The tolerance is max(0.2, 10% of the prediction) accepted tokens: served prompts are not the replayed samples.
@@ -19,7 +20,7 @@ from dataclasses import dataclass, replace
 
 import pandas as pd
 
-from ..causes import Finding
+from ..causes import Finding, not_checked
 from ..errors import DataError
 from ..hidden.explain import causes_of, explain
 from .as_served import ASPECT_CAUSE, CONFIG_ROPE
@@ -88,11 +89,12 @@ class ServedVsPredicted:
             return [Finding("engine_regression", "ruled out", f"{head}: the serving path reproduces the "
                             "draft's offline acceptance", ev, WHERE, measured=True)]
         if self.gap < 0:
-            return [Finding("engine_regression", "suspected", f"{head}: the server accepts {-self.gap:.2f} "
-                            "fewer tokens per round than the draft does offline (an engine regression, or a served "
-                            "layout / prompts unlike the replayed data: notebooks 02 and 03 tell these apart)", ev,
+            return [Finding("served_loss_unexplained", "suspected", f"{head}: the server accepts {-self.gap:.2f} "
+                            "fewer tokens per round than the draft does offline (a served layout / prompts unlike "
+                            "the replayed data, which notebooks 02 and 03 tell apart, or the engine itself)", ev,
                             WHERE, fix="replay in the layout the server feeds and on served prompts (02); if both "
-                            "stay high, compare another engine version", measured=True)]
+                            "stay high, serve the same artifacts on another engine version", measured=True),
+                    not_checked("engine_regression", WHERE, VERSION_EVIDENCE)]
         return [Finding("engine_regression", "ruled out", f"{head}: the server accepts more, not less", ev, WHERE,
                         measured=True),
                 Finding("measurement_artefact", "suspected", f"{head}: greedy verification on the replayed data "
@@ -128,6 +130,9 @@ def served_vs_replay(setup: ReplaySetup, data, served: float, setting, *, source
 # ---------------------------------------------------------------- the served τ against the draft as served
 
 AS_SERVED = "served accept length vs the draft replayed as the engine loads it"
+# engine_regression means the same artifacts serve better on another version: only that evidence decides it
+VERSION_EVIDENCE = ("the same artifacts served on another engine version (its server log or /metrics), or an engine "
+                    "fact placing a regression in the served version")
 WIRING_CAUSES = ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch", "final_norm_slot",
                  "d2t_mapping", "wrong_embedding", "lm_head_missing", "rope_mismatch", "draft_config_differs")
 
@@ -191,7 +196,7 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
     out = [f for f in out if not (f.cause in as_served.unseen and f.status == "ruled out")]   # never seen, never ruled out
     if as_served.unseen:
         out = [replace(f, evidence={**f.evidence, "not_replayed": dict(as_served.unseen)})
-               if f.cause == "engine_regression" and f.status == "suspected" else f for f in out]
+               if f.cause == "served_loss_unexplained" else f for f in out]
     for c in sorted(unknown):
         same = abs(served - tr.tau) <= tol
         out.append(Finding(c, "confirmed" if same else "suspected",
@@ -260,11 +265,12 @@ def _decided(served, as_served, tr, sv, tol, ev, head, diff, blamed) -> list[Fin
         out.append(Finding("engine_regression", "ruled out", f"{head}: the loss is what the engine loads "
                            f"({', '.join(diff)}), not the serving path", ev, AS_SERVED, measured=True))
     elif served < min(tr.tau, sv.tau) - tol:
-        out.append(Finding("engine_regression", "suspected", f"{head}: the server accepts less than the draft does "
-                           "even as the engine loads it (an engine regression, prompts unlike the replayed data, or "
-                           "an aspect this view does not model); no other version was seen serving these artifacts",
-                           ev, AS_SERVED, fix="replay on the served traffic; serve the same artifacts on another "
-                           "engine version", measured=True))
+        out.append(Finding("served_loss_unexplained", "suspected", f"{head}: the server accepts less than the draft "
+                           "does even as the engine loads it (prompts unlike the replayed data, an aspect this view "
+                           "does not model, or the engine itself); no other version was seen serving these "
+                           "artifacts", ev, AS_SERVED, fix="replay on the served traffic; serve the same artifacts on "
+                           "another engine version", measured=True))
+        out.append(not_checked("engine_regression", AS_SERVED, VERSION_EVIDENCE))
     elif served > tr.tau + tol:
         out.append(Finding("measurement_artefact", "suspected", f"{head}: the server accepts more than greedy "
                            "verification on the replayed data reaches (repetitive outputs, a lossy threshold, a "

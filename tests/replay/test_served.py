@@ -48,12 +48,15 @@ def test_the_gap_decides_the_finding(world):
 
 
 def test_a_low_served_accept_length_is_an_alarm(world):
-    """Served at 1.0 (nothing accepted) against a draft that accepts offline: suspected, with the gap."""
+    """Served at 1.0 (nothing accepted) against a draft that accepts offline: an unexplained loss, suspected, with
+    the gap; engine_regression not checked (no other version served these artifacts)."""
     setup, samples, rep = world
     p = rep.accept_length(3, 3, 6)
     assert p > 1.0 + tau_tolerance(p), "the tiny draft accepts something offline"
-    (f,) = served_vs_replay(setup, samples, served=1.0, setting=(3, 3, 6), replayed=rep).findings()
-    assert f.status == "suspected" and f.evidence["gap"] == pytest.approx(1.0 - p, abs=1e-3)
+    f, reg = served_vs_replay(setup, samples, served=1.0, setting=(3, 3, 6), replayed=rep).findings()
+    assert (f.cause, f.status) == ("served_loss_unexplained", "suspected")
+    assert f.evidence["gap"] == pytest.approx(1.0 - p, abs=1e-3)
+    assert (reg.cause, reg.status) == ("engine_regression", "not checked") and "another engine version" in reg.needs
 
 
 @pytest.mark.parametrize("served", [0.3, 5.5, True, "2.1"])
