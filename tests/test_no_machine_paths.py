@@ -26,7 +26,9 @@ def test_no_tracked_file_holds_a_machine_path():
     bad = {}
     for p in tracked_files():
         if p.is_file() and not p.is_symlink() and portable.is_text(p):
-            found = portable.machine_paths(p.read_text(errors="replace"))
+            rel = p.relative_to(ROOT).as_posix()
+            engine_output = rel.startswith(("data/", "benchmarks/results/"))    # what an engine wrote
+            found = portable.machine_paths(p.read_text(errors="replace"), engine_output=engine_output)
             if found:
                 bad[str(p.relative_to(ROOT))] = found[:3]
     assert not bad, f"{len(bad)} tracked files hold machine paths (fix the writer; demo.portable.make_portable " \
@@ -43,6 +45,19 @@ def test_machine_paths_finds_root_home_and_another_checkout():
     assert any(f.startswith(f"{home}/.pyenv") for f in found)
     assert f"{other}/data/demo_vllm/healthy/draft" in found and f"{other}/.venv-vllm/lib/vllm/a.py" in found
     assert not portable.machine_paths("data/demo/target ~/x /tmp/vv/bin/python", root=root, home=home)
+
+
+def test_engine_output_loses_its_python_prefix_and_scratch_folders():
+    """A served log's traceback keeps what a reader needs (lib/pythonX.Y/site-packages/vllm/...) and loses the
+    venv's or pyenv's prefix and the scratch folder the draft was written to."""
+    venv = "/tmp" + "/vv"
+    text = (f'File "{venv}/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 3; {venv}/bin/python -m vllm; '
+            f"model={'/tmp' + '/hA2'}/draft_fc3; ~/.pyenv/versions/3.11.7/lib/python3.11/x.py")
+    assert len(portable.machine_paths(text, engine_output=True)) == 4
+    got = portable.portable_text(text)
+    assert got == ('File "<python>/lib/python3.11/site-packages/vllm/v1/engine/core.py", line 3; <python>/bin/python '
+                   "-m vllm; model=<tmp>/draft_fc3; <python>/lib/python3.11/x.py")
+    assert not portable.machine_paths(got, engine_output=True)
 
 
 def test_portable_text_makes_root_relative_and_home_tilde():

@@ -4,7 +4,9 @@ A deployment served by the real vLLM leaves logs, metrics and records full of th
 own install (tracebacks): the repository root of the serving checkout, and $HOME. On another checkout those point
 nowhere and leak the machine. `portable_text` rewrites them the one way that stays true everywhere: a path inside
 the repository becomes repository-relative (``data/demo/target``, what the same command prints when launched from
-the repository root, as the notebooks and the CLI run), a path under $HOME becomes ``~/...``. `make_portable`
+the repository root, as the notebooks and the CLI run), a path under $HOME becomes ``~/...``, a Python
+installation's prefix (a venv, pyenv) ``<python>/`` (``<python>/lib/python3.11/site-packages/vllm/...``: what a
+traceback reader needs stays), a scratch folder ``<tmp>``. `make_portable`
 applies it to every text file of a folder the repository ships; `machine_paths` finds what is left (the test over
 every tracked file uses it).
 
@@ -22,6 +24,11 @@ BINARY_SUFFIXES = {".safetensors", ".pt", ".pth", ".bin", ".npy", ".npz", ".png"
                    ".arrow", ".parquet"}
 # an absolute path reaching into a checkout (its data folders or its venvs), whatever that checkout's root was
 CHECKOUT_PATH = re.compile(r"(?<![\w.~])(?:/[\w.+@-]+)+/(?:data/demo[\w/.-]*|\.venv[\w-]*/[\w/.-]*)")
+# a Python installation's own files, wherever it lives (a venv, pyenv): the part from lib/pythonX.Y/ on is what
+# a traceback reader needs (engines.vllm_errors keeps what follows site-packages/)
+PYTHON_PREFIX = re.compile(r"(?<![\w.<])(?:~|/[\w.+@-]+)(?:/[\w.+@-]+)*?/(?=(?:lib/python\d+\.\d+|bin/python)\b)")
+# a scratch folder of the machine that wrote the file
+TMP_DIR = re.compile(r"(?<![\w.<])/tmp/[\w.+@-]+(?=/)")
 
 
 def _roots(root: Path | str | None, home: Path | str | None) -> tuple[str, str | None]:
@@ -37,12 +44,15 @@ def portable_text(text: str, root: Path | str | None = None, home: Path | str | 
     text = text.replace(r + "/", "").replace(r, ".")
     if h:
         text = re.sub(re.escape(h) + r"(?=/|\b)", "~", text)
-    return text
+    text = PYTHON_PREFIX.sub("<python>/", text)
+    return TMP_DIR.sub("<tmp>", text)
 
 
-def machine_paths(text: str, root: Path | str | None = None, home: Path | str | None = None) -> list[str]:
+def machine_paths(text: str, root: Path | str | None = None, home: Path | str | None = None,
+                  engine_output: bool = False) -> list[str]:
     """The machine paths left in `text`: this checkout's root, $HOME, and any absolute path into a checkout's
-    data or venv folders (another machine's root); each as found, in order, without repeats."""
+    data or venv folders (another machine's root); in `engine_output` (what an engine wrote: logs, records) also a
+    Python installation's prefix and a scratch folder. Each as found, in order, without repeats."""
     r, h = _roots(root, home)
     found: list[str] = []
     for m in re.finditer(re.escape(r) + r"[^\s'\"]*", text):
@@ -51,6 +61,8 @@ def machine_paths(text: str, root: Path | str | None = None, home: Path | str | 
         for m in re.finditer(re.escape(h) + r"/[^\s'\"]*", text):
             found.append(m.group(0))
     found += [m.group(0) for m in CHECKOUT_PATH.finditer(text)]
+    if engine_output:
+        found += [m.group(0) for m in PYTHON_PREFIX.finditer(text)] + [m.group(0) for m in TMP_DIR.finditer(text)]
     return list(dict.fromkeys(found))
 
 
