@@ -183,7 +183,7 @@ served_part.tables["served vs replay"]
 # For a vLLM launch the served τ is also set beside the draft as vLLM really loads it. Each aspect (the layout fed
 # to fc, d2t, the embedding, the lm_head) is answered by the strongest source there is: a serving dump (what fc
 # got, identified against the target), the server's own log (the aux layers it captured, whether it kept the
-# draft's embedding and lm_head, the error it died of), vLLM's own code run on this draft (`engines.vllm_probe`,
+# draft's embedding and lm_head, the error it died of), vLLM's own code run on this draft (`vllm_driver.probe`,
 # where `.venv-vllm` exists), else eagle3lib's tables; `source` says which. The draft is then replayed as trained,
 # as served, and with each differing aspect served alone: a served τ equal to the trained replay rules every wiring
 # cause out, one equal to the as-served replay confirms the aspects whose own replay drops.

@@ -18,6 +18,7 @@ LAYERS = [
     {"engines"},
     {"serving"},
     {"replay", "throughput"},
+    {"vllm_driver"},             # the real vLLM, run in its own venv (serve reads throughput's parsers)
     {"checks"},
     {"demo"},
     {"steps"},
@@ -225,14 +226,14 @@ PROTOCOL_METHODS = {
 # name -> (what it means, every home: a module, or module.Class for a method).
 SHARED_NAMES = {
     "main": ("a command line's entry point", {
-        "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.engines.vllm_dump",
-        "eagle3lib.engines.vllm_side.accept", "eagle3lib.engines.vllm_side.dump", "eagle3lib.engines.vllm_side.probe",
-        "eagle3lib.engines.vllm_side.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
-        "eagle3lib.report.runner", "eagle3lib.throughput.vllm_serve"}),
+        "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.vllm_driver.dump",
+        "eagle3lib.vllm_driver.inside.accept", "eagle3lib.vllm_driver.inside.dump", "eagle3lib.vllm_driver.inside.probe",
+        "eagle3lib.vllm_driver.inside.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
+        "eagle3lib.report.runner", "eagle3lib.vllm_driver.serve"}),
     "parser": ("a command line's argparse parser", {
         "eagle3lib.cli", "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
     "resolve": ("the settings an engine runs for the requested ones", {
-        "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.engine.SpecEngine"}),
+        "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
     "edited_copy": ("a copy of a draft folder with its config and tensors edited", {
         "eagle3lib.demo.deployments", "eagle3lib.engines.draft_edit"}),
@@ -250,7 +251,7 @@ SHARED_NAMES = {
     "root_error": ("the engine's own failure in a log", {
         "eagle3lib.engines.vllm_errors", "eagle3lib.serving.vllm_log.VllmLogReading"}),
     "save_dump": ("aux rows written as an eagle3lib-dump/1 directory", {
-        "eagle3lib.hidden.dumps", "eagle3lib.serving.engine.SpecEngine"}),
+        "eagle3lib.hidden.dumps", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "speedup": ("predicted throughput relative to no speculation", {
         "eagle3lib.throughput.costmodel", "eagle3lib.throughput.treecost.TreeCost"}),
     "to_dict": (PROTOCOL_METHODS["to_dict"], {"eagle3lib.throughput.records"}),

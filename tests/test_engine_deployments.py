@@ -12,7 +12,7 @@ import pytest
 
 from eagle3lib.demo import deployments, vllm_world
 from eagle3lib.diagnose.run import Inputs, run
-from eagle3lib.engines import vllm_env
+from eagle3lib.vllm_driver import env as vllm_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")]

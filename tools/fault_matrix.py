@@ -27,7 +27,7 @@ def diagnosed(w, draft, engine: str = ""):
     """(diagnosis, exit code, what the engine measured: {} offline) of one case's draft."""
     given, served = {}, {}
     if engine == "vllm":
-        from eagle3lib.throughput.vllm_serve import serve
+        from eagle3lib.vllm_driver.serve import serve
         out = Path(draft).parent / "served"
         s = serve(w.target, draft, out, prompts=w.heldout_data, n=16, num_speculative_tokens=3, max_model_len=512)
         served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}

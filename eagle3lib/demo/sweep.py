@@ -152,7 +152,7 @@ def run_demo_sweep(num_steps, captures=("correct", "seed"), repeats: int = 3, de
 
 def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_prompts, version, root, clock,
            progress) -> list[RunRecord]:
-    from ..serving.engine import SpecEngine
+    from ..serving.sglang_emulator import SpecEngine
     from ..serving.engine_settings import SpecSettings
     from ..engines.sglang_resolver import accept_rate
 
@@ -210,7 +210,7 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
 def demo_serving_dump(out_dir: str | Path, capture_name: str = "seed", prompts: str = "train", n: int = 2,
                       max_new_tokens: int = 32, device: str = "cpu") -> Path:
     """Serve demo prompts with the demo engine under `capture_name` and dump what it fed the draft."""
-    from ..serving.engine import SpecEngine
+    from ..serving.sglang_emulator import SpecEngine
     from ..serving.engine_settings import SpecSettings
 
     world = load_demo(device)

@@ -2,8 +2,8 @@
 the OpenAI server of the vLLM venv and dumped by its offline engine, once, under ``data/demo_vllm/<name>/``.
 
 A deployment folder holds what a user brings from a GPU box: ``draft/`` (the draft as deployed), ``served/``
-(launch.txt, server.log, metrics.txt, prompts and answers: `throughput.vllm_serve`), ``dump/`` (what vLLM fed the
-draft's fc: `engines.vllm_dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
+(launch.txt, server.log, metrics.txt, prompts and answers: `vllm_driver.serve`), ``dump/`` (what vLLM fed the
+draft's fc: `vllm_driver.dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
 Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served.
 The mla world's deployments (`deployments.MLA_DEPLOYMENTS`) live under ``data/demo_vllm_mla/<name>/`` and are
@@ -20,7 +20,8 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import deployments, portable, world as demo
-from ..engines import host as engine_host, vllm_env
+from ..engines import host as engine_host
+from ..vllm_driver import env as vllm_env
 from ..errors import EngineError
 from ..jsonfiles import atomic_write
 
@@ -149,8 +150,8 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
                 made_of) == made_of and got.get("dtype", "float32") == dtype and
                 (got.get("dump") or not dump or got["refused"])):
             return Served(**_rebased({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out))
-    from ..throughput.vllm_serve import serve
-    from ..engines.vllm_dump import dump as dump_draft
+    from ..vllm_driver.serve import serve
+    from ..vllm_driver.dump import dump as dump_draft
     deployments.write_deployment(name, draft, target=w.target, world=kind)
     native = kind in NATIVE_ROPE
     num_speculative_tokens = dep.num_speculative_tokens or num_speculative_tokens

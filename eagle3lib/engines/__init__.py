@@ -1,4 +1,5 @@
-"""Engines: what SGLang and vLLM do with a draft, by version, as data with its source; and the real vLLM itself.
+"""Engines: what SGLang and vLLM do with a draft, by version, as data with its source (the real vLLM itself is driven
+from `eagle3lib.vllm_driver`).
 
 - `versions`        one version parser per engine; the versions the tables were read and checked against.
 - `facts`           which engine / version reads which config field, flag or key (rows with since / until, source).
@@ -17,14 +18,6 @@
 - `vllm_config`     how vLLM resolves the speculative method (explicit or inferred from the path), by version.
 - `host`            the host a run is on (AMX or not) and the route vLLM CPU takes there for an MLA model (dtype,
                     backend), read from the facts' "host" rows.
-- `vllm_env`        where the real vLLM lives (its own venv, `make vllm`) and how to run a script in it.
-- `vllm_probe`      vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
-                    embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.
 - `draft_edit`      a draft folder copied with config / tensor edits (the variants a probe or a serve checks).
-- `vllm_server`     one real vLLM OpenAI server as a child process group: start, /health, HTTP, stop by its pid.
-- `vllm_prompts`    the prompts sent to a real engine: a prompts .jsonl, or a dataset's user turns (`write_prompts`).
 - `vllm_errors`     the exceptions a vLLM log's tracebacks (and native aborts) end with; the engine's own root error.
-- `vllm_dump`       the real vLLM's offline engine on prompts -> an eagle3lib dump of what its draft's fc got
-                    (+ its first-step draft logits); `identify` names the dumped slots' boundaries.
-- `vllm_side/`      the scripts that run inside the vLLM venv (they never import eagle3lib).
 """

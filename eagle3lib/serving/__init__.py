@@ -6,12 +6,13 @@
 - `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
 - `vllm_log`          what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head
                       sharing, speculative config, and each exception (its key / shape / file) with its line.
-- `traffic`           the requests a server answered and its answers as token ids (vllm_serve's prompts.jsonl and
+- `traffic`           the requests a server answered and its answers as token ids (vllm_driver.serve's prompts.jsonl and
                       responses.jsonl; text re-tokenized only where the engine's count agrees).
 - `crossengine`       one deployment's settings seen by SGLang and vLLM (steps/topk/ndt <-> K), and a lint.
 - `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
-- `engine_settings`   the emulated SGLang server: launch settings -> effective settings -> its log lines.
+- `engine_settings`   the SGLang emulator's server settings: launch settings -> effective settings -> its log lines.
 - `tree`              SGLang-style draft trees (topk > 1): beams by cumulative score, `num_draft_tokens` nodes kept,
                       the tree mask, greedy longest-path acceptance (SGLang v0.5.x rules).
-- `engine`            `SpecEngine`: offline greedy EAGLE-3 speculative decoding on an HF target, SGLang-format logs.
+- `sglang_emulator`   `SpecEngine`: an SGLang emulator, offline greedy EAGLE-3 speculative decoding on an HF target
+                      in plain PyTorch, with SGLang-format logs (the real SGLang: ../shared/engines/sglang-cpu).
 """

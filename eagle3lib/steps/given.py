@@ -55,7 +55,7 @@ KINDS = {
     "url": ("the server", "a live server URL (http://host:port)"),
     "server_info": ("the /server_info", "a saved GET /server_info JSON"),
     "traffic": ("the served traffic", "a served folder with prompts.jsonl and responses.jsonl (as "
-                                      "throughput.vllm_serve saves them), or its responses.jsonl"),
+                                      "vllm_driver.serve saves them), or its responses.jsonl"),
     "dump": ("the serving dump", "an eagle3lib serving dump folder (manifest.json + req_<n>.safetensors)"),
     "version": ("the engine version", "an engine version such as 0.5.6"),
     "layout": ("the serving layout", "boundary names, e.g. embed,layer_in.2,layer_in.4"),

@@ -2,7 +2,7 @@
 
 `deployment_view(engine, draft, target, ...)` starts from the tables at the engine's version
 (`engines.loaded_view.engine_view`), lets the real vLLM's own answer overrule them where vLLM is installed
-(`engines.vllm_probe`: its config and loader functions run on this draft), and lets the server's own log overrule
+(`vllm_driver.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
 both (`serving.vllm_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
 died of). Each aspect says which source answered (`EngineView.frame()`).
 What the running engine said becomes findings in `checks.engine_said`. `served_as_served(...)` is the measurement on top: the served τ beside the draft replayed as
@@ -13,7 +13,7 @@ from __future__ import annotations
 import dataclasses
 
 from ..checks.inputs import read_artifacts
-from ..engines import vllm_env
+from ..vllm_driver import env as vllm_env
 from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..layout import from_ids
@@ -38,7 +38,7 @@ def deployment_view(engine: str, draft, target, *, version: str | None = None, l
                        version=version, runner=runner)
     if engine == "vllm" and probe is None and use_probe and vllm_env.vllm_python() is not None:
         try:
-            from ..engines.vllm_probe import probe as ask
+            from ..vllm_driver.probe import probe as ask
             probe = ask(draft, target, num_speculative_tokens=num_speculative_tokens)
         except Eagle3Error as e:
             notes.append(f"the vLLM probe could not answer: {e}")
@@ -62,7 +62,7 @@ def _layout(ids, L: int) -> tuple:
 
 
 def _from_probe(view: EngineView, p, art) -> EngineView:
-    """Aspects as vLLM's own code answered them (`engines.vllm_probe.VllmProbe`) overrule the tables."""
+    """Aspects as vLLM's own code answered them (`vllm_driver.probe.VllmProbe`) overrule the tables."""
     L, who = art.target_info.num_layers, f"vLLM {p.vllm_version} ({p.runner or '?'} runner)"
     if p.error:
         return view.with_refusal(f"{who} refuses the deployment at {p.error.get('stage')}: {p.error.get('type')}: "

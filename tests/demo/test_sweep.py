@@ -15,7 +15,7 @@ from eagle3lib.model.config import DraftConfig
 from eagle3lib.samples.readers import Sample
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.engine import SpecEngine
+from eagle3lib.serving.sglang_emulator import SpecEngine
 from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.errors import DataError
 from eagle3lib.throughput.records import read_jsonl, write_jsonl

@@ -1,7 +1,7 @@
 """eagle3lib's vLLM tables against the running engine: a table row that disagrees with vLLM's own answer fails.
 
 Every variant of the demo draft (tests/engines/vllm_variants.py) is probed once per session in the vLLM venv
-(`engines.vllm_probe`); each test reads one family of rows (`engines.facts`, `engines.layer_reading`,
+(`vllm_driver.probe`); each test reads one family of rows (`engines.facts`, `engines.layer_reading`,
 `engines.capture_rules`, `engines.vllm_config`) at the version running and compares it with what vLLM built,
 loaded or refused. Skipped, with the reason, where no vLLM venv exists (`make vllm`).
 """
@@ -15,7 +15,7 @@ from eagle3lib.engines import facts
 from eagle3lib.engines.capture_rules import draft_rules, served_fc_slots
 from eagle3lib.engines.layer_reading import vllm_ids
 from eagle3lib.engines.vllm_config import infer_method
-from eagle3lib.engines.vllm_env import unavailable_reason
+from eagle3lib.vllm_driver.env import unavailable_reason
 from eagle3lib.layout import engine_default_ids
 from eagle3lib.serving.crossengine import vllm_effective
 from eagle3lib.serving.launch import parse_launch

@@ -86,7 +86,7 @@ def test_step_cost_fit_recovers_timings_and_engine_timings_add_up():
     from transformers import LlamaConfig, LlamaForCausalLM
 
     from eagle3lib.serving.capturespec import CaptureSpec
-    from eagle3lib.serving.engine import SpecEngine
+    from eagle3lib.serving.sglang_emulator import SpecEngine
     from eagle3lib.serving.engine_settings import SpecSettings
     from eagle3lib.throughput.treecost import fit_step_costs, time_settings
     from tests.serving.test_tree import LAYOUT, draft_cfg, random_draft

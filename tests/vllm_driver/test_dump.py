@@ -1,4 +1,4 @@
-"""engines.vllm_dump against the real vLLM (marker `engine`): what its draft's fc got, identified; logits parity. The
+"""vllm_driver.dump against the real vLLM (marker `engine`): what its draft's fc got, identified; logits parity. The
 engine walk (where a speculative engine drafts) needs no engine."""
 from __future__ import annotations
 
@@ -9,8 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.engines.vllm_dump import dump, engine_walk, identify
-from eagle3lib.engines.vllm_env import unavailable_reason
+from eagle3lib.vllm_driver.dump import dump, engine_walk, identify
+from eagle3lib.vllm_driver.env import unavailable_reason
 from eagle3lib.model.checkpoint import load_draft
 
 ROOT = Path(__file__).resolve().parents[2]

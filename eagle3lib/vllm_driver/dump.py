@@ -1,6 +1,6 @@
 """What the real vLLM hands the draft: run its offline engine on prompts and dump the draft's fc input per request.
 
-`dump(target, draft, out, prompts=...)` runs `engines/vllm_side/dump.py` in the vLLM venv (the engine in-process,
+`dump(target, draft, out, prompts=...)` runs `vllm_driver/inside/dump.py` in the vLLM venv (the engine in-process,
 one request at a time, a few tokens each) and writes an eagle3lib dump (`hidden.dumps`, "eagle3lib-dump/1"): per
 request the (T, k*H) tensor vLLM built from the target for the draft at prefill, its token ids and positions, and as
 the extra "draft_logits" (T, Vd) the draft's first-step logits vLLM computed for every row. The manifest's
@@ -9,10 +9,10 @@ None: the dump records what fc got, `identify` names the boundaries (`hidden.com
 The engine's whole log is kept beside the dump as engine.log.
     d = dump("data/demo/target", "my_draft", "out/vllm_dump", prompts="data/demo/data/heldout/heldout.jsonl", n=4)
     identify("out/vllm_dump", "data/demo/target")   # -> ("embed", "layer_in.2", ...)
-CLI: ``python -m eagle3lib.engines.vllm_dump --target T --draft D --prompts FILE --out DIR [--n 4] [--k 3]``
+CLI: ``python -m eagle3lib.vllm_driver.dump --target T --draft D --prompts FILE --out DIR [--n 4] [--k 3]``
 
 Every draft forward of a served generation (not only the prefill's first step): `draft_calls` runs
-`engines/vllm_side/draft_calls.py` (the offline engine, greedy, one request at a time) and records each call vLLM
+`vllm_driver/inside/draft_calls.py` (the offline engine, greedy, one request at a time) and records each call vLLM
 makes: step 0 over the prompt ("prefill"), step 0 after each verification over the K+1 verified rows against the
 draft's own KV cache ("prefill+context": on MLA the chunked-context path), and the single-row steps 1..K-1
 ("decode": on CPU_MLA the mla_decode_kvcache_cpu kernel), with their inputs, attention metadata and logits.
@@ -26,7 +26,6 @@ engine drafted at (`engine_walk`) and over every position.
 """
 from __future__ import annotations
 
-import argparse
 import json
 import sys
 import tempfile
@@ -43,12 +42,12 @@ from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import compare
 from ..hidden.dumps import Dump, load_dump, save_dump
 from ..model.safefiles import load_safetensors
-from .verification import verification_walk
-from .vllm_env import run_script
-from .vllm_errors import log_lines, root_error, scan_errors
-from .vllm_prompts import read_prompts
+from ..engines.verification import verification_walk
+from .env import driver_parser, run_script
+from ..engines.vllm_errors import log_lines, root_error, scan_errors
+from .prompts import read_prompts
 
-# what the vLLM side reports about the engine it ran (engines/vllm_side/dump.py), kept in the manifest's "engine"
+# what the vLLM side reports about the engine it ran (vllm_driver/inside/dump.py), kept in the manifest's "engine"
 ENGINE_KEYS = ("version", "runner", "runner_class", "drafter", "draft_class", "draft_architectures", "aux_layer_ids",
                "num_aux_hidden_states", "fc_in_features", "draft_hidden_size", "norm_before_fc", "fc_norm",
                "fc_input_is_aux", "target_layers", "speculative_config", "rope")
@@ -89,7 +88,7 @@ def dump(target, draft, out, *, prompts, n: int | None = 4, num_speculative_toke
         extras = {"draft_logits": [r["draft_logits"] for r in req]} if req and "draft_logits" in req[0] else {}
         extras["next_token_ids"] = [r["next_token_ids"] for r in req]
         save_dump(out, [r["aux"] for r in req], [r["input_ids"] for r in req], slots=None, hidden_size=H,
-                  source=f"vllm {info.get('version')} offline engine (engines.vllm_dump)",
+                  source=f"vllm {info.get('version')} offline engine (vllm_driver.dump)",
                   num_layers=info.get("target_layers"), positions=[r["positions"] for r in req], engine=engine,
                   extras=extras)
     return load_dump(out)
@@ -319,14 +318,7 @@ def _per_step(lengths: list[int], K: int) -> tuple[float, ...]:
 
 
 def main(argv: list[str] | None = None) -> int:
-    ap = argparse.ArgumentParser(prog="python -m eagle3lib.engines.vllm_dump", description=__doc__.split("\n")[0])
-    ap.add_argument("--target", required=True)
-    ap.add_argument("--draft", required=True)
-    ap.add_argument("--prompts", required=True, help="prompts .jsonl, or a dataset path (any eagle3lib format)")
-    ap.add_argument("--out", required=True)
-    ap.add_argument("--n", type=int, default=4, help="at most this many prompts (one request each)")
-    ap.add_argument("--k", type=int, default=3, help="num_speculative_tokens")
-    ap.add_argument("--max-model-len", type=int, default=512)
+    ap = driver_parser("python -m eagle3lib.vllm_driver.dump", __doc__.split("\n")[0], n=4, max_model_len=512)
     ap.add_argument("--identify", action="store_true", help="also name the boundary of each slot (HF capture)")
     a = ap.parse_args(argv)
     try:

@@ -16,7 +16,7 @@ from eagle3lib.hidden.dumps import load_dump
 from eagle3lib.serving.capturespec import CaptureSpec
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.engine import SpecEngine
+from eagle3lib.serving.sglang_emulator import SpecEngine
 from eagle3lib.errors import DataError, LayoutError, ServingArgsError, VocabError
 from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.throughput.logparse import parse_sglang_log
