@@ -235,8 +235,6 @@ SHARED_NAMES = {
     "resolve": ("the settings an engine runs for the requested ones", {
         "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
-    "edited_copy": ("a copy of a draft folder with its config and tensors edited", {
-        "eagle3lib.demo.deployments", "eagle3lib.engines.draft_edit"}),
     "exit_code": ("the workbook's exit code: 0 read, 1 broke, 3 an input unreadable", {
         "eagle3lib.report.problems", "eagle3lib.diagnose.run.Run"}),
     "not_given": ("the core inputs left empty on a user's own draft", {

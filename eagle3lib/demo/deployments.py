@@ -18,16 +18,16 @@ Usage: ``draft = write_deployment("off_by_one", tmp / "draft"); DEPLOYMENTS["off
 """
 from __future__ import annotations
 
-import json
 import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
 
 import torch
-from safetensors.torch import load_file, save_file
+from safetensors.torch import load_file
 
 from . import world as demo
+from ..engines.draft_edit import edited_copy
 from ..errors import DataError
 
 VLLM_IDS = [0, 2, 4, 6]             # the trained layout [embed, layer_in.2, layer_in.4, layer_in.6], vLLM's ids
@@ -160,11 +160,12 @@ def write_deployment(name: str, out, *, draft=None, target=None, world: str | No
     w = demo.paths(world=world)
     src, target = Path(draft or getattr(w, dep.source)), Path(target or w.target)
     if dep.dialect is None:
-        return edited_copy(src, out, dep.config, dep.weights, target)
+        return edited_copy(src, out, config=dep.config, tensors=dep.weights, target=target, fresh=True)
     out = Path(out)
     converted = out.with_name(f".{out.name}.{dep.dialect}")
     try:
-        return edited_copy(resaved(src, converted, target, dep.dialect), out, dep.config, dep.weights, target)
+        return edited_copy(resaved(src, converted, target, dep.dialect), out, config=dep.config, tensors=dep.weights,
+                           target=target, fresh=True)
     finally:
         shutil.rmtree(converted, ignore_errors=True)
 
@@ -175,21 +176,3 @@ def resaved(src, out, target, format: str) -> Path:
     from ..model.checkpoint import load_draft, save_draft
     loaded = load_draft(src, target=target)
     return save_draft(loaded.model, loaded.cfg, out, format=format)
-
-
-def edited_copy(src, out, config: Callable[[dict], None] | None = None,
-                weights: Callable[[dict, Path], None] | None = None, target=None) -> Path:
-    """A copy of draft folder `src` at `out` (replaced), its config.json edited by `config` and its tensors by
-    `weights` (given the tensors and the `target` folder)."""
-    out = Path(out)
-    shutil.rmtree(out, ignore_errors=True)
-    shutil.copytree(src, out)
-    cfg = json.loads((out / "config.json").read_text())
-    if config is not None:
-        config(cfg)
-    (out / "config.json").write_text(json.dumps(cfg, indent=2) + "\n")
-    if weights is not None:
-        tensors = load_file(str(out / "model.safetensors"))
-        weights(tensors, Path(target) if target is not None else None)
-        save_file(tensors, str(out / "model.safetensors"))
-    return out

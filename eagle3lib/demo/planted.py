@@ -21,7 +21,7 @@ import yaml
 from safetensors.torch import load_file, save_file
 
 from . import world as demo
-from .deployments import edited_copy
+from ..engines.draft_edit import edited_copy
 from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import DataError
 
@@ -329,7 +329,7 @@ def write_case(name: str, out, *, optional: bool = True) -> Path:
         shutil.rmtree(target, ignore_errors=True)
         shutil.copytree(w.target, target)
         c.target(target)
-    draft = edited_copy(w.draft, out / "draft", c.config, c.weights, target)
+    draft = edited_copy(w.draft, out / "draft", config=c.config, tensors=c.weights, target=target, fresh=True)
     launch = _launch(c, target, draft)
     (out / "launch.txt").write_text(launch + "\n")
     data = str(w.specforge_data.resolve())

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from eagle3lib.demo import deployments
+from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.facts import read_fields
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.variants import CHANGEABLE
@@ -106,7 +107,7 @@ def test_the_demo_draft_with_a_flag_it_was_not_trained_with_names_it(world, tmp_
     clean = trained_config_search(setup_of(world, healthy), world.specforge_data, recorded=0.88)
     assert clean.findings()[0].status == "ruled out" and clean.restoring is None
     bad = tmp_path / "nbr"
-    deployments.edited_copy(healthy, bad, config=lambda c: c.update(norm_before_residual=True))
+    edited_copy(healthy, bad, config=lambda c: c.update(norm_before_residual=True), fresh=True)
     s = trained_config_search(setup_of(world, bad), world.specforge_data, recorded=0.88)
     (f,) = s.findings()
     assert f.cause == "draft_config_differs" and f.status == "confirmed", f.summary
