@@ -62,14 +62,13 @@ def _replay(art: Artifacts, target: dict, n: int, draft: dict | None = None) -> 
     """Step-0 accuracy under the draft config's RoPE and under the target's (empty when it cannot run)."""
     if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path or not art.tensors:
         return {}
-    if target["partial_rotary_factor"] != 1.0 or (draft or {}).get("partial_rotary_factor", 1.0) != 1.0:
-        return {"replay": "not run: partial_rotary_factor is not modelled by the replay draft"}
     from ..replay.evidence import acc0, load_replay
     try:
         setup = load_replay(art.draft_path, art.target_path)
         return {"acc_0_draft_rope": acc0(setup, art.data, n),
                 "acc_0_target_rope": acc0(setup, art.data, n, rope_theta=target["theta"],
-                                          rope_scaling=target["scaling"]),
+                                          rope_scaling=target["scaling"],
+                                          partial_rotary_factor=target["partial_rotary_factor"]),
                 "replayed_samples": min(n, len(art.data)), "measurement": MEASUREMENT}
     except Eagle3Error as e:
         return {"replay_error": str(e)[:200]}

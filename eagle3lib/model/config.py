@@ -20,7 +20,8 @@ from .. import layout as _layout
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
 from .config_fields import (MLA_ARCHITECTURE, MLA_ARCHITECTURES, MLA_SIZES, MlaConfig, detect_dialect, read_flag,
-                            read_layer_ids, read_layer_type, read_mla, read_parallel, read_rope,
+                            read_layer_ids, read_layer_type, read_mla, read_parallel, read_partial_rotary,
+                            read_rope,
                             refuse_other_algorithms)
 from .mla_vllm import config_warnings as vllm_mla_warnings
 
@@ -28,7 +29,8 @@ from .mla_vllm import config_warnings as vllm_mla_warnings
 _KNOWN_KEYS = {
     "architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
     "num_key_value_heads", "head_dim", "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling",
-    "rope_parameters", "max_position_embeddings", "vocab_size", "draft_vocab_size", "target_hidden_size",
+    "rope_parameters", "partial_rotary_factor", "max_position_embeddings", "vocab_size", "draft_vocab_size",
+    "target_hidden_size",
     "tie_word_embeddings", "eagle_config", "eagle_aux_hidden_state_layer_ids", "num_aux_hidden_states",
     "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "hidden_act", "bias",
     "attention_bias", "mlp_bias", "attention_dropout", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
@@ -68,6 +70,7 @@ class DraftConfig:
     norm_before_fc: bool              # gpt-oss drafts: RMSNorm over the concatenation (input_norm)
     norm_output: bool                 # EAGLE-3.1: feed back the post-norm hidden state
     hidden_act: str = "silu"
+    partial_rotary_factor: float = 1.0   # RoPE on the first int(head_dim * f) dims of each head (vLLM, SGLang)
     bias: bool = False                # fc / q,k,v bias (EAGLE `bias`)
     num_hidden_layers: int = 1        # layer 0 (`midlayer`) reads 2H; layers 1.. (`layers.N`) are plain, width H
     layer_type: str = "llama"         # the decoder layers' architecture: "llama" or "qwen3" (model_type)
@@ -204,6 +207,7 @@ class DraftConfig:
             target_hidden_size=int(target_hidden), num_aux=int(num_aux), aux_layer_ids=ids,
             aux_ids_convention=convention, aux_ids_key=ids_key, rms_norm_eps=float(eps),
             rope_theta=rope_theta, rope_scaling=rope_scaling,
+            partial_rotary_factor=read_partial_rotary(raw, body, source),
             max_position_embeddings=opt_int("max_position_embeddings", 2048, body),
             norm_before_residual=bool(opt("norm_before_residual", False)),
             fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
@@ -250,7 +254,8 @@ class DraftConfig:
             "V (target)": self.vocab_size, "Vd (draft)": self.draft_vocab_size,
             "heads / kv heads / head_dim": f"{self.num_attention_heads} / {self.num_key_value_heads} / {self.head_dim}",
             "intermediate": self.intermediate_size, "rope_theta": self.rope_theta,
-            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None, "eps": self.rms_norm_eps,
+            "rope_scaling": dict(self.rope_scaling) if self.rope_scaling else None,
+            "partial_rotary_factor": self.partial_rotary_factor, "eps": self.rms_norm_eps,
             "norm_before_residual": self.norm_before_residual, "fc_norm": self.fc_norm,
             "norm_before_fc": self.norm_before_fc, "norm_output": self.norm_output,
             "attention": "MLA" if self.mla else "Llama",
@@ -302,6 +307,8 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
     }
     if cfg.rope_scaling:
         llama["rope_scaling"] = dict(cfg.rope_scaling)
+    if cfg.partial_rotary_factor != 1.0:
+        llama["partial_rotary_factor"] = cfg.partial_rotary_factor
     flags = {"norm_before_residual": cfg.norm_before_residual, "fc_norm": cfg.fc_norm,
              "norm_before_fc": cfg.norm_before_fc, "norm_output": cfg.norm_output}
     if cfg.parallel_drafting:     # P-EAGLE: vLLM reads mask_token_id at the top level of every dialect

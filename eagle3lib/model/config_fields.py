@@ -257,6 +257,21 @@ def read_mla(body: Mapping[str, Any], arch: str, warnings: list[str], source: st
                      v_head_dim=v, rope_interleave=interleave)
 
 
+def read_partial_rotary(raw, body, source: str = "<dict>") -> float:
+    """partial_rotary_factor (the share of each head RoPE rotates; 1.0 when absent), top level or in
+    `rope_parameters`, as vLLM's get_rope reads it (0 < f <= 1, rotary_dim = int(head_dim * f))."""
+    params = body.get("rope_parameters") or raw.get("rope_parameters") or {}
+    f = body.get("partial_rotary_factor", raw.get("partial_rotary_factor",
+                                                  params.get("partial_rotary_factor") if isinstance(params, Mapping)
+                                                  else None))
+    if f is None:
+        return 1.0
+    if isinstance(f, bool) or not isinstance(f, (int, float)) or not 0.0 < float(f) <= 1.0:
+        raise ConfigError(f"{source}, key 'partial_rotary_factor'", "must be a number in (0, 1]",
+                          expected="0 < f <= 1 (vLLM's get_rope refuses anything else)", found=repr(f))
+    return float(f)
+
+
 def read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dict>"):
     """(rope_theta, normalized rope_scaling) from legacy keys or transformers-5 `rope_parameters`."""
     params = body.get("rope_parameters") or raw.get("rope_parameters")

@@ -92,7 +92,8 @@ class Rotary(nn.Module):
 
     def __init__(self, cfg: DraftConfig):
         super().__init__()
-        dim = cfg.mla.qk_rope_head_dim if cfg.mla else cfg.head_dim
+        # vLLM's get_rope: rotary_dim = int(head_size * partial_rotary_factor), the rest of each head passes through
+        dim = cfg.mla.qk_rope_head_dim if cfg.mla else int(cfg.head_dim * cfg.partial_rotary_factor)
         inv, self.scale = rope_inv_freq(dim, cfg.rope_theta, cfg.rope_scaling, cfg.max_position_embeddings)
         if cfg.mla:                                                    # DeepSeek YaRN magnitude (MlaConfig)
             self.scale = cfg.mla.rope_mscale
@@ -117,7 +118,12 @@ class Rotary(nn.Module):
 def apply_rope(x: Tensor, cos: Tensor, sin: Tensor) -> Tensor:
     """Rotate-half RoPE on (B, nh, T, hd) with cos/sin (B, T, hd): x * cos + cat(-x2, x1) * sin, written as
     x * cos with x2 * sin taken from its first half and x1 * sin added to its second (the same sums: a + (-b)
-    is a - b exactly), without building the rotated copy."""
+    is a - b exactly), without building the rotated copy. cos/sin narrower than the head (rd < hd, a partial
+    rotary factor): the first rd dims of each head are rotated, the rest pass unchanged (vLLM's RotaryEmbedding)."""
+    rd = cos.shape[-1]
+    if rd < x.shape[-1]:
+        rot, rest = x[..., :rd], x[..., rd:]                # (B, nh, T, rd), (B, nh, T, hd - rd)
+        return torch.cat([apply_rope(rot, cos, sin), rest], dim=-1)
     cos, sin = cos[:, None], sin[:, None]                   # (B, T, hd) -> (B, 1, T, hd)
     x1, x2 = x.chunk(2, dim=-1)
     s1, s2 = sin.chunk(2, dim=-1)

@@ -21,7 +21,7 @@ from .peagle import draft_for
 
 # DraftConfig fields whose change leaves every tensor's shape as it is (the fields a counterfactual may set)
 CHANGEABLE = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual", "rope_theta", "rope_scaling",
-              "max_position_embeddings", "rms_norm_eps", "hidden_act")
+              "partial_rotary_factor", "max_position_embeddings", "rms_norm_eps", "hidden_act")
 
 
 @dataclass(frozen=True, eq=False)

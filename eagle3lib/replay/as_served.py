@@ -36,7 +36,7 @@ FLAG_FIELDS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual
 ASPECT_CAUSE = {"d2t": "d2t_mapping", "embedding": "wrong_embedding", "lm_head": "lm_head_missing",
                 "rope": "rope_mismatch", "config": "draft_config_differs"}
 # layout: the kind of layout difference decides (hidden.explain); config: a RoPE field is rope_mismatch
-CONFIG_ROPE = ("rope_theta", "rope_scaling", "max_position_embeddings")
+CONFIG_ROPE = ("rope_theta", "rope_scaling", "partial_rotary_factor", "max_position_embeddings")
 
 
 @contextlib.contextmanager
@@ -258,10 +258,4 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
     unknown = {f.cause for f in setup.filled}
     if trained["lm_head"] != "own":
         unknown.add("lm_head_missing")
-    raw = setup.cfg.raw or {}
-    prf = raw.get("partial_rotary_factor", (raw.get("rope_parameters") or {}).get("partial_rotary_factor"))
-    unseen = {}
-    if prf is not None and float(prf) != 1.0:     # the forward rotates whole heads; the engine rotates a part
-        unseen["rope_mismatch"] = (f"the draft config's partial_rotary_factor {prf} is not replayed (the replay "
-                                   "rotates whole heads, the engine a part of each)")
-    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes), tuple(sorted(unknown)), unseen)
+    return AsServed(num_steps, trained, served, sources, tuple(out), tuple(notes), tuple(sorted(unknown)))

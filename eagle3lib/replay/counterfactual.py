@@ -27,6 +27,7 @@ from ..engines.facts import read_fields
 from ..errors import Eagle3Error
 from ..model.checkpoint import expected_tensors
 from ..model.variants import CHANGEABLE, rebuilt
+from .as_served import CONFIG_ROPE
 from .run import replay
 from .stats import ReplaySetup
 
@@ -42,14 +43,11 @@ FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
 # fields whose untrained value an engine refuses outright (engines.facts 'config' rows): the refusal is this
 # finding's consequence (vLLM / SGLang: hidden_act other than silu)
 REFUSED_VALUES = ("hidden_act",)
-ROPE = ("rope_theta", "rope_scaling", "partial_rotary_factor", "max_position_embeddings")
 
 # engine-read fields the search does not replay, and what decides them instead
 DECIDED_ELSEWHERE = {
     "use_aux_hidden_state": "checks (aux_opt_out): with it false vLLM feeds the last hidden state and builds no fc, "
                             "which the draft's fc weights and the training data's slots contradict",
-    "partial_rotary_factor": "checks.rope: eagle3lib's Llama forward rotates the whole head, so a partial factor is "
-                             "compared between draft, target and training config, not replayed",
 }
 
 
@@ -174,7 +172,7 @@ class Search:
                       changes={k: _show(v) for k, v in r.changes.items()},
                       shipped={k: _show(v) for k, v in r.shipped.items()})
             rec = f" (recorded {self.recorded:.2f})" if self.recorded is not None else ""
-            rope = set(r.changes) <= set(ROPE)          # a RoPE field: the catalogue's own cause for it
+            rope = set(r.changes) <= set(CONFIG_ROPE)         # a RoPE field: the catalogue's own cause for it
             unneeded = self.unneeded(r)
             if unneeded:
                 ev["tensors_the_field_adds"] = list(unneeded)
@@ -236,6 +234,18 @@ def _act(cfg, target, training):
     return [(v, h) for v, h in vals if v and v != cfg.hidden_act]
 
 
+def _partial(cfg, target, training):
+    """A partial rotary factor: the whole head rotated (the field removed), or the target's factor."""
+    vals = [(1.0, "remove"), ((target or {}).get("partial_rotary_factor"), "the target's"),
+            (training.get("partial_rotary_factor"), "the training config's")]
+    seen, out = {cfg.partial_rotary_factor}, []
+    for v, h in vals:
+        if v is not None and float(v) not in seen:
+            seen.add(float(v))
+            out.append((float(v), h))
+    return out
+
+
 def _mpe(cfg, target, training):
     t = (target or {}).get("max_position_embeddings")
     return [(int(t), "the target's")] if t and int(t) != cfg.max_position_embeddings and cfg.rope_scaling else []
@@ -244,7 +254,8 @@ def _mpe(cfg, target, training):
 GENERATORS: dict[str, Callable] = {"rope_theta": _numbers("rope_theta", "theta", COMMON_THETAS),
                                    "rope_scaling": _scaling, "rms_norm_eps": _numbers("rms_norm_eps", "rms_norm_eps",
                                                                                       COMMON_EPS),
-                                   "hidden_act": _act, "max_position_embeddings": _mpe}
+                                   "hidden_act": _act, "max_position_embeddings": _mpe,
+                                   "partial_rotary_factor": _partial}
 for _f in FLAGS:
     GENERATORS[_f] = (lambda name: lambda cfg, target, training:
                       [(not getattr(cfg, name), "switch off" if getattr(cfg, name) else "switch on")])(_f)

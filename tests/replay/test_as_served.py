@@ -112,7 +112,8 @@ def test_served_equal_to_trained_rules_every_wiring_cause_out_even_against_the_v
 
 
 def test_a_field_the_replays_cannot_run_is_never_ruled_out_by_them():
-    """A draft config with a partial_rotary_factor (the engine rotates part of each head, the replay whole heads):
+    """A field the replays cannot run (here a stand-in: rope_mismatch marked unseen, as for a RoPE field the forward
+    does not model):
     a served loss nothing the engine loads differently explains leaves rope_mismatch to the RoPE check, never ruled
     out by these replays, and the suspected engine_regression names what was not replayed."""
     from dataclasses import replace as copy
