@@ -65,7 +65,8 @@ def main(argv=None) -> int:
         raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                   if v["status"] in ("confirmed", "suspected", "conflict")]
         rows.append({"fault": "none", "what": "the healthy deployment", "acc0": healthy, "raised": raised,
-                     "violations": [f"the healthy deployment raises {raised}"] if raised else [],
+                     "violations": ([f"the healthy deployment raises {raised}"] if raised else [])
+                     + faults.invariants(faults.Fault("none", "nothing", ()), d, code, healthy, served),
                      "exit_code": code, "served": served})
         print("| fault | acc0 as shipped | served τ | raised (confirmed / suspected) | invariants |")
         print("|---|---|---|---|---|")
@@ -75,7 +76,7 @@ def main(argv=None) -> int:
             t = time.monotonic()
             d, code, served = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_") / "draft"),
                                         a.engine)
-            bad = faults.invariants(f, d, code, healthy)
+            bad = faults.invariants(f, d, code, healthy, served)
             cf = (faults.counterfactual_finding(d) or {}).get("evidence") or {}
             raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                       if v["status"] in ("confirmed", "suspected", "conflict")]

@@ -19,7 +19,8 @@ from typing import Callable
 import torch
 
 from . import world as demo
-from .deployments import edited_copy, write_deployment
+from ..engines.draft_edit import edited_copy
+from .deployments import write_deployment
 from ..engines.facts import read_fields
 
 ENGINES = ("vllm", "sglang")
@@ -116,7 +117,7 @@ def write_fault(fault: Fault, out, *, world=None) -> Path:
     out = Path(out)
     w = world or demo.ensure_world(progress=False)
     healthy = write_deployment("healthy", out.with_name(out.name + ".healthy"))
-    return edited_copy(healthy, out, config=fault.config, weights=fault.weights, target=w.target)
+    return edited_copy(healthy, out, config=fault.config, tensors=fault.weights, target=w.target, fresh=True)
 
 
 UNCHANGED = 0.03        # step-0 accuracy on the training samples within this of the healthy draft's: a no-op
@@ -128,12 +129,36 @@ def counterfactual_finding(diagnosis: dict) -> dict | None:
                  if f["where"].startswith("replay.counterfactual")), None)
 
 
-def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: float) -> list[str]:
+TAU_WITHIN = 0.10       # the replay that explains a served τ predicts it within this fraction
+
+
+def predicted_tau(diagnosis: dict) -> tuple[float, float] | None:
+    """(served τ, the nearer of the replays as trained / as the engine loads it) from the served-vs-replay finding
+    of a diagnosis record, or None when nothing was served (or the comparison did not run)."""
+    ev = next((f["evidence"] for v in diagnosis["verdicts"] for f in v["findings"]
+               if "tau_as_served" in (f.get("evidence") or {}) and "served" in f["evidence"]), None)
+    if ev is None:
+        return None
+    served = float(ev["served"])
+    return served, min((float(ev["tau_as_trained"]), float(ev["tau_as_served"])), key=lambda t: abs(t - served))
+
+
+def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: float,
+               served: dict | None = None) -> list[str]:
     """What the matrix demands of one diagnosis (a `Diagnosis.to_dict()` record), as sentences (none: it holds):
     no part broke and every input read; a fault that changes the training-sample accuracy is named by a raised
     verdict; every confirmed verdict names the fault (nothing else alarms; on a fault that changes nothing the engine
-    or the replay sees, nothing is confirmed at all); no conflict."""
+    or the replay sees, nothing is confirmed at all); no conflict. `served` (what a real engine measured:
+    {"ok", "accept_length", "error"}): where it served, the replay that explains its τ is within `TAU_WITHIN`;
+    where it refused, a raised verdict names the fault."""
     bad = []
+    if served and served.get("ok"):
+        got = predicted_tau(diagnosis)
+        if got is None:
+            bad.append(f"served τ {served['accept_length']:.2f} but no served-vs-replay finding")
+        elif abs(got[1] - got[0]) > TAU_WITHIN * got[0]:
+            bad.append(f"the nearer replay predicts τ {got[1]:.2f}, the engine served {got[0]:.2f} (more than "
+                       f"{TAU_WITHIN:.0%} apart)")
     if exit_code == 1 or diagnosis["problems"]:
         bad.append(f"a part broke or an input was unreadable: {diagnosis['problems']}")
     raised = [v for v in diagnosis["verdicts"] if v["status"] in ("confirmed", "suspected", "conflict")]
@@ -145,9 +170,11 @@ def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: floa
     if unnamed:
         bad.append(f"confirmed without naming {fault.names} (a false alarm beside the fault; acc0 {acc0} vs "
                    f"{healthy_acc0}): {unnamed}")
-    if changes and not any(n in text for n in fault.names):
-        bad.append(f"the fault changes the training-sample accuracy ({healthy_acc0:.2f} -> {acc0:.2f}) but no raised "
-                   f"verdict names {fault.names}: {[v['cause'] for v in raised]}")
+    refused = bool(served) and not served.get("ok")
+    if (changes or refused) and not any(n in text for n in fault.names):
+        what = (f"the engine refused it ({served.get('error')})" if refused and not changes else
+                f"the fault changes the training-sample accuracy ({healthy_acc0:.2f} -> {acc0:.2f})")
+        bad.append(f"{what} but no raised verdict names {fault.names}: {[v['cause'] for v in raised]}")
     if any(v["status"] == "conflict" for v in raised):
         bad.append(f"a conflict: {[v['cause'] for v in raised if v['status'] == 'conflict']}")
     return bad

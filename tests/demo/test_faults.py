@@ -1,7 +1,11 @@
 """Tests for eagle3lib.demo.faults: the generated fault matrix, each fault diagnosed by `python -m eagle3lib.diagnose`
 (in-process: the same `diagnose.run`), with the matrix's invariants checked on every case.
 
-`make test` runs a sample (`SAMPLE`); `EAGLE3LIB_FAULTS=all` runs every single fault and every pair."""
+`make test` runs a sample (`SAMPLE`); `EAGLE3LIB_FAULTS=all` runs every single fault and every pair. The real-vLLM
+leg (marker `engine`) serves `ENGINE_SAMPLE` on the real engine first (127.0.0.1, stopped by its pid) and diagnoses
+each with what the engine wrote: the served τ within 10% of the replay that explains it, or the refusal attributed
+to the fault; `EAGLE3LIB_FAULTS=all` serves every single fault (~1 min each: `python tools/fault_matrix.py --engine
+vllm` does the same and writes benchmarks/results/fault_matrix_vllm.json)."""
 from __future__ import annotations
 
 import json
@@ -13,8 +17,11 @@ from eagle3lib.demo import faults
 from eagle3lib.demo import world as demo
 from eagle3lib.diagnose.run import Inputs, run
 from eagle3lib.engines.facts import read_fields
+from eagle3lib.vllm_driver import env as vllm_env
 
 SAMPLE = ("norm_before_residual", "rms_norm_eps")
+ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state")   # a no-op; a silent layout change (deployments cover
+# the flags, RoPE, activation and d2t faults on the real engine: tests/test_engine_deployments.py)
 ALL = os.environ.get("EAGLE3LIB_FAULTS") == "all"
 CASES = {f.name: f for f in faults.singles() + (faults.pairs() if ALL else ())}
 
@@ -42,9 +49,9 @@ def world():
     return demo.ensure_world(progress=False)
 
 
-def diagnosed(world, draft) -> tuple[dict, int]:
+def diagnosed(world, draft, **served) -> tuple[dict, int]:
     r = run(Inputs(draft=str(draft), target=str(world.target), train_data=str(world.specforge_data),
-                   training_log=str(world.training_log), n=16, drift_samples=0), progress=False)
+                   training_log=str(world.training_log), n=16, drift_samples=0, **served), progress=False)
     return r.diagnosis.to_dict(), r.exit_code
 
 
@@ -65,3 +72,41 @@ def test_the_generated_fault_is_named_and_nothing_else_alarms(world, tmp_path, h
     d, code = diagnosed(world, faults.write_fault(fault, tmp_path / "draft"))
     bad = faults.invariants(fault, d, code, healthy_acc0)
     assert not bad, f"{name}: {bad}"
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")
+@pytest.mark.parametrize("name", [n for n in CASES if "+" not in n and (ALL or n in ENGINE_SAMPLE)])
+def test_the_generated_fault_served_on_vllm_is_named_and_its_tau_predicted(world, tmp_path, healthy_acc0, name):
+    from eagle3lib.vllm_driver.serve import serve
+    fault = CASES[name]
+    draft = faults.write_fault(fault, tmp_path / "draft")
+    s = serve(world.target, draft, tmp_path / "served", prompts=world.heldout_data, n=16, num_speculative_tokens=3,
+              max_model_len=512)
+    given = {"heldout_data": str(world.heldout_data), "launch": (tmp_path / "served" / "launch.txt").read_text().strip(),
+             "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else []))}
+    if s.ok:
+        given["served_traffic"] = str(tmp_path / "served")
+    d, code = diagnosed(world, draft, **given)
+    served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
+    bad = faults.invariants(fault, d, code, healthy_acc0, served)
+    assert not bad, f"{name} (served {served}): {bad}"
+
+
+def test_the_served_invariants_fail_on_a_wrong_prediction_and_an_unattributed_refusal():
+    fault = faults.Fault("norm_before_fc", "norm_before_fc set", ("norm_before_fc",))
+    ev = {"served": 1.4, "tau_as_trained": 3.1, "tau_as_served": 1.45}
+    diag = {"problems": [], "verdicts": [{"cause": "draft_config_differs", "status": "confirmed",
+                                          "findings": [{"where": "replay.served", "evidence": ev}],
+                                          "note": "norm_before_fc"}]}
+    assert faults.predicted_tau(diag) == (1.4, 1.45)
+    assert faults.invariants(fault, diag, 0, 0.9, {"ok": True, "accept_length": 1.4}) == []
+    far = {**diag, "verdicts": [{**diag["verdicts"][0], "findings": [
+        {"where": "replay.served", "evidence": {**ev, "tau_as_served": 2.0}}]}]}
+    assert any("more than 10% apart" in b for b in faults.invariants(fault, far, 0, 0.9, {"ok": True,
+                                                                                          "accept_length": 1.4}))
+    quiet = {"problems": [], "verdicts": []}
+    assert any("served τ" in b for b in faults.invariants(fault, quiet, 0, 0.9, {"ok": True, "accept_length": 1.4}))
+    assert any("refused" in b for b in faults.invariants(fault, quiet, 0, 0.9, {"ok": False, "error": "gelu"}))
+    assert faults.invariants(fault, quiet, 0, 0.9) == []      # offline, acc0 unknown: nothing demanded
