@@ -146,3 +146,24 @@ def test_recapture_benchmark_streams_the_same_states(tmp_path):
     assert full["weights read MB"] * 1e6 == rec["target_bytes"]
     assert mid["weights read MB"] < deep["weights read MB"] < full["weights read MB"]
     assert all(r["seconds"] > 0 and r["peak RSS MB"] > 0 and r["read MB/s"] > 0 for r in rec["rows"])
+
+
+def test_ab_benchmark_times_both_trees_side_by_side(tmp_path):
+    """The A/B benchmark with HEAD as its baseline and the cheapest workload: a worktree of HEAD and this tree both
+    run it in fresh processes, interleaved; the record holds each side's times, the ratio, both results, and the
+    temporary worktree is gone afterwards."""
+    def ab_worktrees():      # git's worktree list is the whole repository's: only this benchmark's temp trees
+        out = subprocess.run(["git", "worktree", "list"], cwd=BENCH, capture_output=True, text=True).stdout
+        return {ln.split()[0] for ln in out.splitlines() if "e3bench_ab_" in ln}
+    before = ab_worktrees()
+    rec = run_script("bench_ab.py", tmp_path, "--baseline", "HEAD", "--workloads", "import_load", "--repeats", "2",
+                     "--warmup", "0", "--name", "tiny")
+    (row,) = rec["rows"]
+    assert row["workload"] == "import_load" and row["runs"] == 2
+    assert len(row["baseline runs s"]) == len(row["current runs s"]) == 2
+    assert row["baseline s"] > 0 and row["current s"] > 0 and row["wall ratio"] > 0
+    assert row["current/baseline"] == pytest.approx(row["current s"] / row["baseline s"])
+    assert rec["ratios"] == {"import_load": row["current/baseline"]}
+    assert row["same result"] and row["baseline result"]["parameters"] > 0
+    assert rec["baseline"] == rec["current"] and len(rec["load_avg_per_round"]) == 2
+    assert ab_worktrees() <= before

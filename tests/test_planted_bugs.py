@@ -1,4 +1,4 @@
-"""The workbook's own planted-bug suite (issue 25): each case of `eagle3lib.demo.planted` is a user's folder with one
+"""The workbook's own planted-bug suite (issue 25): each case of `tests/planted.py` is a user's folder with one
 defect planted in a copy of the demo world, run through ``python -m eagle3lib.report -f case.yaml`` with and without
 the optional inputs. The planted cause must be confirmed (or suspected, with the missing measurement named), no
 other cause confirmed, and every notebook ok; the healthy oddities must read "no fault found".
@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.causes import CATALOGUE
-from eagle3lib.demo import planted
+from tests import planted
 
 ROOT = Path(__file__).resolve().parents[1]
 WITH, CORE = "00,01,02,03", "00,01,02"    # notebooks run with the optional inputs / with the core ones only

@@ -10,11 +10,11 @@
                  (the mla world: its retrained draft healthy, the seed's draft with the embedding slot broken).
 - `faults`       the generated fault matrix: the healthy deployment with each engine-read field (and d2t, lm_head)
                  perturbed, alone and in pairs (tests/demo/test_faults.py checks the diagnosis of each).
-- `planted`      the workbook's planted-bug suite: a user's folder with one defect (or a healthy oddity) and its
-                 params YAML, one case per cause and aspect that can be planted offline.
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
                  (``data/demo_vllm_mla/<name>/`` for the mla world).
 - `portable`     shipped files hold no machine path: the repo root made relative, $HOME made ``~``.
 - `sweep`        the demo world loaded for serving; the demo engine swept over num_steps into `RunRecord`s.
 `python -m eagle3lib.demo [--force] [--from-scratch]` builds it and prints the timing table.
+The planted-bug suite's cases (a user's folder with one defect planted in a copy of this world) are test code:
+tests/planted.py.
 """

@@ -43,12 +43,6 @@ def widget_states(nb) -> dict[str, dict]:
     return dict(saved.get("state") or {})
 
 
-def view_ids(nb) -> list[str]:
-    """The model ids of every widget view output, in cell order."""
-    return [out["data"][VIEW_MIME].get("model_id", "") for cell in nb.cells for out in cell.get("outputs", [])
-            if VIEW_MIME in out.get("data", {})]
-
-
 def _ref(value) -> str | None:
     """The model id of an ``IPY_MODEL_<id>`` reference."""
     return value[len("IPY_MODEL_"):] if isinstance(value, str) and value.startswith("IPY_MODEL_") else None

