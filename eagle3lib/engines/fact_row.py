@@ -27,8 +27,8 @@ def checked_by(test: str) -> str:
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
-    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope",
-    #                     "context", "window", "target", "serving", "metric", "host"
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids",
+    #                     "method", "rope", "context", "window", "target", "serving", "metric", "host"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)

@@ -10,7 +10,8 @@ which the checks call. Versions: the row holds from `since` (inclusive) to `unti
 known (SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A); `since` None with a `date` =
 only the PR date is known, so a version cannot place it.
 Usage: ``reads("vllm", "flag", "norm_before_fc@eagle_config", version)`` -> True / False / None (unknown);
-``id_keys("vllm", "v2", version)`` -> the keys vLLM's V2 model runner tries, in order.
+``id_keys("vllm", "v2", version)`` -> the keys vLLM's V2 model runner tries, in order; ``default_ids("vllm", 32,
+version)`` -> (2, 16, 29), what it captures when the config names no ids.
 """
 from __future__ import annotations
 
@@ -100,6 +101,27 @@ def fc_slot_keys(engine: str, model_file: str, version: str | None = None) -> tu
     counts by its length; none set: 3 slots)."""
     return tuple(key for key, at in (f.subject.rpartition("@")[::2] for f in facts("fc_slots", engine))
                  if at == model_file and reads(engine, "fc_slots", f"{key}@{at}", version))
+
+
+def default_ids_row(engine: str, version: str | None = None) -> Fact | None:
+    """The "default_ids" row in force for `engine` at `version` (None: the long-standing one), or None when the
+    table places none there."""
+    return next((f for f in facts("default_ids", engine) if reads(engine, "default_ids", f.subject, version)), None)
+
+
+def default_ids(engine: str, num_layers: int, version: str | None = None) -> tuple[int, ...] | None:
+    """The capture-before indices `engine` at `version` captures on an L-layer target when the draft config names
+    no ids: its "default_ids" row's terms ("2, L//2, L-3") evaluated at L; None when no row is in force."""
+    row = default_ids_row(engine, version)
+    if row is None:
+        return None
+    L, out = int(num_layers), []
+    for term in row.subject.split(","):
+        m = re.fullmatch(r"\s*(?:(\d+)|L(?://(\d+))?([+-]\d+)?)\s*", term)
+        if m is None:
+            raise ValueError(f"default_ids row {row.subject!r}: the term {term!r} is not N, L, L//N or L+-N")
+        out.append(int(m[1]) if m[1] else (L // int(m[2]) if m[2] else L) + int(m[3] or 0))
+    return tuple(out)
 
 
 def id_readers(engine: str) -> tuple[str, ...]:

@@ -1,6 +1,7 @@
 """Engine facts, the aux layer ids: the config keys each engine's reader takes the ids from, in the order it
-tries them (`id_key`), and the keys the draft's fc is sized from (`fc_slots`): rows of `engines.facts.FACTS`,
-asked through `engines.facts` (`id_keys`, `shared_id_key`, `id_readers`, `id_key_names`, `fc_slot_keys`)."""
+tries them (`id_key`), the keys the draft's fc is sized from (`fc_slots`) and the layers an engine captures when
+the config names none (`default_ids`): rows of `engines.facts.FACTS`, asked through `engines.facts` (`id_keys`,
+`shared_id_key`, `id_readers`, `id_key_names`, `fc_slot_keys`, `default_ids`)."""
 from __future__ import annotations
 
 from .fact_row import Fact, LLAMA_EAGLE3, checked_by
@@ -33,4 +34,14 @@ ROWS: tuple[Fact, ...] = (
     F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@llama_eagle3", True, None, "",
       f"{LLAMA_EAGLE3} (LlamaModel.__init__)", "without num_aux_hidden_states: the count of the eagle_config ids, else 3",
       checked=checked_by("fc_sizing_matches_vllm")),
+    # ---- the layers captured when the draft config names no ids (subject: the capture-before indices, comma
+    # separated terms in L, the target's layer count: engines.facts.default_ids). A version with another default
+    # is one row with its `since` (and `until` on the row it replaces)
+    F("vllm", "default_ids", "2, L//2, L-3", True, None, "", "vllm 0.32.0 vllm/model_executor/models/interfaces.py:"
+      "1712-1733 (SupportsEagle3.get_eagle3_default_aux_hidden_state_layers), called when the config gives no ids "
+      "by vllm/v1/worker/gpu_model_runner.py:5241-5247 (V1) and gpu/spec_decode/eagle/eagle3_utils.py:25-30 (V2)",
+      "a model file may override it (mllama4.py delegates to its language model); the ids are input-of-layer",
+      checked=_IDS_RUN),
+    F("sglang", "default_ids", "2, L//2, L-3", True, None, "", "sglang llama.py set_eagle3_layers_to_capture "
+      "(layer_ids None: layers_to_capture = [2, num_layers // 2, num_layers - 3], no +1)"),
 )

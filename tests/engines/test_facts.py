@@ -11,10 +11,10 @@ import pytest
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
-TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope", "context", "window",
-          "target", "serving", "metric", "host"}   # Fact.topic's comment
+TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids", "method", "rope",
+          "context", "window", "target", "serving", "metric", "host"}   # Fact.topic's comment
 # the row module of each topic (engines/__init__.py's map): a row in another module is out of its place
-MODULE_TOPICS = {"facts_config": {"flag", "rope", "config"}, "facts_ids": {"id_key", "fc_slots"},
+MODULE_TOPICS = {"facts_config": {"flag", "rope", "config"}, "facts_ids": {"id_key", "fc_slots", "default_ids"},
                  "facts_weights": {"embed", "lm_head", "keys"},
                  "facts_serving": {"serving", "metric", "method", "window", "context"},
                  "facts_target": {"target", "host"}}
