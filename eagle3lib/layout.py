@@ -126,9 +126,10 @@ def parse_layout(spec, num_layers: int | None = None) -> tuple[str, ...]:
 
 
 def engine_default_ids(num_layers: int) -> list[int]:
-    """The capture engines fall back to when a draft config names no layer ids: input-of-layer indices
-    [2, L//2, L-3] (SGLang `LlamaForCausalLMEagle3.set_eagle3_layers_to_capture`, vLLM `get_eagle3_aux_hidden_state_layers`,
-    SafeAILab EAGLE's hard-coded capture); the same boundaries as SpecForge's output-of-layer [1, L//2-1, L-4]."""
+    """The capture the training tools fix when a draft config names no layer ids: input-of-layer indices
+    [2, L//2, L-3] (SafeAILab EAGLE's hard-coded capture; the same boundaries as SpecForge's output-of-layer
+    [1, L//2-1, L-4]). What a serving engine captures then is its engine facts' "default_ids" rows
+    (`engines.facts.default_ids`, by version), which for SGLang and vLLM today name the same indices."""
     L = int(num_layers)
     return [2, L // 2, L - 3]
 

@@ -14,14 +14,16 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
+from ..engines.layer_reading import key_value
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
 from .inputs import Artifacts
 from .launch_flags import integer, spec_config, speculating
 
 WHERE = "checks.draft_feed"
-ID_KEYS = ("eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids", "target_layer_ids",
-           "eagle_config.layer_ids", "eagle_config.target_layer_ids")
+# keys a training tool writes the ids under that no serving engine's EAGLE-3 path reads (the engine facts have no
+# "id_key" row for them): a config's claim, looked for after every key an engine reads (`claimed_id_keys`)
+TOOL_ID_KEYS = ("target_layer_ids", "eagle_config.target_layer_ids")
 SCHEDULE_KEYS = ("num_speculative_tokens_per_batch_size", "draft_len_schedule")
 
 
@@ -35,12 +37,17 @@ def use_aux(raw) -> tuple[bool | None, str | None]:
     return None, None
 
 
+def claimed_id_keys() -> tuple[str, ...]:
+    """Every key a draft config may hold its aux layer ids under: each serving engine's (the engine facts' "id_key"
+    rows, SGLang's first, in table order), then the tools' own (TOOL_ID_KEYS)."""
+    engine_keys = (k for e in facts.SERVING_ENGINES for k in facts.id_key_names(e))
+    return tuple(dict.fromkeys((*engine_keys, *TOOL_ID_KEYS)))
+
+
 def config_ids(raw) -> tuple[list | None, str | None]:
-    """(the draft config's aux layer ids, the key), first of ID_KEYS that holds a list."""
-    for k in ID_KEYS:
-        sect, _, leaf = k.rpartition(".")
-        node = raw.get(sect) if sect else raw
-        v = node.get(leaf) if isinstance(node, dict) else None
+    """(the draft config's aux layer ids, the key), first of `claimed_id_keys` that holds a list."""
+    for k in claimed_id_keys():
+        v = key_value(raw, k)
         if isinstance(v, list):
             return v, k
     return None, None

@@ -13,8 +13,8 @@ import pandas as pd
 
 from ..errors import LayoutError
 from ..layout import engine_default_ids, engine_default_layout, from_ids, input_index, parse_layout
-from .facts import id_key_names, id_keys, id_readers, shared_id_key
-from .versions import VLLM_CHECKED
+from .facts import default_ids, id_key_names, id_keys, id_readers, shared_id_key
+from .versions import DEFAULT_VERSION, VLLM_CHECKED
 
 ENGINES = ("sglang", "sglang-first-id", "vllm", "specforge", "speculators", "eagle")
 _VARIANT = {
@@ -179,8 +179,9 @@ def config_snippet(layout, num_layers: int, engine: str = "sglang") -> dict:
     return json.loads(row["snippet"]) if row["snippet"] else {}
 
 
-def captured_by(engine: str, ids, num_layers: int) -> tuple[str, ...]:
-    """Boundaries `ids` ask `engine` to capture, in the order it concatenates them (None = its default).
+def captured_by(engine: str, ids, num_layers: int, version: str | None = None) -> tuple[str, ...]:
+    """Boundaries `ids` ask `engine` to capture, in the order it concatenates them (None = its default: the serving
+    engines' "default_ids" rows of engines.facts at `version`, else the release the rows were read at).
 
     Whether the model file can actually capture index 0 or L is `advise`'s `why`; ids that are no capture index
     for that engine (e.g. -1 where no +1 is applied) raise LayoutError.
@@ -189,7 +190,11 @@ def captured_by(engine: str, ids, num_layers: int) -> tuple[str, ...]:
     if engine not in ENGINES:
         raise LayoutError("captured_by", "unknown engine", expected=ENGINES, found=engine)
     if ids is None:
-        return engine_default_layout(L)   # SpecForge's own default [1, L//2-1, L-4] names the same boundaries
+        serving = "sglang" if engine.startswith("sglang") else "vllm" if engine in ("vllm", "speculators") else None
+        if serving is None:     # the training tools: SpecForge's default [1, L//2-1, L-4] names the same boundaries
+            return engine_default_layout(L)
+        at = version or (DEFAULT_VERSION if serving == "sglang" else VLLM_CHECKED)
+        return from_ids(list(default_ids(serving, L, at)), "input", L)
     ids = [int(i) for i in ids]
     out = engine in ("sglang", "specforge") or (engine == "sglang-first-id" and bool(ids) and ids[0] == 1)
     names = from_ids(ids, "output" if out else "input", L)

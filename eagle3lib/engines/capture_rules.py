@@ -228,13 +228,13 @@ def served_capture(engine: str, ids, num_layers: int, *, target_arch: str | None
     rules = target_rules(engine, target_arch, version)
     if not rules:
         generic = "sglang" if engine == _SG else "vllm"
-        names = captured_by(generic, ids, L)
+        names = captured_by(generic, ids, L, version)
         note = (f"no model-file rule for {target_arch or 'an unnamed target'} in this table: the Llama-file rule "
                 f"({generic}) is assumed")
         return Served(engine, (Reading("eagle3lib.engines.advice.captured_by", names, (note,)),))
     out = []
     for r in rules:
-        names = captured_by(r.id_rule, ids, L)
+        names = captured_by(r.id_rule, ids, L, version)
         slots, problems = [], []
         for n in names:
             i = input_index(n, L)

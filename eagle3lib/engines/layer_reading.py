@@ -7,7 +7,8 @@ in force), each with the capture-before indices it uses, the boundary names (eag
 what goes wrong per slot. With the runner unknown the "vllm" reading is V2's (the default wherever Triton works:
 CUDA) and, when V1 (CPU builds) reads other ids, a "vllm-v1" reading follows it. `draft_slots` is how many aux
 slots a config declares; `layer_frame` one row per (engine, slot). Which config keys each engine reads the ids
-from, and in which order, is the table's (engines.facts "id_key" rows): `vllm_ids`, `sglang_ids`.
+from, and in which order, is the table's (engines.facts "id_key" rows): `vllm_ids`, `sglang_ids`; what it captures
+when the config names none, its "default_ids" rows.
 """
 from __future__ import annotations
 
@@ -17,8 +18,8 @@ import pandas as pd
 
 from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file, target_rules
 from ..errors import ConfigError
-from ..layout import engine_default_ids, from_ids
-from .facts import id_key_names, id_keys, id_readers
+from ..layout import from_ids
+from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers
 from .sglang_resolver import read_config
 from .versions import DEFAULT_VERSION, VLLM_CHECKED, parse_version
 
@@ -103,11 +104,11 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
                                [i + 1 for i in nested], L, []))
     elif top is not None:
         out.append(_boundaries("trained", "eagle_aux_hidden_state_layer_ids (input-of-layer)", top, top, L, []))
-    default = tuple(engine_default_ids(L))
     probs = []
     ids, key = sglang_ids(raw, sglang_version)
     if ids is None:
-        key, ids, cap = "default [2, L//2, L-3] (no eagle_config ids)", default, default
+        ids = cap = default_ids("sglang", L, sglang_version)
+        key = f"default [{default_ids_row('sglang', sglang_version).subject}] (no eagle_config ids)"
         probs += [f"top-level {k} is ignored by SGLang (it reads eagle_config)" if "." not in k else
                   f"{k} is ignored by SGLang" for k in id_key_names("sglang")
                   if k not in id_keys("sglang", "model", sglang_version) and key_value(raw, k) is not None]
@@ -120,7 +121,7 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
         else:
             cap = tuple(i + 1 for i in ids)
     out.append(_boundaries("sglang", key, ids, cap, L, probs, target_arch))
-    out.extend(_vllm_readings(raw, L, default, target_arch, vllm_version, vllm_runner))
+    out.extend(_vllm_readings(raw, L, target_arch, vllm_version, vllm_runner))
     return tuple(out)
 
 
@@ -160,12 +161,14 @@ def key_present(raw: dict, key: str) -> bool:
     return isinstance(node, dict) and leaf in node
 
 
-def _vllm_readings(raw, L, default, target_arch, version, runner) -> list[EngineReading]:
+def _vllm_readings(raw, L, target_arch, version, runner) -> list[EngineReading]:
     def reading(r: str, engine: str, extra: list[str]) -> EngineReading:
         ids, key = vllm_ids(raw, r, version)
         probs = list(extra)
         if ids is None:
-            ids, key = default, f"default (2, L//2, L-3): V{r[1]} finds no ids"
+            at = version or VLLM_CHECKED
+            ids = default_ids("vllm", L, at)
+            key = f"default ({default_ids_row('vllm', at).subject}): V{r[1]} finds no ids"
             unread = [k for k in id_key_names("vllm") if "." in k and key_present(raw, k)]
             if unread:
                 probs.append(f"{', '.join(unread)} is not read by vLLM's V{r[1]} model runner")

@@ -20,7 +20,7 @@ import pandas as pd
 
 from ..errors import LogParseError, MissingFileError
 from ..jsonfiles import to_json_value
-from ..layout import engine_default_ids
+from ..engines.facts import default_ids, default_ids_row
 from ..engines.vllm_errors import LoggedError, log_lines, root_error, scan_errors, split_prefix
 from .serverinfo import read_startup_log
 
@@ -167,11 +167,14 @@ def read_vllm_log(source, *, num_target_layers: int | None = None) -> VllmLogRea
     elif aux_from == "model":
         aux_from = "target default (the model's own)"
     elif val["draft_loaded"] and ("embedding" in val or "lm_head" in val):   # loaded, and no ids line after it
-        aux_from = "target default (2, L//2, L-3)"
-        aux = tuple(engine_default_ids(num_target_layers)) if num_target_layers else None
+        at = val.get("version") or startup.version
+        rule = default_ids_row("vllm", at)
+        aux_from = f"target default ({rule.subject if rule else 'not in the engine facts'})"
+        aux = default_ids("vllm", num_target_layers, at) if num_target_layers and rule else None
         if aux is None:
             warnings.append("no 'Using auxiliary layers' line: the runner used the target's default ids "
-                            "(2, L//2, L-3); pass num_target_layers= to have them")
+                            f"({rule.subject if rule else 'not in the engine facts at this version'}); pass "
+                            "num_target_layers= to have them")
     spec = startup.vllm_spec or None
     spec_lines = [e for e in startup.events if e.kind == "vllm_spec"]
     if spec_lines:

@@ -3,6 +3,7 @@
 no two rows answer the same question (`fact` returns the first, so a second would never be read)."""
 from __future__ import annotations
 
+import importlib
 from collections import Counter
 
 import pytest
@@ -10,8 +11,13 @@ import pytest
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
-TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "method", "rope", "context", "window",
-          "target", "serving", "metric", "host"}   # Fact.topic's comment
+TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids", "method", "rope",
+          "context", "window", "target", "serving", "metric", "host"}   # Fact.topic's comment
+# the row module of each topic (engines/__init__.py's map): a row in another module is out of its place
+MODULE_TOPICS = {"facts_config": {"flag", "rope", "config"}, "facts_ids": {"id_key", "fc_slots", "default_ids"},
+                 "facts_weights": {"embed", "lm_head", "keys"},
+                 "facts_serving": {"serving", "metric", "method", "window", "context"},
+                 "facts_target": {"target", "host"}}
 
 
 @pytest.mark.parametrize("row", EF.FACTS, ids=lambda f: f"{f.engine}:{f.topic}:{f.subject}")
@@ -37,3 +43,14 @@ def test_a_bounded_row_answers_by_version():
     assert EF.reads(row.engine, row.topic, row.subject, "0.0.1") is (not row.reads)
     assert EF.reads(row.engine, row.topic, row.subject) is None
     assert EF.reads(row.engine, row.topic, "no such subject", row.since) is None
+
+
+@pytest.mark.parametrize("module", sorted(MODULE_TOPICS))
+def test_each_row_module_holds_its_topics_and_the_table_is_their_rows(module):
+    """The table is the row modules' rows, each topic in one module (a topic split over two would be read in an
+    order no module shows)."""
+    rows = importlib.import_module(f"eagle3lib.engines.{module}").ROWS
+    assert rows and {f.topic for f in rows} <= MODULE_TOPICS[module]
+    assert set(rows) <= set(EF.FACTS)
+    assert set().union(*MODULE_TOPICS.values()) == TOPICS
+    assert sum(len(importlib.import_module(f"eagle3lib.engines.{m}").ROWS) for m in MODULE_TOPICS) == len(EF.FACTS)

@@ -1,6 +1,7 @@
 """Recipe (a) of docs/architecture.md, "a new vLLM version reads the aux ids from a new key", applied to a copy of
 the engine table: one added `id_key` row, and the package answers for the new key: the layer reading, the key the
-vLLM probe reports, the advice text and check 1 (layer ids), each at the new version only."""
+vLLM probe reports, the advice text and check 1 (layer ids), each at the new version only, and check 13's id
+count (`draft_feed.config_ids`), which finds the ids under the new key."""
 from __future__ import annotations
 
 from dataclasses import replace
@@ -8,6 +9,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from eagle3lib.checks.draft_feed import config_ids
 from eagle3lib.checks.layer_ids import check_layer_ids
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.advice import key_text
@@ -64,5 +66,10 @@ def test_check_1_reads_the_new_key_at_the_new_version(tmp_path, new_key_table):
     assert statuses(old, "missing_layer_ids") == {"confirmed"}
 
 
+def test_check_13_counts_the_ids_under_the_new_key(new_key_table):
+    assert config_ids(CFG) == ([2, 4, 6], NEW_KEY)
+
+
 def test_without_the_row_the_package_does_not_know_the_key():
     assert vllm_ids(CFG, "v2", NEW) == (None, None) and NEW_KEY not in EF.id_key_names()
+    assert config_ids(CFG) == (None, None)

