@@ -37,23 +37,21 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 from IPython.display import display
 
-from eagle3lib.throughput import costmodel, plots, records
 from eagle3lib.report import findings
-from eagle3lib.demo.sweep import series_of
 from eagle3lib.steps import throughput_runs
+from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
 select_world(demo_world)
 
-CORRECT = series_of("correct")     # the demo sweep's series with the training layout
-
-parsed = throughput_runs.read_runs(list(log_paths) + list(json_paths), server_url)
-for res in parsed:
-    print(res.summary())
-served = [r for res in parsed for r in res.records]
-COLUMNS = ["label", "series", "num_steps", "topk", "num_draft_tokens", "batch_size", "accept_length", "tok_s",
-           "accept_rate", "accept_rate_definition", "source", "notes"]
-records.to_dataframe(served)[COLUMNS]
+part = throughput_runs.run(Inputs(served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,
+                                  run_demo_sweep=run_demo_sweep, sweep_num_steps=tuple(sweep_num_steps),
+                                  sweep_repeats=sweep_repeats, tree_replay_samples=tree_replay_samples,
+                                  baseline_tok_s=baseline_tok_s, device=device))
+res = part.results
+for parsed in res["parsed"]:
+    print(parsed.summary())
+part.tables["served runs"]
 
 # %% [markdown]
 # ## 2. The path so far, as a trajectory
@@ -61,8 +59,7 @@ records.to_dataframe(served)[COLUMNS]
 # the baseline. Each label gives the effective settings and τ (`?` where the source gives none).
 
 # %%
-fit = throughput_runs.fit_served(served, baseline_tok_s)
-plots.trajectory(served, baseline=fit.baseline)
+part.figures["trajectory"]
 
 # %% [markdown]
 # ## 3. Cost model fitted to the served runs
@@ -72,14 +69,14 @@ plots.trajectory(served, baseline=fit.baseline)
 # With as many runs as unknowns the fit is exact, so its error proves nothing; the notes say when this applies.
 
 # %%
-rec = fit.rec
-for note in fit.notes:
+rec = res["fit"].rec
+for note in part.notes:
     print("NOTE:", note)
 if rec:
     print(f"c = {rec.fit.c:.3f} target steps per draft step, overhead v = {rec.fit.overhead:.2f} per round, "
           f"baseline {rec.fit.baseline_tok_s:.1f} tok/s; RMSE {rec.fit.rmse_tok_s:.2f} tok/s, "
           f"max relative error {rec.fit.max_rel_error:.1%}")
-rec.fit.table if rec else "no fit"
+part.tables["served fit"]
 
 # %% [markdown]
 # ## 4. Throughput vs accept length, with the break-even
@@ -88,8 +85,7 @@ rec.fit.table if rec else "no fit"
 # If τ* is above `K + 1`, no draft can break even at that `K`.
 
 # %% tags=["index-figure"]
-plots.tok_s_vs_accept_length(served, fit=rec.fit if rec else None, baseline=fit.baseline,
-                             title="Served runs: throughput vs accept length")
+part.figures["served tok/s vs accept length"]
 
 # %% [markdown]
 # ## 5. Best num_steps and the accept length it needs
@@ -102,9 +98,8 @@ if rec:
     print(f"acceptance basis: {rec.choice.basis}")
     print(f"predicted best num_steps = {rec.choice.best_num_steps} at {rec.choice.best_speedup:.2f}x; "
           f"it needs accept length >= {rec.choice.break_even:.2f} to beat the baseline")
-    display(rec.choice.table)
-plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=fit.baseline,
-                           title="Served runs: speedup vs num_steps, measured and predicted")
+    display(part.tables["best num_steps"])
+part.figures["served speedup vs num_steps"]
 
 # %% [markdown]
 # ## 6. Own measurements: the demo engine, correct vs the seed's capture
@@ -114,13 +109,7 @@ plots.speedup_vs_num_steps(served, choice=rec.choice if rec else None, baseline=
 # server's. Use it for the shape of the curves, not for absolute speedups.
 
 # %%
-if run_demo_sweep:
-    sweep = throughput_runs.demo_sweep(list(sweep_num_steps), repeats=sweep_repeats, device=device)
-else:
-    sweep = []
-sweep_series = sorted({r.series for r in sweep if not r.is_baseline})
-sweep_recs = {s: costmodel.recommend(sweep, series=s) for s in sweep_series} if sweep else {}
-records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep else "demo sweep not run"
+part.tables["demo sweep"]
 
 # %% [markdown]
 # ### 6a. One cost, two acceptances
@@ -129,12 +118,10 @@ records.to_dataframe(sweep)[COLUMNS[:8] + ["per_position", "repeats"]] if sweep 
 # reach their break-even. The seed's capture should stay below it at every `K`, as the seed's server did.
 
 # %%
-for s, x in sweep_recs.items():
-    print(f"{s}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
-if sweep_recs:
-    display(sweep_recs[CORRECT].fit.table)        # one engine, one fit: the captures share it
-(plots.tok_s_vs_accept_length(sweep, fit=sweep_recs[CORRECT].fit,
-                              title="Demo engine: throughput vs accept length") if sweep_recs else "demo sweep not run")
+for series, x in res["sweep_recs"].items():
+    print(f"{series}: {x.choice.basis}; {x.headline} ({x.choice.best_speedup:.2f}x predicted)")
+display(part.tables["demo fit"])        # one engine, one fit: the captures share it
+part.figures["demo tok/s vs accept length"]
 
 # %% [markdown]
 # ### 6b. Measured vs predicted speedup
@@ -142,9 +129,7 @@ if sweep_recs:
 # the measured points shows how well two cost numbers describe the engine.
 
 # %%
-(plots.speedup_vs_num_steps(sweep, choice=sweep_recs[sweep_series[0]].choice,
-                            title=f"Demo engine: speedup vs num_steps (prediction for '{sweep_series[0]}')")
- if sweep_recs else "demo sweep not run")
+part.figures["demo speedup vs num_steps"]
 
 # %% [markdown]
 # ## 7. Per-position acceptance
@@ -154,7 +139,7 @@ if sweep_recs:
 # map), not the depth.
 
 # %%
-plots.per_position_bars(served + sweep)  # per series, the run with the most positions
+part.figures["per-position acceptance"]  # per series, the run with the most positions
 
 # %% [markdown]
 # ## 8. Chain or tree?
@@ -169,13 +154,12 @@ plots.per_position_bars(served + sweep)  # per series, the run with the most pos
 # share of a step; on a GPU at batch 1 the verify is memory-bound and `w ≈ 0`, which is where trees pay.
 
 # %%
-tvc = (throughput_runs.tree_vs_chain(tree_replay_samples, sweep_repeats, device)
-       if run_demo_sweep and tree_replay_samples > 0 else None)
+tvc = res["tvc"]
 if tvc is not None:
     print(tvc.choice.headline)
     print(f"SGLang's auto tree (5, 4, 8): replayed accept length {tvc.auto_tree:.2f}, chain K=5 {tvc.chain_k5:.2f};"
           f" round cost c = {tvc.cost.c:.3f}, w = {tvc.cost.w:.3f}, r = {tvc.cost.r:.2f}, v = {tvc.cost.overhead:.2f}")
-tvc.replay.table if tvc is not None else "chain-vs-tree replay not run"
+part.tables["chain vs tree"]
 
 # %% [markdown]
 # Left: the replayed accept length of each setting with its break-even τ* (its round cost: below it the setting is
@@ -183,7 +167,7 @@ tvc.replay.table if tvc is not None else "chain-vs-tree replay not run"
 # settings; the star is the predicted best.
 
 # %%
-plots.tree_vs_chain_figure(tvc.choice, measured=tvc.timings) if tvc is not None else "chain-vs-tree replay not run"
+part.figures["chain vs tree"]
 
 # %% [markdown]
 # ## 9. Headline
@@ -191,7 +175,7 @@ plots.tree_vs_chain_figure(tvc.choice, measured=tvc.timings) if tvc is not None 
 # correct capture does. The break-even is the accept length needed at the recommended `num_steps`.
 
 # %%
-for key, value in throughput_runs.headline_findings(fit, sweep_recs, CORRECT, tvc).items():
+for key, value in res["headline"].items():
     findings.record(key, value)
 findings.current()
 

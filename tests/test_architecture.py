@@ -244,7 +244,8 @@ SHARED_NAMES = {
         "eagle3lib.layout", "eagle3lib.serving.capturespec.CaptureSpec"}),
     "run": ("an investigation on its inputs: one notebook's part (steps), or every part in order (the diagnosis)", {
         "eagle3lib.diagnose.run", "eagle3lib.steps.checkpoint_audit", "eagle3lib.steps.diffing",
-        "eagle3lib.steps.discovery", "eagle3lib.steps.sample_replay", "eagle3lib.steps.served_prediction"}),
+        "eagle3lib.steps.discovery", "eagle3lib.steps.sample_replay", "eagle3lib.steps.served_prediction",
+        "eagle3lib.steps.throughput_runs"}),
     "raised": ("a confirmed or suspected finding (an alarm)", {"eagle3lib.causes", "eagle3lib.causes.Finding"}),
     "root_error": ("the engine's own failure in a log", {
         "eagle3lib.engines.vllm_errors", "eagle3lib.serving.vllm_log.VllmLogReading"}),

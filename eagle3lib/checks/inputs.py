@@ -1,8 +1,18 @@
 """The artifacts the checks read, loaded once and cheaply: configs, tensor headers (no tensor data), data, launch.
 
+One reader per input kind, the only code that parses it (each raises on what it cannot read):
+`read_draft_config` (config.json -> DraftConfig; its JSON alone: `read_draft_json`), `tensor_headers` (the
+draft's weights: names, shapes, dtypes), `read_target_config` (TargetInfo and its text config),
+`read_target_weights` (the target's weight headers), `read_data` (a Dataset), `read_launch` (LaunchArgs),
+`read_training_config`.
+
 ``art = read_artifacts(draft=..., target=..., data=..., launch=..., training_config=...)``: every input is
 optional; one that cannot be read is recorded in ``art.problems`` (input name -> the error's message) and the
-checks that need it report ``not checked`` naming it. Nothing here raises on a bad input.
+checks that need it report ``not checked`` naming it. Nothing in `read_artifacts` raises on a bad input.
+
+`steps.given` builds on these readers: it reads every parameter a user gives once, before any step, with the
+same functions (a draft, a target, data, a launch command here are read the way the checks read them), and turns
+what they raise into a Problem naming the parameter.
 """
 from __future__ import annotations
 
@@ -14,7 +24,7 @@ from typing import Any, Mapping
 
 from ..model.config import DraftConfig, read_config_json
 from ..samples.readers import Dataset, open_dataset
-from ..errors import Eagle3Error
+from ..errors import Eagle3Error, MissingFileError
 from ..serving.launch import LaunchArgs, parse_launch
 from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
 from ..model.target import TargetInfo, load_target_info
@@ -74,6 +84,55 @@ def _text_config(raw: Mapping[str, Any]) -> Mapping[str, Any]:
     return raw["text_config"] if isinstance(raw.get("text_config"), dict) else raw
 
 
+TARGET_BIN_LIMIT = 1 << 30      # a target's .bin/.pt larger than this is left to the step that loads it
+
+
+def read_draft_json(path) -> tuple[dict, str]:
+    """(raw config, the file it came from) of a draft folder (or its config.json): the JSON only."""
+    raw, file = read_config_json(path, "draft")
+    return raw, str(file)
+
+
+def read_draft_config(path) -> tuple[dict, DraftConfig]:
+    """(raw config, DraftConfig) of a draft folder (or its config.json); ConfigError naming file and key."""
+    raw, source = read_draft_json(path)
+    return raw, DraftConfig.from_dict(raw, source=source)
+
+
+def read_target_config(path) -> tuple[TargetInfo, dict]:
+    """(TargetInfo, its text config: a VLM's text_config, else the whole config) of a target folder."""
+    info = load_target_info(path)
+    return info, dict(_text_config(dict(info.raw)))
+
+
+def read_target_weights(path, bin_limit: int = TARGET_BIN_LIMIT) -> dict[str, Any]:
+    """A target's weight files read cheaply: safetensors headers, .bin/.pt up to `bin_limit` bytes loaded (with
+    weights_only=True); file name -> its header or state dict. A config-only folder: {} (the steps that need the
+    weights say so)."""
+    try:
+        files = weight_files(Path(path))
+    except MissingFileError:
+        return {}
+    return {f.name: (read_safetensors_header(f) if f.suffix == ".safetensors" else load_state_dict(f))
+            for f in files if f.suffix == ".safetensors" or f.stat().st_size <= bin_limit}
+
+
+def read_data(path, on_error: str = "skip") -> Dataset:
+    """The training data at `path` as a lazy Dataset (format detected); `on_error` "raise": an unreadable sample
+    raises when read, "skip": it is left out."""
+    return open_dataset(Path(path), hidden_size=None, on_error=on_error)
+
+
+def read_launch(text: str, engine: str | None = None, strict: bool = False) -> LaunchArgs:
+    """A launch command's text parsed (`strict`: an unknown flag or bad JSON value raises)."""
+    return parse_launch(text, engine=engine, strict=strict)
+
+
+def read_training_config(path) -> dict:
+    """The config a draft was trained with (a config.json or its folder)."""
+    return read_config_json(path, "training")[0]
+
+
 def read_artifacts(draft=None, target=None, data=None, launch=None, training_config=None,
                    served_prompts=None, engine: str | None = None) -> Artifacts:
     """Read whatever is given (paths, dicts, a DraftConfig, a Dataset, a launch string) into Artifacts."""
@@ -92,9 +151,8 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
             return
         if isinstance(draft, Mapping):
             raw, src = dict(draft), "<dict>"
-        else:
-            raw, file = read_config_json(draft, "draft")
-            src = str(file)
+        else:             # the steps of read_draft_config: the raw config is kept when it does not parse
+            raw, src = read_draft_json(draft)
             got["draft_path"] = str(Path(draft))
         got["draft_raw"] = MappingProxyType(raw)
         got["draft_cfg"] = DraftConfig.from_dict(raw, source=src)
@@ -113,19 +171,17 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
                                             MappingProxyType(dict(target)))
             return
         got["target_path"] = str(Path(target))
-        info = load_target_info(target)
-        got.update(target_info=info, target_raw=MappingProxyType(dict(_text_config(dict(info.raw)))))
+        info, text = read_target_config(target)
+        got.update(target_info=info, target_raw=MappingProxyType(text))
 
-    def read_data():
-        got["data"] = data if isinstance(data, Dataset) else open_dataset(Path(data), hidden_size=None)
+    def read_given_data():
+        got["data"] = data if isinstance(data, Dataset) else read_data(data)
 
-    def read_launch():
-        got["launch"] = launch if isinstance(launch, LaunchArgs) else parse_launch(launch, engine=engine,
-                                                                                 strict=False)
+    def read_given_launch():
+        got["launch"] = launch if isinstance(launch, LaunchArgs) else read_launch(launch, engine=engine)
 
     def read_training():
-        raw = dict(training_config) if isinstance(training_config, Mapping) else \
-            read_config_json(training_config, "training")[0]
+        raw = dict(training_config) if isinstance(training_config, Mapping) else read_training_config(training_config)
         got["training_raw"] = MappingProxyType(raw)
 
     if draft is not None:
@@ -135,9 +191,9 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
     if target is not None:
         attempt("target", read_target)
     if data is not None:
-        attempt("data", read_data)
+        attempt("data", read_given_data)
     if launch is not None:
-        attempt("launch", read_launch)
+        attempt("launch", read_given_launch)
     if training_config is not None:
         attempt("training_config", read_training)
     if served_prompts is not None:

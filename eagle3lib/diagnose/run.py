@@ -127,7 +127,7 @@ def run(inp: Inputs, progress=None) -> Run:
         return None
 
     done: dict[str, Part] = {}
-    for step in PARTS:
+    for step in (s for s in PARTS if s.diagnosed):
         if not demo and not all(getattr(inp, k) for k in step.needs):     # a user's draft without what it needs
             if hasattr(step.module, "not_run"):
                 parts[step.name] = step.module.not_run(inp)

@@ -5,7 +5,7 @@ here and only here), then the library called in the notebook's order. Each noteb
 - `part`       `Inputs` (what every investigation is given, one set) and `Part` (its findings, tables, figures,
   notes, problems and the results they were made from).
 - `order`      the notebooks and their parts in order, written once (`NOTEBOOKS`, `PARTS`): what the diagnosis
-  loops over.
+  loops over (a part marked `diagnosed=False`, notebook 04's, only its notebook runs).
 
 - `given`      every input a user gives, read once before use: one that cannot be read is a `Problem` naming
   the parameter, the path or text, the error and what was expected (the diagnosis and the report runner).
@@ -20,5 +20,5 @@ here and only here), then the library called in the notebook's order. Each noteb
   search with the target's / training config's values as candidates).
 - `diffing`    notebook 03: training slots and a serving dump compared with the target's own boundaries.
 - `throughput_runs` notebook 04: the served runs read from files / a server, the demo engine's sweep, and
-  its chain-vs-tree replay and timing.
+  its chain-vs-tree replay and timing, as tables and figures (a part with no finding: it decides no cause).
 """

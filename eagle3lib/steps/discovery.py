@@ -18,10 +18,11 @@ from ..engines.layer_reading import EngineReading, layer_reading
 from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command, vllm_effective
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
+from ..checks.inputs import read_launch
 from ..checks.run import run_checks
 from ..errors import Eagle3Error, ServingArgsError
 from ..serving import sglang_introspect
-from ..serving.launch import LaunchArgs, parse_launch
+from ..serving.launch import LaunchArgs
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
 from ..serving.vllm_log import read_vllm_log
 from ..engines.versions import DEFAULT_VERSION, parse_version
@@ -306,9 +307,9 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
              server_info: str | dict = "", server_log: str = "", timeout: float = 3.0) -> Discovery:
     """Parse, resolve, read the server's answer, map to vLLM, read layer ids and lint; never raises on bad input."""
     problems = _Problems()
-    launch = _try(problems, parse_launch, launch_command, strict=False) if launch_command else None
+    launch = _try(problems, read_launch, launch_command, strict=False) if launch_command else None
     if launch is not None and launch.unread:       # read leniently for the tables; what did not parse is a problem
-        _try(problems, parse_launch, launch_command, strict=True)
+        _try(problems, read_launch, launch_command, strict=True)
     tcfg, dcfg, notes = config_paths(repo_path(target_path), repo_path(draft_path))
     server_info = repo_path(server_info) if isinstance(server_info, str) else server_info
     server_log = repo_path(server_log)

@@ -6,6 +6,14 @@ cheap and never runs code: configs, safetensors headers, `.bin`/`.pt` only throu
 (`model.safefiles`), the first samples of a dataset, a dump's manifest and requests, a log's lines, a launch
 command parsed strictly. `CLI` and `NOTEBOOK` give the kind of every parameter of `python -m eagle3lib.diagnose`
 and of the notebooks' parameters cells (tests/test_bad_inputs_given.py keeps `NOTEBOOK` complete).
+
+This builds on `checks.inputs`, the one reader of each artifact the checks read: a draft, a target, training
+data and a launch command are read here by its functions (`read_draft_config`, `tensor_headers`,
+`read_target_config`, `read_target_weights`, `read_data`, `read_launch`), never parsed a second way. What is added
+here: the path resolved against the repository, a launch command's file read (`discovery.command_text`), the
+checks on top (a folder, not a file; weights that hold a tensor; one readable sample among the first), and what
+was raised turned into a Problem naming the parameter. The other kinds (logs, dumps, traffic, versions, numbers)
+have their readers in the modules that use them.
 """
 from __future__ import annotations
 
@@ -16,26 +24,21 @@ from urllib.parse import urlparse
 
 import torch
 
-from ..checks.inputs import tensor_headers
+from ..checks.inputs import (read_data, read_draft_config, read_launch, read_target_config, read_target_weights,
+                             tensor_headers)
 from ..demo.world import REPO_ROOT, world_name
 from ..engines.versions import parse_version
 from ..errors import (ConfigError, DataError, Eagle3Error, LogParseError, MissingFileError, ParameterError,
                       ServingArgsError)
 from ..hidden.dumps import load_dump
-from ..model.config import DraftConfig, read_config_json
-from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
-from ..model.target import load_target_info
 from ..replay.verdict import read_recorded_accuracy
-from ..samples.readers import FORMATS, open_dataset
-from ..serving.launch import parse_launch
+from ..samples.readers import FORMATS
 from ..serving.serverinfo import read_server_info, read_startup_log
 from ..serving.traffic import check_traffic
 from ..serving.vllm_log import read_vllm_log
 from ..throughput.benchparse import parse_file
 from ..layout import parse_layout
 from .discovery import command_text
-
-TARGET_BIN_LIMIT = 1 << 30      # a target's .bin/.pt larger than this is left to the step that loads it
 
 # kind -> (what it is, in a headline; what was expected)
 KINDS = {
@@ -205,8 +208,7 @@ def _want_file(p: Path, err, what: str) -> None:
 def _draft(value, base):
     p = resolve_path(value, base)
     _want_dir(p, ConfigError, "a draft checkpoint folder")
-    raw, file = read_config_json(p, "draft")
-    DraftConfig.from_dict(raw, source=str(file))
+    read_draft_config(p)
     if not tensor_headers(p):
         raise ConfigError(str(p), "its weight files hold no tensor", expected="the draft's weights", found="none")
 
@@ -214,23 +216,15 @@ def _draft(value, base):
 def _target(value, base):
     p = resolve_path(value, base)
     _want_dir(p, ConfigError, "a target model folder")
-    load_target_info(p)
-    try:
-        files = weight_files(p)
-    except MissingFileError:       # a config-only target folder: the steps that need weights say so
-        return
-    for f in files:
-        if f.suffix == ".safetensors":
-            read_safetensors_header(f)
-        elif f.stat().st_size <= TARGET_BIN_LIMIT:
-            load_state_dict(f)
+    read_target_config(p)
+    read_target_weights(p)          # a config-only target folder reads: the steps that need weights say so
 
 
 def _data(value, base):
     p = resolve_path(value, base)
     if p.is_file() and p.stat().st_size == 0:
         raise DataError(str(p), "is empty, not training data", expected="a file with samples", found="0 bytes")
-    ds = open_dataset(p, on_error="raise")
+    ds = read_data(p, on_error="raise")
     if len(ds) == 0:
         raise DataError(str(p), "holds no sample", expected="at least one training sample", found="0 samples")
     first = None
@@ -257,7 +251,7 @@ def _launch(value, base):
             raise ServingArgsError(str(p), "the launch command file is empty", expected="one launch command",
                                    found="0 bytes")
         text = str(p)
-    parse_launch(command_text(text), strict=True)
+    read_launch(command_text(text), strict=True)
 
 
 def _server_lines(p: Path) -> bool:

@@ -38,7 +38,7 @@ from .discovery import Discovery
 from .part import Inputs, Part
 from . import sample_replay, trained_config
 from .trained_config import unused_tensors
-from .throughput_runs import read_runs
+from .throughput_runs import read_runs, served_files
 
 NAME = "01 served vs replay"
 SERVED_SAMPLES = 16     # samples per prediction unless Inputs.served_samples says otherwise (at most Inputs.n)
@@ -94,7 +94,7 @@ def run(inputs: Inputs, earlier) -> Part:
     n = inputs.served_samples if inputs.served_samples is not None else min(inputs.n, SERVED_SAMPLES)
     served = served_vs_predicted(
         d, draft_path=inputs.draft, target_path=di.target_path, data_path=inputs.train_data,
-        served_paths=[p for p in inputs.served_log.split(",") if p.strip()], server_url=inputs.server_url,
+        served_paths=served_files(inputs), server_url=inputs.server_url,
         serving_dump=inputs.serving_dump, serving_layout=inputs.serving_layout, n=n, device=inputs.device, progress=False,
         startup_log=di.server_log, served_data_path=inputs.served_data or inputs.heldout_data,
         served_traffic_path=inputs.served_traffic)

@@ -1,5 +1,7 @@
-"""Notebook 04's inputs: the served runs read from the files and server given, and the demo engine's own sweep;
-the cost model fitted to the served runs (`fit_served`) and the findings it records (`headline_findings`)."""
+"""Notebook 04: the served runs read from the files and server given, the cost model fitted to them
+(`fit_served`), the demo engine's own sweep and its chain-vs-tree replay, and the findings the notebook records
+(`headline_findings`). `run(inputs, earlier)` makes notebook 04's part: its tables and figures (no finding: the
+throughput decides no cause, so the diagnosis does not run it, `steps.order.PARTS`)."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -7,10 +9,24 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..demo import sweep as demo_sweep_mod
-from ..throughput import benchparse, costmodel, records
+from ..throughput import benchparse, costmodel, plots, records
 from ..throughput.logparse import ParseResult
 from ..throughput.records import RunRecord
 from .given import resolve_path
+from .part import Inputs, Part
+
+NAME = "04 throughput"
+# the columns of the run tables (the demo sweep's: the first 8 and its per-position rates and repeats)
+COLUMNS = ("label", "series", "num_steps", "topk", "num_draft_tokens", "batch_size", "accept_length", "tok_s",
+           "accept_rate", "accept_rate_definition", "source", "notes")
+SWEEP_COLUMNS = COLUMNS[:8] + ("per_position", "repeats")
+CORRECT = demo_sweep_mod.series_of("correct")     # the demo sweep's series with the training layout
+NOT_RUN = {"sweep": "demo sweep not run", "tree": "chain-vs-tree replay not run", "fit": "no fit"}
+
+
+def served_files(inputs: Inputs) -> list[str]:
+    """The files of the served runs given (`served_log`, comma-separated)."""
+    return [p.strip() for p in inputs.served_log.split(",") if p.strip()]
 
 
 def read_runs(paths, server_url: str = "") -> list[ParseResult]:
@@ -94,3 +110,47 @@ def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeV
                              "break_even_accept_length": chosen.choice.break_even,
                              "from": "served runs" if chosen is fit.rec else "demo sweep"}
     return out
+
+
+def run(inputs: Inputs, earlier=None) -> Part:
+    """Notebook 04's part: the served runs (`served_files`, `server_url`) and their cost-model fit, the demo sweep
+    (`run_demo_sweep`, `sweep_num_steps`, `sweep_repeats`) and the chain-vs-tree replay (`tree_replay_samples`, 0:
+    skipped) as tables and figures (a sentence where one was not run); `results` holds what they were made from
+    (parsed, served, fit, sweep, sweep_recs, tvc) and `headline` (what the notebook records). No finding."""
+    parsed = read_runs(served_files(inputs), inputs.server_url)
+    served = [r for res in parsed for r in res.records]
+    fit = fit_served(served, inputs.baseline_tok_s)
+    rec = fit.rec
+    sweep = (demo_sweep(list(inputs.sweep_num_steps), repeats=inputs.sweep_repeats, device=inputs.device)
+             if inputs.run_demo_sweep else [])
+    series = sorted({r.series for r in sweep if not r.is_baseline})
+    sweep_recs = {s: costmodel.recommend(sweep, series=s) for s in series} if sweep else {}
+    tvc = (tree_vs_chain(inputs.tree_replay_samples, inputs.sweep_repeats, inputs.device)
+           if inputs.run_demo_sweep and inputs.tree_replay_samples > 0 else None)
+    tables = {"served runs": records.to_dataframe(served)[list(COLUMNS)],
+              "served fit": rec.fit.table if rec else NOT_RUN["fit"],
+              "best num_steps": rec.choice.table if rec else NOT_RUN["fit"],
+              "demo sweep": records.to_dataframe(sweep)[list(SWEEP_COLUMNS)] if sweep else NOT_RUN["sweep"],
+              "demo fit": sweep_recs[CORRECT].fit.table if CORRECT in sweep_recs else NOT_RUN["sweep"],
+              "chain vs tree": tvc.replay.table if tvc is not None else NOT_RUN["tree"]}
+    figures = {
+        "trajectory": plots.trajectory(served, baseline=fit.baseline),
+        "served tok/s vs accept length": plots.tok_s_vs_accept_length(
+            served, fit=rec.fit if rec else None, baseline=fit.baseline,
+            title="Served runs: throughput vs accept length"),
+        "served speedup vs num_steps": plots.speedup_vs_num_steps(
+            served, choice=rec.choice if rec else None, baseline=fit.baseline,
+            title="Served runs: speedup vs num_steps, measured and predicted"),
+        "demo tok/s vs accept length": (plots.tok_s_vs_accept_length(
+            sweep, fit=sweep_recs[CORRECT].fit, title="Demo engine: throughput vs accept length")
+            if CORRECT in sweep_recs else NOT_RUN["sweep"]),
+        "demo speedup vs num_steps": (plots.speedup_vs_num_steps(
+            sweep, choice=sweep_recs[series[0]].choice,
+            title=f"Demo engine: speedup vs num_steps (prediction for '{series[0]}')")
+            if sweep_recs else NOT_RUN["sweep"]),
+        "per-position acceptance": plots.per_position_bars(served + sweep),   # per series, the deepest run
+        "chain vs tree": (plots.tree_vs_chain_figure(tvc.choice, measured=tvc.timings) if tvc is not None
+                          else NOT_RUN["tree"])}
+    return Part(NAME, [], tables, figures, notes=fit.notes, results={
+        "parsed": parsed, "served": served, "fit": fit, "sweep": sweep, "sweep_recs": sweep_recs, "tvc": tvc,
+        "headline": headline_findings(fit, sweep_recs, CORRECT, tvc)})

@@ -50,3 +50,13 @@ def test_a_part_shows_its_findings():
     from eagle3lib.causes import not_checked
     p = Part("x", [not_checked("rope_mismatch", "here", "a target")])
     assert list(p.frame()["cause"]) == ["rope_mismatch"] and p.tables == {} and p.problems == ()
+
+
+def test_a_part_that_decides_no_cause_is_not_diagnosed():
+    """Notebook 04's part (throughput) is in PARTS for its notebook, marked not diagnosed: the diagnosis's loop
+    skips it (no timed demo sweep, no charts in a terminal run)."""
+    from eagle3lib.steps import throughput_runs
+
+    step = next(s for s in order.PARTS if s.module is throughput_runs)
+    assert step.notebook == "04_throughput_charts" and not step.diagnosed
+    assert all(s.diagnosed for s in order.PARTS if s is not step)
