@@ -46,6 +46,12 @@ def _tau(served: dict) -> str:
     return f"{served['accept_length']:.2f}" if served.get("ok") else "refused"
 
 
+def _predicted(d: dict) -> float | None:
+    """The replay's τ nearest the served one (as trained, or as the engine loads it), or None."""
+    got = faults.predicted_tau(d)
+    return round(got[1], 3) if got else None
+
+
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", action="store_true", help="also every two config faults together")
@@ -67,10 +73,11 @@ def main(argv=None) -> int:
         rows.append({"fault": "none", "what": "the healthy deployment", "acc0": healthy, "raised": raised,
                      "violations": ([f"the healthy deployment raises {raised}"] if raised else [])
                      + faults.invariants(faults.Fault("none", "nothing", ()), d, code, healthy, served),
-                     "exit_code": code, "served": served})
-        print("| fault | acc0 as shipped | served τ | raised (confirmed / suspected) | invariants |")
-        print("|---|---|---|---|---|")
-        print(f"| none | {round(healthy, 3)} | {_tau(served)} | {', '.join(raised) or 'none'} | "
+                     "exit_code": code, "served": served, "predicted": _predicted(d)})
+        print("| fault | acc0 as shipped | served τ | predicted τ | raised (confirmed / suspected) | invariants |")
+        print("|---|---|---|---|---|---|")
+        print(f"| none | {round(healthy, 3)} | {_tau(served)} | {_predicted(d) or '-'} | "
+              f"{', '.join(raised) or 'none'} | "
               f"{'; '.join(rows[0]['violations']) or 'hold'} |", flush=True)
         for f in cases:
             t = time.monotonic()
@@ -82,9 +89,9 @@ def main(argv=None) -> int:
                       if v["status"] in ("confirmed", "suspected", "conflict")]
             rows.append({"fault": f.name, "what": f.what, "acc0": cf.get("acc0_as_shipped"), "raised": raised,
                          "violations": bad, "seconds": round(time.monotonic() - t, 1), "exit_code": code,
-                         "served": served})
+                         "served": served, "predicted": _predicted(d)})
             acc = cf.get("acc0_as_shipped")
-            print(f"| {f.name} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | "
+            print(f"| {f.name} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | {_predicted(d) or '-'} | "
                   f"{', '.join(raised) or 'none'} | "
                   f"{'; '.join(bad) or 'hold'} |", flush=True)
     Path(a.out).write_text(portable.portable_text(json.dumps({"healthy_acc0": healthy, "engine": a.engine or None,
