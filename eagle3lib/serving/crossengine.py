@@ -11,8 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..engines.facts import id_keys, shared_id_key
-from ..engines.layer_reading import draft_slots, key_value
+from ..engines.facts import id_keys, key_value, shared_id_key
+from ..engines.layer_reading import draft_slots
 from ..engines.versions import VLLM_CHECKED
 from ..engines.vllm_config import NON_MODEL_METHODS, infer_method
 from .launch import LaunchArgs

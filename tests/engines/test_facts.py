@@ -54,3 +54,32 @@ def test_each_row_module_holds_its_topics_and_the_table_is_their_rows(module):
     assert set(rows) <= set(EF.FACTS)
     assert set().union(*MODULE_TOPICS.values()) == TOPICS
     assert sum(len(importlib.import_module(f"eagle3lib.engines.{m}").ROWS) for m in MODULE_TOPICS) == len(EF.FACTS)
+
+
+def test_fc_slots_are_counted_from_each_model_files_rows_as_vllm_does():
+    """vLLM 0.32.0: llama_eagle3 / deepseek_eagle3 count num_aux_hidden_states (0 included: only None falls
+    through), else the eagle_config ids, else 3, never top-level ids; qwen3_eagle3 counts top-level ids too."""
+    from eagle3lib.engines.facts import fc_slots_built
+    top = {"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4, 5]}
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}
+    for mf in ("llama_eagle3", "deepseek_eagle3"):
+        assert fc_slots_built("vllm", mf, top) == 3
+        assert fc_slots_built("vllm", mf, {**top, **nested}) == 2
+        assert fc_slots_built("vllm", mf, {**nested, "num_aux_hidden_states": 4}) == 4
+        assert fc_slots_built("vllm", mf, {"num_aux_hidden_states": 0}) == 0
+    assert fc_slots_built("vllm", "qwen3_eagle3", top) == 5
+    assert fc_slots_built("vllm", "qwen3_eagle3", {**top, "num_aux_layers": 2}) == 2
+    assert fc_slots_built("vllm", "no_such_file", top) is None
+
+
+def test_a_new_fc_slots_row_is_what_the_package_answers(monkeypatch):
+    """Recipe: a model file that sizes fc from a new key is rows of the table; capture_rules and check 13 follow."""
+    from eagle3lib.engines import capture_rules, facts
+    from eagle3lib.engines.fact_row import Fact
+    from eagle3lib.checks.draft_feed import vllm_fc
+    row = Fact("vllm", "fc_slots", "eagle_config.num_fc_slots@llama_eagle3", True, None, "", "a future vLLM")
+    monkeypatch.setattr(facts, "FACTS", (row,) + facts.FACTS)
+    raw = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"num_fc_slots": 6}}
+    rule = capture_rules.draft_rules("vllm", "LlamaForCausalLMEagle3")[-1]
+    assert capture_rules.served_fc_slots(rule, raw) == 6
+    assert vllm_fc(raw)[0] == 6

@@ -63,7 +63,7 @@ def test_fc_sizing_matches_vllm(P, name):
     p, raw = P[name], cfg(P, name)
     (rule,) = draft_rules("vllm", raw["architectures"][0], p.vllm_version)
     assert rule.model_file == p.draft_module.rsplit(".", 1)[-1] + ".py"      # the row is the file vLLM built
-    assert served_fc_slots(rule.fc_slots, raw) == p.fc_slots
+    assert served_fc_slots(rule, raw) == p.fc_slots
     assert p.fc_input_size == 128 * p.fc_slots
     if p.fc_slots != 4:
         assert p.load_error and "[128, 512]" in p.load_error["message"].replace("torch.Size(", "").replace(")", "")
