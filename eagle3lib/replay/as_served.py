@@ -31,7 +31,6 @@ from .stats import ReplaySetup
 from ..layout import ZERO
 
 # config fields a variant may change: RoPE anything; flags only switched off (their weights stay unused)
-ROPE_FIELDS = ("rope_theta", "rope_scaling", "max_position_embeddings")
 FLAG_FIELDS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
 ASPECT_CAUSE = {"d2t": "d2t_mapping", "embedding": "wrong_embedding", "lm_head": "lm_head_missing",
                 "rope": "rope_mismatch", "config": "draft_config_differs"}
@@ -42,11 +41,11 @@ CONFIG_ROPE = ("rope_theta", "rope_scaling", "partial_rotary_factor", "max_posit
 @contextlib.contextmanager
 def variant(model: Eagle3Draft, **changes):
     """Temporarily run `model` with its config fields changed (RoPE fields; flags switched off only)."""
-    bad = [k for k in changes if k not in ROPE_FIELDS + FLAG_FIELDS]
+    bad = [k for k in changes if k not in CONFIG_ROPE + FLAG_FIELDS]
     turned_on = [k for k in changes if k in FLAG_FIELDS and changes[k] and not getattr(model.cfg, k)]
     if bad or turned_on:
         raise ConfigError("replay.as_served.variant", "cannot replay this variant",
-                          expected=f"RoPE fields {ROPE_FIELDS} or flags switched off {FLAG_FIELDS}",
+                          expected=f"RoPE fields {CONFIG_ROPE} or flags switched off {FLAG_FIELDS}",
                           found=bad or turned_on, cause="a flag switched on has no trained weights to use")
     old = (model.cfg, model.rotary, model.midlayer.norm_before_residual)
     cfg = replace(model.cfg, **changes)
