@@ -1,7 +1,7 @@
 # Two commands on a fresh machine (Python 3.10+ and pip):
 #   make report   # all notebooks on the embedded demo world -> reports/*.html + reports/index.html
-#   make test     # the quick suite a newcomer runs to see the install works (~8 min on 2 cores, one real report)
-#   make test-all # the full suite: slow, planted, engine (what .ci/run runs; ~45 min on 2 cores)
+#   make test     # the quick suite a newcomer runs to see the install works (~2 min on 2 cores, one real report)
+#   make test-all # the full suite: slow, planted, engine (what .ci/run runs; ~30 min on 2 cores)
 # make report PARAMS=params/gpu-box.yaml   points the notebooks at real artifacts.
 # make report REPORT_ARGS="--only 02 --timeout 600"   passes more options to python -m eagle3lib.report.
 # make vllm     # the real vLLM in its own venv (.venv-vllm; CPU or CUDA build by nvidia-smi), for the engine tests
