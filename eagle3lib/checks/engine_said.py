@@ -54,8 +54,8 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
     ev = {"error": text, "source": view.refused_source, "engine": view.engine, "version": view.version}
     known = known_failure_text(text)
     if known is not None:                     # a failure the engine facts explain (the frame it was raised in)
-        row = fact(*known.fact)
-        return [Finding(known.cause, "confirmed", f"{view.engine} dies serving the draft: {known.what}; `{known.key}` "
+        row = fact(known.engine, *known.because)
+        return [Finding(known.cause, "confirmed", f"{view.engine} dies serving the draft: {known.note}; `{known.key}` "
                         f"in {cfg} (or the launch) asks for it. The engine: {text}" + (f" [{row.source}]" if row else ""),
                         {**ev, "file": cfg, "key": known.key, "frame": known.frame,
                          "fact": row.source if row else None}, WHERE,

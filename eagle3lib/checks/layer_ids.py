@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
-from ..engines.facts import id_keys, id_readers
+from ..engines.facts import default_ids_row, id_keys, id_readers
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import Eagle3Error
@@ -245,7 +245,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     if engine is None:
         if not places:
             guess = list(captured_by("vllm", None, L))
-            said = f"the config has no aux layer ids: every engine falls back to inputs of [2, L//2, L-3] = {guess}"
+            row = default_ids_row("vllm", VLLM_CHECKED)
+            said = (f"the config has no aux layer ids: vLLM {VLLM_CHECKED} falls back to inputs of "
+                    f"[{row.subject if row else '?'}] = {guess} (the engine table's default_ids row)")
             fix = "pin eagle_aux_hidden_state_layer_ids for each engine (advice.advise)"
             st = "suspected" if trained is None else "confirmed" if guess != list(trained) else "ruled out"
             out.append(_default_finding({**base, "engines": table}, default_vs_trained(art, guess, trained), said,

@@ -4,7 +4,7 @@ from `eagle3lib.vllm_driver`).
 - `versions`        one version parser per engine; the versions the tables were read and checked against.
 - `facts`           the one table of engine knowledge: which engine / version reads which config field, flag or
                     key (rows with since / until, source), and the functions every caller asks it through.
-- `fact_row`        one row of it (`Fact`), and the sources and served numbers several topics' rows cite.
+- `fact_row`        one row of it (`Fact`, `Refusal`), and the sources and served numbers several topics' rows cite.
 - `facts_config`    its rows about the draft config's fields: the variant flags, RoPE, eps / activation.
 - `facts_ids`       its rows about the aux layer ids: the keys each reader takes them from, the fc's slot keys,
                     the layers captured when the config names none.
@@ -12,6 +12,8 @@ from `eagle3lib.vllm_driver`).
 - `facts_serving`   its rows about serving around the draft: server features, the metric, the method, the
                     draft's window and context.
 - `facts_target`    its rows about the target and the host: an MLA target's config, AMX / CPU_MLA routes.
+- `facts_refusals`  its rows about what each refusal of a draft means: the frame / message the engine dies with,
+                    the cause whose fix makes it accept, the key that asks for it, the fix.
 - `sglang_rule`     what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
 - `sglang_table`    the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
 - `sglang_resolver` the offline resolver over that table; SGLang's accept-rate formulas by version.

@@ -74,9 +74,9 @@ class DraftRule:
     archs: tuple[str, ...]     # draft `architectures` names
     max_layers: int | None     # draft decoder layers served (None: any number)
     extra_layers: str          # what happens to layers >= 1: "refused", "dropped", "load_error", "loaded"
-    fc_slots: str              # how fc's aux slots are counted: "3"; "ids" (num_aux_hidden_states, else len of the
-    #                            ids); "table" (the engine table's fc_slots rows for this model file,
-    #                            facts.fc_slots_built); "?" (not read)
+    fc_slots: str              # how fc's aux slots are counted: "3" (a fixed width, no key read); "table" (the
+    #                            engine table's fc_slots rows for this model file, facts.fc_slots_built, asked at
+    #                            the rule's `since` when no version is given); "?" (not read)
     feedback: str              # the state fed back to the next draft step
     since: str | None
     until: str | None
@@ -122,12 +122,12 @@ DRAFT_RULES: tuple[DraftRule, ...] = (
       NEWER_DRAFTERS_VERSION, "", "sglang python/sglang/srt/models/llama_eagle3.py @ 03d5a777 (layers >= 1 built as "
       "additional_layers.<i-1>; load_weights skips names not in params_dict)",
       "a checkpoint's layers.<N>.* keys match no parameter: layers >= 1 stay at their random init, silently"),
-    D(_SG, "llama_eagle3.py", ("LlamaForCausalLMEagle3",), None, "loaded", "ids",
+    D(_SG, "llama_eagle3.py", ("LlamaForCausalLMEagle3",), None, "loaded", "table",
       "last layer pre-norm (norm_output: post-norm)", NEWER_DRAFTERS_VERSION, None, "2026-05-11",
       "sglang PR#24663 (eagle_worker.py: fc input = target_hidden_size x num_aux_hidden_states or len(ids)); "
       "PR#24620 description (multi-layer, midlayer -> layers.0)",
       "read in the PR threads, not in a release's source"),
-    D(_SG, "kimi_k25_eagle3.py", ("Eagle3DeepseekV2ForCausalLM",), 1, "refused", "ids",
+    D(_SG, "kimi_k25_eagle3.py", ("Eagle3DeepseekV2ForCausalLM",), 1, "refused", "table",
       "last layer pre-norm (norm_output: post-norm)", None, None, "",
       "sglang python/sglang/srt/models/kimi_k25_eagle3.py @ 054a1cef (Eagle3MLAModel: num_hidden_layers != 1 -> "
       "ValueError; fc = target_hidden_size x len(eagle_config ids, else top-level ids, else 3); layers.0.* -> "
@@ -267,15 +267,8 @@ class DraftServing:
 def served_fc_slots(rule: DraftRule, draft_config: dict, version: str | None = None) -> int | None:
     """How many aux slots a model file builds fc for, by its DraftRule.fc_slots reading (None: "?")."""
     if rule.fc_slots == "table":
-        return fc_slots_built(rule.engine, rule.model_file.removesuffix(".py"), draft_config, version)
-    ec = draft_config.get("eagle_config") if isinstance(draft_config.get("eagle_config"), dict) else {}
-    nested, top = ec.get("eagle_aux_hidden_state_layer_ids"), draft_config.get("eagle_aux_hidden_state_layer_ids")
-    aux = draft_config.get("num_aux_hidden_states")
-    if rule.fc_slots == "3":
-        return 3
-    if rule.fc_slots == "ids":
-        return int(aux or len(nested or top or ()) or 3)
-    return None
+        return fc_slots_built(rule.engine, rule.model_file.removesuffix(".py"), draft_config, version or rule.since)
+    return 3 if rule.fc_slots == "3" else None
 
 
 def draft_serving(engine: str, draft_config: dict, version: str | None = None) -> tuple[DraftServing, ...]:

@@ -1,6 +1,6 @@
-"""One engine fact (`Fact`) and what several topics' rows cite: the vLLM 0.32.0 source files, the accept lengths
-served by the running engine, and the `checked` text of a row verified against it (`checked_by`). The rows live in
-the `facts_*` modules by topic; `engines.facts` joins them into the one table and answers from it."""
+"""One engine fact (`Fact`; `Refusal`, a fact that also says what the engine's refusal text means) and what several
+topics' rows cite: the vLLM 0.32.0 source files, the accept lengths served by the running engine, and the `checked`
+text of a row verified against it (`checked_by`). The rows live in the `facts_*` modules by topic; `engines.facts` joins them into the one table and answers from it."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -28,7 +28,7 @@ class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""
     engine: str
     topic: str          # "flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids",
-    #                     "method", "rope", "context", "window", "target", "serving", "metric", "host"
+    #                     "method", "rope", "context", "window", "target", "serving", "metric", "host", "refusal"
     subject: str        # e.g. "norm_before_fc@eagle_config" (flag@where), "layers.0.*", "EAGLE"
     reads: bool         # the behaviour from `since` on (before it: the opposite)
     since: str | None   # first version with it; None = always (or version unknown, see `date`)
@@ -37,3 +37,18 @@ class Fact:
     note: str = ""
     until: str | None = None   # first version without it (exclusive); None = still so
     checked: str = ""          # how the row was verified beyond reading the source (e.g. the running engine)
+
+
+@dataclass(frozen=True, kw_only=True)
+class Refusal(Fact):
+    """What an engine's refusal means (topic "refusal", reads=True: the engine refuses from `since` on): it raises
+    `exception` at `frame` with `message` in its text; `cause` is the catalogue cause whose fix makes it accept."""
+    frame: str                # path from the package root and line, as vllm_errors.LoggedError.frame ("": any
+    #                           frame, the message alone names it, e.g. an error re-raised through pydantic)
+    exception: str
+    message: str
+    cause: str                # the catalogue cause it is the evidence of
+    key: str                  # the config key (or launch argument) that makes the engine do it
+    because: tuple[str, str]  # the (topic, subject) row of the same engine that says why
+    fix: str                  # what to do about it
+    explains: tuple[str, ...] = ()   # causes whose alarms are this refusal's consequence (causes.Finding.explains)

@@ -1,7 +1,7 @@
 """Engine facts as data: which engine (and from which version / PR) reads which draft config field, flag or key.
 
-The rows live by topic in `facts_config`, `facts_ids`, `facts_weights`, `facts_serving` and `facts_target`
-(`Fact` itself in `fact_row`); `FACTS` joins them, and callers ask only the functions here. Each `Fact` row
+The rows live by topic in `facts_config`, `facts_ids`, `facts_weights`, `facts_serving`, `facts_target` and
+`facts_refusals` (`Fact` and `Refusal` themselves in `fact_row`); `FACTS` joins them, and callers ask only the functions here. Each `Fact` row
 carries its source (PR / file) so a finding that rests on it can cite it, and `checked` says how it was verified
 beyond reading that source (the running engine, its version). The config keys each engine reads the aux layer ids
 from, and their order, are "id_key" rows (`id_keys(engine, reader, version)`); what the ids then capture (the +1,
@@ -19,7 +19,7 @@ import re
 
 import pandas as pd
 
-from . import facts_config, facts_ids, facts_serving, facts_target, facts_weights
+from . import facts_config, facts_ids, facts_refusals, facts_serving, facts_target, facts_weights
 from .fact_row import Fact
 from .versions import in_force, maybe_version, parse_version
 
@@ -27,7 +27,7 @@ SERVING_ENGINES = ("sglang", "vllm")
 # the one table: the topic modules' rows (engines/__init__.py's map); each topic's rows keep their order (a reader
 # tries its id keys in it)
 FACTS: tuple[Fact, ...] = (*facts_config.ROWS, *facts_serving.ROWS, *facts_weights.ROWS, *facts_ids.ROWS,
-                           *facts_target.ROWS)
+                           *facts_target.ROWS, *facts_refusals.ROWS)
 
 
 def facts(topic: str | None = None, engine: str | None = None) -> tuple[Fact, ...]:
@@ -114,7 +114,7 @@ def key_value(raw: dict, key: str):
 def fc_slots_built(engine: str, model_file: str, raw: dict, version: str | None = None) -> int | None:
     """Aux slots `engine`'s `model_file` builds the draft's fc for, by its "fc_slots" rows: the first of their keys
     the config sets (a number as it is, 0 included; a non-empty list by its length), else 3. None when the table
-    has no rows for that model file."""
+    has no rows for that model file in force at `version`."""
     keys = fc_slot_keys(engine, model_file, version)
     if not keys:
         return None

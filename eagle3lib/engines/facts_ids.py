@@ -48,6 +48,22 @@ ROWS: tuple[Fact, ...] = (
       "vllm 0.32.0 vllm/model_executor/models/qwen3_eagle3.py:201-210", "unlike llama_eagle3, top-level ids size fc"),
     F("vllm", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@qwen3_eagle3", True, None, "",
       "vllm 0.32.0 vllm/model_executor/models/qwen3_eagle3.py:201-210"),
+    # SGLang (0.5.12 ~ PR#24663, "Support newer EAGLE-3 drafters"): llama_eagle3's fc takes num_aux_hidden_states,
+    # else the count of the ids; before it, a fixed 3 (capture_rules' DraftRule "3"). The PR's `or` lets a 0 fall
+    # through where fc_slots_built counts it as vLLM does: no draft has 0 aux states
+    F("sglang", "fc_slots", "num_aux_hidden_states@llama_eagle3", True, "0.5.12", "2026-05-11", "sglang PR#24663 "
+      "(eagle_worker.py: fc input = target_hidden_size x num_aux_hidden_states or len(ids))",
+      "read in the PR thread, not in a release's source"),
+    F("sglang", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@llama_eagle3", True, "0.5.12",
+      "2026-05-11", "sglang PR#24663", "read in the PR thread, not in a release's source"),
+    F("sglang", "fc_slots", "eagle_aux_hidden_state_layer_ids@llama_eagle3", True, "0.5.12", "2026-05-11",
+      "sglang PR#24663", "read in the PR thread, not in a release's source"),
+    # SGLang's MLA draft (Kimi-K2.5 / DeepSeek): the count of the eagle_config ids, else the top-level ids, else 3
+    F("sglang", "fc_slots", "eagle_config.eagle_aux_hidden_state_layer_ids@kimi_k25_eagle3", True, None, "",
+      "sglang python/sglang/srt/models/kimi_k25_eagle3.py @ 054a1cef (Eagle3MLAModel: fc = target_hidden_size x "
+      "len(eagle_config ids, else top-level ids, else 3))"),
+    F("sglang", "fc_slots", "eagle_aux_hidden_state_layer_ids@kimi_k25_eagle3", True, None, "",
+      "sglang python/sglang/srt/models/kimi_k25_eagle3.py @ 054a1cef"),
     # ---- the layers captured when the draft config names no ids (subject: the capture-before indices, comma
     # separated terms in L, the target's layer count: engines.facts.default_ids). A version with another default
     # is one row with its `since` (and `until` on the row it replaces)

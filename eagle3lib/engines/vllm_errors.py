@@ -7,14 +7,17 @@ the message names: the weight key ("There is no module or parameter named '...'"
 invalid for input of size 2560", "Tried to load weights of size ... to a parameter of size ..."), a file, or
 "not supported". Lines of different processes (the "(Worker pid=N)" tags) may interleave; each is followed alone.
 Each error also keeps the frame it was raised in (`frame`: "vllm/model_executor/models/deepseek_v2.py:1562"), and
-`known_failure(error)` names a failure the engine facts explain (`KNOWN_FAILURES`: vLLM's DeepSeek target dying on
-the embedding as an aux slot).
+`known_failure(error)` names a failure the engine facts explain (the table's "refusal" rows, `engines/facts_refusals.py`:
+vLLM's DeepSeek target dying on the embedding as an aux slot, the d2t lookup, ...).
     errors = scan_errors(log_lines(open("server.log").read())); root_error(errors)
 """
 from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+
+from .fact_row import Refusal
+from .facts import facts
 
 # (process tag) LEVEL MM-DD hh:mm:ss [file.py:123] message   -- the tag and the header are both optional
 PREFIX = re.compile(r"^(?:\((?P<proc>[^)]*)\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
@@ -53,78 +56,26 @@ class LoggedError:
     frame: str | None = None  # where it was raised: the traceback's last frame, "vllm/.../deepseek_v2.py:1562"
 
 
-@dataclass(frozen=True)
-class KnownFailure:
-    """An engine failure the engine facts explain: raised at `frame` with `exception` whose message has `message`."""
-    frame: str                # path from the package root and line, as LoggedError.frame ("": any frame, the
-                              # message alone names it, e.g. an error re-raised through pydantic)
-    exception: str
-    message: str
-    cause: str                # the catalogue cause it is the evidence of
-    key: str                  # the config key that makes the engine do it
-    fact: tuple[str, str, str]   # the engines.facts row (engine, topic, subject) that says why
-    what: str
-    fix: str                  # what to do about it
-    explains: tuple[str, ...] = ()   # causes whose alarms are this failure's consequence (causes.Finding.explains)
+def known_failures(engine: str = "vllm") -> tuple[Refusal, ...]:
+    """The engine table's "refusal" rows of `engine`: the failures the engine facts explain."""
+    return tuple(f for f in facts("refusal", engine) if isinstance(f, Refusal))
 
 
-KNOWN_FAILURES = (
-    KnownFailure("vllm/model_executor/models/deepseek_v2.py:1562", "TypeError", "'Tensor' and 'NoneType'",
-                 "aux_layout_mismatch", "eagle_aux_hidden_state_layer_ids",
-                 ("vllm", "target", "deepseek target hands over the embedding as an aux state"),
-                 "vLLM's DeepSeek target cannot hand the draft the embedding: id 0 captures hidden_states + "
-                 "residual before layer 0, where residual is None",
-                 "train the draft on layer inputs the target hands over (ids >= 1, no embedding slot), as the engine "
-                 "captures them; the embedding cannot be served there"),
-    # the d2t lookup: target ids = arange(draft_vocab) + d2t index the logits; an absolute-id d2t runs past the vocab
-    KnownFailure("vllm/model_executor/models/llama_eagle3.py:394", "IndexError", "out of bounds",
-                 "d2t_mapping", "d2t", ("vllm", "keys", "d2t with a full-vocab draft"),
-                 "vLLM places the draft's logits at target ids arange(draft_vocab_size) + d2t (llama_eagle3.py:"
-                 "385-394): a d2t holding absolute target ids (not offsets) points past the target vocab",
-                 "store d2t as offsets (d2t[i] = target_id(i) - i), as EAGLE-3 / SpecForge write it"),
-    # the method picks the architecture: method "eagle" prefixes Eagle to the draft's architecture name
-    KnownFailure("", "ValueError", "Model architectures ['Eagle", "wrong_method", "method",
-                 ("vllm", "method", "method inferred from the path"),
-                 "vLLM names the draft's architecture after the method (transformers_utils/configs/eagle.py:46-52: "
-                 "method eagle -> 'Eagle' + the draft's architecture), and no model class has that name",
-                 "serve an EAGLE-3 draft with method eagle3 (--speculative-config '{\"method\": \"eagle3\", ...}')",
-                 # an engine that never loads the draft as EAGLE-3 reads its ids in no EAGLE-3 convention
-                 ("layer_id_off_by_one", "missing_layer_ids", "aux_layout_mismatch", "weights_dropped")),
-    # the activation: vLLM's Llama MLP runs silu only
-    KnownFailure("vllm/model_executor/models/llama.py:113", "ValueError", "Unsupported activation",
-                 "engine_cannot_run", "hidden_act", ("vllm", "config", "hidden_act"),
-                 "vLLM's Llama MLP (the EAGLE-3 draft's) runs only silu (llama.py:112-114): the engine's documented "
-                 "limit, not a regression",
-                 "if the draft was trained with silu, set hidden_act to silu in config.json (the training samples "
-                 "decide: replay.counterfactual); a draft trained with another activation cannot be served by vLLM"),
-    # the host: vLLM CPU gives an MLA model AMX_MLA on an AMX host, whose weight packing takes no float32. The last
-    # frame is torch/_ops.py (the op), so the message alone names it; it holds "weight", which must not read as
-    # weights_dropped
-    KnownFailure("", "RuntimeError", "expect weight to be bfloat16, float16, int8, fp8_e4m3 or uint8",
-                 "engine_cannot_run", "dtype", ("vllm", "host", "amx:float32"),
-                 "on a CPU with AMX, vLLM serves an MLA model with the AMX_MLA attention backend (platforms/cpu.py:"
-                 "152-164), whose weight packing (amx_mla.py:303) refuses float32: a fact of the host and the dtype, "
-                 "not of the draft",
-                 "serve in bfloat16 (--dtype bfloat16); forcing the CPU_MLA backend moves the target but not the "
-                 "EAGLE-3 draft (field-causes.md row 43)"),
-)
-
-
-def known_failure(err: LoggedError | None) -> KnownFailure | None:
-    """The KNOWN_FAILURES row `err` is (same frame, exception and message), or None."""
+def known_failure(err: LoggedError | None) -> Refusal | None:
+    """The "refusal" row `err` is (same frame, exception and message), or None."""
     if err is None or err.frame is None:
         return None
-    return next((k for k in KNOWN_FAILURES if (not k.frame or err.frame == k.frame)
+    return next((k for k in known_failures() if (not k.frame or err.frame == k.frame)
                  and err.exception.endswith(k.exception) and k.message in err.message), None)
 
 
-def known_failure_text(text: str) -> KnownFailure | None:
-    """The KNOWN_FAILURES row a refusal's text quotes (its frame and its message), or None."""
-    return next((k for k in KNOWN_FAILURES if k.frame in text and k.message in text), None)
+def known_failure_text(text: str) -> Refusal | None:
+    """The "refusal" row a refusal's text quotes (its frame and its message), or None."""
+    return next((k for k in known_failures() if k.frame in text and k.message in text), None)
 
 
-def attribution(text: str) -> tuple[KnownFailure | None, str]:
-    """(the KNOWN_FAILURES row a refusal is, or None; the cause whose fix makes the engine accept): a row's cause,
+def attribution(text: str) -> tuple[Refusal | None, str]:
+    """(the "refusal" row a refusal is, or None; the cause whose fix makes the engine accept): a row's cause,
     else by what the message names (a weight or key: weights_dropped; the fc's aux width: the layout), else
     engine_cannot_run, the engine's own message being the evidence. Never engine_regression: that needs the same
     artifacts served on another version."""

@@ -6,8 +6,8 @@ The serving layout is never presumed: it comes from evidence, in this order, and
 (a) a serving dump identified against the target's own boundaries (notebook 03's identification; on the demo
 world, its server's dump), (b) a layout the user typed, (c) the boundaries the named engine and version capture
 for this draft config (the capture rules of `serving.crossengine`), (d) for a draft config that names no layer ids,
-the default every engine falls back to (inputs of [2, L//2, L-3]); with none of these the serving side is not
-replayed and the result names the input that would decide it.
+the default the serving engines fall back to (their "default_ids" rows of the engine table, when they agree); with
+none of these the serving side is not replayed and the result names the input that would decide it.
 Nothing here stops on a defect of the draft: a trained layout nothing names is replayed as the training data stores
 it (the fc's own order), and a config without ids is replayed under the engine's default against it
 (`missing_layer_ids` decided by the accuracy it loses).
@@ -26,7 +26,7 @@ from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import Comparison, compare
 from ..hidden.dumps import load_dump
 from ..hidden.explain import layout_text, unidentified_slots
-from ..layout import engine_default_layout, parse_layout
+from ..layout import parse_layout
 from ..model.config import read_config_json
 from ..model.target import load_target_info
 from ..replay.run import identify_training_layout, load_setup, with_trained_layout
@@ -35,6 +35,8 @@ from ..replay.items import stored_layout
 from ..layout import ZERO
 from ..replay.verdict import Verdict, read_recorded_accuracy
 from ..checks.replayed_layout import ENGINE_DEFAULT, SERVING_INPUTS, number_or_none, replay_findings
+from ..engines.advice import captured_by
+from ..engines.facts import SERVING_ENGINES, default_ids_row
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
 from ..replay import layoutsearch, verdict
@@ -171,8 +173,9 @@ def dumped_layout(cmp: Comparison, dump: str, request: int = 0) -> ServingLayout
 
 
 def _engine_default(draft_path: str, num_layers: int | None) -> ServingLayout | None:
-    """The serving layout of a draft config that names no layer ids: every engine's default capture (inputs of
-    [2, L//2, L-3]); None when the config names ids (or there is no target to count layers)."""
+    """The serving layout of a draft config that names no layer ids: what the serving engines capture then (the
+    engine table's "default_ids" rows, `engines.advice.captured_by`); None when the config names ids, there is no
+    target to count layers, or the engines' defaults differ (the serving layout then depends on the engine)."""
     if not num_layers:
         return None
     try:
@@ -183,11 +186,15 @@ def _engine_default(draft_path: str, num_layers: int | None) -> ServingLayout | 
         return None
     if cfg.aux_layer_ids is not None or cfg.dialect == "eagle":   # SafeAILab EAGLE: its capture is the default
         return None
-    lay = engine_default_layout(num_layers)
+    per_engine = {e: captured_by(e, None, num_layers) for e in SERVING_ENGINES}
+    if len(set(per_engine.values())) != 1:
+        return None
+    lay = next(iter(per_engine.values()))
     ev = {"file": str(file), "key": "eagle_aux_hidden_state_layer_ids", "expected": "the trained layout's ids",
-          "found": None, "engine_default": list(lay), "fc_slots": cfg.num_aux}
+          "found": None, "engine_default": list(lay), "engines": list(per_engine), "fc_slots": cfg.num_aux,
+          "source": "; ".join(f"{e}: {default_ids_row(e).source}" for e in per_engine if default_ids_row(e))}
     return ServingLayout(lay, ENGINE_DEFAULT, f"{file} names no layer ids (eagle_aux_hidden_state_layer_ids): "
-                         f"every engine falls back to inputs of [2, L//2, L-3] = [{', '.join(lay)}] "
+                         f"{' and '.join(per_engine)} fall back to [{', '.join(lay)}] (their default capture) "
                          f"({len(lay)} slots for a {cfg.num_aux}-slot fc)", ev)
 
 

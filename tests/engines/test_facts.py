@@ -12,12 +12,12 @@ from eagle3lib.engines import facts as EF
 from eagle3lib.engines.versions import parse_version
 
 TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids", "method", "rope",
-          "context", "window", "target", "serving", "metric", "host"}   # Fact.topic's comment
+          "context", "window", "target", "serving", "metric", "host", "refusal"}   # Fact.topic's comment
 # the row module of each topic (engines/__init__.py's map): a row in another module is out of its place
 MODULE_TOPICS = {"facts_config": {"flag", "rope", "config"}, "facts_ids": {"id_key", "fc_slots", "default_ids"},
                  "facts_weights": {"embed", "lm_head", "keys"},
                  "facts_serving": {"serving", "metric", "method", "window", "context"},
-                 "facts_target": {"target", "host"}}
+                 "facts_target": {"target", "host"}, "facts_refusals": {"refusal"}}
 
 
 @pytest.mark.parametrize("row", EF.FACTS, ids=lambda f: f"{f.engine}:{f.topic}:{f.subject}")
@@ -70,6 +70,28 @@ def test_fc_slots_are_counted_from_each_model_files_rows_as_vllm_does():
     assert fc_slots_built("vllm", "qwen3_eagle3", top) == 5
     assert fc_slots_built("vllm", "qwen3_eagle3", {**top, "num_aux_layers": 2}) == 2
     assert fc_slots_built("vllm", "no_such_file", top) is None
+
+
+def test_sglangs_fc_slots_follow_its_rows_by_version():
+    """SGLang's llama_eagle3 sizes fc from num_aux_hidden_states, else the ids, from 0.5.12 (PR#24663); before it
+    the model file reads no key (capture_rules' fixed "3"); kimi_k25_eagle3 counts the eagle_config ids, else the
+    top-level ids. capture_rules' draft verdicts ask the same rows."""
+    from eagle3lib.engines.capture_rules import draft_serving
+    from eagle3lib.engines.facts import fc_slots_built
+    top = {"eagle_aux_hidden_state_layer_ids": [1, 2, 3, 4, 5]}
+    nested = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [1, 2]}}
+    assert fc_slots_built("sglang", "llama_eagle3", {**top, "num_aux_hidden_states": 4}, "0.5.12") == 4
+    assert fc_slots_built("sglang", "llama_eagle3", {**nested, **top}, "0.5.12") == 2
+    assert fc_slots_built("sglang", "llama_eagle3", top, "0.5.12") == 5
+    assert fc_slots_built("sglang", "llama_eagle3", {}, "0.5.12") == 3
+    assert fc_slots_built("sglang", "llama_eagle3", top, "0.5.11") is None   # no row before the PR: capture_rules' "3"
+    assert fc_slots_built("sglang", "kimi_k25_eagle3", {**top, **nested}) == 2
+    assert fc_slots_built("sglang", "kimi_k25_eagle3", top) == 5
+    four = {"architectures": ["LlamaForCausalLMEagle3"], "num_aux_hidden_states": 4}
+    new = draft_serving("sglang", four, "0.5.12")
+    old = draft_serving("sglang", four, "0.5.10")
+    assert new and all(v.ok for v in new)
+    assert old and not any(v.ok for v in old) and all("built for 3 aux slots" in " ".join(v.problems) for v in old)
 
 
 def test_a_new_fc_slots_row_is_what_the_package_answers(monkeypatch):

@@ -85,7 +85,7 @@ def test_a_refusal_is_attributed_by_what_its_failing_line_does():
 
 
 def test_every_refusal_the_project_served_is_mapped_to_the_cause_that_fixes_it():
-    """The committed deployments vLLM refused: each root error is a KNOWN_FAILURES row or the fc-width rule, never
+    """The committed deployments vLLM refused: each root error is a "refusal" row of the table or the fc-width rule, never
     the generic fallback (a new refusal must get its row)."""
     import json
     from pathlib import Path
@@ -104,3 +104,36 @@ def test_every_refusal_the_project_served_is_mapped_to_the_cause_that_fixes_it()
                                        and d["cause"] == "layer_id_off_by_one"), (d["name"], cause, text)
         assert known is not None or "shape '[-1" in text, (d["name"], text)
         assert cause != "engine_cannot_run" or known_failure_text(text) is not None
+
+
+def test_each_refusal_row_cites_the_fact_that_says_why():
+    """Every "refusal" row of the table names a cause of the catalogue and a fact row of its own engine."""
+    from eagle3lib.causes import CATALOGUE
+    from eagle3lib.engines.facts import fact
+    from eagle3lib.engines.vllm_errors import known_failures
+
+    rows = known_failures("vllm")
+    assert len(rows) >= 5
+    for r in rows:
+        assert r.cause in CATALOGUE and set(r.explains) <= set(CATALOGUE) and r.message and r.fix, r.subject
+        assert fact(r.engine, *r.because) is not None, (r.subject, r.because)
+
+
+def test_a_new_refusal_is_one_row_of_the_table(monkeypatch):
+    """The recipe for a refusal seen on a new version: one row added to the table, and attribution names its cause
+    (the same text matched no row before)."""
+    from eagle3lib.engines import facts
+    from eagle3lib.engines.fact_row import Refusal
+    from eagle3lib.engines.vllm_errors import attribution
+
+    text = _refusal(_traceback("vllm/model_executor/models/llama_eagle3.py", 77,
+                               "ValueError: draft_vocab_size 9999 exceeds the target vocab"))
+    assert attribution(text) == (None, "engine_cannot_run")
+    row = Refusal("vllm", "refusal", "draft vocab larger than the target's", True, "0.33.0", "2026-12",
+                  "vllm PR#0 llama_eagle3.py:77", "a made-up refusal", frame="vllm/model_executor/models/"
+                  "llama_eagle3.py:77", exception="ValueError", message="exceeds the target vocab", cause="d2t_mapping",
+                  key="draft_vocab_size", because=("keys", "d2t with a full-vocab draft"), fix="write d2t for the "
+                  "draft vocab")
+    monkeypatch.setattr(facts, "FACTS", (*facts.FACTS, row))
+    known, cause = attribution(text)
+    assert known is row and cause == "d2t_mapping"

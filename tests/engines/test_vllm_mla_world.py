@@ -39,7 +39,7 @@ def test_the_committed_log_dies_where_the_fact_says():
     assert err.frame == "vllm/model_executor/models/deepseek_v2.py:1562" and not err.wrapper
     known = known_failure(err)
     assert known is not None and known.cause == "aux_layout_mismatch"
-    row = fact(*known.fact)
+    row = fact(known.engine, *known.because)
     assert row is not None and "1561-1562" in row.source and "0.32.0" in row.source
     assert "Using auxiliary layers from speculative config: (0, 2, 4, 6)" in log.read_text()
 

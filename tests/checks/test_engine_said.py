@@ -1,0 +1,29 @@
+"""checks.engine_said: the engine's own refusal becomes a finding naming the cause, the file, the key and the row."""
+from __future__ import annotations
+
+from eagle3lib.checks.engine_said import refusal_findings, view_findings
+from eagle3lib.engines.loaded_view import EngineView
+
+
+def _refused(text: str, source: str = "log") -> EngineView:
+    return EngineView("vllm", "0.32.0", "v1", {}, refused=text, refused_source=source)
+
+
+def test_a_refusal_the_table_explains_is_its_rows_cause_with_the_fact_it_rests_on():
+    text = ("IndexError: index 2700 is out of bounds for dimension 1 with size 2685 (server.log:88; raised at "
+            "vllm/model_executor/models/llama_eagle3.py:394)")
+    [f] = refusal_findings(_refused(text), None, draft_path="/d/draft")
+    assert (f.cause, f.status, f.measured) == ("d2t_mapping", "confirmed", True)
+    assert f.evidence["file"] == "/d/draft/config.json" and f.evidence["key"] == "d2t"
+    assert "llama_eagle3.py:338-345" in f.evidence["fact"] and "offsets" in f.fix
+    assert "arange(draft_vocab_size) + d2t" in f.summary          # the row's note says what the refusal means
+
+
+def test_a_refusal_no_row_explains_is_the_engines_own_words_never_a_regression():
+    [f] = refusal_findings(_refused("RuntimeError: something new (server.log:3)"), None)
+    assert (f.cause, f.status) == ("engine_cannot_run", "confirmed") and "something new" in f.summary
+
+
+def test_a_table_prediction_of_a_refusal_is_not_the_engine_saying_it():
+    """A refusal the table predicts (source "table") makes no finding here: only the engine's own answer counts."""
+    assert view_findings(_refused("IndexError: out of bounds", source="table"), None) == []
