@@ -2,10 +2,14 @@
 
 - `config`     `DraftConfig`: one frozen view of a draft's config.json, whatever tool wrote it (EAGLE, SpecForge /
                SGLang, vLLM, speculators, ModelOpt); ids and their convention, slots, variant flags, RoPE.
-- `config_fields` how each dialect spells a field: the readers `DraftConfig` uses, `MlaConfig`, the block-drafter gate.
+- `dialects`   the one table of config dialects (`CONFIG_DIALECTS`), one `Dialect` row each: detection, where the
+               ids are and their convention, where the Llama fields live, architecture names (MLA: can it hold one),
+               its writer; a new dialect is one row (+ its writer) there.
+- `config_fields` the readers `DraftConfig` uses (`detect_dialect`, ids, RoPE, ... looking up the dialect's row),
+               `MlaConfig`, the block-drafter gate.
 - `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.
 - `formats`    the one table of checkpoint formats: name, detection (`detect_format`), save map, config dialect and
-               the dialect written with it (`save_draft`, `config_to_dict` read it).
+               the dialect written with it (`save_draft` reads it; each dialect named is a `dialects` row).
 - `checkpoint` declarative key maps between formats, the validation report, strict loading (`load_draft`), saving.
 - `vocab`      d2t / t2d maps: build, validate, explain, convert, coverage.
 - `layers`     the building blocks: RMSNorm, RoPE, Llama / Qwen3 (q/k-norm, attention bias) attention, MLP, the

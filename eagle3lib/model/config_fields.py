@@ -1,6 +1,8 @@
-"""How each config dialect spells a draft's fields: readers from a parsed config.json to typed values, for
-`config.DraftConfig.from_dict` — layer ids and their convention, RoPE, the MLA sizes (`MlaConfig`), the P-EAGLE
-fields, the decoder layers' type, bias flags — and the algorithm gate (block drafters refused by name).
+"""Readers from a parsed config.json to typed values, for `config.DraftConfig.from_dict` — the dialect
+(`detect_dialect`), layer ids and their convention, RoPE, the MLA sizes (`MlaConfig`), the P-EAGLE fields, the decoder
+layers' type, bias flags — and the algorithm gate (block drafters refused by name).
+What differs per dialect (where the ids are, their convention, a missing rope_theta's meaning) is not here: the
+readers look it up in the dialect's row, `dialects.CONFIG_DIALECTS`.
 Each reader names the file and key in its ConfigError and appends what it tolerates to `warnings`.
 """
 from __future__ import annotations
@@ -11,10 +13,9 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedDraftError
+from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, value_at
 from .mla_vllm import ARCHITECTURES as VLLM_MLA_ARCHITECTURES, VLLM_ONLY_ARCHITECTURES
 
-MLA_ARCHITECTURE = "Eagle3DeepseekV2ForCausalLM"      # SGLang kimi_k25_eagle3.py, vLLM deepseek_eagle3.py
-MLA_ARCHITECTURES = (MLA_ARCHITECTURE, *(a for a in VLLM_MLA_ARCHITECTURES if a != MLA_ARCHITECTURE))
 MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
 
 
@@ -126,20 +127,9 @@ def refuse_other_algorithms(raw: Mapping[str, Any], source: str = "<dict>") -> N
 
 
 def detect_dialect(raw: Mapping[str, Any]) -> str:
-    """Which tool wrote this config: eagle, specforge, vllm, speculators or modelopt."""
-    archs = raw.get("architectures") or []
-    arch = archs[0] if isinstance(archs, list) and archs and isinstance(archs[0], str) else ""
-    eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
-    if "speculators_config" in raw or "transformer_layer_config" in raw or arch == "Eagle3Speculator":
-        return "speculators"
-    if "eagle_architecture_config" in raw or any(
-            k in eagle_cfg for k in ("use_last_layernorm", "use_input_layernorm_in_first_layer", "use_mtp_layernorm")):
-        return "modelopt"
-    if raw.get("eagle_aux_hidden_state_layer_ids") is not None or arch in VLLM_ONLY_ARCHITECTURES:
-        return "vllm"
-    if arch.endswith("Eagle3") or arch.startswith("Eagle3") or eagle_cfg or arch == "PEagleDraftModel":
-        return "specforge"
-    return "eagle"
+    """Which tool wrote this config (a row of dialects.CONFIG_DIALECTS: eagle, specforge, vllm, speculators or
+    modelopt): the last row whose detect holds."""
+    return next(d.name for d in reversed(CONFIG_DIALECTS.values()) if d.detect(raw))
 
 
 def read_parallel(raw: Mapping[str, Any], vocab: int, warnings: list[str], source: str = "<dict>"):
@@ -173,36 +163,34 @@ def read_parallel(raw: Mapping[str, Any], vocab: int, warnings: list[str], sourc
 
 
 def read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], source: str = "<dict>"):
-    """(ids, convention, key) from wherever this dialect writes them; warns when two places disagree."""
-    eagle_cfg = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), Mapping) else {}
-    nested = eagle_cfg.get("eagle_aux_hidden_state_layer_ids")
-    top = raw.get("eagle_aux_hidden_state_layer_ids")
-    for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
-                       ("eagle_aux_hidden_state_layer_ids", top)):
+    """(ids, convention, key) from wherever this dialect writes them (its row's ids_key first, then every other
+    dialect's place); warns when two places disagree."""
+    places = dict.fromkeys((d.ids_key, d.ids_convention) for d in CONFIG_DIALECTS.values() if d.ids_key)
+    found = {key: value_at(raw, key) for key, _ in places}
+    for key, value in found.items():
         if value is not None and (not isinstance(value, list) or
                                   not all(isinstance(v, int) and not isinstance(v, bool) for v in value)):
             raise ConfigError(f"{source}, key '{key}'", "layer ids must be a list of integers", expected="[int, ...]",
                               found=repr(value))
-    for key, value in (("eagle_config.eagle_aux_hidden_state_layer_ids", nested),
-                       ("eagle_aux_hidden_state_layer_ids", top)):
+    for key, value in found.items():
         if value is not None and list(value) != sorted(value):
             warnings.append(f"{key} {list(value)} is not ascending: engines concatenate captured states in "
                             "ascending layer order, SpecForge's HF hook in config order")
+    # SGLang reads the specforge row's place, vLLM the vllm row's
+    nested, top = found[CONFIG_DIALECTS["specforge"].ids_key], found[CONFIG_DIALECTS["vllm"].ids_key]
     if nested is not None and top is not None:
         # nested = output-of-layer (SGLang), top = input-of-layer (vLLM): same tensors iff top == nested + 1
         if [v + 1 for v in nested] != list(top):
             warnings.append(f"eagle_config ids {nested} (SGLang, output-of-layer) and top-level ids {top} (vLLM, "
                             "input-of-layer) name different tensors: SGLang and vLLM will feed different layers")
-    if dialect in ("vllm", "speculators") and top is not None:
-        return tuple(top), "input", "eagle_aux_hidden_state_layer_ids"
-    if nested is not None:
-        return tuple(nested), "output", "eagle_config.eagle_aux_hidden_state_layer_ids"
-    if top is not None:
-        return tuple(top), "input", "eagle_aux_hidden_state_layer_ids"
-    if dialect == "eagle":
-        warnings.append("EAGLE (SafeAILab) configs carry no layer ids: its target wrapper captures the inputs of "
-                        "layers [2, L//2, L-3]")
-        return None, "input", None
+    row = CONFIG_DIALECTS[dialect]
+    own = [(row.ids_key, row.ids_convention)] if row.ids_key else []
+    for key, convention in (*own, *places):
+        if found[key] is not None:
+            return tuple(found[key]), convention, key
+    if row.no_ids:
+        warnings.append(row.no_ids)
+        return None, row.ids_convention, None
     warnings.append("no aux layer ids in the config: each engine falls back to its default "
                     "(inputs of [2, L//2, L-3]); pin them explicitly")
     return None, None, None
@@ -283,10 +271,7 @@ def read_rope(raw, body, dialect: str, warnings: list[str], source: str = "<dict
             scaling = params
     if theta is None:
         theta = 10000.0
-        if dialect == "eagle":
-            warnings.append("no rope_theta: EAGLE's training code uses 10000 whatever the target's theta; keep it")
-        else:
-            warnings.append("no rope_theta: assuming 10000 (the LlamaConfig default)")
+        warnings.append(CONFIG_DIALECTS[dialect].no_rope_theta)
     if not isinstance(theta, (int, float)) or not math.isfinite(theta) or theta <= 0:
         raise ConfigError(f"{source}, key 'rope_theta'", "must be a positive number", expected="> 0", found=repr(theta))
     if scaling is not None:

@@ -2,8 +2,10 @@
 which config dialect reads it and which one is written with it.
 
 `detect_format` (here), `checkpoint.save_draft` (save map, config written with it), `DIALECTS` (what a config
-can read as) and `config.config_to_dict` (its dialects, `WRITERS`) all read this table; a new format is one row
-here (plus its key renames in `checkpoint.TO_CANONICAL` when its names differ on the way in). Usage:
+can read as) and `WRITERS` (what `config.config_to_dict` is asked to write) all read this table; a new format is one
+row here (plus its key renames in `checkpoint.TO_CANONICAL` when its names differ on the way in). The dialects
+themselves (detection, fields, writer) are rows of `dialects.CONFIG_DIALECTS`: a format whose config.json is a new
+dialect adds one row there too. Usage:
     FORMATS["speculators"].save_rules   # midlayer.* saved as layers.0.*
 """
 from __future__ import annotations
@@ -25,7 +27,7 @@ class Format:
     detect_example: tuple[str, ...] | str        # keys detect_format names this format; str: why none
     save_rules: Rules | None                     # canonical -> on-disk names (None: never written, see no_save)
     save_drops: tuple[str, ...]                  # canonical keys the format does not store
-    dialect: str                                 # the config dialect its config.json reads as (detect_dialect)
+    dialect: str                                 # the config dialect its config.json reads as (a dialects row)
     config_writer: str | None                    # the dialect config_to_dict writes with it (MLA: MLA_WRITER)
     save_rules_parallel: Rules | None = None     # a P-EAGLE draft's names, where they differ
     no_save: str = ""                            # why save_rules is None
