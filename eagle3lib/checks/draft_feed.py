@@ -14,7 +14,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
-from ..engines.facts import key_value
+from ..model.dialects import value_at
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
 from .inputs import Artifacts
@@ -47,7 +47,7 @@ def claimed_id_keys() -> tuple[str, ...]:
 def config_ids(raw) -> tuple[list | None, str | None]:
     """(the draft config's aux layer ids, the key), first of `claimed_id_keys` that holds a list."""
     for k in claimed_id_keys():
-        v = key_value(raw, k)
+        v = value_at(raw, k)
         if isinstance(v, list):
             return v, k
     return None, None

@@ -20,6 +20,7 @@ import re
 import pandas as pd
 
 from . import facts_config, facts_ids, facts_refusals, facts_serving, facts_target, facts_weights
+from ..model.dialects import value_at
 from .fact_row import Fact
 from .versions import in_force, maybe_version, parse_version
 
@@ -103,14 +104,6 @@ def fc_slot_keys(engine: str, model_file: str, version: str | None = None) -> tu
                  if at == model_file and reads(engine, "fc_slots", f"{key}@{at}", version))
 
 
-def key_value(raw: dict, key: str):
-    """The value a config dict holds under a dotted key ("eagle_config.layer_ids" names a nested one), or None."""
-    node = raw
-    for part in key.split(".")[:-1]:
-        node = node.get(part) if isinstance(node, dict) else None
-    return node.get(key.rpartition(".")[2]) if isinstance(node, dict) else None
-
-
 def fc_slots_built(engine: str, model_file: str, raw: dict, version: str | None = None) -> int | None:
     """Aux slots `engine`'s `model_file` builds the draft's fc for, by its "fc_slots" rows: the first of their keys
     the config sets (a number as it is, 0 included; a non-empty list by its length), else 3. None when the table
@@ -119,7 +112,7 @@ def fc_slots_built(engine: str, model_file: str, raw: dict, version: str | None 
     if not keys:
         return None
     for key in keys:
-        value = key_value(raw, key)
+        value = value_at(raw, key)
         if isinstance(value, list):
             if value:
                 return len(value)

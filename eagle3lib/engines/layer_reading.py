@@ -19,7 +19,8 @@ import pandas as pd
 from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file, target_rules
 from ..errors import ConfigError
 from ..layout import from_ids
-from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers, key_value
+from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers
+from ..model.dialects import value_at
 from .sglang_resolver import read_config
 from .versions import DEFAULT_VERSION, VLLM_CHECKED, parse_version
 
@@ -111,7 +112,7 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
         key = f"default [{default_ids_row('sglang', sglang_version).subject}] (no eagle_config ids)"
         probs += [f"top-level {k} is ignored by SGLang (it reads eagle_config)" if "." not in k else
                   f"{k} is ignored by SGLang" for k in id_key_names("sglang")
-                  if k not in id_keys("sglang", "model", sglang_version) and key_value(raw, k) is not None]
+                  if k not in id_keys("sglang", "model", sglang_version) and value_at(raw, k) is not None]
     else:
         heuristic = (parse_version(sglang_version) >= parse_version(FIRST_ID_RULE_VERSION)   # same rule as capturespec
                      and (target_arch is None or target_arch.startswith(FIRST_ID_RULE_ARCHS)))
@@ -129,7 +130,7 @@ def sglang_ids(raw: dict, version: str | None = None) -> tuple[tuple[int, ...] |
     """(ids, key) SGLang at `version` reads from a draft config, output-of-layer (None, None: it finds none). The
     first key of its "id_key" rows that the config sets (an empty list counts: it is not None)."""
     for k in id_keys("sglang", "model", version or DEFAULT_VERSION):
-        value = key_value(raw, k)
+        value = value_at(raw, k)
         if value is not None:
             return _ids(value, k), k
     return None, None
@@ -140,7 +141,7 @@ def vllm_ids(raw: dict, runner: str, version: str | None = None) -> tuple[tuple[
     if runner not in RUNNERS:
         raise ConfigError("vLLM model runner", "unknown runner", expected=RUNNERS, found=repr(runner))
     for k in id_keys("vllm", runner, version or VLLM_CHECKED):
-        value = key_value(raw, k)
+        value = value_at(raw, k)
         if value:                        # vLLM tests truthiness: an empty list reads as absent
             return _ids(value, k), k
     return None, None
@@ -149,7 +150,7 @@ def vllm_ids(raw: dict, runner: str, version: str | None = None) -> tuple[tuple[
 def key_present(raw: dict, key: str) -> bool:
     """Whether a config dict has the dotted key at all (any value, empty included)."""
     sect, _, leaf = key.rpartition(".")
-    node = key_value(raw, sect) if sect else raw
+    node = value_at(raw, sect) if sect else raw
     return isinstance(node, dict) and leaf in node
 
 

@@ -11,7 +11,8 @@ from dataclasses import dataclass
 
 import pandas as pd
 
-from ..engines.facts import id_keys, key_value, shared_id_key
+from ..engines.facts import id_keys, shared_id_key
+from ..model.dialects import value_at
 from ..engines.layer_reading import draft_slots
 from ..engines.versions import VLLM_CHECKED
 from ..engines.vllm_config import NON_MODEL_METHODS, infer_method
@@ -113,8 +114,8 @@ def lint(launch: LaunchArgs | None = None, resolution=None, draft_config: dict |
             out.append(W("graph_bs_clipped", "info", f"cuda_graph_max_bs {cg} > max_running_requests {mrr}"))
     ec = (draft_config or {}).get("eagle_config") or {}
     # the key SGLang reads (nested, output-of-layer) and the one both vLLM runners read (input-of-layer): the table's
-    ids = key_value(draft_config or {}, id_keys("sglang", "model")[0]) or []
-    top = key_value(draft_config or {}, shared_id_key("vllm", VLLM_CHECKED))
+    ids = value_at(draft_config or {}, id_keys("sglang", "model")[0]) or []
+    top = value_at(draft_config or {}, shared_id_key("vllm", VLLM_CHECKED))
     if isinstance(ids, list) and any(isinstance(i, int) and i < 0 for i in ids):
         out.append(W("negative_layer_id", "error", f"layer ids {ids} contain -1 (embedding in output-of-layer "
                                                    "convention): engines mishandle it (crash, or wrong layers)"))
