@@ -125,7 +125,7 @@ def parse_layout(spec, num_layers: int | None = None) -> tuple[str, ...]:
     return tuple(normalize(s, num_layers) for s in spec)
 
 
-def engine_default_ids(num_layers: int) -> list[int]:
+def training_default_ids(num_layers: int) -> list[int]:
     """The capture the training tools fix when a draft config names no layer ids: input-of-layer indices
     [2, L//2, L-3] (SafeAILab EAGLE's hard-coded capture; the same boundaries as SpecForge's output-of-layer
     [1, L//2-1, L-4]). What a serving engine captures then is its engine facts' "default_ids" rows
@@ -134,6 +134,6 @@ def engine_default_ids(num_layers: int) -> list[int]:
     return [2, L // 2, L - 3]
 
 
-def engine_default_layout(num_layers: int) -> tuple[str, ...]:
-    """`engine_default_ids` as boundary names (three `layer_in.*` slots)."""
-    return from_ids(engine_default_ids(num_layers), "input", num_layers)
+def training_default_layout(num_layers: int) -> tuple[str, ...]:
+    """`training_default_ids` as boundary names (three `layer_in.*` slots)."""
+    return from_ids(training_default_ids(num_layers), "input", num_layers)

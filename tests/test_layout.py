@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eagle3lib.errors import Eagle3Error, LayoutError
-from eagle3lib.layout import (CONVENTIONS, boundary_names, engine_default_ids, engine_default_layout, from_ids,
+from eagle3lib.layout import (CONVENTIONS, boundary_names, training_default_ids, training_default_layout, from_ids,
                               input_index, normalize, parse_layout, to_ids)
 
 L = 6
@@ -145,11 +145,11 @@ def test_parse_layout():
 
 
 def test_engine_default_ids():
-    assert engine_default_ids(32) == [2, 16, 29]
-    assert engine_default_ids(61) == [2, 30, 58]
-    assert engine_default_ids(8) == [2, 4, 5]
-    assert engine_default_layout(32) == ("layer_in.2", "layer_in.16", "layer_in.29")
-    assert engine_default_layout(8) == ("layer_in.2", "layer_in.4", "layer_in.5")
+    assert training_default_ids(32) == [2, 16, 29]
+    assert training_default_ids(61) == [2, 30, 58]
+    assert training_default_ids(8) == [2, 4, 5]
+    assert training_default_layout(32) == ("layer_in.2", "layer_in.16", "layer_in.29")
+    assert training_default_layout(8) == ("layer_in.2", "layer_in.4", "layer_in.5")
 
 
 @pytest.mark.parametrize("num_layers", [6, 7, 8, 16, 28, 32, 36, 61, 80])
@@ -157,6 +157,6 @@ def test_engine_default_equals_specforge_output_ids(num_layers):
     """[2, L//2, L-3] input ids == SpecForge's output ids [1, L//2-1, L-4]."""
     Lx = num_layers
     specforge = [1, Lx // 2 - 1, Lx - 4]
-    assert from_ids(engine_default_ids(Lx), "input", Lx) == from_ids(specforge, "output", Lx)
-    assert engine_default_layout(Lx) == from_ids(specforge, "output", Lx)
-    assert to_ids(engine_default_layout(Lx), "output", Lx) == specforge
+    assert from_ids(training_default_ids(Lx), "input", Lx) == from_ids(specforge, "output", Lx)
+    assert training_default_layout(Lx) == from_ids(specforge, "output", Lx)
+    assert to_ids(training_default_layout(Lx), "output", Lx) == specforge

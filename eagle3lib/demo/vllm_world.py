@@ -30,7 +30,6 @@ STORY, FIXED = "off_by_one", "healthy"       # the report's deployment and its f
 NUM_PROMPTS, NUM_SPEC_TOKENS, DUMP_PROMPTS = 32, 3, 4
 DUMPED = (STORY, FIXED)                      # dumped by default (a dump is one more engine start)
 FOLDERS = {"llama": "demo_vllm", "mla": "demo_vllm_mla"}          # world -> its folder under data/
-STORIES = {"llama": (STORY, FIXED), "mla": ("embedding_slot", "healthy")}   # each world's report pair
 WORLD_DUMPED = {"llama": DUMPED, "mla": ("healthy",)}   # the embedding slot kills the engine: nothing to dump
 MLA_WORLDS = {"mla"}       # worlds whose target is MLA: vLLM CPU's backend and dtype depend on the host
 NATIVE_ROPE = {"mla"}      # worlds served with vLLM's forward_native RoPE: the CPU kernel mis-rotates MLA layers
@@ -174,9 +173,3 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     if out.resolve().is_relative_to(demo.REPO_ROOT):      # shipped data: its logs hold no machine path
         portable.make_portable(out)
     return served
-
-
-def ensure_all(names=None, world: str | None = None, **kw) -> dict[str, Served]:
-    """Every named deployment served (the world's report pair by default)."""
-    kind = demo.world_name(world)
-    return {n: ensure(n, world=kind, **kw) for n in (names or STORIES[kind])}

@@ -12,7 +12,7 @@ import json
 import pandas as pd
 
 from ..errors import LayoutError
-from ..layout import engine_default_ids, engine_default_layout, from_ids, input_index, parse_layout
+from ..layout import from_ids, input_index, parse_layout, training_default_ids, training_default_layout
 from .facts import default_ids, id_key_names, id_keys, id_readers, shared_id_key
 from .versions import DEFAULT_VERSION, VLLM_CHECKED
 
@@ -137,7 +137,7 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
         if not ordered:
             out.append(("yes", "SpecForge concatenates in config order, but serving engines use ascending order"))
         return out_ids, out, _nested(out_ids, k)
-    default = engine_default_ids(L)
+    default = training_default_ids(L)
     if list(idx) != default:
         out.append(("no", f"capture is hard-coded to inputs of {default} (3 slots); other layers need a code edit"))
     return list(idx), out, {}
@@ -192,7 +192,7 @@ def captured_by(engine: str, ids, num_layers: int, version: str | None = None) -
     if ids is None:
         serving = "sglang" if engine.startswith("sglang") else "vllm" if engine in ("vllm", "speculators") else None
         if serving is None:     # the training tools: SpecForge's default [1, L//2-1, L-4] names the same boundaries
-            return engine_default_layout(L)
+            return training_default_layout(L)
         at = version or (DEFAULT_VERSION if serving == "sglang" else VLLM_CHECKED)
         return from_ids(list(default_ids(serving, L, at)), "input", L)
     ids = [int(i) for i in ids]

@@ -241,8 +241,9 @@ class DraftConfig:
             return None
 
     def default_layout(self, num_target_layers: int) -> tuple[str, ...]:
-        """Engines' default 3-slot capture (inputs of [2, L//2, L-3]) = SpecForge's outputs of [1, L//2-1, L-4]."""
-        return _layout.engine_default_layout(num_target_layers)
+        """The training tools' default 3-slot capture: inputs of [2, L//2, L-3] (SpecForge's outputs of [1, L//2-1,
+        L-4]); what an engine captures then is its "default_ids" rows (engines.facts)."""
+        return _layout.training_default_layout(num_target_layers)
 
     def summary(self) -> dict[str, Any]:
         """Flat dict for a table: the fields a user checks first."""

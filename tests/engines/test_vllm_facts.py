@@ -16,7 +16,6 @@ from eagle3lib.engines.capture_rules import draft_rules, served_fc_slots
 from eagle3lib.engines.layer_reading import vllm_ids
 from eagle3lib.engines.vllm_config import infer_method
 from eagle3lib.vllm_driver.env import unavailable_reason
-from eagle3lib.layout import engine_default_ids
 from eagle3lib.serving.crossengine import vllm_effective
 from eagle3lib.serving.launch import parse_launch
 
