@@ -1,6 +1,5 @@
-"""Every check of the notebooks on one set of artifacts, without notebooks: the same step functions, in the same
-order (00 artifacts, 01 serving settings and the served τ against the replay, 02 replay, 03 hidden states), and
-one diagnosis of their findings.
+"""Every check of the notebooks on one set of artifacts, without notebooks: the same step functions, in the order
+`steps.order.PARTS` writes once, and one diagnosis of their findings.
 
 Every given input is read first (`steps.given`): one that cannot be read is a problem naming its flag, and no
 part sees it (a draft that cannot be read: only the parts that need no loaded draft run). A missing input
