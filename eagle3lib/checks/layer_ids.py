@@ -17,6 +17,7 @@ from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index
+from ..model.dialects import CONFIG_DIALECTS
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.layer_ids"
@@ -50,8 +51,9 @@ def training_layout(art: Artifacts) -> tuple[tuple[str, ...] | None, str]:
     if art.data is not None and art.data.layout is not None:
         return tuple(art.data.layout), "training data's declared layout"
     lay = art.draft_cfg.aux_layout_or_none(L)
-    if lay is None and art.draft_cfg.dialect == "eagle":     # SafeAILab EAGLE: capture hard-coded, no ids by design
-        return tuple(captured_by("eagle", None, L)), "EAGLE (SafeAILab) capture: inputs of [2, L//2, L-3]"
+    dialect = CONFIG_DIALECTS[art.draft_cfg.dialect]
+    if lay is None and dialect.no_ids:      # a tool whose capture is fixed (SafeAILab EAGLE): no ids by design
+        return tuple(captured_by(dialect.name, None, L)), dialect.no_ids
     return (tuple(lay), f"{CLAIM} {art.draft_cfg.aux_ids_key}") if lay is not None else (None, "")
 
 

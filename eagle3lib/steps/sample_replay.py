@@ -28,6 +28,7 @@ from ..hidden.dumps import load_dump
 from ..hidden.explain import layout_text, unidentified_slots
 from ..layout import parse_layout
 from ..model.config import read_config_json
+from ..model.dialects import CONFIG_DIALECTS
 from ..model.target import load_target_info
 from ..replay.run import identify_training_layout, load_setup, with_trained_layout
 from ..replay.stats import ReplaySetup
@@ -184,7 +185,7 @@ def _engine_default(draft_path: str, num_layers: int | None) -> ServingLayout | 
         cfg = DraftConfig.from_dict(raw, source=str(file))
     except Eagle3Error:
         return None
-    if cfg.aux_layer_ids is not None or cfg.dialect == "eagle":   # SafeAILab EAGLE: its capture is the default
+    if cfg.aux_layer_ids is not None or CONFIG_DIALECTS[cfg.dialect].no_ids:   # SafeAILab EAGLE: its capture is fixed
         return None
     per_engine = {e: captured_by(e, None, num_layers) for e in SERVING_ENGINES}
     if len(set(per_engine.values())) != 1:
