@@ -19,21 +19,21 @@ NAME = "00 checkpoint audit"
 
 @dataclass(frozen=True)
 class AuditInputs:
-    """Resolved paths for notebook 00; `sample_data` is "" when none was given for a user's own draft."""
+    """Resolved paths for notebook 00; `train_data` is "" when none was given for a user's own draft."""
 
     draft_path: str
     target_path: str
-    sample_data: str
+    train_data: str
     demo: bool
 
 
-def audit_inputs(draft_path: str = "", target_path: str = "", sample_data: str = "") -> AuditInputs:
+def audit_inputs(draft_path: str = "", target_path: str = "", train_data: str = "") -> AuditInputs:
     """No draft path: the demo world (built if missing) fills every empty path. With a user's draft, an empty
     path stays empty and the section that needs it says it was not given (never the demo's artifact)."""
     if draft_path:
-        return AuditInputs(draft_path, target_path, sample_data, False)
+        return AuditInputs(draft_path, target_path, train_data, False)
     w = demo.ensure_world()
-    return AuditInputs(str(w.draft), target_path or str(w.target), sample_data or str(w.seed_data), True)
+    return AuditInputs(str(w.draft), target_path or str(w.target), train_data or str(w.seed_data), True)
 
 
 ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weights", "vocab", "template")
@@ -42,7 +42,7 @@ ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weight
 def artifact_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
-    return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.sample_data or None,
+    return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.train_data or None,
                       only=ARTIFACT_CHECKS, progress=progress)
 
 
@@ -61,10 +61,10 @@ def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
 
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:
     """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
-    if not inputs.sample_data:
+    if not inputs.train_data:
         return "not checked: no train_data given (training data of this draft) — the forward preview is skipped"
     if not inputs.target_path:
         return "not checked: no target given (its tokenizer decodes the preview) — the preview is skipped"
-    sample = next(open_dataset(inputs.sample_data).sample(1, seed=0))
+    sample = next(open_dataset(inputs.train_data).sample(1, seed=0))
     return tokenview.preview_table(a.loaded.model, sample.input_ids, sample.aux_concat(),
                                    audit.target_tokenizer(inputs.target_path), num_steps=num_steps)

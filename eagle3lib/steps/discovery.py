@@ -224,7 +224,7 @@ class Discovery:
 
 SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
 # with the training data too: the context and template measured as this engine serves them, the RoPE replayed
-# (engine-free, but notebook 00 may have had no sample_data: the replay decides here from train_data_path)
+# (engine-free, but notebook 00 may have had no train_data: the replay decides here from its own train_data)
 DATA_CHECKS = ("context", "template", "rope")
 
 
@@ -260,7 +260,7 @@ def run(inputs: Inputs, earlier=None) -> Part:
     d = discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
                  server_info=inputs.server_info or inputs.server_url, server_log=inp.server_log)
     audit = (earlier or {}).get(checkpoint_audit.NAME)
-    data = audit.results["inputs"].sample_data if audit is not None else inputs.train_data
+    data = audit.results["inputs"].train_data if audit is not None else inputs.train_data
     found = serving_checks(inp, d, data=data)
     return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})

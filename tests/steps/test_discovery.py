@@ -179,7 +179,7 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
 def test_without_a_launch_the_data_still_decide_the_rope_by_a_replay(tmp_path):
     """A draft config with rope_theta 1e6 (trained at the target's 1e4), no launch command, the training data
     given: notebook 01 replays under both RoPEs and confirms rope_mismatch by measurement (notebook 00 may have had
-    no sample_data); without the data it is not replayed there."""
+    no train_data); without the data it is not replayed there."""
     import shutil
     from eagle3lib.demo import world as demo
     from eagle3lib.steps.discovery import discovery_inputs, serving_checks
