@@ -61,6 +61,16 @@ for w in a.warnings:
 checkpoint_audit.engine_layer_table(a, inp)
 
 # %% [markdown]
+# ### An MLA target's config: what each stack reads
+# A DeepSeek-V3 / Kimi-K2 target's config.json is read three ways: transformers (what training captured with),
+# SGLang and vLLM (what serves). A field one of them reads but the config lacks is taken from a default or fails
+# the load (`absent for`); transformers keeps fields it does not declare (`topk_method`, `scoring_func`) only
+# when they are in the file. Not an MLA target: the sentence says so.
+
+# %%
+checkpoint_audit.mla_target_fields(a)
+
+# %% [markdown]
 # ## 3. Tensors: missing, unexpected, mis-shaped, odd dtypes
 # Every tensor the draft needs, under canonical names (`midlayer.*`); `from_target` marks what the draft
 # does not ship and the engine takes from the target (the embedding, as SGLang does).

@@ -9,11 +9,13 @@ as data with the source each was read from.
 - `DRAFT_READS`: the draft fields vLLM 0.32.0 reads for an `Eagle3DeepseekV2ForCausalLM` draft (deepseek_eagle3.py,
   and the runner / speculative config that read its ids and model_type).
 - `DEFAULTED`: fields a reader takes with a default when absent (what a config that lacks them gets).
-`fields_missing(config, reader)` lists the fields `reader` reads that a config dict lacks.
+`fields_missing(config, reader)` lists the fields `reader` reads that a config dict lacks; `fields_frame(config)` is
+the table notebook 00 shows for an MLA target (steps.checkpoint_audit.mla_target_fields).
 Usage: ``fields_missing(json.load(open("target/config.json")), "sglang")`` -> [] for the mla demo world's target.
 """
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 import pandas as pd
@@ -123,7 +125,15 @@ def fields_missing(config: dict, reader: str) -> list[str]:
             and (reader, f) not in DEFAULTED]
 
 
-def fields_frame() -> pd.DataFrame:
-    """The target table: one row per field, where each reader reads it ("" = not read), and the note."""
-    return pd.DataFrame([{"field": f, **{r: (x.where if x else "") for r, x in zip(READERS, reads)},
-                          "note": NOTES.get(f, "")} for f, reads in TARGET_READS.items()])
+def fields_frame(config: Mapping | None = None) -> pd.DataFrame:
+    """The target table: one row per field, where each reader reads it ("" = not read), the note, and with a
+    target `config` (its text config) the value it holds and the readers that read the field but find it absent
+    with no default of their own (`fields_missing`)."""
+    rows = []
+    for f, reads in TARGET_READS.items():
+        row = {"field": f, **{r: (x.where if x else "") for r, x in zip(READERS, reads)}}
+        if config is not None:
+            row["in config"] = repr(config[f]) if f in config else "absent"
+            row["absent for"] = ", ".join(r for r in READERS if f in fields_missing(dict(config), r))
+        rows.append({**row, "note": NOTES.get(f, "")})
+    return pd.DataFrame(rows)

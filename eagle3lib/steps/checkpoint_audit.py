@@ -6,6 +6,7 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..demo import world as demo
+from ..engines import mla_fields
 from ..engines.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
@@ -57,6 +58,15 @@ def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
     """Which target boundary each engine feeds each aux slot, next to the trained one (`engines.layer_reading` at
     its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
     return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
+
+
+def mla_target_fields(a: audit.Audit) -> pd.DataFrame | str:
+    """For an MLA target (DeepSeek-V3 / Kimi-K2): each config field transformers, SGLang and vLLM read, where, the
+    value this target's config holds, and which reader would find it absent (`engines.mla_fields.fields_frame`);
+    else the sentence saying why there is no table."""
+    if a.target.attention != "mla":
+        return f"no table: the target ({a.target.architecture}) is not an MLA model (no kv_lora_rank in its config)"
+    return mla_fields.fields_frame(a.target.text_config)
 
 
 def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:

@@ -16,3 +16,22 @@ def test_engine_layer_table_reads_the_ids_as_each_engine_does(tmp_path, tiny_cfg
     assert trained == ["embed", "layer_in.2", "layer_in.4", "layer_in.6"]
     assert t[t.engine == "sglang"].as_trained.all()
     assert {"vllm"} <= set(t.engine) and not t[t.engine == "vllm"].as_trained.all()
+
+
+def test_mla_target_fields_flag_what_a_reader_finds_absent(tmp_path, tiny_cfg_dict):
+    """The shipped MLA target carries every field each stack reads; without moe_layer_freq SGLang (which reads it
+    with no default) is named, vLLM (default 1) is not. A Llama target has no table, and the sentence says why."""
+    import dataclasses
+    from types import SimpleNamespace
+
+    from eagle3lib.demo.build import artifacts_dir
+    from eagle3lib.model.target import load_target_info
+
+    info = load_target_info(artifacts_dir("mla") / "target")
+    table = CA.mla_target_fields(SimpleNamespace(target=info)).set_index("field")
+    assert set(table["absent for"]) == {""} and table.loc["kv_lora_rank", "in config"] == repr(info.raw["kv_lora_rank"])
+    trimmed = dataclasses.replace(info, raw={k: v for k, v in info.raw.items() if k != "moe_layer_freq"})
+    row = CA.mla_target_fields(SimpleNamespace(target=trimmed)).set_index("field").loc["moe_layer_freq"]
+    assert row["in config"] == "absent" and row["absent for"] == "sglang"
+    _, target = _world(tmp_path, tiny_cfg_dict)
+    assert "not an MLA model" in CA.mla_target_fields(SimpleNamespace(target=load_target_info(target)))
