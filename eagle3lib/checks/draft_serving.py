@@ -6,17 +6,21 @@ a platform whose verify step is greedy.
 
 Causes: rejection_method, adaptive_depth, quantized_draft_graphs, kv_cache_dtype, simulated_acceptance,
 fp8_kv_target, draft_attention_backend, greedy_verify_platform. Usage: ``check_draft_serving(art)``.
-Rests on: vllm PR#35461 / PR#38045 / PR#41035 (methods), PR#50808 / PR#53987 (FLy, lossy); sglang PR#21599 /
-PR#23336 (adaptive steps); vllm#54997 (NVFP4 drafter under graphs), sglang PR#28196 (draft inherits --quantization),
-vllm PR#40849 (vLLM keeps an external draft unquantized), vLLM `llama_eagle3.get_cache_config` (the draft's KV dtype
-is the target's unless speculative_config.kv_cache_dtype), tokenspeed PR#1012 (fp8 draft KV: AL 2.7 -> 1.8).
+Rests on the "serving" rows of `engines.facts` (facts_serving), which it cites: vLLM rejection_strict /
+rejection_synthetic / rejection_method_default (methods), rejection_fly_lossy (FLy, lossy); SGLang
+simulated_acceptance_env, adaptive_num_steps; vLLM quantized_draft_under_cuda_graphs (NVFP4 drafter under graphs),
+draft_inherits_quantization (SGLang: the draft inherits --quantization; vLLM: an external draft stays unquantized);
+vLLM draft_kv_dtype_is_targets, SGLang draft_shares_server_args and mla_draft_shares_target_pool (the draft's KV);
+vLLM fp8_kv_target_drifts, draft_follows_attention_backend, kv_cache_scheme_read_from_draft; SGLang
+sampled_verify_off_cuda. Measurements and threads of other projects stay cited inline: tokenspeed PR#1012 (fp8
+draft KV: AL 2.7 -> 1.8), ROCm/ATOM#555, TRT-LLM#17656, TensorRT-LLM's forced-acceptance variable.
 """
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
 from .inputs import Artifacts
-from .launch_flags import spec_config, speculating, switch
+from .launch_flags import serving_row, spec_config, speculating, switch
 
 WHERE = "checks.draft_serving"
 SYNTHETIC_KEYS = ("synthetic_acceptance_rates", "synthetic_acceptance_length", "synthetic_acceptance_rate")
@@ -55,10 +59,10 @@ def _rejection(la) -> Finding:
                 return Finding(c, "not checked", f"not checked: SGLANG_SIMULATE_ACC_LEN={sim!r} is not a number", ev,
                                w, needs="the launch's SGLANG_SIMULATE_ACC_LEN as a number (or unset)")
             if val > 0:
-                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: the server accepts draft tokens at a "
-                               "simulated rate, so its accept length is the knob's, not the draft's", ev, w,
+                f = serving_row("sglang", "simulated_acceptance_env")
+                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: {f.note.split(': ', 1)[1]}", ev, w,
                                fix="unset SGLANG_SIMULATE_ACC_LEN before measuring the draft",
-                               source="sglang #34740, PR#40598; ROCm/ATOM#555")
+                               source=f"{f.source}; ROCm/ATOM#555")
         return Finding(c, "ruled out", "SGLang launch without simulated acceptance: accepted tokens are verified "
                        "against the target (the vLLM runners' strict / probabilistic choice does not apply)", ev, w)
     spec, bad = spec_config(la)
@@ -67,19 +71,18 @@ def _rejection(la) -> Finding:
     method = spec.get("rejection_sample_method")
     ev = {"rejection_sample_method": method, "VLLM_USE_V2_MODEL_RUNNER": la.env.get("VLLM_USE_V2_MODEL_RUNNER"),
           **{k: spec[k] for k in SYNTHETIC_KEYS + ("draft_sample_method",) if k in spec}}
+    strict = serving_row("vllm", "rejection_strict")
     if method == "synthetic":
-        return Finding(c, "confirmed", "rejection_sample_method synthetic: draft tokens are accepted with a configured "
-                       "probability, so the served accept length is the synthetic one, not the draft's", ev, w,
-                       fix="use rejection_sample_method standard when measuring the draft",
-                       source="vllm PR#38045, PR#41035")
+        f = serving_row("vllm", "rejection_synthetic")
+        return Finding(c, "confirmed", f.note, ev, w, fix="use rejection_sample_method standard when measuring the "
+                       "draft", source=f.source)
     if method == "strict":
-        return Finding(c, "suspected", "rejection_sample_method strict: a draft token counts only when it equals the "
-                       "target's sample, which lowers acceptance at temperature > 0 against probabilistic sampling "
-                       "(vllm PR#35461)", ev, w, fix="rejection_sample_method standard (probabilistic)",
-                       needs=NEEDS_SAMPLED, source="vllm PR#35461")
+        return Finding(c, "suspected", f"{strict.note} ({strict.source})", ev, w,
+                       fix="rejection_sample_method standard (probabilistic)", needs=NEEDS_SAMPLED,
+                       source=strict.source)
     if method in ("standard", "probabilistic"):
         return Finding(c, "ruled out", f"rejection_sample_method {method}: probabilistic rejection sampling, set "
-                       "explicitly", ev, w, source="vllm PR#35461")
+                       "explicitly", ev, w, source=strict.source)
     if method == "fly":
         return Finding(c, "ruled out", "rejection_sample_method fly, set explicitly (its lossy acceptance is reported "
                        "as adaptive_depth)", ev, w)
@@ -87,7 +90,8 @@ def _rejection(la) -> Finding:
         return Finding(c, "not checked", f"not checked: rejection_sample_method {method!r} is none of standard / "
                        "strict / synthetic / fly", ev, w, needs="a rejection_sample_method this workbook knows")
     return Finding(c, "not checked", "not checked: the launch leaves the rejection-sampling method to the vLLM "
-                   "version and model runner", ev, w, needs=NEEDS_SAMPLED, source="vllm#40551, PR#40651, PR#35461")
+                   "version and model runner", ev, w, needs=NEEDS_SAMPLED,
+                   source=serving_row("vllm", "rejection_method_default").source)
 
 
 def _depth(la) -> Finding:
@@ -100,11 +104,9 @@ def _depth(la) -> Finding:
             return Finding(c, "not checked", f"not checked: {bad}", ev, w,
                            needs="the launch command with a valid value (--speculative-adaptive)")
         if on:
-            return Finding(c, "suspected", "--speculative-adaptive: SGLang switches speculative_num_steps among its "
-                           "candidate steps at run time, so the served accept length mixes depths and is not "
-                           "comparable with a fixed-depth replay", ev, w, fix="compare accept lengths with "
-                           "--speculative-adaptive off (a fixed --speculative-num-steps)",
-                           source="sglang PR#21599, PR#23336")
+            f = serving_row("sglang", "adaptive_num_steps")
+            return Finding(c, "suspected", f.note, ev, w, fix="compare accept lengths with --speculative-adaptive off "
+                           "(a fixed --speculative-num-steps)", source=f.source)
         steps = la.num_steps if la.num_steps is not None else "as the engine sets it"
         return Finding(c, "ruled out", f"fixed depth (speculative_num_steps {steps}), no adaptive steps", ev, w)
     spec, bad = spec_config(la)
@@ -113,9 +115,9 @@ def _depth(la) -> Finding:
     ev = {"rejection_sample_method": spec.get("rejection_sample_method"),
           "num_speculative_tokens": spec.get("num_speculative_tokens")}
     if spec.get("rejection_sample_method") == "fly":
-        return Finding(c, "confirmed", "rejection_sample_method fly: FLy accepts some rejected draft tokens by design "
-                       "(lossy), so the served accept length is inflated against exact verification", ev, w,
-                       fix="measure with rejection_sample_method standard", source="vllm PR#50808, PR#53987")
+        f = serving_row("vllm", "rejection_fly_lossy")
+        return Finding(c, "confirmed", f.note, ev, w, fix="measure with rejection_sample_method standard",
+                       source=f.source)
     k = spec.get("num_speculative_tokens", "as the engine sets it")
     return Finding(c, "ruled out", f"fixed depth (num_speculative_tokens {k}), no lossy verification method", ev, w)
 
@@ -123,10 +125,13 @@ def _depth(la) -> Finding:
 def _quantized(art: Artifacts, la) -> Finding:
     c, w = "quantized_draft_graphs", f"{WHERE}.quantization"
     own = draft_quantization(dict(art.draft_raw)) if art.draft_raw is not None else None
+    inherits = serving_row("sglang", "draft_inherits_quantization")   # SGLang: the draft inherits --quantization
+    kept = serving_row("vllm", "draft_inherits_quantization")         # vLLM: an external draft stays unquantized
+    graphs_row = serving_row("vllm", "quantized_draft_under_cuda_graphs")
     if la.engine == "sglang":
         off, bad = switch(la, "disable_cuda_graph")
         given, inherited = la.flags.get("speculative_draft_model_quantization"), la.flags.get("quantization")
-        # the draft inherits --quantization unless it is given one or its checkpoint declares one (sglang PR#28196)
+        # the draft inherits --quantization unless it is given one or its checkpoint declares one (the row above)
         if own or given is None:
             effective = own or inherited
         else:
@@ -139,7 +144,7 @@ def _quantized(art: Artifacts, la) -> Finding:
             off = True
         spec, bad2 = spec_config(la)
         bad = bad or bad2
-        given, inherited = (spec or {}).get("quantization"), None   # vLLM keeps an external draft unquantized
+        given, inherited = (spec or {}).get("quantization"), None   # an external draft stays unquantized (kept)
         effective = own or given
         graphs = "off (--enforce-eager / cudagraph_mode NONE)" if off else "on (default)"
     ev = {"engine": la.engine, "draft_config_quantization": own, "draft_quantization_given": given,
@@ -150,13 +155,13 @@ def _quantized(art: Artifacts, la) -> Finding:
         return Finding(c, "ruled out", f"the drafter runs without CUDA graphs ({graphs})", ev, w)
     if effective:
         how = "its config declares" if own else ("--speculative-draft-model-quantization" if given else
-                                                 "inherited from --quantization (sglang PR#28196)")
-        return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: an NVFP4 compressed-tensors "
-                       "drafter accepted 0% with graphs and 92% eager (vllm#54997; bf16 / FP8-dynamic drafters were "
-                       "fine)", ev, w, fix="compare the served accept length with --enforce-eager (vLLM) / "
-                       "--disable-cuda-graph (SGLang), or serve the draft in bf16",
+                                                 f"inherited from --quantization ({inherits.source})")
+        measured, fine = graphs_row.note.split(" (", 1)
+        return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: {measured} "
+                       f"({graphs_row.source}; {fine}", ev, w, fix="compare the served accept length with "
+                       "--enforce-eager (vLLM) / --disable-cuda-graph (SGLang), or serve the draft in bf16",
                        needs="served accept length with and without CUDA graphs",
-                       source="vllm#54997; sglang PR#28196; vllm PR#40849")
+                       source=f"{graphs_row.source}; {inherits.source}; {kept.source}")
     if art.draft_raw is None:
         return not_checked(c, w, art.missing("draft"), "not checked: CUDA graphs are on; whether the drafter is "
                            "quantized needs its config")
@@ -174,19 +179,21 @@ def _kv_dtype(art: Artifacts, la) -> Finding:
     draft = str(own or target)
     mla = is_mla_draft(dict(art.draft_raw)) if art.draft_raw is not None else None
     ev = {"kv_cache_dtype": target, "draft_kv_cache_dtype": draft, "mla_draft": mla}
+    shared = serving_row("vllm", "draft_kv_dtype_is_targets")
+    server_args = serving_row("sglang", "draft_shares_server_args")
     if draft.lower() not in PLAIN_KV:
         return Finding(c, "suspected", f"the draft reads and writes a {draft} KV cache (the target's --kv-cache-dtype"
                        + ("" if own else ", which the draft shares") + "), while drafts are trained on bf16 attention: "
                        "a draft following the target's FP8 KV fell from AL ~2.7 to 1.79 (tokenspeed PR#1012)", ev, w,
                        fix="give the draft its own bf16 KV cache (vLLM: speculative_config.kv_cache_dtype \"auto\"), "
                            "or compare served accept lengths with --kv-cache-dtype auto",
-                       source="tokenspeed PR#1012; vllm llama_eagle3.py get_cache_config, PR#24505; sglang PR#34337 "
+                       source=f"tokenspeed PR#1012; {shared.source}; {server_args.source} "
                               "(every worker gets the same ServerArgs)")
     if mla:
-        return Finding(c, "not checked", "not checked: the KV cache keeps the model dtype, but an MLA draft shares "
-                       "the target's MLA pool, whose bounds faults show only in served accept lengths",
+        pool = serving_row("sglang", "mla_draft_shares_target_pool")
+        return Finding(c, "not checked", f"not checked: the KV cache keeps the model dtype, but {pool.note}",
                        ev, w, needs="served accept length on a cold start against a warm one",
-                       source="TRT-LLM#17656; sglang PR#26982")
+                       source=f"TRT-LLM#17656; {pool.source}")
     return Finding(c, "ruled out", f"the draft's KV cache keeps the model dtype ({draft})", ev, w)
 
 
@@ -203,7 +210,7 @@ def _simulated(la) -> Finding:
         return Finding(c, "confirmed", f"{k}={v} in the launch's environment: the server accepts a forced / "
                        "simulated number of draft tokens, so its accept length is the knob's, not the draft's",
                        ev, w, fix=f"unset {', '.join(set_)} before measuring the draft",
-                       source="sglang PR#29645; ROCm/ATOM#555")
+                       source=f"{serving_row('sglang', 'simulated_acceptance_env').source}; ROCm/ATOM#555")
     return Finding(c, "ruled out", "the launch's environment sets neither SGLANG_SIMULATE_ACC_LEN nor "
                    "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS (a variable exported elsewhere is not seen here)", ev, w)
 
@@ -223,12 +230,13 @@ def _fp8_target(art: Artifacts, la) -> Finding:
     kv = str(la.flags.get("kv_cache_dtype") or "auto")
     scheme = kv_scheme(dict(art.target_raw)) if art.target_raw is not None else None
     ev = {"kv_cache_dtype": kv, "target_kv_cache_scheme": scheme}
-    src = "vllm PR#55557"
+    drift = serving_row("vllm", "fp8_kv_target_drifts")
+    src = drift.source
     if kv.lower().startswith("fp8") or kv.lower().startswith("fp4") or scheme:
         how = f"--kv-cache-dtype {kv}" if kv.lower() not in PLAIN_KV else "its kv_cache_scheme"
-        return Finding(c, "suspected", f"the target attends over a quantized KV cache ({how}): its hidden states "
-                       "drift from the bf16 ones the draft was trained on (MTP acceptance 0.725 -> 0.630, vllm "
-                       "PR#55557)", ev, w, fix="compare the served accept length with --kv-cache-dtype auto",
+        return Finding(c, "suspected", f"the target attends over a quantized KV cache ({how}): "
+                       f"{drift.note.split(': ', 1)[1][:-1]}, {src})", ev, w,
+                       fix="compare the served accept length with --kv-cache-dtype auto",
                        needs="served accept length with --kv-cache-dtype auto on the same traffic", source=src)
     if art.target_raw is None and kv.lower() in PLAIN_KV:
         return Finding(c, "ruled out", f"--kv-cache-dtype {kv}: the target's KV cache keeps the model dtype (the "
@@ -265,7 +273,7 @@ def _attention(art: Artifacts, la) -> Finding:
                        needs="the SGLang server log's KV-cache dtype for the draft worker", source="vllm#44879")
     how = ("no attention backend is forced" if la.engine == "vllm" or not backend else
            f"--attention-backend {backend} reaches the draft worker too (SGLang gives every worker the same "
-           "ServerArgs, sglang PR#34337)")
+           f"ServerArgs, {serving_row('sglang', 'draft_shares_server_args').source})")
     return Finding(c, "ruled out", how + " and the draft config declares no kv_cache_scheme", ev, w)
 
 

@@ -8,6 +8,12 @@ Causes: prefix_cache_stale_kv, dp_attention, lora_target, structured_output, chu
 mrope_draft_extend (an mRoPE target), trtllm_acceptance_gate, hicache_draft_kv, pd_disaggregation,
 async_scheduling, sequence_parallel. An engine default alone never raises a cause (vLLM's prefix caching and
 async scheduling are on by default: what decides them is the served accept length).
+Rests on the "serving" rows of `engines.facts` (facts_serving), which it cites: vLLM prefix_cache_stale_kv,
+eagle_block_drop_off_reuses_draft_kv, grammar_with_drafts, async_scheduling_costs_acceptance,
+async_scheduling_default; SGLang dp_attention_draft_extend, lora_adapts_draft, grammar_with_drafts,
+chunk_boundary_rotation, mrope_draft_extend_per_request, hicache_restores_draft_kv, pd_transfers_draft_state.
+Threads of other projects stay cited inline: tokenspeed#298 (DP), vllm-ascend PR#8230 (async scheduling),
+vllm-ascend#5825 (sequence parallelism).
 Usage: ``check_launch_flags(art)``.
 """
 from __future__ import annotations
@@ -65,6 +71,11 @@ def speculating(la: LaunchArgs) -> bool | None:
     return None if bad else bool(spec.get("method") or spec.get("model"))
 
 
+def serving_row(engine: str, subject: str):
+    """The engine's "serving" row a launch check (this one, checks.draft_serving) rests on (engines.facts_serving)."""
+    return facts.fact(engine, "serving", subject)
+
+
 def _bad(cause: str, where: str, problem: str, ev: dict | None = None) -> Finding:
     """The finding of a garbled flag value: not checked, naming the flag and what a valid value looks like."""
     return Finding(cause, "not checked", f"not checked: {problem}", ev or {}, where,
@@ -73,6 +84,7 @@ def _bad(cause: str, where: str, problem: str, ev: dict | None = None) -> Findin
 
 def _prefix_cache(la: LaunchArgs) -> Finding:
     c, w = "prefix_cache_stale_kv", f"{WHERE}.prefix_cache"
+    race = serving_row("vllm", "prefix_cache_stale_kv")
     if la.engine == "sglang":
         off, bad = switch(la, "disable_radix_cache")
         if bad:
@@ -81,8 +93,8 @@ def _prefix_cache(la: LaunchArgs) -> Finding:
             return Finding(c, "ruled out", "--disable-radix-cache: no request reuses another's KV", {"radix_cache":
                            "off"}, w)
         return Finding(c, "not checked", "not checked: SGLang's radix cache is on (its default); the stale-KV race "
-                       "was reported in vLLM's prefix cache (vllm#41838), and only served accept lengths over time "
-                       "show it", {"radix_cache": "on (default)"}, w, needs=NEEDS_OVER_TIME, source="vllm#41838")
+                       f"was reported in vLLM's prefix cache ({race.source}), and only served accept lengths over "
+                       "time show it", {"radix_cache": "on (default)"}, w, needs=NEEDS_OVER_TIME, source=race.source)
     on, bad = switch(la, "enable_prefix_caching")
     if bad:
         return _bad(c, w, bad)
@@ -95,14 +107,12 @@ def _prefix_cache(la: LaunchArgs) -> Finding:
     ev = {"prefix_caching": "on (--enable-prefix-caching)" if on else "on (vLLM default)",
           "disable_eagle_block_drop": spec.get("disable_eagle_block_drop")}
     if spec.get("disable_eagle_block_drop") is True:
-        return Finding(c, "suspected", "disable_eagle_block_drop with prefix caching on: the drafter reuses the "
-                       "trailing cached block's draft KV instead of recomputing it (vllm PR#53388 warns this can "
-                       "change acceptance; vllm#51771 measured -0.8% to -5% accept length)", ev, w,
+        f = serving_row("vllm", "eagle_block_drop_off_reuses_draft_kv")
+        return Finding(c, "suspected", f.note, ev, w,
                        fix="drop disable_eagle_block_drop, or compare served accept lengths with it on and off",
-                       needs=NEEDS_OVER_TIME, source="vllm PR#53388, #51771")
-    return Finding(c, "not checked", "not checked: prefix caching is on, which by itself shows nothing; the race "
-                   "(hashes committed before the KV is written) shows as served accept length decaying over time "
-                   "while the replay stays flat", ev, w, needs=NEEDS_OVER_TIME, source="vllm#41838")
+                       needs=NEEDS_OVER_TIME, source=f.source)
+    return Finding(c, "not checked", "not checked: prefix caching is on, which by itself shows nothing; "
+                   + race.note.split(": ", 1)[1], ev, w, needs=NEEDS_OVER_TIME, source=race.source)
 
 
 def _dp(la: LaunchArgs) -> Finding:
@@ -114,12 +124,12 @@ def _dp(la: LaunchArgs) -> Finding:
         ev = {"enable_dp_attention": bool(dpa), "dp_size": la.flags.get("dp_size"), "tp_size": la.flags.get("tp_size"),
               "SGLANG_ENABLE_SPEC_V2": la.env.get("SGLANG_ENABLE_SPEC_V2")}
         if dpa:
+            f = serving_row("sglang", "dp_attention_draft_extend")
             return Finding(c, "suspected", f"--enable-dp-attention with --speculative-algorithm {la.algorithm}: "
-                           "SGLang's draft-extend under DP attention lost accept length (2.35 -> 1.48, sglang#16274, "
-                           "fixed by PR#16310) and sized the draft KV pool by the wrong TP group (PR#23498)", ev, w,
+                           + f.note, ev, w,
                            fix="compare the served accept length without --enable-dp-attention (same TP), or use a "
                                "version with sglang PR#16310", needs="served accept length with and without DP "
-                           "attention", source="sglang#16274, PR#16310, PR#23498, PR#15268")
+                           "attention", source=f.source)
         return Finding(c, "ruled out", "the launch sets no --enable-dp-attention: the draft runs in the target's TP "
                        "group", ev, w)
     dp, bad = integer(la, "data_parallel_size")
@@ -143,10 +153,10 @@ def _lora(la: LaunchArgs) -> Finding:
     adapters = la.flags.get("lora_paths" if la.engine == "sglang" else "lora_modules")
     ev = {"enable_lora": bool(on), "adapters": adapters}
     if on or adapters:
-        return Finding(c, "suspected", "LoRA adapters on the target: they apply to the target only and the shared "
-                       "draft runs unadapted, so acceptance drops on adapted requests (sglang PR#34337)", ev, w,
-                       fix="compare the served accept length of base-model requests with adapted ones; train a "
-                           "draft on the adapted target's hidden states", source="sglang PR#34337")
+        f = serving_row("sglang", "lora_adapts_draft")
+        return Finding(c, "suspected", f"LoRA adapters on the target: they {f.note.split(' ', 2)[2]} ({f.source})",
+                       ev, w, fix="compare the served accept length of base-model requests with adapted ones; train "
+                           "a draft on the adapted target's hidden states", source=f.source)
     return Finding(c, "ruled out", "the launch sets no LoRA adapter", ev, w)
 
 
@@ -161,7 +171,8 @@ def _structured(la: LaunchArgs) -> Finding:
         ev = {"structured_outputs_config": la.flags.get("structured_outputs_config"),
               "enable_auto_tool_choice": la.flags.get("enable_auto_tool_choice")}
     return Finding(c, "not checked", "not checked: grammars are chosen per request, which the launch does not show",
-                   ev, w, needs=NEEDS_REQUESTS, source="vllm#51660; sglang#29110, PR#28682")
+                   ev, w, needs=NEEDS_REQUESTS, source="; ".join(serving_row(e, "grammar_with_drafts").source
+                                                                 for e in ("vllm", "sglang")))
 
 
 def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:
@@ -178,7 +189,7 @@ def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:
         return Finding(c, "ruled out", "chunked prefill is off: no prompt is split at a chunk boundary", ev, w)
     lengths = served_prompt_lengths(art)
     ev["served_max_len"] = max(lengths) if lengths else None
-    src = "sglang#26329 (closed without a merge)"
+    src = serving_row("sglang", "chunk_boundary_rotation").source
     if size is None:
         return Finding(c, "not checked", f"not checked: {flag(name)} not given (the engine picks the chunk size)", ev,
                        w, needs=f"{flag(name)} and served prompt lengths (served_prompts)", source=src)
@@ -217,11 +228,11 @@ def _mrope(art: Artifacts, la: LaunchArgs) -> Finding:
     if m is None:
         return Finding(c, "ruled out", "the target declares no multimodal RoPE (no mrope_section): draft-extend "
                        "positions are plain token positions", ev, w)
-    src = "sglang#34152 (fix PR#34154), PR#28464"
+    row = serving_row("sglang", "mrope_draft_extend_per_request")
+    src = row.source
     if la.engine == "sglang":
         return Finding(c, "suspected", f"an mRoPE target ({art.target_info.architecture}) with --speculative-algorithm "
-                       f"{la.algorithm}: SGLang's draft-extend built one mRoPE position per request instead of per "
-                       "extended token and crashed on batched traffic (single requests work)", ev, w,
+                       f"{la.algorithm}: {row.note}", ev, w,
                        fix="use a version with the fix, and test batched multimodal traffic before serving",
                        needs="the server log under batched multimodal traffic", source=src)
     return Finding(c, "not checked", "not checked: an mRoPE target; the draft-extend crash was reported on SGLang "
@@ -295,7 +306,8 @@ def _pd(la: LaunchArgs) -> Finding:
 
 def _async(la: LaunchArgs) -> Finding:
     c, w = "async_scheduling", f"{WHERE}.async_scheduling"
-    src = "vllm PR#29845; vllm-ascend PR#8230"
+    cost = serving_row("vllm", "async_scheduling_costs_acceptance")
+    src = f"{cost.source}; vllm-ascend PR#8230"
     needs = "served accept length with async scheduling off against on (same traffic)"
     if la.engine == "sglang":
         off, bad = switch(la, "disable_overlap_schedule")
@@ -315,8 +327,7 @@ def _async(la: LaunchArgs) -> Finding:
         return Finding(c, "ruled out", "--no-async-scheduling: each step is scheduled after the previous one's "
                        "accepted tokens are known", ev, w)
     if on:
-        return Finding(c, "suspected", "--async-scheduling: the scheduler runs a step ahead of the accepted tokens, "
-                       "which gives up a little acceptance (vllm PR#29845)", ev, w,
+        return Finding(c, "suspected", f"{cost.note} ({cost.source})", ev, w,
                        fix="compare the served accept length with --no-async-scheduling", needs=needs, source=src)
     f = facts.fact("vllm", "serving", "async_scheduling_default")
     return Finding(c, "not checked", f"not checked: async scheduling is left to vLLM's default (on for EAGLE in "

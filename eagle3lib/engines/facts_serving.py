@@ -1,4 +1,5 @@
-"""Engine facts, serving around the draft: features of the server (`serving`), the metric it reports
+"""Engine facts, serving around the draft: features of the server (`serving`; among them what the launch checks
+10 and 11, checks.launch_flags and checks.draft_serving, rest on and cite), the metric it reports
 (`metric`), how it resolves the speculative method and where it drafts (`method`), the draft's attention
 window (`window`) and its context length (`context`): rows of `engines.facts.FACTS`."""
 from __future__ import annotations
@@ -40,6 +41,74 @@ ROWS: tuple[Fact, ...] = (
     F("vllm", "serving", "k_per_batch_size", True, "0.32.0", "", f"{SPECULATIVE}:491, 1961 "
       "(num_speculative_tokens_per_batch_size); vllm/v1/spec_decode/dynamic/utils.py",
       "K picked per batch size; 0.32.0 is the first release read"),
+    # ---- the launch around the draft: what checks.draft_serving (check 11) and checks.launch_flags (check 10)
+    # rest on; not placed by release unless said
+    F("vllm", "serving", "rejection_synthetic", True, None, "", "vllm PR#38045, PR#41035",
+      "rejection_sample_method synthetic: draft tokens are accepted with a configured probability, so the served "
+      "accept length is the synthetic one, not the draft's"),
+    F("vllm", "serving", "rejection_strict", True, None, "", "vllm PR#35461",
+      "rejection_sample_method strict: a draft token counts only when it equals the target's sample, which lowers "
+      "acceptance at temperature > 0 against probabilistic sampling"),
+    F("vllm", "serving", "rejection_method_default", True, None, "", "vllm#40551, PR#40651, PR#35461",
+      "a launch that sets no rejection_sample_method leaves the rejection-sampling method to the vLLM version and "
+      "model runner"),
+    F("vllm", "serving", "rejection_fly_lossy", True, None, "", "vllm PR#50808, PR#53987",
+      "rejection_sample_method fly: FLy accepts some rejected draft tokens by design (lossy), so the served accept "
+      "length is inflated against exact verification"),
+    F("sglang", "serving", "simulated_acceptance_env", True, None, "", "sglang PR#29645, #34740, PR#40598",
+      "SGLANG_SIMULATE_ACC_LEN > 0: the server accepts draft tokens at a simulated rate, so its accept length is "
+      "the knob's, not the draft's"),
+    F("sglang", "serving", "adaptive_num_steps", True, None, "", "sglang PR#21599, PR#23336",
+      "--speculative-adaptive: SGLang switches speculative_num_steps among its candidate steps at run time, so the "
+      "served accept length mixes depths and is not comparable with a fixed-depth replay"),
+    F("sglang", "serving", "draft_inherits_quantization", True, None, "", "sglang PR#28196",
+      "the draft inherits --quantization unless it is given one (--speculative-draft-model-quantization; unquant / "
+      "none: unquantized) or its checkpoint declares one"),
+    F("vllm", "serving", "draft_inherits_quantization", False, None, "", "vllm PR#40849",
+      "vLLM keeps an external draft unquantized: only its own config or speculative_config.quantization "
+      "quantizes it"),
+    F("vllm", "serving", "quantized_draft_under_cuda_graphs", True, None, "", "vllm#54997",
+      "an NVFP4 compressed-tensors drafter accepted 0% with graphs and 92% eager (bf16 / FP8-dynamic drafters were "
+      "fine)"),
+    F("vllm", "serving", "draft_kv_dtype_is_targets", True, None, "",
+      "vllm llama_eagle3.py get_cache_config, PR#24505",
+      "the draft's KV-cache dtype is the target's --kv-cache-dtype unless speculative_config.kv_cache_dtype"),
+    F("sglang", "serving", "draft_shares_server_args", True, None, "", "sglang PR#34337",
+      "every worker gets the same ServerArgs: the draft worker shares the target's --kv-cache-dtype and "
+      "--attention-backend"),
+    F("sglang", "serving", "lora_adapts_draft", False, None, "", "sglang PR#34337",
+      "LoRA adapters apply to the target only and the shared draft runs unadapted, so acceptance drops on adapted "
+      "requests"),
+    F("sglang", "serving", "mla_draft_shares_target_pool", True, None, "", "sglang PR#26982",
+      "an MLA draft shares the target's MLA pool, whose bounds faults show only in served accept lengths"),
+    F("vllm", "serving", "fp8_kv_target_drifts", True, None, "", "vllm PR#55557",
+      "a target over a quantized KV cache: its hidden states drift from the bf16 ones the draft was trained on (MTP "
+      "acceptance 0.725 -> 0.630)"),
+    F("vllm", "serving", "prefix_cache_stale_kv", True, None, "", "vllm#41838",
+      "prefix caching: the race (hashes committed before the KV is written) shows as served accept length "
+      "decaying over time while the replay stays flat"),
+    F("vllm", "serving", "eagle_block_drop_off_reuses_draft_kv", True, None, "", "vllm PR#53388, #51771",
+      "disable_eagle_block_drop with prefix caching on: the drafter reuses the trailing cached block's draft KV "
+      "instead of recomputing it (vllm PR#53388 warns this can change acceptance; vllm#51771 measured -0.8% to -5% "
+      "accept length)"),
+    F("sglang", "serving", "dp_attention_draft_extend", True, None, "", "sglang#16274, PR#16310, PR#23498, PR#15268",
+      "SGLang's draft-extend under DP attention lost accept length (2.35 -> 1.48, sglang#16274, fixed by PR#16310) "
+      "and sized the draft KV pool by the wrong TP group (PR#23498)"),
+    F("vllm", "serving", "grammar_with_drafts", True, None, "", "vllm#51660",
+      "structured output (a grammar) with EAGLE-3 drafting: the engine dies or requests abort (field-causes.md #28: "
+      "bitmask desync, aborted requests under PD disaggregation); grammars are chosen per request"),
+    F("sglang", "serving", "grammar_with_drafts", True, None, "", "sglang#29110, PR#28682",
+      "structured output (a grammar) with EAGLE-3 drafting: the engine dies or requests abort (field-causes.md #28: "
+      "bitmask desync, aborted requests under PD disaggregation); grammars are chosen per request"),
+    F("sglang", "serving", "chunk_boundary_rotation", True, None, "", "sglang#26329 (closed without a merge)",
+      "the token at a chunked-prefill boundary may be rotated wrongly, which shows only in served accept lengths by "
+      "prompt length"),
+    F("sglang", "serving", "mrope_draft_extend_per_request", True, None, "", "sglang#34152 (fix PR#34154), PR#28464",
+      "SGLang's draft-extend built one mRoPE position per request instead of per extended token and crashed on "
+      "batched traffic (single requests work)"),
+    F("vllm", "serving", "async_scheduling_costs_acceptance", True, None, "", "vllm PR#29845",
+      "--async-scheduling: the scheduler runs a step ahead of the accepted tokens, which gives up a little "
+      "acceptance"),
     F("vllm", "metric", "mean_acceptance_length_counts_bonus", False, "0.8.5", "2025-04-24",
       "serving-and-throughput.md section 0 (vLLM's mean acceptance length left out the bonus token from "
       "2025-04-24 to 2025-05-09)", "release mapping approximate: 0.8.5 (2025-04-28) and 0.8.5.post1 fall in the "

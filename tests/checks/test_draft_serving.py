@@ -164,3 +164,21 @@ def test_greedy_verify_platform(tmp_path):
     assert _f(tmp_path, SG + " --device cuda")["greedy_verify_platform"].status == "ruled out"
     assert _f(tmp_path, SG)["greedy_verify_platform"].status == "not checked"
     assert _f(tmp_path, vl())["greedy_verify_platform"].status == "not checked"
+
+
+def test_a_finding_cites_its_row_of_the_table(monkeypatch, tmp_path):
+    """Recipe (b): the behaviours check 11 rests on are rows of engines.facts; a row's new source and note are
+    what the finding cites and says (here vLLM's synthetic rejection method and SGLang's inherited quantization)."""
+    import dataclasses
+
+    from eagle3lib.engines import facts
+    new = {("vllm", "rejection_synthetic"): dict(source="vllm PR#99999", note="synthetic, as the row says now"),
+           ("sglang", "draft_inherits_quantization"): dict(source="sglang PR#88888")}
+    monkeypatch.setattr(facts, "FACTS", tuple(
+        dataclasses.replace(f, **new.get((f.engine, f.subject), {})) if f.topic == "serving" else f
+        for f in facts.FACTS))
+    f = _f(tmp_path, vl('"rejection_sample_method": "synthetic"'))["rejection_method"]
+    assert f.source == "vllm PR#99999" and f.summary == "synthetic, as the row says now"
+    f = _f(tmp_path, SG + " --quantization fp8")["quantized_draft_graphs"]
+    assert f.status == "suspected" and "inherited from --quantization (sglang PR#88888)" in f.summary
+    assert "sglang PR#88888" in f.source and "28196" not in f.source

@@ -182,3 +182,15 @@ def test_topology_causes_without_launch_name_it(tmp_path):
     f = {x.cause: x for x in check_launch_flags(art)}
     for c in ("hicache_draft_kv", "pd_disaggregation", "async_scheduling", "sequence_parallel"):
         assert f[c].status == "not checked" and "launch command" in f[c].needs, c
+
+
+def test_a_finding_cites_its_row_of_the_table(monkeypatch, tmp_path):
+    """Recipe (b): check 10's engine behaviours are rows of engines.facts; the finding cites the row's source."""
+    import dataclasses
+
+    from eagle3lib.engines import facts
+    monkeypatch.setattr(facts, "FACTS", tuple(
+        dataclasses.replace(f, source="sglang PR#77777") if (f.engine, f.topic, f.subject) == (
+            "sglang", "serving", "lora_adapts_draft") else f for f in facts.FACTS))
+    f = _f(tmp_path, SG + " --enable-lora")["lora_target"]
+    assert f.status == "suspected" and f.source == "sglang PR#77777" and "(sglang PR#77777)" in f.summary
