@@ -60,7 +60,7 @@ def _rejection(la) -> Finding:
                                w, needs="the launch's SGLANG_SIMULATE_ACC_LEN as a number (or unset)")
             if val > 0:
                 f = serving_row("sglang", "simulated_acceptance_env")
-                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: {f.note.split(': ', 1)[1]}", ev, w,
+                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: {f.note}", ev, w,
                                fix="unset SGLANG_SIMULATE_ACC_LEN before measuring the draft",
                                source=f"{f.source}; ROCm/ATOM#555")
         return Finding(c, "ruled out", "SGLang launch without simulated acceptance: accepted tokens are verified "
@@ -156,9 +156,8 @@ def _quantized(art: Artifacts, la) -> Finding:
     if effective:
         how = "its config declares" if own else ("--speculative-draft-model-quantization" if given else
                                                  f"inherited from --quantization ({inherits.source})")
-        measured, fine = graphs_row.note.split(" (", 1)
-        return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: {measured} "
-                       f"({graphs_row.source}; {fine}", ev, w, fix="compare the served accept length with "
+        return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: {graphs_row.note} "
+                       f"[{graphs_row.source}]", ev, w, fix="compare the served accept length with "
                        "--enforce-eager (vLLM) / --disable-cuda-graph (SGLang), or serve the draft in bf16",
                        needs="served accept length with and without CUDA graphs",
                        source=f"{graphs_row.source}; {inherits.source}; {kept.source}")
@@ -235,7 +234,7 @@ def _fp8_target(art: Artifacts, la) -> Finding:
     if kv.lower().startswith("fp8") or kv.lower().startswith("fp4") or scheme:
         how = f"--kv-cache-dtype {kv}" if kv.lower() not in PLAIN_KV else "its kv_cache_scheme"
         return Finding(c, "suspected", f"the target attends over a quantized KV cache ({how}): "
-                       f"{drift.note.split(': ', 1)[1][:-1]}, {src})", ev, w,
+                       f"{drift.note} [{src}]", ev, w,
                        fix="compare the served accept length with --kv-cache-dtype auto",
                        needs="served accept length with --kv-cache-dtype auto on the same traffic", source=src)
     if art.target_raw is None and kv.lower() in PLAIN_KV:

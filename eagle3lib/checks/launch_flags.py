@@ -112,7 +112,7 @@ def _prefix_cache(la: LaunchArgs) -> Finding:
                        fix="drop disable_eagle_block_drop, or compare served accept lengths with it on and off",
                        needs=NEEDS_OVER_TIME, source=f.source)
     return Finding(c, "not checked", "not checked: prefix caching is on, which by itself shows nothing; "
-                   + race.note.split(": ", 1)[1], ev, w, needs=NEEDS_OVER_TIME, source=race.source)
+                   + race.note, ev, w, needs=NEEDS_OVER_TIME, source=race.source)
 
 
 def _dp(la: LaunchArgs) -> Finding:
@@ -154,7 +154,7 @@ def _lora(la: LaunchArgs) -> Finding:
     ev = {"enable_lora": bool(on), "adapters": adapters}
     if on or adapters:
         f = serving_row("sglang", "lora_adapts_draft")
-        return Finding(c, "suspected", f"LoRA adapters on the target: they {f.note.split(' ', 2)[2]} ({f.source})",
+        return Finding(c, "suspected", f"LoRA adapters on the target: {f.note} ({f.source})",
                        ev, w, fix="compare the served accept length of base-model requests with adapted ones; train "
                            "a draft on the adapted target's hidden states", source=f.source)
     return Finding(c, "ruled out", "the launch sets no LoRA adapter", ev, w)

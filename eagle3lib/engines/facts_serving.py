@@ -56,7 +56,7 @@ ROWS: tuple[Fact, ...] = (
       "rejection_sample_method fly: FLy accepts some rejected draft tokens by design (lossy), so the served accept "
       "length is inflated against exact verification"),
     F("sglang", "serving", "simulated_acceptance_env", True, None, "", "sglang PR#29645, #34740, PR#40598",
-      "SGLANG_SIMULATE_ACC_LEN > 0: the server accepts draft tokens at a simulated rate, so its accept length is "
+      "the server accepts draft tokens at a simulated rate (SGLANG_SIMULATE_ACC_LEN > 0), so its accept length is "
       "the knob's, not the draft's"),
     F("sglang", "serving", "adaptive_num_steps", True, None, "", "sglang PR#21599, PR#23336",
       "--speculative-adaptive: SGLang switches speculative_num_steps among its candidate steps at run time, so the "
@@ -82,11 +82,10 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "serving", "mla_draft_shares_target_pool", True, None, "", "sglang PR#26982",
       "an MLA draft shares the target's MLA pool, whose bounds faults show only in served accept lengths"),
     F("vllm", "serving", "fp8_kv_target_drifts", True, None, "", "vllm PR#55557",
-      "a target over a quantized KV cache: its hidden states drift from the bf16 ones the draft was trained on (MTP "
-      "acceptance 0.725 -> 0.630)"),
+      "its hidden states drift from the bf16 ones the draft was trained on (MTP acceptance 0.725 -> 0.630)"),
     F("vllm", "serving", "prefix_cache_stale_kv", True, None, "", "vllm#41838",
-      "prefix caching: the race (hashes committed before the KV is written) shows as served accept length "
-      "decaying over time while the replay stays flat"),
+      "the race (hashes committed before the KV is written) shows as served accept length decaying over time "
+      "while the replay stays flat"),
     F("vllm", "serving", "eagle_block_drop_off_reuses_draft_kv", True, None, "", "vllm PR#53388, #51771",
       "disable_eagle_block_drop with prefix caching on: the drafter reuses the trailing cached block's draft KV "
       "instead of recomputing it (vllm PR#53388 warns this can change acceptance; vllm#51771 measured -0.8% to -5% "
