@@ -18,7 +18,8 @@ LAYERS = [
     {"engines"},
     {"serving"},
     {"replay", "throughput"},
-    {"vllm_driver"},             # the real vLLM, run in its own venv (serve reads throughput's parsers)
+    {"drivers"},                 # what running any real engine server takes: the process group, the prompts
+    {"vllm_driver", "sglang_driver"},   # the real vLLM / SGLang, each in its own venv (serve reads throughput's parsers)
     {"checks"},
     {"demo"},
     {"steps"},

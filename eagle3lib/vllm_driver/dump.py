@@ -5,10 +5,10 @@ one request at a time, a few tokens each) and writes an eagle3lib dump (`hidden.
 request the (T, k*H) tensor vLLM built from the target for the draft at prefill, its token ids and positions, and as
 the extra "draft_logits" (T, Vd) the draft's first-step logits vLLM computed for every row. The manifest's
 "engine" says what vLLM ran (version, runner, the aux layer ids it captured, the draft class); its "slots" stay
-None: the dump records what fc got, `identify` names the boundaries (`hidden.compare` against an HF capture).
+None: the dump records what fc got, `hidden.compare.dump_boundaries` names the boundaries (against an HF capture).
 The engine's whole log is kept beside the dump as engine.log.
     d = dump("data/demo/target", "my_draft", "out/vllm_dump", prompts="data/demo/data/heldout/heldout.jsonl", n=4)
-    identify("out/vllm_dump", "data/demo/target")   # -> ("embed", "layer_in.2", ...)
+    dump_boundaries("out/vllm_dump", "data/demo/target")   # hidden.compare: ("embed", "layer_in.2", ...)
 CLI: ``python -m eagle3lib.vllm_driver.dump --target T --draft D --prompts FILE --out DIR [--n 4] [--k 3]``
 
 Every draft forward of a served generation (not only the prefill's first step): `draft_calls` runs
@@ -29,7 +29,6 @@ from __future__ import annotations
 import json
 import sys
 import tempfile
-from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -38,14 +37,13 @@ import pandas as pd
 import torch
 
 from ..errors import EngineError
-from ..hidden.capture import capture, load_target_model
-from ..hidden.compare import compare
+from ..hidden.compare import dump_boundaries
 from ..hidden.dumps import Dump, load_dump, save_dump
 from ..model.safefiles import load_safetensors
 from ..engines.verification import verification_walk
 from .env import driver_parser, run_script
 from ..engines.vllm_errors import log_lines, root_error, scan_errors
-from .prompts import read_prompts
+from ..drivers.prompts import read_prompts
 
 # what the vLLM side reports about the engine it ran (vllm_driver/inside/dump.py), kept in the manifest's "engine"
 ENGINE_KEYS = ("version", "runner", "runner_class", "drafter", "draft_class", "draft_architectures", "aux_layer_ids",
@@ -102,23 +100,6 @@ def _engine_failure(log: Path, err: EngineError) -> EngineError:
     return EngineError(f"vLLM offline engine ({log})", "vLLM refused or crashed on this draft",
                        expected="a dump of every request", found=found,
                        cause="see the engine's exception; the whole log is kept")
-
-
-def identify(dump_or_dir, target, *, n: int | None = None) -> tuple[str | None, ...]:
-    """The boundary each dumped slot holds, by comparison with an HF capture of `target` on the same tokens.
-
-    Per request `hidden.compare` names each slot's best match; a slot's answer is the boundary most requests agree
-    on (None where none matched within tolerance)."""
-    d = dump_or_dir if isinstance(dump_or_dir, Dump) else load_dump(dump_or_dir)
-    model = load_target_model(target)
-    votes: list[Counter] = []
-    for slots in d.requests[:n]:
-        ref = capture(model, slots.input_ids)
-        found = compare(slots, ref, shifts=(0,)).identified
-        votes = votes or [Counter() for _ in found]
-        for v, name in zip(votes, found):
-            v[name] += 1
-    return tuple(v.most_common(1)[0][0] if v else None for v in votes)
 
 
 # ---------------------------------------------------------------- every draft forward of a served generation
@@ -329,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         return 1
     answer = {"ok": True, "out": str(a.out), "requests": len(d), "engine": d.engine}
     if a.identify:
-        answer["identified"] = list(identify(d, a.target))
+        answer["identified"] = list(dump_boundaries(d, a.target))
     print(json.dumps(answer))
     return 0
 

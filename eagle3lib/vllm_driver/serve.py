@@ -22,7 +22,7 @@ from pathlib import Path
 
 from ..errors import EngineError, LogParseError
 from ..jsonfiles import atomic_write, to_json_value
-from .prompts import Prompt, read_prompts
+from ..drivers.prompts import Prompt, read_prompts
 from .env import driver_parser
 from .server import VllmServer
 from ..serving.vllm_log import read_vllm_log

@@ -9,7 +9,8 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.vllm_driver.dump import dump, engine_walk, identify
+from eagle3lib.vllm_driver.dump import dump, engine_walk
+from eagle3lib.hidden.compare import dump_boundaries
 from eagle3lib.vllm_driver.env import unavailable_reason
 from eagle3lib.model.checkpoint import load_draft
 
@@ -56,7 +57,7 @@ def healthy(world, tmp_path_factory):
 def test_healthy_dump_identifies_as_the_trained_layout(world, healthy):
     """vLLM's fc got [embed, layer_in.2, layer_in.4, layer_in.6]; the manifest says what vLLM ran, slots stay None."""
     _, d = healthy
-    assert identify(d, world.target) == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
+    assert dump_boundaries(d, world.target) == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     e = d.engine
     assert (e["name"], e["version"], e["runner"], e["aux_layer_ids"]) == ("vllm", "0.32.0", "V1", [0, 2, 4, 6])
     assert e["draft_class"] == "Eagle3LlamaForCausalLM" and e["fc_input_is_aux"] is True
@@ -70,7 +71,7 @@ def test_top_level_ids_win_in_v1(world, tmp_path):
     d = dump(world.target, _draft(tmp_path, "draft_odd", eagle_aux_hidden_state_layer_ids=[1, 3, 5, 7]),
              tmp_path / "dump", prompts=world.heldout_data, n=2)
     assert d.engine["aux_layer_ids"] == [1, 3, 5, 7]
-    assert identify(d, world.target) == ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
+    assert dump_boundaries(d, world.target) == ("layer_in.1", "layer_in.3", "layer_in.5", "layer_in.7")
 
 
 @pytest.mark.engine

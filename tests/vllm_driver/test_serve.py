@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.vllm_driver.env import unavailable_reason
-from eagle3lib.vllm_driver.server import group_members
+from eagle3lib.drivers.process import group_members
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.throughput.benchparse import parse_prometheus
 from eagle3lib.throughput.logparse import parse_vllm_log

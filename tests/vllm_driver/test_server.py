@@ -6,7 +6,8 @@ import time
 
 import pytest
 
-from eagle3lib.vllm_driver.server import VllmServer, free_port, group_members
+from eagle3lib.drivers.process import free_port, group_members
+from eagle3lib.vllm_driver.server import VllmServer
 from tests.processes import pid_alive
 
 

@@ -1,4 +1,4 @@
-"""vllm_driver.prompts: prompts files, a dataset's user turns, and the file write_prompts leaves."""
+"""drivers.prompts: prompts files, a dataset's user turns, and the file write_prompts leaves."""
 from __future__ import annotations
 
 import json
@@ -6,7 +6,7 @@ import json
 import pytest
 import torch
 
-from eagle3lib.vllm_driver.prompts import is_prompts_file, read_prompts, write_prompts
+from eagle3lib.drivers.prompts import is_prompts_file, read_prompts, write_prompts
 from eagle3lib.errors import DataError, MissingFileError
 from eagle3lib.samples.sample import Sample
 from eagle3lib.samples.writers import write_seed_dataset
