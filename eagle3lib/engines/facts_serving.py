@@ -4,7 +4,7 @@
 window (`window`) and its context length (`context`): rows of `engines.facts.FACTS`."""
 from __future__ import annotations
 
-from .fact_row import Fact, PROPOSER, SERVED_BY, SERVED_TAU, SPECULATIVE, checked_by
+from .fact_row import Fact, PROPOSER, SERVED_BY, SERVED_TAU, SPECULATIVE, checked_by, checked_by_sglang
 
 F = Fact
 ROWS: tuple[Fact, ...] = (
@@ -144,7 +144,18 @@ ROWS: tuple[Fact, ...] = (
       "before it the draft ran with the target's window; the release is not placed"),
     # ---- context (field-causes.md #11)
     F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
-      "drafts at positions the draft never trained on: acceptance falls with length"),
+      "drafts at positions the draft never trained on: acceptance falls with length; since PR#9388 only with "
+      "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (else the draft is refused at start-up: the next row). Served: "
+      "the demo draft with max_position_embeddings 64 on prompts of 88-134 tokens, τ as with 512",
+      checked=checked_by_sglang("a_draft_context_below_the_target_s_is_refused_unless_allowed")),
+    F("sglang", "context", "refuses_draft_context_below_target", True, "0.5.1", "2025-08",
+      "sglang PR#9388 (srt/configs/model_config.py _derive_context_length: the draft worker's ModelConfig takes the "
+      "target's context_length; the CPU build's model_config.py:835-847)",
+      "a draft whose max_position_embeddings is below the target's context length stops the server at start-up: "
+      "ValueError 'Target model's context_length (T) is greater than the derived context_length (D)' (PR#18234, "
+      "which would let drafts override it, was closed unmerged); SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 lets "
+      "it serve (approx. v0.5.1, the release after the merge)",
+      checked=checked_by_sglang("a_draft_context_below_the_target_s_is_refused_unless_allowed")),
 
     F("vllm", "context", "max_position_embeddings raised to the target's", True, None, "", f"{SPECULATIVE}:1393-1400, "
       "1677-1709 (#48894)", "an EAGLE draft's max_position_embeddings below the target's max_model_len is raised to "

@@ -9,7 +9,7 @@ _CPU = "vllm 0.32.0 vllm/platforms/cpu.py"
 _AMX = "vllm 0.32.0 vllm/v1/attention/backends/mla/amx_mla.py"
 _AMX_RUN = "tests/engines/test_vllm_host.py"
 _SGLANG_CPU = "shared/engines/sglang-cpu"
-_SGLANG_HOST_RUN = "tests/engines/test_sglang_host.py"
+_SGLANG_HOST_RUN = "tests/engines/test_sglang_host.py"  # the running CPU build: fact_row.SGLANG_RUNNING
 
 F = Fact
 ROWS: tuple[Fact, ...] = (

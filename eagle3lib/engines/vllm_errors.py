@@ -1,4 +1,4 @@
-"""The exceptions a vLLM log's tracebacks end with, and the one that is the engine's own failure.
+"""The exceptions a vLLM (or SGLang) log's tracebacks end with, and the one that is the engine's own failure.
 
 vLLM re-raises a worker's error in every process above it ("WorkerProc initialization failed ... See stack trace
 for root cause", "Engine core initialization failed. See root cause above", "EngineDeadError"), so a failed start
@@ -19,12 +19,15 @@ from dataclasses import dataclass
 from .fact_row import Refusal
 from .facts import facts
 
-# (process tag) LEVEL MM-DD hh:mm:ss [file.py:123] message   -- the tag and the header are both optional
-PREFIX = re.compile(r"^(?:\((?P<proc>[^)]*)\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
-                    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\] ?)?")
+# (process tag) LEVEL MM-DD hh:mm:ss [file.py:123] message   -- the tag and the header are both optional; an SGLang
+# line's header is "[YYYY-MM-DD hh:mm:ss TP0] " (its process tag inside the brackets, after the time)
+PREFIX = re.compile(r"^(?:\[\d{4}-\d\d-\d\d \d\d:\d\d:\d\d(?:[.,]\d+)?(?:\s*(?P<sgproc>[^\]]+))?\] ?|"
+                    r"(?:\((?P<proc>[^)]*)\)\s*)?(?:(?:DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
+                    r"\d\d-\d\d \d\d:\d\d:\d\d(?:\.\d+)?\s+\[[^\]]*\] ?)?)")
 _EXC = re.compile(r"^(?P<exc>(?:[A-Za-z_]\w*\.)*(?:[A-Z]\w*(?:Error|Exception|Exit|Interrupt|Failure)|Exception))"
                   r"(?::\s?(?P<msg>.*))?$")
 
+TRACEBACK = "Traceback (most recent call last)"
 SHUTDOWN = "[shutdown] API server: shutdown triggered"     # vLLM 0.32 launcher.py, on the SIGTERM a stop sends
 WRAPPER = re.compile(r"See (?:the )?(?:root cause|stack trace)|check the stack trace above|Engine core initialization "
                      r"failed|EngineCore encountered an issue|initialization failed due to an exception in a background|"
@@ -56,8 +59,9 @@ class LoggedError:
     frame: str | None = None  # where it was raised: the traceback's last frame, "vllm/.../deepseek_v2.py:1562"
 
 
-def known_failures(engine: str = "vllm") -> tuple[Refusal, ...]:
-    """The engine table's "refusal" rows of `engine`: the failures the engine facts explain."""
+def known_failures(engine: str | None = None) -> tuple[Refusal, ...]:
+    """The engine table's "refusal" rows of `engine` (None: every engine's; a row's frame and message say whose):
+    the failures the engine facts explain."""
     return tuple(f for f in facts("refusal", engine) if isinstance(f, Refusal))
 
 
@@ -132,7 +136,7 @@ def log_lines(text: str) -> list[str]:
 def split_prefix(line: str) -> tuple[str | None, str]:
     """(process tag or None, message) of one vLLM log line; the message keeps its indentation."""
     m = PREFIX.match(line)
-    return m["proc"], line[m.end():]
+    return m["proc"] or m["sgproc"], line[m.end():]
 
 
 def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedError]:
@@ -151,7 +155,7 @@ def scan_errors(lines: list[str], ready_at: int | None = None) -> list[LoggedErr
             errors.append([no, proc, "worker died" if died else "native crash", text, None])
             last.pop(proc, None)
             continue
-        if msg.startswith("Traceback (most recent call last)"):
+        if msg.startswith(TRACEBACK) or msg.rstrip().endswith(TRACEBACK + ":"):   # SGLang: "... exception: Traceback"
             open_tb[proc] = True
             frames.pop(proc, None)
             last.pop(proc, None)

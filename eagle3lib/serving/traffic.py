@@ -7,7 +7,8 @@ what `vllm_driver.serve` saves (a user's own logging in the same shape works too
 
 - ``prompts.jsonl``: ``{"id": ..., "prompt_token_ids": [...]}`` (or ``"prompt": text``) per request;
 - ``responses.jsonl``: ``{"id": ..., "text": ..., "finish_reason": ..., "completion_tokens": n}`` per answer, with
-  ``"token_ids"`` (vLLM's ``return_token_ids``) when the server returned them.
+  ``"token_ids"`` (vLLM's ``return_token_ids``, SGLang's ``output_ids``) when the server returned them, and the
+  request's ``"temperature"`` when recorded (`Traffic.greedy`: were the requests greedy?).
 
 An answer without token ids is tokenized with the target's tokenizer and kept only when that gives the engine's
 own ``completion_tokens`` count (the EOS a ``stop`` answer ends with is not in its text: it is appended); otherwise
@@ -36,6 +37,7 @@ class Exchange:
     finish_reason: str | None
     source: str                 # responses.jsonl:<line>
     ids_from: str               # "engine" (the server's token_ids) or "tokenizer" (its text, count checked)
+    temperature: float | None = None   # the request's sampling temperature when the answer line records it
 
 
 @dataclass(frozen=True)
@@ -49,6 +51,15 @@ class Traffic:
     @property
     def answered_tokens(self) -> int:
         return sum(len(e.answer_ids) for e in self.exchanges)
+
+    @property
+    def greedy(self) -> bool | None:
+        """Every request asked for greedy decoding (temperature 0): True; one sampled: False; None when an answer
+        line does not record its temperature."""
+        temps = [e.temperature for e in self.exchanges]
+        if any(t is not None and t > 0 for t in temps):
+            return False
+        return None if not temps or any(t is None for t in temps) else True
 
 
 def traffic_files(path: str | os.PathLike) -> tuple[Path, Path]:
@@ -137,19 +148,24 @@ def read_traffic(path: str | os.PathLike, tokenizer=None) -> Traffic:
             prompt = tuple(tokenizer.encode(prompt, add_special_tokens=False))
         if "token_ids" in obj and obj["token_ids"] is not None:
             out.append(Exchange(rid, prompt, _ids(obj["token_ids"], where, "token_ids"), obj.get("finish_reason"),
-                                where, "engine"))
+                                where, "engine", _temperature(obj)))
             continue
         answer, why = _retokenized(obj, tokenizer)
         if answer is None:
             skipped.append((where, why))
             continue
-        out.append(Exchange(rid, prompt, answer, obj.get("finish_reason"), where, "tokenizer"))
+        out.append(Exchange(rid, prompt, answer, obj.get("finish_reason"), where, "tokenizer", _temperature(obj)))
     if not out:
         raise DataError(str(responses_path), "no answer to replay", expected="answers with token_ids, or text that "
                         "the target's tokenizer turns into the engine's completion_tokens",
                         found=f"{len(skipped)} set aside" + (f": {skipped[0][1]}" if skipped else ""),
                         cause="every request failed, or the answers came from another tokenizer")
     return Traffic(tuple(out), tuple(skipped), str(prompts_path), str(responses_path))
+
+
+def _temperature(obj: dict) -> float | None:
+    t = obj.get("temperature", (obj.get("sampling_params") or {}).get("temperature"))
+    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
 
 
 def _retokenized(obj: dict, tokenizer) -> tuple[tuple[int, ...] | None, str]:

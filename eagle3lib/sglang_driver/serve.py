@@ -64,14 +64,15 @@ EFFECTIVE = ("speculative_algorithm", "speculative_num_steps", "speculative_eagl
 
 
 def _generate(server: SglangServer, p: Prompt, max_tokens: int) -> dict:
-    body = {"sampling_params": {"temperature": 0, "max_new_tokens": max_tokens}}
+    body = {"sampling_params": {"temperature": 0.0, "max_new_tokens": max_tokens}}
     body.update({"input_ids": list(p.token_ids)} if p.token_ids is not None else {"text": p.text})
     t0 = time.monotonic()
     try:
         ans = server.post("/generate", body)
     except (OSError, ValueError) as e:       # refused / reset (the server died mid-request), or not JSON
         ans = {"error": f"{type(e).__name__}: {e}"}
-    row = {"id": p.id, "seconds": round(time.monotonic() - t0, 3)}
+    row = {"id": p.id, "seconds": round(time.monotonic() - t0, 3),
+           "temperature": body["sampling_params"]["temperature"]}
     if "meta_info" in ans and "error" not in ans:
         meta = ans["meta_info"]
         fin = meta.get("finish_reason") or {}
@@ -85,7 +86,7 @@ def _generate(server: SglangServer, p: Prompt, max_tokens: int) -> dict:
     return row
 
 
-def accept_length(rows: list[dict]) -> tuple[float | None, dict]:
+def counted_accept_length(rows: list[dict]) -> tuple[float | None, dict]:
     """SGLang's accept length over answered requests: Σ completion_tokens / Σ spec_verify_ct (each request's own
     ``spec_accept_length`` is its ratio), with the two sums."""
     done = [r for r in rows if "error" not in r and r.get("spec_verify_ct")]
@@ -122,13 +123,14 @@ def engine_error(log: Path) -> str | None:
 
 def serve(target, draft, out_dir, *, prompts, steps: int = 3, topk: int = 1, ndt: int = 4, max_tokens: int = 64,
           dtype: str = "bfloat16", n: int | None = None, concurrency: int = 4, startup_timeout: float = 420.0,
-          port: int | None = None, extra_args: tuple[str, ...] = (), hook: bool = False, hide_amx: bool = False,
-          notes: tuple[str, ...] = ()) -> SglangRun:
+          port: int | None = None, extra_args: tuple[str, ...] = (), env: dict | None = None, hook: bool = False,
+          hide_amx: bool = False, notes: tuple[str, ...] = ()) -> SglangRun:
     """Serve `draft` beside `target` with the real SGLang, send `prompts` (file, dataset or list), measure τ.
 
     `steps` / `topk` / `ndt`: --speculative-num-steps / -eagle-topk / -num-draft-tokens as a user types them (SGLang
-    may rewrite them: /server_info says what ran); `concurrency`: requests in flight at once (the hook's dump
-    wants 1: one prefill per request); `hide_amx`: run as on a CPU without AMX. The server is stopped on every exit."""
+    may rewrite them: /server_info says what ran); `concurrency`: requests in flight at once; `env`: variables the
+    server is started with (part of the launch command); `hide_amx`: run as on a CPU without AMX. The server is
+    stopped on every exit."""
     t_start = time.monotonic()
     out = Path(out_dir)
     out.mkdir(parents=True, exist_ok=True)
@@ -137,7 +139,7 @@ def serve(target, draft, out_dir, *, prompts, steps: int = 3, topk: int = 1, ndt
     args = launch_args(target, draft, steps=steps, topk=topk, ndt=ndt, dtype=dtype, extra=extra_args)
     if hook:
         args += ["--disable-radix-cache"]       # every prefill covers its whole prompt: one dumped row per token
-    server = SglangServer(args, out / "server.log", port=port, hook=out / "hook" if hook else None,
+    server = SglangServer(args, out / "server.log", port=port, env=env, hook=out / "hook" if hook else None,
                           hide_amx=hide_amx)
     atomic_write(out / "launch.txt", server.command() + "\n")
     seconds, rows, error, info, info_path = {}, [], None, {}, None
@@ -163,7 +165,7 @@ def serve(target, draft, out_dir, *, prompts, steps: int = 3, topk: int = 1, ndt
             if server.running():
                 info, info_path = _server_info(server, out)
     atomic_write(out / "responses.jsonl", "".join(json.dumps(r) + "\n" for r in rows))
-    tau, counters = accept_length(rows)
+    tau, counters = counted_accept_length(rows)
     seconds["total"] = round(time.monotonic() - t_start, 2)
     run = SglangRun(str(out), server.command(), str(out / "server.log"), info_path, error is None, error, tau,
                     _info_tau(info), {k: info[k] for k in EFFECTIVE if k in info}, engine_version(), counters,

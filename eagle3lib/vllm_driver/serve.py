@@ -66,7 +66,7 @@ def _complete(server: VllmServer, model: str, p: Prompt, max_tokens: int) -> dic
         ans = server.post("/v1/completions", body)
     except (OSError, ValueError) as e:       # refused / reset (the server died mid-request), or not JSON
         ans = {"error": f"{type(e).__name__}: {e}"}
-    row = {"id": p.id, "seconds": round(time.monotonic() - t0, 3)}
+    row = {"id": p.id, "seconds": round(time.monotonic() - t0, 3), "temperature": body["temperature"]}
     if "choices" in ans:
         ch = ans["choices"][0]
         usage = ans.get("usage") or {}

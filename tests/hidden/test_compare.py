@@ -128,14 +128,33 @@ def test_next_token_alignment_is_named(ref):
     assert d.kinds == {"alignment"} and "t+1" in d.summary
 
 
-def test_bf16_damage_is_named(ref):
-    """One fp32 slot rounded through bf16: identified, flagged as dtype damage with the bf16 evidence."""
+def test_a_slot_rounded_through_bf16_is_judged_at_bf16(ref):
+    """One fp32 slot rounded through bf16 (what a bf16 server hands over): its values are exactly bf16-representable,
+    so it is judged at bf16's tolerance: a match, with the bf16 evidence in its note, and no damage said."""
     x = [ref[n].clone() for n in TRAIN]
     x[2] = x[2].bfloat16().float()
     cmp, d = diagnose(ref, as_slots(x, TRAIN, input_ids=ref.input_ids))
+    assert cmp.identified == TRAIN and cmp.slots.loc[2, "status"] == "match"
+    assert cmp.slots.loc[2, "tolerance"] == "bfloat16" and "bf16-representable" in cmp.slots.loc[2, "note"]
+    assert cmp.slots.loc[1, "tolerance"] == "float32"
+    assert not [f for f in d.findings if f.severity != "info"]
+
+
+def noisy(t: torch.Tensor, rel: float = 0.01) -> torch.Tensor:
+    """`t` with gaussian noise of relative size `rel` per token: beyond fp32 rounding, not bf16-representable."""
+    g = torch.Generator().manual_seed(0)
+    return t + rel * t.norm(dim=-1, keepdim=True) / t.shape[-1] ** 0.5 * torch.randn(t.shape, generator=g)
+
+
+def test_fp32_damage_beyond_its_tolerance_is_named(ref):
+    """One fp32 slot with noise beyond fp32 rounding (rel L2 ~1e-2, not bf16-representable): identified, flagged as
+    reduced-precision damage."""
+    x = [ref[n].clone() for n in TRAIN]
+    x[2] = noisy(x[2])
+    cmp, d = diagnose(ref, as_slots(x, TRAIN, input_ids=ref.input_ids))
     assert cmp.identified == TRAIN and cmp.slots.loc[2, "status"] == "dtype"
     f = [f for f in d.findings if f.kind == "dtype"]
-    assert d.kinds == {"dtype"} and f[0].slot == 2 and "bf16-representable" in f[0].text
+    assert d.kinds == {"dtype"} and f[0].slot == 2
 
 
 def test_scale_damage_is_named(ref):
@@ -232,7 +251,7 @@ def test_similarity_numbers_and_tolerances():
 def test_training_side_damage_is_reported_as_warning(ref):
     """With two Comparisons, damage on the training side is a warning labelled 'training'."""
     x = [ref[n].clone() for n in TRAIN]
-    x[0] = x[0].bfloat16().float()
+    x[0] = noisy(x[0])
     train = compare(as_slots(x, TRAIN, input_ids=ref.input_ids), ref)
     serve = compare(served(ref, TRAIN), ref)
     d = explain(train, serve)
