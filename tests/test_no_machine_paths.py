@@ -11,6 +11,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.demo import portable, vllm_world
+from eagle3lib.demo.portable import rebased_record, relative_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -83,9 +84,9 @@ def test_deployment_records_read_from_a_copied_folder(tmp_path):
     older record with absolute paths of its serving machine is moved to where it lies."""
     rec = json.loads((ROOT / "data" / "demo_vllm" / "healthy" / "deployment.json").read_text())
     assert rec["dir"] == "." and not Path(rec["log"]).is_absolute()
-    got = vllm_world._rebased(rec, tmp_path)
+    got = rebased_record(rec, tmp_path, vllm_world.PATHS)
     assert got["dir"] == str(tmp_path) and got["log"] == str(tmp_path / "served" / "server.log")
     old = {**rec, "dir": "/elsewhere/d", "log": "/elsewhere/d/served/server.log"}
-    assert vllm_world._rebased(old, tmp_path)["log"] == str(tmp_path / "served" / "server.log")
-    back = vllm_world._relative(got, tmp_path)
+    assert rebased_record(old, tmp_path, vllm_world.PATHS)["log"] == str(tmp_path / "served" / "server.log")
+    back = relative_record(got, tmp_path, vllm_world.PATHS)
     assert back["dir"] == "." and back["log"] == "served/server.log"

@@ -276,9 +276,14 @@ def _attention(art: Artifacts, la) -> Finding:
     return Finding(c, "ruled out", how + " and the draft config declares no kv_cache_scheme", ev, w)
 
 
-def _greedy_platform(la) -> Finding:
+def _greedy_platform(la, traffic=None) -> Finding:
     c, w = "greedy_verify_platform", f"{WHERE}.platform"
     device = la.flags.get("device")
+    if traffic is not None and traffic.greedy:       # measured: a greedy verify serves what greedy requests ask
+        return Finding(c, "ruled out", f"every served request asked for greedy decoding (temperature 0 on all "
+                       f"{len(traffic.exchanges)} answers of {traffic.responses}): a verify step that ignores the "
+                       "temperature gives them what they asked", {"engine": la.engine, "device": device,
+                                                                  "greedy_answers": len(traffic.exchanges)}, w)
     f = facts.fact("sglang", "serving", "sampled_verify_off_cuda")
     outputs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a "
                "greedy verify)")
@@ -316,4 +321,4 @@ def check_draft_serving(art: Artifacts) -> list[Finding]:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                         {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
     return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
-            _attention(art, la), _greedy_platform(la)]
+            _attention(art, la), _greedy_platform(la, art.traffic)]

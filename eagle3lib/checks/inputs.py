@@ -26,6 +26,7 @@ from ..model.config import DraftConfig, read_config_json
 from ..samples.readers import Dataset, open_dataset
 from ..errors import Eagle3Error, MissingFileError
 from ..serving.launch import LaunchArgs, parse_launch
+from ..serving.traffic import Traffic, read_traffic
 from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
 from ..model.target import TargetInfo, load_target_info
 from ..hidden.identify import TrainedLayout, trained_layout
@@ -35,6 +36,7 @@ NEEDS = {"draft": "the draft checkpoint (config.json)", "weights": "the draft's 
          "target": "the target model folder (config.json)", "data": "the draft's training data",
          "launch": "the serving launch command", "training_config": "the config the draft was trained with",
          "engine": "the serving engine (sglang / vllm)", "served_prompts": "served prompt samples",
+         "traffic": "the served traffic (--served-traffic / served_traffic: prompts.jsonl + responses.jsonl)",
          "target_weights": "the target's weights (embedding)", "tokenizer": "the target's tokenizer"}
 
 
@@ -52,13 +54,15 @@ class Artifacts:
     launch: LaunchArgs | None = None
     training_raw: Mapping[str, Any] | None = None
     served_prompts: tuple | None = None
+    traffic: Traffic | None = None                   # the served requests and answers (serving.traffic)
     problems: Mapping[str, str] = field(default_factory=dict)
     trained: TrainedLayout | None = None             # the trained layout and its evidence (hidden.identify)
 
     def missing(self, *names: str) -> str | None:
         """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
         have = {"draft": self.draft_cfg, "weights": self.tensors, "target": self.target_info, "data": self.data,
-                "launch": self.launch, "training_config": self.training_raw, "served_prompts": self.served_prompts}
+                "launch": self.launch, "training_config": self.training_raw, "served_prompts": self.served_prompts,
+                "traffic": self.traffic}
         for n in names:
             if have.get(n) is None:
                 why = self.problems.get(n)
@@ -134,8 +138,9 @@ def read_training_config(path) -> dict:
 
 
 def read_artifacts(draft=None, target=None, data=None, launch=None, training_config=None,
-                   served_prompts=None, engine: str | None = None) -> Artifacts:
-    """Read whatever is given (paths, dicts, a DraftConfig, a Dataset, a launch string) into Artifacts."""
+                   served_prompts=None, engine: str | None = None, served_traffic=None) -> Artifacts:
+    """Read whatever is given (paths, dicts, a DraftConfig, a Dataset, a launch string, a served folder) into
+    Artifacts."""
     got: dict[str, Any] = {}
     problems: dict[str, str] = {}
 
@@ -198,6 +203,9 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
         attempt("training_config", read_training)
     if served_prompts is not None:
         got["served_prompts"] = tuple(served_prompts)
+    if served_traffic is not None:          # its answers' token ids and counters (no tokenizer: text answers skip)
+        attempt("traffic", lambda: got.update(traffic=served_traffic if isinstance(served_traffic, Traffic) else
+                                              read_traffic(served_traffic)))
     art = Artifacts(**got, problems=MappingProxyType(problems))
     if art.draft_cfg is not None or art.data is not None:
         L = art.target_info.num_layers if art.target_info is not None else None

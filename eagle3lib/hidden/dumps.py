@@ -219,3 +219,15 @@ def load_dump(path) -> Dump:
     if not reqs:
         raise DataError(f"dump {root}", "no request file could be read", expected=man["files"][:4], found=notes[:4])
     return Dump(tuple(reqs), man, tuple(notes), root)
+
+
+def dump_engine(path) -> dict:
+    """What the serving engine said it ran, from an eagle3lib dump's manifest ("engine"; {} for a dump without it, an
+    SGLang debug tensor dump, or a folder that is not an eagle3lib dump: the dump's reader says why elsewhere)."""
+    mf = Path(path) / "manifest.json"
+    try:
+        man = json.loads(mf.read_text())
+    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        return {}
+    engine = man.get("engine") if isinstance(man, dict) and man.get("format") == DUMP_FORMAT else None
+    return engine if isinstance(engine, dict) else {}

@@ -48,6 +48,13 @@ def traffic_samples(traffic: Traffic, target_path, layout, *, device: str = "cpu
 def served_traffic(path, target_path, layout, tokenizer=None, *, device: str = "cpu") -> tuple[list[Sample], str]:
     """(samples, a note saying what was read) of the served folder `path` (serving.traffic.read_traffic) for the
     target at `target_path`: what a served τ is compared against."""
+    samples, note, _ = served_traffic_read(path, target_path, layout, tokenizer, device=device)
+    return samples, note
+
+
+def served_traffic_read(path, target_path, layout, tokenizer=None, *,
+                        device: str = "cpu") -> tuple[list[Sample], str, Traffic]:
+    """`served_traffic` with the `Traffic` read (its answers' own counters: `Traffic.counted_tau`, `Traffic.greedy`)."""
     if not target_path:
         raise DataError(f"served traffic {path}", "no target to capture it with", expected="target_path",
                         found="not given", cause="the served answers are replayed on the target's own states")
@@ -62,4 +69,4 @@ def served_traffic(path, target_path, layout, tokenizer=None, *, device: str = "
             f"{' and '.join(how)}) of {t.responses}, captured by the target")
     if t.skipped:
         note += f"; {len(t.skipped)} set aside ({t.skipped[0][0]}: {t.skipped[0][1]})"
-    return samples, note
+    return samples, note, t

@@ -1,6 +1,6 @@
 """The notebooks' parameters: each notebook's parameters cell, a YAML parameters file (top-level keys and notebook
 sections), the template that lists every parameter, and what a parameters file asks to exist before the notebooks
-run (`prepare`: `vllm_demo` serves demo deployments on the real vLLM).
+run (`prepare`: `vllm_demo` serves demo deployments on the real vLLM, `sglang_demo` on the real SGLang).
 
 Usage: ``common, sections = load_params("params/gpu-box.yaml", stems); params_for(stem, declared, common, sec)``.
 """
@@ -145,13 +145,18 @@ def _template_line(name: str, default: str, comment: str) -> str:
     return f"# {name}: {default}" + (f"  # {comment}" if comment else "")
 
 
-RUNNER_KEYS = ("vllm_demo",)   # parameters-file keys the runner reads itself (no notebook declares them)
+RUNNER_KEYS = ("vllm_demo", "sglang_demo")   # parameters-file keys the runner reads itself (no notebook declares them)
 
 
 def prepare(common: dict) -> str | None:
     """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` serves those demo
     deployments (of `demo_world`'s world) on the real vLLM (`demo.vllm_world`). Returns why the run is skipped
     (no vLLM here), else None."""
+    sglang_names = common.pop("sglang_demo", None)
+    if sglang_names:
+        why = _sglang_demo(sglang_names)
+        if why:
+            return why
     names = common.pop("vllm_demo", None)
     if not names:
         return None
@@ -164,5 +169,21 @@ def prepare(common: dict) -> str | None:
         t0 = time.monotonic()
         d = vllm_world.ensure(str(name), world=world)
         print(f"vLLM demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
+              f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
+    return None
+
+
+def _sglang_demo(names) -> str | None:
+    """`sglang_demo: [names]`: those demo deployments served by the real SGLang (`demo.sglang_world`): the shipped
+    folders when they are current, else served here; why not, when SGLang cannot run here."""
+    from ..demo import sglang_world
+    from ..errors import EngineError
+    for name in ([names] if isinstance(names, str) else list(names)):
+        t0 = time.monotonic()
+        try:
+            d = sglang_world.ensure(str(name))
+        except EngineError as e:
+            return f"the SGLang demo deployment {name} is not served and cannot be here: {e}"
+        print(f"SGLang demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
               f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
     return None

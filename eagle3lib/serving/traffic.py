@@ -8,7 +8,8 @@ what `vllm_driver.serve` saves (a user's own logging in the same shape works too
 - ``prompts.jsonl``: ``{"id": ..., "prompt_token_ids": [...]}`` (or ``"prompt": text``) per request;
 - ``responses.jsonl``: ``{"id": ..., "text": ..., "finish_reason": ..., "completion_tokens": n}`` per answer, with
   ``"token_ids"`` (vLLM's ``return_token_ids``, SGLang's ``output_ids``) when the server returned them, and the
-  request's ``"temperature"`` when recorded (`Traffic.greedy`: were the requests greedy?).
+  request's ``"temperature"`` when recorded (`Traffic.greedy`: were the requests greedy?) and SGLang's
+  ``"spec_verify_ct"`` (`Traffic.counted_tau`: τ as SGLang counts it over exactly these answers).
 
 An answer without token ids is tokenized with the target's tokenizer and kept only when that gives the engine's
 own ``completion_tokens`` count (the EOS a ``stop`` answer ends with is not in its text: it is appended); otherwise
@@ -38,6 +39,8 @@ class Exchange:
     source: str                 # responses.jsonl:<line>
     ids_from: str               # "engine" (the server's token_ids) or "tokenizer" (its text, count checked)
     temperature: float | None = None   # the request's sampling temperature when the answer line records it
+    verify_rounds: int | None = None   # SGLang's spec_verify_ct of the answer (its meta_info), when recorded
+    completion_tokens: int | None = None
 
 
 @dataclass(frozen=True)
@@ -51,6 +54,16 @@ class Traffic:
     @property
     def answered_tokens(self) -> int:
         return sum(len(e.answer_ids) for e in self.exchanges)
+
+    @property
+    def counted_tau(self) -> tuple[float, int] | None:
+        """(τ as SGLang counts it: Σ completion_tokens / Σ spec_verify_ct, answers counted) when every answer records
+        both (SGLang's /generate meta_info), else None."""
+        ex = self.exchanges
+        if not ex or any(e.verify_rounds is None or e.completion_tokens is None for e in ex):
+            return None
+        rounds = sum(e.verify_rounds for e in ex)
+        return (sum(e.completion_tokens for e in ex) / rounds, len(ex)) if rounds else None
 
     @property
     def greedy(self) -> bool | None:
@@ -148,13 +161,13 @@ def read_traffic(path: str | os.PathLike, tokenizer=None) -> Traffic:
             prompt = tuple(tokenizer.encode(prompt, add_special_tokens=False))
         if "token_ids" in obj and obj["token_ids"] is not None:
             out.append(Exchange(rid, prompt, _ids(obj["token_ids"], where, "token_ids"), obj.get("finish_reason"),
-                                where, "engine", _temperature(obj)))
+                                where, "engine", *_served(obj)))
             continue
         answer, why = _retokenized(obj, tokenizer)
         if answer is None:
             skipped.append((where, why))
             continue
-        out.append(Exchange(rid, prompt, answer, obj.get("finish_reason"), where, "tokenizer", _temperature(obj)))
+        out.append(Exchange(rid, prompt, answer, obj.get("finish_reason"), where, "tokenizer", *_served(obj)))
     if not out:
         raise DataError(str(responses_path), "no answer to replay", expected="answers with token_ids, or text that "
                         "the target's tokenizer turns into the engine's completion_tokens",
@@ -163,9 +176,12 @@ def read_traffic(path: str | os.PathLike, tokenizer=None) -> Traffic:
     return Traffic(tuple(out), tuple(skipped), str(prompts_path), str(responses_path))
 
 
-def _temperature(obj: dict) -> float | None:
-    t = obj.get("temperature", (obj.get("sampling_params") or {}).get("temperature"))
-    return float(t) if isinstance(t, (int, float)) and not isinstance(t, bool) else None
+def _served(obj: dict) -> tuple[float | None, int | None, int | None]:
+    """(temperature, verify rounds, completion tokens) an answer line records (None where it does not)."""
+    num = lambda v: v if isinstance(v, (int, float)) and not isinstance(v, bool) else None     # noqa: E731
+    t = num(obj.get("temperature", (obj.get("sampling_params") or {}).get("temperature")))
+    v, c = num(obj.get("spec_verify_ct")), num(obj.get("completion_tokens"))
+    return (None if t is None else float(t), None if v is None else int(v), None if c is None else int(c))
 
 
 def _retokenized(obj: dict, tokenizer) -> tuple[tuple[int, ...] | None, str]:

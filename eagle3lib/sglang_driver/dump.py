@@ -107,10 +107,10 @@ def _segments(hook: Path):
             start += n
 
 
-def dump_from_hook(run_dir, out) -> Dump:
+def dump_from_hook(run_dir, out, *, n: int | None = None) -> Dump:
     """The eagle3lib dump of a hooked serving run (`serve(..., hook=True)`): one request per prompt the engine
     prefilled whole (positions from 0), matched to its prompt by SGLang's shifted ids (the draft reads token t+1
-    beside the target's state for token t)."""
+    beside the target's state for token t); the first `n` such requests (None: all)."""
     run_dir, out = Path(run_dir), Path(out)
     hook = run_dir / "hook"
     load = load_events(hook)
@@ -127,6 +127,8 @@ def dump_from_hook(run_dir, out) -> Dump:
         auxes.append(aux)
         ids.append(list(match.token_ids))
         positions.append(pos)
+        if n is not None and len(auxes) >= n:
+            break
     if not auxes:
         raise DataError(str(hook / "calls"), "no prefill of the draft matches a prompt sent",
                         expected="one recorded fc input per prompt, its shifted ids = the prompt's ids from 1 on",
@@ -159,7 +161,7 @@ def dump(target, draft, out, *, prompts, n: int | None = 4, steps: int = 3, topk
         raise EngineError(f"SGLang server ({run.log})", "SGLang refused or crashed on this draft",
                           expected="a dump of every request", found=run.error or "no answer",
                           cause="see the engine's exception; the whole log is kept")
-    return dump_from_hook(out / "served", out)
+    return dump_from_hook(out / "served", out, n=n)
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -229,7 +229,7 @@ DATA_CHECKS = ("context", "template", "rope")
 
 
 def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
-                   replay_n: int = 4) -> list[Finding]:
+                   replay_n: int = 4, served_traffic: str = "") -> list[Finding]:
     """The contract checks that need the engine: run with the launch command's engine and the SGLang version
     (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`: its slots
     (identified against the target on `replay_n` of them) are the trained layout the engine's capture is compared
@@ -247,7 +247,8 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
                            engine_version=d.version if d.launch.engine == "sglang"
                            else (vl.version if vl is not None else None), progress=progress,
                            only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
-                           engine_runner=(vl.runner or "").lower() or None if vl is not None else None)
+                           engine_runner=(vl.runner or "").lower() or None if vl is not None else None,
+                           served_traffic=served_traffic or None)
     return d.cause_findings() + found
 
 
@@ -261,7 +262,7 @@ def run(inputs: Inputs, earlier=None) -> Part:
                  server_info=inputs.server_info or inputs.server_url, server_log=inp.server_log)
     audit = (earlier or {}).get(checkpoint_audit.NAME)
     data = audit.results["inputs"].train_data if audit is not None else inputs.train_data
-    found = serving_checks(inp, d, data=data)
+    found = serving_checks(inp, d, data=data, served_traffic=inputs.served_traffic)
     return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})
 

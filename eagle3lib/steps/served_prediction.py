@@ -27,11 +27,12 @@ from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
-from ..replay.traffic import served_traffic
+from ..replay.traffic import served_traffic_read
+from ..hidden.dumps import dump_engine
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from ..checks.engine_said import ENGINE_SAID, view_findings
-from .served_view import deployment_view
+from .served_view import deployment_view, sglang_view
 from ..throughput.records import RunRecord
 from . import discovery
 from .discovery import Discovery
@@ -149,14 +150,15 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     """Every served run (from `served_paths` / `server_url`; on the demo world, its engine) beside the replay of the
     draft on `data_path` under that run's setting, in the layout the server feeds: from the serving dump, the typed
     `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order).
-    A vLLM deployment is replayed as the engine loads it (`vllm_served`): `startup_log` is the server's log,
+    A vLLM deployment, and an SGLang one that drafts a chain (topk 1), is replayed as the engine loads it
+    (`engine_served`): `startup_log` is the server's log,
     `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`),
     `served_traffic_path` the served requests and answers themselves (replay.traffic; before `served_data_path`)."""
-    if draft_path and d.launch is not None and d.launch.engine == "vllm":
-        return vllm_served(d, draft_path=draft_path, target_path=target_path, data_path=data_path,
-                           served_data_path=served_data_path, served_traffic_path=served_traffic_path,
-                           served_paths=served_paths, server_url=server_url, startup_log=startup_log,
-                           serving_dump=serving_dump, n=n, device=device)
+    if draft_path and chain_served(d):
+        return engine_served(d.launch.engine, d, draft_path=draft_path, target_path=target_path, data_path=data_path,
+                             served_data_path=served_data_path, served_traffic_path=served_traffic_path,
+                             served_paths=served_paths, server_url=server_url, startup_log=startup_log,
+                             serving_dump=serving_dump, n=n, device=device)
     notes, problems, missing, runs = [], [], [], []
     if draft_path:
         if not data_path:
@@ -208,18 +210,30 @@ def served_dtype(d: Discovery) -> str:
     return asked if asked in ("bfloat16", "float16") else "auto"
 
 
-def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: str, served_data_path: str = "",
-                served_traffic_path: str = "", served_paths=(), server_url: str = "", startup_log: str = "",
-                serving_dump: str = "", n: int = 16, device: str = "cpu") -> ServedPrediction:
-    """A vLLM deployment: the draft as vLLM loads it (the tables, the probe, the server's own log: `served_view`),
-    what the engine said against the trained layout, and each served τ beside the draft replayed as trained and as
-    the engine loads it (`replay.as_served`), which decides the wiring causes by measurement. The replay runs on
-    the served traffic (every answer, captured by the target) when `served_traffic_path` is given, else on
-    `n` samples of `served_data_path`, else of the training data."""
+def chain_served(d: Discovery) -> bool:
+    """The launch serves a chain of drafts the as-served replay models: vLLM (K drafts), or SGLang with topk 1 as its
+    effective settings resolve (a tree, topk > 1, is set beside the tree replay instead: `served_vs_replay`)."""
+    engine = d.launch.engine if d.launch is not None else ""
+    if engine == "vllm":
+        return True
+    st = setting_of(RunRecord(engine="sglang"), d) if engine == "sglang" else None
+    return st is not None and st[1] == 1
+
+
+def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: str, data_path: str,
+                  served_data_path: str = "", served_traffic_path: str = "", served_paths=(), server_url: str = "",
+                  startup_log: str = "", serving_dump: str = "", n: int = 16, device: str = "cpu") -> ServedPrediction:
+    """A vLLM or SGLang deployment: the draft as the engine loads it (the tables at its version, then what the running
+    engine said: vLLM's probe and log, SGLang's log and the load its hook recorded: `served_view`), what the engine
+    said against the trained layout, and each served τ beside the draft replayed as trained and as the engine loads
+    it (`replay.as_served`), which decides the wiring causes by measurement. The replay runs on the served traffic
+    (every answer, captured by the target) when `served_traffic_path` is given, else on `n` samples of
+    `served_data_path`, else of the training data. SGLang's τ over exactly that traffic (its answers' verify rounds)
+    comes first among the served runs."""
     notes, problems, decided = [], [], []
     logs = [p for p in [startup_log, *served_paths] if p]
     log = None
-    for p in logs:                       # the first log that says what the engine did with the draft
+    for p in logs if engine == "vllm" else ():   # the first log that says what the engine did with the draft
         try:
             r = read_vllm_log(p)
         except Eagle3Error as e:
@@ -233,8 +247,14 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
     ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
         setup = sample_replay.load_replay_setup(ri, device=device, dtype=served_dtype(d))
-        view, vnotes = deployment_view("vllm", draft_path, target_path, log=log,
+        view, vnotes = deployment_view(engine, draft_path, target_path, log=log,
+                                       version=d.version if engine == "sglang" else None,
                                        num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3)
+        if engine == "sglang":
+            view, more = sglang_view(view, read_artifacts(draft=draft_path, target=target_path),
+                                     logs=[p for p in logs if not p.endswith(".json")],
+                                     load=dump_engine(serving_dump).get("load") if serving_dump else None)
+            vnotes += more
     except Eagle3Error as e:
         return ServedPrediction((), tuple(problems + [f"draft/target: {e}"]), ())
     notes += vnotes + [f"training layout: {setup.training_layout} ({setup.training_layout_source})"]
@@ -249,14 +269,30 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
     decided += view_findings(view, trained, draft_path=draft_path, num_layers=setup.num_layers)
+    name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
     if view.refused and view.refused_source in ENGINE_SAID:
-        notes.append(f"vLLM does not serve this draft: {view.refused}")
+        notes.append(f"{name} does not serve this draft: {view.refused}")
         return ServedPrediction((), tuple(problems), (), tuple(notes), view, None, tuple(decided))
     runs, more = served_runs(served_paths, server_url)
     problems += more
+    data = served_data_path or ri.train_data
+    if served_traffic_path:
+        try:
+            data, tnote, traffic = served_traffic_read(served_traffic_path, target_path, setup.training_layout,
+                                                       setup.tokenizer, device=device)
+            n = len(data)                         # every answer: the served τ counts them all
+            notes.append(tnote)
+            counted = traffic.counted_tau
+            if counted is not None:               # SGLang's own count over exactly the replayed answers: first
+                runs.insert(0, RunRecord(engine=engine, accept_length=counted[0], label="served traffic",
+                                         source=f"{traffic.responses}: Σ completion_tokens / Σ spec_verify_ct over "
+                                                f"{counted[1]} answers"))
+        except Eagle3Error as e:
+            problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     if not runs:
-        return ServedPrediction((), tuple(problems), ("a vLLM log or /metrics with accept lengths "
-                                                      "(served_log_path)",), tuple(notes), view, None, tuple(decided))
+        need = "a vLLM log or /metrics" if engine == "vllm" else "an SGLang decode log, /server_info or served traffic"
+        return ServedPrediction((), tuple(problems), (f"{need} with accept lengths (served_log_path)",),
+                                tuple(notes), view, None, tuple(decided))
     shipped = set(read_artifacts(draft=draft_path).tensors or {})
     own = load_state_dict(draft_path, keys=["embed_tokens.weight"]).get("embed_tokens.weight") \
         if "embed_tokens.weight" in shipped else None
@@ -269,21 +305,13 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
         notes.append("as trained: " + found.restoring.described + f" (the training samples: {found.shipped_acc0:.2f} "
                      f"as shipped, {found.restoring.acc0:.2f} so)")
     extra = unused_tensors(draft_path, setup) if found.trained_changes else None
-    data = served_data_path or ri.train_data
-    if served_traffic_path:
-        try:
-            data, tnote = served_traffic(served_traffic_path, target_path, setup.training_layout, setup.tokenizer,
-                                         device=device)
-            n = len(data)                         # every answer: the served τ counts them all
-            notes.append(tnote)
-        except Eagle3Error as e:
-            problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     rec = Recapture(target_path, device=device) if target_path else None
     replays: dict[int, AsServed] = {}         # one replay per served depth K: each run is set beside its own
     for r in runs:
         st = setting_of(r, d)
         if st is None or st[1] != 1:
-            problems.append(f"{r.label or r.source}: not a chain of known depth (vLLM: num_speculative_tokens)")
+            problems.append(f"{r.label or r.source}: not a chain of known depth (vLLM: num_speculative_tokens; "
+                            "SGLang: topk 1)")
             continue
         try:
             if st[0] not in replays:

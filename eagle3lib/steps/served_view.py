@@ -5,7 +5,8 @@
 (`vllm_driver.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
 both (`serving.vllm_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
 died of). Each aspect says which source answered (`EngineView.frame()`).
-What the running engine said becomes findings in `checks.engine_said`. `served_as_served(...)` is the measurement on top: the served τ beside the draft replayed as
+An SGLang deployment's view is overruled by what the running SGLang said (`sglang_view`: its log's own failure, and
+the load a dump of eagle3lib's SGLang hook records). What the running engine said becomes findings in `checks.engine_said`. `served_as_served(...)` is the measurement on top: the served τ beside the draft replayed as
 trained and as the engine loads it (replay.as_served, replay.served.as_served_findings).
 """
 from __future__ import annotations
@@ -18,6 +19,7 @@ from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..layout import from_ids
 from ..serving.vllm_log import VllmLogReading, read_vllm_log
+from ..engines.vllm_errors import log_lines, root_error, scan_errors
 
 _EMBED = {"shared": "target", "own": "own"}
 
@@ -129,3 +131,48 @@ def _from_log(view: EngineView, r: VllmLogReading, art) -> EngineView:
     elif r.draft_loaded and (r.embedding or r.lm_head):
         view = view.with_refusal(None, "log")
     return view
+
+
+def sglang_view(view: EngineView, art, *, logs=(), load: dict | None = None) -> tuple[EngineView, list[str]]:
+    """The draft as SGLang loaded it, overruling the tables with what the running SGLang said: its logs' own failure
+    (the first log with a traceback: a refusal) and, where a dump of eagle3lib's SGLang hook carries it
+    (`sglang_driver.dump`, its manifest's engine "load"), what SGLang's own loader did: the layers its target
+    captured, whether it read d2t, replaced the draft's embedding / lm_head with the target's."""
+    L, notes = art.target_info.num_layers, []
+    for path in logs:
+        try:
+            lines = log_lines(open(path, encoding="utf-8", errors="replace").read())
+        except OSError as e:
+            notes.append(f"{path}: {e}")
+            continue
+        err = root_error(scan_errors(lines))
+        if err is not None:
+            view = view.with_refusal(f"{err.exception}: {err.message[:200]} ({path}:{err.line_no}"
+                                     + (f"; raised at {err.frame}" if err.frame else "") + ")", "log")
+            break
+    if not load:
+        return view, notes
+    who = f"SGLang's own loader ({load.get('model_class') or 'the draft class'}, eagle3lib's hook)"
+    kept = load.get("layers_to_capture")
+    if kept is not None:
+        view = view.overruled("layout", tuple(from_ids(sorted({int(i) for i in kept if 0 <= int(i) <= L}), "input", L)),
+                              "probe", f"{who}: the target was given ids {load.get('layer_ids')} and captures the "
+                              f"inputs of layers {list(kept)}")
+    keys = {k["key"]: k for k in load.get("keys") or ()}
+    if load.get("d2t_read") is not None:
+        view = view.overruled("d2t", "checkpoint" if load["d2t_read"] else "zeros", "probe",
+                              f"{who}: d2t read into its hot token map: {load['d2t_read']} (else draft id i is "
+                              "target id i)")
+    if load.get("embedding_replaced") is not None:
+        view = view.overruled("embedding", "target" if load["embedding_replaced"] else "own", "probe",
+                              f"{who}: the target's embedding replaced the draft's: {load['embedding_replaced']}")
+    head = next((k for n, k in keys.items() if n.endswith("lm_head.weight")), None)
+    reduced = art.draft_cfg is not None and art.draft_cfg.draft_vocab_size != art.target_info.vocab_size
+    value = ("target_sliced" if reduced else "target") if load.get("lm_head_replaced") else \
+        "own" if head is not None and head.get("loaded") else "random"
+    view = view.overruled("lm_head", value, "probe", f"{who}: lm_head.weight " + (
+        "loaded" if head is not None and head.get("loaded") else "not in the checkpoint" if head is None else
+        "not taken") + f", the target's head given: {bool(load.get('lm_head_replaced'))}")
+    if load.get("dropped"):
+        notes.append(f"{who} dropped checkpoint keys without a word: {', '.join(load['dropped'])}")
+    return view, notes
