@@ -118,7 +118,7 @@ def ensure(name: str, *, force: bool = False, num_prompts: int = NUM_PROMPTS) ->
         if got.get("stamp") == folder_stamp(draft) and got.get("world_stamp") == made_of and \
                 got.get("num_prompts") == num_prompts:
             rec = rebased_record({k: got[k] for k in SglangServed.__dataclass_fields__ if k in got}, out, PATHS)
-            return SglangServed(**{**rec, "causes": tuple(rec.get("causes") or ())})
+            return SglangServed(**{**rec, "causes": dep.causes})     # the table says what it must be diagnosed with
     reason = sglang_env.unavailable_reason()
     if reason:
         raise EngineError(f"SGLang demo deployment {name!r}", "the real SGLang cannot run here", expected="an SGLang "

@@ -74,3 +74,24 @@ def test_bad_traffic_names_the_file_and_line(tmp_path):
     d = write(tmp_path / "none", [{"id": "a", "prompt_token_ids": [1]}], [{"id": "a", "error": "engine died"}])
     with pytest.raises(DataError, match=r"no answer to replay.*1 set aside: the request failed: engine died"):
         read_traffic(d)
+
+
+def test_sglang_s_counters_and_the_requests_temperature_are_read(tmp_path):
+    """Answers recording SGLang's spec_verify_ct give τ as SGLang counts it over exactly them; the recorded
+    temperature says whether every request was greedy (unknown when an answer does not record it)."""
+    (tmp_path / "prompts.jsonl").write_text("".join(json.dumps({"id": i, "prompt_token_ids": [1, 2]}) + "\n"
+                                                    for i in ("a", "b")))
+    rows = [{"id": "a", "token_ids": [3, 4, 5], "completion_tokens": 3, "spec_verify_ct": 2, "temperature": 0.0},
+            {"id": "b", "token_ids": [6, 7], "completion_tokens": 2, "spec_verify_ct": 1, "temperature": 0}]
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = read_traffic(tmp_path)
+    assert t.counted_tau == (5 / 3, 2) and t.greedy is True
+    rows[1]["temperature"] = 0.7
+    rows[0].pop("spec_verify_ct")
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    t = read_traffic(tmp_path)
+    assert t.counted_tau is None and t.greedy is False
+    rows[1].pop("temperature")
+    rows[0]["temperature"] = 0
+    (tmp_path / "responses.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
+    assert read_traffic(tmp_path).greedy is None

@@ -36,3 +36,32 @@ def test_probe_that_captures_the_trained_layout_rules_the_layout_out(tmp_path):
     assert view.value("layout") == LAYOUT and view.fc_slots == 3
     trained = TrainedLayout(LAYOUT, "declared", "the data's declared layout")
     assert {x.status for x in view_findings(view, trained, num_layers=8)} == {"ruled out"}
+
+
+def test_what_sglang_loaded_and_said_overrules_the_tables(tmp_path):
+    """The load eagle3lib's SGLang hook recorded (the layers captured, d2t read, the target's embedding, no lm_head
+    key and none given) overrules the tables as the running engine's own answer; a traceback in its log is a
+    refusal."""
+    from eagle3lib.checks.inputs import read_artifacts
+    from eagle3lib.steps.served_view import sglang_view
+    raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [0, 1, 3, 5]})
+    d, t = write_draft(tmp_path, raw, canonical_tensors(raw)), write_target(tmp_path)
+    view, _ = deployment_view("sglang", d, t, version="0.5.6")
+    load = {"model_class": "LlamaForCausalLMEagle3", "layer_ids": [0, 1, 3, 5], "layers_to_capture": [1, 2, 4, 6],
+            "d2t_read": False, "embedding_replaced": True, "lm_head_replaced": False, "dropped": ["extra.weight"],
+            "keys": [{"key": "fc.weight", "loaded": True}, {"key": "extra.weight", "loaded": False}]}
+    art = read_artifacts(draft=d, target=t)
+    got, notes = sglang_view(view, art, load=load)
+    assert got.value("layout") == ("layer_in.1", "layer_in.2", "layer_in.4", "layer_in.6")
+    assert {a: got.source(a) for a in ("layout", "d2t", "embedding", "lm_head")} == dict.fromkeys(
+        ("layout", "d2t", "embedding", "lm_head"), "probe")
+    assert (got.value("d2t"), got.value("embedding"), got.value("lm_head")) == ("zeros", "target", "random")
+    assert any("extra.weight" in n for n in notes) and got.refused is None
+    log = tmp_path / "server.log"
+    log.write_text("[2026-12-05 04:28:16] Scheduler hit an exception: Traceback (most recent call last):\n"
+                   '  File "/x/site-packages/sglang/srt/configs/model_config.py", line 846, in _derive\n'
+                   "    raise ValueError(\nValueError: Warning: Target model's context_length (512) is greater than "
+                   "the derived context_length (64).\n")
+    refused, _ = sglang_view(view, art, logs=[str(log)])
+    assert refused.refused_source == "log" and "derived context_length (64)" in refused.refused
+    assert "sglang/srt/configs/model_config.py:846" in refused.refused
