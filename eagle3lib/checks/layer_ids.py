@@ -197,6 +197,12 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         return [not_checked(c, WHERE, need) for c in LAYER_IDS_CAUSES]
     raw, cfg, info = dict(art.draft_raw), art.draft_cfg, art.target_info
     L, arch = info.num_layers, info.architecture
+    if not cfg.use_aux_hidden_state:        # fed the target's final state: no ids, no capture, no fc slot to fill
+        said = ("the draft reads no layer ids: use_aux_hidden_state false feeds it the target's final (post-norm) "
+                "state with no fc; what each engine feeds such a draft is aux_opt_out's (checks.draft_feed)")
+        ev = {"use_aux_hidden_state": False, "trained": list(cfg.aux_layout(L)), "num_layers": L}
+        return [Finding(c, "ruled out", said, ev, WHERE, source="engines.facts use_aux_hidden_state rows")
+                for c in LAYER_IDS_CAUSES]
     trained, trained_from = training_layout(art)
     k, k_from = fc_slots(art)
     places = id_places(raw)

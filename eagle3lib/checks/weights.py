@@ -34,15 +34,16 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
                                     cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size)
     out: dict[str, tuple[int, ...]] = {"d2t": (cfg.draft_vocab_size,), "t2d": (cfg.vocab_size,),
                                        "embed_tokens.weight": (cfg.vocab_size, H)}
-    if cfg.norm_before_fc:
+    if cfg.norm_before_fc and cfg.use_aux_hidden_state:
         out["input_norm.weight"] = (k * Ht,)
-    if cfg.fc_norm:
+    if cfg.fc_norm and cfg.use_aux_hidden_state:
         out.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
     if cfg.parallel_drafting:                                            # P-EAGLE's learnable padding state
         out["mask_hidden"] = (1, 1, k * Ht)
-    out["fc.weight"] = (H, k * Ht)
-    if cfg.bias:
-        out["fc.bias"] = (H,)
+    if cfg.use_aux_hidden_state:                    # a draft fed the final state has no fc
+        out["fc.weight"] = (H, k * Ht)
+        if cfg.bias:
+            out["fc.bias"] = (H,)
     for i in range(cfg.num_hidden_layers):          # layer 0: midlayer.*, 2H input; layers N >= 1: layers.N.*, H
         m, width = ("midlayer.", 2 * H) if i == 0 else (f"layers.{i}.", H)
         if i == 0:

@@ -30,7 +30,7 @@ import torch
 from safetensors.torch import save_file
 
 from .config import DraftConfig, config_to_dict, load_config
-from .draft import Eagle3Draft
+from .draft import Eagle3Draft, FedAsIs
 from .layers import Rotary
 from .formats import FORMATS, MLA_WRITER, detect_format
 from .mla_vllm import DROPPED as VLLM_MLA_DROPPED, unstack
@@ -56,6 +56,10 @@ TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
     (r"^draft_id_to_target_id$", "d2t", "vLLM in-memory"),
 )
 _FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
+# a draft fed the final state (use_aux_hidden_state false) has no fc: engines skip the keys (vllm llama_eagle3.py
+# load_weights; the engines.facts row use_aux_hidden_state@eagle_config), so does the load
+NO_FC_DROPPED = ((r"^(model\.|eagle_module\.)?fc\.", "no fc: use_aux_hidden_state false (vllm llama_eagle3.py "
+                  "skips fc.*)"),)
 
 
 def canonicalize(sd: dict[str, torch.Tensor], drop: tuple[tuple[str, str], ...] = ()
@@ -250,7 +254,8 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     cfg = load_config(path)
     files = weight_files(path)
     raw_sd = load_state_dict(path)
-    sd, renames = canonicalize(raw_sd, VLLM_MLA_DROPPED if cfg.mla else ())
+    drop = (VLLM_MLA_DROPPED if cfg.mla else ()) + (() if cfg.use_aux_hidden_state else NO_FC_DROPPED)
+    sd, renames = canonicalize(raw_sd, drop)
     sd, split = unstack(sd, cfg, str(files[0]))                  # vLLM's fused tensors -> the checkpoint's names
     renames += split
     report = validate(sd, cfg)
@@ -303,6 +308,8 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
         model = draft_for(cfg)
     model.load_state_dict({k: v for k, v in sd.items() if k in dict(model.state_dict())}, strict=True, assign=True)
     model.rotary = Rotary(cfg)                       # non-persistent buffer: rebuild off the meta device
+    if not cfg.use_aux_hidden_state:
+        model.fc = FedAsIs(cfg.hidden_size)          # likewise (no fc: fed the target's final state)
     model = model.to(device)
     if dtype is not None:
         model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool

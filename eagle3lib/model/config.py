@@ -21,9 +21,12 @@ from typing import Any, Mapping
 from .. import layout as _layout
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
-from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_layer_ids, read_layer_type,
-                            read_mla, read_parallel, read_partial_rotary, read_rope, refuse_other_algorithms)
-from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, eagle_config
+from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_flag_at, read_layer_ids,
+                            read_layer_type, read_mla, read_parallel, read_partial_rotary, read_rope,
+                            refuse_other_algorithms)
+from .dialects import CONFIG_DIALECTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES
+
+FINAL_STATE = ("final_postnorm",)     # the layout of a draft fed the target's final hidden state (no fc)
 
 # Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning), with
 # each dialect's own (its row's `keys`).
@@ -81,6 +84,7 @@ class DraftConfig:
     parallel_drafting: bool = False           # P-EAGLE: positions after the first get mask_hidden + mask_token_id
     mask_token_id: int | None = None          # P-EAGLE's mask token (a TARGET id); None: not in the config (SpecForge)
     parallel_depths: int | None = None        # P-EAGLE's K (num_depths) where the config records it
+    use_aux_hidden_state: bool = True         # false (ModelOpt eagle_config): fed the target's final state, no fc
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -158,9 +162,23 @@ class DraftConfig:
             draft_vocab = vocab
         target_hidden = opt_int("target_hidden_size", opt("target_hidden_size", hidden, body))
 
-        ids, convention, ids_key = read_layer_ids(raw, dialect, warnings, source)
+        use_aux, use_aux_at = read_flag_at(raw, "use_aux_hidden_state", warnings, source)
+        # a draft fed the final state reads no ids: their absence is no warning
+        ids, convention, ids_key = read_layer_ids(raw, dialect, warnings if use_aux else [], source)
         num_aux = opt_int("num_aux_hidden_states", None)
-        if num_aux is not None and ids is not None and num_aux != len(ids):
+        if not use_aux:
+            # the target's final (post-norm) hidden state fed as it is, no fc (ModelOpt plugins/hf_eagle.py; vLLM
+            # llama_eagle3.py builds no fc; TensorRT-LLM applies fc only to a wider input): one slot of width H
+            if target_hidden != hidden:
+                raise ConfigError(f"{source}, key 'target_hidden_size'", f"{use_aux_at} is false: the target's final "
+                                  "state is fed to the draft with no fc, so its width must be the draft's",
+                                  expected=hidden, found=target_hidden, cause="a draft trained on aux states, or a "
+                                  "config from another draft")
+            if num_aux not in (None, 1):
+                warnings.append(f"num_aux_hidden_states={num_aux} with {use_aux_at} false: the draft is fed one "
+                                "state (the target's final one), no fc")
+            num_aux = 1
+        if num_aux is not None and ids is not None and num_aux != len(ids) and use_aux:
             warnings.append(f"num_aux_hidden_states={num_aux} but {ids_key} has {len(ids)} ids {list(ids)}: "
                             "fc width follows num_aux_hidden_states in SGLang, the id count elsewhere")
         if num_aux is None:
@@ -194,9 +212,8 @@ class DraftConfig:
         if row.norm_before_residual_default and "norm_before_residual" not in raw:
             warnings.append(f"{dialect} config without norm_before_residual: vLLM defaults it to "
                             f"{row.norm_before_residual_default(parallel)} ({'peagle' if parallel else 'eagle3'})")
-        if eagle_config(raw).get("use_aux_hidden_state") is False:
-            warnings.append("eagle_config.use_aux_hidden_state is false: engines then skip fc (not an EAGLE-3 draft)")
-        unknown = sorted(set(raw) - _KNOWN_KEYS.union(*(d.keys for d in CONFIG_DIALECTS.values())))
+        flags = {p for places in FLAG_PLACES.values() for p in places if "." not in p}
+        unknown = sorted(set(raw) - _KNOWN_KEYS.union(flags, *(d.keys for d in CONFIG_DIALECTS.values())))
         if unknown:
             warnings.append(f"unknown fields ignored: {unknown}")
 
@@ -216,7 +233,7 @@ class DraftConfig:
             num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
             attention_bias=read_flag(body, raw, "attention_bias", source), mlp_bias=read_flag(body, raw, "mlp_bias", source),
             mla=mla, parallel_drafting=parallel, mask_token_id=mask_id,
-            parallel_depths=depths, source=source, warnings=tuple(warnings),
+            parallel_depths=depths, use_aux_hidden_state=use_aux, source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -227,7 +244,10 @@ class DraftConfig:
         return self.num_aux * self.target_hidden_size
 
     def aux_layout(self, num_target_layers: int) -> tuple[str, ...] | None:
-        """The boundaries the config's layer ids name, in config order (None when the config has no ids)."""
+        """The boundaries the config's layer ids name, in config order (None when the config has no ids); a draft
+        fed the final state (use_aux_hidden_state false): ("final_postnorm",)."""
+        if not self.use_aux_hidden_state:
+            return FINAL_STATE
         if self.aux_layer_ids is None:
             return None
         return _layout.from_ids(self.aux_layer_ids, self.aux_ids_convention or "output", num_target_layers)
@@ -252,6 +272,8 @@ class DraftConfig:
             "Ht": self.target_hidden_size, "aux slots": self.num_aux, "fc in": self.fc_in_features,
             "layer ids": list(self.aux_layer_ids) if self.aux_layer_ids is not None else None,
             "id convention": self.aux_ids_convention, "ids read from": self.aux_ids_key,
+            "fed": "aux states through fc" if self.use_aux_hidden_state else
+                   "the target's final hidden state, no fc (use_aux_hidden_state false)",
             "V (target)": self.vocab_size, "Vd (draft)": self.draft_vocab_size,
             "heads / kv heads / head_dim": f"{self.num_attention_heads} / {self.num_key_value_heads} / {self.head_dim}",
             "intermediate": self.intermediate_size, "rope_theta": self.rope_theta,
@@ -326,4 +348,7 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
     if row is None or row.write is None:
         raise ConfigError("config_to_dict", "unknown dialect", expected=WRITERS, found=dialect)
-    return row.write(cfg, row.architecture(cfg), llama, flags, ids)
+    out = row.write(cfg, row.architecture(cfg), llama, flags, ids)
+    if not cfg.use_aux_hidden_state:         # where ModelOpt writes it and vLLM / SGLang read it
+        out["eagle_config"] = {**(out.get("eagle_config") or {}), "use_aux_hidden_state": False}
+    return out

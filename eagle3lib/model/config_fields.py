@@ -13,7 +13,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedDraftError
-from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, value_at
+from .dialects import CONFIG_DIALECTS, FLAG_DEFAULTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES, value_at
 from .mla_vllm import ARCHITECTURES as VLLM_MLA_ARCHITECTURES, VLLM_ONLY_ARCHITECTURES
 
 MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -88,6 +88,21 @@ def read_flag(body: Mapping[str, Any], raw: Mapping[str, Any], key: str, source:
     if not isinstance(value, bool):
         raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="true or false", found=repr(value))
     return value
+
+
+def read_flag_at(raw: Mapping[str, Any], name: str, warnings: list[str],
+                 source: str = "<dict>") -> tuple[bool, str | None]:
+    """(value, key it was read at) of a flag from wherever its writers put it (`dialects.FLAG_PLACES`, first place
+    first); (the default, None) when no place holds it. Two places that disagree are warned."""
+    found = [(key, value_at(raw, key)) for key in FLAG_PLACES[name]]
+    found = [(key, v) for key, v in found if v is not None]
+    for key, v in found:
+        if not isinstance(v, bool):
+            raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="true or false", found=repr(v))
+    if len({v for _, v in found}) > 1:
+        warnings.append(f"{name} differs between " + " and ".join(f"{k} ({str(v).lower()})" for k, v in found)
+                        + f": read from {found[0][0]}")
+    return (found[0][1], found[0][0]) if found else (FLAG_DEFAULTS[name], None)
 
 
 # Block drafters predict a block of tokens in parallel from the target's states: another algorithm, whose configs

@@ -75,6 +75,16 @@ def value_at(raw: Mapping[str, Any], key: str):
     return where.get(last)
 
 
+# Where the writers put each flag, first place first (one table: `config_fields.read_flag_at` reads it; a flag set
+# in two places that disagree is warned, the first place wins), and its value when no place holds it.
+FLAG_PLACES: dict[str, tuple[str, ...]] = {
+    # ModelOpt / SGLang / vLLM read it in eagle_config (vllm llama_eagle3.py:179-183; sglang PR#14920); TensorRT-LLM's
+    # tests and NVIDIA's exports write it there; false: the draft is fed the target's final state, no fc
+    "use_aux_hidden_state": ("eagle_config.use_aux_hidden_state", "use_aux_hidden_state"),
+}
+FLAG_DEFAULTS: dict[str, bool] = {"use_aux_hidden_state": True}
+
+
 def eagle3_head(cfg, arch: str, llama: dict) -> dict:
     """The fields an EAGLE-3 config has at its top level in SpecForge's and vLLM's dialects."""
     return {"architectures": [arch], **llama, "draft_vocab_size": cfg.draft_vocab_size,
@@ -158,7 +168,7 @@ CONFIG_DIALECTS: dict[str, Dialect] = {d.name: d for d in (
             mla_warnings=vllm_mla_warnings),           # what vLLM's deepseek_eagle3.py reads differently
     Dialect("modelopt", "NVIDIA ModelOpt exports", is_modelopt,
             "eagle_config.eagle_aux_hidden_state_layer_ids", "output", ("LlamaForCausalLMEagle3",), None,
-            keys=("eagle_architecture_config",)),
+            keys=("eagle_architecture_config", "num_eagle_features")),   # TensorRT-LLM's: 1 for a final-state draft
     Dialect("speculators", "vLLM speculators", is_speculators, "eagle_aux_hidden_state_layer_ids", "input",
             ("Eagle3Speculator",), write_speculators, parallel_architectures=("PEagleDraftModel",),
             body_key="transformer_layer_config",       # speculators keeps the Llama fields nested

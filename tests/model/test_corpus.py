@@ -12,16 +12,21 @@ import json
 
 import pytest
 import torch
-from safetensors.torch import load_file
+from safetensors.torch import load_file, save_file
 
 from eagle3lib.model.checkpoint import canonicalize, load_draft
 from eagle3lib.model.config import DraftConfig, load_config
 
-from .corpus_drafts import CORPUS, NAMES, shrink, raw_config, source, world
+from .corpus_drafts import CORPUS, NAMES, raw_config, shrink, source, training_data, world
 
 # what eagle3lib still reads otherwise than the writer trained, and the step of issue 48 that fixes it
 PENDING = {
-    "read": {n: "step 2: DraftConfig.use_aux_hidden_state (drafts fed the final state)" for n in NAMES},
+    "read": {**{n: "step 3: ids whose convention the writer leaves open are offered in both readings"
+                for n in ("nvidia_llama4_maverick_eagle3", "specforge_kimi_k25", "torchspec_kimi_k25_mla",
+                          "torchspec_kimi_k25_mla_vllm_export")},
+             "nvidia_gpt_oss_120b_eagle3_v3": "step 4: eagle_config.norm_before_fc is read",
+             **{n: "step 5: an MLA draft's model_type (kimi_k2, deepseek_v3) is no 'not modelled' warning"
+                for n in ("torchspec_qwen3_8b_mla", "trtllm_deepseek_mla_eagle3")}},
     "load": {n: "steps 2-5: use_aux false loads without fc; full-vocab drafts need no d2t/t2d; fc.bias kept; "
                 "a nested norm_before_fc builds input_norm"
              for n in ("nvidia_gpt_oss_120b_eagle3_short_context", "nvidia_gpt_oss_120b_eagle3_v3",
@@ -121,3 +126,62 @@ def test_the_rebuilds_keep_every_key_of_the_writers_config(root):
         assert set(raw) == set(tiny), name
         assert raw.get("eagle_config") == tiny.get("eagle_config"), name
         assert raw.get("eagle_aux_hidden_state_layer_ids") == tiny.get("eagle_aux_hidden_state_layer_ids"), name
+
+
+# ---- drafts fed the target's final state (ModelOpt eagle_config.use_aux_hidden_state false) --------------------
+FINAL_STATE = [n for n in NAMES if source(n)["trained"]["fed"] == "final_postnorm"]
+
+
+@pytest.mark.parametrize("name", FINAL_STATE)
+def test_a_final_state_draft_builds_no_fc_and_drops_fc_keys_engines_skip(name, root, tmp_path):
+    """No fc in the draft a use_aux_hidden_state-false config describes; an fc.* its checkpoint still holds (an
+    older export) is dropped as vLLM's loader drops it, recorded, and never an unexpected tensor."""
+    draft, target = world(name, root)
+    loaded = load_draft(draft, target=target, missing="fill")
+    assert "fc.weight" not in loaded.model.state_dict() and loaded.cfg.aux_layout(1) == ("final_postnorm",)
+    assert not [f for f in loaded.filled if f.key.startswith("fc")]
+    old = tmp_path / "with_fc"
+    old.mkdir()
+    (old / "config.json").write_text((draft / "config.json").read_text())
+    sd = load_file(str(draft / "model.safetensors"))
+    H = loaded.cfg.hidden_size
+    save_file({**sd, "fc.weight": torch.randn(H, 2 * H)}, str(old / "model.safetensors"))
+    again = load_draft(old, target=target, missing="fill")
+    assert ("fc.weight", None) in [(a, b) for a, b, _ in again.renames]
+    assert "fc.weight" not in set(again.report.key) and not again.filled
+
+
+def test_a_final_state_draft_is_replayed_on_the_stored_final_state(root, tmp_path):
+    """The replay feeds such a draft the sample's stored final (post-norm) state, whatever its aux slots hold, and
+    scores every sample: read, replayed."""
+    from eagle3lib.replay.run import load_setup, replay
+    name = "trtllm_deepseek_eagle3"
+    draft, target = world(name, root)
+    data = training_data(tmp_path / "data", target, ["layer_in.2", "layer_in.13", "layer_in.24"])
+    setup = load_setup(draft, target, missing="raise")
+    assert setup.training_layout == ("final_postnorm",)
+    res = replay(setup, data, n=3, num_steps=2, progress=False)
+    assert res.layout == ("final_postnorm",) and not res.skipped
+    assert int(res.per_step.positions.iloc[0]) > 0
+
+
+def test_a_final_state_draft_is_checked_against_each_engines_capture(root):
+    """Check 1 reads no ids for it; what each engine feeds it is aux_opt_out's, by the engine table: vLLM's V1
+    runner feeds the final state (ruled out), its V2 runner the aux states (suspected, a static reading), nothing
+    served: not checked, naming the engine."""
+    from eagle3lib.checks.draft_feed import check_draft_feed
+    from eagle3lib.checks.inputs import read_artifacts
+    from eagle3lib.checks.layer_ids import check_layer_ids
+    from eagle3lib.engines.loaded_view import engine_view
+    draft, target = world("nvidia_gpt_oss_120b_eagle3_short_context", root)
+    art = read_artifacts(draft=draft, target=target)
+    assert {f.status for f in check_layer_ids(art)} == {"ruled out"}
+    feed = {e: next(f for f in check_draft_feed(art, engine=e, engine_runner=r) if f.cause == "aux_opt_out")
+            for e, r in ((None, None), ("vllm", "v1"), ("vllm", "v2"))}
+    assert feed[None].status == "not checked" and feed[None].needs
+    assert feed["vllm"].status == "suspected"          # the last of the loop: the V2 runner
+    v1 = next(f for f in check_draft_feed(art, engine="vllm", engine_runner="v1") if f.cause == "aux_opt_out")
+    assert v1.status == "ruled out"
+    view = engine_view("vllm", draft_raw=art.draft_raw, tensors=art.tensors, target_info=art.target_info,
+                       runner="v1")
+    assert view.value("layout") == art.draft_cfg.aux_layout(art.target_info.num_layers) and view.refused is None
