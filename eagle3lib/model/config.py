@@ -21,7 +21,7 @@ from typing import Any, Mapping
 from .. import layout as _layout
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
-from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_flag_at, read_layer_ids,
+from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, ids_open, read_flag, read_flag_at, read_layer_ids,
                             read_layer_type, read_mla, read_parallel, read_partial_rotary, read_rope,
                             refuse_other_algorithms)
 from .dialects import CONFIG_DIALECTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES
@@ -85,6 +85,7 @@ class DraftConfig:
     mask_token_id: int | None = None          # P-EAGLE's mask token (a TARGET id); None: not in the config (SpecForge)
     parallel_depths: int | None = None        # P-EAGLE's K (num_depths) where the config records it
     use_aux_hidden_state: bool = True         # false (ModelOpt eagle_config): fed the target's final state, no fc
+    aux_ids_ambiguity: str = ""               # why the writer may have written the ids in the other convention
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -233,7 +234,8 @@ class DraftConfig:
             num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
             attention_bias=read_flag(body, raw, "attention_bias", source), mlp_bias=read_flag(body, raw, "mlp_bias", source),
             mla=mla, parallel_drafting=parallel, mask_token_id=mask_id,
-            parallel_depths=depths, use_aux_hidden_state=use_aux, source=source, warnings=tuple(warnings),
+            parallel_depths=depths, use_aux_hidden_state=use_aux,
+            aux_ids_ambiguity=ids_open(raw, dialect, ids, ids_key) if use_aux else "", source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -243,22 +245,50 @@ class DraftConfig:
         """Width of fc's input: k aux slots of Ht each."""
         return self.num_aux * self.target_hidden_size
 
-    def aux_layout(self, num_target_layers: int) -> tuple[str, ...] | None:
-        """The boundaries the config's layer ids name, in config order (None when the config has no ids); a draft
-        fed the final state (use_aux_hidden_state false): ("final_postnorm",)."""
+    def aux_readings(self, num_target_layers: int) -> dict[str, tuple[str, ...]]:
+        """{convention: boundaries} of every reading of the config's ids that names boundaries of this target: the
+        dialect's own convention, and the other one too where the writer leaves it open (`aux_ids_ambiguity`); of
+        two open readings only the ones this target has remain (ids [24, 30, 36] of 36 layers: input-of-layer
+        only). {} without ids; a draft fed the final state: {"final state": ("final_postnorm",)}."""
         if not self.use_aux_hidden_state:
-            return FINAL_STATE
+            return {"final state": FINAL_STATE}
+        if self.aux_layer_ids is None:
+            return {}
+        own = self.aux_ids_convention or "output"
+        out = {}
+        for conv in (own, "input" if own == "output" else "output")[:2 if self.aux_ids_ambiguity else 1]:
+            try:
+                out[conv] = _layout.from_ids(self.aux_layer_ids, conv, num_target_layers)
+            except LayoutError:
+                continue
+        return out
+
+    def aux_layout(self, num_target_layers: int) -> tuple[str, ...] | None:
+        """The boundaries the config's layer ids name, in config order: the first of `aux_readings` (None when the
+        config has no ids; a draft fed the final state: ("final_postnorm",)). LayoutError when no reading names
+        boundaries of this target. Where the writer leaves the convention open, this is a reading, not a fact:
+        `aux_layout_or_none` commits to none."""
+        readings = self.aux_readings(num_target_layers)
+        if readings:
+            return next(iter(readings.values()))
         if self.aux_layer_ids is None:
             return None
         return _layout.from_ids(self.aux_layer_ids, self.aux_ids_convention or "output", num_target_layers)
 
     def aux_layout_or_none(self, num_target_layers: int) -> tuple[str, ...] | None:
-        """`aux_layout`, or None when one of the ids names no boundary of this target read in the config's own
-        convention (ids written in the other one: what an engine captures for them is its own question)."""
-        try:
-            return self.aux_layout(num_target_layers)
-        except LayoutError:
-            return None
+        """The one layout the config's ids name for this target, or None: no ids, ids naming no boundary of it, or
+        two readings the config cannot decide between (the training data does: hidden.identify)."""
+        readings = self.aux_readings(num_target_layers)
+        return next(iter(readings.values())) if len(readings) == 1 else None
+
+    def ids_readings_text(self, num_target_layers: int) -> str:
+        """One sentence naming each reading of the ids and why the convention is open ('' when it is not)."""
+        readings = self.aux_readings(num_target_layers)
+        if len(readings) < 2:
+            return ""
+        return (f"the config's ids {list(self.aux_layer_ids or ())} ({self.aux_ids_key}) read as "
+                + " or as ".join(f"{c}-of-layer name [{', '.join(lay)}]" for c, lay in readings.items())
+                + f": {self.aux_ids_ambiguity}")
 
     def default_layout(self, num_target_layers: int) -> tuple[str, ...]:
         """The training tools' default 3-slot capture: inputs of [2, L//2, L-3] (SpecForge's outputs of [1, L//2-1,
@@ -271,7 +301,8 @@ class DraftConfig:
             "dialect": self.dialect, "architecture": self.architecture, "H": self.hidden_size,
             "Ht": self.target_hidden_size, "aux slots": self.num_aux, "fc in": self.fc_in_features,
             "layer ids": list(self.aux_layer_ids) if self.aux_layer_ids is not None else None,
-            "id convention": self.aux_ids_convention, "ids read from": self.aux_ids_key,
+            "id convention": self.aux_ids_convention + " (open: see the readings)" if self.aux_ids_ambiguity
+            else self.aux_ids_convention, "ids read from": self.aux_ids_key,
             "fed": "aux states through fc" if self.use_aux_hidden_state else
                    "the target's final hidden state, no fc (use_aux_hidden_state false)",
             "V (target)": self.vocab_size, "Vd (draft)": self.draft_vocab_size,

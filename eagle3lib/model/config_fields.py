@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedDraftError
-from .dialects import CONFIG_DIALECTS, FLAG_DEFAULTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES, value_at
+from .dialects import (CONFIG_DIALECTS, FLAG_DEFAULTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES,
+                       NESTED_IDS_OPEN, value_at)
 from .mla_vllm import ARCHITECTURES as VLLM_MLA_ARCHITECTURES, VLLM_ONLY_ARCHITECTURES
 
 MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -203,6 +204,23 @@ def read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], so
     for key, convention in (*own, *places):
         if found[key] is not None:
             return tuple(found[key]), convention, key
+    return read_no_ids(dialect, warnings)
+
+
+def ids_open(raw: Mapping[str, Any], dialect: str, ids: tuple | None, key: str | None) -> str:
+    """Why the writer may have written `ids` (read at `key`) in the other convention, '' when it cannot have: the
+    dialect's own rule for ids in its own place, and the rules for nested ids of any dialect."""
+    if not ids or key is None:
+        return ""
+    row = CONFIG_DIALECTS[dialect]
+    rules = ((row.ids_open,) if row.ids_open and key == row.ids_key else ()) + \
+        (NESTED_IDS_OPEN if key == CONFIG_DIALECTS["specforge"].ids_key else ())
+    return "; ".join(w for w in (rule(raw, tuple(ids)) for rule in rules) if w)
+
+
+def read_no_ids(dialect: str, warnings: list[str]):
+    """(None, convention, None) of a config without ids, with the dialect's sentence (or the generic one) warned."""
+    row = CONFIG_DIALECTS[dialect]
     if row.no_ids:
         warnings.append(row.no_ids)
         return None, row.ids_convention, None

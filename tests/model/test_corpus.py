@@ -21,12 +21,10 @@ from .corpus_drafts import CORPUS, NAMES, raw_config, shrink, source, training_d
 
 # what eagle3lib still reads otherwise than the writer trained, and the step of issue 48 that fixes it
 PENDING = {
-    "read": {**{n: "step 3: ids whose convention the writer leaves open are offered in both readings"
-                for n in ("nvidia_llama4_maverick_eagle3", "specforge_kimi_k25", "torchspec_kimi_k25_mla",
-                          "torchspec_kimi_k25_mla_vllm_export")},
-             "nvidia_gpt_oss_120b_eagle3_v3": "step 4: eagle_config.norm_before_fc is read",
+    "read": {"nvidia_gpt_oss_120b_eagle3_v3": "step 4: eagle_config.norm_before_fc is read",
              **{n: "step 5: an MLA draft's model_type (kimi_k2, deepseek_v3) is no 'not modelled' warning"
-                for n in ("torchspec_qwen3_8b_mla", "trtllm_deepseek_mla_eagle3")}},
+                for n in ("torchspec_qwen3_8b_mla", "trtllm_deepseek_mla_eagle3", "torchspec_kimi_k25_mla",
+                          "torchspec_kimi_k25_mla_vllm_export")}},
     "load": {n: "steps 2-5: use_aux false loads without fc; full-vocab drafts need no d2t/t2d; fc.bias kept; "
                 "a nested norm_before_fc builds input_norm"
              for n in ("nvidia_gpt_oss_120b_eagle3_short_context", "nvidia_gpt_oss_120b_eagle3_v3",
@@ -185,3 +183,39 @@ def test_a_final_state_draft_is_checked_against_each_engines_capture(root):
     view = engine_view("vllm", draft_raw=art.draft_raw, tensors=art.tensors, target_info=art.target_info,
                        runner="v1")
     assert view.value("layout") == art.draft_cfg.aux_layout(art.target_info.num_layers) and view.refused is None
+
+
+# ---- ids whose convention the writer leaves open: the training data decides ---------------------------------------
+OPEN = [n for n in NAMES if source(n)["ambiguous"]]
+
+
+@pytest.mark.parametrize("name", OPEN)
+def test_the_training_data_decides_an_open_convention(name, root, tmp_path):
+    """Training samples captured at either reading of the ids are identified as that reading, against the target's
+    own boundaries: the config never picks one, the data does (and the audit names both, never 'unreadable')."""
+    from eagle3lib.hidden.capture import load_target_model
+    from eagle3lib.hidden.identify import trained_layout
+    from eagle3lib.model.audit import audit_draft
+    from eagle3lib.samples.readers import open_dataset
+    side = source(name)
+    draft, target = world(name, root)
+    cfg, L = load_config(draft), side["target"]["num_layers"]
+    model = load_target_model(target)
+    for conv, lay in side["ambiguous"].items():
+        data = open_dataset(training_data(tmp_path / conv, target, lay, n=2), hidden_size=32)
+        tl = trained_layout(data, cfg, L, model=model, n=2)
+        assert tl.source == "identified" and tl.layout == tuple(lay), tl.detail
+        assert f"read as {conv}-of-layer name it" in tl.detail
+    a = audit_draft(draft, target)
+    assert a.findings["layout"] is None and a.findings["readings"] == side["ambiguous"]
+    assert "unreadable" not in a.findings["headline"] and all(", ".join(v) in a.findings["headline"]
+                                                              for v in side["ambiguous"].values())
+
+
+def test_ids_equal_to_the_layer_count_read_as_the_only_boundaries_the_target_has(root):
+    """nvidia/gpt-oss-120b-Eagle3-v3's [24, 30, 36] of 36 layers (sglang PR #32334): output-of-layer 36 is no layer,
+    the input reading is the final boundary before the norm; no LayoutError, the audit shows the layout."""
+    from eagle3lib.model.audit import audit_draft
+    draft, target = world("nvidia_gpt_oss_120b_eagle3_v3", root)
+    a = audit_draft(draft, target)
+    assert a.findings["layout"] == ["layer_in.24", "layer_in.30", "final_prenorm"] and "layout_error" not in a.findings
