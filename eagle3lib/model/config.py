@@ -205,16 +205,18 @@ class DraftConfig:
         layer_type = read_layer_type(raw, body, warnings, source)
         if opt("tie_word_embeddings", False, body):
             warnings.append("tie_word_embeddings is true: EAGLE-3 drafts have their own lm_head (expected false)")
-        norm_output = bool(opt("norm_output", False))
+        flags = {f: read_flag_at(raw, f, warnings, source) for f in
+                 ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")}   # where each writer puts it
+        norm_output = flags["norm_output"][0]
         if norm_output:
             warnings.append("norm_output=true: SGLang/vLLM feed back the post-norm state (EAGLE-3.1); a SpecForge "
                             "draft trained before PR #879 with norm_output=true is a plain EAGLE-3 draft")
         parallel, mask_id, depths = read_parallel(raw, vocab, warnings, source)
-        if row.norm_before_residual_default and "norm_before_residual" not in raw:
+        if row.norm_before_residual_default and flags["norm_before_residual"][1] is None:
             warnings.append(f"{dialect} config without norm_before_residual: vLLM defaults it to "
                             f"{row.norm_before_residual_default(parallel)} ({'peagle' if parallel else 'eagle3'})")
-        flags = {p for places in FLAG_PLACES.values() for p in places if "." not in p}
-        unknown = sorted(set(raw) - _KNOWN_KEYS.union(flags, *(d.keys for d in CONFIG_DIALECTS.values())))
+        top_flags = {p for places in FLAG_PLACES.values() for p in places if "." not in p}
+        unknown = sorted(set(raw) - _KNOWN_KEYS.union(top_flags, *(d.keys for d in CONFIG_DIALECTS.values())))
         if unknown:
             warnings.append(f"unknown fields ignored: {unknown}")
 
@@ -227,9 +229,8 @@ class DraftConfig:
             rope_theta=rope_theta, rope_scaling=rope_scaling,
             partial_rotary_factor=read_partial_rotary(raw, body, source),
             max_position_embeddings=opt_int("max_position_embeddings", 2048, body),
-            norm_before_residual=bool(opt("norm_before_residual", False)),
-            fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
-            norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
+            norm_before_residual=flags["norm_before_residual"][0], fc_norm=flags["fc_norm"][0],
+            norm_before_fc=flags["norm_before_fc"][0], norm_output=norm_output,
             hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
             num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
             attention_bias=read_flag(body, raw, "attention_bias", source), mlp_bias=read_flag(body, raw, "mlp_bias", source),

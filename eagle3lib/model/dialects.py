@@ -79,12 +79,27 @@ def value_at(raw: Mapping[str, Any], key: str):
 
 # Where the writers put each flag, first place first (one table: `config_fields.read_flag_at` reads it; a flag set
 # in two places that disagree is warned, the first place wins), and its value when no place holds it.
+def _everywhere(*names: str) -> tuple[str, ...]:
+    """A flag's places: the top level under each of `names`, then each object a writer nests flags in."""
+    nests = ("eagle_config", "transformer_layer_config", "speculators_config")
+    return (*names, *(f"{n}.{name}" for n in nests for name in names))
+
+
 FLAG_PLACES: dict[str, tuple[str, ...]] = {
     # ModelOpt / SGLang / vLLM read it in eagle_config (vllm llama_eagle3.py:179-183; sglang PR#14920); TensorRT-LLM's
     # tests and NVIDIA's exports write it there; false: the draft is fed the target's final state, no fc
     "use_aux_hidden_state": ("eagle_config.use_aux_hidden_state", "use_aux_hidden_state"),
+    # speculators / SpecForge / vLLM write these at the top level (speculators PR#337, #610; SpecForge
+    # qwen3-30B-A3B-eagle3.1.json); NVIDIA's gpt-oss exports nest norm_before_fc in eagle_config (vllm PR#42143,
+    # which reads it there first); SGLang's legacy name for fc_norm is use_aux_norm; a writer that keeps them with
+    # the layer fields (transformer_layer_config) or the algorithm's (speculators_config) is read there too
+    "norm_before_fc": _everywhere("norm_before_fc"),
+    "fc_norm": _everywhere("fc_norm", "use_aux_norm"),
+    "norm_output": _everywhere("norm_output"),
+    "norm_before_residual": _everywhere("norm_before_residual"),
 }
-FLAG_DEFAULTS: dict[str, bool] = {"use_aux_hidden_state": True}
+FLAG_DEFAULTS: dict[str, bool] = {"use_aux_hidden_state": True, "norm_before_fc": False, "fc_norm": False,
+                                  "norm_output": False, "norm_before_residual": False}
 
 
 def eagle3_head(cfg, arch: str, llama: dict) -> dict:

@@ -21,8 +21,7 @@ from .corpus_drafts import CORPUS, NAMES, raw_config, shrink, source, training_d
 
 # what eagle3lib still reads otherwise than the writer trained, and the step of issue 48 that fixes it
 PENDING = {
-    "read": {"nvidia_gpt_oss_120b_eagle3_v3": "step 4: eagle_config.norm_before_fc is read",
-             **{n: "step 5: an MLA draft's model_type (kimi_k2, deepseek_v3) is no 'not modelled' warning"
+    "read": {**{n: "step 5: an MLA draft's model_type (kimi_k2, deepseek_v3) is no 'not modelled' warning"
                 for n in ("torchspec_qwen3_8b_mla", "trtllm_deepseek_mla_eagle3", "torchspec_kimi_k25_mla",
                           "torchspec_kimi_k25_mla_vllm_export")}},
     "load": {n: "steps 2-5: use_aux false loads without fc; full-vocab drafts need no d2t/t2d; fc.bias kept; "
