@@ -20,7 +20,7 @@ from ..engines.facts import default_ids_row, id_keys, id_readers
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import Eagle3Error
-from ..layout import NOT_CAPTURED, input_index
+from ..layout import NOT_CAPTURED, input_index, training_default_layout
 from ..model.dialects import CONFIG_DIALECTS
 from .inputs import NEEDS, Artifacts
 
@@ -286,6 +286,11 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                     f"[{row.subject if row else '?'}] = {guess} (the engine table's default_ids row)")
             fix = "pin eagle_aux_hidden_state_layer_ids for each engine (advice.advise)"
             st = "suspected" if trained is None else "confirmed" if guess != list(trained) else "ruled out"
+            if trained is None and guess == list(training_default_layout(L)):
+                # nothing served and nothing trained to compare with: the engines' fallback is the training tools'
+                # own default capture; whether the draft was trained on it only its data can say
+                st, said = "not checked", said + (", the training tools' own default when a config names no ids "
+                                                  "(SpecForge, ModelOpt, AngelSlim, TorchSpec, EAGLE)")
             out.append(_default_finding({**base, "engines": table}, default_vs_trained(art, guess, trained), said,
                                         fix, "vllm PR#50170") or
                        Finding("missing_layer_ids", st, said, {**base, "engines": table}, WHERE,

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from ..errors import LayoutError
-from .checkpoint import LoadedDraft, load_draft, param_table
+from .checkpoint import HEALTHY, LoadedDraft, load_draft, param_table
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
 
@@ -41,7 +41,7 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     cfg = loaded.cfg
     ctab = pd.DataFrame([{"field": k, "value": v} for k, v in cfg.summary().items()])
     vocab = vocab_report(loaded.vocab)
-    problems = loaded.report[~loaded.report.status.isin(["ok", "from_target"])]
+    problems = loaded.report[~loaded.report.status.isin(HEALTHY)]
     vocab_errors = vocab[(~vocab.ok) & (vocab.severity == "error")]
     try:
         layout, layout_error = cfg.aux_layout_or_none(info.num_layers), None

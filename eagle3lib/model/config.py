@@ -75,6 +75,7 @@ class DraftConfig:
     hidden_act: str = "silu"
     partial_rotary_factor: float = 1.0   # RoPE on the first int(head_dim * f) dims of each head (vLLM, SGLang)
     bias: bool = False                # fc / q,k,v bias (EAGLE `bias`)
+    fc_bias: bool = False             # an fc bias the checkpoint holds though the config has no `bias` (trained)
     num_hidden_layers: int = 1        # layer 0 (`midlayer`) reads 2H; layers 1.. (`layers.N`) are plain, width H
     layer_type: str = "llama"         # the decoder layers' architecture: "llama" or "qwen3" (model_type)
     qk_norm: bool = False             # derived: Qwen3 RMSNorm of each q/k head before RoPE (q_norm, k_norm)
@@ -202,7 +203,7 @@ class DraftConfig:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
                               found=repr(eps))
         layers = opt_int("num_hidden_layers", 1, body)
-        layer_type = read_layer_type(raw, body, warnings, source)
+        layer_type = read_layer_type(raw, body, warnings, source, mla=mla is not None)
         if opt("tie_word_embeddings", False, body):
             warnings.append("tie_word_embeddings is true: EAGLE-3 drafts have their own lm_head (expected false)")
         flags = {f: read_flag_at(raw, f, warnings, source) for f in

@@ -69,12 +69,21 @@ class MlaConfig:
 LAYER_TYPES = {"llama": "llama", "qwen3": "qwen3"}
 
 
-def read_layer_type(raw: Mapping[str, Any], body: Mapping[str, Any], warnings: list[str], source: str) -> str:
-    """"llama" or "qwen3" from the layers' model_type (speculators: transformer_layer_config.model_type)."""
+# model_types that name a multi-latent-attention decoder family: an MLA draft built as MLA is modelled whatever of
+# these it says (SGLang kimi_k25_eagle3.py, vLLM deepseek_eagle3.py; TorchSpec, ModelOpt and TensorRT-LLM write them)
+MLA_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v2")
+
+
+def read_layer_type(raw: Mapping[str, Any], body: Mapping[str, Any], warnings: list[str], source: str,
+                    mla: bool = False) -> str:
+    """"llama" or "qwen3" from the layers' model_type (speculators: transformer_layer_config.model_type); an MLA
+    draft's DeepSeek-family model_type names the attention it is built with (its MLP and norms are Llama's)."""
     mt = body.get("model_type") or raw.get("model_type") or "llama"
     if not isinstance(mt, str):
         raise ConfigError(f"{source}, key 'model_type'", "wrong type", expected="a string such as 'llama'",
                           found=repr(mt))
+    if mla and mt in MLA_MODEL_TYPES:
+        return "llama"
     if mt not in LAYER_TYPES:
         warnings.append(f"model_type {mt!r} is not modelled: the decoder layers run as Llama layers "
                         f"(modelled: {sorted(LAYER_TYPES)})")

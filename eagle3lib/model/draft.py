@@ -116,7 +116,7 @@ class Eagle3Draft(nn.Module):
             self.input_norm = RMSNorm(k * Ht, cfg.rms_norm_eps)
         if cfg.fc_norm and cfg.use_aux_hidden_state:
             self.fc_norm = nn.ModuleList(RMSNorm(Ht, cfg.rms_norm_eps) for _ in range(k))
-        self.fc = nn.Linear(k * Ht, H, bias=cfg.bias) if cfg.use_aux_hidden_state else FedAsIs(H)
+        self.fc = nn.Linear(k * Ht, H, bias=cfg.bias or cfg.fc_bias) if cfg.use_aux_hidden_state else FedAsIs(H)
         self.midlayer = DraftLayer(cfg)
         self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg) for i in range(1, cfg.num_hidden_layers)})
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
