@@ -228,3 +228,76 @@ def training_data(folder: Path, target: Path, boundaries, n: int = 3, T: int = 1
         torch.save({"input_ids": ids, "loss_mask": torch.ones(1, T, dtype=torch.long), "aux_hidden_state": aux,
                     "hidden_state": hs[L]}, folder / f"data_{j}.ckpt")
     return folder
+
+
+# ---- the generated neighbour set: one field moved to where another writer puts it -------------------------------
+NESTS = ("eagle_config", "transformer_layer_config", "speculators_config")
+NESTED_IDS, TOP_IDS = "eagle_config.eagle_aux_hidden_state_layer_ids", "eagle_aux_hidden_state_layer_ids"
+
+
+def _get(raw: dict, key: str):
+    obj = raw
+    for part in key.split("."):
+        obj = obj.get(part) if isinstance(obj, dict) else None
+    return obj
+
+
+def _move(raw: dict, src: str, dst: str, value=None) -> dict:
+    """A copy of `raw` with the field at `src` removed and written at `dst` (as `value`, else the same value)."""
+    out = copy.deepcopy(raw)
+    value = _get(raw, src) if value is None else value
+    *path, name = src.split(".")
+    obj = out
+    for part in path:
+        obj = obj[part]
+    del obj[name]
+    *path, name = dst.split(".")
+    obj = out
+    for part in path:
+        obj = obj.setdefault(part, {})
+    obj[name] = value
+    return out
+
+
+def ids_for(boundaries, convention: str, num_layers: int) -> list[int]:
+    """The ids a writer of `convention` ("input" / "output" of layer) writes for `boundaries` (plain arithmetic)."""
+    idx = [0 if b == "embed" else num_layers if b == "final_prenorm" else int(b.split(".")[1]) for b in boundaries]
+    return [i - 1 for i in idx] if convention == "output" else idx
+
+
+def neighbours(raw: dict, trained=None, num_layers: int | None = None) -> list[tuple[str, dict]]:
+    """(what moved, config) for each field of `raw` moved to a place another writer puts it: a variant flag to
+    every other place of dialects.FLAG_PLACES (the top level, eagle_config, and the nested objects this config
+    has); the layer ids between eagle_config (SpecForge / SGLang, output-of-layer) and the top level (vLLM /
+    speculators, input-of-layer), written as that place's writer writes the `trained` boundaries; rope_theta into
+    transformers 5's rope_parameters; draft_vocab_size between the top level and speculators'
+    transformer_layer_config."""
+    from eagle3lib.model.dialects import FLAG_PLACES
+    out = []
+    for flag, places in FLAG_PLACES.items():
+        held = [p for p in places if _get(raw, p) is not None]
+        if len(held) != 1:
+            continue
+        for dst in places:
+            nest = dst.rpartition(".")[0]
+            if dst != held[0] and (not nest or nest == "eagle_config" or nest in raw) and \
+                    dst.rpartition(".")[2] == held[0].rpartition(".")[2]:
+                out.append((f"{held[0]} -> {dst}", _move(raw, held[0], dst)))
+    nested, top = _get(raw, NESTED_IDS), _get(raw, TOP_IDS)
+    if trained and "final_postnorm" not in trained:
+        if nested and top is None:
+            out.append((f"{NESTED_IDS} -> {TOP_IDS} (as vLLM writes them)",
+                        _move(raw, NESTED_IDS, TOP_IDS, ids_for(trained, "input", num_layers))))
+        if top and nested is None:
+            out.append((f"{TOP_IDS} -> {NESTED_IDS} (as SpecForge writes them)",
+                        _move(raw, TOP_IDS, NESTED_IDS, ids_for(trained, "output", num_layers))))
+    body = "transformer_layer_config." if isinstance(raw.get("transformer_layer_config"), dict) else ""
+    if _get(raw, body + "rope_theta") is not None and _get(raw, body + "rope_parameters") is None \
+            and not _get(raw, body + "rope_scaling"):
+        moved = _move(raw, body + "rope_theta", body + "rope_parameters.rope_theta")
+        _get(moved, body + "rope_parameters")["rope_type"] = "default"
+        out.append((f"{body}rope_theta -> {body}rope_parameters.rope_theta", moved))
+    if body and raw.get("draft_vocab_size") is not None:
+        out.append(("draft_vocab_size -> transformer_layer_config.draft_vocab_size",
+                    _move(raw, "draft_vocab_size", "transformer_layer_config.draft_vocab_size")))
+    return out

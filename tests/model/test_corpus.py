@@ -266,3 +266,44 @@ def test_vocab_maps_a_writer_leaves_out_are_no_tensor_problem(root, tmp_path):
         assert report.loc[drop, "status"] == status
     full = load_draft(world("torchspec_minimax_m25", root)[0], target=world("torchspec_minimax_m25", root)[1])
     assert set(full.report.set_index("key").loc[["d2t", "t2d"], "status"]) == {"not_needed"}
+
+
+# ---- the generated neighbour set --------------------------------------------------------------------------------
+def _neighbour_cases():
+    from .corpus_drafts import neighbours
+    out = []
+    for name in NAMES:
+        t, L = source(name)["trained"], source(name)["target"]["num_layers"]
+        for label, raw in neighbours(shrink(raw_config(name)), t["boundaries"], L):
+            out.append(pytest.param(name, label, raw, id=f"{name}: {label}"))
+    return out
+
+
+NEIGHBOURS = _neighbour_cases()
+SAME = ("dialect", "layer ids", "id convention", "ids read from")       # where and how the ids are written
+
+
+def test_the_neighbour_set_covers_every_kind_of_move():
+    labels = " ".join(p.values[1] for p in NEIGHBOURS)
+    assert len(NEIGHBOURS) >= 40
+    for kind in ("-> eagle_config.", "-> use_aux_hidden_state", "-> transformer_layer_config.",
+                 "-> speculators_config.", "as vLLM writes them", "as SpecForge writes them", "rope_parameters"):
+        assert kind in labels, kind
+
+
+@pytest.mark.parametrize("name,label,raw", NEIGHBOURS)
+def test_a_field_moved_where_another_writer_puts_it_reads_the_same(name, label, raw):
+    """Each corpus config with one field moved to where another writer puts it (corpus_drafts.neighbours) reads
+    the same draft: sizes, flags, vocabulary, RoPE, attention, and the boundaries; ids moved between eagle_config
+    and the top level, written in that place's convention for the writer's trained boundaries, name exactly them
+    (and decide a convention the original left open)."""
+    side = source(name)
+    L = side["target"]["num_layers"]
+    before = DraftConfig.from_dict(shrink(raw_config(name)), source=name)
+    after = DraftConfig.from_dict(raw, source=f"{name}: {label}")
+    view = {k: v for k, v in before.summary().items() if k not in SAME}
+    assert {k: v for k, v in after.summary().items() if k not in SAME} == view
+    if "writes them" in label:
+        assert after.aux_layout_or_none(L) == tuple(side["trained"]["boundaries"])
+    else:
+        assert after.aux_readings(L) == before.aux_readings(L) and after.aux_ids_ambiguity == before.aux_ids_ambiguity
