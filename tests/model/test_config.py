@@ -294,8 +294,13 @@ def test_peagle_config_round_trips_through_every_dialect(dialect):
 
 
 def _flag_cases():
+    """(dialect's base config, flag, place, value) for every place of every flag a config of that dialect can have:
+    transformer_layer_config / speculators_config only in a speculators config (their presence makes it one)."""
     from eagle3lib.model.dialects import FLAG_DEFAULTS, FLAG_PLACES
-    return [(flag, key, not FLAG_DEFAULTS[flag]) for flag, keys in FLAG_PLACES.items() for key in keys]
+    bases = {"specforge": SPECFORGE, "vllm": VLLM, "speculators": SPECULATORS, "modelopt": MODELOPT}
+    return [pytest.param(base, flag, key, not FLAG_DEFAULTS[flag], id=f"{name}-{key}")
+            for name, base in bases.items() for flag, keys in FLAG_PLACES.items() for key in keys
+            if name == "speculators" or key.split(".")[0] not in ("transformer_layer_config", "speculators_config")]
 
 
 def _set(raw: dict, key: str, value) -> None:
@@ -303,16 +308,12 @@ def _set(raw: dict, key: str, value) -> None:
     (raw.setdefault(where, {}) if where else raw)[name] = value
 
 
-@pytest.mark.parametrize("flag,key,value", _flag_cases())
-@pytest.mark.parametrize("base", [SPECFORGE, VLLM, SPECULATORS, MODELOPT], ids=["specforge", "vllm", "speculators",
-                                                                                "modelopt"])
+@pytest.mark.parametrize("base,flag,key,value", _flag_cases())
 def test_every_flag_is_read_where_its_writers_put_it(base, flag, key, value):
     """A flag set against its default at any place a writer puts it (the top level, eagle_config,
     transformer_layer_config, speculators_config: dialects.FLAG_PLACES) reads the same in every dialect that has
     that place; a flag two places set differently is warned and read from its first place."""
     from eagle3lib.model.dialects import FLAG_PLACES, value_at
-    if key.split(".")[0] in ("transformer_layer_config", "speculators_config") and base is not SPECULATORS:
-        pytest.skip("only a speculators config has these objects (their presence makes a config speculators')")
     raw = json.loads(json.dumps(base))
     for k in FLAG_PLACES[flag]:                          # the flag nowhere but where this case puts it
         where, name = k.split(".") if "." in k else (None, k)
