@@ -17,7 +17,7 @@ from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
-from .inputs import Artifacts
+from .inputs import NEEDS, Artifacts
 from .launch_flags import integer, spec_config, speculating
 
 WHERE = "checks.draft_feed"
@@ -106,6 +106,15 @@ def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
             "aux states" if with_aux else "the last hidden state alone") + f"; SGLang feeds it {what}", ev, w,
             needs="" if bad is not None else "the SGLang version (sglang PR#14920 placed by release)",
             source=sg.source)
+    if engine is None and not with_aux:      # a final-state draft, nothing served: what each engine would feed it
+        ev["fed"] = {"vllm v1": "the target's last hidden state, no fc" if v1.reads else "its aux states",
+                     "vllm v2": "the target's last hidden state, no fc" if v2.reads else
+                                "the concatenated aux states (k*H), no fc",
+                     "sglang": "the last hidden state from sglang PR#14920 on, aux states before it"}
+        return Finding(c, "not checked", f"not checked: {where} is false and the draft was trained on the last "
+                       "hidden state alone; vLLM's V1 runner feeds it exactly that, its V2 runner the concatenated aux "
+                       "states (static reading), SGLang the last state from PR#14920 on: the serving engine decides",
+                       ev, w, needs=NEEDS["engine"], source=f"{v1.source}; {v2.source}")
     runners = {"v1": v1, "v2": v2} if runner not in ("v1", "v2") else {runner: v1 if runner == "v1" else v2}
     fed = {r: ("the target's last hidden state, no fc" if f.reads else "the concatenated aux states (k*H), no fc")
            for r, f in runners.items()}

@@ -1,5 +1,6 @@
-"""Check 2, variant flags: `norm_before_fc` (top level or nested in `eagle_config`), `fc_norm`, `norm_output`,
-`norm_before_residual` — where the config sets them, which of them the named engine version reads
+"""Check 2, variant flags: `norm_before_fc`, `fc_norm`, `norm_output`, `norm_before_residual` — where the config sets
+them (every place a writer puts them: `model.dialects.FLAG_PLACES`, the top level, `eagle_config`,
+`transformer_layer_config`, `speculators_config`), which of them the named engine version reads
 (`engines.facts`, with sources), weights that only a flag would use, and the replay accuracy with the flag on vs off.
 
 Cause: dropped_variant_flags. Usage: ``check_flags(art, engine="vllm", engine_version=None, replay_n=8)``.
@@ -9,6 +10,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
+from ..model.dialects import FLAG_PLACES, value_at
 from .inputs import NEEDS, Artifacts
 
 WHERE = "checks.flags"
@@ -18,17 +20,17 @@ FLAG_TENSORS = {"norm_before_fc": ("input_norm.weight",), "fc_norm": ("fc_norm.0
 
 
 def flag_places(raw) -> dict[str, list[str]]:
-    """{flag: places it is set true}: 'top', 'eagle_config', or 'speculators' (a speculators config's top level,
-    which vLLM reads through update_eagle3)."""
+    """{flag: places it is set true}, from the places its writers put it (`model.dialects.FLAG_PLACES`): 'top',
+    'speculators' (a speculators config's top level, which vLLM reads through update_eagle3), or the object it is
+    nested in ('eagle_config', 'transformer_layer_config', 'speculators_config')."""
     spec = "speculators_config" in raw or "transformer_layer_config" in raw
-    ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     out: dict[str, list[str]] = {}
     for flag in FLAGS:
         places = []
-        if raw.get(flag) is True or (flag == "fc_norm" and raw.get("use_aux_norm") is True):
-            places.append("speculators" if spec else "top")
-        if ec.get(flag) is True:
-            places.append("eagle_config")
+        for key in FLAG_PLACES[flag]:
+            place = key.split(".")[0] if "." in key else ("speculators" if spec else "top")
+            if value_at(raw, key) is True and place not in places:
+                places.append(place)
         if places:
             out[flag] = places
     return out

@@ -5,8 +5,12 @@ Capture rules are the library's own (`engines.layer_reading` for SGLang by versi
 for SpecForge / speculators / EAGLE); this module compares, and measures one thing: when the engine reads no ids
 (none in the config, or none where it looks) and the draft's weights, the target and the training data are given,
 the training samples are replayed under the engine's default capture and under the trained layout, and the
-accuracy lost decides `missing_layer_ids`. Causes: missing_layer_ids, layer_id_off_by_one, aux_layout_mismatch,
-final_norm_slot.
+accuracy lost decides `missing_layer_ids`. Where the writer leaves the ids' convention open (`model.dialects`
+`ids_open` rows: `DraftConfig.aux_readings` names two layouts) the training data decides which reading they are;
+without data the finding is suspected with both readings (`open_ids`), never a layout taken from one of them. A
+draft fed the target's final state (use_aux_hidden_state false) reads no ids: every cause here is ruled out and
+what each engine feeds it is checks.draft_feed's. Causes: missing_layer_ids, layer_id_off_by_one,
+aux_layout_mismatch, final_norm_slot.
 """
 from __future__ import annotations
 
@@ -16,7 +20,7 @@ from ..engines.facts import default_ids_row, id_keys, id_readers
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
 from ..errors import Eagle3Error
-from ..layout import NOT_CAPTURED, input_index
+from ..layout import NOT_CAPTURED, input_index, training_default_layout
 from ..model.dialects import CONFIG_DIALECTS
 from .inputs import NEEDS, Artifacts
 
@@ -184,6 +188,23 @@ def _ids_fix(trained, L: int, eng: str) -> str:
     return f"write ids {row['ids']} for {eng} ({row['key']})"
 
 
+def open_ids(art: Artifacts, base: dict, eng: str | None = None, captured=None) -> Finding:
+    """The ids' convention the writer leaves open (the config's readings name different boundaries, no training
+    data decided): suspected, both readings named, and which one `eng` captures when its capture is known."""
+    cfg, L = art.draft_cfg, art.target_info.num_layers
+    readings = cfg.aux_readings(L)
+    said = cfg.ids_readings_text(L)
+    if captured is not None:
+        which = [c for c, lay in readings.items() if list(lay) == list(captured)]
+        said += (f"; {eng} captures {[b or NOT_CAPTURED for b in captured]}: the {which[0]}-of-layer reading"
+                 if which else f"; {eng} captures {[b or NOT_CAPTURED for b in captured]}, neither reading")
+    return Finding("layer_id_off_by_one", "suspected", said + "; the training data decides (its slots identified "
+                   "against the target)", {**base, "readings": {c: list(v) for c, v in readings.items()},
+                                          **({"engine": eng, "captured": [b or NOT_CAPTURED for b in captured]}
+                                             if captured is not None else {})},
+                   f"{WHERE}.open_convention", needs=_layout_needs(art), source="model.dialects ids_open rows")
+
+
 # the causes check_layer_ids reports (checks.run: what a broken check reports as not checked)
 LAYER_IDS_CAUSES = ('missing_layer_ids', 'layer_id_off_by_one', 'aux_layout_mismatch', 'final_norm_slot')
 
@@ -197,6 +218,12 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         return [not_checked(c, WHERE, need) for c in LAYER_IDS_CAUSES]
     raw, cfg, info = dict(art.draft_raw), art.draft_cfg, art.target_info
     L, arch = info.num_layers, info.architecture
+    if not cfg.use_aux_hidden_state:        # fed the target's final state: no ids, no capture, no fc slot to fill
+        said = ("the draft reads no layer ids: use_aux_hidden_state false feeds it the target's final (post-norm) "
+                "state with no fc; what each engine feeds such a draft is aux_opt_out's (checks.draft_feed)")
+        ev = {"use_aux_hidden_state": False, "trained": list(cfg.aux_layout(L)), "num_layers": L}
+        return [Finding(c, "ruled out", said, ev, WHERE, source="engines.facts use_aux_hidden_state rows")
+                for c in LAYER_IDS_CAUSES]
     trained, trained_from = training_layout(art)
     k, k_from = fc_slots(art)
     places = id_places(raw)
@@ -210,6 +237,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
             "num_layers": L, "fc_slots": k, "fc_slots_from": k_from, "trained": list(trained) if trained else None,
             "trained_from": trained_from}
     out: list[Finding] = []
+    undecided = trained is None and len(cfg.aux_readings(L)) > 1       # two readings, no data to decide
+    if undecided and engine is None:
+        out.append(open_ids(art, base))
 
     # --- final slot before vs after the final norm: engines capture the raw (pre-norm) residual stream
     if trained is None:
@@ -233,6 +263,10 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                            f"has {len(trained)}", base, f"{WHERE}.fc_width",
                            fix="make num_aux_hidden_states / the id list match fc.weight"))
     cfg_lay = cfg.aux_layout_or_none(L)
+    readings = cfg.aux_readings(L)
+    if len(readings) > 1 and trained is not None and trained_from.startswith("training data"):
+        # the writer leaves the convention open: the data decides which reading the config's ids are
+        cfg_lay = next((v for v in readings.values() if tuple(v) == tuple(trained)), next(iter(readings.values())))
     if cfg_lay is not None and trained is not None and trained_from.startswith("training data"):
         s = _shift(trained, cfg_lay, L)
         if tuple(cfg_lay) != tuple(trained):
@@ -252,6 +286,11 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                     f"[{row.subject if row else '?'}] = {guess} (the engine table's default_ids row)")
             fix = "pin eagle_aux_hidden_state_layer_ids for each engine (advice.advise)"
             st = "suspected" if trained is None else "confirmed" if guess != list(trained) else "ruled out"
+            if trained is None and guess == list(training_default_layout(L)):
+                # nothing served and nothing trained to compare with: the engines' fallback is the training tools'
+                # own default capture; whether the draft was trained on it only its data can say
+                st, said = "not checked", said + (", the training tools' own default when a config names no ids "
+                                                  "(SpecForge, ModelOpt, AngelSlim, TorchSpec, EAGLE)")
             out.append(_default_finding({**base, "engines": table}, default_vs_trained(art, guess, trained), said,
                                         fix, "vllm PR#50170") or
                        Finding("missing_layer_ids", st, said, {**base, "engines": table}, WHERE,
@@ -305,6 +344,8 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         # checked (as notebook 02 does), else one missing key would confirm two causes
         return out + [not_checked(c, WHERE, "layer ids the engine reads (without them it feeds its default capture)")
                       for c in ("layer_id_off_by_one", "aux_layout_mismatch") if not any(f.cause == c for f in out)]
+    if undecided:
+        out.append(open_ids(art, base, eng, r.boundaries))
     if trained is None:
         return out + [not_checked(c, WHERE, NEEDS["data"]) for c in ("layer_id_off_by_one", "aux_layout_mismatch")
                       if not any(f.cause == c for f in out)]

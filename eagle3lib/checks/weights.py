@@ -13,7 +13,7 @@ from __future__ import annotations
 import re
 
 from ..causes import Finding, not_checked
-from ..model.checkpoint import canonicalize
+from ..model.checkpoint import as_trained, canonicalize
 from ..model.mla_vllm import header_view
 from ..model.safefiles import weight_files
 from ..errors import Eagle3Error
@@ -34,15 +34,16 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
                                     cfg.num_key_value_heads, cfg.head_dim, cfg.intermediate_size)
     out: dict[str, tuple[int, ...]] = {"d2t": (cfg.draft_vocab_size,), "t2d": (cfg.vocab_size,),
                                        "embed_tokens.weight": (cfg.vocab_size, H)}
-    if cfg.norm_before_fc:
+    if cfg.norm_before_fc and cfg.use_aux_hidden_state:
         out["input_norm.weight"] = (k * Ht,)
-    if cfg.fc_norm:
+    if cfg.fc_norm and cfg.use_aux_hidden_state:
         out.update({f"fc_norm.{i}.weight": (Ht,) for i in range(k)})
     if cfg.parallel_drafting:                                            # P-EAGLE's learnable padding state
         out["mask_hidden"] = (1, 1, k * Ht)
-    out["fc.weight"] = (H, k * Ht)
-    if cfg.bias:
-        out["fc.bias"] = (H,)
+    if cfg.use_aux_hidden_state:                    # a draft fed the final state has no fc
+        out["fc.weight"] = (H, k * Ht)
+        if cfg.bias or cfg.fc_bias:
+            out["fc.bias"] = (H,)
     for i in range(cfg.num_hidden_layers):          # layer 0: midlayer.*, 2H input; layers N >= 1: layers.N.*, H
         m, width = ("midlayer.", 2 * H) if i == 0 else (f"layers.{i}.", H)
         if i == 0:
@@ -127,7 +128,9 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
         return [Finding("weights_dropped", "confirmed", f"two checkpoint keys map to one tensor: {e.found}",
                         {"key": str(e.where)}, WHERE, fix="keep one copy (midlayer.* or layers.0.*)",
                         source="checkpoint.py TO_CANONICAL")]
-    exp = expected_shapes(art.draft_cfg)
+    exp_engine = expected_shapes(art.draft_cfg)     # what an engine builds from the config
+    exp = expected_shapes(as_trained(art.draft_cfg, {k: tuple(tensors[_raw(k, renames)][0])
+                                                     for k in canon}))                  # and as it was trained
     needed = [k for k in exp if k not in OPTIONAL]
     missing = [k for k in needed if k not in canon]
     unknown = sorted(k for k in canon if k not in exp)
@@ -138,26 +141,31 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
         per = {}
         for eng in engine_facts.SERVING_ENGINES:
             names = [engine_name(k, eng, None) for k in seen[eng]]
-            per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp][:10],
+            per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp_engine][:10],
                         "version_dependent": [k for k, (n, ok) in zip(seen[eng], names) if ok is False][:10]}
         ev["engines"] = per
     if missing or shape_bad:
         return [_absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev)]
     if engine is None:
         risky = {e: v for e, v in ev["engines"].items() if v["unmapped"] or v["version_dependent"]}
-        if unknown or risky:
-            return [Finding("weights_dropped", "suspected", "keys some loader may not map: " + "; ".join(
-                f"{e}: {', '.join((v['unmapped'] + v['version_dependent'])[:3])}" for e, v in risky.items())
-                + (f"; unknown to eagle3lib: {', '.join(unknown[:3])}" if unknown else ""), ev, WHERE,
-                fix="rename the keys to the serving engine's names (midlayer.* for SGLang before ~0.5.12)",
-                needs="the serving engine and version",
-                source="; ".join(f.source for f in engine_facts.facts("keys", "sglang")[:2]))]
+        src = "; ".join(f.source for f in engine_facts.facts("keys", "sglang")[:2])
+        if unknown:                  # tensors no draft of this config has, whoever serves it
+            return [Finding("weights_dropped", "suspected", f"keys unknown to eagle3lib: {', '.join(unknown[:3])}"
+                            + "".join(f"; {e}: {', '.join((v['unmapped'] + v['version_dependent'])[:3])}"
+                                      for e, v in risky.items()), ev, WHERE,
+                            fix="rename the keys to the names config.json describes", source=src)]
+        if risky:                    # every key is a tensor of the draft: which engine maps it is the engine's
+            return [Finding("weights_dropped", "not checked", f"all {len(keys)} keys map to the draft's tensors; "
+                            "some loaders map them otherwise or not at all (" + "; ".join(
+                                f"{e}: {', '.join((v['unmapped'] + v['version_dependent'])[:3])}"
+                                for e, v in risky.items()) + "): the serving engine and version decide", ev, WHERE,
+                            needs="the serving engine and version", source=src)]
         return [Finding("weights_dropped", "ruled out", f"all {len(keys)} keys map to the draft's tensors", ev, WHERE)]
     eng = engine.lower()
     if eng not in engine_facts.SERVING_ENGINES:
         return [not_checked("weights_dropped", WHERE, f"an engine the library knows, not {engine!r}")]
     names = {k: engine_name(k, eng, engine_version) for k in seen[eng]}
-    dropped = [k for k, (n, _) in names.items() if n is None or n not in exp]
+    dropped = [k for k, (n, _) in names.items() if n is None or n not in exp_engine]
     unsure = [k for k, (n, ok) in names.items() if ok is False and k not in dropped]
     silent = engine_facts.reads(eng, "keys", "unknown_dropped_silently")
     ev.update(engine=eng, engine_version=engine_version, dropped=dropped[:10], version_dependent=unsure[:10])

@@ -8,7 +8,10 @@ engine's convention.
 2. **declared**: the layout the data's own metadata names (the capture tool's claim);
 3. **config**: the draft config's ids read in its dialect's convention (a claim that may be in another engine's
    convention: nested `eagle_config` ids are output-of-layer for SpecForge / SGLang, but some writers put vLLM's
-   input-of-layer ids there).
+   input-of-layer ids there). Where the writer leaves the convention open (`DraftConfig.aux_readings`: ModelOpt's
+   collectors, TorchSpec's kimi_k2 vLLM export, SpecForge's SGLang backend) the config claims no layout: its
+   readings are kept (`readings`), an identification says which one the data holds, and without one the answer is
+   "none" naming both.
 Each answer says where it came from, how sure it is, and, when the recapture matched nothing for some slot, which
 slots: the target no longer computes those states (target drift, checks.drift), so the claim is kept.
 Usage: ``tl = trained_layout(ds, cfg, 8, model=load_target_model(t)); tl.layout, tl.source, tl.detail``.
@@ -37,6 +40,7 @@ class TrainedLayout:
     config: tuple[str, ...] | None = None      # the config's claim, in its dialect's convention
     config_key: str = ""                       # where the config's ids sit
     unmatched: tuple[int, ...] = ()            # slots the recapture matched to no boundary (drift evidence)
+    readings: dict = field(default_factory=dict)   # {convention: layout} of config ids whose convention is open
     samples: int = 0                           # samples recaptured
     evidence: dict = field(default_factory=dict)
 
@@ -50,6 +54,7 @@ class TrainedLayout:
         return {"layout": list(self.layout) if self.layout else None, "source": self.source, "detail": self.detail,
                 "measured": self.measured, "declared": list(self.declared) if self.declared else None,
                 "config": list(self.config) if self.config else None, "config_key": self.config_key,
+                "readings": {c: list(v) for c, v in self.readings.items()},
                 "unmatched": list(self.unmatched), "samples": self.samples}
 
 
@@ -82,8 +87,10 @@ def trained_layout(data, cfg, num_layers: int | None, *, model=None, n: int = 3,
     if cfg is not None and num_layers:
         config = cfg.aux_layout_or_none(num_layers)
         key = f"{cfg.aux_ids_key} ({cfg.aux_ids_convention}-of-layer)" if config is not None else ""
-    claims = dict(declared=declared, config=tuple(config) if config else None, config_key=key)
-    notes = []
+    readings = cfg.aux_readings(num_layers) if cfg is not None and num_layers else {}
+    readings = readings if len(readings) > 1 else {}
+    claims = dict(declared=declared, config=tuple(config) if config else None, config_key=key, readings=readings)
+    notes = [cfg.ids_readings_text(num_layers)] if readings else []
     if model is not None and data is not None:
         try:
             samples = list(data.sample(min(n, len(data)), seed))
@@ -100,6 +107,10 @@ def trained_layout(data, cfg, num_layers: int | None, *, model=None, n: int = 3,
                      f"({key})", claims["config"])) if c is not None and tuple(c) != lay]
             if wrong:
                 text += " (" + "; ".join(wrong) + ": not what the shard holds)"
+            which = next((c for c, r in readings.items() if tuple(r) == lay), None)
+            if readings:
+                text += (f"; the config's ids read as {which}-of-layer name it" if which else
+                         f"; neither reading of the config's ids ({', '.join(readings)}-of-layer) names it")
             return TrainedLayout(lay, "identified", text, True, samples=len(samples), evidence=ev, **claims)
         unmatched = tuple(j for j, x in enumerate(ident) if x is None)
         if samples:
@@ -121,5 +132,6 @@ def _claimed(declared, claims: dict, notes: list[str]) -> TrainedLayout:
     if claims["config"] is not None:
         return TrainedLayout(claims["config"], "config", f"read from the draft config's {claims['config_key']}: "
                              f"[{', '.join(claims['config'])}] — a claim in one convention{tail}", **claims)
+    what = "its ids have two readings" if claims["readings"] else "has no ids"
     return TrainedLayout(None, "none", "nothing names the trained layout: the data declares none, the config "
-                         f"has no ids{tail}", **claims)
+                         f"{what}{tail}", **claims)

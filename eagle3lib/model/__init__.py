@@ -1,10 +1,12 @@
 """The draft and the target as files and as a model: formats, loading, validation, the draft forward.
 
 - `config`     `DraftConfig`: one frozen view of a draft's config.json, whatever tool wrote it (EAGLE, SpecForge /
-               SGLang, vLLM, speculators, ModelOpt); ids and their convention, slots, variant flags, RoPE.
+               SGLang, vLLM, speculators, ModelOpt); ids and their readings (`aux_readings`), slots, variant flags,
+               RoPE; a draft fed the target's final state (`use_aux_hidden_state` false: no fc).
 - `dialects`   the one table of config dialects (`CONFIG_DIALECTS`), one `Dialect` row each: detection, where the
-               ids are and their convention, where the Llama fields live, architecture names (MLA: can it hold one),
-               its writer; a new dialect is one row (+ its writer) there.
+               ids are and their convention and when the writer leaves it open (`ids_open`), where the Llama fields
+               live, architecture names (MLA: can it hold one), its writer; a new dialect is one row (+ its writer)
+               there. `FLAG_PLACES`: where each writer puts each variant flag (top level, eagle_config, ...).
 - `config_fields` the readers `DraftConfig` uses (`detect_dialect`, ids, RoPE, ... looking up the dialect's row),
                `MlaConfig`, the block-drafter gate.
 - `safefiles`  safe reading of weight files: checked safetensors headers, sharded indexes, `weights_only` torch files.

@@ -13,7 +13,7 @@ import pandas as pd
 import torch
 
 from ..errors import LayoutError
-from .checkpoint import LoadedDraft, load_draft, param_table
+from .checkpoint import HEALTHY, LoadedDraft, load_draft, param_table
 from .target import TargetInfo, load_target_info, load_tokenizer
 from .vocab import vocab_report
 
@@ -41,12 +41,15 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     cfg = loaded.cfg
     ctab = pd.DataFrame([{"field": k, "value": v} for k, v in cfg.summary().items()])
     vocab = vocab_report(loaded.vocab)
-    problems = loaded.report[~loaded.report.status.isin(["ok", "from_target"])]
+    problems = loaded.report[~loaded.report.status.isin(HEALTHY)]
     vocab_errors = vocab[(~vocab.ok) & (vocab.severity == "error")]
     try:
-        layout, layout_error = cfg.aux_layout(info.num_layers), None
-    except LayoutError as e:          # ids this target cannot have (e.g. SpecForge's -1 read as input-of-layer)
+        layout, layout_error = cfg.aux_layout_or_none(info.num_layers), None
+        cfg.aux_layout(info.num_layers)
+    except LayoutError as e:          # ids no reading of which names boundaries of this target
         layout, layout_error = None, str(e)
+    readings = cfg.aux_readings(info.num_layers)
+    readings = readings if len(readings) > 1 else {}
     findings = {
         "dialect": cfg.dialect, "format": loaded.format, "aux_slots": cfg.num_aux,
         "layout": list(layout) if layout else None, "id_convention": cfg.aux_ids_convention,
@@ -56,6 +59,9 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
     }
     if layout_error:
         findings["layout_error"] = layout_error
+    if readings:                      # the writer leaves the ids' convention open: both, none taken as trained
+        findings["readings"] = {c: list(v) for c, v in readings.items()}
+        findings["readings_why"] = cfg.aux_ids_ambiguity
     state = "loads cleanly" if not len(problems) and not len(vocab_errors) else \
         f"{len(problems)} tensor problem(s), {len(vocab_errors)} vocab error(s)"
     if loaded.filled:
@@ -63,9 +69,11 @@ def audit_draft(draft: str | Path, target: str | Path, device: str = "cpu",
                                   f"stands in as {f.fill}" for f in loaded.filled) + ")"
     findings["attention"] = "MLA" if cfg.mla else "Llama"
     kind = " (MLA attention)" if cfg.mla else ""
-    findings["headline"] = (f"{cfg.dialect} draft{kind} {state}: {cfg.num_aux} aux slots "
-                            f"[{', '.join(layout) if layout else 'unreadable ids' if layout_error else 'engine defaults'}], "
-                            f"Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}")
+    slots = " or ".join(f"[{', '.join(v)}] ({c}-of-layer)" for c, v in readings.items()) if readings else \
+        f"[{', '.join(layout) if layout else 'unreadable ids' if layout_error else 'engine defaults'}]"
+    fed = f"{cfg.num_aux} aux slots {slots}" if cfg.use_aux_hidden_state else \
+        "fed the target's final state [final_postnorm], no fc"
+    findings["headline"] = f"{cfg.dialect} draft{kind} {state}: {fed}, Vd={cfg.draft_vocab_size} of V={cfg.vocab_size}"
     return Audit(loaded, info, ctab, cfg.warnings, loaded.report, vocab, param_table(loaded.model),
                  findings)
 

@@ -18,6 +18,7 @@ Usage:  loaded = load_draft(draft_dir, target=target_dir); loaded.report  (a Dat
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import re
@@ -30,7 +31,7 @@ import torch
 from safetensors.torch import save_file
 
 from .config import DraftConfig, config_to_dict, load_config
-from .draft import Eagle3Draft
+from .draft import Eagle3Draft, FedAsIs
 from .layers import Rotary
 from .formats import FORMATS, MLA_WRITER, detect_format
 from .mla_vllm import DROPPED as VLLM_MLA_DROPPED, unstack
@@ -56,6 +57,10 @@ TO_CANONICAL: tuple[tuple[str, str, str], ...] = (
     (r"^draft_id_to_target_id$", "d2t", "vLLM in-memory"),
 )
 _FLOAT_OK = (torch.float32, torch.float16, torch.bfloat16)
+# a draft fed the final state (use_aux_hidden_state false) has no fc: engines skip the keys (vllm llama_eagle3.py
+# load_weights; the engines.facts row use_aux_hidden_state@eagle_config), so does the load
+NO_FC_DROPPED = ((r"^(model\.|eagle_module\.)?fc\.", "no fc: use_aux_hidden_state false (vllm llama_eagle3.py "
+                  "skips fc.*)"),)
 
 
 def canonicalize(sd: dict[str, torch.Tensor], drop: tuple[tuple[str, str], ...] = ()
@@ -83,6 +88,17 @@ def canonicalize(sd: dict[str, torch.Tensor], drop: tuple[tuple[str, str], ...] 
     return out, renames
 
 
+def as_trained(cfg: DraftConfig, shapes: dict) -> DraftConfig:
+    """`cfg` with what the checkpoint shows was trained and the config does not say: an fc bias of width H
+    (`shapes`: {canonical name: shape}; NVIDIA's Llama-4 Maverick draft ships feature_fusion.bias as fc.bias)."""
+    b = shapes.get("fc.bias")
+    if b is None or cfg.bias or cfg.fc_bias or not cfg.use_aux_hidden_state or tuple(b) != (cfg.hidden_size,):
+        return cfg
+    return dataclasses.replace(cfg, fc_bias=True, warnings=cfg.warnings + (
+        "fc.bias in the checkpoint but no `bias: true` in the config: the draft was trained with an fc bias (loaded "
+        "here); SGLang and vLLM size fc from the config's `bias` (check 9 says what each does with the key)",))
+
+
 def expected_tensors(cfg: DraftConfig) -> dict[str, tuple[tuple[int, ...], torch.dtype]]:
     """{canonical name: (shape, dtype)} of a draft built from cfg (built on the meta device: no memory)."""
     with torch.device("meta"):
@@ -90,8 +106,12 @@ def expected_tensors(cfg: DraftConfig) -> dict[str, tuple[tuple[int, ...], torch
     return {k: (tuple(v.shape), v.dtype) for k, v in model.state_dict().items()}
 
 
+HEALTHY = ("ok", "from_target", "not_needed", "derived")     # statuses of `validate` that are no problem
+
+
 def validate(sd: dict[str, torch.Tensor], cfg: DraftConfig) -> pd.DataFrame:
-    """One row per tensor: status ok / missing / from_target / unexpected / shape_mismatch / dtype_odd."""
+    """One row per tensor: status ok / from_target / not_needed (a full-vocab draft's d2t, t2d) / derived (t2d from
+    d2t) / missing / unexpected / shape_mismatch / dtype_odd (`HEALTHY`: the first four)."""
     rows = []
     exp = expected_tensors(cfg)
     for key, (shape, dtype) in exp.items():
@@ -104,6 +124,11 @@ def validate(sd: dict[str, torch.Tensor], cfg: DraftConfig) -> pd.DataFrame:
                            "drafts usually ship without it; taken from the target")
             elif key == "lm_head.weight" and cfg.draft_vocab_size == cfg.vocab_size:
                 row.update(status="from_target", note="full-vocab draft: lm_head from the target (SGLang)")
+            elif key in ("d2t", "t2d") and cfg.draft_vocab_size == cfg.vocab_size:
+                row.update(status="not_needed", note="full-vocab draft: draft id i is target id i, no map "
+                           "(SGLang, vLLM and TensorRT-LLM run it without one)")
+            elif key == "t2d" and "d2t" in sd:
+                row.update(status="derived", note="t2d is training-only (every engine skips it): derived from d2t")
             elif key in ("d2t", "t2d"):
                 row.update(status="missing", note="vocab map absent: see the vocab checks")
             else:
@@ -250,9 +275,11 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     cfg = load_config(path)
     files = weight_files(path)
     raw_sd = load_state_dict(path)
-    sd, renames = canonicalize(raw_sd, VLLM_MLA_DROPPED if cfg.mla else ())
+    drop = (VLLM_MLA_DROPPED if cfg.mla else ()) + (() if cfg.use_aux_hidden_state else NO_FC_DROPPED)
+    sd, renames = canonicalize(raw_sd, drop)
     sd, split = unstack(sd, cfg, str(files[0]))                  # vLLM's fused tensors -> the checkpoint's names
     renames += split
+    cfg = as_trained(cfg, {k: tuple(v.shape) for k, v in sd.items()})
     report = validate(sd, cfg)
     bad = report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])]
     filled: list[Filled] = []
@@ -303,6 +330,8 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
         model = draft_for(cfg)
     model.load_state_dict({k: v for k, v in sd.items() if k in dict(model.state_dict())}, strict=True, assign=True)
     model.rotary = Rotary(cfg)                       # non-persistent buffer: rebuild off the meta device
+    if not cfg.use_aux_hidden_state:
+        model.fc = FedAsIs(cfg.hidden_size)          # likewise (no fc: fed the target's final state)
     model = model.to(device)
     if dtype is not None:
         model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool

@@ -21,9 +21,12 @@ from typing import Any, Mapping
 from .. import layout as _layout
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
-from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, read_flag, read_layer_ids, read_layer_type,
-                            read_mla, read_parallel, read_partial_rotary, read_rope, refuse_other_algorithms)
-from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, eagle_config
+from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, ids_open, read_flag, read_flag_at, read_layer_ids,
+                            read_layer_type, read_mla, read_parallel, read_partial_rotary, read_rope,
+                            refuse_other_algorithms)
+from .dialects import CONFIG_DIALECTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES
+
+FINAL_STATE = ("final_postnorm",)     # the layout of a draft fed the target's final hidden state (no fc)
 
 # Keys a Llama-style config commonly carries that we read or knowingly ignore (anything else -> warning), with
 # each dialect's own (its row's `keys`).
@@ -72,6 +75,7 @@ class DraftConfig:
     hidden_act: str = "silu"
     partial_rotary_factor: float = 1.0   # RoPE on the first int(head_dim * f) dims of each head (vLLM, SGLang)
     bias: bool = False                # fc / q,k,v bias (EAGLE `bias`)
+    fc_bias: bool = False             # an fc bias the checkpoint holds though the config has no `bias` (trained)
     num_hidden_layers: int = 1        # layer 0 (`midlayer`) reads 2H; layers 1.. (`layers.N`) are plain, width H
     layer_type: str = "llama"         # the decoder layers' architecture: "llama" or "qwen3" (model_type)
     qk_norm: bool = False             # derived: Qwen3 RMSNorm of each q/k head before RoPE (q_norm, k_norm)
@@ -81,6 +85,8 @@ class DraftConfig:
     parallel_drafting: bool = False           # P-EAGLE: positions after the first get mask_hidden + mask_token_id
     mask_token_id: int | None = None          # P-EAGLE's mask token (a TARGET id); None: not in the config (SpecForge)
     parallel_depths: int | None = None        # P-EAGLE's K (num_depths) where the config records it
+    use_aux_hidden_state: bool = True         # false (ModelOpt eagle_config): fed the target's final state, no fc
+    aux_ids_ambiguity: str = ""               # why the writer may have written the ids in the other convention
     source: str = "<dict>"
     warnings: tuple[str, ...] = ()
     raw: Mapping[str, Any] = field(default_factory=dict, repr=False, compare=False)
@@ -158,9 +164,23 @@ class DraftConfig:
             draft_vocab = vocab
         target_hidden = opt_int("target_hidden_size", opt("target_hidden_size", hidden, body))
 
-        ids, convention, ids_key = read_layer_ids(raw, dialect, warnings, source)
+        use_aux, use_aux_at = read_flag_at(raw, "use_aux_hidden_state", warnings, source)
+        # a draft fed the final state reads no ids: their absence is no warning
+        ids, convention, ids_key = read_layer_ids(raw, dialect, warnings if use_aux else [], source)
         num_aux = opt_int("num_aux_hidden_states", None)
-        if num_aux is not None and ids is not None and num_aux != len(ids):
+        if not use_aux:
+            # the target's final (post-norm) hidden state fed as it is, no fc (ModelOpt plugins/hf_eagle.py; vLLM
+            # llama_eagle3.py builds no fc; TensorRT-LLM applies fc only to a wider input): one slot of width H
+            if target_hidden != hidden:
+                raise ConfigError(f"{source}, key 'target_hidden_size'", f"{use_aux_at} is false: the target's final "
+                                  "state is fed to the draft with no fc, so its width must be the draft's",
+                                  expected=hidden, found=target_hidden, cause="a draft trained on aux states, or a "
+                                  "config from another draft")
+            if num_aux not in (None, 1):
+                warnings.append(f"num_aux_hidden_states={num_aux} with {use_aux_at} false: the draft is fed one "
+                                "state (the target's final one), no fc")
+            num_aux = 1
+        if num_aux is not None and ids is not None and num_aux != len(ids) and use_aux:
             warnings.append(f"num_aux_hidden_states={num_aux} but {ids_key} has {len(ids)} ids {list(ids)}: "
                             "fc width follows num_aux_hidden_states in SGLang, the id count elsewhere")
         if num_aux is None:
@@ -183,20 +203,21 @@ class DraftConfig:
             raise ConfigError(f"{source}, key 'rms_norm_eps'", "wrong type or value", expected="a number in [0, 1)",
                               found=repr(eps))
         layers = opt_int("num_hidden_layers", 1, body)
-        layer_type = read_layer_type(raw, body, warnings, source)
+        layer_type = read_layer_type(raw, body, warnings, source, mla=mla is not None)
         if opt("tie_word_embeddings", False, body):
             warnings.append("tie_word_embeddings is true: EAGLE-3 drafts have their own lm_head (expected false)")
-        norm_output = bool(opt("norm_output", False))
+        flags = {f: read_flag_at(raw, f, warnings, source) for f in
+                 ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")}   # where each writer puts it
+        norm_output = flags["norm_output"][0]
         if norm_output:
             warnings.append("norm_output=true: SGLang/vLLM feed back the post-norm state (EAGLE-3.1); a SpecForge "
                             "draft trained before PR #879 with norm_output=true is a plain EAGLE-3 draft")
         parallel, mask_id, depths = read_parallel(raw, vocab, warnings, source)
-        if row.norm_before_residual_default and "norm_before_residual" not in raw:
+        if row.norm_before_residual_default and flags["norm_before_residual"][1] is None:
             warnings.append(f"{dialect} config without norm_before_residual: vLLM defaults it to "
                             f"{row.norm_before_residual_default(parallel)} ({'peagle' if parallel else 'eagle3'})")
-        if eagle_config(raw).get("use_aux_hidden_state") is False:
-            warnings.append("eagle_config.use_aux_hidden_state is false: engines then skip fc (not an EAGLE-3 draft)")
-        unknown = sorted(set(raw) - _KNOWN_KEYS.union(*(d.keys for d in CONFIG_DIALECTS.values())))
+        top_flags = {p for places in FLAG_PLACES.values() for p in places if "." not in p}
+        unknown = sorted(set(raw) - _KNOWN_KEYS.union(top_flags, *(d.keys for d in CONFIG_DIALECTS.values())))
         if unknown:
             warnings.append(f"unknown fields ignored: {unknown}")
 
@@ -209,14 +230,14 @@ class DraftConfig:
             rope_theta=rope_theta, rope_scaling=rope_scaling,
             partial_rotary_factor=read_partial_rotary(raw, body, source),
             max_position_embeddings=opt_int("max_position_embeddings", 2048, body),
-            norm_before_residual=bool(opt("norm_before_residual", False)),
-            fc_norm=bool(opt("fc_norm", False) or opt("use_aux_norm", False)),
-            norm_before_fc=bool(opt("norm_before_fc", False)), norm_output=norm_output,
+            norm_before_residual=flags["norm_before_residual"][0], fc_norm=flags["fc_norm"][0],
+            norm_before_fc=flags["norm_before_fc"][0], norm_output=norm_output,
             hidden_act=str(opt("hidden_act", "silu", body)), bias=bool(opt("bias", False)),
             num_hidden_layers=int(layers), layer_type=layer_type, qk_norm=layer_type == "qwen3",
             attention_bias=read_flag(body, raw, "attention_bias", source), mlp_bias=read_flag(body, raw, "mlp_bias", source),
             mla=mla, parallel_drafting=parallel, mask_token_id=mask_id,
-            parallel_depths=depths, source=source, warnings=tuple(warnings),
+            parallel_depths=depths, use_aux_hidden_state=use_aux,
+            aux_ids_ambiguity=ids_open(raw, dialect, ids, ids_key) if use_aux else "", source=source, warnings=tuple(warnings),
             raw=MappingProxyType(dict(raw)),
         )
 
@@ -226,19 +247,50 @@ class DraftConfig:
         """Width of fc's input: k aux slots of Ht each."""
         return self.num_aux * self.target_hidden_size
 
+    def aux_readings(self, num_target_layers: int) -> dict[str, tuple[str, ...]]:
+        """{convention: boundaries} of every reading of the config's ids that names boundaries of this target: the
+        dialect's own convention, and the other one too where the writer leaves it open (`aux_ids_ambiguity`); of
+        two open readings only the ones this target has remain (ids [24, 30, 36] of 36 layers: input-of-layer
+        only). {} without ids; a draft fed the final state: {"final state": ("final_postnorm",)}."""
+        if not self.use_aux_hidden_state:
+            return {"final state": FINAL_STATE}
+        if self.aux_layer_ids is None:
+            return {}
+        own = self.aux_ids_convention or "output"
+        out = {}
+        for conv in (own, "input" if own == "output" else "output")[:2 if self.aux_ids_ambiguity else 1]:
+            try:
+                out[conv] = _layout.from_ids(self.aux_layer_ids, conv, num_target_layers)
+            except LayoutError:
+                continue
+        return out
+
     def aux_layout(self, num_target_layers: int) -> tuple[str, ...] | None:
-        """The boundaries the config's layer ids name, in config order (None when the config has no ids)."""
+        """The boundaries the config's layer ids name, in config order: the first of `aux_readings` (None when the
+        config has no ids; a draft fed the final state: ("final_postnorm",)). LayoutError when no reading names
+        boundaries of this target. Where the writer leaves the convention open, this is a reading, not a fact:
+        `aux_layout_or_none` commits to none."""
+        readings = self.aux_readings(num_target_layers)
+        if readings:
+            return next(iter(readings.values()))
         if self.aux_layer_ids is None:
             return None
         return _layout.from_ids(self.aux_layer_ids, self.aux_ids_convention or "output", num_target_layers)
 
     def aux_layout_or_none(self, num_target_layers: int) -> tuple[str, ...] | None:
-        """`aux_layout`, or None when one of the ids names no boundary of this target read in the config's own
-        convention (ids written in the other one: what an engine captures for them is its own question)."""
-        try:
-            return self.aux_layout(num_target_layers)
-        except LayoutError:
-            return None
+        """The one layout the config's ids name for this target, or None: no ids, ids naming no boundary of it, or
+        two readings the config cannot decide between (the training data does: hidden.identify)."""
+        readings = self.aux_readings(num_target_layers)
+        return next(iter(readings.values())) if len(readings) == 1 else None
+
+    def ids_readings_text(self, num_target_layers: int) -> str:
+        """One sentence naming each reading of the ids and why the convention is open ('' when it is not)."""
+        readings = self.aux_readings(num_target_layers)
+        if len(readings) < 2:
+            return ""
+        return (f"the config's ids {list(self.aux_layer_ids or ())} ({self.aux_ids_key}) read as "
+                + " or as ".join(f"{c}-of-layer name [{', '.join(lay)}]" for c, lay in readings.items())
+                + f": {self.aux_ids_ambiguity}")
 
     def default_layout(self, num_target_layers: int) -> tuple[str, ...]:
         """The training tools' default 3-slot capture: inputs of [2, L//2, L-3] (SpecForge's outputs of [1, L//2-1,
@@ -251,7 +303,10 @@ class DraftConfig:
             "dialect": self.dialect, "architecture": self.architecture, "H": self.hidden_size,
             "Ht": self.target_hidden_size, "aux slots": self.num_aux, "fc in": self.fc_in_features,
             "layer ids": list(self.aux_layer_ids) if self.aux_layer_ids is not None else None,
-            "id convention": self.aux_ids_convention, "ids read from": self.aux_ids_key,
+            "id convention": self.aux_ids_convention + " (open: see the readings)" if self.aux_ids_ambiguity
+            else self.aux_ids_convention, "ids read from": self.aux_ids_key,
+            "fed": "aux states through fc" if self.use_aux_hidden_state else
+                   "the target's final hidden state, no fc (use_aux_hidden_state false)",
             "V (target)": self.vocab_size, "Vd (draft)": self.draft_vocab_size,
             "heads / kv heads / head_dim": f"{self.num_attention_heads} / {self.num_key_value_heads} / {self.head_dim}",
             "intermediate": self.intermediate_size, "rope_theta": self.rope_theta,
@@ -326,4 +381,7 @@ def config_to_dict(cfg: DraftConfig, dialect: str = "specforge") -> dict[str, An
         llama.update(model_type="deepseek_v3", **cfg.mla.as_dict())
     if row is None or row.write is None:
         raise ConfigError("config_to_dict", "unknown dialect", expected=WRITERS, found=dialect)
-    return row.write(cfg, row.architecture(cfg), llama, flags, ids)
+    out = row.write(cfg, row.architecture(cfg), llama, flags, ids)
+    if not cfg.use_aux_hidden_state:         # where ModelOpt writes it and vLLM / SGLang read it
+        out["eagle_config"] = {**(out.get("eagle_config") or {}), "use_aux_hidden_state": False}
+    return out

@@ -13,7 +13,8 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from ..errors import ConfigError, UnsupportedDraftError
-from .dialects import CONFIG_DIALECTS, MLA_ARCHITECTURE, MLA_ARCHITECTURES, value_at
+from .dialects import (CONFIG_DIALECTS, FLAG_DEFAULTS, FLAG_PLACES, MLA_ARCHITECTURE, MLA_ARCHITECTURES,
+                       NESTED_IDS_OPEN, value_at)
 from .mla_vllm import ARCHITECTURES as VLLM_MLA_ARCHITECTURES, VLLM_ONLY_ARCHITECTURES
 
 MLA_SIZES = ("kv_lora_rank", "qk_rope_head_dim", "qk_nope_head_dim", "v_head_dim")
@@ -68,12 +69,21 @@ class MlaConfig:
 LAYER_TYPES = {"llama": "llama", "qwen3": "qwen3"}
 
 
-def read_layer_type(raw: Mapping[str, Any], body: Mapping[str, Any], warnings: list[str], source: str) -> str:
-    """"llama" or "qwen3" from the layers' model_type (speculators: transformer_layer_config.model_type)."""
+# model_types that name a multi-latent-attention decoder family: an MLA draft built as MLA is modelled whatever of
+# these it says (SGLang kimi_k25_eagle3.py, vLLM deepseek_eagle3.py; TorchSpec, ModelOpt and TensorRT-LLM write them)
+MLA_MODEL_TYPES = ("kimi_k2", "deepseek_v3", "deepseek_v2")
+
+
+def read_layer_type(raw: Mapping[str, Any], body: Mapping[str, Any], warnings: list[str], source: str,
+                    mla: bool = False) -> str:
+    """"llama" or "qwen3" from the layers' model_type (speculators: transformer_layer_config.model_type); an MLA
+    draft's DeepSeek-family model_type names the attention it is built with (its MLP and norms are Llama's)."""
     mt = body.get("model_type") or raw.get("model_type") or "llama"
     if not isinstance(mt, str):
         raise ConfigError(f"{source}, key 'model_type'", "wrong type", expected="a string such as 'llama'",
                           found=repr(mt))
+    if mla and mt in MLA_MODEL_TYPES:
+        return "llama"
     if mt not in LAYER_TYPES:
         warnings.append(f"model_type {mt!r} is not modelled: the decoder layers run as Llama layers "
                         f"(modelled: {sorted(LAYER_TYPES)})")
@@ -88,6 +98,21 @@ def read_flag(body: Mapping[str, Any], raw: Mapping[str, Any], key: str, source:
     if not isinstance(value, bool):
         raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="true or false", found=repr(value))
     return value
+
+
+def read_flag_at(raw: Mapping[str, Any], name: str, warnings: list[str],
+                 source: str = "<dict>") -> tuple[bool, str | None]:
+    """(value, key it was read at) of a flag from wherever its writers put it (`dialects.FLAG_PLACES`, first place
+    first); (the default, None) when no place holds it. Two places that disagree are warned."""
+    found = [(key, value_at(raw, key)) for key in FLAG_PLACES[name]]
+    found = [(key, v) for key, v in found if v is not None]
+    for key, v in found:
+        if not isinstance(v, bool):
+            raise ConfigError(f"{source}, key '{key}'", "wrong type", expected="true or false", found=repr(v))
+    if len({v for _, v in found}) > 1:
+        warnings.append(f"{name} differs between " + " and ".join(f"{k} ({str(v).lower()})" for k, v in found)
+                        + f": read from {found[0][0]}")
+    return (found[0][1], found[0][0]) if found else (FLAG_DEFAULTS[name], None)
 
 
 # Block drafters predict a block of tokens in parallel from the target's states: another algorithm, whose configs
@@ -188,6 +213,23 @@ def read_layer_ids(raw: Mapping[str, Any], dialect: str, warnings: list[str], so
     for key, convention in (*own, *places):
         if found[key] is not None:
             return tuple(found[key]), convention, key
+    return read_no_ids(dialect, warnings)
+
+
+def ids_open(raw: Mapping[str, Any], dialect: str, ids: tuple | None, key: str | None) -> str:
+    """Why the writer may have written `ids` (read at `key`) in the other convention, '' when it cannot have: the
+    dialect's own rule for ids in its own place, and the rules for nested ids of any dialect."""
+    if not ids or key is None:
+        return ""
+    row = CONFIG_DIALECTS[dialect]
+    rules = ((row.ids_open,) if row.ids_open and key == row.ids_key else ()) + \
+        (NESTED_IDS_OPEN if key == CONFIG_DIALECTS["specforge"].ids_key else ())
+    return "; ".join(w for w in (rule(raw, tuple(ids)) for rule in rules) if w)
+
+
+def read_no_ids(dialect: str, warnings: list[str]):
+    """(None, convention, None) of a config without ids, with the dialect's sentence (or the generic one) warned."""
+    row = CONFIG_DIALECTS[dialect]
     if row.no_ids:
         warnings.append(row.no_ids)
         return None, row.ids_convention, None

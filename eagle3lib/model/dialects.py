@@ -46,6 +46,8 @@ class Dialect:
     mla_warnings: Callable[[Mapping, Mapping, float, int], list[str]] | None = None   # its engine on an MLA config
     norm_before_residual_default: Callable[[bool], bool] | None = None   # its engine's value when absent, by P-EAGLE
     #                                                                      (None: false, as read here)
+    ids_open: Callable[[Mapping[str, Any], tuple], str] | None = None   # (raw, ids at ids_key) -> why this writer
+    #                                                   may have written them in the other convention ('' : it cannot)
 
     def architecture(self, cfg) -> str:
         """The class name this dialect writes for `cfg` (a DraftConfig)."""
@@ -73,6 +75,31 @@ def value_at(raw: Mapping[str, Any], key: str):
     for name in objects:
         where = where.get(name) if isinstance(where.get(name), Mapping) else {}
     return where.get(last)
+
+
+# Where the writers put each flag, first place first (one table: `config_fields.read_flag_at` reads it; a flag set
+# in two places that disagree is warned, the first place wins), and its value when no place holds it.
+def _everywhere(*names: str) -> tuple[str, ...]:
+    """A flag's places: the top level under each of `names`, then each object a writer nests flags in."""
+    nests = ("eagle_config", "transformer_layer_config", "speculators_config")
+    return (*names, *(f"{n}.{name}" for n in nests for name in names))
+
+
+FLAG_PLACES: dict[str, tuple[str, ...]] = {
+    # ModelOpt / SGLang / vLLM read it in eagle_config (vllm llama_eagle3.py:179-183; sglang PR#14920); TensorRT-LLM's
+    # tests and NVIDIA's exports write it there; false: the draft is fed the target's final state, no fc
+    "use_aux_hidden_state": ("eagle_config.use_aux_hidden_state", "use_aux_hidden_state"),
+    # speculators / SpecForge / vLLM write these at the top level (speculators PR#337, #610; SpecForge
+    # qwen3-30B-A3B-eagle3.1.json); NVIDIA's gpt-oss exports nest norm_before_fc in eagle_config (vllm PR#42143,
+    # which reads it there first); SGLang's legacy name for fc_norm is use_aux_norm; a writer that keeps them with
+    # the layer fields (transformer_layer_config) or the algorithm's (speculators_config) is read there too
+    "norm_before_fc": _everywhere("norm_before_fc"),
+    "fc_norm": _everywhere("fc_norm", "use_aux_norm"),
+    "norm_output": _everywhere("norm_output"),
+    "norm_before_residual": _everywhere("norm_before_residual"),
+}
+FLAG_DEFAULTS: dict[str, bool] = {"use_aux_hidden_state": True, "norm_before_fc": False, "fc_norm": False,
+                                  "norm_output": False, "norm_before_residual": False}
 
 
 def eagle3_head(cfg, arch: str, llama: dict) -> dict:
@@ -142,6 +169,33 @@ def is_speculators(raw: Mapping[str, Any]) -> bool:
             or first_architecture(raw) == "Eagle3Speculator")
 
 
+def specforge_ids_open(raw: Mapping[str, Any], ids: tuple) -> str:
+    """SpecForge's SGLang backend hands its ids to SGLang's capture, which reads a list whose first id is not 1 as
+    input-of-layer ids since sglang PR #25454; its HF backend hooks the layer outputs."""
+    return ("SpecForge's HF backend captures the output of layer id (model_providers.py "
+            "resolve_eagle_capture_layers), its SGLang backend hands the ids to SGLang's set_eagle3_layers_to_capture,"
+            " which reads a list whose first id is not 1 as inputs of layers (sglang PR #25454)") \
+        if ids and ids[0] != 1 else ""
+
+
+def modelopt_ids_open(raw: Mapping[str, Any], ids: tuple) -> str:
+    """ModelOpt's own collectors write both conventions."""
+    return ("ModelOpt's HF collector stores layer outputs (collect_hidden_states/compute_hidden_states_hf.py: "
+            "hidden_states[lid + 1]), its vLLM collector layer inputs (compute_hidden_states_vllm.py, vLLM's "
+            "convention); its online trainer hooks the layer output (plugins/hf_eagle.py)") if ids else ""
+
+
+def torchspec_ids_open(raw: Mapping[str, Any], ids: tuple) -> str:
+    """TorchSpec's vLLM export adds 1 to a kimi_k2 draft's nested ids (any dialect that nests them)."""
+    return ("TorchSpec's vLLM export (tools/convert_to_hf.py --vllm) adds 1 to a kimi_k2 draft's "
+            "eagle_config ids ('vLLM uses 1-indexed layer IDs for kimi_k2'): output-of-layer ids become input-of-layer "
+            "ones in the same place") if ids and raw.get("model_type") == "kimi_k2" else ""
+
+
+# Rules that leave nested (output-of-layer) ids open whatever the dialect: read with each row's own ids_open.
+NESTED_IDS_OPEN = (torchspec_ids_open,)
+
+
 # Most general first: detect_dialect names the LAST row whose detect holds (eagle, the first, always does), so a
 # new dialect appended here is tried before the ones it refines.
 CONFIG_DIALECTS: dict[str, Dialect] = {d.name: d for d in (
@@ -152,13 +206,15 @@ CONFIG_DIALECTS: dict[str, Dialect] = {d.name: d for d in (
             no_rope_theta="no rope_theta: EAGLE's training code uses 10000 whatever the target's theta; keep it"),
     Dialect("specforge", "SpecForge / SGLang", is_specforge,
             "eagle_config.eagle_aux_hidden_state_layer_ids", "output", ("LlamaForCausalLMEagle3",), write_specforge,
-            parallel_architectures=("PEagleDraftModel",), mla_architectures=(MLA_ARCHITECTURE,)),
+            parallel_architectures=("PEagleDraftModel",), mla_architectures=(MLA_ARCHITECTURE,),
+            ids_open=specforge_ids_open),
     Dialect("vllm", "vLLM", is_vllm, "eagle_aux_hidden_state_layer_ids", "input", ("LlamaForCausalLMEagle3",),
             write_vllm, mla_architectures=MLA_ARCHITECTURES,
             mla_warnings=vllm_mla_warnings),           # what vLLM's deepseek_eagle3.py reads differently
     Dialect("modelopt", "NVIDIA ModelOpt exports", is_modelopt,
             "eagle_config.eagle_aux_hidden_state_layer_ids", "output", ("LlamaForCausalLMEagle3",), None,
-            keys=("eagle_architecture_config",)),
+            keys=("eagle_architecture_config", "num_eagle_features"),    # TensorRT-LLM's: 1 for a final-state draft
+            ids_open=modelopt_ids_open),
     Dialect("speculators", "vLLM speculators", is_speculators, "eagle_aux_hidden_state_layer_ids", "input",
             ("Eagle3Speculator",), write_speculators, parallel_architectures=("PEagleDraftModel",),
             body_key="transformer_layer_config",       # speculators keeps the Llama fields nested

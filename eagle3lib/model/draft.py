@@ -86,6 +86,20 @@ def top1(logits: Tensor) -> Tensor:
     return b * blk + inner.max(-1).indices
 
 
+class FedAsIs(nn.Module):
+    """The fc a draft fed the target's final state does not have (use_aux_hidden_state false: vLLM llama_eagle3.py
+    builds none, TensorRT-LLM applies fc only to a wider input): the state passes as it is. `weight` is an empty,
+    non-persistent buffer that follows the module's dtype and device (nothing is loaded into it or saved)."""
+
+    def __init__(self, width: int):
+        super().__init__()
+        self.in_features = self.out_features = width
+        self.register_buffer("weight", torch.empty(0), persistent=False)
+
+    def forward(self, x: Tensor) -> Tensor:
+        return x
+
+
 class Eagle3Draft(nn.Module):
     """EAGLE-3 draft: fc over k aux slots, the EAGLE-3 layer (`midlayer`) and any later plain layers (`layers.N`,
     N >= 1), norm, lm_head over the draft vocab, d2t/t2d.
@@ -98,11 +112,11 @@ class Eagle3Draft(nn.Module):
         self.cfg = cfg
         H, k, Ht = cfg.hidden_size, cfg.num_aux, cfg.target_hidden_size
         self.embed_tokens = nn.Embedding(cfg.vocab_size, H)
-        if cfg.norm_before_fc:
+        if cfg.norm_before_fc and cfg.use_aux_hidden_state:     # the fc's norms go with the fc
             self.input_norm = RMSNorm(k * Ht, cfg.rms_norm_eps)
-        if cfg.fc_norm:
+        if cfg.fc_norm and cfg.use_aux_hidden_state:
             self.fc_norm = nn.ModuleList(RMSNorm(Ht, cfg.rms_norm_eps) for _ in range(k))
-        self.fc = nn.Linear(k * Ht, H, bias=cfg.bias)
+        self.fc = nn.Linear(k * Ht, H, bias=cfg.bias or cfg.fc_bias) if cfg.use_aux_hidden_state else FedAsIs(H)
         self.midlayer = DraftLayer(cfg)
         self.layers = nn.ModuleDict({str(i): DecoderLayer(cfg) for i in range(1, cfg.num_hidden_layers)})
         self.norm = RMSNorm(H, cfg.rms_norm_eps)
@@ -124,6 +138,8 @@ class Eagle3Draft(nn.Module):
             raise ValueError(f"aux hidden states are {aux.shape[-1]} wide but fc expects {self.fc.in_features} "
                              f"= {self.cfg.num_aux} slots x {self.cfg.target_hidden_size}: the capture has "
                              f"{aux.shape[-1] / self.cfg.target_hidden_size:g} slots")
+        if not self.cfg.use_aux_hidden_state:                                # the final state, as it is
+            return aux
         if self.cfg.fc_norm:
             slots = aux.unflatten(-1, (self.cfg.num_aux, -1))                # (B, T, k*Ht) -> (B, T, k, Ht)
             aux = torch.cat([n(slots[..., i, :]) for i, n in enumerate(self.fc_norm)], dim=-1)

@@ -72,7 +72,12 @@ def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_
     """`apply_layout` for a layout already parsed (`requested_layout`, once per replay)."""
     where = f"sample '{sample.id}' ({sample.source})"
     have = sample.layout or (tuple(sample_layout) if sample_layout is not None else None)
-    if have is None or len(have) != sample.num_slots:
+    # the target's final state the sample stores apart (SpecForge hidden_state, ModelOpt hidden_states): what a
+    # draft fed the final state (use_aux_hidden_state false) takes, whatever the aux slots hold
+    final = {sample.final_boundary: sample.final_hidden} if sample.final_hidden is not None else {}
+    if (have is None or len(have) != sample.num_slots) and all(n in final or n == ZERO for n in want):
+        have = ()
+    if have != () and (have is None or len(have) != sample.num_slots):
         raise LayoutError(where, "cannot tell which boundary each aux slot holds",
                           expected=f"a layout of {sample.num_slots} names (declared, in the data or the draft "
                           "config)", found=have, cause="data without layout metadata and no layout declared")
@@ -82,13 +87,15 @@ def pick_slots(sample: Sample, want: tuple[str, ...], num_slots: int, *, sample_
                           found=f"{len(want)} {want}", cause="a serving layout with fewer slots needs fill='zeros'"
                           " to emulate what the server feeds")
     want += [ZERO] * (num_slots - len(want))
-    missing = [n for n in want if n != ZERO and n not in have]
+    missing = [n for n in want if n != ZERO and n not in have and n not in final]
     captured = recapture.states(sample, missing) if (missing and recapture is not None) else {}
     T, _, Ht = sample.aux.shape
     slots, effective = [], []
     for n in want:
         if n in have:
             slots.append(sample.aux[:, have.index(n)])
+        elif n in final:
+            slots.append(final[n].to(sample.aux.dtype))
         elif n in captured:
             slots.append(captured[n].to(sample.aux.dtype))
         elif n == ZERO or fill == "zeros":

@@ -56,6 +56,10 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
         except LayoutError as e:      # the config's ids are only a claim; the data's slots are identified apart
             notes.append(f"the draft config's layer ids are no layout of this target ({e}): the training layout is "
                          "the data's")
+        if loaded.cfg.ids_readings_text(L):      # a convention the writer leaves open: the data decides
+            lay = None
+            notes.append(loaded.cfg.ids_readings_text(L) + ": the training layout is the data's (its slots as "
+                         "stored, or identified against the target)")
         tok = load_tokenizer(target_path)
         try:
             lm_head = load_target_tensor(target_path, "lm_head").to(device=device, dtype=dt)

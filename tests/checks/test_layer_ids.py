@@ -83,14 +83,20 @@ def test_output_of_ids_with_the_embedding_slot_read_as_input_of_are_one_root_cau
 
 
 def test_nested_ids_written_for_vllm_are_no_fault_where_vllm_serves_them(tmp_path):
-    """eagle_config ids [2, 4, 6] (input-of-layer, for vLLM): read in the convention their place implies (SpecForge's
-    output-of) they name layers one deeper than trained, but vLLM's V1 runner reads them as input-of and captures the
-    trained layout: nothing confirmed there. With no engine named the config-vs-data mismatch stands."""
+    """eagle_config ids [2, 4, 6] (input-of-layer, for vLLM): SpecForge's place, but a first id other than 1 leaves the
+    convention open (its SGLang backend reads such ids as inputs since sglang PR #25454, its HF backend as outputs).
+    vLLM's V1 runner reads them as input-of and captures the trained layout: nothing confirmed there; with no engine
+    the data decides between the readings (the input one is what it holds), and without data both are suspected."""
     raw = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [2, 4, 6], "use_aux_hidden_state": True})
     art = _art(tmp_path, raw)
     f = check_layer_ids(art, engine="vllm", engine_runner="v1")
     assert statuses(f, "layer_id_off_by_one") == {"ruled out"}, [x for x in f if x.cause == "layer_id_off_by_one"]
-    assert "confirmed" in statuses(check_layer_ids(art), "layer_id_off_by_one")
+    assert statuses(check_layer_ids(art), "layer_id_off_by_one") == {"ruled out"}
+    (tmp_path / "alone").mkdir()
+    alone = check_layer_ids(read_artifacts(draft=write_draft(tmp_path / "alone", raw),
+                                           target=write_target(tmp_path / "alone")))
+    open_f = next(x for x in alone if x.cause == "layer_id_off_by_one")
+    assert open_f.status == "suspected" and set(open_f.evidence["readings"]) == {"output", "input"}
 
 
 def test_post_norm_final_slot_and_fc_width(tmp_path):

@@ -47,17 +47,28 @@ def specforge_dir(tmp_path, items):
 
 
 def test_identified_layout_wins_over_a_config_in_another_convention(tmp_path):
-    """vLLM input-of-layer ids [0, 1, 2] written into eagle_config read as output-of-layer ids would name
-    [layer_in.1, layer_in.2, final_prenorm]; the recapture says what the shard holds."""
+    """vLLM input-of-layer ids [0, 1, 2] written into eagle_config: SpecForge's place, whose first id other than 1
+    leaves the convention open (sglang PR #25454). Read as output-of-layer they name [layer_in.1, layer_in.2,
+    final_prenorm], as input-of-layer [embed, layer_in.1, layer_in.2]: the config claims neither, the recapture says
+    what the shard holds and which reading that is."""
     model = tiny_target("llama")
     ds = specforge_dir(tmp_path, samples(model))
     cfg = draft_cfg([0, 1, 2], nested=True)
-    assert cfg.aux_layout(L) == ("layer_in.1", "layer_in.2", "final_prenorm")
+    assert cfg.aux_readings(L) == {"output": ("layer_in.1", "layer_in.2", "final_prenorm"), "input": TRAINED}
     tl = trained_layout(ds, cfg, L, model=model)
     assert tl.source == "identified" and tl.measured
-    assert tl.layout == TRAINED
-    assert tl.config == ("layer_in.1", "layer_in.2", "final_prenorm") and tl.claims_disagree
-    assert "not what the shard holds" in tl.detail
+    assert tl.layout == TRAINED and tl.config is None and set(tl.readings) == {"output", "input"}
+    assert "read as input-of-layer name it" in tl.detail
+    claim = trained_layout(ds, cfg, L)                       # no model: both readings named, none taken
+    assert claim.layout is None and claim.source == "none" and "two readings" in claim.detail
+
+
+def test_a_reading_the_target_lacks_leaves_the_other(tmp_path):
+    """Open ids [1, 2, 3] of a 3-layer target: output-of-layer 3 is no boundary, so the input reading is the one."""
+    cfg = draft_cfg([1, 2, 3], nested=True)
+    cfg = DraftConfig.from_dict({**cfg.raw, "eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 3, 3]}})
+    assert cfg.aux_readings(L) == {"input": ("layer_in.2", "final_prenorm", "final_prenorm")}
+    assert cfg.aux_layout_or_none(L) == ("layer_in.2", "final_prenorm", "final_prenorm")
 
 
 def test_without_a_model_the_answer_is_a_claim(tmp_path):

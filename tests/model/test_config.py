@@ -291,3 +291,50 @@ def test_peagle_config_round_trips_through_every_dialect(dialect):
     assert (back.parallel_drafting, back.mask_token_id, back.aux_layout(61)) == (True, 128002, c.aux_layout(61))
     if dialect == "speculators":
         assert back.parallel_depths == 8
+
+
+def _flag_cases():
+    """(dialect's base config, flag, place, value) for every place of every flag a config of that dialect can have:
+    transformer_layer_config / speculators_config only in a speculators config (their presence makes it one)."""
+    from eagle3lib.model.dialects import FLAG_DEFAULTS, FLAG_PLACES
+    bases = {"specforge": SPECFORGE, "vllm": VLLM, "speculators": SPECULATORS, "modelopt": MODELOPT}
+    return [pytest.param(base, flag, key, not FLAG_DEFAULTS[flag], id=f"{name}-{key}")
+            for name, base in bases.items() for flag, keys in FLAG_PLACES.items() for key in keys
+            if name == "speculators" or key.split(".")[0] not in ("transformer_layer_config", "speculators_config")]
+
+
+def _set(raw: dict, key: str, value) -> None:
+    where, name = key.split(".") if "." in key else (None, key)
+    (raw.setdefault(where, {}) if where else raw)[name] = value
+
+
+@pytest.mark.parametrize("base,flag,key,value", _flag_cases())
+def test_every_flag_is_read_where_its_writers_put_it(base, flag, key, value):
+    """A flag set against its default at any place a writer puts it (the top level, eagle_config,
+    transformer_layer_config, speculators_config: dialects.FLAG_PLACES) reads the same in every dialect that has
+    that place; a flag two places set differently is warned and read from its first place."""
+    from eagle3lib.model.dialects import FLAG_PLACES, value_at
+    raw = json.loads(json.dumps(base))
+    for k in FLAG_PLACES[flag]:                          # the flag nowhere but where this case puts it
+        where, name = k.split(".") if "." in k else (None, k)
+        if value_at(raw, k) is not None:
+            del (raw[where] if where else raw)[name]
+    _set(raw, key, value)
+    cfg = DraftConfig.from_dict(raw)
+    assert getattr(cfg, flag) is value
+    other = next(k for k in FLAG_PLACES[flag] if k != key and ("." not in k or k.split(".")[0] in raw
+                                                               or k.startswith("eagle_config.")))
+    _set(raw, other, not value)
+    both = DraftConfig.from_dict(raw)
+    first = min(FLAG_PLACES[flag].index(key), FLAG_PLACES[flag].index(other))
+    assert getattr(both, flag) is (value if FLAG_PLACES[flag][first] == key else not value)
+    assert any(flag in x and "differs" in x for x in both.warnings)
+
+
+def test_the_nested_norm_before_fc_of_nvidia_gpt_oss_drafts_builds_input_norm():
+    """vllm PR#42143: NVIDIA's gpt-oss drafts keep norm_before_fc in eagle_config; the draft gets its input_norm."""
+    from eagle3lib.model.checkpoint import expected_tensors
+    raw = json.loads(json.dumps(MODELOPT))
+    raw["eagle_config"]["norm_before_fc"] = True
+    cfg = DraftConfig.from_dict(raw)
+    assert cfg.norm_before_fc and "input_norm.weight" in expected_tensors(cfg)
