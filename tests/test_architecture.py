@@ -239,6 +239,15 @@ SHARED_NAMES = {
         "eagle3lib.vllm_driver.dump", "eagle3lib.sglang_driver.dump"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {
         "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
+    # each engine's served demo world answers the same questions (demo.vllm_world, demo.sglang_world)
+    "ensure": ("an engine's demo world: one deployment served (or the shipped one reused)", {
+        "eagle3lib.demo.vllm_world", "eagle3lib.demo.sglang_world"}),
+    "root": ("an engine's demo world: where its deployments live", {
+        "eagle3lib.demo.vllm_world", "eagle3lib.demo.sglang_world"}),
+    "diagnose_args": ("a served demo deployment: what `eagle3lib diagnose` is given for it", {
+        "eagle3lib.demo.vllm_world.Served", "eagle3lib.demo.sglang_world.SglangServed"}),
+    "launch_command": ("a served demo deployment: its launch as typed", {
+        "eagle3lib.demo.vllm_world.Served", "eagle3lib.demo.sglang_world.SglangServed"}),
     "unavailable_reason": ("an engine's driver: why that engine cannot run here", {
         "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
     "parser": ("a command line's argparse parser", {

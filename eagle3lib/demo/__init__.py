@@ -12,7 +12,10 @@
                  perturbed, alone and in pairs (tests/demo/test_faults.py checks the diagnosis of each).
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
                  (``data/demo_vllm_mla/<name>/`` for the mla world).
-- `portable`     shipped files hold no machine path: the repo root made relative, $HOME made ``~``.
+- `sglang_world` the seed's story served by the real SGLang (`sglang_driver`) and dumped by its hook, once, under
+                 ``data/demo_sglang/<name>/``: ``seed`` (the ndt rewrite, no embedding slot) and ``healthy``.
+- `portable`     shipped files hold no machine path: the repo root made relative, $HOME made ``~``; a served
+                 deployment's record written relative to its folder (and read back), its draft's stamp.
 - `sweep`        the demo world loaded for serving; the demo engine swept over num_steps into `RunRecord`s.
 `python -m eagle3lib.demo [--force] [--from-scratch]` builds it and prints the timing table.
 The planted-bug suite's cases (a user's folder with one defect planted in a copy of this world) are test code:

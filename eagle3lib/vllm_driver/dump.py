@@ -251,6 +251,7 @@ def compare_calls(requests: Sequence[RequestCalls], model, max_len: int = 512) -
     """Recompute every recorded call with `model` (an eagle3lib `Eagle3Draft`, eval mode) and the whole generation
     with its chain replay; see the module docstring."""
     per: dict[str, dict] = {}
+    dtype = next(model.parameters()).dtype      # the engine's rows go in at the model's dtype (bf16 on an AMX route)
     drafts = same = 0
     served, walked, every = [], [], []
     same_pos = True
@@ -259,15 +260,15 @@ def compare_calls(requests: Sequence[RequestCalls], model, max_len: int = 512) -
         steps: dict[int, list[DraftCall]] = {}
         with torch.no_grad():
             for c in req.calls:                    # the engine's order: its KV cache and ours see the same writes
-                lg, _ = model.step(c.hidden_in[None], c.input_ids[None], c.positions[None], cache)
+                lg, _ = model.step(c.hidden_in[None].to(dtype), c.input_ids[None], c.positions[None], cache)
                 d = per.setdefault(c.kind, {"calls": 0, "rows": 0, "max_abs_diff": 0.0})
                 d["calls"] += 1
                 d["rows"] += int(c.positions.numel())
-                d["max_abs_diff"] = max(d["max_abs_diff"], (lg[0] - c.logits).abs().max().item())
+                d["max_abs_diff"] = max(d["max_abs_diff"], (lg[0].float() - c.logits.float()).abs().max().item())
                 steps.setdefault(c.propose, []).append(c)
             seq = req.token_ids
             K = max(len(v) for v in steps.values())
-            ids = model.ttt_forward(req.aux()[None], seq[None], num_steps=K, feed="draft", return_logits=False)
+            ids = model.ttt_forward(req.aux()[None].to(dtype), seq[None], num_steps=K, feed="draft", return_logits=False)
         chain = [model.to_target_ids(x[0].clamp(min=0)) for x in ids]             # K x (L,) target ids
         acc = _accepted(chain, seq)
         T = int(req.prompt_ids.numel())
