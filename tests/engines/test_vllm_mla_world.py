@@ -139,11 +139,19 @@ def test_the_healthy_mla_deployment_drafts_where_its_walk_goes(healthy_calls):
     chain replay of the served answers at every draft, at the positions engine_walk gives; the served τ is the
     replay's mean over those positions, which is below its mean over every position (engines/facts.py). The
     committed 32-prompt measurement (data/demo_vllm_mla/healthy/draft_calls.json) says the same at the served
-    /metrics τ's scale."""
+    /metrics τ's scale.
+    On an AMX host the route is bfloat16 (engines.host): both sides round, so a near-tie may draft another token
+    (measured on a Xeon with AMX: 79 of 82 drafts the same, |Δlogits| 0.125): the same tokens at >= 90% of the
+    drafts and the served τ within 5% of the walk's there; exactly so in float32."""
     d, c = healthy_calls
     assert c.max_abs_diff() < LOGIT_TOL[d.dtype], (d.dtype, c.per_kind)
-    assert c.drafts > 0 and c.same_tokens == c.drafts and c.same_positions
-    assert c.served_tau == pytest.approx(c.walk_tau) and c.all_positions_tau > c.walk_tau
+    if d.dtype == "float32":
+        assert c.drafts > 0 and c.same_tokens == c.drafts and c.same_positions
+        assert c.served_tau == pytest.approx(c.walk_tau)
+    else:
+        assert c.drafts > 0 and c.same_tokens >= 0.9 * c.drafts, (c.same_tokens, c.drafts)
+        assert abs(c.served_tau - c.walk_tau) <= 0.05 * c.served_tau, (c.served_tau, c.walk_tau)
+    assert c.all_positions_tau > c.walk_tau
     got = json.loads((COMMITTED / "healthy" / "draft_calls.json").read_text())
     ev = got["compared"]
     assert ev["same_tokens"] == ev["drafts"] == got["served_metrics"]["num_drafts"] and ev["same_positions"]
