@@ -79,7 +79,7 @@ def layout_candidates(served, num_slots: int, num_layers: int, *, training_layou
     if "embed" not in served:
         full = ("embed",) + (served if len(served) < num_slots else served[1:])
         cands.append(Candidate("add embedding slot", "the server does not capture the embedding output (missing "
-                               "embedding slot, the seed's bug)", full))
+                               "embedding slot)", full))
     for base, tag in [(served, "")] + ([(full, " + embedding")] if full != served else []):
         for d in (-1, 1):
             s = _shift(base, d, num_layers)

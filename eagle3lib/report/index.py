@@ -142,7 +142,7 @@ def not_given_of(rows: list[dict]) -> list[str]:
     if rows:
         ran = {str(r.get("notebook", ""))[:2] for r in rows if r.get("status") == "ok"}
         out += [f"notebook {nb} ({what})" for nb, (_, what) in problems.CORE.items() if nb not in ran and not any(
-            str(r.get("notebook", "")).startswith(nb) for r in rows if r.get("problems"))]
+            str(r.get("notebook", "")).startswith(nb) for r in rows if r.get("problems") or r.get("not_given"))]
     return list(dict.fromkeys(out))
 
 

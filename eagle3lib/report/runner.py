@@ -291,14 +291,21 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
         declared_any |= set(declared)
         params, warns = params_for(src.stem, declared, common, sections.get(src.stem, {}))
         bad = problems.refused(src.stem, params, cwd or src.resolve().parent.parent)
+        missing = problems.needs_missing(src.stem, params)
+        now = dt.datetime.now().isoformat(timespec="seconds")
         if bad:   # a given parameter that cannot be read: the notebook is not run on it
             r = NotebookResult(src.stem, str(src), "skipped", 0.0, "not run: a given parameter could not be read: "
-                               + "; ".join(map(str, bad)), {}, None, None, None, tuple(warns),
-                               dt.datetime.now().isoformat(timespec="seconds"), problems=bad)
+                               + "; ".join(map(str, bad)), {}, None, None, None, tuple(warns), now, problems=bad)
+        elif missing:   # a user's draft without what the notebook needs: not given, never the demo's
+            why = f"not run: not given: {', '.join(missing)}"
+            found = {"headline": why, findings_mod.FINDINGS_KEY: [f.to_dict() for f in problems.not_run_findings(
+                src.stem)]}
+            r = NotebookResult(src.stem, str(src), "skipped", 0.0, why, found, None, None, None, tuple(warns), now)
         else:
             r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
             r = dataclasses.replace(r, problems=problems.of_failure(src.stem, r.status, r.error, params))
-        r = dataclasses.replace(r, not_given=problems.not_given(src.stem, declared, params))
+        r = dataclasses.replace(r, not_given=tuple(dict.fromkeys(problems.not_given(src.stem, declared, params) + tuple(
+            f"{k} ({src.stem})" for k in missing))))
         results.append(r)
         where = r.html or "no report written"
         print(f"[{i}/{len(sources)}] {src.stem}: {r.status} in {r.seconds:.1f} s -> {out_dir / where}", flush=True)
@@ -346,9 +353,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     bad = [r.notebook for r in results if r.status != "ok" and (r.status != "skipped" or r.problems)]
+    idle = [f"{r.notebook} ({r.error})" for r in results if r.status == "skipped" and not r.problems]
     unread = problems.merged(p for r in results for p in r.problems if not p.failure)
-    print(f"{len(results) - len(bad)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
-          f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else ""), flush=True)
+    print(f"{len(results) - len(bad) - len(idle)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
+          f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else "")
+          + (f"; {', '.join(idle)}" if idle else ""), flush=True)
     for p in unread:
         print(f"unreadable input: {p}", flush=True)
     return problems.exit_code(results)
