@@ -1,7 +1,9 @@
 """The report index: ``reports/index.json`` (data) and ``reports/index.html`` (one table row per notebook).
 
-Rows are the report runner's per-notebook results (status, time, error, findings, links). Rows of notebooks
-not run this time are carried over from the previous index.json, so ``--only 02`` keeps the others' rows.
+Rows are the report runner's per-notebook results (status, time, error, findings, links), each with the id of
+the run that made it (``run_id``). Rows of notebooks not run this time are carried over from the previous
+index.json, so ``--only 02`` keeps the others' rows: they are listed as stale (``earlier_run``, their own run id),
+and never combined into this run's diagnosis (`this_run`).
 Each row shows the notebook's index figure (the PNG, or table, of its cell tagged ``index-figure``, inline) and links
 each finding to the section of the notebook's report that holds its evidence; the page loads nothing.
 The page opens with the diagnosis: the problems first (a given parameter that could not be read, a notebook
@@ -52,6 +54,11 @@ def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
     return kept
 
 
+def this_run(rows: list[dict]) -> list[dict]:
+    """The rows this run made: the diagnosis combines only these (the others are stale, from earlier runs)."""
+    return [r for r in rows if not r.get("earlier_run")]
+
+
 _FRAGMENT_SAFE = "?/:@!$&'()*+,;=%"
 
 
@@ -95,7 +102,8 @@ def _figure_html(r: dict, figure: str | None, links: dict[str, str]) -> str:
 def _row_html(r: dict, figure: str | None = None) -> str:
     esc = html.escape
     status = r.get("status", "?")
-    stale = ' <span class="stale">(earlier run)</span>' if r.get("earlier_run") else ""
+    stale = (f' <span class="stale">(earlier run {esc(str(r.get("run_id") or "before run ids"))})</span>'
+             if r.get("earlier_run") else "")
     found = dict(r.get("findings") or {})
     headline = found.get("headline")
     causes = found.get(FINDINGS_KEY)
@@ -216,22 +224,31 @@ def index_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[st
     """The index page: run conditions, the diagnosis, then one row per notebook; `figures` maps a notebook to
     its figure as inline HTML (`figure_of`)."""
     figures = figures or {}
-    d, bad = diagnosis if diagnosis is not None else diagnosis_of(rows)
-    n_ok = sum(r.get("status") == "ok" for r in rows)
+    current, stale = this_run(rows), [r for r in rows if r.get("earlier_run")]
+    d, bad = diagnosis if diagnosis is not None else diagnosis_of(current)
+    n_ok = sum(r.get("status") == "ok" for r in current)
     info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, ""))
     pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in rows if r.get("html")}  # where -> its report
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
             f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
-            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad, pages)}<table>"
-            "<tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
+            f"<p>{n_ok}/{len(current)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad, pages)}"
+            + _rows_table(current, figures) + (
+                "<h2 id='stale'>Earlier runs: stale, not in the diagnosis</h2><p class='stale'>These notebooks did "
+                "not run this time; their rows are kept from the run named beside each, and nothing of them is "
+                "combined above. Run them again (without --only) to bring them into the diagnosis.</p>"
+                + _rows_table(stale, figures) if stale else "") + "</body></html>\n")
+
+
+def _rows_table(rows: list[dict], figures: dict[str, str]) -> str:
+    return ("<table><tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
             "<th>error / warnings</th><th>files</th></tr>"
-            + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table></body></html>\n")
+            + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table>")
 
 
 def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
     """Write ``index.json`` and ``index.html`` atomically into `out_dir`."""
     meta = {"generated_at": dt.datetime.now().isoformat(timespec="seconds"), **meta}
-    d, bad = diagnosis_of(rows)
+    d, bad = diagnosis_of(this_run(rows))
     data = {**meta, "problems": [p.to_dict() for p in d.problems], "diagnosis": {**d.to_dict(), "unreadable": bad},
             "notebooks": rows}
     out_dir = Path(out_dir)

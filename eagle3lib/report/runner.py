@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -57,6 +58,12 @@ class NotebookResult:
     evidence: dict = dataclasses.field(default_factory=dict)  # {finding key: {"anchor", "section"}} in `html`
     problems: tuple = ()  # steps.given.Problem: a parameter that could not be read (not run), a stop or a failure
     not_given: tuple[str, ...] = ()  # the parameters a "no fault found" needs that were left empty
+    run_id: str = ""  # the report run that made this row (`new_run_id`); the index combines one run's rows only
+
+
+def new_run_id() -> str:
+    """An id for one report run: when it started and four random hex digits (two runs in one second differ)."""
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 def discover_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
@@ -271,13 +278,15 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
             print(f"warning: {w.message}", flush=True)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    run_id = new_run_id()
+    print(f"report run {run_id} -> {out_dir}", flush=True)
     skip = prepare(common)
     if skip:
         print(f"skipped: {skip}", flush=True)
         now = time.strftime("%Y-%m-%d %H:%M:%S")
-        results = [NotebookResult(s.stem, str(s), "skipped", 0.0, skip, {}, None, None, None, (), now)
+        results = [NotebookResult(s.stem, str(s), "skipped", 0.0, skip, {}, None, None, None, (), now, run_id=run_id)
                    for s in sources]
-        write_index(out_dir, [dataclasses.asdict(r) for r in results], {"params_file": params_file,
+        write_index(out_dir, [dataclasses.asdict(r) for r in results], {"run_id": run_id, "params_file": params_file,
                                                                           "skipped": skip})
         return results
     ensure_kernel()
@@ -304,8 +313,8 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
         else:
             r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
             r = dataclasses.replace(r, problems=problems.of_failure(src.stem, r.status, r.error, params))
-        r = dataclasses.replace(r, not_given=tuple(dict.fromkeys(problems.not_given(src.stem, declared, params) + tuple(
-            f"{k} ({src.stem})" for k in missing))))
+        r = dataclasses.replace(r, run_id=run_id, not_given=tuple(dict.fromkeys(problems.not_given(
+            src.stem, declared, params) + tuple(f"{k} ({src.stem})" for k in missing))))
         results.append(r)
         where = r.html or "no report written"
         print(f"[{i}/{len(sources)}] {src.stem}: {r.status} in {r.seconds:.1f} s -> {out_dir / where}", flush=True)
@@ -315,7 +324,7 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
         print(f"warning: parameter '{k}' in {params_file} is declared by no notebook that ran", flush=True)
     rows = load_rows(out_dir, keep=set(stems) - {r.notebook for r in results})
     rows += [dataclasses.asdict(r) for r in results]
-    meta = {"params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
+    meta = {"run_id": run_id, "params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
             "eagle3lib": __version__}
     try:
         write_index(out_dir, sorted(rows, key=lambda r: r["notebook"]), meta)
@@ -333,7 +342,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-f", "--params", help="YAML parameters file (top-level keys + per-notebook sections)")
     ap.add_argument("--only", help="comma-separated notebook numbers or names, e.g. 02,03")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-cell timeout in s (0: none)")
-    ap.add_argument("--out", default="reports", help="output folder (default: reports)")
+    ap.add_argument("--out", default="reports", help="output folder (default: reports): the notebooks' pages and "
+                    "index.html; notebooks not run this time keep their earlier rows there, listed as stale and "
+                    "never combined into this run's diagnosis")
     ap.add_argument("--notebooks", default="notebooks", help="folder of NN_topic.py sources (default: notebooks)")
     ap.add_argument("--cwd", help="working directory of the notebooks (default: the folder above --notebooks)")
     ap.add_argument("--params-template", action="store_true", help="print a parameters YAML template and exit")

@@ -129,9 +129,9 @@ def test_rows_link_their_reports():
 
 def test_row_without_optional_fields_and_earlier_run_marker():
     page = index_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
-    assert '<tr><td>04_x <span class="stale">(earlier run)</span></td><td class="?">?</td><td>0.0 s</td>' \
+    assert '<tr><td>04_x <span class="stale">(earlier run before run ids)</span></td><td class="?">?</td><td>0.0 s</td>' \
            '<td></td><td></td><td class="err"></td><td></td></tr>' in page
-    assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
+    assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/1 notebooks ok.</p>" in page
 
 
 def test_long_findings_are_kept_whole_and_read_as_text():
@@ -205,3 +205,24 @@ def test_a_missing_or_outside_figure_file_is_left_out(tmp_path):
         "<div class='figtable'><table><tr><td>16 → 2</td></tr></table></div>"     # a table, inline
     assert I.evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
     assert I.evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}
+
+
+def test_one_run_one_diagnosis_earlier_rows_are_stale_never_combined(tmp_path):
+    """Issue 46: a run of notebook 00 alone after a run of 02 that confirmed a cause: the diagnosis combines only
+    this run's row (the earlier confirmation is not in its headline), the earlier row is listed as stale with its
+    own run id, and index.json keeps both rows, each with its run id."""
+    confirmed = {"notebook": "02_b", "status": "ok", "run_id": "r1", "findings": {"headline": "old", "findings": [
+        {"cause": "ndt_override", "status": "confirmed", "summary": "16 -> 2", "evidence": {}, "where": "02_b"}]}}
+    (tmp_path / "index.json").write_text(json.dumps({"run_id": "r1", "notebooks": [confirmed]}))
+    now = {"notebook": "00_a", "status": "ok", "run_id": "r2", "findings": {"headline": "new", "findings": [
+        {"cause": "rope_mismatch", "status": "ruled out", "summary": "same rope", "evidence": {}, "where": "00_a"}]}}
+    rows = [now] + load_rows(tmp_path, keep={"02_b"})
+    write_index(tmp_path, rows, {"run_id": "r2"})
+    data = json.loads((tmp_path / "index.json").read_text())
+    assert [v["cause"] for v in data["diagnosis"]["verdicts"]] == ["rope_mismatch"]
+    assert "confirmed" not in data["diagnosis"]["headline"]
+    assert [(r["notebook"], r["run_id"], r.get("earlier_run", False)) for r in data["notebooks"]] == [
+        ("00_a", "r2", False), ("02_b", "r1", True)]
+    page = (tmp_path / "index.html").read_text()
+    stale = page.index("Earlier runs: stale")
+    assert page.index("00_a") < stale < page.index("02_b") and "(earlier run r1)" in page

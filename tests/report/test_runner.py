@@ -300,7 +300,7 @@ def test_index_keeps_rows_of_notebooks_not_run_and_escapes_html(tmp_path):
     rows = load_rows(tmp_path, keep={"00_a", "01_b"})
     assert [r["notebook"] for r in rows] == ["00_a", "01_b"] and all(r["earlier_run"] for r in rows)
     page = index_html(rows, {"params_file": None})
-    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run)" in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run before run ids)" in page
     (tmp_path / "index.json").write_text("{not json")
     assert load_rows(tmp_path, keep={"00_a"}) == []
 
