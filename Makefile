@@ -31,8 +31,12 @@ $(SGLANG_STAMP): requirements/sglang-cuda.txt tools/bootstrap_sglang.sh
 
 sglang: $(SGLANG_STAMP)
 
+# GNU make exits 2 whatever code a recipe failed with: the recipe names eagle3lib's own code (0 ok, 1 a notebook broke,
+# 2 the run could not start, 3 an input could not be read; docs/cli.md) before make's own line.
 report: $(STAMP)
-	$(VENV)/bin/python -m eagle3lib.report $(if $(PARAMS),-f $(PARAMS),) $(REPORT_ARGS)
+	@$(VENV)/bin/python -m eagle3lib.report $(if $(PARAMS),-f $(PARAMS),) $(REPORT_ARGS); rc=$$?; \
+	if [ $$rc -ne 0 ]; then echo "eagle3lib report exit code $$rc (docs/cli.md, Exit codes); make reports any" \
+	"failure as 2: run .venv/bin/python -m eagle3lib.report for the code itself" >&2; fi; exit $$rc
 
 QUICK := (not slow and not engine) or e2e
 

@@ -41,11 +41,13 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 from IPython.display import display
 
+from eagle3lib.names import adopt_old_names
 from eagle3lib.report import findings
 from eagle3lib.steps import throughput_runs
 from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path) moves to its name now
 select_world(demo_world)
 
 part = throughput_runs.run(Inputs(draft=draft, served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,

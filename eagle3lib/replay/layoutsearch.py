@@ -201,7 +201,8 @@ def search_layouts(setup: ReplaySetup, samples, served, *, target_acc: float, n:
     if restored:
         how = (f", d2t {top['d2t']}" if top["d2t"] != "offsets" else "") + (
             f", token shift {top['align']:+d}" if top["align"] else "")
-        msg = (f"'{name}' restores step-0 accuracy from {base:.3f} to {acc:.3f} (target {target_acc:.3f}, "
+        msg = (f"'{name}' restores step-0 accuracy on the search's {n} samples from {base:.3f} to {acc:.3f} "
+               f"(target {target_acc:.3f}, "
                f"restored when >= {threshold:.3f}): {fixes}; layout [{top['layout']}]{how}{also}")
     elif bool(top["restores"]):
         msg = f"the served layout already reaches {base:.3f} (>= {threshold:.3f}): no rewiring needed"

@@ -154,9 +154,10 @@ def not_given_of(rows: list[dict]) -> list[str]:
     return list(dict.fromkeys(out))
 
 
-def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
-    """The diagnosis of every notebook's cause findings (with the rows' problems and what was not given), and the
-    rows whose findings could not be read (themselves problems: evidence that is lost)."""
+def diagnosis_of(rows: list[dict], extra: tuple[Problem, ...] = ()) -> tuple[Diagnosis, list[str]]:
+    """The diagnosis of every notebook's cause findings (with the rows' problems, `extra` problems of the run
+    itself such as unknown parameter keys, and what was not given), and the rows whose findings could not be read
+    (themselves problems: evidence that is lost)."""
     found, bad = [], []
     for r in rows:
         try:
@@ -164,7 +165,7 @@ def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
         except Eagle3Error as e:
             bad.append(f"{r.get('notebook')}: {e}")
     lost = [Problem(b.split(":", 1)[0], "", "FindingError", b, "", failure=True) for b in bad]
-    return diagnose(found, problems_of(rows) + lost, not_given_of(rows)), bad
+    return diagnose(found, list(extra) + problems_of(rows) + lost, not_given_of(rows)), bad
 
 
 _WHERE = re.compile(r"\[(\d\d)\b([^\[\]]*)\]")   # "[02 training-sample replay / ...]" in a verdict's evidence
@@ -245,10 +246,11 @@ def _rows_table(rows: list[dict], figures: dict[str, str]) -> str:
             + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table>")
 
 
-def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
-    """Write ``index.json`` and ``index.html`` atomically into `out_dir`."""
+def write_index(out_dir: Path, rows: list[dict], meta: dict, problems: tuple[Problem, ...] = ()) -> None:
+    """Write ``index.json`` and ``index.html`` atomically into `out_dir`; `problems`: the run's own (a parameters
+    file's unknown keys), listed first."""
     meta = {"generated_at": dt.datetime.now().isoformat(timespec="seconds"), **meta}
-    d, bad = diagnosis_of(this_run(rows))
+    d, bad = diagnosis_of(this_run(rows), tuple(problems))
     data = {**meta, "problems": [p.to_dict() for p in d.problems], "diagnosis": {**d.to_dict(), "unreadable": bad},
             "notebooks": rows}
     out_dir = Path(out_dir)

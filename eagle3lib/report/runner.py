@@ -30,7 +30,8 @@ from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
 from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
 from .index import load_rows, write_index
-from .params import KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source
+from .params import (KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source,
+                     keys_text, unknown_keys)
 
 DEFAULT_TIMEOUT_S = 1800.0  # per cell; demo cells take seconds, real targets on a GPU box minutes
 NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.py$")
@@ -265,6 +266,14 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
     return fig_name, evidence
 
 
+def _declared(src: Path) -> dict:
+    """A notebook's declared parameters; {} when its source cannot be read (run_notebook reports that failure)."""
+    try:
+        return declared_parameters(read_source(src), f"{src}, parameters cell")
+    except Eagle3Error:
+        return {}
+
+
 def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, timeout: float | None =
             DEFAULT_TIMEOUT_S, cwd: Path | None = None, all_stems: list[str] | None = None) -> list[NotebookResult]:
     """Run `sources` in order (one failure does not stop the others) and write the index; returns the results."""
@@ -280,6 +289,14 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
     run_id = new_run_id()
     print(f"report run {run_id} -> {out_dir}", flush=True)
+    every = {p.stem: _declared(p) for p in discover_notebooks(sources[0].parent)} if sources else {}
+    unknown = unknown_keys(params_file, common, sections, every)
+    if unknown:   # a typo is no input of anyone's: the run stops, the index says which key and what was meant
+        write_index(out_dir, load_rows(out_dir, keep=set(stems)), {"run_id": run_id, "params_file": params_file,
+                                                                    "stopped": "unknown keys"}, problems=unknown)
+        raise ReportError(str(params_file), f"unknown keys: {keys_text(unknown)}", expected="the keys the "
+                          "notebooks take (python -m eagle3lib.report --params-template)", found=", ".join(
+                              p.param for p in unknown), cause="a typo, or a key of another notebook's section")
     skip = prepare(common)
     if skip:
         print(f"skipped: {skip}", flush=True)
@@ -293,10 +310,7 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
     results, declared_any = [], set()
     for i, src in enumerate(sources, 1):
         print(f"[{i}/{len(sources)}] {src.stem}: running", flush=True)
-        try:
-            declared = declared_parameters(read_source(src), f"{src}, parameters cell")
-        except Eagle3Error:
-            declared = {}  # run_notebook reports the problem as this notebook's failure
+        declared = every.get(src.stem) or _declared(src)
         declared_any |= set(declared)
         params, warns = params_for(src.stem, declared, common, sections.get(src.stem, {}))
         bad = problems.refused(src.stem, params, cwd or src.resolve().parent.parent)

@@ -205,11 +205,13 @@ def _acc(x) -> float | None:
 
 
 def proof_summary(proof: pd.DataFrame | str | None) -> dict[str, float | None]:
-    """{replay label: step-0 accuracy, None where it was not measured} from proof_of_fix's table; {} when the
-    proof is a sentence (not replayed) or missing."""
+    """{replay label and its sample count: step-0 accuracy, None where it was not measured} from proof_of_fix's
+    table ("as served (16 training samples)": the count names this replay's number apart from notebook 02's, which
+    replays other samples); {} when the proof is a sentence (not replayed) or missing."""
     if not isinstance(proof, pd.DataFrame) or "replay" not in proof.columns:
         return {}
-    return {str(r["replay"]): _acc(r.get("acc step 0")) for _, r in proof.iterrows()}
+    return {f"{r['replay']} ({r.get('samples', 0)} training samples)": _acc(r.get("acc step 0"))
+            for _, r in proof.iterrows()}
 
 
 def _pct(x: float | None) -> str:

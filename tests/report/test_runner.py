@@ -424,3 +424,18 @@ def test_a_notebook_whose_input_is_not_given_on_a_users_draft_is_not_run(tmp_pat
     assert row["not_given"] == ["train_data (02_training_sample_replay)"]
     index = json.loads((out / "index.json").read_text())
     assert {v["status"] for v in index["diagnosis"]["verdicts"]} == {"not checked"}
+
+
+def test_an_unknown_key_stops_the_run_with_did_you_mean_in_the_index(tmp_path, capsys):
+    """A YAML typo (`traindata:`) is no warning: the run does not start (exit 2, no kernel), stderr and the index
+    name the key and what it may have meant; earlier rows are kept as stale."""
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD.replace("n: int = 3", 'train_data: str = ""\nn: int = 3')})
+    out = tmp_path / "reports"
+    (tmp_path / "typo.yaml").write_text("traindata: /data/train\n")
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "typo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "'traindata' (top level): did you mean 'train_data'?" in err
+    index = json.loads((out / "index.json").read_text())
+    (p,) = index["problems"]
+    assert (p["param"], p["expected"]) == ("traindata", "did you mean 'train_data'?")
+    assert "did you mean" in (out / "index.html").read_text() and not list(out.glob("*.ipynb"))
