@@ -28,6 +28,8 @@ from . import findings as findings_mod
 from . import problems
 from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
+from ..names import GIVE
+from ..steps.given import given
 from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
 from .index import load_rows, write_index
 from .params import (KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source,
@@ -266,6 +268,18 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
     return fig_name, evidence
 
 
+def given_inputs(common: dict, sections: dict[str, dict]) -> dict[str, str]:
+    """The inputs a parameters file gives (top level, then sections), by their names in `names.GIVE` (the draft
+    too): {name: the value given}; the index writes paths relative to their folder and asks for no input given."""
+    name_of = {key: n for n, (_, key, _) in GIVE.items()} | {n: n for n in GIVE} | {"draft": "draft"}
+    out: dict[str, str] = {}
+    for values in [common, *sections.values()]:
+        for k, v in values.items():
+            if k in name_of and isinstance(v, str) and given(v):
+                out.setdefault(name_of[k], v.strip())
+    return out
+
+
 def _declared(src: Path) -> dict:
     """A notebook's declared parameters; {} when its source cannot be read (run_notebook reports that failure)."""
     try:
@@ -339,7 +353,8 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
     rows = load_rows(out_dir, keep=set(stems) - {r.notebook for r in results})
     rows += [dataclasses.asdict(r) for r in results]
     meta = {"run_id": run_id, "params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
-            "eagle3lib": __version__}
+            "eagle3lib": __version__, "inputs": given_inputs(common, sections),
+            "cwd": str((cwd or sources[0].resolve().parent.parent).resolve()) if sources else None}
     try:
         write_index(out_dir, sorted(rows, key=lambda r: r["notebook"]), meta)
     except OSError as e:

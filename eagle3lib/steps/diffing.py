@@ -233,7 +233,9 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     a = proof_summary(proof)
     if len(a) == 2:
         served, fixed = list(a.values())
-        text += f"; step-0 accuracy {_pct(served)} as served -> {_pct(fixed)} with the trained layout"
+        n = int(proof["samples"].iloc[0]) if "samples" in proof else 0
+        text += (f"; step-0 accuracy on {n} training samples {_pct(served)} as served -> {_pct(fixed)} with the "
+                 "trained layout")
     return text
 
 

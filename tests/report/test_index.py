@@ -10,6 +10,7 @@ import pytest
 
 from eagle3lib.report import index as I
 from eagle3lib.report.index import load_rows, index_html, write_index
+from eagle3lib.report.page import evidence_links
 
 ROWS = [
     {"notebook": "00_ok", "status": "ok", "seconds": 1.25, "html": "00_ok.html", "ipynb": "00_ok.ipynb",
@@ -118,7 +119,8 @@ def test_rows_link_their_reports():
     ok, bad, slow = page["00_ok"], page["01_bad"], page["02_slow"]
     assert '<td class="ok">ok</td>' in ok and "<td>1.2 s</td>" in ok                  # 1.25 -> 1.2 (half-even)
     assert '<a href="00_ok.html">report</a> · <a href="00_ok.ipynb">notebook</a>' in ok
-    assert "<b>acc 0.75</b><ul><li><b>n</b>: 3</li></ul>" in ok and ".failed.html" not in ok
+    assert ("<b>acc 0.75</b><details><summary>recorded findings (1)</summary><div class='scroll'><ul><li><b>n</b>: "
+            "3</li></ul></div></details>") in ok and ".failed.html" not in ok
     assert '<td class="failed">failed</td>' in bad and "<td>2.0 s</td>" in bad
     assert ('<a href="01_bad.failed.html">failed run</a> · <a href="01_bad.html">last good report</a> · '
             '<a href="01_bad.failed.ipynb">notebook</a>') in bad
@@ -156,13 +158,13 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     d = data["diagnosis"]
     assert not d["healthy"] and [v["status"] for v in d["verdicts"]] == ["conflict", "ruled out"]
     page = (tmp_path / "index.html").read_text()
-    assert page.index("<h2>Diagnosis</h2>") < page.index("<h2>Notebooks</h2>")
+    assert page.index("<h2>The answer</h2>") < page.index("<h2>Notebooks of this run</h2>")
     assert 'd2t holds absolute ids [<a href="00_ok.html">00 / checks.vocab</a>]' in page   # linked to its report
     assert 'offsets reading is best [<a href="01_bad.failed.html">02 / layout search</a>]' not in page
     assert "offsets reading is best [02 / layout search]" in page          # no notebook 02 row: no link
-    assert "2 cause findings, in the diagnosis above" in page
+    assert "2 cause findings, in the answer above" in page
     assert 'knobs &lt;as&gt; requested [<a href="01_bad.failed.html">01 / serving settings</a>]' in page
-    assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks</h2>")[1])["00_ok"]   # no raw records
+    assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks of this run</h2>")[1])["00_ok"]   # no raw
 
 
 # ---------------------------------------------------------------- figures and evidence links
@@ -203,8 +205,8 @@ def test_a_missing_or_outside_figure_file_is_left_out(tmp_path):
     (tmp_path / "01_t.figure.html").write_text("<table><tr><td>16 → 2</td></tr></table>")
     assert I.figure_of(tmp_path, {"figure": "01_t.figure.html"}) == \
         "<div class='figtable'><table><tr><td>16 → 2</td></tr></table></div>"     # a table, inline
-    assert I.evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
-    assert I.evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}
+    assert evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
+    assert evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}
 
 
 def test_one_run_one_diagnosis_earlier_rows_are_stale_never_combined(tmp_path):
