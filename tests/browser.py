@@ -126,12 +126,15 @@ class Browser:
         page.goto(url)
         return page
 
-    def layout(self, path: str | os.PathLike, screenshot: str | os.PathLike | None = None) -> dict:
-        """How a page lays out in this window: its scroll width against the window's (``scroll_width`` >
-        ``client_width`` is a horizontal scrollbar), its ``h2`` headings top to bottom, each ``<details>`` (id,
-        open, summary), the visible text; a full-page screenshot to `screenshot` when given."""
+    def layout(self, path: str | os.PathLike, screenshot: str | os.PathLike | None = None,
+               width: int | None = None) -> dict:
+        """How a page lays out in this window (or one `width` px wide): its scroll width against the window's
+        (``scroll_width`` > ``client_width`` is a horizontal scrollbar), its ``h2`` headings top to bottom, each
+        ``<details>`` (id, open, summary), the visible text; a full-page screenshot to `screenshot` when given."""
         page = self._context.new_page()
         try:
+            if width:
+                page.set_viewport_size({"width": width, "height": self.height})
             page.goto(Path(path).resolve().as_uri(), wait_until="load")
             got = page.evaluate("""() => ({
               scroll_width: document.documentElement.scrollWidth, client_width: document.documentElement.clientWidth,

@@ -172,7 +172,6 @@ def test_the_demo_reports_open_offline(browser, demo_reports):
     assert len(page.images) == pngs
     assert _check_links(browser, out, rows)
     assert _links_resolve(out) > 2 * len(rows)
-    with Browser(width=1400) as wide:
-        shown = wide.layout(out / "index.html", out / "index.1400px.png")
+    shown = browser.layout(out / "index.html", out / "index.1400px.png", width=1400)
     assert shown["scroll_width"] <= shown["client_width"] == 1400
     assert shown["headings"][:2] == ["The answer", "Notebooks of this run"]
