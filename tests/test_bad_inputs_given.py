@@ -421,7 +421,7 @@ def test_a_report_run_refuses_a_bad_parameter_and_exits_3(tmp_path, capsys):
     d = index["diagnosis"]
     assert not d["healthy"] and d["headline"].startswith("could not read the draft (draft ")
     page = (out / "index.html").read_text()
-    assert page.index("Problems (1)") < page.index("<h2>Notebooks</h2>") and "UnsafeFileError" in page
+    assert page.index("Problems (1)") < page.index("<h2>Notebooks of this run</h2>") and "UnsafeFileError" in page
     assert "unreadable input: draft" in capsys.readouterr().out
     assert not marker.exists(), "the pickled payload ran"
 

@@ -9,6 +9,7 @@ import re
 import shutil
 from pathlib import Path
 
+import nbformat
 import pytest
 import yaml
 
@@ -99,3 +100,7 @@ def test_the_report_on_a_users_copy_opens_nothing_under_data(users_copy, tmp_pat
     assert rc == 0 and all(r["status"] == "ok" for r in rows.values()), {k: r["error"] for k, r in rows.items()}
     assert seed_talk(json.dumps([index["diagnosis"], [r["findings"] for r in rows.values()]])) == []
     assert rows["04_throughput_charts"]["findings"]["headline"].startswith("not given")
+    for stem in rows:            # what each notebook printed and showed: no demo file, no word of the seed
+        shown = json.dumps([c.get("outputs", []) for c in nbformat.read(tmp_path / "reports" / f"{stem}.ipynb",
+                                                                         as_version=4).cells])
+        assert "data/demo" not in shown and "data/samples" not in shown and seed_talk(shown) == [], stem

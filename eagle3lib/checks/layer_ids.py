@@ -183,13 +183,18 @@ def layout_fix(trained, L: int, engines=("sglang", "vllm")) -> str:
     "make the engine capture [embed, layer_in.2]: sglang: eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 1];
     vllm: eagle_aux_hidden_state_layer_ids = [0, 2]" (an engine that cannot capture it says why, in brief)."""
     names = ", ".join(str(x) for x in trained)
+    if not names:
+        return "make the engine capture the layout the draft was trained on (none identified: give train_data)"
     return f"make the engine capture [{names}]: " + "; ".join(_ids_fix(trained, L, eng) for eng in engines)
 
 
 def _ids_fix(trained, L: int, eng: str) -> str:
     """The ids `eng` needs to capture the trained layout and the config key they go under (engines.advice), or
     that it cannot and why, in brief."""
-    row = advise(trained, L).set_index("engine").loc[eng]
+    try:
+        row = advise(trained, L).set_index("engine").loc[eng]
+    except Eagle3Error as e:             # a layout no engine id names (e.g. a boundary past this target)
+        return f"{eng}: no ids for it ({e})"
     if row["expressible"] == "no":
         why = re.split(r" \(|; ", str(row["why"]))[0]
         return f"{eng} cannot capture it ({why}): retrain on a layout it captures"

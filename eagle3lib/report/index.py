@@ -71,9 +71,15 @@ def problems_of(rows: list[dict]) -> list[Problem]:
 
 
 def not_given_of(rows: list[dict]) -> list[str]:
-    """The inputs a "no fault found" needs that no row was given: a core notebook's empty parameter, or a core
-    notebook that did not run (when others did)."""
-    out = [x for r in rows for x in r.get("not_given") or ()]
+    """The inputs a "no fault found" needs that no row was given: a core notebook's empty parameter (one entry per
+    key, naming every notebook that needed it: "train_data (02_training_sample_replay, 03_hidden_state_diffing)"),
+    or a core notebook that did not run (when others did)."""
+    keys: dict[str, list[str]] = {}
+    for x in (x for r in rows for x in r.get("not_given") or ()):
+        key, _, stem = str(x).partition(" (")
+        keys.setdefault(key, []).append(stem.rstrip(")"))
+    out = [f"{k} ({', '.join(dict.fromkeys(s for s in stems if s))})" if any(stems) else k
+           for k, stems in keys.items()]
     if rows:
         ran = {str(r.get("notebook", ""))[:2] for r in rows if r.get("status") == "ok"}
         out += [f"notebook {nb} ({what})" for nb, (_, what) in problems.CORE.items() if nb not in ran and not any(

@@ -77,3 +77,10 @@ def test_not_run_findings_say_not_checked_and_name_the_part():
     assert found and {f.status for f in found} == {"not checked"}
     assert all(f.where.startswith("02 training-sample replay") for f in found)
     assert P.not_run_findings("03_hidden_state_diffing") == []
+
+
+def test_not_given_names_each_key_once_with_every_notebook_that_needed_it():
+    rows = [{"notebook": "02_x", "status": "skipped", "not_given": ["train_data (02_x)"]},
+            {"notebook": "03_y", "status": "skipped", "not_given": ["train_data (03_y)"]},
+            {"notebook": "01_z", "status": "ok", "not_given": ["launch (01_z)"]}]
+    assert not_given_of(rows) == ["train_data (02_x, 03_y)", "launch (01_z)"]
