@@ -88,12 +88,14 @@ def _layer_row(name: str) -> str:
         out_id, in_id, what = "-1", "0", "the embedding output (input of decoder layer 0)"
     elif m:
         i = int(m.group(1))
-        out_id, in_id, what = f"{i - 1} (L{i - 1})", str(i), f"the input of decoder layer {i} = the output of layer {i - 1}"
+        out_id, in_id = f"{i - 1} (L{i - 1})", str(i)
+        what = f"the input of decoder layer {i} = the output of layer {i - 1}"
     else:
         out_id = in_id = "—"
         what = {"zeros": "nothing captured: the slot is fed zeros", "final_prenorm": "the last layer's raw output",
                 "final_postnorm": "the final norm's output"}.get(name, "")
-    return f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(what)}</td><td>{out_id}</td><td>{in_id}</td></tr>"
+    return (f"<tr><td><code>{html.escape(name)}</code></td><td>{html.escape(what)}</td><td>{out_id}</td>"
+            f"<td>{in_id}</td></tr>")
 
 
 def layers_html(d) -> str:
