@@ -81,8 +81,9 @@ print(json.dumps({"seconds": seconds, "result": result}))
 def run_once(tree: Path, work: str, samples: int, env: dict) -> dict:
     """One fresh subprocess of `work` on `tree`: {"seconds", "wall", "result"}; exits naming the tree on failure."""
     run_env = {**env, "PYTHONPATH": str(tree)}
-    if work == "diagnose":
-        cmd = [sys.executable, "-m", "eagle3lib.diagnose", "--quiet"]
+    if work == "diagnose":   # the record as the last stdout line: `--json -` where the tree has it (issue 46)
+        cli = (tree / "eagle3lib" / "diagnose" / "cli.py").read_text()
+        cmd = [sys.executable, "-m", "eagle3lib.diagnose", "--quiet"] + (["--json", "-"] if '"--json"' in cli else [])
     else:
         cmd = [sys.executable, "-c", CHILD, work, str(samples)]
     t0 = time.perf_counter()

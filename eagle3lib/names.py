@@ -9,6 +9,8 @@ naming the new name.
 - `adopt_old_names(namespace)`: in a notebook, after papermill injected its parameters: an old name's value
   moves to the new name (``names.adopt_old_names(globals())``).
 - `add_old_flags(parser)`: the old flags of a parser's new ones, hidden from --help, each warning when used.
+- `how_to_give(name)`: how a user gives an input, "--launch (YAML key launch)"; `inputs_asked(text)`: the inputs a
+  "not checked" finding's `needs` asks for (`GIVE`: each input's flag, key and the words findings use for it).
 """
 from __future__ import annotations
 
@@ -29,6 +31,38 @@ WHAT = {
     "server_log": "the server's startup log (SGLang or vLLM)",
     "serving_dump": "what the server fed the draft (an SGLang tensor dump or an eagle3lib dump folder)",
 }
+
+# how a user gives each input a finding may ask for: the flag of `eagle3lib diagnose`, the key of a parameters file
+# (top level, or the section of the notebook that takes it) and the words a "not checked" finding's `needs` uses
+GIVE = {
+    "launch": ("--launch", "launch", ("launch command", "serving launch", "the launch", "benchmark command")),
+    "train_data": ("--train-data", "train_data", ("training data", "training samples", "train_data", "--data")),
+    "heldout_data": ("--heldout-data", "heldout_data", ("held-out", "heldout_data", "new-prompt data")),
+    "server_log": ("--server-log", "server_log", ("startup log", "server log", "server's log", "model runner")),
+    "served_log": ("--served-log", "served_log_path", ("served accept length", "decode log", "served_log_path")),
+    "served_traffic": ("--served-traffic", "served_traffic_path", ("served prompt", "served traffic",
+                                                                   "served requests")),
+    "serving_dump": ("--serving-dump", "serving_dump", ("serving dump", "serving_dump", "tensor dump")),
+    "serving_engine": ("--serving-engine", "serving_engine", ("serving engine", "serving_engine")),
+    "sglang_version": ("--sglang-version", "sglang_version", ("sglang version", "engine version",
+                                                              "engine and version")),
+    "target": ("--target", "target", ("the target", "target's")),
+    "training_log": ("--training-log", "training_log_path", ("training log",)),
+}
+
+
+def how_to_give(name: str) -> str:
+    """How a user gives input `name`: "--launch (YAML key launch)"."""
+    flag_, key, _ = GIVE[name]
+    return f"{flag_} (YAML key {key})"
+
+
+def inputs_asked(text: str) -> tuple[str, ...]:
+    """The inputs of `GIVE` a finding's `needs` text names, in `GIVE`'s order (none: it asks for something no flag
+    gives, e.g. an A/B measurement)."""
+    low = str(text).lower()
+    return tuple(n for n, (_, _, words) in GIVE.items() if any(w.lower() in low for w in words))
+
 
 # old notebook parameter / YAML key -> its name now (deprecated: they work for this release, then go)
 OLD_PARAMS = {

@@ -61,11 +61,11 @@ inputs = Inputs(draft=draft, target=target, train_data=train_data, launch=launch
                 server_info=server_info_path, server_url=server_url, served_log=served_log_path,
                 served_data=heldout_data, served_traffic=served_traffic_path, serving_dump=serving_dump)
 settings = discovery.run(inputs)
-inp, seed = settings.results["inputs"], settings.results["discovery"]
+inp, launched = settings.results["inputs"], settings.results["discovery"]
 for note in inp.notes:
     print("NOTE:", note)
-print(seed.summary())
-seed.requested_frame()
+print(launched.summary())
+launched.requested_frame()
 
 # %% [markdown]
 # ## 2. Requested vs effective
@@ -76,7 +76,7 @@ seed.requested_frame()
 # (empty where the table says nothing about that setting).
 
 # %% tags=["index-figure"]
-seed.diff
+launched.diff
 
 # %% [markdown]
 # ## 3. The log lines that prove it
@@ -86,8 +86,8 @@ seed.diff
 # rewrites are silent.
 
 # %%
-print(seed.log_summary())
-seed.log_proof()
+print(launched.log_summary())
+launched.log_proof()
 
 # %% [markdown]
 # ## 4. Which rules fired, and the whole table for this version
@@ -95,8 +95,8 @@ seed.log_proof()
 # every rule that holds in this SGLang version (`traced=False`: known at the reference's HEAD only).
 
 # %%
-display(seed.hits_frame())
-sglang_resolver.sglang_rules_frame(seed.version)
+display(launched.hits_frame())
+sglang_resolver.sglang_rules_frame(launched.version)
 
 # %% [markdown]
 # ## 5. The corrected command
@@ -105,9 +105,9 @@ sglang_resolver.sglang_rules_frame(seed.version)
 # (notebook 04): each step costs a draft forward.
 
 # %%
-fixed = discovery.discover(inp.fixed_command, seed.version, inp.target_path, inp.draft_path)
+fixed = discovery.discover(inp.fixed_command, launched.version, inp.target_path, inp.draft_path)
 print(fixed.headline())
-discovery.side_by_side(seed, fixed)
+discovery.side_by_side(launched, fixed)
 
 # %% [markdown]
 # ## 6. The same deployment on vLLM
@@ -117,8 +117,8 @@ discovery.side_by_side(seed, fixed)
 # τ (accept length, bonus token included), never the printed rates.
 
 # %%
-display(pd.DataFrame([seed.vllm, fixed.vllm], index=["seed", "fixed"]))
-print("SGLang", seed.version, "logs accept rate =", serverinfo.sglang_accept_rate_formula(seed.version))
+display(pd.DataFrame([launched.vllm, fixed.vllm], index=["as launched", "fixed"]))
+print("SGLang", launched.version, "logs accept rate =", serverinfo.sglang_accept_rate_formula(launched.version))
 serverinfo.accept_rate_definitions()
 
 # %% [markdown]
@@ -130,7 +130,7 @@ serverinfo.accept_rate_definitions()
 # config says the draft was trained on; `as_trained=False` is a draft fed the wrong tensors.
 
 # %%
-layer_reading.layer_frame(seed.readings)
+layer_reading.layer_frame(launched.readings)
 
 # %% [markdown]
 # ## 8. Lint: settings that cannot help, and configs the engines read differently
@@ -138,7 +138,7 @@ layer_reading.layer_frame(seed.readings)
 # `info`: worth knowing (for instance the 48-request cap speculative decoding sets).
 
 # %%
-crossengine.lint_frame(seed.lint)
+crossengine.lint_frame(launched.lint)
 
 # %% [markdown]
 # ## 9. Ask SGLang itself (when it is installed here)
@@ -147,7 +147,7 @@ crossengine.lint_frame(seed.lint)
 # not know yet). CI never has SGLang; then this says so and the rule table's answer stands alone.
 
 # %%
-sglang_introspect.ask(seed.launch, seed.resolution, introspection=seed.introspection)
+sglang_introspect.ask(launched.launch, launched.resolution, introspection=launched.introspection)
 
 # %% [markdown]
 # ## 10. The causes these settings confirm or rule out
@@ -199,9 +199,9 @@ served_part.tables["as served"]
 # lint codes.
 
 # %%
-print(seed.headline())
-findings.record("headline", seed.headline())
-findings.record("config_override", seed.findings())
+print(launched.headline())
+findings.record("headline", launched.headline())
+findings.record("config_override", launched.findings())
 findings.record("fixed_command", fixed.findings())
 findings.record_findings("01 config override discovery", causes)
 

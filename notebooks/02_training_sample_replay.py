@@ -127,7 +127,7 @@ part.tables["held-out"]
 verdicts = res["verdicts"]
 for label, v in verdicts.items():
     print(f"[{label}] {v.verdict.upper()}: {v.reason}")
-print("thresholds:", dict(verdicts["training"].thresholds))
+print("thresholds:", ", ".join(f"{k} {v}" for k, v in verdicts["training"].thresholds.items()))
 
 # %%
 verdicts[list(verdicts)[-1]].evidence

@@ -9,14 +9,18 @@
 # 2. fits a two-number cost model, speed = τ / (1 + v + K·c) relative to baseline,
 # 3. says which accept length would break even and which `num_steps` is best.
 #
-# The default input is a sample SGLang log carrying the seed's numbers (`data/samples/sglang_seed_decode.log`)
-# and a sweep of the embedded demo engine with the correct and the seed's wrong capture.
+# The served runs are the logs and files you give (`log_paths`, `json_paths`, `server_url`); with your own draft
+# nothing else is read, and none given is said as "not given". On the embedded demo world (no `draft`) an empty
+# list means the sample SGLang log carrying the seed's numbers (`data/samples/sglang_seed_decode.log`). The demo
+# engine's own sweep (sections 6 to 8: the correct and the seed's wrong capture, a few minutes on CPU) runs only
+# when asked: `run_demo_sweep: true`.
 
 # %% tags=["parameters"]
-log_paths: list = ["data/samples/sglang_seed_decode.log"]  # SGLang or vLLM server logs (repo-relative or absolute)
+draft: str = ""                # your draft: given, only the runs given below are read; empty: the demo world
+log_paths: list = []           # SGLang or vLLM server logs; empty on the demo world: the seed's sample log
 json_paths: list = []          # /server_info dumps, bench_serving / one_batch / vllm bench JSON, RunRecord .jsonl
 server_url: str = ""           # live server to read (SGLang /server_info or vLLM /metrics); empty for none
-run_demo_sweep: bool = True    # measure the demo engine over num_steps, correct vs seed capture
+run_demo_sweep: bool = False   # measure the demo engine over num_steps, correct vs seed capture (minutes)
 sweep_num_steps: list = [1, 2, 3, 4, 6]  # draft steps per round in the demo sweep (a baseline run is added)
 sweep_repeats: int = 3         # timed repeats per setting; the median is kept
 tree_replay_samples: int = 8   # held-out samples the chain-vs-tree replay drafts from (every position); 0: skip
@@ -37,14 +41,16 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 from IPython.display import display
 
+from eagle3lib.names import adopt_old_names
 from eagle3lib.report import findings
 from eagle3lib.steps import throughput_runs
 from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
+adopt_old_names(globals())  # an input's old name given to papermill (draft_path) moves to its name now
 select_world(demo_world)
 
-part = throughput_runs.run(Inputs(served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,
+part = throughput_runs.run(Inputs(draft=draft, served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,
                                   run_demo_sweep=run_demo_sweep, sweep_num_steps=tuple(sweep_num_steps),
                                   sweep_repeats=sweep_repeats, tree_replay_samples=tree_replay_samples,
                                   baseline_tok_s=baseline_tok_s, device=device))

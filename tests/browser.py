@@ -9,6 +9,8 @@ any proxied request goes to a closed port, so nothing can leave the machine. `Br
 returns a `PageView`: every request and which failed, console errors and uncaught exceptions, each image and
 whether it decoded (``naturalWidth > 0``), the page's visible text, its heading anchors and the static widget views.
 `Browser(loopback=True).page(url)` is a live Playwright page on 127.0.0.1 (a JupyterLab server), nothing else.
+`Browser(width=1400).layout(path, screenshot)` says how a page lays out in that window (horizontal overflow, the
+order of its headings, its folded parts) and screenshots it.
 """
 from __future__ import annotations
 
@@ -123,6 +125,29 @@ class Browser:
         page = self._context.new_page()
         page.goto(url)
         return page
+
+    def layout(self, path: str | os.PathLike, screenshot: str | os.PathLike | None = None,
+               width: int | None = None) -> dict:
+        """How a page lays out in this window (or one `width` px wide): its scroll width against the window's
+        (``scroll_width`` > ``client_width`` is a horizontal scrollbar), its ``h2`` headings top to bottom, each
+        ``<details>`` (id, open, summary), the visible text; a full-page screenshot to `screenshot` when given."""
+        page = self._context.new_page()
+        try:
+            if width:
+                page.set_viewport_size({"width": width, "height": self.height})
+            page.goto(Path(path).resolve().as_uri(), wait_until="load")
+            got = page.evaluate("""() => ({
+              scroll_width: document.documentElement.scrollWidth, client_width: document.documentElement.clientWidth,
+              headings: [...document.querySelectorAll("h2")].sort((a, b) => a.getBoundingClientRect().top -
+                         b.getBoundingClientRect().top).map(h => h.innerText),
+              details: [...document.querySelectorAll("details")].map(d => ({id: d.id, open: d.open,
+                         summary: (d.querySelector("summary") || {}).innerText || ""})),
+              text: document.body.innerText})""")
+            if screenshot is not None:
+                page.screenshot(path=str(screenshot), full_page=True)
+        finally:
+            page.close()
+        return got
 
     def open(self, path: str | os.PathLike, fragment: str = "") -> PageView:
         """Load a page (at ``#fragment``, as a link would), let its images decode, and report what a reader

@@ -169,3 +169,26 @@ def test_saving_in_lab_leaves_the_tracked_source_unchanged(source):
     assert jupytext.writes(nb, fmt="py:percent", config=config) == text
     nb.cells[1].source += "\nx = 1"                                     # the user's own edit does reach it
     assert jupytext.writes(nb, fmt="py:percent", config=config) != text
+
+
+def test_the_users_venv_gets_the_workbook_and_only_tests_get_the_test_peers():
+    """`make report` / `make setup` install what the workbook needs (and JupyterLab); pytest, Playwright, the parity
+    extra and SpecForge / speculators (--no-deps) come only with `bootstrap.sh --test`, which `make test` and `make
+    test-all` run (issue 46: no resolver conflict lines in the user's set-up); every install of eagle3lib says
+    --no-warn-conflicts (the peers' own pins are expected to disagree)."""
+    script = (ROOT / "tools" / "bootstrap.sh").read_text()
+    code = "\n".join(ln for ln in script.splitlines() if not ln.lstrip().startswith("#"))
+    start = code.index('if [ "${1:-}" = "--test" ]; then')
+    test_part = code[start: code.index("\nfi\n", code.index("exit 0", start))]
+    user_part = code.replace(test_part, "")
+    for word in (r"\bdev\b(?!/null)", "parity", "specforge", "speculators", "PEERS"):
+        assert not re.search(word, user_part), word
+        assert re.search(word, test_part), word
+    assert '-e ".[lab]"' in user_part and "--no-deps $PEERS" in test_part
+    installs = re.findall(r"pip install[^\n]*-e [^\n]*", code)
+    assert len(installs) == 2 and all("--no-warn-conflicts" in i for i in installs), installs
+    makefile = (ROOT / "Makefile").read_text()
+    deps = dict(re.findall(r"^([\w$()-]+):\s*(.*)$", makefile, re.M))
+    assert deps["report"] == "$(STAMP)" and deps["setup"] == "$(STAMP)"
+    assert deps["test"] == deps["test-all"] == "$(TEST_STAMP)" and deps["$(TEST_STAMP)"] == "$(STAMP)"
+    assert "bootstrap.sh --test" in makefile

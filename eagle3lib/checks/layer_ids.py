@@ -14,6 +14,8 @@ aux_layout_mismatch, final_norm_slot.
 """
 from __future__ import annotations
 
+import re
+
 from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
 from ..engines.facts import default_ids_row, id_keys, id_readers
@@ -180,12 +182,27 @@ def _shift(a, b, L: int) -> int | None:
     return d.pop() if len(d) == 1 and 0 not in d else None
 
 
+def layout_fix(trained, L: int, engines=("sglang", "vllm")) -> str:
+    """The one fix of a layout cause, with the exact ids each serving engine needs to capture the trained layout:
+    "make the engine capture [embed, layer_in.2]: sglang: eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 1];
+    vllm: eagle_aux_hidden_state_layer_ids = [0, 2]" (an engine that cannot capture it says why, in brief)."""
+    names = ", ".join(str(x) for x in trained)
+    if not names:
+        return "make the engine capture the layout the draft was trained on (none identified: give train_data)"
+    return f"make the engine capture [{names}]: " + "; ".join(_ids_fix(trained, L, eng) for eng in engines)
+
+
 def _ids_fix(trained, L: int, eng: str) -> str:
-    """The ids `eng` needs to capture the trained layout (engines.advice), or that it cannot."""
-    row = advise(trained, L).set_index("engine").loc[eng]
+    """The ids `eng` needs to capture the trained layout and the config key they go under (engines.advice), or
+    that it cannot and why, in brief."""
+    try:
+        row = advise(trained, L).set_index("engine").loc[eng]
+    except Eagle3Error as e:             # a layout no engine id names (e.g. a boundary past this target)
+        return f"{eng}: no ids for it ({e})"
     if row["expressible"] == "no":
-        return f"{eng} cannot capture the trained layout ({row['why']}): retrain on a layout it captures"
-    return f"write ids {row['ids']} for {eng} ({row['key']})"
+        why = re.split(r" \(|; ", str(row["why"]))[0]
+        return f"{eng} cannot capture it ({why}): retrain on a layout it captures"
+    return f"{eng}: {str(row['key']).split(' (')[0]} = {list(row['ids'])}"
 
 
 def open_ids(art: Artifacts, base: dict, eng: str | None = None, captured=None) -> Finding:
@@ -393,6 +410,6 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         fits = len([c for c in captured if c]) == k
         st = "suspected" if (captured == list(trained) or claimed) and fits else "confirmed"
         out.append(Finding("aux_layout_mismatch", st, why, ev, WHERE,
-                           fix="see advice.advise(training layout) for what each engine can express",
+                           fix=_ids_fix(trained, L, eng),
                            needs=claim_needs if st == "suspected" else "", source=reading_source(eng)))
     return out

@@ -14,6 +14,7 @@ from ..hidden.explain import causes_of, explain, layout_text
 from ..replay.items import stored_layout
 from ..replay.stats import ReplayResult
 from ..replay.verdict import THRESHOLDS, Verdict
+from .layer_ids import layout_fix
 
 SERVING_INPUTS = "serving_dump (SGLang --debug-tensor-dump-output-folder or an eagle3lib dump), serving_layout, " \
                  "or serving_engine + serving_version"
@@ -28,7 +29,7 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
     where_s = f"replay of training samples, serving layout from {serving.source}"
     tr = train.get("training")
     if serving.source == ENGINE_DEFAULT and tr is not None:
-        out += _missing_ids(tr, train.get("serving"), serving, where_s)
+        out += _missing_ids(tr, train.get("serving"), serving, where_s, num_layers)
     elif serving.layout is None:
         out += [not_checked(c, "replay of training samples", SERVING_INPUTS, serving.detail) for c in LAYOUT_CAUSES]
     elif tr is None:        # no replay under the trained layout: nothing to hold the served one against
@@ -54,9 +55,12 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
         for c in LAYOUT_CAUSES:
             if c in found:
                 out.append(Finding(c, status, f"serving feeds [{', '.join(serving.layout)}], trained on "
-                                   f"[{', '.join(tr.layout)}]: step-0 accuracy {_acc(sv)} as served vs "
-                                   f"{_acc(tr)} with the trained layout ({serving.detail})", ev, where_s,
-                                   fix=f"feed the trained layout [{', '.join(tr.layout)}]", measured=measured))
+                                   f"[{', '.join(tr.layout)}]: step-0 accuracy on {len(tr.per_sample)} training "
+                                   f"samples {_acc(sv)} as served vs {_acc(tr)} with the trained layout "
+                                   f"({serving.detail})", ev, where_s,
+                                   fix=layout_fix(tr.layout, num_layers) if num_layers else
+                                   f"feed the trained layout [{', '.join(tr.layout)}]",
+                                   measured=measured))
             else:
                 out.append(Finding(c, "ruled out", f"serving feeds the trained layout as far as {c} goes "
                                    f"({serving.detail})", ev, where_s, measured=measured))
@@ -95,7 +99,8 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
     return out
 
 
-def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving, where: str) -> list[Finding]:
+def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving, where: str,
+                 num_layers: int | None = None) -> list[Finding]:
     """missing_layer_ids measured: the draft replayed under the engines' default capture against its trained
     layout; the layout causes are about ids the config does not have (not checked)."""
     ev = {**serving.evidence, "trained_layout": list(tr.layout), "acc_0_trained_layout": _acc0(tr),
@@ -112,7 +117,8 @@ def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving, where: str)
                                   "default's against")]
     ev["acc_0_engine_default"] = _acc0(sv)
     drop = _acc0(tr) - (_acc0(sv) if _acc0(sv) is not None else math.nan)
-    fix = "write the trained layout's ids into the config (notebook 03 section 4 lists them per engine)"
+    fix = layout_fix(tr.layout, num_layers) if num_layers else \
+        "write the trained layout's ids into the config (notebook 03 section 4 lists them per engine)"
     k = int(serving.evidence.get("fc_slots") or len(tr.layout))
     if len(serving.layout) != k:
         ev["refused_by"] = "vllm (the fc's input width does not match the captured slots: the first request fails)"

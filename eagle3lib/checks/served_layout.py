@@ -11,6 +11,7 @@ import math
 from ..causes import LAYOUT_CAUSES, Finding, not_checked
 from ..hidden.compare import Comparison
 from ..hidden.explain import LayoutExplanation, causes_of, layout_text, unidentified_slots
+from .layer_ids import layout_fix
 
 WHERE = "serving dump vs the target's boundaries"
 
@@ -56,7 +57,7 @@ def dump_findings(training: Comparison, serving: Comparison | None, explanation:
     found = causes_of(explanation) if not unmatched else causes_of(dataclasses.replace(
         explanation, findings=tuple(f for f in explanation.findings if f.severity == "error")))
     kinds = sorted(explanation.kinds)
-    fix = f"make the engine capture [{layout_text(trained)}] (notebook 03 section 4 lists the ids per engine)"
+    fix = layout_fix(trained, training.num_layers)
     out = [Finding(c, "confirmed", f"serving feeds [{layout_text(served)}] where training used "
                    f"[{layout_text(trained)}] ({', '.join(kinds)})", {**evidence, "kinds": kinds}, WHERE,
                    fix=fix, measured=True) for c in found]

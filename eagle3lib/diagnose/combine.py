@@ -156,39 +156,16 @@ class Diagnosis:
                               "measurement": v.measurement, "fix": v.fix, "needs": v.needs} for v in self.verdicts],
                             columns=cols)
 
-    def text(self, width: int = 110) -> str:
-        """The plain-text table a terminal prints: the headline, the problems, then the causes by status."""
-        lines = [self.headline(), ""]
-        if self.problems:
-            lines.append(f"PROBLEMS ({len(self.problems)})")
-            for p in self.problems:
-                lines.append(f"  {p.param:<24} {_cut(p.given, width - 28)}" if p.given else f"  {p.param}")
-                lines.append(f"  {'':<24} {_cut(p.error + ': ' + p.message, width - 28)}")
-                if p.expected:
-                    lines.append(f"  {'':<24} expected: {_cut(p.expected, width - 38)}")
-            lines.append("")
-        for status in RANK:
-            group = self.by_status(status)
-            if not group:
-                continue
-            lines.append(f"{status.upper()} ({len(group)})")
-            for v in group:
-                detail = v.needs if v.label == "not checked" else v.evidence
-                if v.label != v.status:
-                    detail = f"{v.label}: {detail}" + (f"; needs {v.needs}" if v.needs else "")
-                lines.append(f"  {v.cause:<24} {_cut(detail, width - 28)}")
-                if v.fix and status in ("confirmed", "conflict", "suspected"):
-                    lines.append(f"  {'':<24} fix: {_cut(v.fix, width - 33)}")
-        return "\n".join(lines)
+    def text(self, width: int | None = None) -> str:
+        """The answer a terminal prints (`answer.answer_text`): wrapped to `width` (the terminal's), never cut."""
+        from .answer import answer_text
+
+        return answer_text(self, width)
 
     def to_dict(self) -> dict:
         return {"healthy": self.healthy, "headline": self.headline(),
                 "problems": [p.to_dict() for p in self.problems], "not_given": list(self.not_given),
                 "undecided": list(self.undecided), "verdicts": [v.to_dict() for v in self.verdicts]}
-
-
-def _cut(text: str, n: int) -> str:
-    return text if len(text) <= n else text[: max(n - 1, 1)] + "…"
 
 
 def combine(status: Iterable[str], measured: Iterable[bool] | None = None) -> str:

@@ -79,7 +79,7 @@ def layout_candidates(served, num_slots: int, num_layers: int, *, training_layou
     if "embed" not in served:
         full = ("embed",) + (served if len(served) < num_slots else served[1:])
         cands.append(Candidate("add embedding slot", "the server does not capture the embedding output (missing "
-                               "embedding slot, the seed's bug)", full))
+                               "embedding slot)", full))
     for base, tag in [(served, "")] + ([(full, " + embedding")] if full != served else []):
         for d in (-1, 1):
             s = _shift(base, d, num_layers)
@@ -201,7 +201,8 @@ def search_layouts(setup: ReplaySetup, samples, served, *, target_acc: float, n:
     if restored:
         how = (f", d2t {top['d2t']}" if top["d2t"] != "offsets" else "") + (
             f", token shift {top['align']:+d}" if top["align"] else "")
-        msg = (f"'{name}' restores step-0 accuracy from {base:.3f} to {acc:.3f} (target {target_acc:.3f}, "
+        msg = (f"'{name}' restores step-0 accuracy on the search's {n} samples from {base:.3f} to {acc:.3f} "
+               f"(target {target_acc:.3f}, "
                f"restored when >= {threshold:.3f}): {fixes}; layout [{top['layout']}]{how}{also}")
     elif bool(top["restores"]):
         msg = f"the served layout already reaches {base:.3f} (>= {threshold:.3f}): no rewiring needed"

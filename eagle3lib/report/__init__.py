@@ -9,7 +9,10 @@
 - `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).
 - `problems`  what stands between the notebooks and "no fault found": parameters that cannot be read (the
               notebook is not run), a notebook that stopped on an input or broke, core inputs not given; exit code.
-- `index`     `reports/index.json` (data) and `reports/index.html` (figures inline, links to the evidence).
+- `index`     `reports/index.json` (data) and `reports/index.html`: this run's answer first, its notebooks, the
+              stale rows of earlier runs (never combined); paths relative to the inputs.
+- `page`      the index page's HTML: the answer (alarms whole, ruled out and not checked folded, layer names as
+              the engines write them), the notebooks' rows, the stale rows; fits a 1400 px window.
 - `readable`  a notebook's findings as the index shows them: short sentences and small tables.
 - `findings`  `record(key, value)`: the headline findings a notebook leaves for the index.
 

@@ -1,14 +1,16 @@
-"""The report index: ``reports/index.json`` (data) and ``reports/index.html`` (one table row per notebook).
+"""The report index: ``reports/index.json`` (data) and ``reports/index.html`` (the page a busy engineer reads).
 
-Rows are the report runner's per-notebook results (status, time, error, findings, links). Rows of notebooks
-not run this time are carried over from the previous index.json, so ``--only 02`` keeps the others' rows.
-Each row shows the notebook's index figure (the PNG, or table, of its cell tagged ``index-figure``, inline) and links
-each finding to the section of the notebook's report that holds its evidence; the page loads nothing.
-The page opens with the diagnosis: the problems first (a given parameter that could not be read, a notebook
-that stopped on an input or broke: `report.problems`), then the cause findings of every notebook combined into
-one ranked answer (eagle3lib.diagnose.combine), each place in its evidence ("[02 training-sample replay / ...]")
-linking to that notebook's report; ``index.json`` holds it under ``"diagnosis"`` and the problems under
-``"problems"``.
+Rows are the report runner's per-notebook results (status, time, error, findings, links), each with the id of
+the run that made it (``run_id``). Rows of notebooks not run this time are carried over from the previous
+index.json, so ``--only 02`` keeps the others' rows: they are listed as stale (``earlier_run``, their own run id),
+and never combined into this run's diagnosis (`this_run`).
+The page (`report.page` writes its parts) opens with the answer: this run's problems (a given parameter that could
+not be read, an unknown key, a notebook that stopped on an input or broke: `report.problems`) and its cause findings
+combined into one ranked answer (eagle3lib.diagnose.combine): confirmed causes first, each with one evidence line
+per check, its place linking to that notebook's report, and its fix; then suspected; ruled out and not checked
+folded. Then the notebooks of this run (each with its index figure and its findings folded), then the stale rows.
+Paths under the inputs' common folder are shown relative to it (`base_of`). ``index.json`` holds the diagnosis
+under ``"diagnosis"`` and the problems under ``"problems"``.
 """
 from __future__ import annotations
 
@@ -16,30 +18,15 @@ import base64
 import datetime as dt
 import html
 import json
-import re
+import os
 from pathlib import Path
-from urllib.parse import quote
 
 from ..diagnose.combine import Diagnosis, diagnose
 from ..errors import Eagle3Error
 from ..jsonfiles import atomic_write_all
 from ..steps.given import Problem
-from . import problems
-from .findings import FINDINGS_KEY, findings_of
-from .readable import findings_html
-
-_CSS = """body{font-family:system-ui,sans-serif;margin:2em;color:#222}table{border-collapse:collapse;width:100%}
-th,td{border:1px solid #ccc;padding:.4em .6em;vertical-align:top;text-align:left}th{background:#f3f3f3}
-.ok{color:#176f2c;font-weight:bold}.failed,.timeout{color:#b00020;font-weight:bold}
-.err{font-family:monospace;font-size:.9em;white-space:pre-wrap}ul{margin:.2em 0;padding-left:1.2em}
-.meta{color:#666;font-size:.9em}.stale{color:#666;font-style:italic}
-.confirmed,.conflict{color:#b00020;font-weight:bold}.suspected{color:#a15c00;font-weight:bold}
-.ruled{color:#176f2c}.notchecked{color:#666}.healthy{color:#176f2c;font-weight:bold}
-table.small{width:auto;margin:.3em 0;font-size:.85em}table.small th,table.small td{padding:.15em .4em}
-img.fig{max-width:320px;max-height:220px;display:block}.cap{color:#666;font-size:.8em}
-.figtable{max-width:420px;max-height:240px;overflow:auto;font-size:.75em}.figtable table{width:auto}
-.figtable th,.figtable td{padding:.1em .3em}"""
-
+from . import page, problems
+from .findings import findings_of
 
 def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
     """Rows of the previous ``index.json`` for the notebooks in `keep` (marked as from an earlier run)."""
@@ -52,18 +39,9 @@ def load_rows(out_dir: Path, keep: set[str]) -> list[dict]:
     return kept
 
 
-_FRAGMENT_SAFE = "?/:@!$&'()*+,;=%"
-
-
-def evidence_links(r: dict) -> dict[str, str]:
-    """{finding key: "NN.html#anchor"} of one row (none without a report or recorded anchors)."""
-    page = r.get("html")
-    ev = r.get("evidence") or {}
-    if not page or not isinstance(ev, dict):
-        return {}
-    # the anchor as nbconvert wrote the heading's id (already URL-quoted): kept, with what is left unsafe quoted
-    return {k: f"{quote(page)}#{quote(v['anchor'], safe=_FRAGMENT_SAFE)}" for k, v in ev.items()
-            if isinstance(v, dict) and isinstance(v.get("anchor"), str) and v["anchor"]}
+def this_run(rows: list[dict]) -> list[dict]:
+    """The rows this run made: the diagnosis combines only these (the others are stale, from earlier runs)."""
+    return [r for r in rows if not r.get("earlier_run")]
 
 
 def figure_of(out_dir: Path, r: dict) -> str | None:
@@ -77,49 +55,6 @@ def figure_of(out_dir: Path, r: dict) -> str | None:
         return f"<div class='figtable'>{path.read_text(encoding='utf-8')}</div>"
     uri = "data:image/png;base64," + base64.b64encode(path.read_bytes()).decode("ascii")
     return f'<img class="fig" alt="{html.escape(str(r.get("notebook", "")))} figure" src="{uri}">'
-
-
-def _figure_html(r: dict, figure: str | None, links: dict[str, str]) -> str:
-    if not figure:
-        return ""
-    esc = html.escape
-    section = ((r.get("evidence") or {}).get("headline") or {}).get("section", "")
-    cap = f"<div class='cap'>from § {esc(section)}</div>" if section else ""
-    target = links.get("headline") or (quote(r["html"]) if r.get("html") else None)
-    if target and figure.startswith("<img"):
-        return f'<a href="{esc(target)}">{figure}</a>' + cap
-    return figure + (f'<div class="cap"><a href="{esc(target)}">from § {esc(section) or "the report"}</a></div>'
-                     if target else cap)
-
-
-def _row_html(r: dict, figure: str | None = None) -> str:
-    esc = html.escape
-    status = r.get("status", "?")
-    stale = ' <span class="stale">(earlier run)</span>' if r.get("earlier_run") else ""
-    found = dict(r.get("findings") or {})
-    headline = found.get("headline")
-    causes = found.get(FINDINGS_KEY)
-    to_evidence = evidence_links(r)
-    head = f"<b>{esc(str(headline))}</b>" if headline is not None else ""
-    if head and to_evidence.get("headline"):
-        section = r["evidence"]["headline"].get("section") or "evidence"
-        head += f' <a class="cap" href="{esc(to_evidence["headline"])}">evidence: § {esc(section)}</a>'
-    cells = [head, findings_html(found, to_evidence)]
-    if causes:
-        cells.append(f"<p class='meta'>{len(causes)} cause findings, in the diagnosis above</p>")
-    links = []
-    if r.get("html"):
-        links.append(f'<a href="{esc(r["html"])}">{"report" if status == "ok" else "failed run"}</a>')
-    if r.get("previous_html"):
-        links.append(f'<a href="{esc(r["previous_html"])}">last good report</a>')
-    if r.get("ipynb"):
-        links.append(f'<a href="{esc(r["ipynb"])}">notebook</a>')
-    notes = [r["error"]] if r.get("error") else []
-    notes += list(r.get("warnings") or [])
-    return (f'<tr><td>{esc(r.get("notebook", "?"))}{stale}</td><td class="{esc(status)}">{esc(status)}</td>'
-            f'<td>{float(r.get("seconds") or 0):.1f} s</td><td>{_figure_html(r, figure, to_evidence)}</td>'
-            f'<td>{"".join(cells)}</td><td class="err">{esc(chr(10).join(notes))}</td>'
-            f'<td>{" · ".join(links)}</td></tr>')
 
 
 def problems_of(rows: list[dict]) -> list[Problem]:
@@ -136,19 +71,26 @@ def problems_of(rows: list[dict]) -> list[Problem]:
 
 
 def not_given_of(rows: list[dict]) -> list[str]:
-    """The inputs a "no fault found" needs that no row was given: a core notebook's empty parameter, or a core
-    notebook that did not run (when others did)."""
-    out = [x for r in rows for x in r.get("not_given") or ()]
+    """The inputs a "no fault found" needs that no row was given: a core notebook's empty parameter (one entry per
+    key, naming every notebook that needed it: "train_data (02_training_sample_replay, 03_hidden_state_diffing)"),
+    or a core notebook that did not run (when others did)."""
+    keys: dict[str, list[str]] = {}
+    for x in (x for r in rows for x in r.get("not_given") or ()):
+        key, _, stem = str(x).partition(" (")
+        keys.setdefault(key, []).append(stem.rstrip(")"))
+    out = [f"{k} ({', '.join(dict.fromkeys(s for s in stems if s))})" if any(stems) else k
+           for k, stems in keys.items()]
     if rows:
         ran = {str(r.get("notebook", ""))[:2] for r in rows if r.get("status") == "ok"}
         out += [f"notebook {nb} ({what})" for nb, (_, what) in problems.CORE.items() if nb not in ran and not any(
-            str(r.get("notebook", "")).startswith(nb) for r in rows if r.get("problems"))]
+            str(r.get("notebook", "")).startswith(nb) for r in rows if r.get("problems") or r.get("not_given"))]
     return list(dict.fromkeys(out))
 
 
-def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
-    """The diagnosis of every notebook's cause findings (with the rows' problems and what was not given), and the
-    rows whose findings could not be read (themselves problems: evidence that is lost)."""
+def diagnosis_of(rows: list[dict], extra: tuple[Problem, ...] = ()) -> tuple[Diagnosis, list[str]]:
+    """The diagnosis of every notebook's cause findings (with the rows' problems, `extra` problems of the run
+    itself such as unknown parameter keys, and what was not given), and the rows whose findings could not be read
+    (themselves problems: evidence that is lost)."""
     found, bad = [], []
     for r in rows:
         try:
@@ -156,82 +98,52 @@ def diagnosis_of(rows: list[dict]) -> tuple[Diagnosis, list[str]]:
         except Eagle3Error as e:
             bad.append(f"{r.get('notebook')}: {e}")
     lost = [Problem(b.split(":", 1)[0], "", "FindingError", b, "", failure=True) for b in bad]
-    return diagnose(found, problems_of(rows) + lost, not_given_of(rows)), bad
+    return diagnose(found, list(extra) + problems_of(rows) + lost, not_given_of(rows)), bad
 
 
-_WHERE = re.compile(r"\[(\d\d)\b([^\[\]]*)\]")   # "[02 training-sample replay / ...]" in a verdict's evidence
+def base_of(meta: dict) -> str | None:
+    """The folder the run's inputs share (`meta["inputs"]`: {name: path}), paths under it shown relative; else the
+    notebooks' working folder (`meta["cwd"]`: the repository, where the demo world lives); None when neither."""
+    paths = [os.path.abspath(str(v)) for v in (meta.get("inputs") or {}).values()
+             if isinstance(v, str) and v.strip() and os.path.isabs(v.strip())]
+    if paths:
+        common = os.path.commonpath([os.path.dirname(p) if os.path.splitext(p)[1] else p for p in paths])
+        return common if common != os.sep else None
+    return meta.get("cwd") or None
 
 
-def _link_wheres(text: str, pages: dict[str, str]) -> str:
-    """Escaped `text` whose "[NN ...]" places link to notebook NN's report (when it has one)."""
-    def link(m):
-        page = pages.get(m.group(1))
-        inner = html.escape(m.group(1) + m.group(2))
-        return f'[<a href="{html.escape(quote(page))}">{inner}</a>]' if page else f"[{inner}]"
-    out, last = [], 0
-    for m in _WHERE.finditer(text):
-        out += [html.escape(text[last:m.start()]), link(m)]
-        last = m.end()
-    return "".join(out + [html.escape(text[last:])])
-
-
-def _diagnosis_html(d: Diagnosis, bad: list[str], pages: dict[str, str] | None = None) -> str:
-    esc = html.escape
-    pages = pages or {}
-    listed = _problems_html(d.problems)
-    if not d.verdicts:
-        return ("<h2>Diagnosis</h2>" + (f"<p><b>{esc(d.headline())}</b></p>" if d.problems else "") + listed +
-                "<p>No notebook recorded cause findings.</p><h2>Notebooks</h2>")
-    head = (f"<p class='healthy'>{esc(d.headline())}</p>" if d.healthy else f"<p><b>{esc(d.headline())}</b></p>")
-    head += listed
-    rows = []
-    for v in d.verdicts:
-        cls = v.status.replace(" ", "").replace("ruledout", "ruled")
-        detail = v.needs if v.label == "not checked" else v.evidence
-        if v.measurement:
-            detail += f" (decided by: {v.measurement})"
-        rows.append(f"<tr><td class='{cls}'>{esc(v.label)}</td><td><b>{esc(v.cause)}</b><br>{esc(v.title)}</td>"
-                    f"<td>{_link_wheres(detail, pages)}</td><td>{esc(v.fix)}</td></tr>")
-    warn = "".join(f"<p class='err'>{esc(b)}</p>" for b in bad)
-    return ("<h2>Diagnosis</h2>" + head + warn + "<table><tr><th>status</th><th>cause</th><th>evidence (where) / "
-            "input needed</th><th>fix</th></tr>" + "".join(rows) + "</table><h2>Notebooks</h2>")
-
-
-def _problems_html(found) -> str:
-    """The problems as a table at the top of the diagnosis: parameter, given, error, message, expected, notebooks."""
-    if not found:
-        return ""
-    esc = html.escape
-    rows = "".join(f"<tr class='problem'><td><b>{esc(p.param)}</b>{' (the workbook broke)' * p.failure}</td>"
-                   f"<td class='err'>{esc(p.given)}</td><td class='failed'>{esc(p.error)}</td>"
-                   f"<td class='err'>{esc(p.message)}</td><td>{esc(p.expected)}</td>"
-                   f"<td>{esc(', '.join(p.notebooks))}</td></tr>" for p in found)
-    return (f"<h3>Problems ({len(found)}): given inputs that could not be read, parts that broke</h3><table>"
-            "<tr><th>parameter</th><th>given</th><th>error</th><th>message</th><th>expected</th><th>notebooks</th>"
-            f"</tr>{rows}</table>")
+_HIDDEN = ("inputs", "cwd")          # meta the page uses (paths relative, inputs given) rather than lists
 
 
 def index_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[str]] | None = None,
-                figures: dict[str, str] | None = None) -> str:
-    """The index page: run conditions, the diagnosis, then one row per notebook; `figures` maps a notebook to
-    its figure as inline HTML (`figure_of`)."""
+               figures: dict[str, str] | None = None) -> str:
+    """The index page: the answer (this run's diagnosis), the notebooks of this run, the stale rows of earlier
+    runs; `figures` maps a notebook to its figure as inline HTML (`figure_of`)."""
     figures = figures or {}
-    d, bad = diagnosis if diagnosis is not None else diagnosis_of(rows)
-    n_ok = sum(r.get("status") == "ok" for r in rows)
-    info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, ""))
-    pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in rows if r.get("html")}  # where -> its report
-    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
-            f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
-            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad, pages)}<table>"
-            "<tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
-            "<th>error / warnings</th><th>files</th></tr>"
-            + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table></body></html>\n")
+    current, stale = this_run(rows), [r for r in rows if r.get("earlier_run")]
+    d, bad = diagnosis if diagnosis is not None else diagnosis_of(current)
+    n_ok = sum(r.get("status") == "ok" for r in current)
+    base = base_of(meta)
+    info = " · ".join(f"{k}: {html.escape(str(v))}" for k, v in meta.items() if v not in (None, "") and k not in
+                      _HIDDEN)
+    info += f" · paths relative to {html.escape(base)}" if base else ""
+    pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in current if r.get("html")}  # where -> its report
+    given = tuple((meta.get("inputs") or {}).keys())         # the inputs given: never asked for again
+    body = ["<section id='answer'><h2>The answer</h2>",
+            page.answer_html(d, bad, pages, base, given), "</section>",
+            f"<section id='notebooks'><h2>Notebooks of this run</h2><p>{n_ok}/{len(current)} notebooks ok.</p>",
+            page.notebooks_table(current, figures, base), "</section>",
+            page.stale_html(stale, figures, base)]
+    return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib report</title>"
+            f"<style>{page.CSS}</style></head><body><h1>eagle3lib report</h1><p class='meta'>{info}</p>"
+            + "".join(body) + "</body></html>\n")
 
 
-def write_index(out_dir: Path, rows: list[dict], meta: dict) -> None:
-    """Write ``index.json`` and ``index.html`` atomically into `out_dir`."""
+def write_index(out_dir: Path, rows: list[dict], meta: dict, problems: tuple[Problem, ...] = ()) -> None:
+    """Write ``index.json`` and ``index.html`` atomically into `out_dir`; `problems`: the run's own (a parameters
+    file's unknown keys), listed first."""
     meta = {"generated_at": dt.datetime.now().isoformat(timespec="seconds"), **meta}
-    d, bad = diagnosis_of(rows)
+    d, bad = diagnosis_of(this_run(rows), tuple(problems))
     data = {**meta, "problems": [p.to_dict() for p in d.problems], "diagnosis": {**d.to_dict(), "unreadable": bad},
             "notebooks": rows}
     out_dir = Path(out_dir)

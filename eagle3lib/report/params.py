@@ -1,12 +1,14 @@
 """The notebooks' parameters: each notebook's parameters cell, a YAML parameters file (top-level keys and notebook
 sections), the template that lists every parameter, and what a parameters file asks to exist before the notebooks
-run (`prepare`: `vllm_demo` serves demo deployments on the real vLLM, `sglang_demo` on the real SGLang).
+run (`prepare`: `vllm_demo` serves demo deployments on the real vLLM, `sglang_demo` on the real SGLang), and the keys
+no notebook takes (`unknown_keys`: each named with the closest parameter names, "did you mean 'train_data'?").
 
 Usage: ``common, sections = load_params("params/gpu-box.yaml", stems); params_for(stem, declared, common, sec)``.
 """
 from __future__ import annotations
 
 import ast
+import difflib
 import json
 import os
 import re
@@ -17,6 +19,7 @@ import yaml
 
 from ..errors import MissingFileError, ReportError
 from ..names import WHAT, renamed
+from ..steps.given import Problem
 
 KERNEL = "python3"       # the kernel every notebook runs on (papermill and JupyterLab alike)
 
@@ -146,6 +149,33 @@ def _template_line(name: str, default: str, comment: str) -> str:
 
 
 RUNNER_KEYS = ("vllm_demo", "sglang_demo")   # parameters-file keys the runner reads itself (no notebook declares them)
+
+
+def keys_text(problems) -> str:
+    """Unknown keys in one line: "'traindata' (top level): did you mean 'train_data'?; ..."."""
+    return "; ".join(f"'{p.param}' ({', '.join(p.notebooks)}): {p.expected}" for p in problems)
+
+
+def unknown_keys(path, common: dict, sections: dict[str, dict], declared: dict[str, dict]) -> list[Problem]:
+    """The keys of a parameters file no notebook takes: at the top level, a key no notebook declares (nor the
+    runner, `RUNNER_KEYS`); in a notebook's section, a key that notebook does not declare. Each a `Problem` naming
+    the key, its value and where, expecting the closest names it may have meant (difflib: "did you mean
+    'train_data'?") or the notebook that takes it."""
+    known = {k for names in declared.values() for k in names} | set(RUNNER_KEYS)
+    where = [("top level", k, v, known) for k, v in common.items() if k not in known]
+    where += [(f"section {stem}", k, v, set(declared.get(stem, {}))) for stem, sec in sections.items()
+              for k, v in sec.items() if k not in declared.get(stem, {})]
+    out = []
+    for place, key, value, names in where:
+        close = difflib.get_close_matches(key, sorted(names), n=3, cutoff=0.6)
+        takes = "no notebook takes it" if place == "top level" else f"notebook {place[8:]} does not take it"
+        others = sorted(s for s, names_ in declared.items() if key in names_ and place != "top level")
+        hint = (f"did you mean {' or '.join(repr(c) for c in close)}?" if close else
+                f"move it to {' or '.join(others)}, or to the top level" if others else
+                "a key the notebooks take (python -m eagle3lib.report --params-template lists every one)")
+        out.append(Problem(key, str(value)[:80], "ParameterError", f"unknown key '{key}' ({place} of {path}): "
+                           f"{takes}", hint, "a key of the parameters file", notebooks=(place,)))
+    return out
 
 
 def prepare(common: dict) -> str | None:

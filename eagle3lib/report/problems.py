@@ -6,15 +6,20 @@
   read after all, named by its parameter when the message shows the value) or broke on its own (a failure).
 - `not_given(stem, declared, params)`: on a user's own draft, the inputs a "no fault found" needs that were left
   empty (the launch command for notebook 01, the training data for notebook 02).
+- `needs_missing(stem, params)`: on a user's own draft, the inputs a notebook's parts need (`steps.order.Step.needs`)
+  that were left empty: the notebook is not run, and says "not given" (the diagnosis skips those parts the same way).
 - `exit_code(rows)`: 0 ok, 1 the workbook failed (a notebook broke or timed out), 3 a given input could not be
   read (2, the run could not start, is the runner's).
 """
 from __future__ import annotations
 
+import dataclasses
 import re
 
 from ..errors import ALL_ERRORS
 from ..steps.given import KINDS, Problem, check_params, given, notebook_kinds
+from ..steps.order import PARTS
+from ..steps.part import Inputs
 
 EXIT = {"ok": 0, "failed": 1, "cannot start": 2, "unreadable": 3}
 # notebook number -> the parameter a "no fault found" needs from it on a user's own draft, and what it decides
@@ -50,6 +55,26 @@ def not_given(stem: str, declared, params: dict) -> tuple[str, ...]:
     if core is None or "draft" not in declared or not given(params.get("draft")):
         return ()
     return () if core[0] not in declared or given(params.get(core[0])) else (f"{core[0]} ({stem})",)
+
+
+def needs_missing(stem: str, params: dict) -> tuple[str, ...]:
+    """The inputs notebook `stem`'s parts need that were left empty on a user's own draft (none on the demo world,
+    where the demo fills them)."""
+    if not given(params.get("draft")):
+        return ()
+    needs = dict.fromkeys(k for step in PARTS if step.notebook == stem for k in step.needs)
+    return tuple(k for k in needs if not given(params.get(k)))
+
+
+def not_run_findings(stem: str) -> list:
+    """The "not checked" findings of notebook `stem`'s parts when it is not run for want of an input (each part's
+    `not_run`, where its module has one), with `where` naming the part as the notebook would."""
+    out = []
+    for step in PARTS:
+        if step.notebook == stem and hasattr(step.module, "not_run"):
+            out += [dataclasses.replace(f, where=f"{step.name} / {f.where}" if f.where else step.name)
+                    for f in step.module.not_run(Inputs())]
+    return out
 
 
 def merged(problems) -> list[Problem]:

@@ -3,8 +3,8 @@
 `findings_html(found)` renders the JSON values notebooks record (`findings.record`) without cutting them:
 the small facts (scalars, short lists) on one line, a finding with a ``message`` / ``reason`` as that sentence, requested -> effective
 settings (``changed``: {setting: [requested, effective]}) and one -> the other (`ARROWS`) with arrows, layouts of
-the same length as one slot table, a dict of records (one per replay, per engine) as a table whose constant
-columns become one line. The cause findings (``"findings"``) and the headline are left to the index; the full
+the same length as one slot table, a dict of records (one per replay, per engine) or a list of records (the
+config search's candidates) as a table whose constant columns become one line. The cause findings (``"findings"``) and the headline are left to the index; the full
 data stays in ``index.json``.
 """
 from __future__ import annotations
@@ -120,6 +120,8 @@ def value_html(key: str, value) -> str:
                 parts.append(_changed(v))
             elif isinstance(v, dict) and _lists(v):
                 parts.append(_table([esc(_label(k)), ""], [[esc(str(n)), value_text(x)] for n, x in v.items()]))
+            elif isinstance(v, list) and v and all(isinstance(x, dict) and x for x in v):    # records: a table
+                parts.append(f"<div>{esc(_label(k))}:</div>" + _records({str(i): x for i, x in enumerate(v, 1)}))
             else:
                 inline[k] = v
         line = " · ".join(f"{esc(_label(k))}: {value_text(v)}" for k, v in inline.items())

@@ -15,6 +15,7 @@ import datetime as dt
 import json
 import os
 import re
+import secrets
 import shutil
 import sys
 import tempfile
@@ -27,9 +28,12 @@ from . import findings as findings_mod
 from . import problems
 from ..errors import Eagle3Error, MissingFileError, ReportError
 from ..jsonfiles import atomic_write_all
+from ..names import GIVE
+from ..steps.given import given
 from .export import evidence_anchors, external_loads, index_figure, sections, tex_cells, to_html
 from .index import load_rows, write_index
-from .params import KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source
+from .params import (KERNEL, declared_parameters, load_params, params_for, params_template, prepare, read_source,
+                     keys_text, unknown_keys)
 
 DEFAULT_TIMEOUT_S = 1800.0  # per cell; demo cells take seconds, real targets on a GPU box minutes
 NOTEBOOK_NAME = re.compile(r"^\d\d_\w+\.py$")
@@ -57,6 +61,12 @@ class NotebookResult:
     evidence: dict = dataclasses.field(default_factory=dict)  # {finding key: {"anchor", "section"}} in `html`
     problems: tuple = ()  # steps.given.Problem: a parameter that could not be read (not run), a stop or a failure
     not_given: tuple[str, ...] = ()  # the parameters a "no fault found" needs that were left empty
+    run_id: str = ""  # the report run that made this row (`new_run_id`); the index combines one run's rows only
+
+
+def new_run_id() -> str:
+    """An id for one report run: when it started and four random hex digits (two runs in one second differ)."""
+    return dt.datetime.now().strftime("%Y%m%d-%H%M%S-") + secrets.token_hex(2)
 
 
 def discover_notebooks(notebooks_dir: str | os.PathLike) -> list[Path]:
@@ -258,6 +268,26 @@ def _publish(out_dir: Path, stem: str, executed, found: dict, status: str, error
     return fig_name, evidence
 
 
+def given_inputs(common: dict, sections: dict[str, dict]) -> dict[str, str]:
+    """The inputs a parameters file gives (top level, then sections), by their names in `names.GIVE` (the draft
+    too): {name: the value given}; the index writes paths relative to their folder and asks for no input given."""
+    name_of = {key: n for n, (_, key, _) in GIVE.items()} | {n: n for n in GIVE} | {"draft": "draft"}
+    out: dict[str, str] = {}
+    for values in [common, *sections.values()]:
+        for k, v in values.items():
+            if k in name_of and isinstance(v, str) and given(v):
+                out.setdefault(name_of[k], v.strip())
+    return out
+
+
+def _declared(src: Path) -> dict:
+    """A notebook's declared parameters; {} when its source cannot be read (run_notebook reports that failure)."""
+    try:
+        return declared_parameters(read_source(src), f"{src}, parameters cell")
+    except Eagle3Error:
+        return {}
+
+
 def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, timeout: float | None =
             DEFAULT_TIMEOUT_S, cwd: Path | None = None, all_stems: list[str] | None = None) -> list[NotebookResult]:
     """Run `sources` in order (one failure does not stop the others) and write the index; returns the results."""
@@ -271,34 +301,48 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
             print(f"warning: {w.message}", flush=True)
         else:
             warnings.warn_explicit(w.message, w.category, w.filename, w.lineno)
+    run_id = new_run_id()
+    print(f"report run {run_id} -> {out_dir}", flush=True)
+    every = {p.stem: _declared(p) for p in discover_notebooks(sources[0].parent)} if sources else {}
+    unknown = unknown_keys(params_file, common, sections, every)
+    if unknown:   # a typo is no input of anyone's: the run stops, the index says which key and what was meant
+        write_index(out_dir, load_rows(out_dir, keep=set(stems)), {"run_id": run_id, "params_file": params_file,
+                                                                    "stopped": "unknown keys"}, problems=unknown)
+        raise ReportError(str(params_file), f"unknown keys: {keys_text(unknown)}", expected="the keys the "
+                          "notebooks take (python -m eagle3lib.report --params-template)", found=", ".join(
+                              p.param for p in unknown), cause="a typo, or a key of another notebook's section")
     skip = prepare(common)
     if skip:
         print(f"skipped: {skip}", flush=True)
         now = time.strftime("%Y-%m-%d %H:%M:%S")
-        results = [NotebookResult(s.stem, str(s), "skipped", 0.0, skip, {}, None, None, None, (), now)
+        results = [NotebookResult(s.stem, str(s), "skipped", 0.0, skip, {}, None, None, None, (), now, run_id=run_id)
                    for s in sources]
-        write_index(out_dir, [dataclasses.asdict(r) for r in results], {"params_file": params_file,
+        write_index(out_dir, [dataclasses.asdict(r) for r in results], {"run_id": run_id, "params_file": params_file,
                                                                           "skipped": skip})
         return results
     ensure_kernel()
     results, declared_any = [], set()
     for i, src in enumerate(sources, 1):
         print(f"[{i}/{len(sources)}] {src.stem}: running", flush=True)
-        try:
-            declared = declared_parameters(read_source(src), f"{src}, parameters cell")
-        except Eagle3Error:
-            declared = {}  # run_notebook reports the problem as this notebook's failure
+        declared = every.get(src.stem) or _declared(src)
         declared_any |= set(declared)
         params, warns = params_for(src.stem, declared, common, sections.get(src.stem, {}))
         bad = problems.refused(src.stem, params, cwd or src.resolve().parent.parent)
+        missing = problems.needs_missing(src.stem, params)
+        now = dt.datetime.now().isoformat(timespec="seconds")
         if bad:   # a given parameter that cannot be read: the notebook is not run on it
             r = NotebookResult(src.stem, str(src), "skipped", 0.0, "not run: a given parameter could not be read: "
-                               + "; ".join(map(str, bad)), {}, None, None, None, tuple(warns),
-                               dt.datetime.now().isoformat(timespec="seconds"), problems=bad)
+                               + "; ".join(map(str, bad)), {}, None, None, None, tuple(warns), now, problems=bad)
+        elif missing:   # a user's draft without what the notebook needs: not given, never the demo's
+            why = f"not run: not given: {', '.join(missing)}"
+            found = {"headline": why, findings_mod.FINDINGS_KEY: [f.to_dict() for f in problems.not_run_findings(
+                src.stem)]}
+            r = NotebookResult(src.stem, str(src), "skipped", 0.0, why, found, None, None, None, tuple(warns), now)
         else:
             r = run_notebook(src, out_dir, params, timeout, cwd, tuple(warns))
             r = dataclasses.replace(r, problems=problems.of_failure(src.stem, r.status, r.error, params))
-        r = dataclasses.replace(r, not_given=problems.not_given(src.stem, declared, params))
+        r = dataclasses.replace(r, run_id=run_id, not_given=tuple(dict.fromkeys(problems.not_given(
+            src.stem, declared, params) + tuple(f"{k} ({src.stem})" for k in missing))))
         results.append(r)
         where = r.html or "no report written"
         print(f"[{i}/{len(sources)}] {src.stem}: {r.status} in {r.seconds:.1f} s -> {out_dir / where}", flush=True)
@@ -308,8 +352,9 @@ def run_all(sources: list[Path], out_dir: Path, params_file: str | None = None, 
         print(f"warning: parameter '{k}' in {params_file} is declared by no notebook that ran", flush=True)
     rows = load_rows(out_dir, keep=set(stems) - {r.notebook for r in results})
     rows += [dataclasses.asdict(r) for r in results]
-    meta = {"params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
-            "eagle3lib": __version__}
+    meta = {"run_id": run_id, "params_file": params_file, "timeout_s": timeout, "python": sys.version.split()[0],
+            "eagle3lib": __version__, "inputs": given_inputs(common, sections),
+            "cwd": str((cwd or sources[0].resolve().parent.parent).resolve()) if sources else None}
     try:
         write_index(out_dir, sorted(rows, key=lambda r: r["notebook"]), meta)
     except OSError as e:
@@ -326,7 +371,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("-f", "--params", help="YAML parameters file (top-level keys + per-notebook sections)")
     ap.add_argument("--only", help="comma-separated notebook numbers or names, e.g. 02,03")
     ap.add_argument("--timeout", type=float, default=DEFAULT_TIMEOUT_S, help="per-cell timeout in s (0: none)")
-    ap.add_argument("--out", default="reports", help="output folder (default: reports)")
+    ap.add_argument("--out", default="reports", help="output folder (default: reports): the notebooks' pages and "
+                    "index.html; notebooks not run this time keep their earlier rows there, listed as stale and "
+                    "never combined into this run's diagnosis")
     ap.add_argument("--notebooks", default="notebooks", help="folder of NN_topic.py sources (default: notebooks)")
     ap.add_argument("--cwd", help="working directory of the notebooks (default: the folder above --notebooks)")
     ap.add_argument("--params-template", action="store_true", help="print a parameters YAML template and exit")
@@ -346,9 +393,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"error: {e}", file=sys.stderr)
         return 2
     bad = [r.notebook for r in results if r.status != "ok" and (r.status != "skipped" or r.problems)]
+    idle = [f"{r.notebook} ({r.error})" for r in results if r.status == "skipped" and not r.problems]
     unread = problems.merged(p for r in results for p in r.problems if not p.failure)
-    print(f"{len(results) - len(bad)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
-          f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else ""), flush=True)
+    print(f"{len(results) - len(bad) - len(idle)}/{len(results)} notebooks ok in {time.monotonic() - t0:.0f} s; "
+          f"index: {Path(args.out) / 'index.html'}" + (f"; not ok: {', '.join(bad)}" if bad else "")
+          + (f"; {', '.join(idle)}" if idle else ""), flush=True)
     for p in unread:
         print(f"unreadable input: {p}", flush=True)
     return problems.exit_code(results)

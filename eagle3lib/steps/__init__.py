@@ -19,6 +19,7 @@ here and only here), then the library called in the notebook's order. Each noteb
 - `trained_config` notebook 02 and the diagnosis: is the shipped config what was trained? (the counterfactual
   search with the target's / training config's values as candidates).
 - `diffing`    notebook 03: training slots and a serving dump compared with the target's own boundaries.
-- `throughput_runs` notebook 04: the served runs read from files / a server, the demo engine's sweep, and
-  its chain-vs-tree replay and timing, as tables and figures (a part with no finding: it decides no cause).
+- `throughput_runs` notebook 04: the served runs read from the files / server given (the seed's sample log only
+  on the demo world), the demo engine's sweep and its chain-vs-tree replay and timing only when asked
+  (`run_demo_sweep`), as tables and figures (a part with no finding: it decides no cause).
 """

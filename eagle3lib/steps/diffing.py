@@ -205,11 +205,13 @@ def _acc(x) -> float | None:
 
 
 def proof_summary(proof: pd.DataFrame | str | None) -> dict[str, float | None]:
-    """{replay label: step-0 accuracy, None where it was not measured} from proof_of_fix's table; {} when the
-    proof is a sentence (not replayed) or missing."""
+    """{replay label and its sample count: step-0 accuracy, None where it was not measured} from proof_of_fix's
+    table ("as served (16 training samples)": the count names this replay's number apart from notebook 02's, which
+    replays other samples); {} when the proof is a sentence (not replayed) or missing."""
     if not isinstance(proof, pd.DataFrame) or "replay" not in proof.columns:
         return {}
-    return {str(r["replay"]): _acc(r.get("acc step 0")) for _, r in proof.iterrows()}
+    return {f"{r['replay']} ({r.get('samples', 0)} training samples)": _acc(r.get("acc step 0"))
+            for _, r in proof.iterrows()}
 
 
 def _pct(x: float | None) -> str:
@@ -231,7 +233,9 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     a = proof_summary(proof)
     if len(a) == 2:
         served, fixed = list(a.values())
-        text += f"; step-0 accuracy {_pct(served)} as served -> {_pct(fixed)} with the trained layout"
+        n = int(proof["samples"].iloc[0]) if "samples" in proof else 0
+        text += (f"; step-0 accuracy on {n} training samples {_pct(served)} as served -> {_pct(fixed)} with the "
+                 "trained layout")
     return text
 
 

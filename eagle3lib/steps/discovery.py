@@ -275,7 +275,7 @@ def repo_path(path: str) -> str:
     return str(demo.REPO_ROOT / p)
 
 
-def side_by_side(a: Discovery, b: Discovery, names=("seed", "fixed")) -> pd.DataFrame:
+def side_by_side(a: Discovery, b: Discovery, names=("as launched", "fixed")) -> pd.DataFrame:
     """Two commands' speculative knobs, requested and effective, in one table."""
     rows = []
     for f in KNOBS + ("max_running_requests", "disable_overlap_schedule"):

@@ -55,7 +55,7 @@ class Inputs:
     proof_samples: int | None = None   # 03: samples replayed for the proof of fix (None: n, at most 16)
     served_samples: int | None = None  # 01: samples per served-vs-replay prediction (None: n, at most 16)
     target_dtype: str = ""             # 03: the target's dtype for the reference capture ("" = as it loads)
-    run_demo_sweep: bool = True        # 04: measure the demo engine over sweep_num_steps, correct vs seed capture
+    run_demo_sweep: bool = False       # 04: measure the demo engine over sweep_num_steps, correct vs seed capture
     sweep_num_steps: tuple[int, ...] = (1, 2, 3, 4, 6)   # 04: draft steps per round in the demo sweep
     sweep_repeats: int = 3             # 04: timed repeats per setting (the median is kept)
     tree_replay_samples: int = 8       # 04: held-out samples the chain-vs-tree replay drafts from (0: skip)

@@ -255,7 +255,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
 
 def not_run(inputs: Inputs) -> list[Finding]:
     """The findings of the part when there are no training samples to replay (a user's draft without them)."""
-    return replay_findings({}, {}, ServingLayout(None, "none", "no training data given (--data)"), None)
+    return replay_findings({}, {}, ServingLayout(None, "none", "no training data given (--train-data, YAML key "
+                                                                 "train_data)"), None)
 
 
 def search_start(verdicts: Mapping[str, Verdict], layouts: Mapping[str, tuple]) -> tuple[str, tuple] | None:

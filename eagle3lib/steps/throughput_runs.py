@@ -1,7 +1,11 @@
 """Notebook 04: the served runs read from the files and server given, the cost model fitted to them
 (`fit_served`), the demo engine's own sweep and its chain-vs-tree replay, and the findings the notebook records
 (`headline_findings`). `run(inputs, earlier)` makes notebook 04's part: its tables and figures (no finding: the
-throughput decides no cause, so the diagnosis does not run it, `steps.order.PARTS`)."""
+throughput decides no cause, so the diagnosis does not run it, `steps.order.PARTS`).
+
+On the demo world (no draft given) the served runs are the seed's sample log (`DEMO_LOG`) unless others are given;
+with a user's draft only the files and server given are read (none: "not given"). The demo engine's sweep and
+its chain-vs-tree replay (minutes on CPU) run only when asked (`run_demo_sweep`), on either."""
 from __future__ import annotations
 
 from dataclasses import dataclass
@@ -21,12 +25,23 @@ COLUMNS = ("label", "series", "num_steps", "topk", "num_draft_tokens", "batch_si
            "accept_rate", "accept_rate_definition", "source", "notes")
 SWEEP_COLUMNS = COLUMNS[:8] + ("per_position", "repeats")
 CORRECT = demo_sweep_mod.series_of("correct")     # the demo sweep's series with the training layout
-NOT_RUN = {"sweep": "demo sweep not run", "tree": "chain-vs-tree replay not run", "fit": "no fit"}
+DEMO_LOG = "data/samples/sglang_seed_decode.log"   # the served runs on the demo world: the seed's sample log
+NOT_RUN = {"sweep": "demo sweep not run (only when asked: run_demo_sweep: true, a few minutes on CPU)",
+           "tree": "chain-vs-tree replay not run (only with the demo sweep: run_demo_sweep: true)", "fit": "no fit"}
+NOT_GIVEN = ("not given: no served runs (04_throughput_charts: log_paths, json_paths or server_url; "
+             "the diagnosis: --served-log)")
 
 
 def served_files(inputs: Inputs) -> list[str]:
     """The files of the served runs given (`served_log`, comma-separated)."""
     return [p.strip() for p in inputs.served_log.split(",") if p.strip()]
+
+
+def served_inputs(inputs: Inputs) -> list[str]:
+    """The served runs notebook 04 reads: those given; none given on the demo world (no draft, no server): the
+    seed's sample log (`DEMO_LOG`); none given with a user's draft: none (never the demo's)."""
+    given = served_files(inputs)
+    return given or ([DEMO_LOG] if not inputs.draft and not inputs.server_url else [])
 
 
 def read_runs(paths, server_url: str = "") -> list[ParseResult]:
@@ -100,7 +115,11 @@ def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeV
     """Notebook 04's findings: the headline, the cost model it came from (the served runs when they could be
     fitted, else the demo engine's `correct` capture) and the chain-vs-tree choice when it ran."""
     chosen = fit.rec or sweep_recs.get(correct)
-    out = {"headline": chosen.headline if chosen else "no cost-model fit: " + str(fit.problem)}
+    if chosen is None:
+        head = fit.problem if fit.problem == NOT_GIVEN else f"no cost-model fit: {fit.problem}"
+    else:
+        head = chosen.headline if chosen is fit.rec else f"the demo engine's sweep: {chosen.headline}"
+    out = {"headline": head}
     if tvc is not None:
         out["tree_vs_chain"] = tvc.findings()
     if chosen:
@@ -113,13 +132,13 @@ def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeV
 
 
 def run(inputs: Inputs, earlier=None) -> Part:
-    """Notebook 04's part: the served runs (`served_files`, `server_url`) and their cost-model fit, the demo sweep
+    """Notebook 04's part: the served runs (`served_inputs`, `server_url`) and their cost-model fit, the demo sweep
     (`run_demo_sweep`, `sweep_num_steps`, `sweep_repeats`) and the chain-vs-tree replay (`tree_replay_samples`, 0:
     skipped) as tables and figures (a sentence where one was not run); `results` holds what they were made from
     (parsed, served, fit, sweep, sweep_recs, tvc) and `headline` (what the notebook records). No finding."""
-    parsed = read_runs(served_files(inputs), inputs.server_url)
+    parsed = read_runs(served_inputs(inputs), inputs.server_url)
     served = [r for res in parsed for r in res.records]
-    fit = fit_served(served, inputs.baseline_tok_s)
+    fit = fit_served(served, inputs.baseline_tok_s) if parsed else ServedFit(None, NOT_GIVEN, None, (NOT_GIVEN,))
     rec = fit.rec
     sweep = (demo_sweep(list(inputs.sweep_num_steps), repeats=inputs.sweep_repeats, device=inputs.device)
              if inputs.run_demo_sweep else [])
@@ -127,20 +146,20 @@ def run(inputs: Inputs, earlier=None) -> Part:
     sweep_recs = {s: costmodel.recommend(sweep, series=s) for s in series} if sweep else {}
     tvc = (tree_vs_chain(inputs.tree_replay_samples, inputs.sweep_repeats, inputs.device)
            if inputs.run_demo_sweep and inputs.tree_replay_samples > 0 else None)
-    tables = {"served runs": records.to_dataframe(served)[list(COLUMNS)],
+    tables = {"served runs": records.to_dataframe(served)[list(COLUMNS)] if parsed else NOT_GIVEN,
               "served fit": rec.fit.table if rec else NOT_RUN["fit"],
               "best num_steps": rec.choice.table if rec else NOT_RUN["fit"],
               "demo sweep": records.to_dataframe(sweep)[list(SWEEP_COLUMNS)] if sweep else NOT_RUN["sweep"],
               "demo fit": sweep_recs[CORRECT].fit.table if CORRECT in sweep_recs else NOT_RUN["sweep"],
               "chain vs tree": tvc.replay.table if tvc is not None else NOT_RUN["tree"]}
     figures = {
-        "trajectory": plots.trajectory(served, baseline=fit.baseline),
+        "trajectory": plots.trajectory(served, baseline=fit.baseline) if parsed else NOT_GIVEN,
         "served tok/s vs accept length": plots.tok_s_vs_accept_length(
             served, fit=rec.fit if rec else None, baseline=fit.baseline,
-            title="Served runs: throughput vs accept length"),
+            title="Served runs: throughput vs accept length") if parsed else NOT_GIVEN,
         "served speedup vs num_steps": plots.speedup_vs_num_steps(
             served, choice=rec.choice if rec else None, baseline=fit.baseline,
-            title="Served runs: speedup vs num_steps, measured and predicted"),
+            title="Served runs: speedup vs num_steps, measured and predicted") if parsed else NOT_GIVEN,
         "demo tok/s vs accept length": (plots.tok_s_vs_accept_length(
             sweep, fit=sweep_recs[CORRECT].fit, title="Demo engine: throughput vs accept length")
             if CORRECT in sweep_recs else NOT_RUN["sweep"]),
@@ -148,7 +167,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
             sweep, choice=sweep_recs[series[0]].choice,
             title=f"Demo engine: speedup vs num_steps (prediction for '{series[0]}')")
             if sweep_recs else NOT_RUN["sweep"]),
-        "per-position acceptance": plots.per_position_bars(served + sweep),   # per series, the deepest run
+        "per-position acceptance": (plots.per_position_bars(served + sweep)     # per series, the deepest run
+                                    if served or sweep else NOT_GIVEN),
         "chain vs tree": (plots.tree_vs_chain_figure(tvc.choice, measured=tvc.timings) if tvc is not None
                           else NOT_RUN["tree"])}
     return Part(NAME, [], tables, figures, notes=fit.notes, results={

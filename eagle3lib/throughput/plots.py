@@ -148,7 +148,7 @@ def per_position_bars(records, deepest_only: bool = True, title: str = "Per-posi
 
 
 def trajectory(records, baseline: float | None = None,
-               title: str = "The seed's runs: baseline → 16-token run → steps fix → capture fix") -> Figure:
+               title: str = "The served runs, in the order measured") -> Figure:
     """Runs in the order given as a labelled path of tok/s, each annotated with its settings and tau."""
     records = [r for r in records if r.tok_s]
     base = _baseline(records, baseline, None)

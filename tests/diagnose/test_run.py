@@ -130,12 +130,13 @@ def test_a_broken_d2t_is_the_one_confirmed_cause(world, dumps, tmp_path, how):
     assert_only(d, "d2t_mapping")
 
 
-def test_the_demo_world_names_the_seeds_two_causes(capsys):
-    """No --draft: the demo world, whose server is the seed's. The terminal command prints the table and, last,
-    one JSON record."""
-    assert main(["--quiet", "--n", "8", "--drift-samples", "0"]) == 0
+def test_the_demo_world_names_the_seeds_two_causes(capsys, tmp_path):
+    """No --draft: the demo world, whose server is the seed's. The terminal command prints the answer; --json FILE
+    writes the machine record there (none on stdout)."""
+    assert main(["--quiet", "--n", "8", "--drift-samples", "0", "--json", str(tmp_path / "d.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
-    rec = json.loads(lines[-1])
+    rec = json.loads((tmp_path / "d.json").read_text())
+    assert not any(ln.startswith("{") for ln in lines) and any(ln.startswith("exit code 0: ") for ln in lines)
     confirmed = {v["cause"]: v for v in rec["verdicts"] if v["status"] == "confirmed"}
     assert {"ndt_override", "aux_layout_mismatch"} <= set(confirmed), lines[0]
     assert "16 -> 2" in confirmed["ndt_override"]["evidence"]

@@ -77,6 +77,7 @@ def test_the_committed_amx_refusal_is_the_host_fact_not_a_weight():
     assert attribution(f"{err.exception}: {err.message}")[1] == "engine_cannot_run"
 
 
+@pytest.mark.slow          # builds the MLA demo world when it is missing (about a minute on 2 cores)
 def test_the_mla_world_takes_the_hosts_route(monkeypatch, tmp_path):
     """vllm_world.ensure serves the mla world in the dtype the route answers and records the route (launch dtype,
     deployment.json, served.json notes); the engine is not run here: serve and dump record what they were asked."""

@@ -10,6 +10,7 @@ import pytest
 
 from eagle3lib.report import index as I
 from eagle3lib.report.index import load_rows, index_html, write_index
+from eagle3lib.report.page import evidence_links
 
 ROWS = [
     {"notebook": "00_ok", "status": "ok", "seconds": 1.25, "html": "00_ok.html", "ipynb": "00_ok.ipynb",
@@ -118,7 +119,8 @@ def test_rows_link_their_reports():
     ok, bad, slow = page["00_ok"], page["01_bad"], page["02_slow"]
     assert '<td class="ok">ok</td>' in ok and "<td>1.2 s</td>" in ok                  # 1.25 -> 1.2 (half-even)
     assert '<a href="00_ok.html">report</a> · <a href="00_ok.ipynb">notebook</a>' in ok
-    assert "<b>acc 0.75</b><ul><li><b>n</b>: 3</li></ul>" in ok and ".failed.html" not in ok
+    assert ("<b>acc 0.75</b><details><summary>recorded findings (1)</summary><div class='scroll'><ul><li><b>n</b>: "
+            "3</li></ul></div></details>") in ok and ".failed.html" not in ok
     assert '<td class="failed">failed</td>' in bad and "<td>2.0 s</td>" in bad
     assert ('<a href="01_bad.failed.html">failed run</a> · <a href="01_bad.html">last good report</a> · '
             '<a href="01_bad.failed.ipynb">notebook</a>') in bad
@@ -129,9 +131,9 @@ def test_rows_link_their_reports():
 
 def test_row_without_optional_fields_and_earlier_run_marker():
     page = index_html([{"notebook": "04_x", "earlier_run": True}, {}], {})
-    assert '<tr><td>04_x <span class="stale">(earlier run)</span></td><td class="?">?</td><td>0.0 s</td>' \
+    assert '<tr><td>04_x <span class="stale">(earlier run before run ids)</span></td><td class="?">?</td><td>0.0 s</td>' \
            '<td></td><td></td><td class="err"></td><td></td></tr>' in page
-    assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/2 notebooks ok.</p>" in page
+    assert '<tr><td>?</td><td class="?">?</td>' in page and "<p>0/1 notebooks ok.</p>" in page
 
 
 def test_long_findings_are_kept_whole_and_read_as_text():
@@ -156,13 +158,13 @@ def test_the_index_opens_with_the_diagnosis_of_every_notebooks_findings(tmp_path
     d = data["diagnosis"]
     assert not d["healthy"] and [v["status"] for v in d["verdicts"]] == ["conflict", "ruled out"]
     page = (tmp_path / "index.html").read_text()
-    assert page.index("<h2>Diagnosis</h2>") < page.index("<h2>Notebooks</h2>")
+    assert page.index("<h2>The answer</h2>") < page.index("<h2>Notebooks of this run</h2>")
     assert 'd2t holds absolute ids [<a href="00_ok.html">00 / checks.vocab</a>]' in page   # linked to its report
     assert 'offsets reading is best [<a href="01_bad.failed.html">02 / layout search</a>]' not in page
     assert "offsets reading is best [02 / layout search]" in page          # no notebook 02 row: no link
-    assert "2 cause findings, in the diagnosis above" in page
+    assert "2 cause findings, in the answer above" in page
     assert 'knobs &lt;as&gt; requested [<a href="01_bad.failed.html">01 / serving settings</a>]' in page
-    assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks</h2>")[1])["00_ok"]   # no raw records
+    assert "d2t_mapping" not in rows_by_name(page.split("<h2>Notebooks of this run</h2>")[1])["00_ok"]   # no raw
 
 
 # ---------------------------------------------------------------- figures and evidence links
@@ -203,5 +205,26 @@ def test_a_missing_or_outside_figure_file_is_left_out(tmp_path):
     (tmp_path / "01_t.figure.html").write_text("<table><tr><td>16 → 2</td></tr></table>")
     assert I.figure_of(tmp_path, {"figure": "01_t.figure.html"}) == \
         "<div class='figtable'><table><tr><td>16 → 2</td></tr></table></div>"     # a table, inline
-    assert I.evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
-    assert I.evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}
+    assert evidence_links({"evidence": {"headline": {"anchor": "a"}}}) == {}           # no report, no link
+    assert evidence_links({"html": "x.html", "evidence": {"k": "bad", "j": {"anchor": ""}}}) == {}
+
+
+def test_one_run_one_diagnosis_earlier_rows_are_stale_never_combined(tmp_path):
+    """Issue 46: a run of notebook 00 alone after a run of 02 that confirmed a cause: the diagnosis combines only
+    this run's row (the earlier confirmation is not in its headline), the earlier row is listed as stale with its
+    own run id, and index.json keeps both rows, each with its run id."""
+    confirmed = {"notebook": "02_b", "status": "ok", "run_id": "r1", "findings": {"headline": "old", "findings": [
+        {"cause": "ndt_override", "status": "confirmed", "summary": "16 -> 2", "evidence": {}, "where": "02_b"}]}}
+    (tmp_path / "index.json").write_text(json.dumps({"run_id": "r1", "notebooks": [confirmed]}))
+    now = {"notebook": "00_a", "status": "ok", "run_id": "r2", "findings": {"headline": "new", "findings": [
+        {"cause": "rope_mismatch", "status": "ruled out", "summary": "same rope", "evidence": {}, "where": "00_a"}]}}
+    rows = [now] + load_rows(tmp_path, keep={"02_b"})
+    write_index(tmp_path, rows, {"run_id": "r2"})
+    data = json.loads((tmp_path / "index.json").read_text())
+    assert [v["cause"] for v in data["diagnosis"]["verdicts"]] == ["rope_mismatch"]
+    assert "confirmed" not in data["diagnosis"]["headline"]
+    assert [(r["notebook"], r["run_id"], r.get("earlier_run", False)) for r in data["notebooks"]] == [
+        ("00_a", "r2", False), ("02_b", "r1", True)]
+    page = (tmp_path / "index.html").read_text()
+    stale = page.index("Earlier runs: stale")
+    assert page.index("00_a") < stale < page.index("02_b") and "(earlier run r1)" in page

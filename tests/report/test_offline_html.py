@@ -14,7 +14,7 @@ import pytest
 from eagle3lib.report import runner as report
 from eagle3lib.report import params as report_params
 from eagle3lib.report.export import external_loads
-from eagle3lib.report.index import evidence_links
+from eagle3lib.report.page import evidence_links
 from tests.browser import Browser, skip_reason
 from tests.widget_views import view_ids
 
@@ -132,7 +132,7 @@ def test_a_small_report_and_its_index_open_offline(browser, tmp_path):
     assert "Error displaying widget" not in view.text and "model not found" not in view.text
 
     index = _check_page(browser, out / "index.html")
-    assert "Diagnosis" in index.text and "tiny: replay accuracy 0.91" in index.text
+    assert "The answer" in index.text and "tiny: replay accuracy 0.91" in index.text
     assert len(index.images) == 1                                          # the figure, inline
     rows = json.loads((out / "index.json").read_text())["notebooks"]
     assert set(rows[0]["evidence"]) == {"headline", "replay"}
@@ -145,8 +145,9 @@ def test_a_small_report_and_its_index_open_offline(browser, tmp_path):
 @pytest.mark.slow
 def test_the_demo_reports_open_offline(browser, demo_reports):
     """The demo's real reports (the end-to-end run, shared): every page loads nothing from outside and shows
-    its title and every figure; notebook 02 shows its token-view widget; the index shows the diagnosis table,
-    every notebook's headline and figure, and its evidence links land on headings."""
+    its title and every figure; notebook 02 shows its token-view widget; the index shows the answer first (the
+    alarms whole, the rest folded), every notebook's headline and figure, its evidence links land on headings,
+    and it fits a 1400 px window (tests/report/test_page.py checks that on a page made to be wide)."""
     _, out = demo_reports
     index = json.loads((out / "index.json").read_text())
     rows = index["notebooks"]
@@ -162,12 +163,15 @@ def test_the_demo_reports_open_offline(browser, demo_reports):
             assert view.widgets and "position t" in view.widgets[0]["text"] and "<table" not in view.widgets[0]["text"]
         assert r["figure"] and "headline" in r["evidence"], r["notebook"]
     page = _check_page(browser, out / "index.html")
-    assert "Diagnosis" in page.text and "status\tcause" in page.text              # the diagnosis table
-    for v in index["diagnosis"]["verdicts"]:
-        assert v["cause"] in page.text
+    assert page.text.index("The answer") < page.text.index("Notebooks of this run")
+    for v in index["diagnosis"]["verdicts"]:      # the alarms shown whole; ruled out and not checked folded
+        assert (v["cause"] in page.text) == (v["status"] in ("confirmed", "conflict", "suspected")), v["cause"]
     for r in rows:
         assert r["findings"]["headline"] in page.text, r["notebook"]
     pngs = sum(r["figure"].endswith(".png") for r in rows)
     assert len(page.images) == pngs
     assert _check_links(browser, out, rows)
     assert _links_resolve(out) > 2 * len(rows)
+    shown = browser.layout(out / "index.html", out / "index.1400px.png", width=1400)
+    assert shown["scroll_width"] <= shown["client_width"] == 1400
+    assert shown["headings"][:2] == ["The answer", "Notebooks of this run"]

@@ -60,3 +60,27 @@ def test_the_index_diagnosis_is_healthy_only_with_the_core_notebooks_and_no_prob
         Problem("serving_dump", "/d", "DataError", "no manifest", "", "the serving dump").to_dict()]}]
     d = diagnosis_of(bad)[0]
     assert not d.healthy and d.headline().startswith("could not read the serving dump (serving_dump '/d')")
+
+
+def test_needs_missing_on_a_users_draft_only():
+    """A user's draft without the training data: notebooks 02 and 03 need it (steps.order.Step.needs), 03 the
+    target too; on the demo world (no draft) nothing is missing."""
+    assert P.needs_missing("02_training_sample_replay", {"draft": "/m/d"}) == ("train_data",)
+    assert P.needs_missing("03_hidden_state_diffing", {"draft": "/m/d"}) == ("target", "train_data")
+    assert P.needs_missing("03_hidden_state_diffing", {"draft": "/m/d", "target": "/m/t", "train_data": "/m/x"}) == ()
+    assert P.needs_missing("02_training_sample_replay", {}) == ()
+    assert P.needs_missing("04_throughput_charts", {"draft": "/m/d"}) == ()
+
+
+def test_not_run_findings_say_not_checked_and_name_the_part():
+    found = P.not_run_findings("02_training_sample_replay")
+    assert found and {f.status for f in found} == {"not checked"}
+    assert all(f.where.startswith("02 training-sample replay") for f in found)
+    assert P.not_run_findings("03_hidden_state_diffing") == []
+
+
+def test_not_given_names_each_key_once_with_every_notebook_that_needed_it():
+    rows = [{"notebook": "02_x", "status": "skipped", "not_given": ["train_data (02_x)"]},
+            {"notebook": "03_y", "status": "skipped", "not_given": ["train_data (03_y)"]},
+            {"notebook": "01_z", "status": "ok", "not_given": ["launch (01_z)"]}]
+    assert not_given_of(rows) == ["train_data (02_x, 03_y)", "launch (01_z)"]

@@ -83,4 +83,4 @@ def test_the_index_shows_no_json_and_cuts_nothing():
     page = index_html(rows, {})
     notebooks = page.split("<th>files</th></tr>")[-1]                  # the notebook rows
     assert "&quot;" not in notebooks and "{" not in notebooks and "…" not in notebooks
-    assert "1 cause findings, in the diagnosis above" in notebooks
+    assert "1 cause findings, in the answer above" in notebooks

@@ -300,7 +300,7 @@ def test_index_keeps_rows_of_notebooks_not_run_and_escapes_html(tmp_path):
     rows = load_rows(tmp_path, keep={"00_a", "01_b"})
     assert [r["notebook"] for r in rows] == ["00_a", "01_b"] and all(r["earlier_run"] for r in rows)
     page = index_html(rows, {"params_file": None})
-    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run)" in page
+    assert "&lt;b&gt;bold&lt;/b&gt;" in page and "<b>bold</b>" not in page and "(earlier run before run ids)" in page
     (tmp_path / "index.json").write_text("{not json")
     assert load_rows(tmp_path, keep={"00_a"}) == []
 
@@ -400,3 +400,42 @@ def test_the_vllm_demo_without_a_vllm_venv_says_how_to_make_one_and_skips(tmp_pa
     assert {r["status"] for r in index["notebooks"]} == {"skipped"} and len(index["notebooks"]) == 5
     assert not index["diagnosis"]["healthy"]
     assert not (tmp_path / "reports" / "00_checkpoint_audit.html").exists()
+
+
+def test_a_notebook_whose_input_is_not_given_on_a_users_draft_is_not_run(tmp_path, capsys):
+    """Notebook 02 given a user's draft but no training data: not run (no kernel), its row says "not run: not
+    given: train_data", its parts' not-checked findings reach the diagnosis, and the run exits 0."""
+    import torch
+    from safetensors.torch import save_file
+
+    from tests.conftest import TINY_SPECFORGE
+
+    params = 'draft: str = ""\ntrain_data: str = ""\nn: int = 3'
+    nbs = _write(tmp_path / "notebooks", {"02_training_sample_replay.py": GOOD.replace("n: int = 3", params)})
+    draft = tmp_path / "draft"          # a draft folder the given-checks read: its config and one tensor
+    draft.mkdir()
+    (draft / "config.json").write_text(json.dumps(TINY_SPECFORGE))
+    save_file({"fc.weight": torch.zeros(32, 128)}, str(draft / "model.safetensors"))
+    (tmp_path / "p.yaml").write_text(f"draft: {draft}\n")
+    out = tmp_path / "reports"
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "p.yaml")]) == 0
+    row = _rows(out)["02_training_sample_replay"]
+    assert row["status"] == "skipped" and row["error"] == "not run: not given: train_data" and row["html"] is None
+    assert row["not_given"] == ["train_data (02_training_sample_replay)"]
+    index = json.loads((out / "index.json").read_text())
+    assert {v["status"] for v in index["diagnosis"]["verdicts"]} == {"not checked"}
+
+
+def test_an_unknown_key_stops_the_run_with_did_you_mean_in_the_index(tmp_path, capsys):
+    """A YAML typo (`traindata:`) is no warning: the run does not start (exit 2, no kernel), stderr and the index
+    name the key and what it may have meant; earlier rows are kept as stale."""
+    nbs = _write(tmp_path / "notebooks", {"00_good.py": GOOD.replace("n: int = 3", 'train_data: str = ""\nn: int = 3')})
+    out = tmp_path / "reports"
+    (tmp_path / "typo.yaml").write_text("traindata: /data/train\n")
+    assert report.main(["--notebooks", str(nbs), "--out", str(out), "-f", str(tmp_path / "typo.yaml")]) == 2
+    err = capsys.readouterr().err
+    assert "'traindata' (top level): did you mean 'train_data'?" in err
+    index = json.loads((out / "index.json").read_text())
+    (p,) = index["problems"]
+    assert (p["param"], p["expected"]) == ("traindata", "did you mean 'train_data'?")
+    assert "did you mean" in (out / "index.html").read_text() and not list(out.glob("*.ipynb"))

@@ -153,7 +153,7 @@ def test_notebook_03_steps_say_what_is_missing(training, serving, proof, dump_mi
 
     acc = D.proof_summary(proof)
     if isinstance(proof, pd.DataFrame):
-        assert list(acc) == list(proof["replay"])
+        assert list(acc) == [f"{r} ({n} training samples)" for r, n in zip(proof["replay"], proof["samples"])]
         for a, given_ in zip(acc.values(), proof["acc step 0"]):
             assert a is None if given_ is None or math.isnan(given_) else a == given_
     else:
