@@ -202,7 +202,10 @@ def _ids_fix(trained, L: int, eng: str) -> str:
     if row["expressible"] == "no":
         why = re.split(r" \(|; ", str(row["why"]))[0]
         return f"{eng} cannot capture it ({why}): retrain on a layout it captures"
-    return f"{eng}: {str(row['key']).split(' (')[0]} = {list(row['ids'])}"
+    fix = f"{eng}: {str(row['key']).split(' (')[0]} = {list(row['ids'])}"
+    if row["expressible"] == "conditional" and eng == "sglang" and "residual None" in str(row["why"]):
+        fix += " (capture index 0, the embedding, needs a model file that guards residual None)"
+    return fix
 
 
 def open_ids(art: Artifacts, base: dict, eng: str | None = None, captured=None) -> Finding:

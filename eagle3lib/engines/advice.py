@@ -87,8 +87,11 @@ def _judge(engine: str, idx: list[int], L: int, post: bool, ordered: bool) -> tu
                     "ascending order: permute the fc.weight column blocks to ascending order instead"))
     if engine == "sglang":
         if 0 in idx:
-            out.append(("no", "embed needs id -1 -> +1 -> capture index 0, where hidden_states + residual has "
-                        "residual None (TypeError in llama.py; only some model files guard it)"))
+            out.append(("conditional", "embed needs id -1 -> +1 -> capture index 0, where an unguarded model file "
+                        "adds hidden_states + residual with residual None (TypeError on the first request: "
+                        "upstream llama.py and deepseek_v2.py); a build that guards it captures the embedding (the "
+                        "CPU build of shared/engines/sglang-cpu does, measured on the running engine: "
+                        "tests/engines/test_sglang_facts.py; the seed patched deepseek_v2.py the same way)"))
         if L in idx:
             out.append(("no", f"final pre-norm = capture index {L}, which the layer loop never reaches "
                         "(cf. sglang#32334)"))
