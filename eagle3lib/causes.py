@@ -205,7 +205,7 @@ ASPECTS: dict[str, tuple[str, ...]] = {
     "hidden_size_mismatch": ("hidden sizes",),
     "ndt_override": ("num_draft_tokens rewrite",),
     "aux_layout_mismatch": ("served layout",),
-    "generalization_gap": ("held-out accuracy",),
+    "generalization_gap": ("held-out accuracy", "served traffic"),   # samples not trained on; what was served
     "lossy_threshold": ("accept thresholds",),
     "draft_config_differs": ("a field the engine reads",),
     "engine_cannot_run": ("the engine's refusal",),

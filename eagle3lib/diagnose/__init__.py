@@ -3,6 +3,9 @@
 - `combine`  `diagnose(findings, problems, not_given, undecided)` -> `Diagnosis`: per cause confirmed / conflict /
              suspected / ruled out / not checked, ranked; "no fault found" only on evidence (no unreadable input,
              the core inputs given, each given input deciding something); table, text and JSON views.
+- `decision` the seed's decision, first: the training samples (recorded, replayed as shipped, restored), held-out
+             samples, served traffic, served τ against the replay's prediction, and the verdict (wiring/loading,
+             generalization gap, ceiling, healthy, or not checked naming the input); its text, markdown and HTML.
 - `run`      the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
              artifacts, through the same step functions; every given input read first (`steps.given`), one that
              cannot be read a problem no part sees; a missing input narrows, never fails.

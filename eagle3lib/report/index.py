@@ -21,6 +21,7 @@ from pathlib import Path
 from urllib.parse import quote
 
 from ..diagnose.combine import Diagnosis, diagnose
+from ..diagnose.decision import decision_html
 from ..errors import Eagle3Error
 from ..jsonfiles import atomic_write_all
 from ..steps.given import Problem
@@ -222,7 +223,8 @@ def index_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[st
     pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in rows if r.get("html")}  # where -> its report
     return ("<!DOCTYPE html><html><head><meta charset='utf-8'><title>eagle3lib reports</title>"
             f"<style>{_CSS}</style></head><body><h1>eagle3lib reports</h1>"
-            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{_diagnosis_html(d, bad, pages)}<table>"
+            f"<p>{n_ok}/{len(rows)} notebooks ok.</p><p class='meta'>{info}</p>{decision_html(d.decision)}"
+            f"{_diagnosis_html(d, bad, pages)}<table>"
             "<tr><th>notebook</th><th>status</th><th>time</th><th>figure</th><th>headline findings</th>"
             "<th>error / warnings</th><th>files</th></tr>"
             + "".join(_row_html(r, figures.get(r.get("notebook"))) for r in rows) + "</table></body></html>\n")

@@ -26,8 +26,11 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
-from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
+from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay, tau_tolerance
+from ..replay.generalization import not_served, traffic_finding, without_traffic
+from ..replay.items import as_samples
 from ..replay.traffic import served_traffic
+from ..samples.distance import served_distance
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from ..checks.engine_said import ENGINE_SAID, view_findings
@@ -77,13 +80,20 @@ class ServedPrediction:
         return self.as_served.frame()
 
     def findings(self) -> list[Finding]:
+        """What the served runs decide; every form says what the served prompts decide (`replay.generalization`):
+        the vLLM path's own finding, a served τ beside the replay on the training samples, or not checked."""
         if self.decided:
-            return list(self.decided)
+            gen = [] if any(f.cause == "generalization_gap" for f in self.decided) else [not_served(
+                "; ".join(self.missing + self.problems))]
+            return list(self.decided) + gen
         if self.comparisons:
-            return [f for c in self.comparisons for f in c.findings()]
+            return [f for c in self.comparisons for f in c.findings()] + [
+                without_traffic(c.served, c.predicted, c.tolerance, "the training samples", source=c.source)
+                for c in self.comparisons]
         need = " and ".join(self.missing) or "a served run with an accept length"
         why = "; ".join(self.problems)
-        return [not_checked("engine_regression", WHERE + (f" ({why})" if why else ""), need)]
+        return [not_checked("engine_regression", WHERE + (f" ({why})" if why else ""), need),
+                not_served("; ".join(self.missing + self.problems))]
 
 
 def run(inputs: Inputs, earlier) -> Part:
@@ -270,12 +280,15 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
                      f"as shipped, {found.restoring.acc0:.2f} so)")
     extra = unused_tensors(draft_path, setup) if found.trained_changes else None
     data = served_data_path or ri.train_data
+    replayed_on = "the served prompts' samples (served_data)" if served_data_path else "the training samples"
+    traffic = False
     if served_traffic_path:
         try:
             data, tnote = served_traffic(served_traffic_path, target_path, setup.training_layout, setup.tokenizer,
                                          device=device)
             n = len(data)                         # every answer: the served τ counts them all
             notes.append(tnote)
+            replayed_on, traffic = "the served traffic", True
         except Eagle3Error as e:
             problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     rec = Recapture(target_path, device=device) if target_path else None
@@ -296,10 +309,34 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
         ids_read = not (view.aspects.get("layout") and "default" in view.aspects["layout"].detail)
         decided += as_served_findings(float(r.accept_length), r.source or r.label, replays[st[0]],
                                       num_layers=setup.num_layers, ids_read=ids_read,
-                                      engine_per_position=r.per_position)
+                                      engine_per_position=r.per_position, replayed_on=replayed_on)
+        decided.append(served_prompts_finding(found, replays[st[0]], float(r.accept_length), r.source or r.label,
+                                              replayed_on, traffic=data if traffic else None, train=ri.train_data))
     first = next(iter(replays.values()), None)
     notes += list(first.notes) if first is not None else []
     return ServedPrediction((), tuple(problems), (), tuple(notes), view, first, tuple(decided))
+
+
+def served_prompts_finding(found, replayed: AsServed, served: float, source: str, replayed_on: str, *,
+                           traffic=None, train=None) -> Finding:
+    """`generalization_gap` on the served traffic (replay.generalization): the training samples' step-0 accuracy
+    (as shipped, or under the config that reproduces training) against the draft replayed as trained on the served
+    traffic, with how far those sequences are from the training samples; without the traffic, the served τ
+    against the replay on `replayed_on`."""
+    tr = replayed.get("as trained")
+    tol = tau_tolerance(tr.tau)
+    if traffic is None:
+        return without_traffic(served, tr.tau, tol, replayed_on, source=source)
+    restored = found.restoring
+    acc, how = ((restored.acc0, f"the training samples under {restored.described}") if restored is not None else
+                (found.shipped_acc0, "the training samples as shipped"))
+    if acc != acc:                              # NaN: the training samples did not replay
+        return without_traffic(served, tr.tau, tol, replayed_on, source=source)
+    samples, _, _ = as_samples(train, 16) if train else ([], None, None)
+    dist = served_distance([(s.input_ids, s.loss_mask) for s in samples],
+                           [(s.input_ids, s.loss_mask) for s in traffic])
+    return traffic_finding(acc, how, tr.acc0, tr.positions, served=served, predicted=tr.tau, tolerance=tol,
+                           distance=dist, answers=len(traffic))
 
 
 def trained_rope(draft_path, target_path) -> dict | None:
