@@ -10,6 +10,7 @@ settings with the seed's capture; with a user's draft nothing is filled in: a mi
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -275,6 +276,9 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
     found = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
                                                  recorded_from=ri.recorded_from)
     decided += found.findings()
+    tensors = trained_config.trained_artifacts(setup, ri.train_data, found)   # a shipped tensor not the trained one
+    restored = tensors.findings() if tensors is not None else []
+    decided += restored
     if found.trained_changes:
         notes.append("as trained: " + found.restoring.described + f" (the training samples: {found.shipped_acc0:.2f} "
                      f"as shipped, {found.restoring.acc0:.2f} so)")
@@ -303,6 +307,11 @@ def vllm_served(d: Discovery, *, draft_path: str, target_path: str, data_path: s
                 replays[st[0]] = replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped,
                                                   own_embed=own, trained_rope=rope, n=n, recapture=rec,
                                                   trained_config=found.trained_changes or None, extra=extra)
+                if restored:        # both replays read the shipped tensor: they cannot see what restoring it shows
+                    replays[st[0]] = dataclasses.replace(replays[st[0]], unseen={
+                        **replays[st[0]].unseen, **{f.cause: f"the training samples restore only with "
+                                                    f"{f.evidence.get('how')}: both replays read the shipped "
+                                                    f"{f.evidence.get('tensor')}" for f in restored}})
         except Eagle3Error as e:
             problems.append(f"replay as served: {e}")
             break

@@ -64,8 +64,12 @@ def test_clean_deployment_raises_nothing(world, dumps):
     assert d.healthy, d.text()
     assert d.headline().startswith("no fault found")
     ruled = {v.cause for v in d.by_status("ruled out")}
-    assert {"aux_layout_mismatch", "ndt_override", "generalization_gap", "d2t_mapping", "weights_dropped",
+    assert {"aux_layout_mismatch", "ndt_override", "d2t_mapping", "weights_dropped",
             "rope_mismatch", "lossy_threshold"} <= ruled
+    # held-out samples rule the gap out on their aspect; nothing was served, so the served traffic is not checked
+    gap = next(v for v in d.verdicts if v.cause == "generalization_gap")
+    assert dict(gap.aspects) == {"held-out accuracy": "ruled out", "served traffic": "not checked"}
+    assert d.decision.verdict == "not checked: the served τ (served_log / --served-log) not given"
 
 
 @pytest.mark.parametrize("name,cause", [("seed", "aux_layout_mismatch"), ("permuted", "aux_layout_mismatch"),
