@@ -40,7 +40,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 from IPython.display import display
 
-from eagle3lib.diagnose.decision import seed_decision
+from eagle3lib.diagnose.combine import diagnose
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, tokenview, verdict
 from eagle3lib.steps import sample_replay
@@ -77,7 +77,7 @@ for note in setup.notes:
 # open with the whole table.
 
 # %%
-decision = seed_decision(part.findings)
+decision = diagnose(part.findings).decision
 print(f"{decision.verdict.upper()}: {decision.reason}")
 decision.frame()
 

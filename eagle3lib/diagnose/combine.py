@@ -116,7 +116,7 @@ class Diagnosis:
     def decision(self) -> SeedDecision:
         """The seed's decision (diagnose.decision) from every finding: what the terminal, the index and notebook
         02 show first."""
-        return seed_decision(f for v in self.verdicts for f in v.findings)
+        return seed_decision((f for v in self.verdicts for f in v.findings), {v.cause: v.status for v in self.verdicts})
 
     def by_status(self, status: str) -> tuple[CauseVerdict, ...]:
         return tuple(v for v in self.verdicts if v.status == status)

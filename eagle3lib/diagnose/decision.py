@@ -14,8 +14,9 @@ replay's prediction (replay.served). Its verdict, with the numbers that decided 
   very traffic served;
 - **generalization gap**: its own samples pass, the served prompts (or held-out ones) score lower, the engine
   serves it as replayed;
-- **ceiling**: it is served as replayed, but the launch caps τ (K + 1 tokens a round: a small K, SGLang's
-  num_draft_tokens rewrite) and the replay reaches more at a deeper K;
+- **ceiling**: its own samples pass and it is served as replayed, but the launch caps τ (K + 1 tokens a round: a
+  small K, SGLang's num_draft_tokens rewrite) and the replay reaches CEILING_GAIN more at a deeper K (from the
+  launch's K and the replay alone when nothing was served);
 - **healthy**: its own samples pass and the served τ is what the replay predicts;
 - or **not checked: <input> not given** where the input that decides is missing.
 `seed_decision(findings)` -> `SeedDecision`; `decision_lines` / `decision_html` / `decision_markdown` render it
@@ -25,8 +26,8 @@ from __future__ import annotations
 
 import html
 import textwrap
-from dataclasses import dataclass, field
-from typing import Iterable
+from dataclasses import dataclass, field, replace
+from typing import Iterable, Mapping
 
 import pandas as pd
 
@@ -144,9 +145,14 @@ def _served(fs) -> dict:
 
 # ---------------------------------------------------------------- the decision
 
-def seed_decision(findings: Iterable[Finding]) -> SeedDecision:
-    """The seed's table and verdict from the findings of one diagnosis (every part's, or one notebook's)."""
+def seed_decision(findings: Iterable[Finding], status: Mapping[str, str] | None = None) -> SeedDecision:
+    """The seed's table and verdict from the findings of one diagnosis (every part's, or one notebook's).
+    `status`: each cause's combined status (diagnose.combine: what a measurement settles); a cause counts as
+    confirmed only where it is (without it, where one of its findings is)."""
     fs = list(findings)
+    if status is not None:            # a finding whose cause the diagnosis did not confirm confirms nothing here
+        fs = [f if f.status != "confirmed" or status.get(f.cause) == "confirmed" else
+              replace(f, status=status.get(f.cause, "not checked")) for f in fs]
     replayed, recorded, rec_src, why_train = _training(fs)
     restored = _restored(fs)
     held_f = _first(fs, lambda f: f.cause == "generalization_gap" and "heldout_acc0" in f.evidence)
@@ -212,6 +218,9 @@ def _verdict(fs, replayed, recorded, restored, held, traffic, served, by_k) -> t
     if not served:
         if gap:
             return "generalization gap", f"{base}; {gap[0].summary}", ["generalization_gap"], {}
+        cap = _ceiling(fs, served, by_k)
+        if cap:
+            return "ceiling", f"{base}; {cap[0]}", cap[1], cap[2]
         return f"not checked: {SERVED_INPUT} not given", f"{base}: its own samples pass" + (
             "; held-out samples: " + ", ".join(f"{k} {v:.2f}" for k, v in held.items()) if held else "") + \
             "; nothing served to hold them against", [], {}
@@ -229,23 +238,50 @@ def _verdict(fs, replayed, recorded, restored, held, traffic, served, by_k) -> t
             "were served: the served traffic decides between a generalization gap and the serving path", [], {}
     cap = _ceiling(fs, served, by_k)
     if cap:
-        return "ceiling", cap[0], cap[1], cap[2]
+        return "ceiling", f"{base}; {cap[0]}", cap[1], cap[2]
     return "healthy", f"{base}; {tau} (within {tol:.2f})" + (
         "; held-out samples: " + ", ".join(f"{k} {v:.2f}" for k, v in held.items()) if held else ""), [], {}
 
 
+def launch_k(fs) -> tuple[int | None, int | None]:
+    """(K, the τ cap) the launch runs, from the serving-settings finding: SGLang's effective num_draft_tokens (a
+    rewrite confirmed) or num_steps, vLLM's num_speculative_tokens; (None, None) when the launch was not read."""
+    for f in fs:
+        if f.cause != "ndt_override":
+            continue
+        e = f.evidence
+        ndt = e.get("num_draft_tokens_effective") if f.status == "confirmed" else None
+        if isinstance(ndt, int) and e.get("eagle_topk_effective", 1) in (1, None):
+            return ndt - 1, ndt                          # a chain of ndt tokens: ndt - 1 drafts and the bonus
+        k = e.get("num_steps_effective") if f.status == "confirmed" else e.get("num_steps",
+                                                                               e.get("num_speculative_tokens"))
+        if isinstance(k, int):
+            return k, k + 1
+    return None, None
+
+
 def _ceiling(fs, served, by_k) -> tuple[str, list, dict] | None:
-    """A launch that caps τ: SGLang's rewrite confirmed, or a K whose deeper replay reaches CEILING_GAIN more."""
-    k = served.get("k")
-    ndt = _first(fs, lambda f: f.cause == "ndt_override" and f.status == "confirmed")
-    deeper = {j: t for j, t in by_k.items() if isinstance(k, int) and j > k and t - served["served"] > CEILING_GAIN}
-    if not isinstance(k, int) or (ndt is None and not deeper):
+    """A launch that caps τ: SGLang's rewrite confirmed, or a K whose deeper replay reaches CEILING_GAIN more
+    (than the served τ, or than the replay at K when nothing was served)."""
+    k = served.get("k") if served else None
+    lk, cap = launch_k(fs)
+    k = k if isinstance(k, int) else lk
+    if not isinstance(k, int):
         return None
-    s, cap = served["served"], k + 1
-    pos_s = served.get("per_position_served") or []
-    pos_r = served.get("per_position_replayed") or []
-    text = (f"the launch caps τ at {cap} (K = {k}: at most {k} drafted tokens and the bonus a round); served τ "
-            f"{s:.2f} is {s / cap:.0%} of the cap")
+    cap = cap if lk == k and cap else k + 1
+    s = served.get("served") if served else None
+    at_k = s if s is not None else by_k.get(k)
+    ndt = _first(fs, lambda f: f.cause == "ndt_override" and f.status == "confirmed")
+    deeper = {j: t for j, t in by_k.items() if at_k is not None and j > k and t - at_k > CEILING_GAIN}
+    if ndt is None and not deeper:
+        return None
+    text = f"the launch caps τ at {cap} (K = {k}: at most {k} drafted tokens and the bonus a round)"
+    if s is not None:
+        text += f"; served τ {s:.2f} is {s / cap:.0%} of the cap"
+    elif at_k is not None:
+        text += f"; the replay predicts τ {at_k:.2f} at K = {k} (nothing served to measure it)"
+    pos_s, pos_r = (served.get("per_position_served") or [], served.get("per_position_replayed") or []) \
+        if served else ([], [])
     if pos_s or pos_r:
         text += ("; per-position acceptance " + (f"{', '.join(f'{x:.2f}' for x in pos_s)} served against " if pos_s
                                                  else "") + f"{', '.join(f'{x:.2f}' for x in pos_r)} replayed as trained")
@@ -254,8 +290,8 @@ def _ceiling(fs, served, by_k) -> tuple[str, list, dict] | None:
             " on the training samples"
     if ndt is not None:
         text += f"; {ndt.summary[:200]}"
-    return text, ["ndt_override"] if ndt is not None else [], {"cap": cap, "deeper": {str(a): b for a, b in
-                                                                                     deeper.items()}}
+    return text, ["ndt_override"] if ndt is not None else [], {"cap": cap, "k": k, "deeper": {
+        str(a): b for a, b in deeper.items()}}
 
 
 # ---------------------------------------------------------------- rendering

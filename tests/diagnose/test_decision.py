@@ -131,3 +131,17 @@ def test_the_decision_renders_and_opens_the_diagnosis_and_the_index():
     row = {"notebook": "02_replay", "status": "ok", "findings": {FINDINGS_KEY: [f.to_dict() for f in fs]}}
     page = index_html([row], {})
     assert page.index("The seed's decision") < page.index("wiring/loading") < page.index("<h2>Diagnosis</h2>")
+
+
+def test_a_launch_that_caps_tau_is_a_ceiling_even_before_anything_is_served():
+    k1 = Finding("ndt_override", "ruled out", "vLLM runs K as given", {"engine": "vllm", "num_speculative_tokens": 1},
+                 "serving settings")
+    d = seed_decision([shipped(0.92), held(), k1])
+    assert d.verdict == "ceiling" and "caps τ at 2 (K = 1" in d.reason and "1.85 at K = 1" in d.reason
+    rewrite = Finding("ndt_override", "confirmed", "SGLang rewrites num_draft_tokens 16 -> 2",
+                      {"num_draft_tokens_requested": 16, "num_draft_tokens_effective": 2}, "serving settings")
+    d = seed_decision([shipped(0.92), held(), rewrite])
+    assert d.verdict == "ceiling" and d.causes == ("ndt_override",) and "rewrites" in d.reason
+    k3 = Finding("ndt_override", "ruled out", "vLLM runs K as given", {"engine": "vllm", "num_speculative_tokens": 3},
+                 "serving settings")
+    assert seed_decision([shipped(0.92), held(), k3]).verdict.startswith("not checked: the served τ")
