@@ -151,6 +151,8 @@ def _target(make) -> Callable[[object, Path], dict]:
 
 
 OTHER_FAULTS = (
+    Fault("num_key_value_heads", "num_key_value_heads 4 in the config, the weights trained with 2",
+          ("num_key_value_heads",), config=_set("num_key_value_heads", 4), kind="config shape"),
     Fault("served_other_domain", "served prompts of the other domain (trained on kitchen, served nature)",
           ("generalization_gap",), kind="served data", verdict=GAP, inputs=_served(lambda w: w.shifted_data),
           serve={"prompts": "shifted"}),
@@ -197,7 +199,7 @@ def inputs_of(fault: Fault, draft, w=None) -> dict:
 
 def pairs() -> tuple[Fault, ...]:
     """Every two config faults together: both must be named (the diagnosis names each field it changes)."""
-    cfg = [f for f in singles() if f.config is not None]      # config faults: their verdict is the graver one
+    cfg = [f for f in singles() if f.kind == "config"]        # engine-read fields: their verdict is the graver one
     out = []
     for a, b in itertools.combinations(cfg, 2):
         def both(c, a=a, b=b):

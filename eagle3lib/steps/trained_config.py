@@ -15,6 +15,7 @@ from ..errors import Eagle3Error
 from ..model.checkpoint import canonicalize
 from ..model.config import read_config_json
 from ..model.safefiles import load_state_dict
+from ..model.variants import shape_implied
 from ..model.target import load_target_info
 from ..replay.artifacts import ArtifactSearch, fails_own_samples, search_artifacts
 from ..replay.counterfactual import Search, search
@@ -47,21 +48,25 @@ def training_fields(training_config: str) -> dict | None:
 
 def unused_tensors(draft_path: str, setup: ReplaySetup) -> dict:
     """Checkpoint tensors the shipped config leaves out of the model (an input_norm a config without norm_before_fc
-    drops), so a candidate that switches their module on runs the trained weights."""
-    have = set(setup.model.state_dict())
+    drops) or holds in another shape (a k_proj the config's num_key_value_heads sizes otherwise: the loader's
+    stand-in runs instead), so a candidate that switches their module on or resizes it runs the trained weights."""
+    have = {k: tuple(v.shape) for k, v in setup.model.state_dict().items()}
     try:
         sd, _ = canonicalize(load_state_dict(draft_path))
     except Eagle3Error:
         return {}
-    return {k: v.to(device=setup.device) for k, v in sd.items() if k not in have}
+    return {k: v.to(device=setup.device) for k, v in sd.items() if have.get(k) != tuple(v.shape)}
 
 
 def trained_config_search(setup: ReplaySetup, data, *, recorded: float | None = None, recorded_from: str = "",
                           training_config: str = "", n: int = N_SAMPLES, recapture=None) -> Search:
     """The counterfactual search on `n` training samples of `data` for the draft of `setup`."""
+    extra = unused_tensors(setup.draft_path, setup)
+    implied = shape_implied(setup.cfg, {**{k: tuple(v.shape) for k, v in setup.model.state_dict().items()},
+                                        **{k: tuple(v.shape) for k, v in extra.items()}}) if extra else {}
     return search(setup, data, target=target_fields(setup.target_path or ""),
                   training=training_fields(training_config), recorded=recorded, recorded_from=recorded_from, n=n,
-                  extra=unused_tensors(setup.draft_path, setup), recapture=recapture)
+                  extra=extra, recapture=recapture, implied=implied)
 
 
 def trained_artifacts(setup: ReplaySetup, data, found: Search, *, n: int = N_SAMPLES,

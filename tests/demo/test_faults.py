@@ -31,7 +31,7 @@ def test_every_engine_read_field_is_perturbed_and_pairs_cover_every_two():
     names = {f.name for f in faults.singles()}
     for engine in faults.ENGINES:
         assert set(read_fields(engine)) <= names, f"{engine} reads a field the matrix never perturbs"
-    n = sum(1 for f in faults.singles() if f.config is not None)
+    n = sum(1 for f in faults.singles() if f.kind == "config")
     assert len(faults.pairs()) == n * (n - 1) // 2
     assert all(len(p.names) == 2 for p in faults.pairs())
 
@@ -43,7 +43,7 @@ def test_every_class_of_fault_is_generated_with_the_seeds_verdict_it_must_reach(
     for f in faults.singles():
         by_kind.setdefault(f.kind, []).append(f.name)
         assert f.verdict in VERDICTS and (f.verdict_offline in (f.verdict, faults.NOT_SERVED)), f.name
-    assert {"config", "tensor", "served data", "target", "launch"} == set(by_kind)
+    assert {"config", "config shape", "tensor", "served data", "target", "launch"} == set(by_kind)
     assert {"d2t_permuted", "d2t_other_vocab", "lm_head_permuted", "embedding_swapped"} <= set(by_kind["tensor"])
     assert {"served_other_domain", "served_other_template"} == set(by_kind["served data"])
     assert {"target_drifted", "target_other"} == set(by_kind["target"])
