@@ -197,8 +197,7 @@ def _verdict(fs, replayed, recorded, restored, held, traffic, served, by_k) -> t
     fails = (replayed < recorded - THRESHOLDS["wiring_drop"]) if recorded is not None else \
         replayed < THRESHOLDS["wiring_floor"]
     if fails:
-        fix = (f"; {restored.fix} ({restored.cause}) restores {_num(restored.evidence['acc0_restored']):.2f}"
-               if restored else "; no searched config field or tensor restores it: the checkpoint is not what was "
+        fix = (f"; what restores them ({restored.cause}): {restored.fix}" if restored else "; no searched config field or tensor restores it: the checkpoint is not what was "
                "trained, or the samples are not its own")
         return "wiring/loading", f"the draft fails its own training samples: {base}{fix}", \
             [restored.cause] if restored else [], {"fails_own_samples": True}

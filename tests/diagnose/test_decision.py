@@ -43,7 +43,7 @@ def test_a_draft_failing_its_own_samples_is_wiring_with_what_restores_it():
                        "replay.artifacts", fix="write the recovered d2t", measured=True)
     d = seed_decision([shipped(0.0), held(0.0, 0.0, status="not checked"), restored])
     assert d.verdict == "wiring/loading" and d.numbers["fails_own_samples"]
-    assert "replay at 0.00 (recorded 0.92)" in d.reason and "restores 0.91" in d.reason and "d2t_mapping" in d.reason
+    assert "replay at 0.00 (recorded 0.92)" in d.reason and "what restores them (d2t_mapping): write" in d.reason
     rows = {r.what: r for r in d.rows}
     assert rows["training samples: recorded"].value == 0.92
     assert rows["training samples: restored"].value == 0.91 and "d2t_mapping" in rows["training samples: restored"].note
