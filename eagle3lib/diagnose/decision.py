@@ -31,7 +31,7 @@ from typing import Iterable, Mapping
 
 import pandas as pd
 
-from ..causes import Finding
+from ..causes import STATUSES, Finding
 from ..checks.engine_said import WHERE as ENGINE_SAID
 from ..replay.counterfactual import WHERE as COUNTERFACTUAL
 from ..replay.generalization import WHERE as TRAFFIC
@@ -151,8 +151,8 @@ def seed_decision(findings: Iterable[Finding], status: Mapping[str, str] | None 
     confirmed only where it is (without it, where one of its findings is)."""
     fs = list(findings)
     if status is not None:            # a finding whose cause the diagnosis did not confirm confirms nothing here
-        fs = [f if f.status != "confirmed" or status.get(f.cause) == "confirmed" else
-              replace(f, status=status.get(f.cause, "not checked")) for f in fs]
+        fs = [f if f.status != "confirmed" or status.get(f.cause) == "confirmed" else   # a conflict: suspected
+              replace(f, status=status.get(f.cause) if status.get(f.cause) in STATUSES else "suspected") for f in fs]
     replayed, recorded, rec_src, why_train = _training(fs)
     restored = _restored(fs)
     held_f = _first(fs, lambda f: f.cause == "generalization_gap" and "heldout_acc0" in f.evidence)

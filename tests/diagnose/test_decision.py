@@ -145,3 +145,13 @@ def test_a_launch_that_caps_tau_is_a_ceiling_even_before_anything_is_served():
     k3 = Finding("ndt_override", "ruled out", "vLLM runs K as given", {"engine": "vllm", "num_speculative_tokens": 3},
                  "serving settings")
     assert seed_decision([shipped(0.92), held(), k3]).verdict.startswith("not checked: the served τ")
+
+
+def test_a_cause_the_diagnosis_does_not_confirm_confirms_nothing_here():
+    """The decision reads each cause's combined status: a confirmed finding another measurement overrules (or a
+    conflict) is no wiring cause."""
+    wired = Finding("aux_layout_mismatch", "confirmed", "engine rules predict another layout", {}, "checks.layer_ids")
+    fs = [shipped(0.92), held(), as_served(3.2, 3.2), wired]
+    assert seed_decision(fs).verdict == "wiring/loading"
+    assert seed_decision(fs, {"aux_layout_mismatch": "ruled out"}).verdict == "healthy"
+    assert seed_decision(fs, {"aux_layout_mismatch": "conflict"}).verdict == "healthy"
