@@ -106,7 +106,7 @@ def _edited_target(w, name: str, edit) -> Path:
     return out
 
 
-def drifted_target(w=None, scale: float = 0.3) -> Path:
+def drifted_target(w=None, scale: float = 0.5) -> Path:
     """The target drifted: each decoder weight + N(0, (scale * its std)^2)."""
     w = w or demo.ensure_world(progress=False)
     return _edited_target(w, f"target_drifted_{scale:g}",

@@ -159,7 +159,7 @@ OTHER_FAULTS = (
     Fault("served_other_template", "served prompts in another chat template (plain User: / Assistant: text)",
           ("generalization_gap",), kind="served data", verdict=GAP, inputs=_served(fault_inputs.template_data),
           serve={"prompts": "template"}),
-    Fault("target_drifted", "the target's decoder weights drifted (noise at 0.3 of each weight's std)",
+    Fault("target_drifted", "the target's decoder weights drifted (noise at 0.5 of each weight's std)",
           ("target_drift",), kind="target", inputs=_target(fault_inputs.drifted_target), serve={"target": "drifted"}),
     Fault("target_other", "another target of the same shape (decoder weights drawn afresh)", ("target_drift",),
           kind="target", inputs=_target(fault_inputs.other_target), serve={"target": "other"}),

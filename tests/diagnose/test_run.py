@@ -135,8 +135,8 @@ def test_a_broken_d2t_is_the_one_confirmed_cause(world, dumps, tmp_path, how):
 
 
 def test_the_demo_world_names_the_seeds_two_causes(capsys):
-    """No --draft: the demo world, whose server is the seed's. The terminal command prints the table and, last,
-    one JSON record."""
+    """No --draft: the demo world, whose server is the seed's. The terminal command prints the seed's decision first,
+    then the table and, last, one JSON record."""
     assert main(["--quiet", "--n", "8", "--drift-samples", "0"]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     rec = json.loads(lines[-1])
@@ -144,4 +144,7 @@ def test_the_demo_world_names_the_seeds_two_causes(capsys):
     assert {"ndt_override", "aux_layout_mismatch"} <= set(confirmed), lines[0]
     assert "16 -> 2" in confirmed["ndt_override"]["evidence"]
     assert "zeros" in confirmed["aux_layout_mismatch"]["evidence"]
-    assert lines[0].startswith("confirmed: ") and rec["problems"] == []
+    assert lines[0] == "THE SEED'S DECISION: WIRING/LOADING" and rec["decision"]["verdict"] == "wiring/loading"
+    assert "aux_layout_mismatch" in rec["decision"]["reason"]          # fed otherwise than trained (the seed's capture)
+    headline = lines.index("") + 1                                      # the ranked causes follow the decision
+    assert lines[headline].startswith("confirmed: ") and rec["problems"] == []
