@@ -86,8 +86,8 @@ def main(argv=None) -> int:
                      "violations": ([f"the healthy deployment raises {raised}"] if raised else [])
                      + faults.invariants(faults.HEALTHY_COPY, d, code, healthy, served),
                      "exit_code": code, "served": served, "predicted": _predicted(d), "kind": "none",
-                     "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"], "expected": faults.expected_verdict(faults.HEALTHY_COPY,
-                                                                                                 served)})
+                     "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"],
+                     "expected": faults.expected_verdict(faults.HEALTHY_COPY, served)})
         print("| fault | kind | acc0 as shipped | served τ | predicted τ | seed's decision | raised (confirmed / "
               "suspected) | invariants |")
         print("|---|---|---|---|---|---|---|---|")
@@ -105,7 +105,8 @@ def main(argv=None) -> int:
             rows.append({"fault": f.name, "what": f.what, "acc0": cf.get("acc0_as_shipped"), "raised": raised,
                          "violations": bad, "seconds": round(time.monotonic() - t, 1), "exit_code": code,
                          "served": served, "predicted": _predicted(d), "kind": f.kind,
-                         "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"], "expected": faults.expected_verdict(f, served)})
+                         "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"],
+                         "expected": faults.expected_verdict(f, served)})
             acc = cf.get("acc0_as_shipped")
             print(f"| {f.name} | {f.kind} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | "
                   f"{_predicted(d) or '-'} | {d['decision']['verdict']} | {', '.join(raised) or 'none'} | "

@@ -33,10 +33,10 @@ import pandas as pd
 
 from ..causes import STATUSES, Finding
 from ..checks.engine_said import WHERE as ENGINE_SAID
+from ..replay.artifacts import fails_own_samples
 from ..replay.counterfactual import WHERE as COUNTERFACTUAL
 from ..replay.generalization import WHERE as TRAFFIC
 from ..replay.served import AS_SERVED, tau_tolerance
-from ..replay.verdict import THRESHOLDS
 
 VERDICTS = ("wiring/loading", "generalization gap", "ceiling", "healthy")
 CEILING_GAIN = 0.5      # accepted tokens a deeper K must add to the replay's τ for the launch's K to be a ceiling
@@ -194,10 +194,9 @@ def _verdict(fs, replayed, recorded, restored, held, traffic, served, by_k) -> t
             "replayed: they are the record of training", [], {}
     base = f"its own training samples replay at {replayed:.2f}" + (
         f" (recorded {recorded:.2f})" if recorded is not None else " (no recorded accuracy to hold them against)")
-    fails = (replayed < recorded - THRESHOLDS["wiring_drop"]) if recorded is not None else \
-        replayed < THRESHOLDS["wiring_floor"]
-    if fails:
-        fix = (f"; what restores them ({restored.cause}): {restored.fix}" if restored else "; no searched config field or tensor restores it: the checkpoint is not what was "
+    if fails_own_samples(replayed, recorded):
+        fix = (f"; what restores them ({restored.cause}): {restored.fix}" if restored else
+               "; no searched config field or tensor restores it: the checkpoint is not what was "
                "trained, or the samples are not its own")
         return "wiring/loading", f"the draft fails its own training samples: {base}{fix}", \
             [restored.cause] if restored else [], {"fails_own_samples": True}
@@ -316,7 +315,8 @@ def decision_html(d: SeedDecision) -> str:
     """The seed's table as the index shows it, first."""
     esc = html.escape
     cls = "healthy" if d.verdict == "healthy" else "notchecked" if not d.checked else "confirmed"
-    rows = "".join(f"<tr class='seed'><td>{esc(r.what)}</td><td>{esc(r.measured_text())}</td><td>{esc(r.note)}</td></tr>" for r in d.rows)
+    rows = "".join(f"<tr class='seed'><td>{esc(r.what)}</td><td>{esc(r.measured_text())}</td>"
+                   f"<td>{esc(r.note)}</td></tr>" for r in d.rows)
     return (f"<h2>The seed's decision</h2><p class='{cls}'>{esc(d.verdict)}</p><p>{esc(d.reason)}</p>"
             f"<table class='small'><tr><th>measured</th><th>value</th><th>where / why not</th></tr>{rows}</table>")
 

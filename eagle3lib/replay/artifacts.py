@@ -15,7 +15,7 @@ identity, the draft's top-1 draft id at every scored position meets the target t
 - **the target's lm_head rows** of the draft vocabulary, and **tied** (the embedding's rows as lm_head);
 - **the target's embedding** instead of the draft's own shipped embed_tokens.
 A candidate restores when it gains the counterfactual search's margin (`MIN_GAIN`, `Z` standard errors) and no
-longer fails the training samples (within RECORDED_TOL of the recorded accuracy): a map fitted to a draft broken
+longer fails the training samples (`fails_own_samples`): a map fitted to a draft broken
 elsewhere betters a few positions, it does not reproduce training. The finding names the tensor, the fix and the
 accuracy it restores.
 Usage: ``s = search_artifacts(setup, data, recorded=0.92); s.findings()``.
@@ -33,11 +33,12 @@ from ..causes import Finding
 from ..errors import Eagle3Error
 from ..model.target import load_target_tensor
 from ..model.vocab import absolute_to_offsets, draft_to_target
-from .counterfactual import MIN_GAIN, RECORDED_TOL, Z
+from .counterfactual import MIN_GAIN, Z
 from .items import as_samples, prepared_items
 from .loop import draft_run
 from .run import replay
 from .stats import ReplaySetup
+from .verdict import THRESHOLDS
 
 WHERE = "replay.artifacts (the training samples under each shipped tensor set otherwise)"
 N_FIT = 32              # training samples the map is recovered from (drawn apart from the scored ones: FIT_SEED)
@@ -180,11 +181,12 @@ class ArtifactSearch:
                         measured=True)]
 
 
-def fails_own_samples(acc0: float, recorded: float | None, floor: float = 0.30) -> bool:
-    """The shipped draft scores clearly less than training recorded (or, with nothing recorded, under `floor`)."""
+def fails_own_samples(acc0: float, recorded: float | None) -> bool:
+    """The draft scores clearly less on its own training samples than training recorded (the verdict's
+    "wiring_drop"), or, with nothing recorded, under its "wiring_floor" (replay.verdict.THRESHOLDS)."""
     if math.isnan(acc0):
         return False
-    return acc0 < recorded - RECORDED_TOL if recorded is not None else acc0 < floor
+    return acc0 < recorded - THRESHOLDS["wiring_drop"] if recorded is not None else acc0 < THRESHOLDS["wiring_floor"]
 
 
 def _acc0(setup: ReplaySetup, data, *, n: int, recapture, d2t=None, lm_head=None, embed=None) -> tuple[float, int]:
