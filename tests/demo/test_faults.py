@@ -21,8 +21,9 @@ from eagle3lib.engines.facts import read_fields
 from eagle3lib.vllm_driver import env as vllm_env
 
 SAMPLE = ("norm_before_residual", "rms_norm_eps", "d2t_permuted", "served_other_domain", "launch_k1")
-ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state")   # a no-op; a silent layout change (deployments cover
-# the flags, RoPE, activation and d2t faults on the real engine: tests/test_engine_deployments.py)
+ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state", "d2t_permuted", "launch_k1")   # a no-op; a silent layout
+# change; a tensor the training samples restore; a ceiling (deployments cover the flags, RoPE, activation and d2t
+# faults on the real engine: tests/test_engine_deployments.py; every class: benchmarks/results/fault_matrix_vllm_classes.json)
 ALL = os.environ.get("EAGLE3LIB_FAULTS") == "all"
 CASES = {f.name: f for f in faults.singles() + (faults.pairs() if ALL else ())}
 
