@@ -16,7 +16,7 @@ import sys
 
 from ..names import add_old_flags
 from ..steps.part import Inputs
-from .decision import decision_lines
+from .decision import with_decision
 from .run import run
 
 
@@ -56,8 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     inp = Inputs(**{k: v for k, v in vars(args).items() if k != "quiet"})
     result = run(inp, progress=not args.quiet)
     d = result.diagnosis
-    print("\n".join(decision_lines(d.decision)))      # the seed's decision first (diagnose.decision)
-    print(d.text())
+    print(with_decision(d.text(), d.decision, len(d.problems)))   # the seed's decision first (diagnose.decision)
     for name, why in result.skipped.items():
         print(f"not run: {name} ({why})")
     print(json.dumps({**d.to_dict(), "skipped": result.skipped, "exit_code": result.exit_code},

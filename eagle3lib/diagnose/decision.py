@@ -303,6 +303,16 @@ def decision_lines(d: SeedDecision, width: int = 110) -> list[str]:
     return out + [""]
 
 
+def with_decision(text: str, d: SeedDecision, problems: int = 0) -> str:
+    """A diagnosis' terminal text (`Diagnosis.text()`) opened by the seed's decision: first, or, when given inputs
+    could not be read (`problems`), right after the headline and the problems that say so (those come first)."""
+    seed = "\n".join(decision_lines(d))
+    if not problems:
+        return seed + "\n" + text
+    parts = text.split("\n\n", 2)                    # headline, the problems block, the ranked causes
+    return "\n\n".join(parts[:2]) + "\n\n" + seed + ("\n" + parts[2] if len(parts) > 2 else "")
+
+
 def decision_markdown(d: SeedDecision) -> str:
     """The seed's table as markdown (a notebook cell, a report)."""
     lines = [f"**The seed's decision: {d.verdict}.** {d.reason}", "", "| measured | value | where / why not |",

@@ -8,7 +8,7 @@ from eagle3lib.causes import Finding, not_checked
 from eagle3lib.checks.engine_said import WHERE as ENGINE_SAID
 from eagle3lib.checks.replayed_layout import HELDOUT, HELDOUT_ASPECT
 from eagle3lib.diagnose.combine import diagnose
-from eagle3lib.diagnose.decision import decision_html, decision_lines, decision_markdown, seed_decision
+from eagle3lib.diagnose.decision import decision_html, decision_lines, decision_markdown, seed_decision, with_decision
 from eagle3lib.replay.counterfactual import WHERE as COUNTERFACTUAL
 from eagle3lib.replay.generalization import not_served, traffic_finding, without_traffic
 from eagle3lib.replay.served import AS_SERVED
@@ -155,3 +155,11 @@ def test_a_cause_the_diagnosis_does_not_confirm_confirms_nothing_here():
     assert seed_decision(fs).verdict == "wiring/loading"
     assert seed_decision(fs, {"aux_layout_mismatch": "ruled out"}).verdict == "healthy"
     assert seed_decision(fs, {"aux_layout_mismatch": "conflict"}).verdict == "healthy"
+
+
+def test_the_terminal_text_opens_with_the_decision_after_what_could_not_be_read():
+    d = seed_decision([shipped(0.0)])
+    text = "headline\n\nPROBLEMS (1)\n  --server-log\n\nCONFIRMED (1)\n  d2t_mapping"
+    assert with_decision(text, d).startswith("THE SEED'S DECISION: WIRING/LOADING")
+    out = with_decision(text, d, problems=1)
+    assert out.startswith("headline\n\nPROBLEMS (1)") and out.index("THE SEED'S DECISION") < out.index("CONFIRMED")
