@@ -37,6 +37,14 @@ def test_every_notebook_runs_on_the_embedded_default(demo_reports):
     confirmed = {v["cause"] for v in d["verdicts"] if v["status"] == "confirmed"}
     assert {"ndt_override", "aux_layout_mismatch"} <= confirmed, d["headline"]
     assert (out / "index.html").read_text().index("Diagnosis") < (out / "index.html").read_text().index("Notebooks")
+    # the seed's decision opens the index and notebook 02: the seed's capture feeds the draft otherwise than trained
+    page = (out / "index.html").read_text()
+    assert page.index("The seed's decision") < page.index("<h2>Diagnosis</h2>") and d["decision"]["verdict"] == \
+        "wiring/loading"
+    nb02 = nbformat.read(out / f"{next(s for s in rows if s.startswith('02'))}.ipynb", as_version=4)
+    said = [o.get("text", "") for c in nb02.cells if c.cell_type == "code" and ".decision" in c.source
+            for o in c.get("outputs", [])]
+    assert any(t.startswith("WIRING/LOADING: ") for t in said), said
 
 
 CLEAN_LAUNCH = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
