@@ -176,6 +176,10 @@ _ROWS_TRAINED = (
      "architecture name, float32 weights on a backend that takes bf16): it refuses with its own message",
      "the server does not start, or a request dies", "the engine's own traceback; engines.vllm_errors, "
      "vllm-0.32-facts.md"),
+    ("draft_tensor_differs", "a shipped draft tensor is not the one trained (lm_head rows reordered or from "
+     "another run, weights tied otherwise): the draft fails its own training samples until it is restored",
+     "training accuracy high; the replay on the training samples near zero under a config that checks out",
+     "the artifact search over the training samples (replay.artifacts)"),
     ("served_loss_unexplained", "the server accepts fewer tokens than the draft reaches replayed as the engine loads "
      "it, and nothing measured explains the loss (an aspect no replay models, prompts unlike the replayed ones, or "
      "the engine itself: engine_regression needs the same artifacts served on another version)",
@@ -205,7 +209,7 @@ ASPECTS: dict[str, tuple[str, ...]] = {
     "hidden_size_mismatch": ("hidden sizes",),
     "ndt_override": ("num_draft_tokens rewrite",),
     "aux_layout_mismatch": ("served layout",),
-    "generalization_gap": ("held-out accuracy",),
+    "generalization_gap": ("held-out accuracy", "served traffic"),   # samples not trained on; what was served
     "lossy_threshold": ("accept thresholds",),
     "draft_config_differs": ("a field the engine reads",),
     "engine_cannot_run": ("the engine's refusal",),

@@ -40,6 +40,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 from IPython.display import display
 
+from eagle3lib.diagnose.combine import diagnose
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, tokenview, verdict
 from eagle3lib.steps import sample_replay
@@ -65,6 +66,20 @@ print("recorded validation accuracy:", inp.recorded_acc, f"({inp.recorded_from})
 print("training layout:", setup.training_layout, f"({setup.training_layout_source})")
 for note in setup.notes:
     print("NOTE:", note)
+
+# %% [markdown]
+# ## 0. The seed's decision
+# The draft's step-0 accuracy on its own training samples (as training recorded it, replayed with the shipped
+# artifacts, and restored where a search restores it), on the held-out samples, and the verdict they support:
+# `wiring/loading` when it fails its own samples, `generalization gap` when those pass and new prompts fail,
+# `healthy` otherwise. The served side (the served traffic, the served τ against the replay's prediction, a launch
+# that caps τ) is notebook 01's: this notebook names it as not given, and `eagle3lib diagnose` and the report index
+# open with the whole table.
+
+# %%
+decision = diagnose(part.findings).decision
+print(f"{decision.verdict.upper()}: {decision.reason}")
+decision.frame()
 
 # %% [markdown]
 # ## 1. What is compared, and how accuracy is counted

@@ -254,6 +254,8 @@ NOT_PLANTABLE = {
                    "it (tests/engines)",
     "layer_id_count": "a draft trained on a layer count other than the demo's 4 slots: " + _TRAINED,
     "draft_config_differs": "planted by the generated fault matrix (eagle3lib.demo.faults), not as one case here",
+    "draft_tensor_differs": "planted by the generated fault matrix (eagle3lib.demo.faults: lm_head_permuted), not as "
+                            "one case here",
     "engine_cannot_run": "an engine's refusal: needs the real engine (tests/engines), no offline plant",
     "served_loss_unexplained": "a served τ below both replays: needs the real engine (the generated fault matrix's "
                                "partial_rotary_factor case on vLLM), no offline plant",

@@ -273,6 +273,10 @@ SHARED_NAMES = {
         "eagle3lib.hidden.dumps", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "speedup": ("predicted throughput relative to no speculation", {
         "eagle3lib.throughput.costmodel", "eagle3lib.throughput.treecost.TreeCost"}),
+    "margin": ("the accuracy a search's candidate must gain over the shipped draft to count", {
+        "eagle3lib.replay.counterfactual.Search", "eagle3lib.replay.artifacts.ArtifactSearch"}),
+    "restoring": ("the search's candidate that restores the training samples' accuracy, by the margin", {
+        "eagle3lib.replay.counterfactual.Search", "eagle3lib.replay.artifacts.ArtifactSearch"}),
     "to_dict": (PROTOCOL_METHODS["to_dict"], {"eagle3lib.throughput.records"}),
     "from_dict": (PROTOCOL_METHODS["from_dict"], {"eagle3lib.throughput.records"}),
 }

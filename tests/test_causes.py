@@ -38,7 +38,7 @@ def test_ids_added_for_rows_20_to_33_keep_the_earlier_order():
     assert ids[:19] == [FIELD_CAUSES[r] for r in range(1, 20)]
     assert ids[19:23] == ["ndt_override", "aux_layout_mismatch", "generalization_gap", "lossy_threshold"]
     assert ids[23:51] == [FIELD_CAUSES[r] for r in range(20, 48)]
-    assert ids[51:] == ["draft_config_differs", "engine_cannot_run", "served_loss_unexplained"]
+    assert ids[51:] == ["draft_config_differs", "engine_cannot_run", "draft_tensor_differs", "served_loss_unexplained"]
 
 
 @pytest.mark.skipif(not FIELD_CAUSES_MD.is_file(), reason="reference notes not on this machine")

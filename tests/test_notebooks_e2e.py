@@ -38,6 +38,13 @@ def test_every_notebook_runs_on_the_embedded_default(demo_reports):
     assert {"ndt_override", "aux_layout_mismatch"} <= confirmed, d["headline"]
     page = (out / "index.html").read_text()
     assert page.index("<h2>The answer</h2>") < page.index("Notebooks of this run")
+    # the seed's decision opens the answer and notebook 02: the seed's capture feeds the draft otherwise than trained
+    assert page.index("<h2>The answer</h2>") < page.index("The seed's decision") < page.index("Notebooks of this run")
+    assert d["decision"]["verdict"] == "wiring/loading"
+    nb02 = nbformat.read(out / f"{next(s for s in rows if s.startswith('02'))}.ipynb", as_version=4)
+    said = [o.get("text", "") for c in nb02.cells if c.cell_type == "code" and ".decision" in c.source
+            for o in c.get("outputs", [])]
+    assert any(t.startswith("WIRING/LOADING: ") for t in said), said
 
 
 CLEAN_LAUNCH = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "

@@ -1,8 +1,10 @@
 """The generated fault matrix (eagle3lib.demo.faults) diagnosed case by case, as a markdown table on stdout and
 JSON in benchmarks/results/fault_matrix.json: `python tools/fault_matrix.py [--pairs] [--engine vllm]`.
 
-Each case is the healthy demo deployment with one (or two) engine-read fields perturbed, diagnosed from the draft,
-target, training data and training log as `python -m eagle3lib.diagnose` does (in-process: `diagnose.run`).
+Each case is the healthy demo deployment with one (or two) things changed (an engine-read field, a tensor, the
+served prompts, the target, the launch), diagnosed from the draft, target, training data and training log (and the
+input beside the draft the fault changes) as `python -m eagle3lib.diagnose` does (in-process: `diagnose.run`),
+with the seed's decision it must reach.
 `--engine vllm` serves each case on the real vLLM first (127.0.0.1, 16 held-out prompts, K 3, stopped by its pid)
 and diagnoses it with what the engine wrote as well (launch, log, /metrics, served traffic): the served τ, or the
 engine's refusal, beside the invariants (benchmarks/results/fault_matrix_vllm.json)."""
@@ -23,20 +25,30 @@ from eagle3lib.demo import world as demo  # noqa: E402
 from eagle3lib.diagnose.run import Inputs, run  # noqa: E402
 
 
-def diagnosed(w, draft, engine: str = ""):
-    """(diagnosis, exit code, what the engine measured: {} offline) of one case's draft."""
+def diagnosed(w, draft, engine: str = "", fault=None):
+    """(diagnosis, exit code, what the engine measured: {} offline) of one case's draft. Offline, the inputs the
+    fault changes beside the draft are given as a user without a server brings them (served prompts as held-out
+    samples, the target, the launch); served, the engine's own files are."""
+    fault = fault or faults.HEALTHY_COPY
     given, served = {}, {}
     if engine == "vllm":
         from eagle3lib.vllm_driver.serve import serve
         out = Path(draft).parent / "served"
-        s = serve(w.target, draft, out, prompts=w.heldout_data, n=16, num_speculative_tokens=3, max_model_len=512)
+        how = faults.served_with(fault, w)
+        s = serve(how["target"], draft, out, prompts=how["prompts"], n=16,
+                  num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
         served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
         given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
-                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else []))}
+                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else [])),
+                 "target": str(how["target"])}
         if s.ok:
             given["served_traffic"] = str(out)
-    r = run(Inputs(draft=str(draft), target=str(w.target), train_data=str(w.specforge_data),
-                   training_log=str(w.training_log), n=16, drift_samples=0, **given), progress=False)
+        if how["target"] != w.target:
+            given["drift_samples"] = 4
+    else:
+        given = faults.inputs_of(fault, draft, w)
+    r = run(Inputs(**{"draft": str(draft), "target": str(w.target), "train_data": str(w.specforge_data),
+                      "training_log": str(w.training_log), "n": 16, "drift_samples": 0, **given}), progress=False)
     return r.diagnosis.to_dict(), r.exit_code, served
 
 
@@ -62,37 +74,42 @@ def main(argv=None) -> int:
     a.out = a.out or str(ROOT / "benchmarks" / "results" / f"fault_matrix{'_' + a.engine if a.engine else ''}.json")
     w = demo.ensure_world(progress=False)
     cases = faults.singles() + (faults.pairs() if a.pairs else ())
-    cases = tuple(f for f in cases if not a.only or f.name in a.only.split(","))
+    cases = tuple(f for f in cases if (not a.only or f.name in a.only.split(",")) and (f.vllm or not a.engine))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        d, code, served = diagnosed(w, faults.write_fault(faults.Fault("none", "nothing", ()),
-                                                          Path(tmp) / "healthy" / "draft"), a.engine)
+        d, code, served = diagnosed(w, faults.write_fault(faults.HEALTHY_COPY, Path(tmp) / "healthy" / "draft"),
+                                    a.engine)
         healthy = faults.counterfactual_finding(d)["evidence"]["acc0_as_shipped"]
         raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                   if v["status"] in ("confirmed", "suspected", "conflict")]
         rows.append({"fault": "none", "what": "the healthy deployment", "acc0": healthy, "raised": raised,
                      "violations": ([f"the healthy deployment raises {raised}"] if raised else [])
-                     + faults.invariants(faults.Fault("none", "nothing", ()), d, code, healthy, served),
-                     "exit_code": code, "served": served, "predicted": _predicted(d)})
-        print("| fault | acc0 as shipped | served τ | predicted τ | raised (confirmed / suspected) | invariants |")
-        print("|---|---|---|---|---|---|")
-        print(f"| none | {round(healthy, 3)} | {_tau(served)} | {_predicted(d) or '-'} | "
-              f"{', '.join(raised) or 'none'} | "
+                     + faults.invariants(faults.HEALTHY_COPY, d, code, healthy, served),
+                     "exit_code": code, "served": served, "predicted": _predicted(d), "kind": "none",
+                     "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"],
+                     "expected": faults.expected_verdict(faults.HEALTHY_COPY, served)})
+        print("| fault | kind | acc0 as shipped | served τ | predicted τ | seed's decision | raised (confirmed / "
+              "suspected) | invariants |")
+        print("|---|---|---|---|---|---|---|---|")
+        print(f"| none | none | {round(healthy, 3)} | {_tau(served)} | {_predicted(d) or '-'} | "
+              f"{d['decision']['verdict']} | {', '.join(raised) or 'none'} | "
               f"{'; '.join(rows[0]['violations']) or 'hold'} |", flush=True)
         for f in cases:
             t = time.monotonic()
             d, code, served = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_") / "draft"),
-                                        a.engine)
+                                        a.engine, f)
             bad = faults.invariants(f, d, code, healthy, served)
             cf = (faults.counterfactual_finding(d) or {}).get("evidence") or {}
             raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                       if v["status"] in ("confirmed", "suspected", "conflict")]
             rows.append({"fault": f.name, "what": f.what, "acc0": cf.get("acc0_as_shipped"), "raised": raised,
                          "violations": bad, "seconds": round(time.monotonic() - t, 1), "exit_code": code,
-                         "served": served, "predicted": _predicted(d)})
+                         "served": served, "predicted": _predicted(d), "kind": f.kind,
+                         "decision": d["decision"]["verdict"], "reason": d["decision"]["reason"],
+                         "expected": faults.expected_verdict(f, served)})
             acc = cf.get("acc0_as_shipped")
-            print(f"| {f.name} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | {_predicted(d) or '-'} | "
-                  f"{', '.join(raised) or 'none'} | "
+            print(f"| {f.name} | {f.kind} | {acc if acc is None else round(acc, 3)} | {_tau(served)} | "
+                  f"{_predicted(d) or '-'} | {d['decision']['verdict']} | {', '.join(raised) or 'none'} | "
                   f"{'; '.join(bad) or 'hold'} |", flush=True)
     Path(a.out).write_text(portable.portable_text(json.dumps({"healthy_acc0": healthy, "engine": a.engine or None,
                                                               "cases": rows}, indent=1)) + "\n")

@@ -29,6 +29,9 @@ from ..layout import input_index
 from .inputs import NEEDS, Artifacts
 from ..progress import track
 
+# a target that computes other states makes the served traffic (captured by it) score lower than the training
+# samples (captured by the target trained on): that gap is the drift's consequence, not the prompts'
+DRIFT_EXPLAINS = ("generalization_gap",)
 WHERE = "checks.drift"
 SAME = (0.999, 0.01)        # (min cosine, max |norm ratio - 1|): the same model, recomputed
 CAST = (0.98, 0.05)         # the same model in another dtype / quantization
@@ -184,7 +187,8 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
             out = [Finding("target_drift", "confirmed", f"{acc} ({named}; cosine by slot {by_depth}): the target "
                            "no longer computes the states the draft was trained on", ev, WHERE,
                            fix="recapture the training data from the current target and retrain the draft",
-                           source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]
+                           source="field-causes.md #14; SpecForge#192; speculators#751", measured=True,
+                           explains=DRIFT_EXPLAINS)]
         if quant and kind == "cast":
             out.append(Finding("quantized_target", "confirmed" if lost > COSTS else "ruled out", f"{acc}: "
                                f"{numerics(art)}", ev, WHERE, source="vllm#9534", measured=True))
@@ -209,4 +213,5 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
                     f"depth {by_depth}): a different or since fine-tuned model", ev, WHERE,
                     fix=f"recapture the training data from the current target ({_command(art, layout)}) and retrain "
                     "the draft on it",
-                    source="field-causes.md #14; SpecForge#192; speculators#751", measured=True)]
+                    source="field-causes.md #14; SpecForge#192; speculators#751", measured=True,
+                    explains=DRIFT_EXPLAINS)]

@@ -12,6 +12,9 @@ from ..engines.facts import fact
 from ..engines.loaded_view import EngineView
 from ..engines.vllm_errors import attribution, known_failure_text
 from ..hidden.explain import causes_of, explain
+from ..model.variants import reshape_text
+from .inputs import read_artifacts
+from .weights import implied_by_checkpoint
 
 WHERE = "what the serving engine loads (its log / its own code)"
 ENGINE_SAID = ("dump", "log", "probe")        # sources that are the engine's own answer, not a table
@@ -72,6 +75,16 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
                         fix="write the trained layout's ids in vLLM's input-of-layer convention at the top level "
                             "(`eagle_aux_hidden_state_layer_ids`); an id the target has no boundary for (-1) is "
                             "never captured", measured=True)]
+    art = read_artifacts(draft=draft_path) if draft_path else None
+    implied = implied_by_checkpoint(art) if art is not None else {}
+    if implied:                          # the config sizes a tensor otherwise than the checkpoint holds it
+        (field, value), = implied.items()
+        return [Finding("draft_config_differs", "confirmed", f"{view.engine} refuses the draft: {text}; "
+                        f"{reshape_text(art.draft_cfg, implied, cfg)}: every tensor is there, the config disagrees "
+                        "with them", {**ev, "file": cfg, "key": field, "value": getattr(art.draft_cfg, field),
+                                      "implied": value}, WHERE,
+                        fix=f"set `{field}` to {value} in {cfg} (the value the checkpoint's shapes give)",
+                        measured=True, explains=("weights_dropped",))]
     _, cause = attribution(text)
     fix = ("make the checkpoint load in the engine (the error names the key)" if cause == "weights_dropped" else
            "the engine's message names what it cannot run: change that field, dtype or host (no other version was "

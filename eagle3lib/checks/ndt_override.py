@@ -36,8 +36,10 @@ def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | No
                         {"unread": unread}, where, needs=f"the launch command with a valid value ({flags})")]
     if launch.engine != "sglang" or resolution is None:
         vllm = launch.engine == "vllm"
+        k = (launch.speculative_config or {}).get("num_speculative_tokens") if vllm else None
         return [Finding("ndt_override", "ruled out" if vllm else "not checked",
-                        "vLLM runs K as given" if vllm else "no SGLang resolution", {"engine": launch.engine}, where,
+                        "vLLM runs K as given" if vllm else "no SGLang resolution",
+                        {"engine": launch.engine, **({"num_speculative_tokens": k} if isinstance(k, int) else {})}, where,
                         needs="" if vllm else "a readable SGLang launch command")]
     res = resolution
     if version_source == "default" and not observed:

@@ -9,6 +9,8 @@ from __future__ import annotations
 import math
 from typing import Mapping
 
+import pandas as pd
+
 from ..causes import CAPTURE_CAUSES, LAYOUT_CAUSES, Finding, not_checked
 from ..hidden.explain import causes_of, explain, layout_text
 from ..replay.items import stored_layout
@@ -64,29 +66,7 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
             else:
                 out.append(Finding(c, "ruled out", f"serving feeds the trained layout as far as {c} goes "
                                    f"({serving.detail})", ev, where_s, measured=measured))
-    v = verdicts.get("training")
-    held = {k: number_or_none(a) for k, a in (v.heldout_acc or {}).items()} if v is not None else {}
-    if v is None or not v.heldout_acc:
-        out.append(not_checked("generalization_gap", "replay of held-out samples", "held-out or new-prompt data "
-                               "(heldout_data / new_prompt_data_path)"))
-    elif number_or_none(v.train_acc) is None or None in held.values():
-        gone = ["training"] * (number_or_none(v.train_acc) is None) + [k for k, a in held.items() if a is None]
-        out.append(not_checked("generalization_gap", "replay of held-out samples", "samples that replay (" +
-                               ", ".join(gone) + ": no step-0 accuracy)", f"not checked: no step-0 accuracy on "
-                               f"{', '.join(gone)} (no sample replayed)"))
-    elif v.verdict in ("generalization", "healthy"):
-        worst = min(v.heldout_acc.items(), key=lambda kv: kv[1])
-        ev = {"acc_0_training": number_or_none(v.train_acc), **{f"acc_0_{k}": number_or_none(a) for k, a in v.heldout_acc.items()},
-              "recorded_val_acc": number_or_none(v.recorded_acc)}
-        out.append(Finding("generalization_gap", "confirmed" if v.verdict == "generalization" else "ruled out",
-                           f"training samples {v.train_acc:.3f} vs {worst[0]} {worst[1]:.3f} (step-0 accuracy)", ev,
-                           "replay of held-out samples, training layout",
-                           fix="train on data like the served prompts" if v.verdict == "generalization" else "",
-                           measured=True))
-    else:
-        out.append(not_checked("generalization_gap", "replay of held-out samples", "a draft that holds up on its "
-                               "own training samples first", f"not decided: the training layout's verdict is "
-                               f"{v.verdict}"))
+    out.append(heldout_finding(verdicts.get("training"), tr))
     if search is not None:        # a d2t reading that restores the accuracy confirms; no such reading decides
         best = search.table[search.table.candidate == search.best]   # nothing (the map itself may be lost)
         acc = number_or_none(best.iloc[0]["acc_0"]) if len(best) else None    # a reading with no accuracy restores nothing
@@ -97,6 +77,66 @@ def replay_findings(verdicts: Mapping[str, Verdict], train: Mapping[str, ReplayR
                                "layout search (d2t readings)", fix="store d2t as offsets (target_id = draft_id + "
                                "d2t[draft_id])", measured=True))
     return out
+
+
+HELDOUT = "replay of held-out samples"
+HELDOUT_ASPECT = ("held-out accuracy",)      # the served traffic is the other aspect (steps.served_prediction)
+
+
+def training_numbers(tr: ReplayResult | None) -> dict:
+    """What the seed's decision reads of the training-sample replay under the trained layout: its step-0 accuracy,
+    the chain's acceptance per draft position and the τ each number of draft steps K up to the replay's reaches
+    (from the simulated chain's histogram, on the verification walk when there is one: a chain's first K' drafts
+    are accepted alike whatever follows, so the K-step histogram holds every shorter chain, up to where the walk
+    drafts; from the conditional rates when nothing was simulated), or {}."""
+    if tr is None or not len(tr.per_step):
+        return {}
+    ps, walked = tr.per_step, sum(tr.walked_histogram or ())
+    h = tr.histogram if isinstance(tr.histogram, pd.DataFrame) and "count" in tr.histogram else None
+    counts = list(tr.walked_histogram[1:]) if walked else list(h["count"]) if h is not None else []
+    tot = float(sum(counts))        # rounds by tokens accepted, bonus included (1..K+1)
+    if tot and not math.isnan(tr.simulated_accept_length):
+        acc = range(1, len(counts) + 1)
+        tau = {str(k): sum(min(a, k + 1) * c for a, c in zip(acc, counts)) / tot for k in range(1, tr.num_steps + 1)}
+        per_pos = [sum(c for a, c in zip(acc, counts) if a > i) / tot for i in range(1, tr.num_steps + 1)]
+        how = ("the simulated chain on the training samples, " +
+               ("at the positions an engine's verification walk drafts at" if walked else "at every position"))
+    else:
+        ks = ps["accept_length_if_steps"] if "accept_length_if_steps" in ps else []
+        tau = {str(k + 1): number_or_none(x) for k, x in enumerate(ks)}
+        per_pos, how = [], "the conditional rates on the training samples"
+    return {"acc_0_training": _acc0(tr), "positions_training": int(ps["positions"].iloc[0]) if "positions" in ps else 0,
+            "tau_by_k_training": {k: round(t, 4) for k, t in tau.items() if t is not None},
+            "per_position_training": [round(x, 4) for x in per_pos], "tau_by_k_from": how}
+
+
+def heldout_finding(v: Verdict | None, tr: ReplayResult | None = None) -> Finding:
+    """`generalization_gap` on its held-out aspect: the training samples' step-0 accuracy against each held-out
+    set's (the served traffic, its other aspect, is decided beside the served τ). Every form carries the numbers
+    measured (`training_numbers`), so the seed's decision reads them even where this aspect is not decided."""
+    nums = {**training_numbers(tr), "recorded_val_acc": number_or_none(v.recorded_acc) if v is not None else None}
+    held = {k: number_or_none(a) for k, a in (v.heldout_acc or {}).items()} if v is not None else {}
+    nums.update({f"acc_0_{k}": a for k, a in held.items()}, heldout_acc0=held)
+    if v is None or not v.heldout_acc:
+        return Finding("generalization_gap", "not checked", "not checked: needs held-out or new-prompt data "
+                       "(heldout_data / new_prompt_data_path)", nums, HELDOUT,
+                       needs="held-out or new-prompt data (heldout_data / new_prompt_data_path)", aspects=HELDOUT_ASPECT)
+    if number_or_none(v.train_acc) is None or None in held.values():
+        gone = ["training"] * (number_or_none(v.train_acc) is None) + [k for k, a in held.items() if a is None]
+        return Finding("generalization_gap", "not checked", f"not checked: no step-0 accuracy on {', '.join(gone)} "
+                       "(no sample replayed)", nums, HELDOUT, needs="samples that replay (" + ", ".join(gone) +
+                       ": no step-0 accuracy)", aspects=HELDOUT_ASPECT)
+    if v.verdict in ("generalization", "healthy"):
+        worst = min(v.heldout_acc.items(), key=lambda kv: kv[1])
+        nums.update(acc_0_training=number_or_none(v.train_acc))
+        return Finding("generalization_gap", "confirmed" if v.verdict == "generalization" else "ruled out",
+                       f"training samples {v.train_acc:.3f} vs {worst[0]} {worst[1]:.3f} (step-0 accuracy)", nums,
+                       HELDOUT + ", training layout",
+                       fix="train on data like the served prompts" if v.verdict == "generalization" else "",
+                       measured=True, aspects=HELDOUT_ASPECT)
+    return Finding("generalization_gap", "not checked", f"not decided: the training layout's verdict is {v.verdict}",
+                   nums, HELDOUT, needs="a draft that holds up on its own training samples first",
+                   aspects=HELDOUT_ASPECT)
 
 
 def _missing_ids(tr: ReplayResult, sv: ReplayResult | None, serving, where: str,

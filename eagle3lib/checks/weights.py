@@ -16,6 +16,7 @@ from ..causes import Finding, not_checked
 from ..model.checkpoint import as_trained, canonicalize
 from ..model.mla_vllm import header_view
 from ..model.safefiles import weight_files
+from ..model.variants import reshape_text, reshaped, shape_implied
 from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
@@ -109,7 +110,8 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
 
 
 # the causes check_weights reports (checks.run: what a broken check reports as not checked)
-WEIGHTS_CAUSES = ('weights_dropped',)
+WEIGHTS_CAUSES = ('weights_dropped',)   # (a config field that sizes its tensors otherwise also confirms
+                                          # draft_config_differs, naming the key: `config_sized`)
 
 
 def check_weights(art: Artifacts, engine: str | None = None, engine_version: str | None = None) -> list[Finding]:
@@ -144,6 +146,9 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
             per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp_engine][:10],
                         "version_dependent": [k for k, (n, ok) in zip(seen[eng], names) if ok is False][:10]}
         ev["engines"] = per
+    implied = implied_by_checkpoint(art) if shape_bad and not missing else {}
+    if implied:                           # every tensor there, in the shapes another value of one field gives
+        return config_sized(art, implied, ev)
     if missing or shape_bad:
         return [_absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev)]
     if engine is None:
@@ -197,6 +202,38 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
                         "PR #24663; vLLM after PR #26164)", source="; ".join(r.source for r in bad),
                         needs="" if status == "confirmed" else "the exact engine version")]
     return [Finding("weights_dropped", "ruled out", f"{eng} maps all {len(keys)} keys", ev, WHERE, source=src)]
+
+
+def implied_by_checkpoint(art: Artifacts) -> dict:
+    """{field: value} one config field must take for the checkpoint's tensor shapes ({}: they agree, a tensor is
+    missing, or no single field explains them; model.variants.shape_implied)."""
+    if art.draft_cfg is None or not art.tensors or art.draft_cfg.mla:
+        return {}
+    try:
+        canon, renames = canonicalize({k: None for k in art.tensors})
+    except Eagle3Error:
+        return {}
+    exp = expected_shapes(art.draft_cfg)
+    if any(k not in canon for k in exp if k not in OPTIONAL):
+        return {}
+    return shape_implied(art.draft_cfg, {k: tuple(art.tensors[_raw(k, renames)][0]) for k in canon if k in exp})
+
+
+def config_sized(art: Artifacts, implied: dict, ev: dict) -> list[Finding]:
+    """A config field that sizes tensors otherwise than the checkpoint holds them: the key, its value and the tensor
+    shape named (draft_config_differs), and no weight dropped (weights_dropped ruled out: its consequence)."""
+    (field, value), = implied.items()
+    file = f"{art.draft_path}/config.json" if art.draft_path else "config.json"
+    text = reshape_text(art.draft_cfg, implied, file)
+    ev = {**ev, "file": file, "key": field, "value": getattr(art.draft_cfg, field), "implied": value,
+          "tensors": [[k, list(a), list(b)] for k, a, b in reshaped(art.draft_cfg, implied)]}
+    engines = "vLLM refuses to load it (a weight loader's shape check); SGLang keeps random weights in their place"
+    return [Finding("draft_config_differs", "confirmed", f"{text}: every tensor is there, the config disagrees "
+                    f"with them ({engines})", ev, WHERE, fix=f"set `{field}` to {value} in {file} (the value the "
+                    "checkpoint's shapes give)", aspects=("a field the engine reads",), explains=("weights_dropped",)),
+            Finding("weights_dropped", "ruled out", f"every tensor is in {weights_file(art)} under a name the "
+                    f"engines map; their shapes follow {field} {value}, not the config's {getattr(art.draft_cfg, field)}",
+                    ev, WHERE)]
 
 
 def weights_file(art: Artifacts) -> str:

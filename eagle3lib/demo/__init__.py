@@ -8,8 +8,11 @@
 - `train_draft`  the hidden-state capture and the EAGLE-3 draft trained on it (SpecForge objective).
 - `deployments`  the demo draft deployed on vLLM: healthy and broken copies, each with the cause it must show
                  (the mla world: its retrained draft healthy, the seed's draft with the embedding slot broken).
-- `faults`       the generated fault matrix: the healthy deployment with each engine-read field (and d2t, lm_head)
-                 perturbed, alone and in pairs (tests/demo/test_faults.py checks the diagnosis of each).
+- `faults`       the generated fault matrix: the healthy deployment with each engine-read field perturbed, its
+                 tensors (d2t, lm_head, embedding) swapped, the served prompts, the target or the launch changed,
+                 alone and in pairs, each with the seed's verdict it must reach (tests/demo/test_faults.py).
+- `fault_inputs` what those faults change beside the draft: other-template served prompts, a drifted or another
+                 target of the same shape, launches that cap τ (written once under ``<world>/faults/``).
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
                  (``data/demo_vllm_mla/<name>/`` for the mla world).
 - `sglang_world` the seed's story served by the real SGLang (`sglang_driver`) and dumped by its hook, once, under

@@ -1,12 +1,16 @@
-"""A generated fault matrix: the healthy demo deployment with each field an engine reads perturbed, alone and in
-pairs, instead of hand-picked plants.
+"""A generated fault matrix: the healthy demo deployment with one thing changed, alone and in pairs, instead of
+hand-picked plants, each with the verdict the seed's decision (diagnose.decision) must reach.
 
-The fields are the engine facts' (`engines.facts.read_fields`: flags, RoPE, eps, activation, context,
-use_aux_hidden_state) plus the tensors an engine maps (d2t read as offsets, lm_head, embed_tokens). Each `Fault`
-says what it changes and the names a diagnosis must mention for it (`names`): a raised verdict whose text names
-the field, or, when the change leaves the draft's computation as it was, no confirmed cause at all.
-`write_fault(fault, out)` writes the draft folder; `singles()` / `pairs()` list the matrix.
-Usage: ``for f in singles(): write_fault(f, tmp / f.name)``.
+The classes: every config field an engine reads (`engines.facts.read_fields`: flags, RoPE, eps, activation,
+context, use_aux_hidden_state) perturbed; the tensors (d2t read as absolute ids, shuffled over the same target ids,
+drawn from another vocabulary; lm_head dropped or its rows permuted; an embedding of its own swapped in); the
+served data (prompts of the other domain, another chat template); the target (drifted, another target of the same
+shape); the launch (K = 1, SGLang's num_draft_tokens rewrite). Each `Fault` says what it changes, the names a
+diagnosis must mention for it (`names`: a raised verdict whose text names it, or, when the change leaves the
+draft's computation as it was, no confirmed cause at all), the seed's verdict served (`verdict`) and offline
+(`offline`: no engine, only the files), and the inputs beside the draft it changes (`inputs`: demo.fault_inputs).
+`write_fault(fault, out)` writes the draft folder; `singles()` / `pairs()` list the matrix; `inputs_of(fault)` the
+diagnosis inputs it changes. Usage: ``for f in singles(): write_fault(f, tmp / f.name)``.
 """
 from __future__ import annotations
 
@@ -18,22 +22,42 @@ from typing import Callable
 
 import torch
 
-from . import world as demo
+from safetensors.torch import load_file
+
+from . import fault_inputs, world as demo
 from ..engines.draft_edit import edited_copy
 from .deployments import write_deployment
 from ..engines.facts import read_fields
+from ..model.vocab import absolute_to_offsets, build_vocab_map, draft_to_target
 
 ENGINES = ("vllm", "sglang")
 
 
+WIRING, GAP, CEILING, HEALTHY = "wiring/loading", "generalization gap", "ceiling", "healthy"
+NOT_SERVED = "not checked: the served τ (served_log / --served-log) not given"
+
+
 @dataclass(frozen=True)
 class Fault:
-    """One perturbation of the healthy deployment: its name, what it sets, and the words naming it."""
+    """One change to the healthy deployment: its name, what it sets, the words naming it, the seed's verdict served
+    and offline, and what it edits (the draft's config or tensors, or an input beside the draft: `inputs`)."""
     name: str
     what: str
     names: tuple[str, ...]                                  # a raised verdict naming the fault mentions one of these
     config: Callable[[dict], None] | None = None
     weights: Callable[[dict, Path], None] | None = None
+    kind: str = "config"                                    # config, tensor, served data, target, launch
+    verdict: str = WIRING                                   # the seed's decision once served
+    offline: str | None = None                              # ... from the files alone (None: the same)
+    inputs: Callable[[object, Path], dict] | None = None    # (world, draft folder) -> diagnosis inputs it changes
+    serve: dict | None = None                               # what the real-engine leg serves otherwise (vllm_driver.serve)
+    vllm: bool = True                                       # the real-vLLM leg can serve it (SGLang's rewrite: no)
+    base: str = "healthy"                                   # the draft it edits: the healthy vLLM deployment, or
+                                                            # "trained": the world's draft as SpecForge wrote it
+
+    @property
+    def verdict_offline(self) -> str:
+        return self.offline or self.verdict
 
 
 def _set(key: str, value) -> Callable[[dict], None]:
@@ -76,14 +100,80 @@ def _d2t_absolute(w: dict, target: Path) -> None:
     w["d2t"] = w["d2t"] + torch.arange(w["d2t"].numel(), dtype=w["d2t"].dtype)    # absolute ids, not offsets
 
 
+def _d2t_permuted(w: dict, target: Path) -> None:
+    """The same target ids, assigned to the draft ids in another order (a vocab map regenerated unsorted)."""
+    ids = draft_to_target(w["d2t"])
+    w["d2t"] = absolute_to_offsets(ids[torch.randperm(ids.numel(), generator=torch.Generator().manual_seed(0))])
+
+
+def _d2t_other_vocab(w: dict, target: Path) -> None:
+    """A map built from another vocabulary's counts (ascending, as writers store it, onto other target ids)."""
+    vd, v = w["d2t"].numel(), w["t2d"].numel()
+    counts = torch.rand(v, generator=torch.Generator().manual_seed(0))
+    w["d2t"], w["t2d"] = build_vocab_map(counts, vd)
+
+
+def _lm_head_permuted(w: dict, target: Path) -> None:
+    rows = w["lm_head.weight"]
+    w["lm_head.weight"] = rows[torch.randperm(rows.shape[0], generator=torch.Generator().manual_seed(0))].contiguous()
+
+
+def _embedding_swapped(w: dict, target: Path) -> None:
+    """An embed_tokens of its own shipped with the draft: the target's rows in another order (what engines load)."""
+    emb = load_file(str(target / "model.safetensors"))["model.embed_tokens.weight"]
+    w["embed_tokens.weight"] = emb[torch.randperm(emb.shape[0], generator=torch.Generator().manual_seed(0))].contiguous()
+
+
 def _no_lm_head(w: dict, target: Path) -> None:
     del w["lm_head.weight"]
 
 
 TENSOR_FAULTS = (
-    Fault("d2t_absolute", "d2t holds absolute target ids instead of offsets", ("d2t",), weights=_d2t_absolute),
-    Fault("no_lm_head", "lm_head.weight dropped from the checkpoint", ("lm_head",), weights=_no_lm_head),
+    Fault("d2t_absolute", "d2t holds absolute target ids instead of offsets", ("d2t",), weights=_d2t_absolute,
+          kind="tensor"),
+    Fault("no_lm_head", "lm_head.weight dropped from the checkpoint", ("lm_head",), weights=_no_lm_head, kind="tensor"),
+    Fault("d2t_permuted", "d2t shuffled over the same target ids", ("d2t",), weights=_d2t_permuted, kind="tensor"),
+    Fault("d2t_other_vocab", "d2t and t2d built from another vocabulary's counts", ("d2t",), weights=_d2t_other_vocab,
+          kind="tensor"),
+    Fault("lm_head_permuted", "lm_head.weight's rows permuted", ("lm_head",), weights=_lm_head_permuted,
+          kind="tensor"),
+    Fault("embedding_swapped", "an embed_tokens of its own shipped: the target's rows in another order",
+          ("embed",), weights=_embedding_swapped, kind="tensor"),
 )
+
+
+def _served(make) -> Callable[[object, Path], dict]:
+    return lambda w, draft: {"heldout_data": str(make(w))}
+
+
+def _target(make) -> Callable[[object, Path], dict]:
+    return lambda w, draft: {"target": str(make(w)), "drift_samples": 4}
+
+
+OTHER_FAULTS = (
+    Fault("num_key_value_heads", "num_key_value_heads 4 in the config, the weights trained with 2",
+          ("num_key_value_heads",), config=_set("num_key_value_heads", 4), kind="config shape"),
+    Fault("served_other_domain", "served prompts of the other domain (trained on kitchen, served nature)",
+          ("generalization_gap",), kind="served data", verdict=GAP, inputs=_served(lambda w: w.shifted_data),
+          serve={"prompts": "shifted"}),
+    Fault("served_other_template", "served prompts in another chat template (plain User: / Assistant: text)",
+          ("generalization_gap",), kind="served data", verdict=GAP, inputs=_served(fault_inputs.template_data),
+          serve={"prompts": "template"}),
+    Fault("target_drifted", "the target's decoder weights drifted (noise at 0.5 of each weight's std)",
+          ("target_drift",), kind="target", inputs=_target(fault_inputs.drifted_target), serve={"target": "drifted"}),
+    Fault("target_other", "another target of the same shape (decoder weights drawn afresh)", ("target_drift",),
+          kind="target", inputs=_target(fault_inputs.other_target), serve={"target": "other"}),
+    Fault("launch_k1", "served with K = 1 speculative token", (), kind="launch", verdict=CEILING,
+          inputs=lambda w, draft: {"launch": fault_inputs.vllm_launch(w.target, draft, 1)},
+          serve={"num_speculative_tokens": 1}),
+    Fault("launch_ndt_rewrite", "SGLang topk 1 with 16 draft tokens for 1 step (it drafts num_steps + 1 = 2)",
+          ("ndt_override",), kind="launch", verdict=CEILING, base="trained", vllm=False,
+          inputs=lambda w, draft: {"launch": fault_inputs.SGLANG_REWRITE.format(target=w.target, draft=draft),
+                                   "sglang_version": fault_inputs.SGLANG_VERSION}),
+)
+# what a config field's change does once served, where it is not a wiring fault of the draft as replayed
+SERVED_VERDICT = {"rms_norm_eps": (HEALTHY, NOT_SERVED), "max_position_embeddings": (HEALTHY, NOT_SERVED),
+                  "norm_output": (WIRING, NOT_SERVED), "hidden_act": (WIRING, NOT_SERVED)}
 
 
 def config_fields() -> tuple[str, ...]:
@@ -92,31 +182,53 @@ def config_fields() -> tuple[str, ...]:
 
 
 def singles() -> tuple[Fault, ...]:
-    """One fault per engine-read config field (each must have a perturbation: tests check) and per tensor fault."""
+    """One fault per engine-read config field (each must have a perturbation: tests check), per tensor fault and
+    per fault beside the draft (served data, target, launch)."""
     out = []
     for f in config_fields():
         what, edit = CONFIG_PERTURBATIONS[f]
-        out.append(Fault(f, what, (f,), config=edit))
-    return tuple(out) + TENSOR_FAULTS
+        served, offline = SERVED_VERDICT.get(f, (WIRING, None))
+        out.append(Fault(f, what, (f,), config=edit, verdict=served, offline=offline))
+    return tuple(out) + TENSOR_FAULTS + OTHER_FAULTS
+
+
+def inputs_of(fault: Fault, draft, w=None) -> dict:
+    """The diagnosis inputs a fault changes beside its draft ({} for a draft-only fault)."""
+    return fault.inputs(w or demo.ensure_world(progress=False), Path(draft)) if fault.inputs else {}
 
 
 def pairs() -> tuple[Fault, ...]:
     """Every two config faults together: both must be named (the diagnosis names each field it changes)."""
-    cfg = [f for f in singles() if f.config is not None]
+    cfg = [f for f in singles() if f.kind == "config"]        # engine-read fields: their verdict is the graver one
     out = []
     for a, b in itertools.combinations(cfg, 2):
         def both(c, a=a, b=b):
             a.config(c)
             b.config(c)
-        out.append(Fault(f"{a.name}+{b.name}", f"{a.what}; {b.what}", a.names + b.names, config=both))
+        verdict = WIRING if WIRING in (a.verdict, b.verdict) else a.verdict
+        offline = WIRING if WIRING in (a.verdict_offline, b.verdict_offline) else a.verdict_offline
+        out.append(Fault(f"{a.name}+{b.name}", f"{a.what}; {b.what}", a.names + b.names, config=both,
+                         verdict=verdict, offline=offline))
     return tuple(out)
+
+
+def served_with(fault: Fault, w=None) -> dict:
+    """What the real-engine leg serves for `fault` beside its draft (vllm_driver.serve's target, prompts and K):
+    the held-out prompts, the world's target and K 3 unless the fault changes them."""
+    w = w or demo.ensure_world(progress=False)
+    how = fault.serve or {}
+    prompts = {"shifted": lambda: w.shifted_data, "template": lambda: fault_inputs.template_data(w)}.get(
+        how.get("prompts"), lambda: w.heldout_data)()
+    target = {"drifted": fault_inputs.drifted_target, "other": fault_inputs.other_target}.get(how.get("target"))
+    return {"prompts": prompts, "target": target(w) if target else w.target,
+            "num_speculative_tokens": how.get("num_speculative_tokens", 3)}
 
 
 def write_fault(fault: Fault, out, *, world=None) -> Path:
     """The healthy deployment's draft folder with `fault` applied, at `out` (replaced)."""
     out = Path(out)
     w = world or demo.ensure_world(progress=False)
-    healthy = write_deployment("healthy", out.with_name(out.name + ".healthy"))
+    healthy = w.draft if fault.base == "trained" else write_deployment("healthy", out.with_name(out.name + ".healthy"))
     return edited_copy(healthy, out, config=fault.config, tensors=fault.weights, target=w.target, fresh=True)
 
 
@@ -143,12 +255,23 @@ def predicted_tau(diagnosis: dict) -> tuple[float, float] | None:
     return served, min((float(ev["tau_as_trained"]), float(ev["tau_as_served"])), key=lambda t: abs(t - served))
 
 
+HEALTHY_COPY = Fault("none", "the healthy deployment", (), kind="none", verdict=HEALTHY, offline=NOT_SERVED)
+
+
+def expected_verdict(fault: Fault, served: dict | None = None) -> str:
+    """The seed's verdict a fault's diagnosis must reach: served (a refusal is wiring/loading), or offline."""
+    if served:
+        return fault.verdict if served.get("ok") else WIRING
+    return fault.verdict_offline
+
+
 def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: float,
                served: dict | None = None) -> list[str]:
     """What the matrix demands of one diagnosis (a `Diagnosis.to_dict()` record), as sentences (none: it holds):
     no part broke and every input read; a fault that changes the training-sample accuracy is named by a raised
     verdict; every confirmed verdict names the fault (nothing else alarms; on a fault that changes nothing the engine
-    or the replay sees, nothing is confirmed at all); no conflict. `served` (what a real engine measured:
+    or the replay sees, nothing is confirmed at all); no conflict; the seed's decision reaches the fault's verdict
+    (`expected_verdict`). `served` (what a real engine measured:
     {"ok", "accept_length", "error"}): where it served, the replay that explains its τ is within `TAU_WITHIN`;
     where it refused, a raised verdict names the fault."""
     bad = []
@@ -177,4 +300,9 @@ def invariants(fault: Fault, diagnosis: dict, exit_code: int, healthy_acc0: floa
         bad.append(f"{what} but no raised verdict names {fault.names}: {[v['cause'] for v in raised]}")
     if any(v["status"] == "conflict" for v in raised):
         bad.append(f"a conflict: {[v['cause'] for v in raised if v['status'] == 'conflict']}")
+    decision = diagnosis.get("decision") or {}
+    want = expected_verdict(fault, served)
+    if decision.get("verdict") != want:
+        bad.append(f"the seed's decision is {decision.get('verdict')!r}, expected {want!r} "
+                   f"({decision.get('reason', 'no decision')[:300]})")
     return bad

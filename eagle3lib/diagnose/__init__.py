@@ -6,6 +6,9 @@
 - `answer`   the answer read in 30 seconds, for the terminal and the index: alarms whole (one evidence line per
              check, the whole fix), the causes ruled out by name, those not checked by the input (flag and YAML
              key) that would check them; wrapped to the terminal's width, never cut.
+- `decision` the seed's decision, first: the training samples (recorded, replayed as shipped, restored), held-out
+             samples, served traffic, served τ against the replay's prediction, and the verdict (wiring/loading,
+             generalization gap, ceiling, healthy, or not checked naming the input); its text, markdown and HTML.
 - `run`      the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
              artifacts, through the same step functions; every given input read first (`steps.given`), one that
              cannot be read a problem no part sees; a missing input narrows, never fails.

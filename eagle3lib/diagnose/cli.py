@@ -20,6 +20,7 @@ from ..jsonfiles import atomic_write
 from ..names import add_old_flags
 from ..steps.part import Inputs
 from .answer import answer_text, terminal_width
+from .decision import with_decision
 from .run import EXIT, run
 
 EXIT_MEANING = {EXIT["ok"]: "every given input was read: the answer above is the diagnosis",
@@ -82,7 +83,9 @@ def main(argv: list[str] | None = None) -> int:
     inp = Inputs(**{k: v for k, v in vars(args).items() if k not in ("quiet", "json")})
     result = run(inp, progress=not args.quiet)
     width = terminal_width()
-    print(answer_text(result.diagnosis, width, result.given), end="")
+    d = result.diagnosis
+    # the seed's decision first (diagnose.decision), then the answer (diagnose.answer)
+    print(with_decision(answer_text(d, width, result.given), d.decision, len(d.problems), width), end="")
     say = lambda text: print(textwrap.fill(text, width, subsequent_indent="    ", break_long_words=False,  # noqa: E731
                                            break_on_hyphens=False))
     for name, why in result.skipped.items():

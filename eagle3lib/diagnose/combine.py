@@ -35,6 +35,7 @@ from ..causes import CATALOGUE, Finding
 from ..checks.template import TEMPLATE_JUDGED
 from ..layout import NOT_CAPTURED, ZERO
 from ..steps.given import Problem
+from .decision import SeedDecision, seed_decision
 
 RANK = ("confirmed", "conflict", "suspected", "ruled out", "not checked")
 
@@ -111,6 +112,12 @@ class Diagnosis:
     not_given: tuple[str, ...] = ()         # inputs a "no fault found" needs that were not given ("--launch")
     undecided: tuple[str, ...] = ()         # given inputs that decided none of what they decide, and why
 
+    @property
+    def decision(self) -> SeedDecision:
+        """The seed's decision (diagnose.decision) from every finding: what the terminal, the index and notebook
+        02 show first."""
+        return seed_decision((f for v in self.verdicts for f in v.findings), {v.cause: v.status for v in self.verdicts})
+
     def by_status(self, status: str) -> tuple[CauseVerdict, ...]:
         return tuple(v for v in self.verdicts if v.status == status)
 
@@ -163,7 +170,7 @@ class Diagnosis:
         return answer_text(self, width)
 
     def to_dict(self) -> dict:
-        return {"healthy": self.healthy, "headline": self.headline(),
+        return {"healthy": self.healthy, "headline": self.headline(), "decision": self.decision.to_dict(),
                 "problems": [p.to_dict() for p in self.problems], "not_given": list(self.not_given),
                 "undecided": list(self.undecided), "verdicts": [v.to_dict() for v in self.verdicts]}
 

@@ -26,7 +26,8 @@ CORE = ("draft", "train_data", "launch")   # "no fault found" needs the draft, i
 DECIDES = {"launch": (("ndt_override", "wrong_method", "lossy_threshold"), ()),
            "heldout_data": (("generalization_gap",), ("train_data",)),
            "served_log": (("engine_regression", "served_loss_unexplained"), ("train_data",)),
-           "served_traffic": (("engine_regression", "served_loss_unexplained"), ("served_log", "train_data", "target")),
+           "served_traffic": (("engine_regression", "served_loss_unexplained", "generalization_gap"),
+                              ("served_log", "train_data", "target")),
            "serving_dump": (LAYOUT_CAUSES, ("target", "train_data")),
            "serving_layout": (LAYOUT_CAUSES, ("train_data",)),
            "target": (("hidden_size_mismatch",), ())}
@@ -70,15 +71,17 @@ class Run:
 
 
 def undecided(d: Diagnosis, given_fields, problems=()) -> list[str]:
-    """A sentence per given, readable input (with what it needs) that decided none of the causes it decides."""
+    """A sentence per given, readable input (with what it needs) that decided none of the causes it decides (on
+    none of their aspects)."""
     status = {v.cause: v for v in d.verdicts}
     bad = {p.param for p in problems}
     out = []
     for name, (causes, needs) in DECIDES.items():
         if name not in given_fields or flag(name) in bad or not set(needs) <= set(given_fields):
             continue
-        if any(c in status and status[c].status != "not checked" for c in causes):
-            continue
+        if any(c in status and (status[c].status != "not checked" or any(st != "not checked" for _, st in
+                                                                      status[c].aspects)) for c in causes):
+            continue                     # a cause decided on one of its aspects counts (its label names the rest)
         why = "; ".join(dict.fromkeys(status[c].needs for c in causes if c in status and status[c].needs))
         out.append(f"{flag(name)} was given but decided none of {', '.join(causes)}" + (f" (needs {why})"
                                                                                        if why else ""))

@@ -22,6 +22,8 @@ from .peagle import draft_for
 # DraftConfig fields whose change leaves every tensor's shape as it is (the fields a counterfactual may set)
 CHANGEABLE = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual", "rope_theta", "rope_scaling",
               "partial_rotary_factor", "max_position_embeddings", "rms_norm_eps", "hidden_act")
+# DraftConfig fields that size tensors: a change runs only with the checkpoint's tensors of the new shapes (`extra`)
+RESHAPING = ("num_key_value_heads", "num_attention_heads", "head_dim", "intermediate_size")
 
 
 @dataclass(frozen=True, eq=False)
@@ -34,10 +36,11 @@ class Rebuilt:
 
 
 def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Rebuilt:
-    """`model` (an `Eagle3Draft` / `PEagleDraft`) under its config with `changes` (fields of `CHANGEABLE`), sharing
-    its tensors; `extra`: checkpoint tensors the model does not hold (an `input_norm.weight` its config leaves
-    unused), taken by a module the change adds. ConfigError naming the field for any other field."""
-    bad = [k for k in changes if k not in CHANGEABLE]
+    """`model` (an `Eagle3Draft` / `PEagleDraft`) under its config with `changes` (fields of `CHANGEABLE`, or of
+    `RESHAPING`), sharing its tensors; `extra`: checkpoint tensors the model does not hold (an `input_norm.weight`
+    its config leaves unused, a k_proj of the shape another num_key_value_heads gives), taken where their shape is
+    the changed config's. ConfigError naming the field for any other field."""
+    bad = [k for k in changes if k not in CHANGEABLE + RESHAPING]
     if bad:
         raise ConfigError("model.variants.rebuilt", f"cannot change {', '.join(bad)} without new tensors",
                           expected=f"fields of {CHANGEABLE}", found=bad,
@@ -48,8 +51,12 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
     with torch.device("cpu"):
         new = draft_for(cfg)
     old_sd, new_sd = model.state_dict(), new.state_dict()
-    pool = {**(extra or {}), **old_sd}
-    take = {k: v for k, v in pool.items() if k in new_sd and tuple(new_sd[k].shape) == tuple(v.shape)}
+    take = {}
+    for k, want in new_sd.items():        # the checkpoint's own tensor of the new shape first, then the model's
+        got = next((v for v in ((extra or {}).get(k), old_sd.get(k)) if v is not None
+                    and tuple(v.shape) == tuple(want.shape)), None)
+        if got is not None:
+            take[k] = got
     new.load_state_dict(take, strict=False, assign=True)
     new.rotary = Rotary(cfg)
     added = tuple(sorted(k for k in new_sd if k not in take))
@@ -60,3 +67,48 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
         if t.is_floating_point():
             t.data = t.data.to(ref.dtype)
     return Rebuilt(new.eval(), dict(changes), added, tuple(sorted(k for k in old_sd if k not in new_sd)))
+
+
+def shapes_of(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
+    """{state-dict key: shape} of a draft built from `cfg` (on the meta device: no memory)."""
+    with torch.device("meta"):
+        return {k: tuple(v.shape) for k, v in draft_for(cfg).state_dict().items()}
+
+
+def shape_implied(cfg: DraftConfig, shapes: dict[str, tuple[int, ...]]) -> dict:
+    """{field: value} of the one `RESHAPING` field whose value makes every tensor of `shapes` (the checkpoint's,
+    canonical names) the shape the config then describes, where the shipped value does not ({} when the shapes
+    agree, or no single field explains them). The values tried are those the mismatched dimensions give."""
+    want = shapes_of(cfg)
+    bad = {k: tuple(s) for k, s in shapes.items() if k in want and tuple(s) != want[k]}
+    if not bad:
+        return {}
+    dims = {d for s in bad.values() for d in s}
+    divisors = {cfg.head_dim, cfg.num_attention_heads, cfg.num_key_value_heads, 1}
+    for name in RESHAPING:
+        for v in sorted({d // q for d in dims for q in divisors if q and d % q == 0} - {getattr(cfg, name)}):
+            try:
+                got = shapes_of(replace(cfg, **{name: v}))
+            except (AssertionError, ValueError, RuntimeError, ZeroDivisionError, ConfigError):
+                continue
+            if all(got.get(k) == tuple(s) for k, s in shapes.items() if k in got):
+                return {name: v}
+    return {}
+
+
+def reshaped(cfg: DraftConfig, changes: dict) -> list[tuple[str, tuple[int, ...], tuple[int, ...]]]:
+    """(key, shape under `cfg`, shape under `cfg` with `changes`) of each tensor the changes resize."""
+    old, new = shapes_of(cfg), shapes_of(replace(cfg, **changes))
+    return [(k, old[k], new[k]) for k in old if k in new and old[k] != new[k]]
+
+
+def reshape_text(cfg: DraftConfig, changes: dict, file: str = "config.json") -> str:
+    """"config.json's `num_key_value_heads` 4 sizes midlayer.self_attn.k_proj.weight [128, 128] (and 1 more); the
+    checkpoint holds [64, 128], the shape num_key_value_heads 2 gives"."""
+    rows = reshaped(cfg, changes)
+    if not rows:
+        return ""
+    (k, was, now), more = rows[0], len(rows) - 1
+    field, value = next(iter(changes.items()))
+    return (f"{file}'s `{field}` {getattr(cfg, field)} sizes {k} {list(was)}" + (f" (and {more} more)" if more else "")
+            + f"; the checkpoint holds {list(now)}, the shape {field} {value} gives")

@@ -26,7 +26,7 @@ from ..causes import Finding, not_checked
 from ..engines.facts import read_fields
 from ..errors import Eagle3Error
 from ..model.checkpoint import expected_tensors
-from ..model.variants import CHANGEABLE, rebuilt
+from ..model.variants import CHANGEABLE, rebuilt, reshape_text, reshaped
 from .as_served import CONFIG_ROPE
 from .run import replay
 from .stats import ReplaySetup
@@ -176,14 +176,18 @@ class Search:
             unneeded = self.unneeded(r)
             if unneeded:
                 ev["tensors_the_field_adds"] = list(unneeded)
+            sized = reshape_text(self.shipped_cfg, r.changes) if IMPLIED in r.hows and self.shipped_cfg else ""
+            if sized:
+                ev["tensors_the_field_sizes"] = [[k, list(a), list(b)] for k, a, b in
+                                                 reshaped(self.shipped_cfg, r.changes)]
             return [Finding("rope_mismatch" if rope else "draft_config_differs", "confirmed",
                             f"the draft fails its own training samples under its shipped config (step-0 accuracy "
                             f"{self.shipped_acc0:.2f}) and scores {r.acc0:.2f} with {r.described}{rec}: the config is "
-                            f"not what was trained", ev, WHERE,
+                            f"not what was trained" + (f" ({sized})" if sized else ""), ev, WHERE,
                             fix=f"{r.config_fix()}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}", measured=True,
                             aspects=("draft config vs training config",) if rope else aspect,
                             explains=(("engine_cannot_run",) if set(r.changes) & set(REFUSED_VALUES) else ()) +
-                            (("weights_dropped",) if unneeded else ()))]
+                            (("weights_dropped",) if unneeded or sized else ()))]
         best = self.best
         if best is not None:
             ev.update(best=best.described, acc0_best=round(best.acc0, 4))
@@ -291,12 +295,17 @@ def _acc0(setup: ReplaySetup, data, changes: dict, *, n: int, extra: dict | None
     return (float(a) if a is not None else float("nan")), int(s["positions"])
 
 
+IMPLIED = "the checkpoint's shapes"        # how a field the tensors' shapes imply is set (model.variants.shape_implied)
+
+
 def search(setup: ReplaySetup, data, *, target: dict | None = None, training: dict | None = None,
            recorded: float | None = None, recorded_from: str = "", n: int = 16, extra: dict | None = None,
-           recapture=None, pairs: int = 2) -> Search:
+           recapture=None, pairs: int = 2, implied: dict | None = None) -> Search:
     """Replay `n` training samples under the shipped config and under every candidate (`candidates`), then the best
     `pairs` single changes together. `extra`: checkpoint tensors the shipped config leaves unused (an input_norm a
-    config without norm_before_fc drops), given to a candidate that uses them."""
+    config without norm_before_fc drops, a k_proj of another shape), given to a candidate that uses them;
+    `implied`: {field: value} the checkpoint's tensor shapes imply where the config says otherwise (a field that
+    sizes tensors: model.variants.shape_implied), a candidate of its own."""
     notes = []
     try:
         base, pos = _acc0(setup, data, {}, n=n, extra=None, recapture=recapture)
@@ -304,7 +313,8 @@ def search(setup: ReplaySetup, data, *, target: dict | None = None, training: di
         return Search(float("nan"), 0, recorded, recorded_from, (), engine_fields(), dict(DECIDED_ELSEWHERE),
                       (f"the shipped config could not be replayed: {e}",), setup.cfg)
     done = []
-    for c in counterfactuals(setup.cfg, target=target, training=training):
+    shaped = [Candidate({k: v}, (IMPLIED,), {k: getattr(setup.cfg, k)}) for k, v in (implied or {}).items()]
+    for c in shaped + counterfactuals(setup.cfg, target=target, training=training):
         try:
             a, p = _acc0(setup, data, c.changes, n=n, extra=extra, recapture=recapture)
             done.append(replace(c, acc0=a, positions=p))
@@ -324,5 +334,5 @@ def search(setup: ReplaySetup, data, *, target: dict | None = None, training: di
             done.append(replace(both, acc0=acc, positions=p))
         except Eagle3Error as e:
             notes.append(f"pair {both.described} not replayed: {e}")
-    return Search(base, pos, recorded, recorded_from, tuple(done), engine_fields(), dict(DECIDED_ELSEWHERE),
-                  tuple(notes), setup.cfg)
+    return Search(base, pos, recorded, recorded_from, tuple(done), engine_fields() + tuple(implied or ()),
+                  dict(DECIDED_ELSEWHERE), tuple(notes), setup.cfg)

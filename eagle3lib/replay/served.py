@@ -162,7 +162,8 @@ UNKNOWN_ASPECTS = {"lm_head_missing": ("present",)}
 
 
 def as_served_findings(served: float, source: str, as_served, *, num_layers: int | None, ids_read: bool = True,
-                       tolerance: float | None = None, engine_per_position=None) -> list[Finding]:
+                       tolerance: float | None = None, engine_per_position=None,
+                       replayed_on: str = "") -> list[Finding]:
     """What a served τ measured by the real engine says about each wiring cause, beside the draft replayed as
     trained and as the engine loads it (replay.as_served). Every finding rests on that measurement:
     - served ≈ as trained: the engine runs the draft as trained; every wiring cause is ruled out, whatever a table
@@ -182,7 +183,8 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
           "drafts": tr.drafts, "tau_as_trained_every_position": round(tr.tau_every_position, 3),
           "per_position_as_trained": [round(x, 3) for x in tr.per_position],
           "per_position_as_served": [round(x, 3) for x in sv.per_position],
-          "per_position_served": [round(float(x), 3) for x in engine_per_position or ()]}
+          "per_position_served": [round(float(x), 3) for x in engine_per_position or ()],
+          "acc0_as_trained": round(tr.acc0, 4), "acc0_as_served": round(sv.acc0, 4), "replayed_on": replayed_on}
     where = f" (at the {tr.drafts} drafts of the engine's verification walk)" if tr.drafts else ""
     head = (f"served τ {served:.2f} ({source}); replayed as trained {tr.tau:.2f}, as the engine loads it "
             f"{sv.tau:.2f}{where}")

@@ -22,6 +22,7 @@ import os
 from pathlib import Path
 
 from ..diagnose.combine import Diagnosis, diagnose
+from ..diagnose.decision import decision_html
 from ..errors import Eagle3Error
 from ..jsonfiles import atomic_write_all
 from ..steps.given import Problem
@@ -129,7 +130,7 @@ def index_html(rows: list[dict], meta: dict, diagnosis: tuple[Diagnosis, list[st
     info += f" · paths relative to {html.escape(base)}" if base else ""
     pages = {str(r.get("notebook", ""))[:2]: r["html"] for r in current if r.get("html")}  # where -> its report
     given = tuple((meta.get("inputs") or {}).keys())         # the inputs given: never asked for again
-    body = ["<section id='answer'><h2>The answer</h2>",
+    body = ["<section id='answer'><h2>The answer</h2>", decision_html(d.decision),   # the seed's decision first
             page.answer_html(d, bad, pages, base, given), "</section>",
             f"<section id='notebooks'><h2>Notebooks of this run</h2><p>{n_ok}/{len(current)} notebooks ok.</p>",
             page.notebooks_table(current, figures, base), "</section>",

@@ -218,8 +218,9 @@ def shown(layout, k: int) -> list[str]:
 
 def run(inputs: Inputs, earlier=None) -> Part:
     """Notebook 02: the draft replayed on its training samples under each layout there is evidence of, on the
-    held-out samples, its verdicts, the layout search (when a replay says wiring) and the trained-config search.
-    `results` holds the inputs, setup, serving layout, layouts, replays, verdicts and both searches."""
+    held-out samples, its verdicts, the layout search (when a replay says wiring), the trained-config search and,
+    when the draft still fails its own samples, the artifact search. `results` holds the inputs, setup, serving
+    layout, layouts, replays, verdicts and the searches."""
     ri = replay_inputs(inputs.draft, inputs.target, inputs.train_data, inputs.train_format, inputs.heldout_data,
                        inputs.new_prompt_data, inputs.recorded_acc, inputs.training_log, inputs.serving_dump, inputs.device)
     setup = load_replay_setup(ri, device=inputs.device, dtype=inputs.dtype, recapture=inputs.recapture)
@@ -240,16 +241,21 @@ def run(inputs: Inputs, earlier=None) -> Part:
                                              n=inputs.n_search, seed=inputs.seed, recapture=rc, progress=False)
     config_search = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
                                                          recorded_from=ri.recorded_from)
-    found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings()
+    artifacts = trained_config.trained_artifacts(setup, ri.train_data, config_search)
+    found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings() + (
+        artifacts.findings() if artifacts is not None else [])
     headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
     tables = {"training samples": verdict.replay_table(train),
               "held-out": verdict.replay_table({"training": train["training"], **held}),
               "config search": config_search.frame(),
+              "artifact search": artifacts.frame() if artifacts is not None else "the draft does not fail its own "
+                                 "training samples beyond what a config field restores: no tensor searched",
               "layout search": search.table if search is not None else "no replay says wiring: no layout search "
                                                                      "needed"}
     return Part(NAME, found, tables=tables, notes=setup.notes, results={
         "inputs": ri, "setup": setup, "served": served, "layouts": layouts, "train": train, "held": held,
         "verdicts": verdicts, "start": start, "search": search, "config_search": config_search,
+        "artifact_search": artifacts,
         "headline": headline})
 
 

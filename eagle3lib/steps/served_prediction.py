@@ -10,6 +10,7 @@ settings with the seed's capture; with a user's draft nothing is filled in: a mi
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 
 import pandas as pd
@@ -26,9 +27,12 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
-from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay
+from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay, tau_tolerance
+from ..replay.generalization import not_served, traffic_finding, without_traffic
 from ..replay.traffic import served_traffic_read
 from ..hidden.dumps import dump_engine
+from ..samples.distance import served_distance
+from ..replay.items import as_samples
 from ..layout import ZERO
 from ..serving.vllm_log import read_vllm_log
 from ..checks.engine_said import ENGINE_SAID, view_findings
@@ -78,13 +82,20 @@ class ServedPrediction:
         return self.as_served.frame()
 
     def findings(self) -> list[Finding]:
+        """What the served runs decide; every form says what the served prompts decide (`replay.generalization`):
+        the vLLM path's own finding, a served τ beside the replay on the training samples, or not checked."""
         if self.decided:
-            return list(self.decided)
+            gen = [] if any(f.cause == "generalization_gap" for f in self.decided) else [not_served(
+                "; ".join(self.missing + self.problems))]
+            return list(self.decided) + gen
         if self.comparisons:
-            return [f for c in self.comparisons for f in c.findings()]
+            return [f for c in self.comparisons for f in c.findings()] + [
+                without_traffic(c.served, c.predicted, c.tolerance, "the training samples", source=c.source)
+                for c in self.comparisons]
         need = " and ".join(self.missing) or "a served run with an accept length"
         why = "; ".join(self.problems)
-        return [not_checked("engine_regression", WHERE + (f" ({why})" if why else ""), need)]
+        return [not_checked("engine_regression", WHERE + (f" ({why})" if why else ""), need),
+                not_served("; ".join(self.missing + self.problems))]
 
 
 def run(inputs: Inputs, earlier) -> Part:
@@ -276,16 +287,19 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
     runs, more = served_runs(served_paths, server_url)
     problems += more
     data = served_data_path or ri.train_data
+    replayed_on = "the served prompts' samples (served_data)" if served_data_path else "the training samples"
+    traffic = False
     if served_traffic_path:
         try:
-            data, tnote, traffic = served_traffic_read(served_traffic_path, target_path, setup.training_layout,
-                                                       setup.tokenizer, device=device)
+            data, tnote, read = served_traffic_read(served_traffic_path, target_path, setup.training_layout,
+                                                    setup.tokenizer, device=device)
             n = len(data)                         # every answer: the served τ counts them all
             notes.append(tnote)
-            counted = traffic.counted_tau
+            replayed_on, traffic = "the served traffic", True
+            counted = read.counted_tau
             if counted is not None:               # SGLang's own count over exactly the replayed answers: first
                 runs.insert(0, RunRecord(engine=engine, accept_length=counted[0], label="served traffic",
-                                         source=f"{traffic.responses}: Σ completion_tokens / Σ spec_verify_ct over "
+                                         source=f"{read.responses}: Σ completion_tokens / Σ spec_verify_ct over "
                                                 f"{counted[1]} answers"))
         except Eagle3Error as e:
             problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
@@ -301,6 +315,9 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
     found = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
                                                  recorded_from=ri.recorded_from)
     decided += found.findings()
+    tensors = trained_config.trained_artifacts(setup, ri.train_data, found)   # a shipped tensor not the trained one
+    restored = tensors.findings() if tensors is not None else []
+    decided += restored
     if found.trained_changes:
         notes.append("as trained: " + found.restoring.described + f" (the training samples: {found.shipped_acc0:.2f} "
                      f"as shipped, {found.restoring.acc0:.2f} so)")
@@ -318,16 +335,45 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
                 replays[st[0]] = replay_as_served(setup, data, view, num_steps=st[0], shipped=shipped,
                                                   own_embed=own, trained_rope=rope, n=n, recapture=rec,
                                                   trained_config=found.trained_changes or None, extra=extra)
+                if restored:        # both replays read the shipped tensor: they cannot see what restoring it shows
+                    replays[st[0]] = dataclasses.replace(replays[st[0]], unseen={
+                        **replays[st[0]].unseen, **{f.cause: f"the training samples restore only with "
+                                                    f"{f.evidence.get('how')}: both replays read the shipped "
+                                                    f"{f.evidence.get('tensor')}" for f in restored}})
         except Eagle3Error as e:
             problems.append(f"replay as served: {e}")
             break
         ids_read = not (view.aspects.get("layout") and "default" in view.aspects["layout"].detail)
         decided += as_served_findings(float(r.accept_length), r.source or r.label, replays[st[0]],
                                       num_layers=setup.num_layers, ids_read=ids_read,
-                                      engine_per_position=r.per_position)
+                                      engine_per_position=r.per_position, replayed_on=replayed_on)
+        decided.append(served_prompts_finding(found, replays[st[0]], float(r.accept_length), r.source or r.label,
+                                              replayed_on, traffic=data if traffic else None, train=ri.train_data))
     first = next(iter(replays.values()), None)
     notes += list(first.notes) if first is not None else []
     return ServedPrediction((), tuple(problems), (), tuple(notes), view, first, tuple(decided))
+
+
+def served_prompts_finding(found, replayed: AsServed, served: float, source: str, replayed_on: str, *,
+                           traffic=None, train=None) -> Finding:
+    """`generalization_gap` on the served traffic (replay.generalization): the training samples' step-0 accuracy
+    (as shipped, or under the config that reproduces training) against the draft replayed as trained on the served
+    traffic, with how far those sequences are from the training samples; without the traffic, the served τ
+    against the replay on `replayed_on`."""
+    tr = replayed.get("as trained")
+    tol = tau_tolerance(tr.tau)
+    if traffic is None:
+        return without_traffic(served, tr.tau, tol, replayed_on, source=source)
+    restored = found.restoring
+    acc, how = ((restored.acc0, f"the training samples under {restored.described}") if restored is not None else
+                (found.shipped_acc0, "the training samples as shipped"))
+    if acc != acc:                              # NaN: the training samples did not replay
+        return without_traffic(served, tr.tau, tol, replayed_on, source=source)
+    samples, _, _ = as_samples(train, 16) if train else ([], None, None)
+    dist = served_distance([(s.input_ids, s.loss_mask) for s in samples],
+                           [(s.input_ids, s.loss_mask) for s in traffic])
+    return traffic_finding(acc, how, tr.acc0, tr.positions, served=served, predicted=tr.tau, tolerance=tol,
+                           distance=dist, answers=len(traffic))
 
 
 def trained_rope(draft_path, target_path) -> dict | None:

@@ -4,7 +4,9 @@ The training samples are the ground truth (replay.counterfactual): the draft is 
 config and under every engine-read field set otherwise, with the target's values, the training config's (when
 given) and common ones as candidates. `trained_config_search` gathers those values from the files and runs it;
 its `Search.trained_changes` is the configuration that reproduces training, which the as-served replay then
-takes as "as trained" (steps.served_prediction).
+takes as "as trained" (steps.served_prediction). When no config field restores what the draft falls short of,
+`trained_artifacts` searches the shipped tensors (replay.artifacts: d2t recovered from the training targets,
+lm_head rows, tied weights, the embedding).
 """
 from __future__ import annotations
 
@@ -13,7 +15,9 @@ from ..errors import Eagle3Error
 from ..model.checkpoint import canonicalize
 from ..model.config import read_config_json
 from ..model.safefiles import load_state_dict
+from ..model.variants import shape_implied
 from ..model.target import load_target_info
+from ..replay.artifacts import ArtifactSearch, fails_own_samples, search_artifacts
 from ..replay.counterfactual import Search, search
 from ..replay.stats import ReplaySetup
 
@@ -44,18 +48,48 @@ def training_fields(training_config: str) -> dict | None:
 
 def unused_tensors(draft_path: str, setup: ReplaySetup) -> dict:
     """Checkpoint tensors the shipped config leaves out of the model (an input_norm a config without norm_before_fc
-    drops), so a candidate that switches their module on runs the trained weights."""
-    have = set(setup.model.state_dict())
+    drops) or holds in another shape (a k_proj the config's num_key_value_heads sizes otherwise: the loader's
+    stand-in runs instead), so a candidate that switches their module on or resizes it runs the trained weights."""
+    have = {k: tuple(v.shape) for k, v in setup.model.state_dict().items()}
     try:
         sd, _ = canonicalize(load_state_dict(draft_path))
     except Eagle3Error:
         return {}
-    return {k: v.to(device=setup.device) for k, v in sd.items() if k not in have}
+    return {k: v.to(device=setup.device) for k, v in sd.items() if have.get(k) != tuple(v.shape)}
 
 
 def trained_config_search(setup: ReplaySetup, data, *, recorded: float | None = None, recorded_from: str = "",
                           training_config: str = "", n: int = N_SAMPLES, recapture=None) -> Search:
     """The counterfactual search on `n` training samples of `data` for the draft of `setup`."""
+    extra = unused_tensors(setup.draft_path, setup)
+    implied = shape_implied(setup.cfg, {**{k: tuple(v.shape) for k, v in setup.model.state_dict().items()},
+                                        **{k: tuple(v.shape) for k, v in extra.items()}}) if extra else {}
     return search(setup, data, target=target_fields(setup.target_path or ""),
                   training=training_fields(training_config), recorded=recorded, recorded_from=recorded_from, n=n,
-                  extra=unused_tensors(setup.draft_path, setup), recapture=recapture)
+                  extra=extra, recapture=recapture, implied=implied)
+
+
+def trained_artifacts(setup: ReplaySetup, data, found: Search, *, n: int = N_SAMPLES,
+                      recapture=None) -> ArtifactSearch | None:
+    """The artifact search when the draft still fails its own training samples after the config search (None
+    when it does not: the shipped tensors reproduce training, or a config field restores it)."""
+    best = found.restoring.acc0 if found.restoring is not None else found.shipped_acc0
+    if not fails_own_samples(best, found.recorded):
+        return None
+    try:
+        raw, _ = read_config_json(setup.draft_path, "draft")
+    except Eagle3Error:
+        raw = {}
+    names = set(shipped_tensors(setup))
+    return search_artifacts(setup, data, recorded=found.recorded, shipped_acc0=found.shipped_acc0,
+                            positions=found.positions, n=n, recapture=recapture,
+                            own_embed="embed_tokens.weight" in names, tied=bool(raw.get("tie_word_embeddings")))
+
+
+def shipped_tensors(setup: ReplaySetup) -> tuple[str, ...]:
+    """The canonical names of the tensors the draft's checkpoint carries ((): unreadable)."""
+    try:
+        sd, _ = canonicalize(load_state_dict(setup.draft_path))
+    except Eagle3Error:
+        return ()
+    return tuple(sd)

@@ -27,3 +27,19 @@ def test_a_refusal_no_row_explains_is_the_engines_own_words_never_a_regression()
 def test_a_table_prediction_of_a_refusal_is_not_the_engine_saying_it():
     """A refusal the table predicts (source "table") makes no finding here: only the engine's own answer counts."""
     assert view_findings(_refused("IndexError: out of bounds", source="table"), None) == []
+
+
+def test_a_refusal_of_a_config_the_weights_contradict_names_the_key_its_value_and_the_shape(tmp_path):
+    """vLLM's weight loader refuses num_key_value_heads 4 over weights for 2 ("start (0) + length (128) exceeds
+    dimension size (64)"): the finding names the config key, not "weights silently dropped"."""
+    from tests.checks.world import canonical_tensors, draft_raw, write_draft
+    raw = draft_raw()
+    draft = write_draft(tmp_path, {**raw, "num_key_value_heads": 2 * raw["num_key_value_heads"]},
+                        canonical_tensors(raw))
+    text = ("RuntimeError: start (0) + length (128) exceeds dimension size (64). (server.log:140; raised at "
+            "vllm/model_executor/layers/linear.py:1247)")
+    [f] = refusal_findings(_refused(text), None, draft_path=str(draft))
+    assert (f.cause, f.status, f.measured) == ("draft_config_differs", "confirmed", True)
+    assert f.evidence["key"] == "num_key_value_heads" and f.evidence["implied"] == raw["num_key_value_heads"]
+    assert "exceeds dimension size" in f.summary and "k_proj.weight" in f.summary
+    assert f.explains == ("weights_dropped",)

@@ -40,7 +40,7 @@ def test_no_launch_is_not_checked_and_a_vllm_launch_runs_k_as_given():
     assert f.status == "not checked" and "(launch)" in f.needs
     (g,) = _find(command="vllm serve /m/target --speculative-config "
                          "'{\"method\": \"eagle3\", \"model\": \"/m/draft\", \"num_speculative_tokens\": 3}'")
-    assert g.status == "ruled out" and g.evidence == {"engine": "vllm"}
+    assert g.status == "ruled out" and g.evidence == {"engine": "vllm", "num_speculative_tokens": 3}   # K: its cap
 
 
 def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():

@@ -138,3 +138,25 @@ def test_a_renamed_tensor_names_the_file_key_expected_found_and_the_new_name(tmp
     assert f.evidence["file"].endswith("model.safetensors") and f.evidence["found"] is None
     assert f.evidence["tensors"][0]["renamed_as"] == "midlayer.mlp.gate.weight"
     assert "unexpected 'midlayer.mlp.gate.weight' has that shape" in f.summary and "vLLM refuses" in f.summary
+
+
+def test_a_config_that_sizes_tensors_otherwise_names_its_key_value_and_shape(tmp_path):
+    """num_key_value_heads 4 in the config, the weights trained with 2: every tensor is there, the config disagrees
+    with them (not "weights silently dropped")."""
+    raw = draft_raw()
+    t = canonical_tensors(raw)
+    raw4 = {**raw, "num_key_value_heads": 2 * raw["num_key_value_heads"]}
+    f = check_weights(read_artifacts(draft=write_draft(tmp_path, raw4, t)))
+    by = {x.cause: x for x in f}
+    conf = by["draft_config_differs"]
+    assert conf.status == "confirmed" and conf.explains == ("weights_dropped",)
+    assert conf.evidence["key"] == "num_key_value_heads" and conf.evidence["value"] == raw4["num_key_value_heads"]
+    assert conf.evidence["implied"] == raw["num_key_value_heads"]
+    assert "`num_key_value_heads` 4 sizes midlayer.self_attn.k_proj.weight" in conf.summary
+    assert f"the checkpoint holds {list(t['midlayer.self_attn.k_proj.weight'].shape)}" in conf.summary
+    assert conf.fix.startswith(f"set `num_key_value_heads` to {raw['num_key_value_heads']}")
+    assert by["weights_dropped"].status == "ruled out"
+    # a tensor of a shape no single field gives stays a weights finding
+    t2 = dict(t, **{"midlayer.self_attn.o_proj.weight": torch.zeros(3, 5)})
+    f2 = check_weights(read_artifacts(draft=write_draft(tmp_path, raw, t2, name="odd")))
+    assert [(x.cause, x.status) for x in f2] == [("weights_dropped", "confirmed")]

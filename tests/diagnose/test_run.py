@@ -64,8 +64,12 @@ def test_clean_deployment_raises_nothing(world, dumps):
     assert d.healthy, d.text()
     assert d.headline().startswith("no fault found")
     ruled = {v.cause for v in d.by_status("ruled out")}
-    assert {"aux_layout_mismatch", "ndt_override", "generalization_gap", "d2t_mapping", "weights_dropped",
+    assert {"aux_layout_mismatch", "ndt_override", "d2t_mapping", "weights_dropped",
             "rope_mismatch", "lossy_threshold"} <= ruled
+    # held-out samples rule the gap out on their aspect; nothing was served, so the served traffic is not checked
+    gap = next(v for v in d.verdicts if v.cause == "generalization_gap")
+    assert dict(gap.aspects) == {"held-out accuracy": "ruled out", "served traffic": "not checked"}
+    assert d.decision.verdict == "not checked: the served τ (served_log / --served-log) not given"
 
 
 @pytest.mark.parametrize("name,cause", [("seed", "aux_layout_mismatch"), ("permuted", "aux_layout_mismatch"),
@@ -131,8 +135,8 @@ def test_a_broken_d2t_is_the_one_confirmed_cause(world, dumps, tmp_path, how):
 
 
 def test_the_demo_world_names_the_seeds_two_causes(capsys, tmp_path):
-    """No --draft: the demo world, whose server is the seed's. The terminal command prints the answer; --json FILE
-    writes the machine record there (none on stdout)."""
+    """No --draft: the demo world, whose server is the seed's. The terminal command prints the seed's decision first,
+    then the answer; --json FILE writes the machine record there (none on stdout)."""
     assert main(["--quiet", "--n", "8", "--drift-samples", "0", "--json", str(tmp_path / "d.json")]) == 0
     lines = capsys.readouterr().out.strip().splitlines()
     rec = json.loads((tmp_path / "d.json").read_text())
@@ -141,4 +145,7 @@ def test_the_demo_world_names_the_seeds_two_causes(capsys, tmp_path):
     assert {"ndt_override", "aux_layout_mismatch"} <= set(confirmed), lines[0]
     assert "16 -> 2" in confirmed["ndt_override"]["evidence"]
     assert "zeros" in confirmed["aux_layout_mismatch"]["evidence"]
-    assert lines[0].startswith("confirmed: ") and rec["problems"] == []
+    assert lines[0] == "THE SEED'S DECISION: WIRING/LOADING" and rec["decision"]["verdict"] == "wiring/loading"
+    assert "aux_layout_mismatch" in rec["decision"]["reason"]          # fed otherwise than trained (the seed's capture)
+    headline = lines.index("") + 1                                      # the answer follows the decision
+    assert lines[headline].startswith("confirmed: ") and rec["problems"] == []

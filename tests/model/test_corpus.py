@@ -221,7 +221,7 @@ def test_the_cli_on_a_public_draft_alone_says_nothing_alarming(name, root, capsy
     from eagle3lib.model.audit import audit_draft
     side = source(name)
     draft, target = world(name, root)
-    rc = main(["--draft", str(draft), "--target", str(target), "--quiet"])
+    rc = main(["--draft", str(draft), "--target", str(target), "--quiet", "--json", "-"])
     rec = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
     assert rc == 0 and rec["problems"] == []
     raised = {v["cause"]: v["status"] for v in rec["verdicts"] if v["status"] in ("confirmed", "suspected")}

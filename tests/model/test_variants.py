@@ -8,7 +8,7 @@ from eagle3lib.errors import ConfigError
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.model.layers import DraftMLP, activation
-from eagle3lib.model.variants import rebuilt
+from eagle3lib.model.variants import rebuilt, reshape_text, reshaped, shape_implied
 
 
 def draft(d: dict) -> Eagle3Draft:
@@ -66,3 +66,24 @@ def test_the_mlp_runs_the_configs_activation(tiny_cfg_dict):
     assert torch.allclose(gelu(x), ref)
     with pytest.raises(ConfigError, match="hidden_act"):
         activation("swishy")
+
+
+def test_a_field_that_sizes_tensors_is_implied_by_the_checkpoints_shapes_and_runs_with_its_tensors(tiny_cfg_dict):
+    """num_key_value_heads written wrong: the checkpoint's k_proj / v_proj shapes give the trained value, and the
+    draft rebuilt with it runs the checkpoint's own tensors (the loader's stand-ins replaced)."""
+    trained = draft(tiny_cfg_dict)
+    kv = tiny_cfg_dict["num_key_value_heads"]
+    shipped_cfg = DraftConfig.from_dict(dict(tiny_cfg_dict, num_key_value_heads=2 * kv))
+    shapes = {k: tuple(v.shape) for k, v in trained.state_dict().items()}
+    assert shape_implied(shipped_cfg, shapes) == {"num_key_value_heads": kv}
+    assert shape_implied(trained.cfg, shapes) == {}                                    # shapes agree: nothing implied
+    (key, was, now), *_ = reshaped(shipped_cfg, {"num_key_value_heads": kv})
+    assert key.endswith("k_proj.weight") and was[0] == 2 * now[0]
+    assert "`num_key_value_heads` " + str(2 * kv) in reshape_text(shipped_cfg, {"num_key_value_heads": kv})
+    stand_in = Eagle3Draft(shipped_cfg).eval()                                        # what a loader runs instead
+    sd = trained.state_dict()
+    stand_in.load_state_dict({k: v for k, v in sd.items() if tuple(v.shape) == tuple(stand_in.state_dict()[k].shape)},
+                             strict=False)
+    extra = {k: v for k, v in sd.items() if tuple(v.shape) != tuple(stand_in.state_dict()[k].shape)}
+    fixed = rebuilt(stand_in, extra=extra, num_key_value_heads=kv)
+    assert fixed.added == () and torch.allclose(step0(fixed.model), step0(trained))

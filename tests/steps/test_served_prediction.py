@@ -41,8 +41,11 @@ def test_setting_of_prefers_the_run_record_and_falls_back_to_the_resolution():
 def test_missing_inputs_are_not_checked_and_named(user):
     root, _, _ = user
     d = discovery.discover("", "")
-    (f,) = sp.served_vs_predicted(d, draft_path=str(root / "draft")).findings()
+    f, gen = sp.served_vs_predicted(d, draft_path=str(root / "draft")).findings()
     assert f.status == "not checked" and "served_log_path" in f.needs and "(train_data)" in f.needs
+    # what the served prompts decide is not checked either, naming the served τ and the served traffic
+    assert (gen.cause, gen.status, gen.aspects) == ("generalization_gap", "not checked", ("served traffic",))
+    assert "--served-log" in gen.needs and "--served-traffic" in gen.needs
 
 
 def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
@@ -61,7 +64,10 @@ def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
     assert c.setting == (3, 3, 6) and c.predicted == pytest.approx(tree, abs=1e-6)
     assert c.chain == pytest.approx(rep.accept_length(3, 1, 4), abs=1e-6)
     assert "server.log" in c.source
-    assert [f.status for f in res.findings()] == ["ruled out"]
+    assert [(f.cause, f.status) for f in res.findings()] == [("engine_regression", "ruled out"),
+                                                              ("generalization_gap", "ruled out")]
+    gen = res.findings()[1]             # the served τ is what the training samples predict: the prompts cost nothing
+    assert gen.aspects == ("served traffic",) and gen.evidence["replayed_on"] == "the training samples"
     assert res.frame()["what"].tolist()[-1] == "replay, chain of the same depth"
 
 

@@ -1,0 +1,74 @@
+"""Tests for eagle3lib.replay.artifacts: the training samples decide which shipped tensor is not the trained one."""
+from __future__ import annotations
+
+import pytest
+import torch
+
+from eagle3lib.demo import faults
+from eagle3lib.replay.artifacts import ArtifactSearch, Candidate, RecoveredMap, fails_own_samples, recover_map
+from eagle3lib.steps.trained_config import trained_artifacts, trained_config_search
+from eagle3lib.replay.verdict import read_recorded_accuracy
+from tests.replay.test_as_served import setup_of, world  # noqa: F401  (the demo world and its replay setup)
+
+
+def test_the_tensor_named_is_the_one_the_writers_convention_clears():
+    """Writers store the draft vocabulary ascending: a shipped map out of order is the d2t, a recovered map onto
+    other ids is the d2t; an ascending map onto the same ids leaves the lm_head rows."""
+    ids = (None,) * 3
+    assert RecoveredMap(ids, 100, shipped_ascending=False, same_ids=1.0, agrees=0.0).tensor() == "d2t"
+    assert RecoveredMap(ids, 100, shipped_ascending=True, same_ids=0.3, agrees=0.0).tensor() == "d2t"
+    assert RecoveredMap(ids, 100, shipped_ascending=True, same_ids=1.0, agrees=0.0).tensor() == "lm_head"
+    m = RecoveredMap((12, None, 10), 50, True, 1.0, 0.0)
+    assert m.offsets(torch.tensor([10, 10, 10])).tolist() == [12, 10, 8]    # an id never predicted keeps its map
+
+
+def search(*accs, shipped=0.0, recorded=0.92, tensor="lm_head", missing=()):
+    m = RecoveredMap((None,), 800, True, 1.0, 0.0)
+    cands = tuple(Candidate(t, how, "fix it", a, 500) for t, how, a in accs)
+    return ArtifactSearch(shipped, 500, recorded, cands, m, (), missing)
+
+
+def test_a_restoring_tensor_is_confirmed_with_its_fix_and_accuracies():
+    s = search(("d2t", "d2t recovered", 0.91), ("lm_head", "rows reordered", 0.90), ("lm_head", "target's", 0.5))
+    (f,) = s.findings()     # the two map fixes restore alike: the map points at the lm_head rows
+    assert (f.cause, f.status, f.measured) == ("draft_tensor_differs", "confirmed", True)
+    assert f.evidence["tensor"] == "lm_head" and f.evidence["acc0_restored"] == 0.9
+    assert f.fix == "fix it: 0.00 -> 0.90" and "lm_head rows are in another order" in f.summary
+    assert search(("lm_head", "target's", 0.88), missing=("lm_head.weight",)).findings()[0].cause == "lm_head_missing"
+    # below the margin, or no nearer the recorded accuracy: nothing restores, nothing is said
+    assert search(("d2t", "d2t recovered", 0.03)).findings() == []
+    assert search(("d2t", "d2t recovered", 0.5), shipped=0.9, recorded=0.9).findings() == []
+    assert search(("d2t", "d2t recovered", 0.47), shipped=0.32).findings() == []     # better, training not reproduced
+
+
+def test_failing_its_own_samples_is_measured_against_the_record():
+    assert fails_own_samples(0.0, 0.92) and not fails_own_samples(0.85, 0.92)
+    assert fails_own_samples(0.1, None) and not fails_own_samples(0.8, None)
+    assert not fails_own_samples(float("nan"), 0.92)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("name,cause,tensor", [("d2t_permuted", "d2t_mapping", "d2t"),
+                                               ("d2t_other_vocab", "d2t_mapping", "d2t"),
+                                               ("lm_head_permuted", "draft_tensor_differs", "lm_head"),
+                                               ("embedding_swapped", "wrong_embedding", "embed_tokens")])
+def test_a_shipped_tensor_not_the_trained_one_is_named_and_its_fix_restores(world, tmp_path, name, cause, tensor):
+    fault = next(f for f in faults.singles() if f.name == name)
+    setup = setup_of(world, faults.write_fault(fault, tmp_path / "draft"))
+    recorded, _ = read_recorded_accuracy(world.training_log)
+    found = trained_config_search(setup, world.specforge_data, recorded=recorded)
+    assert found.restoring is None and fails_own_samples(found.shipped_acc0, recorded)   # no config field does it
+    s = trained_artifacts(setup, world.specforge_data, found)
+    (f,) = s.findings()
+    assert (f.cause, f.evidence["tensor"]) == (cause, tensor), s.frame()
+    assert f.evidence["acc0_restored"] > recorded - 0.05 and f.evidence["acc0_as_shipped"] < recorded - 0.3
+
+
+@pytest.mark.slow
+def test_the_healthy_draft_needs_no_artifact_search_and_its_map_is_the_shipped_one(world, tmp_path):
+    setup = setup_of(world, faults.write_fault(faults.HEALTHY_COPY, tmp_path / "draft"))
+    recorded, _ = read_recorded_accuracy(world.training_log)
+    found = trained_config_search(setup, world.specforge_data, recorded=recorded)
+    assert trained_artifacts(setup, world.specforge_data, found) is None
+    m = recover_map(setup, world.specforge_data)
+    assert m.agrees > 0.95 and m.same_ids > 0.95 and m.shipped_ascending and m.seen > 50
