@@ -7,7 +7,10 @@ input beside the draft the fault changes) as `python -m eagle3lib.diagnose` does
 with the seed's decision it must reach.
 `--engine vllm` serves each case on the real vLLM first (127.0.0.1, 16 held-out prompts, K 3, stopped by its pid)
 and diagnoses it with what the engine wrote as well (launch, log, /metrics, served traffic): the served τ, or the
-engine's refusal, beside the invariants (benchmarks/results/fault_matrix_vllm.json)."""
+engine's refusal, beside the invariants (benchmarks/results/fault_matrix_vllm.json). `--engine sglang` does the same
+on the real SGLang (steps 3 / topk 1 / 4 draft tokens unless the fault says; the faults applied to the draft as
+SpecForge wrote it, SGLang's id convention; the launch, log, /server_info, served traffic and the hook's dump given:
+benchmarks/results/fault_matrix_sglang.json)."""
 from __future__ import annotations
 
 import argparse
@@ -45,6 +48,22 @@ def diagnosed(w, draft, engine: str = "", fault=None):
             given["served_traffic"] = str(out)
         if how["target"] != w.target:
             given["drift_samples"] = 4
+    elif engine == "sglang":
+        from eagle3lib.sglang_driver.dump import dump_from_hook
+        from eagle3lib.sglang_driver.serve import serve as sglang_serve
+        out = Path(draft).parent / "served"
+        how = faults.served_with(fault, w, "sglang")
+        s = sglang_serve(how["target"], draft, out, prompts=how["prompts"], n=16, steps=how["steps"],
+                         topk=how["topk"], ndt=how["ndt"], hook=True)
+        served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
+        given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
+                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.server_info] if s.server_info else [])),
+                 "target": str(how["target"])}
+        if s.n_answered:
+            given["served_traffic"] = str(out)
+            given["serving_dump"] = str(dump_from_hook(out, Path(draft).parent / "dump", n=4).root)
+        if how["target"] != w.target:
+            given["drift_samples"] = 4
     else:
         given = faults.inputs_of(fault, draft, w)
     r = run(Inputs(**{"draft": str(draft), "target": str(w.target), "train_data": str(w.specforge_data),
@@ -67,18 +86,19 @@ def _predicted(d: dict) -> float | None:
 def main(argv=None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--pairs", action="store_true", help="also every two config faults together")
-    ap.add_argument("--engine", choices=("vllm",), default="", help="serve each case on the real engine first")
+    ap.add_argument("--engine", choices=("vllm", "sglang"), default="",
+                    help="serve each case on the real engine first")
     ap.add_argument("--only", default="", help="comma-separated fault names (default: every case)")
     ap.add_argument("--out", default="")
     a = ap.parse_args(argv)
     a.out = a.out or str(ROOT / "benchmarks" / "results" / f"fault_matrix{'_' + a.engine if a.engine else ''}.json")
     w = demo.ensure_world(progress=False)
     cases = faults.singles() + (faults.pairs() if a.pairs else ())
-    cases = tuple(f for f in cases if (not a.only or f.name in a.only.split(",")) and (f.vllm or not a.engine))
+    cases = tuple(f for f in cases if (not a.only or f.name in a.only.split(",")) and (f.vllm or a.engine != "vllm"))
     rows = []
     with tempfile.TemporaryDirectory() as tmp:
-        d, code, served = diagnosed(w, faults.write_fault(faults.HEALTHY_COPY, Path(tmp) / "healthy" / "draft"),
-                                    a.engine)
+        d, code, served = diagnosed(w, faults.write_fault(faults.HEALTHY_COPY, Path(tmp) / "healthy" / "draft",
+                                                          engine=a.engine or "vllm"), a.engine)
         healthy = faults.counterfactual_finding(d)["evidence"]["acc0_as_shipped"]
         raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]
                   if v["status"] in ("confirmed", "suspected", "conflict")]
@@ -96,8 +116,8 @@ def main(argv=None) -> int:
               f"{'; '.join(rows[0]['violations']) or 'hold'} |", flush=True)
         for f in cases:
             t = time.monotonic()
-            d, code, served = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_") / "draft"),
-                                        a.engine, f)
+            d, code, served = diagnosed(w, faults.write_fault(f, Path(tmp) / f.name.replace("+", "_") / "draft",
+                                                              engine=a.engine or "vllm"), a.engine, f)
             bad = faults.invariants(f, d, code, healthy, served)
             cf = (faults.counterfactual_finding(d) or {}).get("evidence") or {}
             raised = [f"{v['cause']} ({v['status']})" for v in d["verdicts"]

@@ -50,7 +50,8 @@ class Fault:
     verdict: str = WIRING                                   # the seed's decision once served
     offline: str | None = None                              # ... from the files alone (None: the same)
     inputs: Callable[[object, Path], dict] | None = None    # (world, draft folder) -> diagnosis inputs it changes
-    serve: dict | None = None                               # what the real-engine leg serves otherwise (vllm_driver.serve)
+    serve: dict | None = None                               # what the real-engine leg serves otherwise (the driver's
+                                                            # serve; "sglang": SGLang's steps / topk / ndt)
     vllm: bool = True                                       # the real-vLLM leg can serve it (SGLang's rewrite: no)
     base: str = "healthy"                                   # the draft it edits: the healthy vLLM deployment, or
                                                             # "trained": the world's draft as SpecForge wrote it
@@ -169,7 +170,8 @@ OTHER_FAULTS = (
     Fault("launch_ndt_rewrite", "SGLang topk 1 with 16 draft tokens for 1 step (it drafts num_steps + 1 = 2)",
           ("ndt_override",), kind="launch", verdict=CEILING, base="trained", vllm=False,
           inputs=lambda w, draft: {"launch": fault_inputs.SGLANG_REWRITE.format(target=w.target, draft=draft),
-                                   "sglang_version": fault_inputs.SGLANG_VERSION}),
+                                   "sglang_version": fault_inputs.SGLANG_VERSION},
+          serve={"sglang": {"steps": 1, "topk": 1, "ndt": 16}}),
 )
 # what a config field's change does once served, where it is not a wiring fault of the draft as replayed
 SERVED_VERDICT = {"rms_norm_eps": (HEALTHY, NOT_SERVED), "max_position_embeddings": (HEALTHY, NOT_SERVED),
@@ -212,23 +214,29 @@ def pairs() -> tuple[Fault, ...]:
     return tuple(out)
 
 
-def served_with(fault: Fault, w=None) -> dict:
-    """What the real-engine leg serves for `fault` beside its draft (vllm_driver.serve's target, prompts and K):
-    the held-out prompts, the world's target and K 3 unless the fault changes them."""
+def served_with(fault: Fault, w=None, engine: str = "vllm") -> dict:
+    """What the real-engine leg serves for `fault` beside its draft (the driver's target, prompts and K; for SGLang
+    its steps / topk / num_draft_tokens, a chain of K: K, 1, K + 1): the held-out prompts, the world's target and
+    K 3 unless the fault changes them."""
     w = w or demo.ensure_world(progress=False)
     how = fault.serve or {}
     prompts = {"shifted": lambda: w.shifted_data, "template": lambda: fault_inputs.template_data(w)}.get(
         how.get("prompts"), lambda: w.heldout_data)()
     target = {"drifted": fault_inputs.drifted_target, "other": fault_inputs.other_target}.get(how.get("target"))
-    return {"prompts": prompts, "target": target(w) if target else w.target,
-            "num_speculative_tokens": how.get("num_speculative_tokens", 3)}
+    k = how.get("num_speculative_tokens", 3)
+    out = {"prompts": prompts, "target": target(w) if target else w.target}
+    if engine == "sglang":
+        return {**out, "steps": k, "topk": 1, "ndt": k + 1, **how.get("sglang", {})}
+    return {**out, "num_speculative_tokens": k}
 
 
-def write_fault(fault: Fault, out, *, world=None) -> Path:
-    """The healthy deployment's draft folder with `fault` applied, at `out` (replaced)."""
+def write_fault(fault: Fault, out, *, world=None, engine: str = "vllm") -> Path:
+    """The healthy deployment's draft folder with `fault` applied, at `out` (replaced). On SGLang the healthy
+    deployment is the world's draft as SpecForge wrote it (its ids are SGLang's convention: demo.sglang_world)."""
     out = Path(out)
     w = world or demo.ensure_world(progress=False)
-    healthy = w.draft if fault.base == "trained" else write_deployment("healthy", out.with_name(out.name + ".healthy"))
+    trained = fault.base == "trained" or engine == "sglang"
+    healthy = w.draft if trained else write_deployment("healthy", out.with_name(out.name + ".healthy"))
     return edited_copy(healthy, out, config=fault.config, tensors=fault.weights, target=w.target, fresh=True)
 
 

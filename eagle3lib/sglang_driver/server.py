@@ -20,10 +20,10 @@ from .env import HOOK_DIR, MAKE_HINT, REPO_ROOT, cpu_env, cpu_flags_for_launch, 
     unavailable_reason
 
 LAUNCH_MODULE = "sglang.launch_server"
-# shared/engines/sglang-cpu README's serve command, with a KV pool of 32k tokens (the machine is shared) and no warm-up
-# request (its draft rounds would count in /server_info's average)
+# shared/engines/sglang-cpu README's serve command, with a KV pool of 32k tokens (the machine is shared); the warm-up
+# stays (--skip-server-warmup logs a traceback of its own: "post-warmup freeze_gc failed")
 CPU_EXTRA = ("--disable-overlap-schedule", "--mem-fraction-static", "0.3", "--max-total-tokens", "32768",
-             "--max-running-requests", "4", "--decode-log-interval", "10", "--skip-server-warmup")
+             "--max-running-requests", "4", "--decode-log-interval", "10")
 
 
 def launch_args(target, draft, *, steps: int = 3, topk: int = 1, ndt: int = 4, dtype: str = "bfloat16",

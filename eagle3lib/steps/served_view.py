@@ -12,6 +12,7 @@ trained and as the engine loads it (replay.as_served, replay.served.as_served_fi
 from __future__ import annotations
 
 import dataclasses
+import re
 
 from ..checks.inputs import read_artifacts
 from ..vllm_driver import env as vllm_env
@@ -22,6 +23,7 @@ from ..serving.vllm_log import VllmLogReading, read_vllm_log
 from ..engines.vllm_errors import log_lines, root_error, scan_errors
 
 _EMBED = {"shared": "target", "own": "own"}
+SGLANG_SERVED = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang log line of a batch it ran
 
 
 def deployment_view(engine: str, draft, target, *, version: str | None = None, log=None, probe=None,
@@ -135,7 +137,7 @@ def _from_log(view: EngineView, r: VllmLogReading, art) -> EngineView:
 
 def sglang_view(view: EngineView, art, *, logs=(), load: dict | None = None) -> tuple[EngineView, list[str]]:
     """The draft as SGLang loaded it, overruling the tables with what the running SGLang said: its logs' own failure
-    (the first log with a traceback: a refusal) and, where a dump of eagle3lib's SGLang hook carries it
+    (the first log with a traceback after which it ran no batch: a refusal; one it served past is a note) and, where a dump of eagle3lib's SGLang hook carries it
     (`sglang_driver.dump`, its manifest's engine "load"), what SGLang's own loader did: the layers its target
     captured, whether it read d2t, replaced the draft's embedding / lm_head with the target's."""
     L, notes = art.target_info.num_layers, []
@@ -146,7 +148,10 @@ def sglang_view(view: EngineView, art, *, logs=(), load: dict | None = None) -> 
             notes.append(f"{path}: {e}")
             continue
         err = root_error(scan_errors(lines))
-        if err is not None:
+        if err is not None and any(SGLANG_SERVED.search(ln) for ln in lines[err.line_no:]):
+            notes.append(f"{path}:{err.line_no}: {err.exception}: {err.message[:160]} (logged; the server served "
+                         "requests after it: not a refusal)")
+        elif err is not None:
             view = view.with_refusal(f"{err.exception}: {err.message[:200]} ({path}:{err.line_no}"
                                      + (f"; raised at {err.frame}" if err.frame else "") + ")", "log")
             break

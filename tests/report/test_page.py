@@ -90,7 +90,8 @@ def test_the_index_fits_1400px_answer_first_long_lists_folded(tmp_path):
     with Browser(width=1400, height=900) as b:
         shown = b.layout(tmp_path / "index.html", shot)
     assert shown["scroll_width"] <= shown["client_width"] == 1400, shown["scroll_width"]
-    assert shown["headings"] == ["The answer", "Notebooks of this run", "Earlier runs: stale, not in the diagnosis"]
+    assert shown["headings"] == ["The answer", "The seed's decision", "Notebooks of this run",
+                                 "Earlier runs: stale, not in the diagnosis"]
     text = shown["text"]
     assert text.index("Confirmed (1)") < text.index("Fix: make the engine capture") < text.index("00_checkpoint")
     folded = {d["id"]: d for d in shown["details"]}
