@@ -33,39 +33,10 @@ def diagnosed(w, draft, engine: str = "", fault=None):
     fault changes beside the draft are given as a user without a server brings them (served prompts as held-out
     samples, the target, the launch); served, the engine's own files are."""
     fault = fault or faults.HEALTHY_COPY
-    given, served = {}, {}
-    if engine == "vllm":
-        from eagle3lib.vllm_driver.serve import serve
-        out = Path(draft).parent / "served"
-        how = faults.served_with(fault, w)
-        s = serve(how["target"], draft, out, prompts=how["prompts"], n=16,
-                  num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
-        served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
-        given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
-                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else [])),
-                 "target": str(how["target"])}
-        if s.ok:
-            given["served_traffic"] = str(out)
-        if how["target"] != w.target:
-            given["drift_samples"] = 4
-    elif engine == "sglang":
-        from eagle3lib.sglang_driver.dump import dump_from_hook
-        from eagle3lib.sglang_driver.serve import serve as sglang_serve
-        out = Path(draft).parent / "served"
-        how = faults.served_with(fault, w, "sglang")
-        s = sglang_serve(how["target"], draft, out, prompts=how["prompts"], n=16, steps=how["steps"],
-                         topk=how["topk"], ndt=how["ndt"], hook=True)
-        served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
-        given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
-                 "server_log": s.log, "served_log": ",".join([s.log] + ([s.server_info] if s.server_info else [])),
-                 "target": str(how["target"])}
-        if s.n_answered:
-            given["served_traffic"] = str(out)
-            given["serving_dump"] = str(dump_from_hook(out, Path(draft).parent / "dump", n=4).root)
-        if how["target"] != w.target:
-            given["drift_samples"] = 4
+    if engine:
+        given, served = faults.served_inputs(fault, draft, engine, w)
     else:
-        given = faults.inputs_of(fault, draft, w)
+        given, served = faults.inputs_of(fault, draft, w), {}
     r = run(Inputs(**{"draft": str(draft), "target": str(w.target), "train_data": str(w.specforge_data),
                       "training_log": str(w.training_log), "n": 16, "drift_samples": 0, **given}), progress=False)
     return r.diagnosis.to_dict(), r.exit_code, served

@@ -230,6 +230,35 @@ def served_with(fault: Fault, w=None, engine: str = "vllm") -> dict:
     return {**out, "num_speculative_tokens": k}
 
 
+def served_inputs(fault: Fault, draft, engine: str, w=None, n: int = 16) -> tuple[dict, dict]:
+    """Serve `fault`'s draft on the real `engine` ("vllm" or "sglang": its driver, 127.0.0.1, stopped by its pid)
+    and return (the diagnosis inputs a user brings from that server: the launch as typed, its log and metrics or
+    /server_info, the served traffic when it answered, SGLang's hook dump; what the engine measured: {"ok",
+    "accept_length", "error"}). The served files lie beside the draft folder (``served/``, ``dump/``)."""
+    w = w or demo.ensure_world(progress=False)
+    out = Path(draft).parent / "served"
+    how = served_with(fault, w, engine)
+    if engine == "sglang":
+        from ..sglang_driver.dump import dump_from_hook
+        from ..sglang_driver.serve import serve as sglang_serve
+        s = sglang_serve(how["target"], draft, out, prompts=how["prompts"], n=n, steps=how["steps"],
+                         topk=how["topk"], ndt=how["ndt"], hook=True)
+        logs, answered = [s.log] + ([s.server_info] if s.server_info else []), s.n_answered > 0
+    else:
+        from ..vllm_driver.serve import serve as vllm_serve
+        s = vllm_serve(how["target"], draft, out, prompts=how["prompts"], n=n,
+                       num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
+        logs, answered = [s.log] + ([s.metrics] if s.metrics else []), s.ok
+    given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
+             "server_log": s.log, "served_log": ",".join(logs), "target": str(how["target"]),
+             "drift_samples": 0 if how["target"] == w.target else 4}
+    if answered:
+        given["served_traffic"] = str(out)
+        if engine == "sglang":
+            given["serving_dump"] = str(dump_from_hook(out, Path(draft).parent / "dump", n=4).root)
+    return given, {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
+
+
 def write_fault(fault: Fault, out, *, world=None, engine: str = "vllm") -> Path:
     """The healthy deployment's draft folder with `fault` applied, at `out` (replaced). On SGLang the healthy
     deployment is the world's draft as SpecForge wrote it (its ids are SGLang's convention: demo.sglang_world)."""

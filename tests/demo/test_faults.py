@@ -5,7 +5,9 @@
 leg (marker `engine`) serves `ENGINE_SAMPLE` on the real engine first (127.0.0.1, stopped by its pid) and diagnoses
 each with what the engine wrote: the served τ within 10% of the replay that explains it, or the refusal attributed
 to the fault; `EAGLE3LIB_FAULTS=all` serves every single fault (~1 min each: `python tools/fault_matrix.py --engine
-vllm` does the same and writes benchmarks/results/fault_matrix_vllm.json)."""
+vllm` does the same and writes benchmarks/results/fault_matrix_vllm.json). The real-SGLang leg serves the healthy copy
+and `SGLANG_SAMPLE` (every single fault with EAGLE3LIB_FAULTS=all; `--engine sglang`:
+benchmarks/results/fault_matrix_sglang.json)."""
 from __future__ import annotations
 
 import json
@@ -18,10 +20,12 @@ from eagle3lib.demo import world as demo
 from eagle3lib.diagnose.decision import VERDICTS
 from eagle3lib.diagnose.run import Inputs, run
 from eagle3lib.engines.facts import read_fields
+from eagle3lib.sglang_driver import env as sglang_env
 from eagle3lib.vllm_driver import env as vllm_env
 
 SAMPLE = ("norm_before_residual", "rms_norm_eps", "d2t_permuted", "served_other_domain", "launch_k1")
-ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state", "d2t_permuted", "launch_k1")   # a no-op; a silent layout
+ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state", "d2t_permuted", "launch_k1")
+SGLANG_SAMPLE = ("norm_before_fc", "launch_ndt_rewrite")   # a flag SGLang reads (draft_config_differs), the seed's rewrite   # a no-op; a silent layout
 # change; a tensor the training samples restore; a ceiling (deployments cover the flags, RoPE, activation and d2t
 # faults on the real engine: tests/test_engine_deployments.py; every class: benchmarks/results/fault_matrix_vllm_classes.json)
 ALL = os.environ.get("EAGLE3LIB_FAULTS") == "all"
@@ -99,19 +103,25 @@ def test_the_generated_fault_is_named_and_nothing_else_alarms(world, tmp_path, h
 @pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")
 @pytest.mark.parametrize("name", [n for n in CASES if "+" not in n and CASES[n].vllm and (ALL or n in ENGINE_SAMPLE)])
 def test_the_generated_fault_served_on_vllm_is_named_and_its_tau_predicted(world, tmp_path, healthy_acc0, name):
-    from eagle3lib.vllm_driver.serve import serve
     fault = CASES[name]
-    draft = faults.write_fault(fault, tmp_path / "draft")
-    how = faults.served_with(fault, world)
-    s = serve(how["target"], draft, tmp_path / "served", prompts=how["prompts"], n=16,
-              num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
-    given = {"heldout_data": str(world.heldout_data), "launch": (tmp_path / "served" / "launch.txt").read_text().strip(),
-             "server_log": s.log, "served_log": ",".join([s.log] + ([s.metrics] if s.metrics else [])),
-             "target": str(how["target"]), "drift_samples": 0 if how["target"] == world.target else 4}
-    if s.ok:
-        given["served_traffic"] = str(tmp_path / "served")
-    d, code = diagnosed(world, draft, **given)
-    served = {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
+    given, served = faults.served_inputs(fault, faults.write_fault(fault, tmp_path / "draft"), "vllm", world)
+    d, code = diagnosed(world, tmp_path / "draft", **given)
+    bad = faults.invariants(fault, d, code, healthy_acc0, served)
+    assert not bad, f"{name} (served {served}): {bad}"
+
+
+@pytest.mark.slow
+@pytest.mark.engine
+@pytest.mark.skipif(bool(sglang_env.unavailable_reason()), reason=sglang_env.unavailable_reason() or "SGLang runs")
+@pytest.mark.parametrize("name", ["none"] + [n for n in CASES if "+" not in n and (ALL or n in SGLANG_SAMPLE)])
+def test_the_generated_fault_served_on_sglang_is_named_and_its_tau_predicted(world, tmp_path, healthy_acc0, name):
+    """The same on the real SGLang: the fault applied to the draft as SpecForge wrote it (SGLang's ids), served at
+    steps 3 / topk 1 / 4 draft tokens (the ndt rewrite as typed), diagnosed from the launch, log, /server_info, the
+    served traffic and the hook's dump; the healthy copy ("none") is healthy with its τ predicted."""
+    fault = CASES.get(name, faults.HEALTHY_COPY)
+    given, served = faults.served_inputs(fault, faults.write_fault(fault, tmp_path / "draft", engine="sglang"),
+                                         "sglang", world)
+    d, code = diagnosed(world, tmp_path / "draft", **given)
     bad = faults.invariants(fault, d, code, healthy_acc0, served)
     assert not bad, f"{name} (served {served}): {bad}"
 
