@@ -34,7 +34,7 @@ def diagnosed(w, draft, engine: str = "", fault=None):
     samples, the target, the launch); served, the engine's own files are."""
     fault = fault or faults.HEALTHY_COPY
     if engine:
-        given, served = faults.served_inputs(fault, draft, engine, w)
+        given, served = faults.served_on_engine(fault, draft, engine, w)
     else:
         given, served = faults.inputs_of(fault, draft, w), {}
     r = run(Inputs(**{"draft": str(draft), "target": str(w.target), "train_data": str(w.specforge_data),

@@ -230,7 +230,7 @@ def served_with(fault: Fault, w=None, engine: str = "vllm") -> dict:
     return {**out, "num_speculative_tokens": k}
 
 
-def served_inputs(fault: Fault, draft, engine: str, w=None, n: int = 16) -> tuple[dict, dict]:
+def served_on_engine(fault: Fault, draft, engine: str, w=None, n: int = 16) -> tuple[dict, dict]:
     """Serve `fault`'s draft on the real `engine` ("vllm" or "sglang": its driver, 127.0.0.1, stopped by its pid)
     and return (the diagnosis inputs a user brings from that server: the launch as typed, its log and metrics or
     /server_info, the served traffic when it answered, SGLang's hook dump; what the engine measured: {"ok",

@@ -104,7 +104,7 @@ def test_the_generated_fault_is_named_and_nothing_else_alarms(world, tmp_path, h
 @pytest.mark.parametrize("name", [n for n in CASES if "+" not in n and CASES[n].vllm and (ALL or n in ENGINE_SAMPLE)])
 def test_the_generated_fault_served_on_vllm_is_named_and_its_tau_predicted(world, tmp_path, healthy_acc0, name):
     fault = CASES[name]
-    given, served = faults.served_inputs(fault, faults.write_fault(fault, tmp_path / "draft"), "vllm", world)
+    given, served = faults.served_on_engine(fault, faults.write_fault(fault, tmp_path / "draft"), "vllm", world)
     d, code = diagnosed(world, tmp_path / "draft", **given)
     bad = faults.invariants(fault, d, code, healthy_acc0, served)
     assert not bad, f"{name} (served {served}): {bad}"
@@ -119,7 +119,7 @@ def test_the_generated_fault_served_on_sglang_is_named_and_its_tau_predicted(wor
     steps 3 / topk 1 / 4 draft tokens (the ndt rewrite as typed), diagnosed from the launch, log, /server_info, the
     served traffic and the hook's dump; the healthy copy ("none") is healthy with its τ predicted."""
     fault = CASES.get(name, faults.HEALTHY_COPY)
-    given, served = faults.served_inputs(fault, faults.write_fault(fault, tmp_path / "draft", engine="sglang"),
+    given, served = faults.served_on_engine(fault, faults.write_fault(fault, tmp_path / "draft", engine="sglang"),
                                          "sglang", world)
     d, code = diagnosed(world, tmp_path / "draft", **given)
     bad = faults.invariants(fault, d, code, healthy_acc0, served)
