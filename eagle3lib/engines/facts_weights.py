@@ -2,7 +2,7 @@
 which checkpoint key names it loads, renames or drops (`keys`): rows of `engines.facts.FACTS`."""
 from __future__ import annotations
 
-from .fact_row import Fact, LLAMA_EAGLE3, PROPOSER, SERVED_BY, SERVED_TAU, checked_by
+from .fact_row import Fact, LLAMA_EAGLE3, PROPOSER, SERVED_BY, SERVED_TAU, checked_by, checked_by_sglang
 
 _LP = "vllm 0.32.0 vllm/model_executor/layers/logits_processor.py"
 _UT = "vllm 0.32.0 vllm/model_executor/models/utils.py"
@@ -11,11 +11,14 @@ F = Fact
 ROWS: tuple[Fact, ...] = (
     # ---- embedding / lm_head at serve time (field-causes.md #6, #7; eagle3-formats.md §3.6)
     F("sglang", "embed", "own_embed_used", False, None, "", "sglang eagle_worker.py set_embed",
-      "the draft's embed_tokens is replaced by the target's, unless target_hidden_size != hidden_size"),
+      "the draft's embed_tokens is replaced by the target's, unless target_hidden_size != hidden_size",
+      checked=checked_by_sglang("the_draft_runs_on_the_target_embedding_and_drops_unknown_keys")),
     F("sglang", "lm_head", "borrow_when_draft_vocab_unset", True, None, "", "sglang eagle_worker.py "
-      "load_lm_head_from_target", "lm_head from the target only when config draft_vocab_size is None"),
+      "load_lm_head_from_target", "lm_head from the target only when config draft_vocab_size is None",
+      checked=checked_by_sglang("a_draft_without_lm_head_borrows_nothing")),
     F("sglang", "lm_head", "missing_key_warned", False, None, "", "sglang PR#27908",
-      "the loader warns on unexpected keys, never on missing ones: a missing lm_head stays at random init"),
+      "the loader warns on unexpected keys, never on missing ones: a missing lm_head stays at random init",
+      checked=checked_by_sglang("a_draft_without_lm_head_borrows_nothing")),
     F("vllm", "embed", "own_embed_used", True, None, "2025-11", f"{PROPOSER}:1436-1469; vllm PR#28549 (_should_share)",
       "the draft's own copy is kept unless torch.equal to the target's; the target's is shared when the checkpoint "
       "has no embed_tokens", checked=checked_by("embed_and_lm_head_ownership")),
@@ -34,7 +37,8 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "keys", "layers.0.*", True, "0.5.12", "2026-05", "sglang PR#24663 legacy_name_map (approx. "
       "v0.5.12)", "before: names not in params_dict are silently skipped -> decoder layer left at init"),
     F("sglang", "keys", "unknown_dropped_silently", True, None, "", "sglang llama_eagle3.py load_weights "
-      "(03d5a777)", "any other name is skipped without a warning"),
+      "(03d5a777)", "any other name is skipped without a warning",
+      checked=checked_by_sglang("the_draft_runs_on_the_target_embedding_and_drops_unknown_keys")),
     F("sglang", "keys", "model.* prefix", True, None, "", "sglang llama_eagle3.py (name or model.name)"),
     F("sglang", "keys", "layers.N.input_layernorm", False, "0.5.12", "2026-05", "sglang PR#24663 llama_eagle3.py "
       "(read at Dogacel/sglang ae77ec7)", "multi-layer drafts: a later layer (N >= 1) normalises its input with "
