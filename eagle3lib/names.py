@@ -43,6 +43,7 @@ GIVE = {
     "served_traffic": ("--served-traffic", "served_traffic_path", ("served prompt", "served traffic",
                                                                    "served requests")),
     "serving_dump": ("--serving-dump", "serving_dump", ("serving dump", "serving_dump", "tensor dump")),
+    "server_info": ("--server-info", "server_info_path", ("/server_info", "server_info")),
     "serving_engine": ("--serving-engine", "serving_engine", ("serving engine", "serving_engine")),
     "sglang_version": ("--sglang-version", "sglang_version", ("sglang version", "engine version",
                                                               "engine and version")),

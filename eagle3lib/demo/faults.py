@@ -252,6 +252,8 @@ def served_on_engine(fault: Fault, draft, engine: str, w=None, n: int = 16) -> t
     given = {"heldout_data": str(w.heldout_data), "launch": (out / "launch.txt").read_text().strip(),
              "server_log": s.log, "served_log": ",".join(logs), "target": str(how["target"]),
              "drift_samples": 0 if how["target"] == w.target else 4}
+    if engine == "sglang" and s.server_info:
+        given["server_info"] = s.server_info          # its effective settings and version (a source build: head)
     if answered:
         given["served_traffic"] = str(out)
         if engine == "sglang":

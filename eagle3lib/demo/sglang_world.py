@@ -100,6 +100,7 @@ class SglangServed:
         out = {"draft": self.draft, "target": str(w.target), "train_data": str(w.specforge_data),
                "heldout_data": str(w.heldout_data), "launch": self.launch_command, "server_log": self.log,
                "served_log": served}
+        out.update({"server_info": self.server_info} if self.server_info else {})
         out.update({"served_traffic": self.traffic} if self.traffic else {})
         out.update({"serving_dump": self.dump} if self.dump else {})
         return out

@@ -56,6 +56,8 @@ def parser() -> argparse.ArgumentParser:
                                            "responses.jsonl, as vllm_driver.serve saves them): the replay that predicts "
                                            "the served τ runs on them")
     a("--server-url", default="", help="a live SGLang server (/server_info)")
+    a("--server-info", default="", help="a saved GET /server_info JSON of the SGLang server (its effective settings "
+                                        "and version)")
     a("--serving-dump", default="", help="serving dump: SGLang --debug-tensor-dump-output-folder or an eagle3lib dump")
     a("--serving-layout", default="", help="the layout the server feeds, when known, e.g. layer_in.2,layer_in.4")
     a("--serving-engine", default="", help="sglang or vllm: use its capture rules for the serving layout")
