@@ -6,7 +6,7 @@ leg (marker `engine`) serves `ENGINE_SAMPLE` on the real engine first (127.0.0.1
 each with what the engine wrote: the served τ within 10% of the replay that explains it, or the refusal attributed
 to the fault; `EAGLE3LIB_FAULTS=all` serves every single fault (~1 min each: `python tools/fault_matrix.py --engine
 vllm` does the same and writes benchmarks/results/fault_matrix_vllm.json). The real-SGLang leg serves the healthy copy
-and `SGLANG_SAMPLE` (every single fault with EAGLE3LIB_FAULTS=all; `--engine sglang`:
+and the seed's rewrite (`SGLANG_SAMPLE`; every single fault with EAGLE3LIB_FAULTS=all; `--engine sglang`:
 benchmarks/results/fault_matrix_sglang.json)."""
 from __future__ import annotations
 
@@ -25,7 +25,7 @@ from eagle3lib.vllm_driver import env as vllm_env
 
 SAMPLE = ("norm_before_residual", "rms_norm_eps", "d2t_permuted", "served_other_domain", "launch_k1")
 ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state", "d2t_permuted", "launch_k1")
-SGLANG_SAMPLE = ("norm_before_fc", "launch_ndt_rewrite")   # a flag SGLang reads (draft_config_differs), the seed's rewrite   # a no-op; a silent layout
+SGLANG_SAMPLE = ("launch_ndt_rewrite",)      # the seed's rewrite (every flag and tensor: fault_matrix_sglang.json)   # a no-op; a silent layout
 # change; a tensor the training samples restore; a ceiling (deployments cover the flags, RoPE, activation and d2t
 # faults on the real engine: tests/test_engine_deployments.py; every class: benchmarks/results/fault_matrix_vllm_classes.json)
 ALL = os.environ.get("EAGLE3LIB_FAULTS") == "all"
