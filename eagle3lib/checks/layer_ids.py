@@ -258,7 +258,11 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
             "trained_from": trained_from}
     out: list[Finding] = []
     undecided = trained is None and len(cfg.aux_readings(L)) > 1       # two readings, no data to decide
-    if undecided and engine is None:
+    if undecided and engine is None and art.data is not None:         # the data decides once identified
+        out.append(not_checked("layer_id_off_by_one", f"{WHERE}.open_convention", "the training data's slots "
+                               "identified against the target (the checks that recapture it: replay_n > 0, the "
+                               "serving checks and the diagnosis)", f"not checked here: {cfg.ids_readings_text(L)}"))
+    elif undecided and engine is None:
         out.append(open_ids(art, base))
 
     # --- final slot before vs after the final norm: engines capture the raw (pre-norm) residual stream

@@ -26,6 +26,7 @@ from safetensors.torch import load_file
 
 from . import fault_inputs, world as demo
 from ..engines.draft_edit import edited_copy
+from ..errors import Eagle3Error
 from .deployments import write_deployment
 from ..engines.facts import read_fields
 from ..model.vocab import absolute_to_offsets, build_vocab_map, draft_to_target
@@ -257,7 +258,10 @@ def served_on_engine(fault: Fault, draft, engine: str, w=None, n: int = 16) -> t
     if answered:
         given["served_traffic"] = str(out)
         if engine == "sglang":
-            given["serving_dump"] = str(dump_from_hook(out, Path(draft).parent / "dump", n=4).root)
+            try:
+                given["serving_dump"] = str(dump_from_hook(out, Path(draft).parent / "dump", n=4).root)
+            except Eagle3Error:                   # served, but no prefill the hook saw matches a prompt: the
+                pass                              # diagnosis goes without a dump, as a user's without one
     return given, {"ok": s.ok, "accept_length": s.accept_length, "error": s.error}
 
 
@@ -291,7 +295,8 @@ def predicted_tau(diagnosis: dict) -> tuple[float, float] | None:
     if ev is None:
         return None
     served = float(ev["served"])
-    return served, min((float(ev["tau_as_trained"]), float(ev["tau_as_served"])), key=lambda t: abs(t - served))
+    ran = [float(t) for t in (ev["tau_as_trained"], ev["tau_as_served"]) if t is not None]   # replays that ran
+    return (served, min(ran, key=lambda t: abs(t - served))) if ran else None
 
 
 HEALTHY_COPY = Fault("none", "the healthy deployment", (), kind="none", verdict=HEALTHY, offline=NOT_SERVED)

@@ -125,9 +125,11 @@ def _served(fs) -> dict:
     if f is not None:
         e = f.evidence
         served, tr, sv = _num(e["served"]), _num(e["tau_as_trained"]), _num(e["tau_as_served"])
-        near = min((tr, sv), key=lambda t: abs(t - served))
+        ran = [t for t in (tr, sv) if t is not None]          # a replay that could not run has no τ
+        near = min(ran, key=lambda t: abs(t - served)) if ran and served is not None else None
         return {"served": served, "predicted": near, "as_trained": tr, "as_served": sv, "k": e.get("num_steps"),
-                "tolerance": _num(e.get("tolerance")) or tau_tolerance(tr), "source": e.get("served_source", ""),
+                "tolerance": _num(e.get("tolerance")) or (tau_tolerance(near) if near is not None else None),
+                "source": e.get("served_source", ""),
                 "replayed_on": e.get("replayed_on") or "the replayed samples",
                 "acc0_replayed": _num(e.get("acc0_as_trained")),
                 "per_position_served": e.get("per_position_served") or [],
@@ -223,6 +225,11 @@ def _verdict(fs, replayed, recorded, restored, held, traffic, served, by_k) -> t
             "; held-out samples: " + ", ".join(f"{k} {v:.2f}" for k, v in held.items()) if held else "") + \
             "; nothing served to hold them against", [], {}
     s, p, tol = served["served"], served["as_trained"], served["tolerance"]
+    if p is None:
+        p = served["predicted"]
+    if s is None or p is None or tol is None:           # served, but no replay of its setting could run
+        return ("not checked: the replay of the served setting did not run", f"{base}; served τ "
+                f"{'unknown' if s is None else f'{s:.2f}'} and no replay to set beside it", [], {})
     on_traffic = served["replayed_on"] == "the served traffic"
     tau = f"served τ {s:.2f}, the replay predicts {p:.2f} on {served['replayed_on']}"
     if gap:

@@ -23,7 +23,7 @@ from .peagle import draft_for
 CHANGEABLE = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual", "rope_theta", "rope_scaling",
               "partial_rotary_factor", "max_position_embeddings", "rms_norm_eps", "hidden_act")
 # DraftConfig fields that size tensors: a change runs only with the checkpoint's tensors of the new shapes (`extra`)
-RESHAPING = ("num_key_value_heads", "num_attention_heads", "head_dim", "intermediate_size")
+RESHAPING = ("num_key_value_heads", "num_attention_heads", "head_dim", "intermediate_size", "use_aux_hidden_state")
 
 
 @dataclass(frozen=True, eq=False)
@@ -47,6 +47,8 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
                           cause="a field that changes a tensor's shape needs another checkpoint")
     names = {f.name for f in fields(DraftConfig)}
     cfg: DraftConfig = replace(model.cfg, **{k: v for k, v in changes.items() if k in names})
+    if changes.get("use_aux_hidden_state") and not model.cfg.use_aux_hidden_state:
+        cfg = opted_in(model.cfg, {k: tuple(v.shape) for k, v in (extra or {}).items()})
     ref = next(iter(model.parameters()))
     with torch.device("cpu"):
         new = draft_for(cfg)
@@ -69,6 +71,15 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
     return Rebuilt(new.eval(), dict(changes), added, tuple(sorted(k for k in old_sd if k not in new_sd)))
 
 
+def opted_in(cfg: DraftConfig, shapes: dict[str, tuple[int, ...]]) -> DraftConfig:
+    """A draft config that opts out of aux states (use_aux_hidden_state false: one slot, no fc) opted back in, with
+    as many aux slots as the checkpoint's fc takes (its width over the target's hidden size), else its ids'."""
+    w = shapes.get("fc.weight")
+    k = w[1] // cfg.target_hidden_size if w and cfg.target_hidden_size and w[1] % cfg.target_hidden_size == 0 \
+        else len(cfg.aux_layer_ids or ()) or cfg.num_aux
+    return replace(cfg, use_aux_hidden_state=True, num_aux=int(k))
+
+
 def shapes_of(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
     """{state-dict key: shape} of a draft built from `cfg` (on the meta device: no memory)."""
     with torch.device("meta"):
@@ -78,9 +89,19 @@ def shapes_of(cfg: DraftConfig) -> dict[str, tuple[int, ...]]:
 def shape_implied(cfg: DraftConfig, shapes: dict[str, tuple[int, ...]]) -> dict:
     """{field: value} of the one `RESHAPING` field whose value makes every tensor of `shapes` (the checkpoint's,
     canonical names) the shape the config then describes, where the shipped value does not ({} when the shapes
-    agree, or no single field explains them). The values tried are those the mismatched dimensions give."""
+    agree, or no single field explains them). The values tried are those the mismatched dimensions give; a
+    checkpoint fc the config's use_aux_hidden_state false leaves out implies use_aux_hidden_state true when it fits
+    the config's aux slots."""
     want = shapes_of(cfg)
     bad = {k: tuple(s) for k, s in shapes.items() if k in want and tuple(s) != want[k]}
+    fc = [k for k in shapes if k not in want and k.startswith("fc.")]
+    if not bad and fc and cfg.use_aux_hidden_state is False:    # an fc the config opts out of: aux states it was
+        try:                                                       # trained on, if the fc fits the config's ids
+            got = shapes_of(opted_in(cfg, shapes))
+        except (AssertionError, ValueError, RuntimeError, ConfigError):
+            return {}
+        fits = all(got.get(k) == tuple(s) for k, s in shapes.items() if k in got) and all(k in got for k in fc)
+        return {"use_aux_hidden_state": True} if fits else {}
     if not bad:
         return {}
     dims = {d for s in bad.values() for d in s}

@@ -310,8 +310,16 @@ def search(setup: ReplaySetup, data, *, target: dict | None = None, training: di
     try:
         base, pos = _acc0(setup, data, {}, n=n, extra=None, recapture=recapture)
     except Eagle3Error as e:
-        return Search(float("nan"), 0, recorded, recorded_from, (), engine_fields(), dict(DECIDED_ELSEWHERE),
-                      (f"the shipped config could not be replayed: {e}",), setup.cfg)
+        if not implied:
+            return Search(float("nan"), 0, recorded, recorded_from, (), engine_fields(), dict(DECIDED_ELSEWHERE),
+                          (f"the shipped config could not be replayed: {e}",), setup.cfg)
+        # the checkpoint's tensors imply another config: the shipped one cannot read its own training samples at
+        # all (step-0 accuracy 0 on them); the implied one is tried below
+        base, pos = 0.0, 0
+        notes.append(f"the shipped config cannot be replayed on its own training samples ({e}): counted as 0")
+    if math.isnan(base) and implied:          # it runs but scores no position of its own samples (their slots do
+        base = 0.0                            # not fit it): 0, and the config its tensors imply is tried below
+        notes.append("the shipped config scores no position of its own training samples: counted as 0")
     done = []
     shaped = [Candidate({k: v}, (IMPLIED,), {k: getattr(setup.cfg, k)}) for k, v in (implied or {}).items()]
     for c in shaped + counterfactuals(setup.cfg, target=target, training=training):

@@ -140,8 +140,7 @@ def _record_fc_input(model, input_ids, positions, forward_batch):
     if hidden is None or mode is None or not mode.is_extend() or getattr(mode, "is_draft_extend_v2", None) and \
             mode.is_draft_extend_v2():
         return
-    width = getattr(getattr(model, "embed_tokens", None), "embedding_dim", None) or model.config.hidden_size
-    if hidden.shape[-1] == width or _CALLS[0] >= MAX_CALLS:
+    if _CALLS[0] >= MAX_CALLS:      # a prefill's draft extend carries the target's states, aux or not (no fc)
         return
     from safetensors.torch import save_file   # the SGLang venv has it (transformers needs it)
     _CALLS[0] += 1
