@@ -76,6 +76,8 @@ def test_readme_shows_two_commands_and_ci_runs_a_test_command_it_names():
     ci = (ROOT / ".ci" / "run").read_text()
     code = [ln.strip() for ln in ci.splitlines() if ln.strip() and not ln.strip().startswith("#")]
     assert "set -euo pipefail" in code and code[-1] == "make test-all"
+    parsed = subprocess.run(["bash", "-n", str(ROOT / ".ci" / "run")], capture_output=True, text=True)
+    assert parsed.returncode == 0, parsed.stderr                 # bash reads it (a syntax error fails CI at once)
     assert "`make test-all`" in (ROOT / "README.md").read_text()
     makefile = (ROOT / "Makefile").read_text()
     for target in ("report", "test", "test-all"):
