@@ -157,6 +157,30 @@ def served_prompt_lengths(art: Artifacts) -> list[int] | None:
     return served_lengths(art.served_prompts, _tokenizer(art)) if art.served_prompts else None
 
 
+ALLOW_LONGER = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"    # SGLang's switch past its draft-context refusal
+
+
+def _sglang_refuses(art: Artifacts, engine, version, draft_mp, target_mp) -> Finding | None:
+    """short_context confirmed when the launch is SGLang's, a version that refuses a draft context below the
+    target's (the engine table's context row) and the launch does not set the variable that allows it: the server
+    does not start. None otherwise."""
+    eng = (engine or (art.launch.engine if art.launch is not None else "") or "").lower()
+    if eng != "sglang" or draft_mp is None or target_mp is None or draft_mp >= target_mp:
+        return None
+    if art.launch is not None and str(art.launch.env.get(ALLOW_LONGER, "")).lower() in ("1", "true"):
+        return None
+    row = engine_facts.fact("sglang", "context", "refuses_draft_context_below_target")
+    if row is None or engine_facts.reads("sglang", "context", row.subject, version) is not True:
+        return None
+    return Finding("short_context", "confirmed", f"the draft declares {draft_mp} positions, the target {target_mp}: "
+                   f"SGLang {version} refuses such a draft at start-up ({row.note.split(';')[0]})",
+                   {"draft_max_position_embeddings": draft_mp, "target_max_position_embeddings": target_mp,
+                    "engine": "sglang", "version": version}, WHERE,
+                   fix=f"set the draft's max_position_embeddings to {target_mp} when its RoPE was trained for it, or "
+                       f"launch SGLang with {ALLOW_LONGER}=1 (it then drafts past the draft's positions)",
+                   source=row.source)
+
+
 # the causes check_context reports (checks.run: what a broken check reports as not checked)
 CONTEXT_CAUSES = ('short_context',)
 
@@ -177,6 +201,9 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = REPLAY_N, engine:
           "served_max_len": max(served) if served else None}
     if art.served_prompts and served is None:
         ev["served_note"] = "served prompts given as text but no target tokenizer to count them"
+    refused = _sglang_refuses(art, engine, engine_version, draft_mp, target_mp)
+    if refused is not None:
+        return [refused]
     if draft_mp is not None and data and max(data) > draft_mp:    # trained past it: measure what is served there
         ev.update(_past_context(art, draft_mp, replay_n))
         if ev.get("before") is not None and ev.get("past") is not None:
