@@ -12,6 +12,8 @@ Per aspect (`causes.ASPECTS`): the findings about one aspect of a cause (a findi
 of them) are combined as above, and the cause is confirmed when an aspect is, in conflict or suspected when one is,
 and ruled out only when every aspect is; an aspect no finding checked leaves the cause "not checked (aspects …)"
 however many others were ruled out. Evidence about one aspect never conflicts with evidence about another.
+The training samples are the record of training: where their search (a config field, a shipped tensor) confirms a
+cause, a served τ the engine reaches as trained does not rule it out (that engine just does not use the artifact).
 
 One planted bug, one root cause: a confirmed finding that `explains` another cause (ids written in the output-of
 convention read as input-of by the engine, which then captures fewer slots than the fc takes) makes that cause's
@@ -34,10 +36,14 @@ import pandas as pd
 from ..causes import CATALOGUE, Finding
 from ..checks.template import TEMPLATE_JUDGED
 from ..layout import NOT_CAPTURED, ZERO
+from ..replay.artifacts import WHERE as ARTIFACT_SEARCH
+from ..replay.counterfactual import WHERE as CONFIG_SEARCH
+from ..replay.served import AS_SERVED
 from ..steps.given import Problem
 from .decision import SeedDecision, seed_decision
 
 RANK = ("confirmed", "conflict", "suspected", "ruled out", "not checked")
+TRAINING_RECORD = (CONFIG_SEARCH, ARTIFACT_SEARCH)   # the searches on the training samples: the record of training
 
 
 @dataclass(frozen=True)
@@ -205,6 +211,10 @@ def combine_aspects(cause_id: str, findings) -> tuple[str, tuple[tuple[str, str]
     per = []
     for a in CATALOGUE[cause_id].aspects:
         about = [f for f in findings if not f.aspects or a in f.aspects]
+        if any(f.status == "confirmed" and f.measured and f.where in TRAINING_RECORD for f in about):
+            # the training samples (the record of training) say the shipped artifact is not what was trained; a
+            # served τ the engine reaches as trained says only that this engine does not use it: no conflict
+            about = [f for f in about if not (f.status == "ruled out" and f.where == AS_SERVED)]
         per.append((a, combine([f.status for f in about], [f.measured for f in about])))
     got = {st for _, st in per}
     for name in ("confirmed", "conflict", "suspected"):

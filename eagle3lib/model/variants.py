@@ -57,8 +57,8 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
     for k, want in new_sd.items():        # the checkpoint's own tensor of the new shape first, then the model's
         got = next((v for v in ((extra or {}).get(k), old_sd.get(k)) if v is not None
                     and tuple(v.shape) == tuple(want.shape)), None)
-        if got is not None:
-            take[k] = got
+        if got is not None:             # a checkpoint tensor in the model's dtype (a bf16 replay of a float32 file)
+            take[k] = got.to(ref.dtype) if got.is_floating_point() and got.dtype != ref.dtype else got
     new.load_state_dict(take, strict=False, assign=True)
     new.rotary = Rotary(cfg)
     added = tuple(sorted(k for k in new_sd if k not in take))
