@@ -135,15 +135,19 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
                                                      for k in canon}))                  # and as it was trained
     needed = [k for k in exp if k not in OPTIONAL]
     missing = [k for k in needed if k not in canon]
-    unknown = sorted(k for k in canon if k not in exp)
+    # an fc the config opts out of (use_aux_hidden_state false): the tensor training left, unused as configured
+    # (vLLM builds no fc, SGLang builds one it skips for the final state); aux_opt_out judges it, not this check
+    unused_fc = [k for k in canon if k.startswith("fc.") and not art.draft_cfg.use_aux_hidden_state]
+    unknown = sorted(k for k in canon if k not in exp and k not in unused_fc)
     shape_bad = [k for k in needed if k in canon and tuple(tensors[_raw(k, renames)][0]) != exp[k]]
     ev = {"keys": len(keys), "format_renames": len(renames), "missing": missing[:10], "unexpected": unknown[:10],
-          "shape_mismatch": shape_bad[:10]}
+          "shape_mismatch": shape_bad[:10], **({"fc_unused_as_configured": unused_fc} if unused_fc else {})}
     if engine is None:
         per = {}
         for eng in engine_facts.SERVING_ENGINES:
             names = [engine_name(k, eng, None) for k in seen[eng]]
-            per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if n is None or n not in exp_engine][:10],
+            per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if (n is None or n not in exp_engine)
+                                     and n not in unused_fc][:10],
                         "version_dependent": [k for k, (n, ok) in zip(seen[eng], names) if ok is False][:10]}
         ev["engines"] = per
     implied = implied_by_checkpoint(art) if shape_bad and not missing else {}
@@ -170,7 +174,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     if eng not in engine_facts.SERVING_ENGINES:
         return [not_checked("weights_dropped", WHERE, f"an engine the library knows, not {engine!r}")]
     names = {k: engine_name(k, eng, engine_version) for k in seen[eng]}
-    dropped = [k for k, (n, _) in names.items() if n is None or n not in exp_engine]
+    dropped = [k for k, (n, _) in names.items() if (n is None or n not in exp_engine) and n not in unused_fc]
     unsure = [k for k, (n, ok) in names.items() if ok is False and k not in dropped]
     silent = engine_facts.reads(eng, "keys", "unknown_dropped_silently")
     ev.update(engine=eng, engine_version=engine_version, dropped=dropped[:10], version_dependent=unsure[:10])

@@ -106,7 +106,7 @@ class Search:
     def margin(self, c: Candidate) -> float:
         """The accuracy a candidate must gain to count (MIN_GAIN, or Z standard errors when larger)."""
         p = min(max((self.shipped_acc0 + c.acc0) / 2, 1e-3), 1 - 1e-3)
-        n = max(min(self.positions, c.positions), 1)
+        n = max(min(self.positions, c.positions) if self.positions else c.positions, 1)   # shipped: none scored
         return max(MIN_GAIN, Z * math.sqrt(2 * p * (1 - p) / n))
 
     @property

@@ -16,6 +16,7 @@ Usage: ``served_vs_replay(setup, data, served=3.9, setting=(5, 4, 8), layout=lay
 """
 from __future__ import annotations
 
+import math
 from dataclasses import dataclass, replace
 
 import pandas as pd
@@ -174,6 +175,9 @@ def as_served_findings(served: float, source: str, as_served, *, num_layers: int
       regression stay suspected.
     """
     tr, sv = as_served.get("as trained"), as_served.get("as served") or as_served.get("as trained")
+    if math.isnan(tr.tau) or math.isnan(sv.tau):          # a replay scored nothing: it measures nothing
+        return [not_checked("engine_regression", AS_SERVED, "a replay of the served setting that scores positions "
+                            f"(as trained: {tr.tau}, as the engine loads it: {sv.tau})")]
     tol = tolerance if tolerance is not None else tau_tolerance(tr.tau)
     ev = {"served": round(served, 3), "served_source": source, "tau_as_trained": round(tr.tau, 3),
           "tau_as_served": round(sv.tau, 3), "tolerance": round(tol, 3), "num_steps": as_served.num_steps,

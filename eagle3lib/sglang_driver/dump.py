@@ -134,8 +134,12 @@ def dump_from_hook(run_dir, out, *, n: int | None = None) -> Dump:
                         expected="one recorded fc input per prompt, its shifted ids = the prompt's ids from 1 on",
                         found=f"{len(list((hook / 'calls').glob('*.safetensors')))} recorded calls",
                         cause="the prompts were sent as text, or the server's radix cache served a prefix")
-    k = len(load.layers_to_capture or ()) or load.num_aux_hidden_states or 1
-    H = int(auxes[0].shape[1]) // int(k)
+    # one slot's width is the target's hidden size (fc takes num_aux_hidden_states of them); a draft fed the final
+    # state (use_aux_hidden_state false: SGLang captures no aux layer) gets one slot of that width
+    width = int(auxes[0].shape[1])
+    H = (load.fc_in_features // load.num_aux_hidden_states if load.fc_in_features and load.num_aux_hidden_states
+         else width // (len(load.layers_to_capture or ()) or 1))
+    H = H if H and width % H == 0 else width
     served = json.loads((run_dir / "served.json").read_text()) if (run_dir / "served.json").is_file() else {}
     engine = {"name": "sglang", "mode": "HTTP server, in-process hook (sglang_driver/inside/hook)",
               "hook": "llama_eagle3.LlamaModel.forward: forward_batch.spec_info.hidden_states at prefill (EXTEND)",
