@@ -229,8 +229,13 @@ CASES = {c.name: c for c in (
     C("healthy_vllm_eagle_config", "ids [0, 2, 4, 6] only in eagle_config, served by vLLM 0.32's V1 runner, which "
       "reads them (engines.facts id_key rows; the real engine's dump of demo.deployments' healthy)", None,
       engine="vllm", config=_vllm_ids, serving_dump="data/demo_vllm/healthy/dump"),
-    C("healthy_sglang_own_embedding", "a random embed_tokens of the draft's own, which SGLang replaces with the "
-      "target's (facts: sglang embed own_embed_used False)", None, weights=_own_embedding),
+    # the training samples are the record of training (issue 45): a random embed_tokens of the draft's own is not
+    # the embedding it was trained with, which they show (0.32 with it, 0.92 with the target's); SGLang replaces it
+    # with the target's at load (facts: sglang embed own_embed_used False, checked on the running engine), vLLM would
+    # run it: the checkpoint is confirmed wrong, the finding says which engine serves it unharmed
+    C("sglang_own_embedding_random", "a random embed_tokens of the draft's own, which SGLang replaces with the "
+      "target's (facts: sglang embed own_embed_used False)", "wrong_embedding", "the embedding the engine feeds",
+      weights=_own_embedding),
     C("healthy_gen_prompt_newline", "the target's generation prompt gained a trailing newline the training answers "
       "lack: the replay of both renderings shows the demo draft does not notice it (step-0 accuracy 0.865 vs 0.875 "
       "on 16 conversations, checks/template_replay.MARGIN 0.05)", None, core=False,

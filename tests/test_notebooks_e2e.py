@@ -93,7 +93,9 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
     assert d["headline"].startswith("no fault found")
     served = [f for v in d["verdicts"] if v["cause"] == "engine_regression" for f in v["findings"]
               if "served accept length" in f["where"]]
-    assert [(f["status"], f["evidence"]["topk"]) for f in served] == [("ruled out", 1), ("ruled out", 3)], served
+    # the chain beside the draft replayed as SGLang loads it (num_steps 3), the tree beside the tree replay (topk 3)
+    assert [f["status"] for f in served] == ["ruled out", "ruled out"], served
+    assert [f["evidence"].get("topk", 1) for f in served] == [1, 3] and served[0]["evidence"]["num_steps"] == 3
     heads = {r["notebook"]: r["findings"]["headline"] for r in index["notebooks"]}
     assert "run as requested" in heads["01_config_override_discovery"], heads
     assert "healthy" in heads["02_training_sample_replay"] and "no wiring fault" in heads["03_hidden_state_diffing"]

@@ -30,7 +30,7 @@ VARIANTS = [(n, True) for n in planted.CASES] + [(n, False) for n, c in planted.
 # what `make test` runs: one plant of each kind, with the optional inputs, and the healthy oddities
 SAMPLE = {("no_layer_ids", True), ("rope_theta", True), ("no_lm_head", True), ("template_system", True),
           ("target_drift", True), ("ndt_rewrite", True), ("healthy_vllm_eagle_config", True),
-          ("healthy_sglang_own_embedding", True)}
+          ("sglang_own_embedding_random", True)}
 FULL = os.environ.get("EAGLE3LIB_PLANTED") == "all"
 # cases whose deciding measurement has its inputs at hand (the training data and the target): a suspicion is not enough
 DECIDED_OFFLINE = ("rope_theta", "short_context", "template_roles", "template_think")

@@ -12,6 +12,7 @@ from ..engines.facts import fact
 from ..engines.loaded_view import EngineView
 from ..engines.vllm_errors import attribution, known_failure_text
 from ..hidden.explain import causes_of, explain
+from ..layout import NOT_CAPTURED
 from ..model.variants import reshape_text
 from .inputs import read_artifacts
 from .weights import implied_by_checkpoint
@@ -42,7 +43,8 @@ def view_findings(view: EngineView, trained, *, draft_path: str = "", num_layers
             status = "confirmed" if sure else "suspected"
             for c in CAPTURE_CAUSES:
                 out.append(Finding(c, status if c in found else "ruled out", f"{view.engine} captures "
-                                   f"[{', '.join(served)}] ({lay.detail}); the draft was trained on [{', '.join(tr)}] "
+                                   f"[{', '.join(str(b or NOT_CAPTURED) for b in served)}] ({lay.detail}); the draft "
+                                   f"was trained on [{', '.join(tr)}] "
                                    f"({trained.source})", ev, WHERE, measured=sure,
                                    fix=f"write ids that make {view.engine} capture [{', '.join(tr)}]"
                                    if c in found else "", needs="" if sure else "the training data (to identify "

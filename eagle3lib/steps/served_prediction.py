@@ -87,7 +87,8 @@ class ServedPrediction:
         if self.decided:
             gen = [] if any(f.cause == "generalization_gap" for f in self.decided) else [not_served(
                 "; ".join(self.missing + self.problems))]
-            return list(self.decided) + gen
+            trees = [f for c in self.comparisons for f in c.findings()]   # SGLang trees beside the tree replay
+            return list(self.decided) + trees + gen
         if self.comparisons:
             return [f for c in self.comparisons for f in c.findings()] + [
                 without_traffic(c.served, c.predicted, c.tolerance, "the training samples", source=c.source)
@@ -324,8 +325,17 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
     extra = unused_tensors(draft_path, setup) if found.trained_changes else None
     rec = Recapture(target_path, device=device) if target_path else None
     replays: dict[int, AsServed] = {}         # one replay per served depth K: each run is set beside its own
+    trees = []
     for r in runs:
         st = setting_of(r, d)
+        if engine == "sglang" and st is not None and None not in st and st[1] > 1:   # a tree: its own replay
+            try:
+                lay = tuple(None if b is None else b for b in view.value("layout") or ()) or None
+                trees.append(served_vs_replay(setup, data, r.accept_length, st, source=r.source or r.label,
+                                              layout=lay if lay and None not in lay else None, n=n, progress=False))
+            except Eagle3Error as e:
+                problems.append(f"{r.label or r.source}: {e}")
+            continue
         if st is None or st[1] != 1:
             problems.append(f"{r.label or r.source}: not a chain of known depth (vLLM: num_speculative_tokens; "
                             "SGLang: topk 1)")
@@ -351,7 +361,7 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
                                               replayed_on, traffic=data if traffic else None, train=ri.train_data))
     first = next(iter(replays.values()), None)
     notes += list(first.notes) if first is not None else []
-    return ServedPrediction((), tuple(problems), (), tuple(notes), view, first, tuple(decided))
+    return ServedPrediction(tuple(trees), tuple(problems), (), tuple(notes), view, first, tuple(decided))
 
 
 def served_prompts_finding(found, replayed: AsServed, served: float, source: str, replayed_on: str, *,

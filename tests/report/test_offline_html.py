@@ -174,4 +174,4 @@ def test_the_demo_reports_open_offline(browser, demo_reports):
     assert _links_resolve(out) > 2 * len(rows)
     shown = browser.layout(out / "index.html", out / "index.1400px.png", width=1400)
     assert shown["scroll_width"] <= shown["client_width"] == 1400
-    assert shown["headings"][:2] == ["The answer", "Notebooks of this run"]
+    assert shown["headings"][:3] == ["The answer", "The seed's decision", "Notebooks of this run"]

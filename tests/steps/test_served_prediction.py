@@ -81,7 +81,8 @@ def test_demo_world_served_runs_match_the_replay_in_the_served_layout():
     res = sp.served_vs_predicted(d, progress=False)
     (c,) = res.comparisons
     assert c.setting == (1, 1, 2) and "zeros" in c.layout
-    assert abs(c.gap) <= c.tolerance and [f.status for f in res.findings()] == ["ruled out"]
+    assert abs(c.gap) <= c.tolerance and [f.status for f in res.findings()] == ["ruled out", "ruled out"]
+    assert [f.cause for f in res.findings()] == ["engine_regression", "generalization_gap"]   # the served prompts too
 
 
 @pytest.mark.parametrize("flag, expected", [("--dtype bfloat16", "bfloat16"), ("--dtype float16", "float16"),
