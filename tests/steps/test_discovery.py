@@ -157,8 +157,10 @@ def test_with_sglang_installed_its_own_resolver_answers_a_launch_of_unknown_vers
 
 @pytest.mark.slow
 def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_it(tmp_path):
-    """The demo draft declaring 64 positions (trained past them) on an SGLang launch, with the training data: the
-    context is replayed and served as SGLang does (drafts on): ruled out, measured; without the data: not replayed."""
+    """The demo draft declaring 64 positions (trained past them) on an SGLang launch that allows a draft context
+    below the target's, with the training data: the context is replayed and served as SGLang does (drafts on): ruled
+    out, measured; without the data: not replayed. The same launch without the variable is refused by SGLang 0.5.6
+    (the engine table's refusal row): confirmed, by the engine fact, with no replay."""
     import shutil
     from eagle3lib.demo import world as demo
     from eagle3lib.steps.discovery import discovery_inputs, serving_checks
@@ -167,12 +169,18 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     shutil.copytree(w.draft, d)
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
-    inp = discovery_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
-    found = serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+    allowed = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 " + FIXED
+    inp = discovery_inputs(allowed, "", "0.5.6", "", str(w.target), str(d))
+    found = serving_checks(inp, discover(allowed, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
     (f,) = [x for x in found if x.cause == "short_context"]
     assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
-    assert not [x for x in serving_checks(inp, discover(FIXED, "0.5.6", str(w.target), str(d)))
+    assert not [x for x in serving_checks(inp, discover(allowed, "0.5.6", str(w.target), str(d)))
                 if x.cause == "short_context"]
+    refused = discovery_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
+    (r,) = [x for x in serving_checks(refused, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+            if x.cause == "short_context"]
+    assert (r.status, r.measured, r.evidence["draft_max_position_embeddings"]) == ("confirmed", False, 64)
+    assert "refuses" in r.summary and "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in r.fix
 
 
 @pytest.mark.slow
