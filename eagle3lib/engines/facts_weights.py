@@ -40,6 +40,13 @@ ROWS: tuple[Fact, ...] = (
       "(03d5a777)", "any other name is skipped without a warning",
       checked=checked_by_sglang("the_draft_runs_on_the_target_embedding_and_drops_unknown_keys")),
     F("sglang", "keys", "model.* prefix", True, None, "", "sglang llama_eagle3.py (name or model.name)"),
+    F("sglang", "keys", "short_qkv_shard_zero_padded@cpu", True, None, "", "sglang srt/layers/linear.py "
+      "QKVParallelLinear.weight_loader (its _is_cpu branch: model_loader/weight_utils.py "
+      "narrow_padded_param_and_loaded_weight)", "on the CPU device a q/k/v shard the checkpoint holds shorter than "
+      "the config sizes it (num_key_value_heads above the trained one) loads into its leading rows and the rest is "
+      "set to zero, without a word; elsewhere the loader narrows the checkpoint tensor to the config's size, which a "
+      "shorter one fails (read, not run here)",
+      checked=checked_by_sglang("a_short_kv_shard_is_zero_padded_on_the_cpu")),
     F("sglang", "keys", "layers.N.input_layernorm", False, "0.5.12", "2026-05", "sglang PR#24663 llama_eagle3.py "
       "(read at Dogacel/sglang ae77ec7)", "multi-layer drafts: a later layer (N >= 1) normalises its input with "
       "hidden_norm; input_layernorm (the name vLLM / speculators write) loads into a parameter the forward never "

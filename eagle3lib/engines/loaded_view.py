@@ -9,7 +9,10 @@ Aspects (`ASPECTS`) and what each can be:
 - `d2t`       "checkpoint" (the draft's offsets) or "zeros" (left at init: draft id i is target id i);
 - `embedding` "target" (the target's embed_tokens) or "own" (the draft's shipped copy);
 - `lm_head`   "own", "target" (the whole target head) or "target_sliced" (the first draft_vocab_size rows of the
-              target's head, vLLM's borrow for a reduced-vocab draft) or "random" (left at init).
+              target's head, vLLM's borrow for a reduced-vocab draft) or "random" (left at init);
+- `mis_shaped` only for a checkpoint holding q/k/v projections in another shape than its config sizes them:
+              "padded" (SGLang on the CPU device: the checkpoint's rows first, zeros past them), None where no row
+              says (the replay keeps eagle3lib's loader's stand-in).
 `engine_view(engine, ...)` answers from the tables (`engines.facts`, `engines.layer_reading`) at a version; a
 higher layer then overrules aspects with what the running engine answered (`EngineView.overruled`: the vLLM probe,
 the server's own log), and the view says which source answered each aspect. `replay.as_served` replays the draft
@@ -27,7 +30,8 @@ import pandas as pd
 from . import facts
 from .layer_reading import EngineReading, layer_reading
 
-ASPECTS = ("layout", "d2t", "embedding", "lm_head")
+ASPECTS = ("layout", "d2t", "embedding", "lm_head", "mis_shaped")
+QKV_KEYS = ("q_proj.weight", "k_proj.weight", "v_proj.weight")   # what SGLang's fused qkv_proj loads
 # strongest first: what the engine fed the draft (a serving dump, identified), what it logged, its own code asked
 # here (the vLLM probe), eagle3lib's tables
 SOURCES = ("dump", "log", "probe", "table", "unknown")
@@ -136,8 +140,10 @@ def _opted_out(r: EngineReading, runner, version) -> tuple[Aspect, str | None]:
 
 
 def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info, version=None,
-                runner: str | None = None) -> EngineView:
-    """The draft as `engine` at `version` loads it, from the tables (see the module docstring)."""
+                runner: str | None = None, mis_shaped: tuple[str, ...] = (), device: str | None = None) -> EngineView:
+    """The draft as `engine` at `version` loads it, from the tables (see the module docstring). `mis_shaped`: the
+    checkpoint keys held in another shape than the config sizes them (the loader's report); `device`: the launch's
+    (--device), where it names one."""
     raw, eng = dict(draft_raw), engine.lower()
     L, arch = target_info.num_layers, target_info.architecture
     keys = set(tensors)
@@ -158,6 +164,9 @@ def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple]
     aspects["d2t"] = _d2t(eng, raw, keys, version)
     aspects["embedding"] = _embedding(eng, keys, version)
     aspects["lm_head"] = _lm_head(eng, raw, keys, target_info, version)
+    shaped = _mis_shaped(eng, mis_shaped, device, version)
+    if shaped is not None:
+        aspects["mis_shaped"] = shaped
     return EngineView(eng, str(version) if version else None, runner, aspects, fc, refused,
                       "table" if refused else "")
 
@@ -212,3 +221,18 @@ def _lm_head(eng: str, raw: dict, keys: set, target_info, version) -> Aspect:
                       "target's (load_lm_head_from_target)")
     return Aspect("lm_head", "random", "table", "no lm_head and draft_vocab_size set: SGLang leaves lm_head at "
                   "its random init (it warns on unexpected keys, never on missing ones)")
+
+
+def _mis_shaped(eng: str, keys: tuple[str, ...], device: str | None, version) -> Aspect | None:
+    """How `eng` loads q/k/v projections the checkpoint holds in another shape (None: the checkpoint holds none)."""
+    qkv = [k for k in keys if k.endswith(QKV_KEYS)]
+    if not qkv or eng != "sglang":          # vLLM's loader refuses them: its log says so (engines.vllm_errors)
+        return None
+    row = facts.fact("sglang", "keys", "short_qkv_shard_zero_padded@cpu")
+    said = f"{', '.join(qkv)} in another shape than the config's"
+    if (device or "").lower() == "cpu" and facts.reads("sglang", "keys", row.subject, version):
+        return Aspect("mis_shaped", "padded", "table", f"{said}: SGLang on the CPU loads the checkpoint's rows first "
+                      f"and zeros past them ({row.source})")
+    where = f"on {device}" if device else "on the device the launch leaves to its default"
+    return Aspect("mis_shaped", None, "unknown", f"{said}: SGLang {where}: {row.note.split('; ')[-1]} "
+                  f"({row.source})")

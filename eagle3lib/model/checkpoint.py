@@ -187,7 +187,9 @@ def _shape_hint(key: str, found: tuple, expected: tuple, cfg: DraftConfig) -> st
 # what stands in for a tensor the checkpoint lacks (or holds in the wrong shape) when loading with missing="fill"
 FILLS = {"random": "a seeded random init (what an engine keeps for a key it never loaded)",
          "target_sliced": "the target's lm_head, its first draft_vocab_size rows (vLLM's borrow of a missing head)",
-         "zeros": "zero offsets (no usable d2t: draft id i is read as target id i)"}
+         "zeros": "zero offsets (no usable d2t: draft id i is read as target id i)",
+         "padded": "the checkpoint's tensor in its leading rows, zeros past them (SGLang's CPU loader of a q/k/v "
+                   "shard the checkpoint holds shorter than the config sizes it)"}
 
 
 @dataclass(frozen=True)
@@ -199,6 +201,8 @@ class Filled:
     found: tuple[int, ...] | None        # None: absent
     fill: str                            # a FILLS key
     cause: str                           # causes.CATALOGUE id: lm_head_missing, weights_dropped or d2t_mapping
+    padded: torch.Tensor | None = field(default=None, compare=False, repr=False)   # the found tensor in the
+    #                                    expected shape, zeros past it (where it fits inside): FILLS "padded"
 
     def sentence(self) -> str:
         got = "nothing" if self.found is None else list(self.found)
@@ -225,10 +229,21 @@ def random_init(key: str, shape: tuple[int, ...], dtype: torch.dtype = torch.flo
     return torch.zeros(shape, dtype=dtype)
 
 
+def padded_into(t: torch.Tensor, shape: tuple[int, ...]) -> torch.Tensor | None:
+    """`t` in a zero tensor of `shape`, at its leading rows / columns, when it fits inside (same rank, no dimension
+    larger); None otherwise."""
+    if t.dim() != len(shape) or any(a > b for a, b in zip(t.shape, shape)) or not t.is_floating_point():
+        return None
+    out = torch.zeros(shape, dtype=t.dtype)
+    out[tuple(slice(0, n) for n in t.shape)] = t
+    return out
+
+
 def _fill(sd, report, cfg, file: str, target, lm_head: str) -> list[Filled]:
     """Put a stand-in into `sd` for every missing or mis-shaped tensor of `report` (d2t / t2d aside)."""
     out = []
     for r in report[report.status.isin(["shape_mismatch", "missing"]) & ~report.key.isin(["d2t", "t2d"])].itertuples():
+        orig = sd.get(r.key) if r.status == "shape_mismatch" else None
         shape = tuple(r.expected_shape)
         found = tuple(r.found_shape) if r.found_shape is not None else None
         head = r.key == "lm_head.weight"
@@ -241,7 +256,8 @@ def _fill(sd, report, cfg, file: str, target, lm_head: str) -> list[Filled]:
                 sd[r.key] = full[: shape[0]].clone()
         if how == "random":
             sd[r.key] = random_init(r.key, shape)
-        out.append(Filled(file, r.key, shape, found, how, "lm_head_missing" if head else "weights_dropped"))
+        out.append(Filled(file, r.key, shape, found, how, "lm_head_missing" if head else "weights_dropped",
+                          padded=padded_into(orig, shape) if orig is not None else None))
     return out
 
 

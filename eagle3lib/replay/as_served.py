@@ -22,6 +22,8 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError, Eagle3Error
+from ..engines.loaded_view import QKV_KEYS
+from ..model.checkpoint import FILLS
 from ..model.draft import Eagle3Draft
 from ..model.layers import Rotary
 from ..model.variants import rebuilt
@@ -106,6 +108,24 @@ def loaded_as(setup: ReplaySetup, tensors: Tensors, *, d2t: str | None = None, e
     finally:
         m.d2t.copy_(saved[0])
         m.embed_tokens.weight.data, m.lm_head.weight.data = saved[1], saved[2]
+
+
+@contextlib.contextmanager
+def engine_filled(setup: ReplaySetup, how: str | None, keys: tuple[str, ...]):
+    """Temporarily give `setup.model` the engine's stand-in for the tensors the checkpoint holds in another shape
+    (`setup.filled`, those of `keys`): "padded" puts each in its leading rows, zeros past them (None: keep the
+    loader's). Yields the keys changed."""
+    swap = [f for f in setup.filled if how == "padded" and f.padded is not None and f.key.endswith(keys)]
+    params = dict(setup.model.named_parameters())
+    saved = {f.key: params[f.key].data for f in swap if f.key in params}
+    try:
+        for f in swap:
+            if f.key in saved:
+                params[f.key].data = f.padded.to(saved[f.key])
+        yield tuple(saved)
+    finally:
+        for k, t in saved.items():
+            params[k].data = t
 
 
 @dataclass(frozen=True)
@@ -247,13 +267,18 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
         a, b = acc[list(alts)[0]], acc[list(alts)[1]]
         notes.append(f"{aspect}: step-0 accuracy {a:.3f} with {first} vs {b:.3f} with {second}: the draft was "
                      f"trained with {first if best == list(alts)[0] else second}")
-    out = [_run(setup, data, tensors, trained, label="as trained", aspects=(), **kw)]
-    diff = [a for a in served if served[a] != trained.get(a)]
-    if diff:
-        out.append(_run(setup, data, tensors, served, label="as served", aspects=diff, **kw))
-        if len(diff) > 1:
-            out += [_run(setup, data, tensors, {**trained, a: served[a]}, label=f"{a} as served", aspects=(a,), **kw)
-                    for a in diff]
+    fill = view.value("mis_shaped")
+    with engine_filled(setup, fill, QKV_KEYS) as swapped:      # tensors of another shape, as the engine loads them
+        if swapped:
+            notes.append(f"{', '.join(swapped)}: held in another shape than the config's; replayed as the engine "
+                         f"loads them ({fill}: {FILLS[fill]}; {view.source('mis_shaped')})")
+        out = [_run(setup, data, tensors, trained, label="as trained", aspects=(), **kw)]
+        diff = [a for a in served if served[a] != trained.get(a)]
+        if diff:
+            out.append(_run(setup, data, tensors, served, label="as served", aspects=diff, **kw))
+            if len(diff) > 1:
+                out += [_run(setup, data, tensors, {**trained, a: served[a]}, label=f"{a} as served", aspects=(a,),
+                             **kw) for a in diff]
     unknown = {f.cause for f in setup.filled}
     if trained["lm_head"] != "own":
         unknown.add("lm_head_missing")

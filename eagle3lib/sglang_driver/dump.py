@@ -54,6 +54,7 @@ class SglangLoad:
     target_class: str | None
     target_layers: int | None
     notes: tuple[str, ...] = field(default_factory=tuple)   # the hook's own skips and errors
+    zero_rows: dict = field(default_factory=dict)   # parameter -> [rows left all zero, rows] once loaded
 
     @property
     def dropped(self) -> tuple[str, ...]:
@@ -91,7 +92,8 @@ def load_events(hook) -> SglangLoad:
                       embed.get("draft_embedding_replaced") if embed else None,
                       embed.get("lm_head_replaced") if embed else None,
                       tuple(ids) if ids is not None else None, tuple(kept) if kept is not None else None,
-                      cap.get("target_class"), cap.get("num_layers"), tuple(notes))
+                      cap.get("target_class"), cap.get("num_layers"), tuple(notes),
+                      dict(loaded.get("zero_rows") or {}))
 
 
 def _segments(hook: Path):

@@ -261,7 +261,9 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
         setup = sample_replay.load_replay_setup(ri, device=device, dtype=served_dtype(d))
         view, vnotes = deployment_view(engine, draft_path, target_path, log=log,
                                        version=d.version if engine == "sglang" else None,
-                                       num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3)
+                                       num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
+                                       mis_shaped=tuple(f.key for f in setup.filled if f.found is not None),
+                                       device=d.launch.get("device") if d.launch is not None else None)
         if engine == "sglang":
             view, more = sglang_view(view, read_artifacts(draft=draft_path, target=target_path),
                                      logs=[p for p in logs if not p.endswith(".json")],

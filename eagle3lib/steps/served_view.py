@@ -27,9 +27,11 @@ SGLANG_SERVED = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang lo
 
 
 def deployment_view(engine: str, draft, target, *, version: str | None = None, log=None, probe=None,
-                    use_probe: bool = True, num_speculative_tokens: int = 3) -> tuple[EngineView, list[str]]:
+                    use_probe: bool = True, num_speculative_tokens: int = 3, mis_shaped: tuple[str, ...] = (),
+                    device: str | None = None) -> tuple[EngineView, list[str]]:
     """(the draft as `engine` loads it, notes). `log`: a `VllmLogReading` or a log path; `probe`: a `VllmProbe`
-    (else asked here when `use_probe` and a vLLM venv exists, for vLLM only)."""
+    (else asked here when `use_probe` and a vLLM venv exists, for vLLM only); `mis_shaped`: checkpoint keys held in
+    another shape than the config's (the loader's report), `device`: the launch's."""
     art = read_artifacts(draft=draft, target=target)
     if art.draft_raw is None or art.target_info is None:
         raise _unreadable(art)
@@ -39,7 +41,7 @@ def deployment_view(engine: str, draft, target, *, version: str | None = None, l
     version = version or (reading.version if reading is not None else None)
     runner = (reading.runner or "").lower() or None if reading is not None else None
     view = engine_view(engine, draft_raw=art.draft_raw, tensors=art.tensors or {}, target_info=art.target_info,
-                       version=version, runner=runner)
+                       version=version, runner=runner, mis_shaped=tuple(mis_shaped), device=device)
     if engine == "vllm" and probe is None and use_probe and vllm_env.vllm_python() is not None:
         try:
             from ..vllm_driver.probe import probe as ask
@@ -180,4 +182,9 @@ def sglang_view(view: EngineView, art, *, logs=(), load: dict | None = None) -> 
         "not taken") + f", the target's head given: {bool(load.get('lm_head_replaced'))}")
     if load.get("dropped"):
         notes.append(f"{who} dropped checkpoint keys without a word: {', '.join(load['dropped'])}")
+    zeros = {p: z for p, z in (load.get("zero_rows") or {}).items() if p.endswith("qkv_proj.weight")}
+    if zeros and view.aspects.get("mis_shaped") is not None:
+        view = view.overruled("mis_shaped", "padded", "probe", f"{who}: " + "; ".join(
+            f"{p} loaded with {z[0]} of its {z[1]} rows all zero" for p, z in zeros.items())
+            + " (the checkpoint's shorter shards, zeros past them)")
     return view, notes

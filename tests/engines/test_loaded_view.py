@@ -56,3 +56,24 @@ def test_a_draft_that_keeps_aux_states_is_unchanged():
     for flag in (True, None):
         v = view(raw(flag), runner="v1")
         assert v.value("layout") == TRAINED and v.fc_slots == 3 and v.refused is None
+
+
+@pytest.mark.parametrize("engine,device,keys,value,source", [
+    ("sglang", "cpu", ("midlayer.self_attn.k_proj.weight", "midlayer.self_attn.v_proj.weight"), "padded", "table"),
+    ("sglang", None, ("midlayer.self_attn.k_proj.weight",), None, "unknown"),
+    ("sglang", "cuda", ("midlayer.self_attn.q_proj.weight",), None, "unknown"),
+    ("sglang", "cpu", ("midlayer.mlp.up_proj.weight",), "absent", ""),     # no row for other tensors
+    ("sglang", "cpu", (), "absent", ""),
+    ("vllm", "cpu", ("midlayer.self_attn.k_proj.weight",), "absent", ""),  # vLLM refuses: its log says so
+])
+def test_mis_shaped_qkv_is_padded_by_sglang_on_the_cpu_alone(engine, device, keys, value, source):
+    """Row keys short_qkv_shard_zero_padded@cpu: SGLang's CPU loader puts a shorter q/k/v shard in its leading rows
+    and zeros past them; on another device (or one the launch leaves to its default) no row applies: not known."""
+    v = engine_view(engine, draft_raw=raw(), tensors=TENSORS, target_info=TARGET,
+                    version="0.5.6" if engine == "sglang" else "0.32.0", mis_shaped=keys, device=device)
+    if value == "absent":
+        assert "mis_shaped" not in v.aspects
+        return
+    a = v.aspects["mis_shaped"]
+    assert (a.value, a.source) == (value, source) and keys[0] in a.detail
+    assert facts.fact("sglang", "keys", "short_qkv_shard_zero_padded@cpu").source in a.detail

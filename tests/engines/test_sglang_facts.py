@@ -5,6 +5,7 @@ cannot run (no .venv-sglang, or a CPU without avx512_bf16)."""
 from __future__ import annotations
 
 import json
+from pathlib import Path
 
 import pytest
 import torch
@@ -65,6 +66,9 @@ def served(world, tmp_path_factory):
         "mpe64_allowed": dict(draft=root / "mpe64_draft", prompts=long_prompts(world),
                               env={"SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN": "1"}),
         "base_long": dict(draft=world.draft, prompts=long_prompts(world)),
+        # num_key_value_heads 4 in the config over k/v trained for 2 (the demo target's)
+        "kv_heads_4": dict(draft=edited_copy(world.draft, root / "kv_heads_4_draft",
+                                             config={"num_key_value_heads": 4})),
     }
     out = {}
     for name, v in variants.items():
@@ -143,6 +147,37 @@ def test_a_draft_context_below_the_target_s_is_refused_unless_allowed(served):
     assert "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in allowed.launch_command
     assert allowed.ok and base.ok and allowed.accept_length > 1.5
     assert abs(allowed.accept_length - base.accept_length) < 0.1 * base.accept_length
+
+
+def test_a_short_kv_shard_is_zero_padded_on_the_cpu(world, served, tmp_path):
+    """A config sizing k/v for 4 heads over a checkpoint trained with 2: SGLang on the CPU serves it without a word,
+    its qkv_proj holding the checkpoint's rows and zeros past them (row keys short_qkv_shard_zero_padded@cpu); the
+    draft replayed so (eagle3lib's view from that row, overruled by the hook's load) predicts the served τ within 10%,
+    where the loader's random stand-in would not."""
+    from eagle3lib.engines.loaded_view import engine_view
+    from eagle3lib.model.target import load_target_info
+    from eagle3lib.replay.as_served import replay_as_served
+    from eagle3lib.replay.run import identify_training_layout, load_setup, with_trained_layout
+    from eagle3lib.steps.served_view import sglang_view
+    from eagle3lib.checks.inputs import read_artifacts
+    run, load = served["kv_heads_4"]
+    assert run.ok and facts.reads("sglang", "keys", "short_qkv_shard_zero_padded@cpu", engine_version()) is True
+    (param, (zero, rows)), = [(p, z) for p, z in load.zero_rows.items() if p.endswith("qkv_proj.weight")]
+    hd = 32                                          # the demo draft's head_dim: 2 k heads and 2 v heads of zeros
+    assert (zero, rows) == (2 * 2 * hd, (4 + 2 * 4) * hd)
+    assert not [ln for ln in open(run.log) if "k_proj" in ln or "qkv_proj" in ln]       # without a word
+    s = load_setup(Path(run.out_dir).parent / "kv_heads_4_draft", world.target)
+    s = with_trained_layout(s, identify_training_layout(s, world.specforge_data))
+    art = read_artifacts(draft=str(s.draft_path), target=str(world.target))
+    v = engine_view("sglang", draft_raw=art.draft_raw, tensors=art.tensors, target_info=load_target_info(world.target),
+                    version=engine_version(), mis_shaped=tuple(f.key for f in s.filled), device="cpu")
+    v, _ = sglang_view(v, art, load=load.to_dict())
+    assert (v.value("mis_shaped"), v.source("mis_shaped")) == ("padded", "probe")
+    assert param in v.aspects["mis_shaped"].detail
+    tau = replay_as_served(s, world.heldout_data, v, num_steps=3, n=N).get("as trained").tau
+    stand_in = replay_as_served(s, world.heldout_data, v.overruled("mis_shaped", None, "dump", "test"), num_steps=3,
+                                n=N).get("as trained").tau
+    assert abs(tau - run.accept_length) <= 0.1 * run.accept_length < abs(stand_in - run.accept_length)
 
 
 def test_the_sglang_emulator_within_5_percent_of_the_real_engine(world, served):

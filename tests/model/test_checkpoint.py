@@ -164,7 +164,7 @@ def test_fill_loads_a_draft_missing_tensors_as_an_engine_runs_it(world, tmp_path
     cfg, draft, target, _ = world
     sd = {k: v for k, v in draft.state_dict().items() if k != "embed_tokens.weight"}
     sd["midlayer.mlp.gate.weight"] = sd.pop("midlayer.mlp.gate_proj.weight")
-    sd["fc.weight"] = torch.zeros(32, 96)
+    sd["fc.weight"] = torch.full((32, 96), 0.5)
     del sd["lm_head.weight"]
     d = _saved(tmp_path, tiny_cfg_dict, sd, "broken")
     with pytest.raises(CheckpointError, match="key 'fc.weight'"):
@@ -185,6 +185,20 @@ def test_fill_loads_a_draft_missing_tensors_as_an_engine_runs_it(world, tmp_path
     head = load_target_tensor(target, "lm_head")
     assert torch.equal(sliced.model.lm_head.weight, head[:cfg.draft_vocab_size])
     assert next(f for f in sliced.filled if f.key == "lm_head.weight").fill == "target_sliced"
+    # the found tensor in the expected shape, zeros past it (FILLS "padded": what SGLang's CPU loader runs)
+    pad = got["fc.weight"].padded
+    assert tuple(pad.shape) == (32, 128) and torch.equal(pad[:, :96], torch.full((32, 96), 0.5))
+    assert torch.equal(pad[:, 96:], torch.zeros(32, 32))
+    assert got["midlayer.mlp.gate_proj.weight"].padded is None and got["lm_head.weight"].padded is None
+
+
+def test_padded_into_puts_a_smaller_tensor_first_and_refuses_a_larger_one():
+    from eagle3lib.model.checkpoint import padded_into
+    t = torch.arange(1.0, 7.0).reshape(2, 3)
+    out = padded_into(t, (4, 3))
+    assert torch.equal(out[:2], t) and torch.equal(out[2:], torch.zeros(2, 3))
+    assert padded_into(t, (1, 3)) is None and padded_into(t, (6,)) is None
+    assert padded_into(t.long(), (4, 3)) is None
 
 
 def test_d2t_wrong_length(world, tmp_path, tiny_cfg_dict):

@@ -4,6 +4,7 @@ does, sglang_driver.serve) and every process of it imports this file at start-up
 With $EAGLE3LIB_SGLANG_HOOK_OUT set to a folder, it watches SGLang's own code as it runs and writes what it saw:
 - ``events.jsonl``: one JSON line per event: the draft's weights as its ``load_weights`` took them (each checkpoint
   key, and whether a parameter loader took it), the draft's modules (fc width, aux slots, norms, lm_head, d2t),
+  the parameters left with all-zero rows once loaded,
   whether the target's embedding / lm_head replaced the draft's (``set_embed`` / ``set_embed_and_head``), and the
   target layers SGLang captures for the draft (``set_eagle3_layers_to_capture``: the ids given, the layers kept);
 - ``calls/<pid>_<n>.safetensors``: the tensor handed to the draft's fc at each prefill (forward mode EXTEND:
@@ -31,6 +32,18 @@ def _event(kind, **fields):
     rec = {"event": kind, "pid": os.getpid(), **fields}
     with _LOCK, open(os.path.join(OUT, "events.jsonl"), "a", encoding="utf-8") as f:
         f.write(json.dumps(rec, default=str) + "\n")
+
+
+def _zero_rows(model):
+    """{parameter: [rows all zero, rows]} of each 2-D parameter with a row left all zero after loading (a trained
+    matrix has none: SGLang's CPU loader zero-pads a shard the checkpoint holds shorter than the config sizes it)."""
+    out = {}
+    for name, p in model.named_parameters():
+        if p.dim() == 2 and p.shape[0] and p.is_floating_point():
+            z = int((p.detach().count_nonzero(dim=1) == 0).sum())
+            if z:
+                out[name] = [z, int(p.shape[0])]
+    return out
 
 
 def _draft_model_patch(module):
@@ -97,7 +110,7 @@ def _draft_model_patch(module):
         fc = getattr(inner, "fc", None)
         hot = getattr(self, "hot_token_id", None)
         _event("draft_loaded", model_class=type(self).__name__, keys=rows,
-               params=sorted(n for n, _ in self.named_parameters()),
+               params=sorted(n for n, _ in self.named_parameters()), zero_rows=_zero_rows(self),
                fc_in_features=getattr(fc, "in_features", None),
                num_aux_hidden_states=getattr(inner, "num_aux_hidden_states", None),
                norm_before_fc=getattr(inner, "input_norm", None) is not None,
