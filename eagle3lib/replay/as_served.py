@@ -22,6 +22,7 @@ import pandas as pd
 import torch
 
 from ..errors import ConfigError, Eagle3Error
+from ..engines import facts
 from ..engines.loaded_view import QKV_KEYS
 from ..model.checkpoint import FILLS
 from ..model.draft import Eagle3Draft
@@ -195,7 +196,7 @@ def _plain(v):
 
 
 def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, seed, recapture,
-         extra=None) -> Replayed:
+         extra=None, past_stop=False) -> Replayed:
     lay = tuple(x if x is not None else ZERO for x in values["layout"])
     rope = values.get("rope") or {}
     if values.get("config"):                 # the config fields that reproduce training (replay.counterfactual)
@@ -204,7 +205,7 @@ def _run(setup, data, tensors, values: dict, *, label, aspects, num_steps, n, se
     with loaded_as(setup, tensors, d2t=values.get("d2t"), embedding=values.get("embedding"),
                    lm_head=values.get("lm_head")), variant(setup.model, **rope):
         r = replay(setup, data, layout=lay, label=label, n=n, seed=seed, num_steps=num_steps, fill="zeros",
-                   recapture=recapture, progress=False)
+                   recapture=recapture, progress=False, past_stop=past_stop)
     s = r.summary()
     every = float(s["simulated_accept_length"]) if s["simulated_accept_length"] is not None else float("nan")
     walked = s["walked_accept_length"]
@@ -238,7 +239,9 @@ def replay_as_served(setup: ReplaySetup, data, view, *, num_steps: int, shipped=
         notes.append("the checkpoint has no lm_head: the trained head is not known, so 'as trained' uses what "
                      "eagle3lib's loader gave (the target's)")
         trained["lm_head"] = served["lm_head"]
-    kw = dict(num_steps=num_steps, n=n, seed=seed, recapture=recapture, extra=extra)
+    # an engine that counts acceptance before its stop check counts a draft of the token after the answer's end
+    past_stop = facts.reads(view.engine, "metric", "accepted_past_stop_counted", view.version) is True
+    kw = dict(num_steps=num_steps, n=n, seed=seed, recapture=recapture, extra=extra, past_stop=past_stop)
     if recapture is None and any(b is not None and b not in setup.training_layout for b in served["layout"]):
         notes.append("the served layout needs boundaries the training samples lack and nothing recaptures them: "
                      "they are replayed as zeros")

@@ -65,14 +65,15 @@ def draft_steps(model: Eagle3Draft, aux: Tensor, ids: Tensor, K: int, *, feed: s
 
 def draft_run(model: Eagle3Draft, items: Iterable[ReplayItem], *, num_steps: int = 3, d2t: str = "offsets",
               mask: str = "token", simulate: bool = True, topk: int = 0, only_scored: bool = True,
-              batch_tokens: int = 8192, tokenizer=None) -> Iterator[DraftRun]:
+              batch_tokens: int = 8192, tokenizer=None, past_stop: bool = False) -> Iterator[DraftRun]:
     """Run `items` through the draft in right-padded batches of at most `batch_tokens` (B x T_max; 0: one at a
     time) and yield one `DraftRun` per item, in order.
 
     only_scored: the lm_head and the steps >= 1 run only where an output is scored (teacher: the scored positions
     of each step; chain: those whose earlier steps are all scored), -1 elsewhere; topk > 0 keeps the draft's top-k
     (full logits, so every output is computed). A P-EAGLE draft without a mask token gets the one its config or
-    `tokenizer` names (model.peagle.resolve_mask_token_id)."""
+    `tokenizer` names (model.peagle.resolve_mask_token_id). past_stop: the verification walk also verifies the token
+    after an answer's last one (`stats.walk_rows`)."""
     mask_id = None
     if isinstance(model, PEagleDraft) and model.mask_token_id is None:
         mask_id = resolve_mask_token_id(model.cfg, tokenizer)[0]
@@ -80,7 +81,7 @@ def draft_run(model: Eagle3Draft, items: Iterable[ReplayItem], *, num_steps: int
     in_vocab = torch.zeros(model.cfg.vocab_size, dtype=torch.bool)
     in_vocab[hot.cpu()] = True
     run = dict(K=num_steps, d2t=d2t, mask=mask, simulate=simulate, topk=topk, only_scored=only_scored,
-               mask_id=mask_id)
+               mask_id=mask_id, past_stop=past_stop)
     batch = []
     for item in items:
         padded = (len(batch) + 1) * max([len(item.ids)] + [len(b.ids) for b in batch])   # B x T_max
@@ -92,7 +93,8 @@ def draft_run(model: Eagle3Draft, items: Iterable[ReplayItem], *, num_steps: int
         yield from _batch(model, batch, hot, in_vocab, **run)
 
 
-def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_scored, mask_id) -> list[DraftRun]:
+def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_scored, mask_id,
+           past_stop=False) -> list[DraftRun]:
     """One padded batch through the draft (under inference mode and the d2t reading), scored item by item."""
     B, T = len(batch), max(len(b.ids) for b in batch)
     dev, dt = model.fc.weight.device, model.fc.weight.dtype
@@ -112,7 +114,7 @@ def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_sc
             walk = torch.zeros(K, B, T, dtype=torch.bool)          # the rows a serving engine verifies
             for i, b in enumerate(batch):
                 used[:, i, :len(b.ids)] = scored_positions(b.ref, b.mask, K, mask, parallel)[1]
-                walk[:, i, :len(b.ids)] = walk_rows(b.ref, b.mask, K)
+                walk[:, i, :len(b.ids)] = walk_rows(b.ref, b.mask, K, past_stop)
             chain_used = (used.long().cumprod(0).bool() | walk.long().cumprod(0).bool()).to(dev)   # (K, B, T)
             used = (used | walk).to(dev) if parallel else used.to(dev)   # P-EAGLE: its chain is the teacher run
         top_p = top_i = None
@@ -136,7 +138,7 @@ def _batch(model, batch, hot, in_vocab, *, K, d2t, mask, simulate, topk, only_sc
     for i, b in enumerate(batch):
         t = len(b.ids)
         pred, drafted = hot[teach[:, i, :t]].cpu(), hot[chain[:, i, :t]].cpu() if chain is not None else None
-        sc = score(pred, b.ref, b.mask, in_vocab, drafted, mask, parallel)
+        sc = score(pred, b.ref, b.mask, in_vocab, drafted, mask, parallel, past_stop)
         out.append(DraftRun(b, pred, drafted, sc, hot[top_i[:, i, :t]].cpu() if topk else None,
                             top_p[:, i, :t].cpu() if topk else None))
     return out

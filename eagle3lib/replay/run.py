@@ -115,7 +115,7 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
            data_format: str | None = None, num_steps: int = 3, fill: str = "error", d2t: str = "offsets",
            align: int = 0, mask: str = "token", reference: str = "auto", simulate: bool = True,
            batch_tokens: int = 8192, recapture=None, only_scored: bool = True,
-           prefetch_tokens: int | None = None, progress: bool = True) -> ReplayResult:
+           prefetch_tokens: int | None = None, progress: bool = True, past_stop: bool = False) -> ReplayResult:
     """Run the draft on samples (Dataset, path or list) under `layout` (default: the training layout) and score it.
 
     Per step k: teacher-forced top-1 (SpecForge accuracy), joint and conditional rates, OOV rate; with
@@ -124,9 +124,11 @@ def replay(setup: ReplaySetup, data, *, layout=None, label: str | None = None, n
     only_scored: run the lm_head and the steps >= 1 only where an output is scored (same numbers, less work);
     prefetch_tokens: tokens of samples read and prepared ahead in a background thread, overlapping the forward
     (None: one batch, `batch_tokens`, so the next batch is read while this one runs; 0: in line).
+    past_stop: the verification walk also verifies the token after an answer's last one (`stats.walk_rows`: what
+    an engine counting acceptance before its stop check counts).
     """
     options = ReplayOptions(num_steps=num_steps, fill=fill, d2t=d2t, align=align, mask=mask, reference=reference,
-                             simulate=simulate)
+                             simulate=simulate, past_stop=past_stop)
     counts = ReplayCounts(setup, requested_layout(setup, layout), options)
     depths = setup.cfg.parallel_depths
     if setup.cfg.parallel_drafting and depths and num_steps > depths:
@@ -154,7 +156,7 @@ def count(setup: ReplaySetup, items, counts: ReplayCounts, *, batch_tokens: int 
                      align=o.align, reference=o.reference,
                      ahead_tokens=batch_tokens if prefetch_tokens is None else prefetch_tokens)
     for r in draft_run(setup.model, ready, num_steps=counts.K, d2t=o.d2t, mask=o.mask, simulate=o.simulate,
-                       only_scored=only_scored, batch_tokens=batch_tokens):
+                       only_scored=only_scored, batch_tokens=batch_tokens, past_stop=o.past_stop):
         counts.add(r.item, r.scored)
     for key, s, error in skipped:
         counts.skip(key, s, error)

@@ -63,6 +63,9 @@ class ReplayOptions:
     mask: str = "token"           # loss mask of token t+k ("token", SpecForge) or of t+k+1 ("next")
     reference: str = "auto"       # reference tokens: target lm_head over the final state, or the data
     simulate: bool = True         # also chain-draft with the draft's own tokens and count acceptance
+    past_stop: bool = False       # the walk also verifies the first token past the answer's last one (the
+    #                               target's own next token): an engine that counts acceptance before its stop
+    #                               check (vLLM's metrics: engines.facts metric accepted_past_stop_counted)
 
     def __post_init__(self):
         """A bad option names itself and the allowed values (raised where a replay starts)."""
@@ -160,17 +163,21 @@ def scored_positions(next_ref: Tensor, loss_mask: Tensor, K: int, mask: str = "t
     return ref, m & (ref >= 0)
 
 
-def walk_rows(next_ref: Tensor, loss_mask: Tensor, K: int) -> Tensor:
+def walk_rows(next_ref: Tensor, loss_mask: Tensor, K: int, past_stop: bool = False) -> Tensor:
     """(K, T) the rows a serving engine verifies: step k at t drafts token t+2+k after token t+1 was generated, so
     both are answer tokens (loss_mask 1) and a reference exists. Unlike `scored_positions` this does not follow a
     training convention: the prompt's last row (t+1 the first answer token) is served, though SpecForge's mask
-    does not score it."""
+    does not score it. `past_stop`: a sample ending in an answer also has the row of the token after its last one
+    (t+2+k = T), whose reference is the target's next token there: an engine that counts acceptance before it
+    stops at the answer's last token counts a draft of it (vLLM's spec-decode metrics)."""
     T = next_ref.shape[0]
     lm = loss_mask.bool()
     rows = torch.zeros(K, T, dtype=torch.bool)
     for k in range(min(K, T - 2)):
         n = T - 2 - k                                           # t = 0 .. T-3-k: token t+2+k exists
         rows[k, :n] = lm[1:1 + n] & lm[2 + k:2 + k + n] & (next_ref[1 + k:1 + k + n] >= 0)
+        if past_stop and n >= 1:                                # t = T-2-k: token T, past the sample's end
+            rows[k, n] = lm[1 + n] & lm[T - 1] & (next_ref[T - 1] >= 0)
     return rows
 
 
@@ -181,7 +188,7 @@ def walk_starts(loss_mask: Tensor) -> set[int]:
 
 
 def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, chain: Tensor | None = None,
-          mask: str = "token", parallel: bool = False) -> Scored:
+          mask: str = "token", parallel: bool = False, past_stop: bool = False) -> Scored:
     """Score target-id predictions pred (K, T) (and chain drafts (K, T)) against next_ref (T,); predictions
     outside the scored positions (`scored_positions`, P-EAGLE's rows with `parallel`) are never read."""
     ref, valid = scored_positions(next_ref, loss_mask, pred.shape[0], mask, parallel)
@@ -192,9 +199,11 @@ def score(pred: Tensor, next_ref: Tensor, loss_mask: Tensor, in_vocab: Tensor, c
     if chain is not None:
         run = (valid & (chain.cpu() == ref)).long().cumprod(0).sum(0)
         accepted = torch.where(horizon > 0, 1 + run, torch.zeros_like(run))
-        rows = walk_rows(next_ref, loss_mask, ref.shape[0])
+        rows = walk_rows(next_ref, loss_mask, ref.shape[0], past_stop)
         walk_acc = 1 + (rows & (chain.cpu() == ref)).long().cumprod(0).sum(0)
-        pos = verification_walk(walk_acc.tolist(), rows.all(0).tolist(), walk_starts(loss_mask))
+        # the engine drafts at t after token t+1 was generated and the answer goes on (t+1 is not its last token)
+        eligible = rows.all(0) & (torch.arange(rows.shape[1]) < rows.shape[1] - 2)
+        pos = verification_walk(walk_acc.tolist(), eligible.tolist(), walk_starts(loss_mask))
         walked = torch.zeros(ref.shape[1], dtype=torch.bool)
         walked[pos] = True
     return Scored(ref, valid, correct, oov, horizon, accepted, walked, walk_acc)

@@ -53,7 +53,7 @@ def test_json_number():
 
 def test_replay_options_defaults_and_equality():
     o = S.ReplayOptions()
-    assert dataclasses.astuple(o) == (3, "error", "offsets", 0, "token", "auto", True)
+    assert dataclasses.astuple(o) == (3, "error", "offsets", 0, "token", "auto", True, False)
     assert o == S.ReplayOptions() and hash(o) == hash(S.ReplayOptions())
     assert o != S.ReplayOptions(d2t="absolute")
     with pytest.raises(dataclasses.FrozenInstanceError):
@@ -256,3 +256,31 @@ def test_target_agreement_ignores_positions_without_a_data_token():
     pred = torch.zeros(2, 4, dtype=torch.long)
     c = counts_of((b, S.score(pred, ref, b.mask, torch.ones(10, dtype=torch.bool))))
     assert c.result().target_agreement == 1.0
+
+
+def test_past_stop_adds_the_row_of_the_token_after_the_answers_end_and_the_walk_drafts_there():
+    """vLLM counts acceptance before its stop check (engines.facts metric accepted_past_stop_counted): a draft of the
+    token after the answer's last one, verified against the target's own next token there, counts. T=8, prompt 0..1,
+    answer 2..7, K=2: the row t=T-2-k (token T) exists only with past_stop, and the walk then drafts at t=5 (token 6
+    generated, 7 and the one past it drafted), never at t=6 (token 7, the answer's last, ends the request)."""
+    next_ref = torch.arange(10, 18)
+    mask = torch.tensor([0, 0, 1, 1, 1, 1, 1, 1])
+    plain, past = S.walk_rows(next_ref, mask, 2), S.walk_rows(next_ref, mask, 2, past_stop=True)
+    assert plain.int().tolist() == [[0, 1, 1, 1, 1, 1, 0, 0], [0, 1, 1, 1, 1, 0, 0, 0]]
+    assert past.int().tolist() == [[0, 1, 1, 1, 1, 1, 1, 0], [0, 1, 1, 1, 1, 1, 0, 0]]
+    assert not S.walk_rows(next_ref, torch.tensor([0, 0, 1, 1, 1, 1, 1, 0]), 2, past_stop=True)[:, 6].any()
+    K, T = 2, 8
+    ref = torch.full((K, T), -1)
+    for k in range(K):
+        ref[k, :T - 1 - k] = next_ref[1 + k:]
+    chain = ref.clone()                                   # every draft right: the walk advances K+1 each time
+    in_vocab = torch.ones(20, dtype=torch.bool)
+    for past_stop, walked in ((False, [1, 4]), (True, [1, 4])):
+        sc = S.score(ref.clone(), next_ref, mask, in_vocab, chain, past_stop=past_stop)
+        assert sc.walked.nonzero().flatten().tolist() == walked
+    wrong = chain.clone()
+    wrong[:, 1:5] = -5                                    # drafts wrong up to t=4: the walk steps by one
+    sc = S.score(ref.clone(), next_ref, mask, in_vocab, wrong, past_stop=True)
+    assert sc.walked.nonzero().flatten().tolist() == [1, 2, 3, 4, 5] and int(sc.walk_accepted[5]) == 3
+    sc = S.score(ref.clone(), next_ref, mask, in_vocab, wrong, past_stop=False)
+    assert sc.walked.nonzero().flatten().tolist() == [1, 2, 3, 4]
