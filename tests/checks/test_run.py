@@ -117,3 +117,15 @@ def test_healthy_demo_world_gives_no_alarm_for_rows_34_to_47(world, engine):
     assert bad == [], findings_frame(bad).to_string()
     assert all(x.needs for x in f if x.status == "not checked")
     assert sum(x.status == "ruled out" for x in f) >= 9
+
+
+def test_every_check_is_run_by_a_part():
+    """A check in checks.run.CHECKS that no part asks for (its name tuple, or the check it is part of) never runs:
+    this fails until a part runs it."""
+    from eagle3lib.steps.checkpoint_audit import ARTIFACT_CHECKS
+    from eagle3lib.steps.diffing import DIFF_CHECKS
+    from eagle3lib.steps.discovery import DATA_CHECKS, SERVING_CHECKS
+    asked = set(ARTIFACT_CHECKS) | set(SERVING_CHECKS) | set(DATA_CHECKS) | set(DIFF_CHECKS)
+    assert asked <= set(R.CHECKS), f"parts ask for checks that do not exist: {sorted(asked - set(R.CHECKS))}"
+    runs = asked | {k for k, parent in R.PART_OF.items() if parent in asked}
+    assert runs == set(R.CHECKS), f"checks no part runs: {sorted(set(R.CHECKS) - runs)}"
