@@ -41,7 +41,8 @@ def test_each_planted_aspect_replays_lower_and_alone(world, tmp_path):
     assert healthy.training_layout == TRAINED and healthy.training_layout_source == "identified"
     a = replay_as_served(healthy, world.heldout_data, view(), num_steps=3, n=12)
     assert a.differing == () and [r.label for r in a.replays] == ["as trained"]
-    plain = replay(healthy, world.heldout_data, n=12, num_steps=3, progress=False).summary()
+    # vLLM 0.32 counts a draft of the token past the answer's end (row metric accepted_past_stop_counted)
+    plain = replay(healthy, world.heldout_data, n=12, num_steps=3, progress=False, past_stop=True).summary()
     assert a.get("as trained").tau == pytest.approx(plain["walked_accept_length"])        # where the engine drafts
     assert a.get("as trained").tau_every_position == pytest.approx(plain["simulated_accept_length"])
     assert a.get("as trained").drafts == plain["walked_drafts"] > 12
