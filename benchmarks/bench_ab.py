@@ -45,7 +45,7 @@ import json, sys, time
 t0 = time.perf_counter()
 work, samples = sys.argv[1], int(sys.argv[2])
 import eagle3lib
-from eagle3lib.demo.build import world_json_current
+from eagle3lib.demo.artifacts import world_json_current
 from eagle3lib.demo.world import paths
 p = paths()
 if not world_json_current(p.world_json, p.kind):

@@ -14,7 +14,7 @@ import time
 
 from _common import finish
 
-from eagle3lib.demo import deployments, vllm_world
+from eagle3demo import deployments, vllm_world
 from eagle3lib.diagnose.run import Inputs, run
 
 

@@ -9,7 +9,7 @@ a command's options. Commands (docs/cli.md describes each):
 - ``report``     ``eagle3lib.report.runner``: every notebook -> reports/ (HTML, index, findings)
 - ``recapture``  ``eagle3lib.hidden.recapture``: a training set recaptured from the current target
 - ``replay``     ``eagle3lib.replay.cli``: the draft on its training data at dataset size (also under torchrun)
-- ``demo``       ``eagle3lib.demo``: build (or reuse) the embedded demo world and print its timings
+- ``demo``       ``eagle3lib.demo``: restore (or reuse) the embedded demo world and print what it is
 """
 from __future__ import annotations
 
@@ -49,7 +49,7 @@ COMMANDS: dict[str, tuple[Callable[[list[str]], int], str]] = {
     "report": (_report, "run every notebook into reports/ (python -m eagle3lib.report)"),
     "recapture": (_recapture, "recapture a training set from the current target (python -m eagle3lib.hidden.recapture)"),
     "replay": (_replay, "replay the draft on its training data at dataset size (python -m eagle3lib.replay)"),
-    "demo": (_demo, "build or reuse the embedded demo world (python -m eagle3lib.demo)"),
+    "demo": (_demo, "restore or reuse the embedded demo world (python -m eagle3lib.demo)"),
 }
 
 

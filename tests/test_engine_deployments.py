@@ -1,16 +1,17 @@
-"""The demo draft deployed on the REAL vLLM (healthy and broken, demo.deployments), each diagnosed from what the
+"""The demo draft deployed on the REAL vLLM (healthy and broken, eagle3demo.deployments), each diagnosed from what the
 engine wrote, as a user's deployment is: the healthy one is "no fault found" with a replay-predicted τ within 10%
 of the served τ; each broken one is diagnosed with its cause and no other confirmed; the one vLLM dies on gives a
 finding naming the file and the key, and every other check still runs.
 
-Marker `engine` (and `slow`): each deployment is served once per session (`demo.vllm_world.ensure` into a temporary
-folder: ~30-60 s an engine start on 2 cores); skipped with the reason when there is no vLLM venv (`make vllm`).
+Marker `engine` (and `slow`): each deployment is served once per session (`eagle3demo.vllm_world.ensure` into a
+temporary folder: ~30-60 s an engine start on 2 cores); skipped with the reason when there is no vLLM venv
+(`make vllm`).
 """
 from __future__ import annotations
 
 import pytest
 
-from eagle3lib.demo import deployments, vllm_world
+from eagle3demo import deployments, vllm_world
 from eagle3lib.diagnose.run import Inputs, run
 from eagle3lib.vllm_driver import env as vllm_env
 

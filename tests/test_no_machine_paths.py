@@ -1,6 +1,6 @@
 """No tracked file holds a path of the machine that wrote it: this checkout's root, $HOME, or an absolute path into
 a checkout's data or venv folders (another machine's root). Shipped logs and records are repository-relative or
-relative to their own folder (`demo.portable`, `demo.vllm_world`)."""
+relative to their own folder (`eagle3demo.portable`, `eagle3demo.vllm_world`)."""
 from __future__ import annotations
 
 import json
@@ -10,8 +10,9 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib.demo import portable, vllm_world
-from eagle3lib.demo.portable import rebased_record, relative_record
+from eagle3demo import portable, vllm_world
+from eagle3demo.portable import relative_record
+from eagle3lib.demo.served import rebased_record
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -32,7 +33,7 @@ def test_no_tracked_file_holds_a_machine_path():
             found = portable.machine_paths(p.read_text(errors="replace"), engine_output=engine_output)
             if found:
                 bad[str(p.relative_to(ROOT))] = found[:3]
-    assert not bad, f"{len(bad)} tracked files hold machine paths (fix the writer; demo.portable.make_portable " \
+    assert not bad, f"{len(bad)} tracked files hold machine paths (fix the writer; eagle3demo.portable.make_portable " \
                     f"rewrites a folder): {dict(list(bad.items())[:10])}"
 
 

@@ -2,9 +2,11 @@
 from __future__ import annotations
 
 import ast
+import os
 import re
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -194,3 +196,26 @@ def test_the_users_venv_gets_the_workbook_and_only_tests_get_the_test_peers():
     assert deps["report"] == "$(STAMP)" and deps["setup"] == "$(STAMP)"
     assert deps["test"] == deps["test-all"] == "$(TEST_STAMP)" and deps["$(TEST_STAMP)"] == "$(STAMP)"
     assert "bootstrap.sh --test" in makefile
+
+
+def test_the_installed_package_holds_the_library_and_not_the_demo_builder(tmp_path):
+    """`pip install .` ships eagle3lib alone (issue 49): pyproject's package find (as setuptools runs it) matches
+    eagle3lib.demo (the restore) and no eagle3demo module (the builder beside it); the installed package, imported
+    from outside the checkout, restores the world without the builder: eagle3demo is not importable there, and
+    eagle3lib.demo.world loads no builder module."""
+    from setuptools import find_namespace_packages
+
+    found = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["packages"]["find"]
+    packages = find_namespace_packages(where=str(ROOT), include=found["include"], exclude=found.get("exclude", ()))
+    assert "eagle3lib.demo" in packages and not [p for p in packages if p.split(".")[0] == "eagle3demo"], packages
+    builder = sorted(p.stem for p in (ROOT / "eagle3demo").glob("*.py") if p.stem not in ("__init__", "__main__"))
+    assert not [m for m in builder if (ROOT / "eagle3lib" / "demo" / f"{m}.py").exists()], builder
+    code = ("import importlib.util, sys\nimport eagle3lib.demo.world, eagle3lib.demo.__main__\n"
+            "print(importlib.util.find_spec('eagle3demo') is None)\n"
+            f"print(sorted(m for m in sys.modules if m.startswith('eagle3') and (m.split('.')[-1] in {builder!r} or "
+            "m.startswith('eagle3demo'))))")
+    env = {k: v for k, v in os.environ.items() if k != "PYTHONPATH"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=300)
+    assert p.returncode == 0, p.stderr[-2000:]
+    assert p.stdout.split("\n")[:2] == ["True", "[]"], p.stdout

@@ -1,4 +1,4 @@
-"""The generated fault matrix (eagle3lib.demo.faults) diagnosed case by case, as a markdown table on stdout and
+"""The generated fault matrix (eagle3demo.faults) diagnosed case by case, as a markdown table on stdout and
 JSON in benchmarks/results/fault_matrix.json: `python tools/fault_matrix.py [--pairs] [--engine vllm]`.
 
 Each case is the healthy demo deployment with one (or two) things changed (an engine-read field, a tensor, the
@@ -23,7 +23,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
-from eagle3lib.demo import faults, portable  # noqa: E402
+from eagle3demo import faults, portable  # noqa: E402
 from eagle3lib.demo import world as demo  # noqa: E402
 from eagle3lib.diagnose.run import Inputs, run  # noqa: E402
 

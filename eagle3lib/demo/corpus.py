@@ -1,16 +1,16 @@
-"""Code-generated chat corpus and BPE tokenizer of the demo world.
+"""The demo world's code-generated chat corpus, its special tokens and chat template, and its encoding.
 
 Two domains: "kitchen" (recipes, cooking times, substitutions, travel weather: the draft's training domain) and
 "nature" (animals, planets, sports: other topics, other phrasing, for held-out prompts). Facts are fixed per
 subject (derived from the seed), phrasing and subjects vary, so a tiny LM becomes fluent and a real gap exists.
-``conversations("kitchen", 100, seed=0)`` -> SpecForge-style records ``{"id", "domain", "conversations": [...]}``.
+``conversations("kitchen", 100, seed=0)`` -> SpecForge-style records ``{"id", "domain", "conversations": [...]}``;
+``encode_with_mask(tokenizer, record)``: its ids and loss mask. The BPE tokenizer itself is trained by the builder
+(``eagle3demo.tokenizer``) and shipped with the target.
 """
 from __future__ import annotations
 
-import json
 import random
 import re
-from pathlib import Path
 
 DOMAINS = ("kitchen", "nature")
 BOS, EOT, PAD = "<|begin|>", "<|end|>", "<|pad|>"
@@ -191,32 +191,6 @@ def conversations(domain: str, n: int, seed: int, split: str = "train") -> list[
 def assistant_char_spans(text: str) -> list[tuple[int, int]]:
     """Character spans of assistant content + end-of-turn token in a rendered chat (SpecForge's regex rule)."""
     return [m.span(1) for m in _ASSISTANT_SPAN.finditer(text)]
-
-
-def train_tokenizer(texts: list[str], vocab_size: int):
-    """A byte-level BPE (HF `tokenizers`) trained on `texts`, with the chat special tokens at ids 0..5."""
-    from tokenizers import Tokenizer, decoders, models, pre_tokenizers, trainers
-    tok = Tokenizer(models.BPE())
-    tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False)
-    tok.decoder = decoders.ByteLevel()
-    trainer = trainers.BpeTrainer(vocab_size=vocab_size, min_frequency=2, special_tokens=SPECIAL_TOKENS,
-                                  initial_alphabet=pre_tokenizers.ByteLevel.alphabet(), show_progress=False)
-    tok.train_from_iterator(texts, trainer=trainer)
-    return tok
-
-
-def save_tokenizer(tok, out_dir: str | Path, model_max_length: int) -> None:
-    """Write tokenizer.json + tokenizer_config.json (chat template) + special_tokens_map.json for AutoTokenizer."""
-    out = Path(out_dir)
-    out.mkdir(parents=True, exist_ok=True)
-    tok.save(str(out / "tokenizer.json"))
-    special = {"bos_token": BOS, "eos_token": EOT, "pad_token": PAD,
-               "additional_special_tokens": [USER, ASSISTANT, SYSTEM]}
-    cfg = {"tokenizer_class": "PreTrainedTokenizerFast", "chat_template": CHAT_TEMPLATE,
-           "clean_up_tokenization_spaces": False,
-           "model_max_length": model_max_length, "add_bos_token": False, "add_eos_token": False, **special}
-    (out / "tokenizer_config.json").write_text(json.dumps(cfg, indent=2))
-    (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2))
 
 
 def encode_with_mask(hf_tokenizer, record: dict) -> tuple[list[int], list[int]]:

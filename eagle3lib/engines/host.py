@@ -2,8 +2,8 @@
 
 vLLM 0.32 CPU gives an MLA model the AMX_MLA attention backend on an x86 host with AMX tiles, and CPU_MLA
 elsewhere; AMX_MLA refuses float32 weights at start-up. `mla_route` reads which (host, dtype) pairs serve from the
-fact rows and answers the dtype to serve in, the backend the engine will pick and why, so `demo.vllm_world` and
-the engine tests take the route that works on the machine they run on, and say which.
+fact rows and answers the dtype to serve in, the backend the engine will pick and why, so the demo's builder
+(`eagle3demo.vllm_world`) and the engine tests take the route that works on the machine they run on, and say which.
 Usage: ``r = mla_route("float32"); r.dtype, r.backend, r.why``; ``has_amx()``.
 """
 from __future__ import annotations

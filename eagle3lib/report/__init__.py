@@ -3,7 +3,7 @@
 - `runner`    `python -m eagle3lib.report`: jupytext -> papermill -> nbconvert per notebook, atomic writes,
               partial output kept on failure.
 - `params`    the notebooks' parameters: parameters cells, the YAML file (top level + notebook sections), the
-              template, and what a file asks to exist first (`vllm_demo`: deployments served on the real vLLM).
+              template, and what a file asks to exist first (`vllm_demo`, `sglang_demo`: shipped served deployments).
 - `export`    a notebook -> one self-contained HTML page (template `templates/eagle3lib_offline`, nothing
               loaded from the network), its heading anchors, its index figure, finding -> evidence section.
 - `static_widgets`  widget views -> static HTML of their saved state (the offline page has no kernel).

@@ -1,6 +1,6 @@
 """The notebooks' parameters: each notebook's parameters cell, a YAML parameters file (top-level keys and notebook
 sections), the template that lists every parameter, and what a parameters file asks to exist before the notebooks
-run (`prepare`: `vllm_demo` serves demo deployments on the real vLLM, `sglang_demo` on the real SGLang), and the keys
+run (`prepare`: `vllm_demo` and `sglang_demo`, the shipped served demo deployments the notebooks read), and the keys
 no notebook takes (`unknown_keys`: each named with the closest parameter names, "did you mean 'train_data'?").
 
 Usage: ``common, sections = load_params("params/gpu-box.yaml", stems); params_for(stem, declared, common, sec)``.
@@ -12,7 +12,6 @@ import difflib
 import json
 import os
 import re
-import time
 from pathlib import Path
 
 import yaml
@@ -179,41 +178,32 @@ def unknown_keys(path, common: dict, sections: dict[str, dict], declared: dict[s
 
 
 def prepare(common: dict) -> str | None:
-    """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` serves those demo
-    deployments (of `demo_world`'s world) on the real vLLM (`demo.vllm_world`). Returns why the run is skipped
-    (no vLLM here), else None."""
-    sglang_names = common.pop("sglang_demo", None)
-    if sglang_names:
-        why = _sglang_demo(sglang_names)
+    """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` (of `demo_world`'s
+    world) and `sglang_demo: [names]`, the shipped served demo deployments the notebooks read (`demo.served`; the
+    vLLM ones only where the real vLLM runs, whose probes the notebooks ask). Returns why the run is skipped (no vLLM
+    here, or a deployment missing or not current: re-serving it is the builder's, ``python -m eagle3demo``), else
+    None."""
+    from ..demo import served
+    from ..errors import DataError
+    from ..vllm_driver import env as vllm_env
+    asked = [("sglang", n, None) for n in _names(common.pop("sglang_demo", None))]
+    vllm = _names(common.pop("vllm_demo", None))
+    if vllm:
+        why = vllm_env.unavailable_reason()
         if why:
-            return why
-    names = common.pop("vllm_demo", None)
-    if not names:
-        return None
-    from ..demo import vllm_world
-    why = vllm_world.vllm_unavailable_reason()
-    if why:
-        return f"the vLLM demo needs the real vLLM: {why}"
-    world = common.get("demo_world") or None          # the mla world's deployments for demo_world: "mla"
-    for name in ([names] if isinstance(names, str) else list(names)):
-        t0 = time.monotonic()
-        d = vllm_world.ensure(str(name), world=world)
-        print(f"vLLM demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
-              f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
-    return None
-
-
-def _sglang_demo(names) -> str | None:
-    """`sglang_demo: [names]`: those demo deployments served by the real SGLang (`demo.sglang_world`): the shipped
-    folders when they are current, else served here; why not, when SGLang cannot run here."""
-    from ..demo import sglang_world
-    from ..errors import EngineError
-    for name in ([names] if isinstance(names, str) else list(names)):
-        t0 = time.monotonic()
+            return f"the vLLM demo needs the real vLLM: {why}"
+    asked += [("vllm", n, common.get("demo_world") or None) for n in vllm]   # the mla world's for demo_world: mla
+    for engine, name, world in asked:
+        label = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
         try:
-            d = sglang_world.ensure(str(name))
-        except EngineError as e:
-            return f"the SGLang demo deployment {name} is not served and cannot be here: {e}"
-        print(f"SGLang demo deployment {name}: " + (f"served, accept length {d.accept_length:.2f}" if d.ok else
-              f"not served ({(d.error or '')[:120]})") + f" ({time.monotonic() - t0:.0f} s) -> {d.dir}", flush=True)
+            d = served.shipped(engine, name, world)
+        except DataError as e:
+            return f"the {label} demo deployment {name} is not served: {e}"
+        print(f"{label} demo deployment {name}: " + (f"served, accept length {d['accept_length']:.2f}" if d["ok"] else
+              f"not served ({(d['error'] or '')[:120]})") + f" -> {d['dir']}", flush=True)
     return None
+
+
+def _names(names) -> list[str]:
+    """A parameters-file list of names (one name alone, a list, or nothing)."""
+    return [str(n) for n in ([names] if isinstance(names, str) else list(names or ()))]

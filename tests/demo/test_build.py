@@ -6,16 +6,18 @@ import json
 import pytest
 import torch
 
+from eagle3demo.build import export_artifacts
 from eagle3lib.demo import world as demo
+from eagle3lib.demo.artifacts import ARTIFACTS, DemoPaths, artifacts_current
+from eagle3lib.demo.restore import restore_world
 from eagle3lib.samples.readers import open_dataset
-from eagle3lib.demo.build import ARTIFACTS, DemoPaths, artifacts_current, export_artifacts, restore_world
 
 pytestmark = pytest.mark.slow
 
 
 def test_shipped_artifacts_are_current():
     """The repo ships the trained target and draft of the current builder version (about 10 MB)."""
-    assert artifacts_current(), "run: python -m eagle3lib.demo --force --from-scratch --export"
+    assert artifacts_current(), "run: python -m eagle3demo --force --from-scratch --export"
     size = sum(f.stat().st_size for f in ARTIFACTS.rglob("*") if f.is_file())
     assert size < 16e6
 
@@ -44,11 +46,12 @@ def test_export_round_trip(tmp_path):
 def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_path):
     """The MLA world (DeepSeek-V3 target with MLA + MoE, an MLA EAGLE-3 draft) is shipped for this builder, small,
     restores, and tells the seed's story: its draft replays well in the trained layout and badly as served."""
-    from eagle3lib.demo.build import SERVING_LAYOUT, artifacts_dir
+    from eagle3lib.demo.artifacts import artifacts_dir
+    from eagle3lib.demo.restore import SERVING_LAYOUT
     from eagle3lib.replay.run import load_setup, replay
     from eagle3lib.layout import ZERO
 
-    assert artifacts_current("mla"), "run: python -m eagle3lib.demo --world mla --force --from-scratch --export"
+    assert artifacts_current("mla"), "run: python -m eagle3demo --world mla --force --from-scratch --export"
     art = artifacts_dir("mla")
     # DeepSeek-V3's latent (512 + 64) makes the target ~4M parameters (16 MB fp32); two drafts of ~1.5 MB each
     assert sum(f.stat().st_size for f in art.rglob("*") if f.is_file()) < 24e6
@@ -61,3 +64,28 @@ def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_pa
     trained = replay(setup, p.seed_data, n=8, progress=False)
     served = replay(setup, p.seed_data, layout=(*SERVING_LAYOUT, ZERO), n=8, fill="zeros", progress=False)
     assert trained.acc0 > 0.8 and served.acc0 < trained.acc0 - 0.2, (trained.acc0, served.acc0)
+
+
+def test_the_installed_library_restores_the_world_in_a_fresh_folder_without_the_builder(tmp_path):
+    """`python -m eagle3lib.demo` run outside the checkout (where eagle3demo cannot be imported) restores the world
+    into a fresh $EAGLE3LIB_DEMO_DIR from the shipped artifacts, says so, and loads no builder module."""
+    import os
+    import subprocess
+    import sys
+
+    root = tmp_path / "world"
+    code = ("import sys\nfrom eagle3lib.demo.__main__ import main\nrc = main([])\n"
+            "builder = ('train_target', 'train_draft', 'build', 'faults', 'deployments')\n"
+            "print('builder modules:', sorted(m for m in sys.modules if m.startswith('eagle3') and "
+            "(m.startswith('eagle3demo') or m.split('.')[-1] in builder)))\n"
+            "raise SystemExit(rc)")
+    env = {**{k: v for k, v in os.environ.items() if k != "PYTHONPATH"}, "EAGLE3LIB_DEMO_DIR": str(root),
+           "EAGLE3LIB_DEMO_WORLD": "llama"}
+    p = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True,
+                       timeout=600)
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert f"llama demo world at {root}: restored from" in p.stdout and "builder modules: []" in p.stdout, p.stdout
+    world = json.loads((root / "world.json").read_text())
+    assert world["restored"]["from"].startswith("data/demo_artifacts") and artifacts_current()
+    assert len(open_dataset(DemoPaths(root).seed_data)) == world["sizes"]["draft_train"]
+    assert sorted(x.name for x in tmp_path.iterdir()) == [".world.lock", "world"]     # no temp folder left

@@ -1,5 +1,6 @@
-"""Tests of the demo world: corpus, tokenizer and chat template (fast), ensure_world's caching (fast, fake
-builder), and the built world itself (slow: builds data/demo once per session when it is missing)."""
+"""Tests of the demo world: corpus, tokenizer and chat template (fast), ensure_world's caching and its refusal of
+stale artifacts (fast, fake restore), and the world itself (slow: restores data/demo once per session when it is
+missing)."""
 from __future__ import annotations
 
 import json
@@ -9,6 +10,7 @@ import pytest
 from eagle3lib.errors import DataError
 import torch
 
+from eagle3demo.tokenizer import save_tokenizer, train_tokenizer
 from eagle3lib.demo import world as demo
 from eagle3lib.demo import corpus as C
 
@@ -20,9 +22,9 @@ def tokenizer(tmp_path_factory):
     """A small BPE trained on a few hundred conversations, loaded back through AutoTokenizer."""
     from transformers import AutoTokenizer
     recs = C.conversations("kitchen", 300, 7) + C.conversations("nature", 100, 7)
-    tok = C.train_tokenizer([m["content"] for r in recs for m in r["conversations"]], 1024)
+    tok = train_tokenizer([m["content"] for r in recs for m in r["conversations"]], 1024)
     d = tmp_path_factory.mktemp("tok")
-    C.save_tokenizer(tok, d, model_max_length=512)
+    save_tokenizer(tok, d, model_max_length=512)
     return AutoTokenizer.from_pretrained(d)
 
 
@@ -86,33 +88,48 @@ def test_tokenizer_round_trip_and_chat_template(tokenizer):
     assert ids[0] == specials[1] and ids[-1] == specials[4]          # <|begin|> ... <|assistant|>
 
 
-def test_ensure_world_builds_once_and_rebuilds_on_new_version(tmp_path, monkeypatch):
-    """ensure_world builds when missing, reuses a current world, rebuilds an outdated one, leaves no temp dirs
-    (the builder is replaced where world calls it)."""
-    import eagle3lib.demo.build as build
+def test_ensure_world_restores_once_and_again_on_new_version(tmp_path, monkeypatch):
+    """ensure_world restores when missing, reuses a current world, restores an outdated one again, leaves no temp
+    dirs (the restore is replaced where world calls it); the builder's `make` writes the world instead."""
+    from eagle3lib.demo.artifacts import BUILDER_VERSIONS, DemoPaths
     calls = []
 
-    def fake_build(root, seed=0, progress=True, kind="llama"):
+    def fake(root, progress=True, kind="llama"):
         calls.append(root)
-        build.DemoPaths(root).world_json.write_text(json.dumps({"builder_version": build.BUILDER_VERSIONS["llama"],
-                                                               "kind": kind}))
+        DemoPaths(root).world_json.write_text(json.dumps({"builder_version": BUILDER_VERSIONS[kind], "kind": kind}))
 
-    monkeypatch.setattr(demo, "build_world", fake_build)
-    monkeypatch.setattr(demo, "restore_world", lambda root, progress=True, kind="llama": fake_build(
-        root, progress=progress, kind=kind))
+    monkeypatch.setattr(demo, "restore_world", fake)
     root = tmp_path / "w"
     p = demo.ensure_world(root, progress=False)
-    assert p.world_json.is_file() and len(calls) == 1 and calls[0] != root   # built elsewhere, then renamed
+    assert p.world_json.is_file() and len(calls) == 1 and calls[0] != root   # restored elsewhere, then renamed
     demo.ensure_world(root, progress=False)
     assert len(calls) == 1
     p.world_json.write_text(json.dumps({"builder_version": "old"}))
     demo.ensure_world(root, progress=False)
-    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == build.BUILDER_VERSIONS["llama"]
+    assert len(calls) == 2 and json.loads(p.world_json.read_text())["builder_version"] == BUILDER_VERSIONS["llama"]
     demo.ensure_world(root, force=True, progress=False)
     assert len(calls) == 3
     assert sorted(x.name for x in tmp_path.iterdir() if not x.name.endswith(".lock")) == ["w"]
     demo.ensure_world(root, progress=False, world="mla")                  # a llama world is not an mla world
     assert len(calls) == 4 and json.loads(p.world_json.read_text())["kind"] == "mla"
+    built = []
+    demo.ensure_world(root, force=True, progress=False, make=lambda r, progress, kind: (built.append(kind),
+                                                                                        fake(r, progress, kind)))
+    assert built == ["llama"] and len(calls) == 5
+
+
+def test_stale_shipped_artifacts_are_refused_with_the_builder_command(tmp_path, monkeypatch):
+    """Shipped artifacts of another builder version: ensure_world trains nothing and raises a DataError naming
+    data/demo_artifacts/world.json, the version expected and found, and the builder's command."""
+    from eagle3lib.demo import artifacts
+    monkeypatch.setattr(demo, "restore_world", lambda *a, **k: pytest.fail("restored stale artifacts"))
+    monkeypatch.setitem(artifacts.BUILDER_VERSIONS, "llama", "demo-world-999")
+    with pytest.raises(DataError) as e:
+        demo.ensure_world(tmp_path / "w", progress=False, world="llama")
+    msg = str(e.value)
+    assert "data/demo_artifacts/world.json" in msg and "demo-world-999" in msg and "demo-world-4" in msg, msg
+    assert "python -m eagle3demo --from-scratch" in msg and "source checkout" in msg, msg
+    assert not (tmp_path / "w").exists()
 
 
 def test_the_demo_world_is_chosen_by_one_name(monkeypatch):
@@ -135,7 +152,7 @@ def test_rescale_residual_is_an_exact_reparametrization(kind, tmp_path):
     square of the states (here random states of mean square ~4e-4: a logit change of ~1e-4)."""
     from transformers import AutoModelForCausalLM
 
-    from eagle3lib.demo.train_target import rescale_residual, target_config
+    from eagle3demo.train_target import rescale_residual, target_config
     torch.manual_seed(0)
     cfg = target_config(60, kind=kind)
     cfg.num_hidden_layers = 3
@@ -158,7 +175,7 @@ def test_rescale_residual_is_an_exact_reparametrization(kind, tmp_path):
 
 @pytest.fixture(scope="session")
 def world():
-    """The demo world under data/demo (or $EAGLE3LIB_DEMO_DIR), built once if missing."""
+    """The demo world under data/demo (or $EAGLE3LIB_DEMO_DIR), restored once if missing."""
     p = demo.ensure_world(progress=True)
     return p, json.loads(p.world_json.read_text())
 
@@ -264,7 +281,8 @@ def test_saved_draft_replays_its_recorded_accuracy(world):
     """Reloaded draft + stored held-out samples reproduce the recorded step-0 accuracy (save/load is lossless)."""
     from eagle3lib.model.checkpoint import load_draft
     from eagle3lib.samples.readers import open_dataset
-    from eagle3lib.demo.train_draft import Captured, evaluate_draft
+    from eagle3lib.demo.restore import Captured
+    from eagle3demo.train_draft import evaluate_draft
     from eagle3lib.model.target import load_target_tensor
     p, w = world
     draft = load_draft(p.draft, target=p.target).model

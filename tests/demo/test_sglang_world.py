@@ -1,14 +1,14 @@
-"""The seed's story as the real SGLang served it (data/demo_sglang, demo.sglang_world), diagnosed from the files the
-engine wrote, as a user's deployment is: the healthy deployment is "no fault found" with the served τ predicted
-within 5% by the replay as SGLang loads the draft; the seed deployment confirms the seed's two causes (SGLang's
-ndt rewrite, the missing embedding slot) from what the running engine reported, and nothing else.
+"""The seed's story as the real SGLang served it (data/demo_sglang, eagle3demo.sglang_world), diagnosed from the
+files the engine wrote, as a user's deployment is: the healthy deployment is "no fault found" with the served τ
+predicted within 5% by the replay as SGLang loads the draft; the seed deployment confirms the seed's two causes
+(SGLang's ndt rewrite, the missing embedding slot) from what the running engine reported, and nothing else.
 Offline: the shipped folders are read without SGLang (a stale one would need it: `ensure` says so). Slow: two
 diagnoses (~30-60 s each on 2 cores)."""
 from __future__ import annotations
 
 import pytest
 
-from eagle3lib.demo import sglang_world
+from eagle3demo import sglang_world
 from eagle3lib.diagnose.run import Inputs, run
 
 pytestmark = pytest.mark.slow

@@ -31,8 +31,8 @@ def build(root: Path, ids: list[int] | None = None, attention: dict | None = Non
     config carries itself since issue 27; a test sets others to see vLLM refuse them)."""
     from transformers import DeepseekV3ForCausalLM
 
-    from eagle3lib.demo.train_draft import draft_config_dict
-    from eagle3lib.demo.train_target import target_config
+    from eagle3demo.train_draft import draft_config_dict
+    from eagle3demo.train_target import target_config
     from eagle3lib.model.checkpoint import random_init, save_draft
     from eagle3lib.model.config import DraftConfig
     from eagle3lib.model.peagle import draft_for

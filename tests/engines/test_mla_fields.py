@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.demo.build import artifacts_dir
+from eagle3lib.demo.artifacts import artifacts_dir
 from eagle3lib.engines import mla_fields as M
 from eagle3lib.vllm_driver.env import unavailable_reason, vllm_python
 
@@ -70,7 +70,7 @@ def test_the_vllm_deployments_drafts_carry_what_deepseek_eagle3_reads(tmp_path):
     """The mla world's vLLM deployments write the drafts in vLLM's MLA dialect: model_type deepseek_v2 (not
     deepseek_v3, which vLLM turns into deepseek_mtp), top-level ids in vLLM's input-of-layer convention, fc sized by
     num_aux_hidden_states, and every field deepseek_eagle3.py reads."""
-    from eagle3lib.demo import deployments
+    from eagle3demo import deployments
     for name, ids in (("healthy", [2, 4, 6]), ("embedding_slot", [0, 2, 4, 6])):
         shipped = ART / {"draft": "draft", "retrained_draft": "draft_retrained"}[deployments.deployment(name,
                                                                                                   "mla").source]

@@ -1,5 +1,5 @@
 """The host facts (issue 37): vLLM 0.32 CPU serves an MLA model with AMX_MLA on an AMX host, whose weight packing
-refuses float32; engines.host.mla_route takes the dtype that serves there and demo.vllm_world records it; a user's
+refuses float32; engines.host.mla_route takes the dtype that serves there and eagle3demo.vllm_world records it; a user's
 float32 refusal on an AMX box is engine_cannot_run with the fix "serve in bfloat16".
 
 The refusal is checked on the real engine on any x86 host: the test-only sitecustomize in tests/engines/amx_claim/
@@ -81,7 +81,7 @@ def test_the_committed_amx_refusal_is_the_host_fact_not_a_weight():
 def test_the_mla_world_takes_the_hosts_route(monkeypatch, tmp_path):
     """vllm_world.ensure serves the mla world in the dtype the route answers and records the route (launch dtype,
     deployment.json, served.json notes); the engine is not run here: serve and dump record what they were asked."""
-    from eagle3lib.demo import vllm_world
+    from eagle3demo import vllm_world
     from eagle3lib.vllm_driver import serve as vllm_serve
     from eagle3lib.vllm_driver import dump as vllm_dump
 

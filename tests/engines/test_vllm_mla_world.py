@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib.demo import deployments, vllm_world
+from eagle3demo import deployments, vllm_world
 from eagle3lib.engines import host
 from eagle3lib.vllm_driver import env as vllm_env
 from eagle3lib.engines.facts import fact

@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 import torch
 
-from eagle3lib.demo import faults
+from eagle3demo import faults
 from eagle3lib.replay.artifacts import ArtifactSearch, Candidate, RecoveredMap, fails_own_samples, recover_map
 from eagle3lib.steps.trained_config import trained_artifacts, trained_config_search
 from eagle3lib.replay.verdict import read_recorded_accuracy

@@ -7,7 +7,7 @@ import math
 import pytest
 from safetensors.torch import load_file
 
-from eagle3lib.demo import deployments
+from eagle3demo import deployments
 from eagle3lib.demo import world as demo
 from eagle3lib.engines.loaded_view import Aspect, EngineView
 from eagle3lib.replay.as_served import AsServed, Replayed, replay_as_served
@@ -234,7 +234,7 @@ def test_mis_shaped_projections_are_replayed_as_the_engine_loads_them(world, tmp
     and gives the model its stand-in back (measured on the real SGLang: served 1.73; padded replay ~1.8, the random
     stand-in ~1.4)."""
     import torch
-    from eagle3lib.demo import faults
+    from eagle3demo import faults
     fault = next(f for f in faults.singles() if f.name == "num_key_value_heads")
     d = faults.write_fault(fault, tmp_path / "kv", world=world, engine="sglang")
     s = setup_of(world, d)

@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle3lib.demo import deployments
+from eagle3demo import deployments
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.facts import read_fields
 from eagle3lib.model.config import DraftConfig

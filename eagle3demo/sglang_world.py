@@ -5,7 +5,8 @@ launch as typed, the server log, /server_info, the prompts and SGLang's answers 
 traffic) and ``dump/`` (what the draft's fc got, from eagle3lib's in-process hook, with what SGLang's own loader did),
 and ``deployment.json`` (what it is, what it measured, the causes the diagnosis must name). They live under
 ``data/demo_sglang/<name>/``; `ensure(name)` serves one when its folder is missing or stale (a different draft or
-world), else reuses it, so the shipped folders need no SGLang to read.
+world: `eagle3lib.demo.served` judges, and reads the shipped folders for the library), else reuses it, so the
+shipped folders need no SGLang to read.
 - ``healthy``: the trained draft as SpecForge wrote it (ids [-1, 1, 3, 5] in eagle_config: SGLang's own convention,
   +1 with -1 the embedding), steps 3 / topk 1 / 4 draft tokens: "no fault found".
 - ``seed``: the seed's deployment on this world: the launch asks 16 draft tokens with one step and topk 1 (SGLang
@@ -19,22 +20,25 @@ missing deployment raises EngineError saying how to make it.
 from __future__ import annotations
 
 import json
-import os
 import shutil
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Callable
 
-from . import portable, world as demo
-from .portable import folder_stamp, rebased_record, relative_record
-from ..engines.draft_edit import edited_copy
-from ..errors import EngineError
-from ..jsonfiles import atomic_write
-from ..sglang_driver import env as sglang_env
+from eagle3lib.demo import world as demo
+from eagle3lib.demo.served import (NUM_PROMPTS, ROOT_ENVS, SGLANG_FIELDS, current_record, folder_stamp, served_root,
+                                   world_stamp)
+from eagle3lib.engines.draft_edit import edited_copy
+from eagle3lib.errors import EngineError
+from eagle3lib.jsonfiles import atomic_write
+from eagle3lib.sglang_driver import env as sglang_env
 
-ROOT_ENV = "EAGLE3LIB_SGLANG_DEMO_DIR"
-NUM_PROMPTS, DUMP_REQUESTS = 32, 4
-PATHS = ("dir", "draft", "launch", "log", "server_info", "traffic", "dump")     # SglangServed's file fields
+from . import portable
+from .portable import relative_record
+
+ROOT_ENV = ROOT_ENVS["sglang"]
+DUMP_REQUESTS = 4
+PATHS = SGLANG_FIELDS     # SglangServed's file fields
 
 
 @dataclass(frozen=True)
@@ -66,7 +70,7 @@ STORY, FIXED = "seed", "healthy"        # the report's deployment and its fix
 
 def root() -> Path:
     """Where the served deployments live (``data/demo_sglang`` or $EAGLE3LIB_SGLANG_DEMO_DIR)."""
-    return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / "demo_sglang")
+    return served_root("sglang", "llama")
 
 
 @dataclass(frozen=True)
@@ -113,19 +117,17 @@ def ensure(name: str, *, force: bool = False, num_prompts: int = NUM_PROMPTS) ->
     w = demo.ensure_world(progress=False)
     out = root() / name
     record, draft = out / "deployment.json", out / "draft"
-    made_of = folder_stamp(w.draft)[:8] + folder_stamp(w.target)[:8]
-    if not force and record.is_file() and draft.is_dir():
-        got = json.loads(record.read_text())
-        if got.get("stamp") == folder_stamp(draft) and got.get("world_stamp") == made_of and \
-                got.get("num_prompts") == num_prompts:
-            rec = rebased_record({k: got[k] for k in SglangServed.__dataclass_fields__ if k in got}, out, PATHS)
-            return SglangServed(**{**rec, "causes": dep.causes})     # the table says what it must be diagnosed with
+    made_of = world_stamp(w.draft, w.target)
+    got = None if force else current_record(out, PATHS, made_of, num_prompts=num_prompts)
+    if got is not None:
+        rec = {k: got[k] for k in SglangServed.__dataclass_fields__ if k in got}
+        return SglangServed(**{**rec, "causes": dep.causes})     # the table says what it must be diagnosed with
     reason = sglang_env.unavailable_reason()
     if reason:
         raise EngineError(f"SGLang demo deployment {name!r}", "the real SGLang cannot run here", expected="an SGLang "
                           "venv on a CPU with avx512_bf16 (or a CUDA host)", found=reason, cause="make sglang")
-    from ..sglang_driver.dump import dump_from_hook
-    from ..sglang_driver.serve import serve
+    from eagle3lib.sglang_driver.dump import dump_from_hook
+    from eagle3lib.sglang_driver.serve import serve
     shutil.rmtree(out, ignore_errors=True)
     edited_copy(w.draft, draft, config=dep.config, fresh=True)
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts, steps=dep.steps,

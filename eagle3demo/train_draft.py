@@ -1,4 +1,4 @@
-"""Capture the target's hidden states and train the demo world's EAGLE-3 draft on them (SpecForge objective).
+"""Train the demo world's EAGLE-3 draft on the target's captured hidden states (SpecForge objective); its config.
 
 Per TTT step k (training-and-eval.md §2.1): the draft at position t consumes token t+1+k and is scored against
 the target's logits at t+1+k restricted to the draft vocab; position_mask = loss_mask[t+k] * t2d[target argmax];
@@ -8,14 +8,15 @@ from __future__ import annotations
 
 import random
 import time
-from dataclasses import dataclass
 
 import torch
 from torch import Tensor
 
-from ..layout import to_ids
+from eagle3lib.demo.restore import Captured
+from eagle3lib.layout import to_ids
+from eagle3lib.progress import bar
+
 from .train_target import length_batches, lr_at
-from ..progress import bar, track
 
 ACC_DEFINITION = (
     "SpecForge classic acc_k (training-and-eval.md 2.1), pooled over the split: at TTT step k the draft at position t "
@@ -24,40 +25,6 @@ ACC_DEFINITION = (
     "draft vocab; numerator counted where loss_mask[t+k] == 1 (last token's mask set to 0, as offline SpecForge), "
     "denominator = sum of loss_mask[t+k] (out-of-draft-vocab targets count as misses). Teacher = the target's "
     "greedy prediction, not the data label.")
-
-
-@dataclass(frozen=True)
-class Captured:
-    """One sample's tokens and the target's states at the training layout."""
-    id: str
-    input_ids: Tensor     # [T] int64
-    loss_mask: Tensor     # [T] int64
-    aux: Tensor           # [T, k, Ht], slots in layout order
-    final: Tensor         # [T, Ht] final post-norm state (SpecForge `hidden_state`)
-
-
-@torch.no_grad()
-def capture_records(model, records: list[tuple[str, list[int], list[int]]], layout: tuple[str, ...],
-            batch_size: int = 32, progress: bool = False) -> list[Captured]:
-    """Run the HF target over (id, input_ids, loss_mask) records; keep `layout` slots and the final post-norm state."""
-    L = model.config.num_hidden_layers
-    hf_idx = to_ids(layout, "hf", L)                         # HF hidden_states index per slot
-    out = []
-    for i in track(range(0, len(records), batch_size), desc="capture", progress=progress, unit="batch",
-                   mininterval=2.0):
-        chunk = records[i:i + batch_size]
-        T = max(len(r[1]) for r in chunk)
-        ids = torch.zeros(len(chunk), T, dtype=torch.long)
-        am = torch.zeros(len(chunk), T, dtype=torch.long)
-        for j, (_, toks, _) in enumerate(chunk):
-            ids[j, :len(toks)], am[j, :len(toks)] = torch.tensor(toks), 1
-        hs = model(input_ids=ids, attention_mask=am, output_hidden_states=True).hidden_states   # L+1 x (B, T, Ht)
-        aux = torch.stack([hs[h] for h in hf_idx], dim=2)    # k x (B, T, Ht) -> (B, T, k, Ht)
-        for j, (sid, toks, mask) in enumerate(chunk):
-            n = len(toks)
-            out.append(Captured(sid, torch.tensor(toks, dtype=torch.long), torch.tensor(mask, dtype=torch.long),
-                                aux[j, :n].clone(), hs[L][j, :n].clone()))
-    return out
 
 
 def draft_config_dict(target_config, draft_vocab_size: int, layout: tuple[str, ...]) -> dict:

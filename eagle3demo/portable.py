@@ -11,17 +11,17 @@ applies it to every text file of a folder the repository ships; `machine_paths` 
 every tracked file uses it).
 
 Records whose paths a reader opens (``deployment.json``) are written relative to their own folder instead
-(`relative_record`, read back by `rebased_record`: `demo.vllm_world`, `demo.sglang_world`), so a copied data folder
-still reads; `folder_stamp` says whether a served deployment is still the draft it was served with.
+(`relative_record`: `vllm_world`, `sglang_world`; read back by the library's `eagle3lib.demo.served.rebased_record`),
+so a copied data folder still reads; `eagle3lib.demo.served.folder_stamp` says whether a served deployment is still
+the draft it was served with.
 """
 from __future__ import annotations
 
-import hashlib
 import os
 import re
 from pathlib import Path
 
-from .world import REPO_ROOT
+from eagle3lib.demo.world import REPO_ROOT
 
 BINARY_SUFFIXES = {".safetensors", ".pt", ".pth", ".bin", ".npy", ".npz", ".png", ".jpg", ".gz", ".zip", ".whl",
                    ".arrow", ".parquet"}
@@ -88,30 +88,6 @@ def make_portable(folder: Path | str, root: Path | str | None = None, home: Path
                 p.write_text(new, errors="surrogateescape")
                 changed.append(p)
     return changed
-
-
-def folder_stamp(folder: Path | str) -> str:
-    """What a folder's files hold (their names and bytes), as 16 hex digits: a served deployment is reused only for
-    the same draft."""
-    h = hashlib.sha256()
-    for f in sorted(Path(folder).iterdir()):
-        if f.is_file():
-            h.update(f.name.encode())
-            h.update(f.read_bytes())
-    return h.hexdigest()[:16]
-
-
-def rebased_record(rec: dict, out: Path, fields) -> dict:
-    """A deployment record's file paths (its `fields`) as they lie now, under `out` (a clone, a copied data folder):
-    a path relative to the record's folder (how records are written) joined to `out`; an older record's absolute
-    path moved from where it was served (rec["dir"]) to `out`."""
-    was = str(rec.get("dir", ""))
-
-    def where(v):
-        if not Path(v).is_absolute():
-            return str((out / v).resolve()) if v != "." else str(out)
-        return str(out) + v[len(was):] if was and Path(was).is_absolute() and v.startswith(was) else v
-    return {k: (where(v) if k in fields and isinstance(v, str) else v) for k, v in rec.items()}
 
 
 def relative_record(rec: dict, out: Path, fields) -> dict:

@@ -24,14 +24,13 @@ from pathlib import Path
 import torch
 from safetensors.torch import load_file, save_file
 
-from ..engines.versions import DEFAULT_VERSION
-from ..samples.readers import SEED_FORMAT
-from ..samples.sample import Sample
-from ..samples.writers import write_seed_dataset
-from . import world as demo
-from .build import TRAINING_LAYOUT
-from .corpus import ASSISTANT, BOS, EOT, SYSTEM, USER
-from .train_draft import capture_records
+from eagle3lib.engines.versions import DEFAULT_VERSION
+from eagle3lib.samples.readers import SEED_FORMAT
+from eagle3lib.samples.sample import Sample
+from eagle3lib.samples.writers import write_seed_dataset
+from eagle3lib.demo import world as demo
+from eagle3lib.demo.corpus import ASSISTANT, BOS, EOT, SYSTEM, USER
+from eagle3lib.demo.restore import TRAINING_LAYOUT, capture_records
 
 N_TEMPLATE = 64                 # conversations in the other-template data
 SGLANG_REWRITE = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "

@@ -14,8 +14,8 @@ import time
 import torch
 from torch import Tensor
 
-from .corpus import BOS, EOT, PAD
-from ..progress import bar
+from eagle3lib.demo.corpus import BOS, EOT, PAD
+from eagle3lib.progress import bar
 
 
 MLA_ATTENTION = {"kv_lora_rank": 512, "qk_rope_head_dim": 64}     # DeepSeek-V3's and Kimi-K2's values

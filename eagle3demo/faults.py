@@ -24,12 +24,14 @@ import torch
 
 from safetensors.torch import load_file
 
-from . import fault_inputs, world as demo
-from ..engines.draft_edit import edited_copy
-from ..errors import Eagle3Error
+from eagle3lib.demo import world as demo
+from eagle3lib.engines.draft_edit import edited_copy
+from eagle3lib.engines.facts import read_fields
+from eagle3lib.errors import Eagle3Error
+from eagle3lib.model.vocab import absolute_to_offsets, build_vocab_map, draft_to_target
+
+from . import fault_inputs
 from .deployments import write_deployment
-from ..engines.facts import read_fields
-from ..model.vocab import absolute_to_offsets, build_vocab_map, draft_to_target
 
 ENGINES = ("vllm", "sglang")
 
@@ -240,13 +242,13 @@ def served_on_engine(fault: Fault, draft, engine: str, w=None, n: int = 16) -> t
     out = Path(draft).parent / "served"
     how = served_with(fault, w, engine)
     if engine == "sglang":
-        from ..sglang_driver.dump import dump_from_hook
-        from ..sglang_driver.serve import serve as sglang_serve
+        from eagle3lib.sglang_driver.dump import dump_from_hook
+        from eagle3lib.sglang_driver.serve import serve as sglang_serve
         s = sglang_serve(how["target"], draft, out, prompts=how["prompts"], n=n, steps=how["steps"],
                          topk=how["topk"], ndt=how["ndt"], hook=True)
         logs, answered = [s.log] + ([s.server_info] if s.server_info else []), s.n_answered > 0
     else:
-        from ..vllm_driver.serve import serve as vllm_serve
+        from eagle3lib.vllm_driver.serve import serve as vllm_serve
         s = vllm_serve(how["target"], draft, out, prompts=how["prompts"], n=n,
                        num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
         logs, answered = [s.log] + ([s.metrics] if s.metrics else []), s.ok

