@@ -33,5 +33,7 @@
 - `replayed_layout` what the training-sample replay decides: the served layout against the trained one,
                   missing_layer_ids, generalization_gap, a d2t reading (notebook 02)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
-- `run`         run_checks(...): every check on whatever inputs are given
+- `registry`    `@contract(name, causes, parts=...)`: each check registered where it is written, with the parts
+                  that run it (tags, no tuple of names); `Options`, what a check reads beside the artifacts
+- `run`         run_checks(...): every registered check (or a part's) on whatever inputs are given
 """

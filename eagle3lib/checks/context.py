@@ -13,6 +13,7 @@ from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.context"
 REPLAY_N = 8          # training samples replayed by default for the accuracy past the declared context
@@ -305,3 +306,16 @@ def check_window(art: Artifacts) -> list[Finding]:
                     "layer_types / sliding_window runs it with the target's, not as it was trained", ev, w,
                     fix=window_fix(), needs="the engine version",
                     source=window_source())]
+
+
+@contract("context", CONTEXT_CAUSES, parts=("artifacts", "serving data"))
+def judge_context(art: Artifacts, opts: Options) -> list[Finding]:
+    """The context, replayed past the draft's on `REPLAY_N` samples or `replay_n`, as the engine asked about."""
+    return check_context(art, replay_n=max(opts.replay_n, REPLAY_N), engine=opts.engine,
+                         engine_version=opts.engine_version, engine_runner=opts.engine_runner)
+
+
+@contract("window", WINDOW_CAUSES, part_of="context")
+def judge_window(art: Artifacts, opts: Options) -> list[Finding]:
+    """The draft's sliding window against the target's."""
+    return check_window(art)

@@ -18,6 +18,7 @@ from ..model.dialects import value_at
 from ..engines.loaded_view import vllm_fc_slots
 from ..engines.versions import in_force
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 from .launch_flags import integer, spec_config, speculating
 
 WHERE = "checks.draft_feed"
@@ -324,3 +325,9 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
             [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                      {"engine": la.engine}, WHERE) for c in ("k_meaning", "k_schedule")]
     return out[:1] + [_pp(art, la)] + out[1:] + [_k_meaning(la, engine_version), _k_schedule(la)]
+
+
+@contract("draft_feed", DRAFT_FEED_CAUSES, part_of="launch")
+def judge_draft_feed(art: Artifacts, opts: Options) -> list[Finding]:
+    """What the engine asked about feeds the draft and what K means."""
+    return check_draft_feed(art, opts.engine, opts.engine_version, opts.engine_runner)

@@ -20,6 +20,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines import facts
 from .inputs import Artifacts
+from .registry import Options, contract
 from .launch_flags import serving_row, spec_config, speculating, switch
 
 WHERE = "checks.draft_serving"
@@ -322,3 +323,9 @@ def check_draft_serving(art: Artifacts) -> list[Finding]:
                         {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
     return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
             _attention(art, la), _greedy_platform(la, art.traffic)]
+
+
+@contract("draft_serving", DRAFT_SERVING_CAUSES, part_of="launch")
+def judge_draft_serving(art: Artifacts, opts: Options) -> list[Finding]:
+    """How the engine runs and verifies the draft."""
+    return check_draft_serving(art)

@@ -27,6 +27,7 @@ from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..layout import input_index
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 from ..progress import track
 
 # a target that computes other states makes the served traffic (captured by it) score lower than the training
@@ -215,3 +216,12 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
                     "the draft on it",
                     source="field-causes.md #14; SpecForge#192; speculators#751", measured=True,
                     explains=DRIFT_EXPLAINS)]
+
+
+@contract("drift", DRIFT_CAUSES, parts=("diffing",), trained_layout=True)
+def judge_drift(art: Artifacts, opts: Options) -> list[Finding]:
+    """The recapture runs the whole target: only when replay evidence is asked for (replay_n > 0)."""
+    if opts.replay_n <= 0:
+        return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
+                            "through the target)")]
+    return check_drift(art, n=opts.replay_n, model=opts.target_model, device=opts.device)

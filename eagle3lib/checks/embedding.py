@@ -14,6 +14,7 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_tensor
 from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.embedding"
 EMBED_KEYS = ("embed_tokens.weight", "model.embed_tokens.weight", "layers.0.embed_tokens.weight")
@@ -179,3 +180,9 @@ def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
         return [not_checked("wrong_embedding", WHERE, need), not_checked("lm_head_missing", WHERE, need)]
     eng = engine.lower() if engine and engine.lower() in engine_facts.SERVING_ENGINES else None
     return [_embedding(art, eng), _lm_head(art, eng), *_vocab(art)]
+
+
+@contract("embedding", EMBEDDING_CAUSES, parts=("artifacts", "serving"))
+def judge_embedding(art: Artifacts, opts: Options) -> list[Finding]:
+    """The embedding and lm_head for the engine asked about."""
+    return check_embedding(art, opts.engine)

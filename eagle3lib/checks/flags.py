@@ -12,6 +12,7 @@ from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
 from ..model.dialects import FLAG_PLACES, value_at
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.flags"
 FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
@@ -219,3 +220,15 @@ def check_norm_meaning(art: Artifacts, replay_n: int = 0) -> list[Finding]:
     if need:
         return [not_checked("fc_norm_conflict", WHERE, need), not_checked("specforge_norm_output", WHERE, need)]
     return [_fc_norm_conflict(art), _norm_output_meaning(art, replay_n)]
+
+
+@contract("flags", FLAGS_CAUSES, parts=("artifacts", "serving"))
+def judge_flags(art: Artifacts, opts: Options) -> list[Finding]:
+    """The variant flags for the engine asked about."""
+    return check_flags(art, opts.engine, opts.engine_version, opts.replay_n)
+
+
+@contract("norm_meaning", NORM_MEANING_CAUSES, part_of="flags")
+def judge_norm_meaning(art: Artifacts, opts: Options) -> list[Finding]:
+    """What the norm flags mean together and as SpecForge wrote them."""
+    return check_norm_meaning(art, opts.replay_n)

@@ -11,6 +11,7 @@ from ..serving.crossengine import lint, vllm_effective
 from ..engines import facts as engine_facts
 from ..serving.launch import SPEC_FIELDS
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.launch"
 LOSSY_VLLM = ("typical_acceptance_sampler",)
@@ -147,3 +148,9 @@ LAUNCH_CAUSES = ('wrong_method', 'lossy_threshold', 'sampling_settings', 'quanti
 def check_launch(art: Artifacts) -> list[Finding]:
     """Findings on the launch command and the draft/target pairing."""
     return [_method(art), _lossy(art), _sampling(art), _quantized(art), _hidden(art)]
+
+
+@contract("launch", LAUNCH_CAUSES, parts=("serving", "engine-free"))
+def judge_launch(art: Artifacts, opts: Options) -> list[Finding]:
+    """The launch command's method, thresholds, sampling and sizes."""
+    return check_launch(art)

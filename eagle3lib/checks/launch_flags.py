@@ -23,6 +23,7 @@ from ..engines import facts
 from ..serving.launch import LaunchArgs
 from .context import served_prompt_lengths
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.launch_flags"
 NEEDS_OVER_TIME = ("served accept lengths over time (served_log_path) against the replay: a decay over hours that "
@@ -382,3 +383,9 @@ def check_launch_flags(art: Artifacts) -> list[Finding]:
                         {"engine": la.engine}, WHERE) for c in causes + TOPOLOGY] + [_trtllm(art)]
     return [_prefix_cache(la), _dp(la), _lora(la), _structured(la), _chunked(art, la), _mrope(art, la), _trtllm(art),
             _hicache(la), _pd(la), _async(la), _sp(la)]
+
+
+@contract("launch_flags", LAUNCH_FLAGS_CAUSES, part_of="launch")
+def judge_launch_flags(art: Artifacts, opts: Options) -> list[Finding]:
+    """The serving features the launch turns on."""
+    return check_launch_flags(art)

@@ -25,6 +25,7 @@ from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index, training_default_layout
 from ..model.dialects import CONFIG_DIALECTS
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.layer_ids"
 REPLAY_N = 8          # training samples replayed under the engine's default capture and the trained layout
@@ -420,3 +421,9 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
                            fix=_ids_fix(trained, L, eng),
                            needs=claim_needs if st == "suspected" else "", source=reading_source(eng)))
     return out
+
+
+@contract("layer_ids", LAYER_IDS_CAUSES, parts=("artifacts", "serving"), trained_layout=True)
+def judge_layer_ids(art: Artifacts, opts: Options) -> list[Finding]:
+    """The layer ids for the engine asked about (its version and vLLM model runner)."""
+    return check_layer_ids(art, opts.engine, opts.engine_version, opts.engine_runner)

@@ -14,6 +14,7 @@ import math
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.rope"
 DEFAULT_THETA = 10000.0    # LlamaConfig's default, and what a reader that finds no theta uses
@@ -127,3 +128,9 @@ def check_rope(art: Artifacts, replay_n: int = REPLAY_N) -> list[Finding]:
                        needs="" if rep else NEEDS["data"] + " (for the replay under both RoPEs)",
                        source="field-causes.md #5; EAGLE trains at theta 10000 whatever the target's"))
     return out
+
+
+@contract("rope", ROPE_CAUSES, parts=("artifacts", "serving data", "engine-free"))
+def judge_rope(art: Artifacts, opts: Options) -> list[Finding]:
+    """RoPE, replayed on `REPLAY_N` samples or `replay_n`, whichever is more."""
+    return check_rope(art, max(opts.replay_n, REPLAY_N))

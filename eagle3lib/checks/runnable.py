@@ -12,6 +12,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines.facts import SERVING_ENGINES, fact
 from .inputs import Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.runnable"
 RUNS_ONLY = {"hidden_act": "silu"}      # field -> the one value the engines' draft model runs (facts 'config' rows)
@@ -48,3 +49,9 @@ def check_runnable(art: Artifacts, engine: str | None = None) -> list[Finding]:
                                "there", source="; ".join(r.source for r in rows),
                            needs="" if eng else "the serving launch command (which engine)"))
     return out
+
+
+@contract("runnable", RUNNABLE_CAUSES, part_of="launch")
+def judge_runnable(art: Artifacts, opts: Options) -> list[Finding]:
+    """A config value the engine asked about refuses outright."""
+    return check_runnable(art, opts.engine)

@@ -23,6 +23,7 @@ import dataclasses
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from .inputs import NEEDS, Artifacts
+from .registry import Options, contract
 from .template_replay import (EMPTY_THINK, MARGIN, RenderingReplay, ends_alike, generation_head,
                               served_role_markers, think_block, training_markers, with_generation_prompt)
 
@@ -321,3 +322,9 @@ def _generation_prompt(tok, marks, train_masks, ev, rr: RenderingReplay | None =
                     aspects=asp)
     return Finding("chat_template_mismatch", "ruled out", f"the template's generation prompt {gen!r} opens the "
                    f"answers of {share:.0%} of training samples", ev_g, w, aspects=asp)
+
+
+@contract("template", TEMPLATE_CAUSES, parts=("artifacts", "serving data"))
+def judge_template(art: Artifacts, opts: Options) -> list[Finding]:
+    """The chat template of the training samples against the target's and the served prompts'."""
+    return check_template(art)

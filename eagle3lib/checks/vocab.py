@@ -10,6 +10,7 @@ from ..errors import Eagle3Error
 from ..model.safefiles import load_state_dict
 from ..model.vocab import check_vocab
 from .inputs import Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.vocab"
 D2T_KEYS = ("d2t", "model.d2t", "draft_id_to_target_id", "eagle_module.d2t")
@@ -41,3 +42,9 @@ def check_d2t(art: Artifacts) -> list[Finding]:
                         fix="rebuild d2t as offsets (vocab.absolute_to_offsets / build_vocab_map)",
                         source="vocab.check_vocab; NeMo Automodel PR#2447; verl-SpeCo PR#66/#67")]
     return [Finding("d2t_mapping", "ruled out", "d2t / t2d are a consistent offset map", ev, WHERE)]
+
+
+@contract("vocab", VOCAB_CAUSES, parts=("artifacts",))
+def judge_vocab(art: Artifacts, opts: Options) -> list[Finding]:
+    """d2t / t2d."""
+    return check_d2t(art)

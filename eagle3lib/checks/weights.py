@@ -21,6 +21,7 @@ from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
 from .inputs import Artifacts
+from .registry import Options, contract
 
 WHERE = "checks.weights"
 OPTIONAL = ("embed_tokens.weight", "lm_head.weight", "d2t", "t2d")   # checks.embedding / vocab checks own these
@@ -275,3 +276,9 @@ def _absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev) -> Find
 def _raw(canonical: str, renames) -> str:
     """The on-disk key a canonical name came from."""
     return next((old for old, new, _ in renames if new == canonical), canonical)
+
+
+@contract("weights", WEIGHTS_CAUSES, parts=("artifacts", "serving"))
+def judge_weights(art: Artifacts, opts: Options) -> list[Finding]:
+    """The draft's keys as the engine asked about loads them."""
+    return check_weights(art, opts.engine, opts.engine_version)

@@ -5,7 +5,8 @@ here and only here), then the library called in the notebook's order. Each noteb
 - `part`       `Inputs` (what every investigation is given, one set) and `Part` (its findings, tables, figures,
   notes, problems and the results they were made from).
 - `order`      the notebooks and their parts in order, written once (`NOTEBOOKS`, `PARTS`): what the diagnosis
-  loops over (a part marked `diagnosed=False`, notebook 04's, only its notebook runs).
+  loops over (a part marked `diagnosed=False` only its notebook runs: 00, whose checks part 01 runs in the
+  diagnosis with the engine, and 04, which decides no cause).
 
 - `given`      every input a user gives, read once before use: one that cannot be read is a `Problem` naming
   the parameter, the path or text, the error and what was expected (the diagnosis and the report runner).

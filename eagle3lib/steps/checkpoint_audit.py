@@ -37,14 +37,11 @@ def audit_inputs(draft_path: str = "", target_path: str = "", train_data: str = 
     return AuditInputs(str(w.draft), target_path or str(w.target), train_data or str(w.seed_data), True)
 
 
-ARTIFACT_CHECKS = ("layer_ids", "flags", "rope", "context", "embedding", "weights", "vocab", "template")
-
-
 def artifact_checks(inputs: AuditInputs, progress=None) -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.train_data or None,
-                      only=ARTIFACT_CHECKS, progress=progress)
+                      part="artifacts", progress=progress)
 
 
 def run(inputs: Inputs, earlier=None) -> Part:

@@ -32,7 +32,6 @@ from .part import Inputs, Part
 
 NAME = "03 hidden-state diffing"
 PROOF_SAMPLES = 16     # training samples replayed for the proof of fix unless Inputs.proof_samples says (at most n)
-DIFF_CHECKS = ("drift",)   # the checks (checks.run.CHECKS) this part runs
 
 
 @dataclass(frozen=True, eq=False)
@@ -243,7 +242,7 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
 def drift_findings(inp: DiffInputs, n: int = 4, progress=None) -> list[Finding]:
     """Check 6 (target drift): the stored training states against the target's own recapture of `n` samples."""
     return run_checks(draft=str(inp.draft_path), target=str(inp.target_path), data=str(inp.training_data),
-                      only=DIFF_CHECKS, replay_n=n, progress=progress, device=inp.device)
+                      part="diffing", replay_n=n, progress=progress, device=inp.device)
 
 
 def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:

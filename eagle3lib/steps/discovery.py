@@ -222,31 +222,27 @@ class Discovery:
                 "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
 
 
-SERVING_CHECKS = ("layer_ids", "flags", "embedding", "weights", "launch")
-# with the training data too: the context and template measured as this engine serves them, the RoPE replayed
-# (engine-free, but notebook 00 may have had no train_data: the replay decides here from its own train_data)
-DATA_CHECKS = ("context", "template", "rope")
-
-
 def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
-                   replay_n: int = 4, served_traffic: str = "") -> list[Finding]:
-    """The contract checks that need the engine: run with the launch command's engine and the SGLang version
-    (notebook 01's), plus the serving-settings finding (`ndt_override`). With the training `data`: its slots
-    (identified against the target on `replay_n` of them) are the trained layout the engine's capture is compared
-    with, not the config's claim of it; the layer ids are replayed against it and the context and chat template
-    are measured as this engine serves them (the template --chat-template names)."""
-    draft = str(d.draft_config.parent) if d.draft_config else None
-    target = str(d.target_config.parent) if d.target_config else None
+                   replay_n: int = 4, served_traffic: str = "", draft: str | None = None,
+                   target: str | None = None) -> list[Finding]:
+    """Every contract check but the diffing part's, each once: notebook 00's (the draft, target and data) and those
+    that need the engine, run with the launch command's engine and its version, plus the serving-settings finding
+    (`ndt_override`). With the training `data`: its slots (identified against the target on `replay_n` of them)
+    are the trained layout the engine's capture is compared with, not the config's claim of it; the layer ids are
+    replayed against it and the context and chat template are measured as this engine serves them (the template
+    --chat-template names). `draft` / `target`: the folders checked (default: those of the configs discovered)."""
+    draft = draft or (str(d.draft_config.parent) if d.draft_config else None)
+    target = target or (str(d.target_config.parent) if d.target_config else None)
     if d.launch is None:      # no command: what the draft, target and data decide alone (sizes, quantization, RoPE)
         found = run_checks(draft=draft, target=target, data=data or None, progress=progress,
-                           only=("launch",) + (("rope",) if data else ()))
+                           part=("artifacts", "engine-free"))
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
         found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
                            replay_n=replay_n if data else 0,
                            engine_version=d.version if d.launch.engine == "sglang"
                            else (vl.version if vl is not None else None), progress=progress,
-                           only=SERVING_CHECKS + (DATA_CHECKS if data else ()),
+                           part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None,
                            served_traffic=served_traffic or None)
     return d.cause_findings() + found
@@ -254,15 +250,18 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
 
 def run(inputs: Inputs, earlier=None) -> Part:
     """Notebook 01's serving settings: the launch command discovered from every source given (`results`: its
-    DiscoveryInputs and Discovery) and the checks that need the engine, on the training data notebook 00
-    resolved when it ran before (`earlier`), else the data given. What could not be read is in `problems`."""
+    DiscoveryInputs and Discovery) and every contract check, each once, with the engine it names (notebook 00's
+    checks too: the diagnosis runs them here, not in part 00), on the draft, target and training data notebook
+    00 resolves (`earlier`'s when it ran before). What could not be read is in `problems`."""
     inp = discovery_inputs(inputs.launch, inputs.fixed_command, inputs.sglang_version, inputs.server_log, inputs.target,
                            inputs.draft)
     d = discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
                  server_info=inputs.server_info or inputs.server_url, server_log=inp.server_log)
     audit = (earlier or {}).get(checkpoint_audit.NAME)
-    data = audit.results["inputs"].train_data if audit is not None else inputs.train_data
-    found = serving_checks(inp, d, data=data, served_traffic=inputs.served_traffic)
+    aud = audit.results["inputs"] if audit is not None else checkpoint_audit.audit_inputs(
+        inputs.draft, inputs.target, inputs.train_data)
+    found = serving_checks(inp, d, data=aud.train_data, served_traffic=inputs.served_traffic,
+                           draft=aud.draft_path, target=aud.target_path or None)
     return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})
 

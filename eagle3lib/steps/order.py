@@ -2,8 +2,10 @@
 `run(inputs, earlier)` makes. The diagnosis loops over `PARTS`; nothing else lists the order.
 
 Notebook 01 makes two parts (its serving settings, then the served runs against the replay, which need the
-first); notebook 04's part (throughput) decides no cause: its step says so (`diagnosed=False`), and the diagnosis
-does not run it (its demo sweep is timed runs and charts, nothing the diagnosis combines).
+first). Two parts are their notebook's only (`diagnosed=False`): notebook 00's checks are run by notebook 01's part
+in the diagnosis, once, with the engine the launch names (part 00 runs them without an engine: its notebook's
+view), so that each check judges a diagnosis once; notebook 04's part (throughput) decides no cause (its demo
+sweep is timed runs and charts, nothing the diagnosis combines).
 """
 from __future__ import annotations
 
@@ -25,14 +27,14 @@ class Step:
     needs_draft: bool = False
     needs: tuple[str, ...] = ()    # steps.part.Inputs fields
     after: str = ""                # the part whose result it reads
-    diagnosed: bool = True         # False: only its notebook runs it (it decides no cause)
+    diagnosed: bool = True         # False: only its notebook runs it (its checks run elsewhere, or decide no cause)
 
 
 NOTEBOOKS = (("00_checkpoint_audit", checkpoint_audit), ("01_config_override_discovery", discovery),
              ("02_training_sample_replay", sample_replay), ("03_hidden_state_diffing", diffing),
              ("04_throughput_charts", throughput_runs))
 
-PARTS = (Step(NOTEBOOKS[0][0], checkpoint_audit.NAME, checkpoint_audit),
+PARTS = (Step(NOTEBOOKS[0][0], checkpoint_audit.NAME, checkpoint_audit, diagnosed=False),
          Step(NOTEBOOKS[1][0], discovery.NAME, discovery),
          Step(NOTEBOOKS[1][0], served_prediction.NAME, served_prediction, needs_draft=True, after=discovery.NAME),
          Step(NOTEBOOKS[2][0], sample_replay.NAME, sample_replay, needs_draft=True, needs=("train_data",)),

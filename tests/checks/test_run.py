@@ -1,6 +1,10 @@
 """run_checks: every check on whatever is given; missing inputs narrow the answer, broken checks never raise."""
 from __future__ import annotations
 
+import ast
+import dataclasses
+from pathlib import Path
+
 import pytest
 
 from eagle3lib.causes import CATALOGUE, Finding
@@ -15,7 +19,7 @@ def test_nothing_given_is_all_not_checked_naming_inputs():
     f = run_checks()
     assert f and {x.status for x in f} == {"not checked"} and all(x.needs for x in f)
     assert {x.cause for x in f} <= set(CATALOGUE)
-    reported = {c for _, causes in R.CHECKS.values() for c in causes}
+    reported = {c for check in R.CHECKS.values() for c in check.causes}
     assert {x.cause for x in f} == reported
 
 
@@ -39,7 +43,7 @@ def test_unreadable_inputs_and_a_broken_check_do_not_raise(tmp_path, monkeypatch
 
     def boom(art, opts):
         raise RuntimeError("kaboom")
-    monkeypatch.setitem(R.CHECKS, "rope", (boom, ("rope_mismatch",)))
+    monkeypatch.setitem(R.CHECKS, "rope", dataclasses.replace(R.CHECKS["rope"], judge=boom))
     f = run_checks(draft=write_draft(tmp_path, draft_raw()), only=["rope"])
     assert [(x.cause, x.status) for x in f] == [("rope_mismatch", "not checked")] and "kaboom" in f[0].summary
     assert all(isinstance(x, Finding) for x in f)
@@ -62,7 +66,7 @@ CLEAN = {"sglang": "python -m sglang.launch_server --model-path {t} --speculativ
 def test_rows_20_to_33_are_each_reported_by_a_check():
     """Each field-causes.md row 20-33 is a cause some contract check reports (rows 13, 15, 18 are the notebooks')."""
     from eagle3lib.causes import FIELD_CAUSES
-    reported = {c for _, causes in R.CHECKS.values() for c in causes}
+    reported = {c for check in R.CHECKS.values() for c in check.causes}
     assert NEW_CAUSES == {FIELD_CAUSES[r] for r in range(20, 34)} and NEW_CAUSES <= reported
 
 
@@ -98,7 +102,7 @@ ROWS_34_47 = {"hicache_draft_kv", "pd_disaggregation", "pipeline_parallel_aux", 
 def test_rows_34_to_47_are_each_reported_by_a_check():
     """Each field-causes.md row 34-47 is a cause some contract check reports, and `only=("launch",)` runs them."""
     from eagle3lib.causes import FIELD_CAUSES
-    reported = {c for _, causes in R.CHECKS.values() for c in causes}
+    reported = {c for check in R.CHECKS.values() for c in check.causes}
     assert ROWS_34_47 == {FIELD_CAUSES[r] for r in range(34, 48)} and ROWS_34_47 <= reported
     f = run_checks(launch=CLEAN["vllm"].format(t="t", d="d"), only=("launch",))
     assert ROWS_34_47 <= {x.cause for x in f}
@@ -119,13 +123,41 @@ def test_healthy_demo_world_gives_no_alarm_for_rows_34_to_47(world, engine):
     assert sum(x.status == "ruled out" for x in f) >= 9
 
 
+def _parts_asked() -> set[str]:
+    """The part tags the steps pass to run_checks(part=...): read from their source, string constants only."""
+    tags = set()
+    for path in (Path(R.__file__).parents[1] / "steps").glob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.keyword) and node.arg == "part":
+                tags |= {c.value for c in ast.walk(node.value) if isinstance(c, ast.Constant)
+                         and isinstance(c.value, str)}
+    return tags
+
+
 def test_every_check_is_run_by_a_part():
-    """A check in checks.run.CHECKS that no part asks for (its name tuple, or the check it is part of) never runs:
-    this fails until a part runs it."""
-    from eagle3lib.steps.checkpoint_audit import ARTIFACT_CHECKS
-    from eagle3lib.steps.diffing import DIFF_CHECKS
-    from eagle3lib.steps.discovery import DATA_CHECKS, SERVING_CHECKS
-    asked = set(ARTIFACT_CHECKS) | set(SERVING_CHECKS) | set(DATA_CHECKS) | set(DIFF_CHECKS)
-    assert asked <= set(R.CHECKS), f"parts ask for checks that do not exist: {sorted(asked - set(R.CHECKS))}"
-    runs = asked | {k for k, parent in R.PART_OF.items() if parent in asked}
+    """A registered check that no part asks for (by its tags, or the check it is part of) never runs: this fails
+    until a part runs it. The steps ask by tag only (no tuple of check names)."""
+    from eagle3lib.checks.registry import PARTS
+    asked = _parts_asked()
+    assert asked <= set(PARTS), f"steps ask for unknown parts: {sorted(asked - set(PARTS))}"
+    runs = set(R.chosen(part=tuple(asked)))
     assert runs == set(R.CHECKS), f"checks no part runs: {sorted(set(R.CHECKS) - runs)}"
+    assert all(c.part_of in R.CHECKS for c in R.CHECKS.values() if c.part_of)
+
+
+def test_a_check_is_registered_once_with_a_part(monkeypatch):
+    """The registry refuses a second function under a taken name, an unknown part tag and a check with no part."""
+    from eagle3lib.checks import registry
+    from eagle3lib.errors import FindingError
+    monkeypatch.setattr(registry, "CHECKS", dict(registry.CHECKS))
+
+    def other(art, opts):
+        return []
+    with pytest.raises(FindingError, match="registered twice"):
+        registry.contract("rope", ("rope_mismatch",), parts=("artifacts",))(other)
+    with pytest.raises(FindingError, match="unknown part tag"):
+        registry.contract("new", ("rope_mismatch",), parts=("notebook 9",))
+    with pytest.raises(FindingError, match="no part runs"):
+        registry.contract("new", ("rope_mismatch",))
+    registry.contract("new", ("rope_mismatch",), part_of="rope")(other)
+    assert "new" in registry.in_part("artifacts") and "new" not in registry.in_part("diffing")

@@ -54,9 +54,13 @@ def test_a_part_shows_its_findings():
 
 def test_a_part_that_decides_no_cause_is_not_diagnosed():
     """Notebook 04's part (throughput) is in PARTS for its notebook, marked not diagnosed: the diagnosis's loop
-    skips it (no timed demo sweep, no charts in a terminal run)."""
-    from eagle3lib.steps import throughput_runs
+    skips it (no timed demo sweep, no charts in a terminal run). So is notebook 00's: its checks are among those
+    notebook 01's part runs with the engine (each check judges a diagnosis once)."""
+    from eagle3lib.checks.run import chosen
+    from eagle3lib.steps import checkpoint_audit, throughput_runs
 
-    step = next(s for s in order.PARTS if s.module is throughput_runs)
-    assert step.notebook == "04_throughput_charts" and not step.diagnosed
-    assert all(s.diagnosed for s in order.PARTS if s is not step)
+    skipped = {s.module for s in order.PARTS if not s.diagnosed}
+    assert skipped == {throughput_runs, checkpoint_audit}
+    assert next(s for s in order.PARTS if s.module is throughput_runs).notebook == "04_throughput_charts"
+    assert set(chosen(part="artifacts")) <= set(chosen(part=("artifacts", "serving"))) & set(
+        chosen(part=("artifacts", "engine-free")))
