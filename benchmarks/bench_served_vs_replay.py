@@ -1,7 +1,7 @@
 """The real vLLM's served accept length against eagle3lib's prediction, for every demo deployment (issue 24).
 
-Each deployment of `eagle3lib.demo.deployments` (the demo draft with one planted defect) is served by the real vLLM
-(`demo.vllm_world.ensure`: the OpenAI server on 127.0.0.1, 32 held-out prompts, K=3, greedy; served once and
+Each deployment of `eagle3demo.deployments` (the demo draft with one planted defect) is served by the real vLLM
+(`eagle3demo.vllm_world.ensure`: the OpenAI server on 127.0.0.1, 32 held-out prompts, K=3, greedy; served once and
 reused) and diagnosed as a user's deployment (`diagnose.run`). The table sets the served τ beside the replay of the
 draft as trained and as the engine loads it (replay.as_served, on the served prompts' split), and the diagnosis.
 Needs .venv-vllm (`make vllm`). Usage: .venv/bin/python benchmarks/bench_served_vs_replay.py [--only a,b] [--n 16]
@@ -10,11 +10,14 @@ Needs .venv-vllm (`make vllm`). Usage: .venv/bin/python benchmarks/bench_served_
 from __future__ import annotations
 
 import argparse
+import sys
 import time
+from pathlib import Path
 
 from _common import finish
 
-from eagle3demo import deployments, vllm_world
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # eagle3demo/ (the demo builder) beside the library
+from eagle3demo import deployments, vllm_world  # noqa: E402
 from eagle3lib.diagnose.run import Inputs, run
 
 
