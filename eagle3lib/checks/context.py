@@ -95,9 +95,9 @@ def _past_context(art: Artifacts, draft_mp: int, n: int) -> dict:
     """The replay's step-0 accuracy within and past the declared context ({} when it cannot run: no weights)."""
     if n <= 0 or not art.draft_path or not art.target_path or not art.tensors or art.data is None:
         return {}
-    from ..replay.evidence import accuracy_by_position, load_replay
+    from ..replay.evidence import accuracy_by_position
     try:
-        table = accuracy_by_position(load_replay(art.draft_path, art.target_path), art.data, n=n,
+        table = accuracy_by_position(art.replay_setup, art.data, n=n,
                                      buckets=(0, draft_mp))
     except Eagle3Error as e:
         return {"replay_error": str(e)[:200]}

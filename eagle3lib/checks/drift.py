@@ -67,10 +67,9 @@ def _replayed(art: Artifacts, model, samples, layout) -> dict:
     cannot run)."""
     if not art.draft_path:
         return {}
-    from ..replay.evidence import load_replay
     from ..replay.run import replay
     try:
-        setup = dataclasses.replace(load_replay(art.draft_path, art.target_path), training_layout=tuple(layout))
+        setup = dataclasses.replace(art.replay_setup, training_layout=tuple(layout))
         kw = dict(layout=tuple(layout), num_steps=1, simulate=False, progress=False)
         a = replay(setup, [dataclasses.replace(s, layout=tuple(layout)) for s in samples], **kw).acc0
         b = replay(setup, recaptured(model, samples, layout), **kw).acc0

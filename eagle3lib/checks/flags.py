@@ -49,9 +49,9 @@ def _replay_evidence(art: Artifacts, flags, n: int) -> dict:
     """Step-0/1 accuracy with the flags as configured and with each one off (empty without draft/target/data)."""
     if n <= 0 or art.missing("draft", "target", "data") or not art.draft_path or not art.target_path:
         return {}
-    from ..replay.evidence import acc_steps, load_replay
+    from ..replay.evidence import acc_steps
     try:
-        setup = load_replay(art.draft_path, art.target_path)
+        setup = art.replay_setup
         on = acc_steps(setup, art.data, n)               # step 1 shows norm_output (fed-back state) too
         ev = {"acc_0_flags_on": on[0], "acc_1_flags_on": on[-1]}
         for flag in flags:

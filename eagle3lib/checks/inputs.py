@@ -17,6 +17,7 @@ what they raise into a Problem naming the parameter.
 from __future__ import annotations
 
 import dataclasses
+from functools import cached_property
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -68,6 +69,14 @@ class Artifacts:
                 why = self.problems.get(n)
                 return NEEDS.get(n, n) + (f" (given but unreadable: {why})" if why else "")
         return None
+
+    @cached_property
+    def replay_setup(self):
+        """The draft loaded for a replay (embedding and lm_head from the target, float32 on CPU): loaded on first
+        use, once for every check that replays these artifacts (an Eagle3Error when it cannot load is raised to
+        each, never kept)."""
+        from ..replay.evidence import load_replay
+        return load_replay(self.draft_path, self.target_path)
 
 
 def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -127,10 +127,9 @@ def default_vs_trained(art: Artifacts, captured, trained, n: int = REPLAY_N) -> 
         return {}
     from ..replay.run import replay
     from ..layout import ZERO
-    from ..replay.evidence import load_replay
     served = tuple(b or ZERO for b in captured)
     try:
-        setup = load_replay(art.draft_path, art.target_path)
+        setup = art.replay_setup
         acc = {k: float(replay(setup, art.data, layout=lay, n=n, num_steps=1, simulate=False, fill="zeros",
                                progress=False).acc0) for k, lay in (("trained", trained), ("default", served))}
     except Eagle3Error as e:

@@ -63,9 +63,9 @@ def _replay(art: Artifacts, target: dict, n: int, draft: dict | None = None) -> 
     """Step-0 accuracy under the draft config's RoPE and under the target's (empty when it cannot run)."""
     if n <= 0 or art.missing("data") or not art.draft_path or not art.target_path or not art.tensors:
         return {}
-    from ..replay.evidence import acc0, load_replay
+    from ..replay.evidence import acc0
     try:
-        setup = load_replay(art.draft_path, art.target_path)
+        setup = art.replay_setup
         return {"acc_0_draft_rope": acc0(setup, art.data, n),
                 "acc_0_target_rope": acc0(setup, art.data, n, rope_theta=target["theta"],
                                           rope_scaling=target["scaling"],

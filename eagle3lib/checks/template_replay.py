@@ -239,9 +239,7 @@ class RenderingReplay:
     def _setup(self):
         if self._loaded is None:
             from ..hidden.capture import load_target_model
-            from ..replay.evidence import load_replay
-            self._loaded = (load_target_model(self.art.target_path),
-                            load_replay(self.art.draft_path, self.art.target_path))
+            self._loaded = (load_target_model(self.art.target_path), self.art.replay_setup)
         return self._loaded[1]
 
     def _training_capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:

@@ -161,3 +161,28 @@ def test_a_check_is_registered_once_with_a_part(monkeypatch):
         registry.contract("new", ("rope_mismatch",))
     registry.contract("new", ("rope_mismatch",), part_of="rope")(other)
     assert "new" in registry.in_part("artifacts") and "new" not in registry.in_part("diffing")
+
+
+@pytest.mark.slow
+def test_the_checks_that_replay_share_one_loaded_draft(monkeypatch, tmp_path):
+    """Every check that replays (here RoPE, context and drift: the demo draft with another rope_theta and 64
+    positions) replays one draft, loaded once per call: the draft's files are not read again by each."""
+    import json
+    import shutil
+    from eagle3lib.demo import world as demo
+    from eagle3lib.replay import evidence
+    w = demo.ensure_world(progress=False)
+    d = tmp_path / "draft"
+    shutil.copytree(w.draft, d)
+    raw = json.loads((d / "config.json").read_text())
+    (d / "config.json").write_text(json.dumps({**raw, "rope_theta": 1_000_000.0, "max_position_embeddings": 64}))
+    loads = []
+    real = evidence.load_setup
+
+    def counted(*a, **k):
+        loads.append(a[:2])
+        return real(*a, **k)
+    monkeypatch.setattr(evidence, "load_setup", counted)
+    f = run_checks(draft=d, target=w.target, data=w.seed_data, replay_n=2, only=("rope", "context", "drift"))
+    assert {x.cause for x in f if x.measured} == {"rope_mismatch", "short_context", "target_drift"}
+    assert len(loads) == 1, loads
