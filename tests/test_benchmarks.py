@@ -167,3 +167,21 @@ def test_ab_benchmark_times_both_trees_side_by_side(tmp_path):
     assert row["same result"] and row["baseline result"]["parameters"] > 0
     assert rec["baseline"] == rec["current"] and len(rec["load_avg_per_round"]) == 2
     assert ab_worktrees() <= before
+
+
+def test_case_benchmark_counts_each_file_a_diagnose_opens(tmp_path):
+    """Issue 49's benchmark at --tiny (the demo world and a shrunk synthetic case, the current tree only): each
+    case's record holds the opens per file of one diagnose run, its time and its peak RSS."""
+    rec = run_script("bench_case.py", tmp_path, "--tiny", "--name", "tiny")
+    assert rec["tiny"] and rec["baseline"] is None and rec["current_commit"]
+    for case, files in (("a", ("draft/config.json", "target/config.json", "data/seed/train.jsonl")),
+                        ("b", ("draft/config.json", "draft/model.safetensors", "data/train.jsonl"))):
+        cur = rec["cases"][case]["current"]
+        assert cur["runs"] == 1 and cur["seconds"] > 0 and cur["wall_s"] > 0 and cur["peak_rss_gb"] > 0
+        per_file = rec["cases"][case]["per_file"]["current"]
+        assert all(per_file["py opens"].get(f, 0) > 0 for f in files), per_file["py opens"]
+        if rec["strace"]:
+            assert all(per_file["os opens"].get(f, 0) > 0 for f in files), per_file["os opens"]
+        rows = [r for r in rec["rows"] if r["case"] == case]
+        assert {r["file"] for r in rows} >= set(files) and all(r["py opens"] >= 0 for r in rows)
+    assert rec["cases"]["case_b"]["sizes"]["hidden"] == 256 and sum(rec["cases"]["case_b"]["bytes"].values()) > 0
