@@ -13,7 +13,7 @@ hits both sides. Before timing, both trees' eagle3lib/ is byte-compiled (the fre
 Workloads (every function named exists at db8d5eb and here):
   import_load   import eagle3lib, load the demo draft (model.checkpoint.load_draft, embedding from the target)
   replay        replay.run.load_setup + replay on --samples training samples of the demo world (seed data)
-  checks        checks.run.run_checks on the demo draft, target, seed data and an SGLang launch, replay_n=--samples
+  checks        checks.judge.run_checks on the demo draft, target, seed data and an SGLang launch, replay_n=--samples
   diagnose      python -m eagle3lib.diagnose --quiet (the demo world, its defaults)
 Reported per workload: the median of the work timed inside the child ("s", imports excluded except for
 import_load, where they are the work) and of the child's whole wall time ("wall s": interpreter start, imports,
@@ -45,7 +45,7 @@ import json, sys, time
 t0 = time.perf_counter()
 work, samples = sys.argv[1], int(sys.argv[2])
 import eagle3lib
-from eagle3lib.demo.artifacts import world_json_current
+from eagle3lib.demo.shipped import world_json_current
 from eagle3lib.demo.world import paths
 p = paths()
 if not world_json_current(p.world_json, p.kind):
@@ -63,7 +63,7 @@ elif work == "replay":
     result = {"acc0": round(float(r.acc0), 6), "samples": len(r.per_sample)}
 elif work == "checks":
     from eagle3lib.causes import raised
-    from eagle3lib.checks.run import run_checks
+    from eagle3lib.checks.judge import run_checks
     launch = (f"python -m sglang.launch_server --model-path {p.target} --speculative-draft-model-path {p.draft} "
               "--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 "
               "--speculative-num-draft-tokens 4")

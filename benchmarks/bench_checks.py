@@ -82,7 +82,7 @@ def main() -> None:
     a = ap.parse_args()
     t0 = time.perf_counter()
     from eagle3lib.causes import raised
-    from eagle3lib.checks.run import run_checks
+    from eagle3lib.checks.judge import run_checks
     t_import = time.perf_counter() - t0
     w = write_world(Path(a.workdir) / f"h{a.hidden}", a.hidden)
     launch = (f"python -m sglang.launch_server --model-path {w['target']} --speculative-draft-model-path "

@@ -2,7 +2,7 @@
 
 Each deployment of `eagle3demo.deployments` (the demo draft with one planted defect) is served by the real vLLM
 (`eagle3demo.vllm_world.ensure`: the OpenAI server on 127.0.0.1, 32 held-out prompts, K=3, greedy; served once and
-reused) and diagnosed as a user's deployment (`diagnose.run`). The table sets the served τ beside the replay of the
+reused) and diagnosed as a user's deployment (`diagnose.parts`). The table sets the served τ beside the replay of the
 draft as trained and as the engine loads it (replay.as_served, on the served prompts' split), and the diagnosis.
 Needs .venv-vllm (`make vllm`). Usage: .venv/bin/python benchmarks/bench_served_vs_replay.py [--only a,b] [--n 16]
 [--world mla] (the MLA world's deployments, results/served_vs_replay_mla.json).
@@ -18,7 +18,7 @@ from _common import finish
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))    # eagle3demo/ (the demo builder) beside the library
 from eagle3demo import deployments, vllm_world  # noqa: E402
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 
 
 def main() -> None:

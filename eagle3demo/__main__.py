@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import argparse
 
-from eagle3lib.demo.artifacts import artifacts_current
+from eagle3lib.demo.shipped import artifacts_current
 from eagle3lib.demo.world import ensure_world, paths, world_table
 
 from .build import build_world, export_artifacts

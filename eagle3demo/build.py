@@ -19,7 +19,7 @@ from pathlib import Path
 
 import torch
 
-from eagle3lib.demo.artifacts import ARTIFACTS, BUILDER_VERSIONS, KINDS, DemoPaths, artifacts_dir
+from eagle3lib.demo.shipped import ARTIFACTS, BUILDER_VERSIONS, KINDS, DemoPaths, artifacts_dir
 from eagle3lib.demo.restore import (CAPTURED_SPLITS, RETRAINED, SERVING_LAYOUT, SHIPPED, SIZES, TRAINING_LAYOUT,
                                     Timer, capture_records, corpus_splits, encoded_corpus, slots_of, write_data)
 from eagle3lib.layout import to_ids

@@ -11,8 +11,8 @@ applies it to every text file of a folder the repository ships; `machine_paths` 
 every tracked file uses it).
 
 Records whose paths a reader opens (``deployment.json``) are written relative to their own folder instead
-(`relative_record`: `vllm_world`, `sglang_world`; read back by the library's `eagle3lib.demo.served.rebased_record`),
-so a copied data folder still reads; `eagle3lib.demo.served.folder_stamp` says whether a served deployment is still
+(`relative_record`: `vllm_world`, `sglang_world`; read back by the library's `eagle3lib.demo.shipped_served.rebased_record`),
+so a copied data folder still reads; `eagle3lib.demo.shipped_served.folder_stamp` says whether a served deployment is still
 the draft it was served with.
 """
 from __future__ import annotations

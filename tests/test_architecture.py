@@ -247,14 +247,14 @@ SHARED_NAMES = {
         "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
     "exit_code": ("the workbook's exit code: 0 read, 1 broke, 3 an input unreadable", {
-        "eagle3lib.report.problems", "eagle3lib.diagnose.run.Run"}),
+        "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
     "not_given": ("the core inputs left empty on a user's own draft", {
-        "eagle3lib.report.problems", "eagle3lib.diagnose.run.Run"}),
-    "flag": ("the command-line spelling of a field name", {"eagle3lib.checks.launch_flags", "eagle3lib.diagnose.run"}),
+        "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
+    "flag": ("the command-line spelling of a field name", {"eagle3lib.checks.launch_flags", "eagle3lib.diagnose.parts"}),
     "from_ids": ("layer ids in a convention -> boundary names", {
         "eagle3lib.layout", "eagle3lib.serving.capturespec.CaptureSpec"}),
     "run": ("an investigation on its inputs: one notebook's part (steps), or every part in order (the diagnosis)", {
-        "eagle3lib.diagnose.run", "eagle3lib.steps.checkpoint_audit", "eagle3lib.steps.diffing",
+        "eagle3lib.diagnose.parts", "eagle3lib.steps.checkpoint_audit", "eagle3lib.steps.diffing",
         "eagle3lib.steps.discovery", "eagle3lib.steps.sample_replay", "eagle3lib.steps.served_prediction",
         "eagle3lib.steps.throughput_runs"}),
     "raised": ("a confirmed or suspected finding (an alarm)", {"eagle3lib.causes", "eagle3lib.causes.Finding"}),

@@ -6,7 +6,7 @@ bytes, a file of another kind (a config where a log is expected, a log where a c
 run code (it would create a marker directory). For each: no healthy verdict, a problem naming that parameter, no
 traceback (no error outside `eagle3lib.errors`, no part that broke), and the marker never created.
 
-The CLI's parts run in process (`diagnose.run.run(Inputs(...))`, on the shipped demo draft and target). The
+The CLI's parts run in process (`diagnose.parts.run(Inputs(...))`, on the shipped demo draft and target). The
 notebooks' parameters go through the report runner's front door (`steps.given.check_params`, which names the
 parameter) and then to the step function each notebook calls with them, which must refuse them with an eagle3lib
 error or return without deciding a cause from them. One end-to-end report run refuses a bad parameter (exit 3).
@@ -23,10 +23,10 @@ import pytest
 import torch
 from safetensors.torch import save_file
 
-from eagle3lib.replay.traffic import served_traffic
+from eagle3lib.replay.traffic_samples import served_traffic
 from eagle3lib.diagnose.cli import main as cli_main
 from eagle3lib.report import params as report_params
-from eagle3lib.diagnose.run import Inputs, flag, run
+from eagle3lib.diagnose.parts import Inputs, flag, run
 from eagle3lib.errors import ALL_ERRORS
 from eagle3lib.steps import given as G
 from tests.test_bad_inputs import Payload

@@ -44,7 +44,7 @@ def seed_talk(text: str) -> list[str]:
 
 
 def test_the_diagnosis_of_a_users_copy_opens_nothing_under_data(users_copy):
-    from eagle3lib.diagnose.run import run
+    from eagle3lib.diagnose.parts import run
     from eagle3lib.steps.part import Inputs
 
     inp = Inputs(draft=users_copy["draft"], target=users_copy["target"], train_data=users_copy["train_data"],

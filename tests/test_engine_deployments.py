@@ -12,7 +12,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3demo import deployments, vllm_world
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 from eagle3lib.vllm_driver import env as vllm_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,

@@ -230,7 +230,7 @@ def test_replay_and_recapture_take_the_old_data_flag_and_still_require_one(cli, 
 
 def test_the_diagnose_inputs_are_the_names():
     """The diagnose CLI's inputs (its Inputs fields, hence its flags and the problems naming them) are the names."""
-    from eagle3lib.diagnose.run import GIVEN
+    from eagle3lib.diagnose.parts import GIVEN
     assert set(INPUTS) <= set(GIVEN)
 
 

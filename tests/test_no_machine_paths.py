@@ -12,7 +12,7 @@ import pytest
 
 from eagle3demo import portable, vllm_world
 from eagle3demo.portable import relative_record
-from eagle3lib.demo.served import rebased_record
+from eagle3lib.demo.shipped_served import rebased_record
 
 ROOT = Path(__file__).resolve().parents[1]
 

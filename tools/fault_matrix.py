@@ -3,7 +3,7 @@ JSON in benchmarks/results/fault_matrix.json: `python tools/fault_matrix.py [--p
 
 Each case is the healthy demo deployment with one (or two) things changed (an engine-read field, a tensor, the
 served prompts, the target, the launch), diagnosed from the draft, target, training data and training log (and the
-input beside the draft the fault changes) as `python -m eagle3lib.diagnose` does (in-process: `diagnose.run`),
+input beside the draft the fault changes) as `python -m eagle3lib.diagnose` does (in-process: `diagnose.parts`),
 with the seed's decision it must reach.
 `--engine vllm` serves each case on the real vLLM first (127.0.0.1, 16 held-out prompts, K 3, stopped by its pid)
 and diagnoses it with what the engine wrote as well (launch, log, /metrics, served traffic): the served τ, or the
@@ -25,7 +25,7 @@ sys.path.insert(0, str(ROOT))
 
 from eagle3demo import faults, portable  # noqa: E402
 from eagle3lib.demo import world as demo  # noqa: E402
-from eagle3lib.diagnose.run import Inputs, run  # noqa: E402
+from eagle3lib.diagnose.parts import Inputs, run  # noqa: E402
 
 
 def diagnosed(w, draft, engine: str = "", fault=None):

@@ -12,11 +12,11 @@
                   sliding window / layer_types vs the target's
 - `embedding`   5 the draft's own embed_tokens vs the target's; lm_head missing; vocab padding
 - `drift`       6 stored training hidden states vs the current target's recapture (cosine, norm ratio)
-- `launch`      7 algorithm vs architecture, lossy thresholds, sampling, quantized target, hidden sizes
+- `launch_settings` 7 algorithm vs architecture, lossy thresholds, sampling, quantized target, hidden sizes
 - `template`    8 chat-template markers in the training samples vs the target tokenizer and served prompts
 - `template_replay` 8 the training conversations rendered with the served template, both renderings replayed
 - `vocab`         d2t / t2d (vocab.check_vocab) as findings
-- `weights`     9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
+- `loaded_keys` 9 draft keys vs what each engine's loader maps (dropped keys, tensors left at random init)
 - `launch_flags` 10 serving features from the launch: prefix caching, DP attention, LoRA, structured output,
                   chunked prefill, an mRoPE target, TRT-LLM's acceptance gate, HiCache, PD disaggregation,
                   async scheduling, sequence parallelism
@@ -35,5 +35,5 @@
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `registry`    `@contract(name, causes, parts=...)`: each check registered where it is written, with the parts
                   that run it (tags, no tuple of names); `Options`, what a check reads beside the artifacts
-- `run`         run_checks(...): every registered check (or a part's) on whatever inputs are given
+- `judge`       run_checks(...): every registered check (or a part's) on whatever inputs are given
 """

@@ -182,7 +182,7 @@ def _sglang_refuses(art: Artifacts, engine, version, draft_mp, target_mp) -> Fin
                    source=row.source)
 
 
-# the causes check_context reports (checks.run: what a broken check reports as not checked)
+# the causes check_context reports (checks.judge: what a broken check reports as not checked)
 CONTEXT_CAUSES = ('short_context',)
 
 
@@ -271,7 +271,7 @@ def attention_window(raw) -> dict:
     return {"window": sw if on else None, "sliding_layers": "all" if on else [], "interleaved": False}
 
 
-# the causes check_window reports (checks.run: what a broken check reports as not checked)
+# the causes check_window reports (checks.judge: what a broken check reports as not checked)
 WINDOW_CAUSES = ('draft_window_ignored',)
 
 

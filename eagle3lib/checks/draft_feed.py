@@ -304,7 +304,7 @@ def _k_schedule(la) -> Finding:
                       else ""), ev, w)
 
 
-# the causes check_draft_feed reports (checks.run: what a broken check reports as not checked)
+# the causes check_draft_feed reports (checks.judge: what a broken check reports as not checked)
 DRAFT_FEED_CAUSES = ('aux_opt_out', 'pipeline_parallel_aux', 'layer_id_count', 'stale_draft_kv', 'k_meaning',
                      'k_schedule')
 

@@ -305,7 +305,7 @@ def _greedy_platform(la, traffic=None) -> Finding:
                    source=f.source)
 
 
-# the causes check_draft_serving reports (checks.run: what a broken check reports as not checked)
+# the causes check_draft_serving reports (checks.judge: what a broken check reports as not checked)
 DRAFT_SERVING_CAUSES = ('rejection_method', 'adaptive_depth', 'quantized_draft_graphs', 'kv_cache_dtype', 'simulated_acceptance', 'fp8_kv_target', 'draft_attention_backend', 'greedy_verify_platform')
 
 

@@ -132,7 +132,7 @@ def _command(art: Artifacts, layout) -> str:
     return recapture_command(art.target_path, art.data.root, layout)
 
 
-# the causes check_drift reports (checks.run: what a broken check reports as not checked)
+# the causes check_drift reports (checks.judge: what a broken check reports as not checked)
 DRIFT_CAUSES = ('target_drift',)
 
 

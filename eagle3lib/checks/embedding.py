@@ -114,7 +114,7 @@ def _lm_head(art: Artifacts, engine: str | None) -> Finding:
     if key is not None:
         return Finding("lm_head_missing", "ruled out", f"the draft ships {key}: no engine borrows a head", ev, w,
                        aspects=HEAD)
-    from .weights import weights_file
+    from .loaded_keys import weights_file
     file = weights_file(art)
     ev.update(file=file, key="lm_head.weight", expected=[cfg.draft_vocab_size, cfg.hidden_size], found=None)
     if cfg.draft_vocab_size < cfg.vocab_size:
@@ -169,7 +169,7 @@ def _vocab(art: Artifacts) -> list[Finding]:
                     "(wrong_embedding: another tokenizer)", ev, w, aspects=("padded vocab",))]
 
 
-# the causes check_embedding reports (checks.run: what a broken check reports as not checked)
+# the causes check_embedding reports (checks.judge: what a broken check reports as not checked)
 EMBEDDING_CAUSES = ('wrong_embedding', 'lm_head_missing')
 
 

@@ -15,7 +15,7 @@ from ..hidden.explain import causes_of, explain
 from ..layout import NOT_CAPTURED
 from ..model.variants import reshape_text
 from .inputs import read_artifacts
-from .weights import implied_by_checkpoint
+from .loaded_keys import implied_by_checkpoint
 
 WHERE = "what the serving engine loads (its log / its own code)"
 ENGINE_SAID = ("dump", "log", "probe")        # sources that are the engine's own answer, not a table

@@ -63,7 +63,7 @@ def _replay_evidence(art: Artifacts, flags, n: int) -> dict:
         return {"replay_error": str(e)[:200]}
 
 
-# the causes check_flags reports (checks.run: what a broken check reports as not checked)
+# the causes check_flags reports (checks.judge: what a broken check reports as not checked)
 FLAGS_CAUSES = ('dropped_variant_flags',)
 
 
@@ -210,7 +210,7 @@ def _norm_output_meaning(art: Artifacts, replay_n: int) -> Finding:
                    "meaning", ev, w, needs=needs, source=src)
 
 
-# the causes check_norm_meaning reports (checks.run: what a broken check reports as not checked)
+# the causes check_norm_meaning reports (checks.judge: what a broken check reports as not checked)
 NORM_MEANING_CAUSES = ('fc_norm_conflict', 'specforge_norm_output')
 
 

@@ -361,7 +361,7 @@ def _sp(la: LaunchArgs) -> Finding:
                    source="vllm-ascend#5825")
 
 
-# the causes check_launch_flags reports (checks.run: what a broken check reports as not checked)
+# the causes check_launch_flags reports (checks.judge: what a broken check reports as not checked)
 LAUNCH_FLAGS_CAUSES = ('prefix_cache_stale_kv', 'dp_attention', 'lora_target', 'structured_output', 'chunked_prefill_boundary', 'mrope_draft_extend', 'trtllm_acceptance_gate', 'hicache_draft_kv', 'pd_disaggregation', 'async_scheduling', 'sequence_parallel')
 TOPOLOGY = ('hicache_draft_kv', 'pd_disaggregation', 'async_scheduling', 'sequence_parallel')
 

@@ -225,7 +225,7 @@ def open_ids(art: Artifacts, base: dict, eng: str | None = None, captured=None) 
                    f"{WHERE}.open_convention", needs=_layout_needs(art), source="model.dialects ids_open rows")
 
 
-# the causes check_layer_ids reports (checks.run: what a broken check reports as not checked)
+# the causes check_layer_ids reports (checks.judge: what a broken check reports as not checked)
 LAYER_IDS_CAUSES = ('missing_layer_ids', 'layer_id_off_by_one', 'aux_layout_mismatch', 'final_norm_slot')
 
 

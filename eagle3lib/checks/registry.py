@@ -5,11 +5,11 @@ function marked ``@contract``; nothing else lists it.
     def judge_rope(art: Artifacts, opts: Options) -> list[Finding]:
         return check_rope(art, max(opts.replay_n, REPLAY_N))
 
-`CHECKS` maps each name to its `Check`, filled when the check modules are imported (`checks.run` imports every
+`CHECKS` maps each name to its `Check`, filled when the check modules are imported (`checks.judge` imports every
 module of this folder, so a new module is found without a list). `parts` says which investigations run it, by the
 tags of `PARTS` (a part asks `run_checks(part=...)`, never a tuple of names); `part_of` makes it run whenever the
 named check runs (`only=("launch",)` runs launch_flags too). A check no part runs fails
-tests/checks/test_run.py.
+tests/checks/test_judge.py.
 """
 from __future__ import annotations
 

@@ -75,7 +75,7 @@ def _replay(art: Artifacts, target: dict, n: int, draft: dict | None = None) -> 
         return {"replay_error": str(e)[:200]}
 
 
-# the causes check_rope reports (checks.run: what a broken check reports as not checked)
+# the causes check_rope reports (checks.judge: what a broken check reports as not checked)
 ROPE_CAUSES = ('rope_mismatch',)
 
 

@@ -17,7 +17,7 @@ from .registry import Options, contract
 WHERE = "checks.runnable"
 RUNS_ONLY = {"hidden_act": "silu"}      # field -> the one value the engines' draft model runs (facts 'config' rows)
 
-# the causes check_runnable reports (checks.run: what a broken check reports as not checked)
+# the causes check_runnable reports (checks.judge: what a broken check reports as not checked)
 RUNNABLE_CAUSES = ('engine_cannot_run',)
 
 

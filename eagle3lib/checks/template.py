@@ -94,7 +94,7 @@ def _as_ids(tok, items) -> list[list[int]]:
     return [_ids(tok, x) if isinstance(x, str) else (x.tolist() if hasattr(x, "tolist") else list(x)) for x in items]
 
 
-# the causes check_template reports (checks.run: what a broken check reports as not checked)
+# the causes check_template reports (checks.judge: what a broken check reports as not checked)
 TEMPLATE_CAUSES = ('chat_template_mismatch',)
 
 

@@ -17,7 +17,7 @@ D2T_KEYS = ("d2t", "model.d2t", "draft_id_to_target_id", "eagle_module.d2t")
 T2D_KEYS = ("t2d", "model.t2d", "eagle_module.t2d")
 
 
-# the causes check_d2t reports (checks.run: what a broken check reports as not checked)
+# the causes check_d2t reports (checks.judge: what a broken check reports as not checked)
 VOCAB_CAUSES = ('d2t_mapping',)
 
 

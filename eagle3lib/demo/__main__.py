@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import time
 
-from .artifacts import artifacts_dir
+from .shipped import artifacts_dir
 from .world import ensure_world, paths, world_table
 
 

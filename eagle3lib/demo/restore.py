@@ -26,7 +26,7 @@ from ..samples.readers import SEED_FORMAT
 from ..samples.sample import Sample
 from ..samples.writers import specforge_sample_path, write_seed_dataset, write_specforge_sample
 from . import corpus as C
-from .artifacts import DemoPaths, artifacts_dir
+from .shipped import DemoPaths, artifacts_dir
 
 TRAINING_LAYOUT = ("embed", "layer_in.2", "layer_in.4", "layer_in.6")   # = output ids [-1, 1, 3, 5]
 SERVING_LAYOUT = ("layer_in.2", "layer_in.4", "layer_in.6")             # the seed's wrong capture: no embed slot

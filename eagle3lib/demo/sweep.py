@@ -33,7 +33,7 @@ class Demo:
     """The loaded demo world: target, draft, their paths and the draft's training layout."""
     target: torch.nn.Module
     draft: torch.nn.Module
-    paths: object               # eagle3lib.demo.artifacts.DemoPaths
+    paths: object               # eagle3lib.demo.shipped.DemoPaths
     num_layers: int
     training_layout: tuple[str, ...]
 

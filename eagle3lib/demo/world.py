@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Callable
 
 from ..errors import DataError
-from .artifacts import (BUILDER_VERSIONS, DemoPaths, artifacts_current, artifacts_dir, shipped_version,
+from .shipped import (BUILDER_VERSIONS, DemoPaths, artifacts_current, artifacts_dir, shipped_version,
                         world_json_current)
 from .restore import restore_world
 

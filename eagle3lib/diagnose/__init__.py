@@ -9,7 +9,7 @@
 - `decision` the seed's decision, first: the training samples (recorded, replayed as shipped, restored), held-out
              samples, served traffic, served τ against the replay's prediction, and the verdict (wiring/loading,
              generalization gap, ceiling, healthy, or not checked naming the input); its text, markdown and HTML.
-- `run`      the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
+- `parts`    the notebooks' checks (00 artifacts, 01 serving settings, 02 replay, 03 hidden states) on one set of
              artifacts, through the same step functions; every given input read first (`steps.given`), one that
              cannot be read a problem no part sees; a missing input narrows, never fails.
 - `cli`      `python -m eagle3lib.diagnose --draft D --target T [--train-data] [--launch] [--server-log]

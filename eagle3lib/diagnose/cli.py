@@ -21,7 +21,7 @@ from ..names import add_old_flags
 from ..steps.part import Inputs
 from .answer import answer_text, terminal_width
 from .decision import with_decision
-from .run import EXIT, run
+from .parts import EXIT, run
 
 EXIT_MEANING = {EXIT["ok"]: "every given input was read: the answer above is the diagnosis",
                 EXIT["failed"]: "a part of the workbook itself broke (named under PROBLEMS)",

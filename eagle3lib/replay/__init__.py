@@ -12,7 +12,7 @@
 - `verdict`      the verdict (wiring / generalization / healthy), replay tables and plot, notebook 02's inputs.
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
 - `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports); the audit's forward preview.
-- `tree`         simulated SGLang tree acceptance from every training-sample position, next to the chain.
+- `tree_acceptance` simulated SGLang tree acceptance from every training-sample position, next to the chain.
 - `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
                  against the draft as trained / as the engine loads it (what the served τ decides per cause).
 - `as_served`    the draft replayed as an engine loads it (layout, d2t, embedding, lm_head, RoPE), aspect by aspect.
@@ -23,7 +23,7 @@
 - `generalization` generalization_gap on the served traffic: the training samples against the traffic served (with
                  how far it is from them), or the served τ against a replay on other data; never ruled out from
                  held-out samples alone while the served τ is low.
-- `traffic`      the served traffic (each served prompt + the server's answer) as samples captured by the target:
+- `traffic_samples` the served traffic (each served prompt + the server's answer) as samples captured by the target:
                  what a served τ is predicted on.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.
 - `cli`          the command line behind `python -m eagle3lib.replay` / `torchrun ... -m eagle3lib.replay`.

@@ -5,7 +5,7 @@ Held-out samples are samples the draft was not trained on; they are not what was
 own training samples and its held-out ones can still fail the served prompts (another domain, another template),
 so the served traffic decides this aspect (the held-out one is `checks.replayed_layout.heldout_finding`'s):
 - `traffic_finding`: the step-0 accuracy on the training samples against the replay of the draft as trained on the
-  served traffic (every answer, captured by the target: replay.traffic); confirmed when the traffic scores more
+  served traffic (every answer, captured by the target: replay.traffic_samples); confirmed when the traffic scores more
   than THRESHOLDS["generalization_gap"] lower, with how far the served sequences are from the training samples
   (samples.distance: tokens, template, length) and whether the served τ is what that replay predicts;
 - `without_traffic`: a served τ and a replay on other data: agreeing (within the served τ's tolerance), it rules

@@ -3,7 +3,7 @@
 A served τ means something only next to what the same draft reaches offline under the same speculative setting
 (num_steps, topk, num_draft_tokens) and the same aux layout: a tree accepts more than the chain of its depth, so
 a tree-served τ compared with a chain prediction reads as a loss the server never had (or hides one).
-`served_vs_replay` replays the setting the server ran (SGLang tree drafting when topk > 1, replay.tree; the chain when topk = 1) in
+`served_vs_replay` replays the setting the server ran (SGLang tree drafting when topk > 1, replay.tree_acceptance; the chain when topk = 1) in
 the layout it feeds, and keeps the chain of the same depth beside it. The gap becomes a finding:
 - within the tolerance: the serving path reproduces the draft's offline acceptance (`engine_regression` ruled out);
 - served below: the serving path loses acceptance the draft has offline (suspected `served_loss_unexplained`; a
@@ -27,7 +27,7 @@ from ..hidden.explain import causes_of, explain
 from .as_served import ASPECT_CAUSE, CONFIG_ROPE
 from .stats import ReplaySetup
 from ..layout import ZERO
-from .tree import TreeReplayResult, check_setting, label_of, replay_tree
+from .tree_acceptance import TreeReplayResult, check_setting, label_of, replay_tree
 
 WHERE = "served accept length vs replay under the served setting"
 

@@ -179,11 +179,11 @@ def unknown_keys(path, common: dict, sections: dict[str, dict], declared: dict[s
 
 def prepare(common: dict) -> str | None:
     """What the parameters file asks to exist before the notebooks run: `vllm_demo: [names]` (of `demo_world`'s
-    world) and `sglang_demo: [names]`, the shipped served demo deployments the notebooks read (`demo.served`; the
+    world) and `sglang_demo: [names]`, the shipped served demo deployments the notebooks read (`demo.shipped_served`; the
     vLLM ones only where the real vLLM runs, whose probes the notebooks ask). Returns why the run is skipped (no vLLM
     here, or a deployment missing or not current: re-serving it is the builder's, ``python -m eagle3demo``), else
     None."""
-    from ..demo import served
+    from ..demo import shipped_served
     from ..errors import DataError
     from ..vllm_driver import env as vllm_env
     asked = [("sglang", n, None) for n in _names(common.pop("sglang_demo", None))]
@@ -196,7 +196,7 @@ def prepare(common: dict) -> str | None:
     for engine, name, world in asked:
         label = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
         try:
-            d = served.shipped(engine, name, world)
+            d = shipped_served.shipped(engine, name, world)
         except DataError as e:
             return f"the {label} demo deployment {name} is not served: {e}"
         print(f"{label} demo deployment {name}: " + (f"served, accept length {d['accept_length']:.2f}" if d["ok"] else

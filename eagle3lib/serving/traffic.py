@@ -2,7 +2,7 @@
 
 A served τ is counted on the sequences the server generated: each prompt and the target's own answer to it, the
 tokens its verification checked the draft against. So the replay that predicts a served τ belongs on those
-sequences (replay.traffic), not on held-out text the target never wrote. `read_traffic(path, tokenizer)` reads
+sequences (replay.traffic_samples), not on held-out text the target never wrote. `read_traffic(path, tokenizer)` reads
 what `vllm_driver.serve` saves (a user's own logging in the same shape works too):
 
 - ``prompts.jsonl``: ``{"id": ..., "prompt_token_ids": [...]}`` (or ``"prompt": text``) per request;

@@ -20,7 +20,7 @@ of build_eagle_tree.py and the eagle/spec utils of the same era; unchanged in su
   bonus. Siblings carry distinct tokens, so the path is unique.
 - draft-side attention: SGLang gives beam SLOT r the prefix plus the keys slot r wrote at earlier steps
   (generate_draft_decode_kv_indices), not the keys of the beam's true ancestors; the hidden state fed is the true
-  parent's. `SlotCache` and `replay.tree` reproduce exactly that.
+  parent's. `SlotCache` and `replay.tree_acceptance` reproduce exactly that.
 
 Everything is batched over leading dims (...): the engine uses one tree, replay one per (sample, position).
 """

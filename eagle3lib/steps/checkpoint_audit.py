@@ -11,7 +11,7 @@ from ..engines.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
 from ..causes import Finding
-from ..checks.run import run_checks
+from ..checks.judge import run_checks
 from ..samples.readers import open_dataset
 from .part import Inputs, Part
 

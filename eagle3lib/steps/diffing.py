@@ -18,7 +18,7 @@ from ..hidden.capture import Capture, as_slots, capture, load_target_model
 from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
 from ..causes import Finding
-from ..checks.run import run_checks
+from ..checks.judge import run_checks
 from ..checks.served_layout import dump_findings, unmatched_slots_text
 from ..hidden.explain import (LayoutExplanation, explain, layout_text,
                               unidentified_slots)

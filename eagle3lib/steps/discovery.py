@@ -19,7 +19,7 @@ from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_comman
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
 from ..checks.inputs import read_launch
-from ..checks.run import run_checks
+from ..checks.judge import run_checks
 from ..errors import Eagle3Error, ServingArgsError
 from ..serving import sglang_introspect
 from ..serving.launch import LaunchArgs

@@ -2,7 +2,7 @@
 result (`Part`: the findings, the tables and figures a notebook shows, and what they were made from).
 
 Each notebook's step module has `run(inputs, earlier) -> Part`; the notebook displays the part, the diagnosis
-(`eagle3lib.diagnose.run`) loops over `steps.order.PARTS` and keeps each part's findings. `earlier` holds the
+(`eagle3lib.diagnose.parts`) loops over `steps.order.PARTS` and keeps each part's findings. `earlier` holds the
 parts already run, by name (a part that needs another's result reads it there, e.g. the served runs need the
 discovered serving settings).
 """

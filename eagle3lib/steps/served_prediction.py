@@ -29,7 +29,7 @@ from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay, tau_tolerance
 from ..replay.generalization import not_served, traffic_finding, without_traffic
-from ..replay.traffic import served_traffic_read
+from ..replay.traffic_samples import served_traffic_read
 from ..hidden.dumps import dump_engine
 from ..samples.distance import served_distance
 from ..replay.items import as_samples
@@ -165,7 +165,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     A vLLM deployment, and an SGLang one that drafts a chain (topk 1), is replayed as the engine loads it
     (`engine_served`): `startup_log` is the server's log,
     `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`),
-    `served_traffic_path` the served requests and answers themselves (replay.traffic; before `served_data_path`)."""
+    `served_traffic_path` the served requests and answers themselves (replay.traffic_samples; before `served_data_path`)."""
     if draft_path and chain_served(d):
         return engine_served(d.launch.engine, d, draft_path=draft_path, target_path=target_path, data_path=data_path,
                              served_data_path=served_data_path, served_traffic_path=served_traffic_path,

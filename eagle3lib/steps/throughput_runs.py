@@ -59,7 +59,7 @@ def demo_sweep(num_steps, repeats: int = 3, device: str = "cpu", progress=True) 
 @dataclass(frozen=True, eq=False)
 class TreeVsChain:
     """The demo engine's chain and tree settings: replayed accept lengths, timed round costs, the best setting."""
-    replay: object            # replay.tree.TreeReplayResult
+    replay: object            # replay.tree_acceptance.TreeReplayResult
     timings: pd.DataFrame     # treecost.time_settings
     cost: object              # treecost.TreeCost fitted to the timings
     choice: object            # treecost.TreeChoice
@@ -77,7 +77,7 @@ def tree_vs_chain(n_replay: int = 8, repeats: int = 3, device: str = "cpu", sett
     """On the demo world: SGLang's trees and the chains, replayed from every held-out position and timed on the
     demo engine (per-round draft and verify cost, CPU clock on CPU), then the best setting by the tree cost model."""
     from ..replay.run import load_setup
-    from ..replay.tree import replay_tree
+    from ..replay.tree_acceptance import replay_tree
     from ..serving.sglang_emulator import SpecEngine
     from ..throughput import treecost
 

@@ -143,7 +143,7 @@ def choose_setting(cost: TreeCost, accept, settings=None) -> TreeChoice:
     missing = [s for s in want if s not in taus]
     if missing or not want:
         raise DataError("choose_setting", "no accept length for some settings", expected=sorted(taus),
-                        found=missing or "no settings", cause="replay those settings (replay.tree.replay_tree)")
+                        found=missing or "no settings", cause="replay those settings (replay.tree_acceptance.replay_tree)")
     rows = []
     for s in want:
         cost_r = cost.round_cost(*s)

@@ -13,7 +13,7 @@ from eagle3lib.checks.flags import check_flags
 from eagle3lib.checks.inputs import read_artifacts
 from eagle3lib.checks.rope import check_rope
 from eagle3lib.causes import findings_frame
-from eagle3lib.checks.run import run_checks
+from eagle3lib.checks.judge import run_checks
 
 pytestmark = pytest.mark.slow
 

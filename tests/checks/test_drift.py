@@ -84,7 +84,7 @@ def test_undeclared_data_is_read_at_its_identified_boundaries_not_the_configs_cl
     """A shard that declares no layout, a draft config whose ids (vLLM's input-of-layer ids in eagle_config) read
     as output-of-layer name other boundaries: the slots are identified by recapture, so the same target is not
     reported as drift (it was, when the config's claim labelled the slots)."""
-    from eagle3lib.checks.run import run_checks
+    from eagle3lib.checks.judge import run_checks
     from eagle3lib.samples.readers import open_dataset
     from eagle3lib.samples.writers import specforge_sample_path, write_specforge_sample
     from tests.checks.world import draft_raw

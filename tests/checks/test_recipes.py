@@ -35,7 +35,7 @@ def judge_made_up(art: Artifacts, opts: Options) -> list[Finding]:
 RUN = """
 import json, sys
 import eagle3lib
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 r = run(Inputs(draft=sys.argv[1], target=sys.argv[2], train_data=sys.argv[3], launch=sys.argv[4], n=1,
                drift_samples=1))
 made = [f for part in r.findings.values() for f in part if f.cause == "made_up_cause"]

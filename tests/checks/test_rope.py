@@ -8,7 +8,7 @@ import pytest
 
 from eagle3lib.checks.inputs import read_artifacts
 from eagle3lib.checks.rope import REPLAY_N, check_rope, rope_fields
-from eagle3lib.checks.run import run_checks
+from eagle3lib.checks.judge import run_checks
 from eagle3lib.demo import world as demo
 from tests.checks.world import TARGET, draft_raw, statuses, write_draft, write_target
 

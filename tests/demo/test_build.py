@@ -8,7 +8,7 @@ import torch
 
 from eagle3demo.build import export_artifacts
 from eagle3lib.demo import world as demo
-from eagle3lib.demo.artifacts import ARTIFACTS, DemoPaths, artifacts_current
+from eagle3lib.demo.shipped import ARTIFACTS, DemoPaths, artifacts_current
 from eagle3lib.demo.restore import restore_world
 from eagle3lib.samples.readers import open_dataset
 
@@ -46,7 +46,7 @@ def test_export_round_trip(tmp_path):
 def test_shipped_mla_artifacts_are_current_and_the_seed_story_holds_there(tmp_path):
     """The MLA world (DeepSeek-V3 target with MLA + MoE, an MLA EAGLE-3 draft) is shipped for this builder, small,
     restores, and tells the seed's story: its draft replays well in the trained layout and badly as served."""
-    from eagle3lib.demo.artifacts import artifacts_dir
+    from eagle3lib.demo.shipped import artifacts_dir
     from eagle3lib.demo.restore import SERVING_LAYOUT
     from eagle3lib.replay.run import load_setup, replay
     from eagle3lib.layout import ZERO

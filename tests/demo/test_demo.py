@@ -91,7 +91,7 @@ def test_tokenizer_round_trip_and_chat_template(tokenizer):
 def test_ensure_world_restores_once_and_again_on_new_version(tmp_path, monkeypatch):
     """ensure_world restores when missing, reuses a current world, restores an outdated one again, leaves no temp
     dirs (the restore is replaced where world calls it); the builder's `make` writes the world instead."""
-    from eagle3lib.demo.artifacts import BUILDER_VERSIONS, DemoPaths
+    from eagle3lib.demo.shipped import BUILDER_VERSIONS, DemoPaths
     calls = []
 
     def fake(root, progress=True, kind="llama"):
@@ -121,9 +121,9 @@ def test_ensure_world_restores_once_and_again_on_new_version(tmp_path, monkeypat
 def test_stale_shipped_artifacts_are_refused_with_the_builder_command(tmp_path, monkeypatch):
     """Shipped artifacts of another builder version: ensure_world trains nothing and raises a DataError naming
     data/demo_artifacts/world.json, the version expected and found, and the builder's command."""
-    from eagle3lib.demo import artifacts
+    from eagle3lib.demo import shipped
     monkeypatch.setattr(demo, "restore_world", lambda *a, **k: pytest.fail("restored stale artifacts"))
-    monkeypatch.setitem(artifacts.BUILDER_VERSIONS, "llama", "demo-world-999")
+    monkeypatch.setitem(shipped.BUILDER_VERSIONS, "llama", "demo-world-999")
     with pytest.raises(DataError) as e:
         demo.ensure_world(tmp_path / "w", progress=False, world="llama")
     msg = str(e.value)

@@ -1,5 +1,5 @@
 """Tests for eagle3demo.faults (the builder): the generated fault matrix, each fault diagnosed by `python -m
-eagle3lib.diagnose` (in-process: the same `diagnose.run`), with the matrix's invariants checked on every case.
+eagle3lib.diagnose` (in-process: the same `diagnose.parts`), with the matrix's invariants checked on every case.
 
 `make test` runs a sample (`SAMPLE`); `EAGLE3LIB_FAULTS=all` runs every single fault and every pair. The real-vLLM
 leg (marker `engine`) serves `ENGINE_SAMPLE` on the real engine first (127.0.0.1, stopped by its pid) and diagnoses
@@ -18,7 +18,7 @@ import pytest
 from eagle3demo import faults
 from eagle3lib.demo import world as demo
 from eagle3lib.diagnose.decision import VERDICTS
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 from eagle3lib.engines.facts import read_fields
 from eagle3lib.sglang_driver import env as sglang_env
 from eagle3lib.vllm_driver import env as vllm_env

@@ -9,7 +9,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3demo import sglang_world
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 
 pytestmark = pytest.mark.slow
 

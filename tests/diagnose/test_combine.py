@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from eagle3lib.causes import Finding, not_checked
 from eagle3lib.diagnose.combine import combine, diagnose
-from eagle3lib.diagnose.run import Inputs, attribute, undecided
+from eagle3lib.diagnose.parts import Inputs, attribute, undecided
 from eagle3lib.steps.given import Problem
 
 

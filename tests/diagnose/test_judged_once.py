@@ -9,9 +9,9 @@ from collections import Counter
 import pytest
 
 from eagle3lib.checks import registry
-from eagle3lib.checks.run import CHECKS
+from eagle3lib.checks.judge import CHECKS
 from eagle3lib.demo import world as demo
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 from tests.diagnose.test_loads_once import SEED_LAUNCH
 
 pytestmark = pytest.mark.slow     # a diagnosis of the demo world: tens of seconds

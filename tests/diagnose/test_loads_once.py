@@ -9,7 +9,7 @@ import transformers
 
 from eagle3lib.demo import world as demo
 from eagle3lib.demo.sweep import ensure_serving_dump
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 from eagle3lib.hidden import targets
 
 pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.demo.artifacts import artifacts_dir
+from eagle3lib.demo.shipped import artifacts_dir
 from eagle3lib.engines import mla_fields as M
 from eagle3lib.vllm_driver.env import unavailable_reason, vllm_python
 

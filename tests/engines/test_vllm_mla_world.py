@@ -47,7 +47,7 @@ def test_the_committed_log_dies_where_the_fact_says():
 @pytest.fixture(scope="module")
 def served(tmp_path_factory):
     """name -> (Served, diagnosis run) for the mla world's deployments, in a session copy of data/demo_vllm_mla."""
-    from eagle3lib.diagnose.run import Inputs, run
+    from eagle3lib.diagnose.parts import Inputs, run
     root = tmp_path_factory.mktemp("demo_vllm_mla")
     if COMMITTED.is_dir():
         shutil.copytree(COMMITTED, root, dirs_exist_ok=True)
@@ -98,7 +98,7 @@ def test_the_healthy_mla_deployment_serves_the_trained_layout_with_no_cause_conf
 @needs_vllm
 def test_the_healthy_mla_deployment_is_no_fault_found_and_the_replay_predicts_its_tau(served):
     """The replay that predicts a served τ runs on the served traffic (the 32 prompts and the target's own greedy
-    answers, captured by the target: replay.traffic) and counts the chain where the engine's verification walk
+    answers, captured by the target: replay.traffic_samples) and counts the chain where the engine's verification walk
     drafts (engines.verification.verification_walk): 2.74 against the served 2.76 (benchmarks/NOTES.md section 12). Over
     every position of the same answers it would say 3.10, outside 10%."""
     d, r = served("healthy")

@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 import torch
 
-from eagle3lib.checks.run import run_checks
+from eagle3lib.checks.judge import run_checks
 from eagle3lib.hidden.capture import capture, load_target_model
 from eagle3lib.hidden.recapture import FINAL, finish_recapture, main, recapture_dataset
 from eagle3lib.samples.readers import open_dataset

@@ -239,7 +239,7 @@ def test_an_fc_bias_the_config_does_not_declare_is_loaded_and_each_engine_judged
     (the draft as trained); nothing served, check 9 raises nothing (the engine decides); SGLang and vLLM build fc from the config's
     `bias` and do not map the key, which check 9 confirms for them by name."""
     from eagle3lib.checks.inputs import read_artifacts
-    from eagle3lib.checks.weights import check_weights
+    from eagle3lib.checks.loaded_keys import check_weights
     draft, target = world("nvidia_llama4_maverick_eagle3", root)
     loaded = load_draft(draft, target=target)
     assert loaded.cfg.fc_bias and loaded.model.fc.bias is not None

@@ -107,7 +107,7 @@ def test_untrained_depths_are_noted_and_an_unknown_mask_token_is_an_error(tmp_pa
 def test_token_view_shows_the_parallel_drafts_and_tree_replay_refuses_p_eagle(tmp_path):
     from eagle3lib.errors import UnsupportedDraftError
     from eagle3lib.replay.tokenview import collect
-    from eagle3lib.replay.tree import replay_tree
+    from eagle3lib.replay.tree_acceptance import replay_tree
     setup = make_setup(tmp_path)
     samples = make_samples(setup.model, n=1)
     (detail,) = collect(setup, samples, n=1, num_steps=K)

@@ -6,7 +6,7 @@ import pytest
 
 from eagle3lib.errors import DataError
 from eagle3lib.replay.served import served_vs_replay, tau_tolerance
-from eagle3lib.replay.tree import replay_tree
+from eagle3lib.replay.tree_acceptance import replay_tree
 from tests.replay.test_run import make_samples, make_setup
 
 

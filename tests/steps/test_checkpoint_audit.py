@@ -24,7 +24,7 @@ def test_mla_target_fields_flag_what_a_reader_finds_absent(tmp_path, tiny_cfg_di
     import dataclasses
     from types import SimpleNamespace
 
-    from eagle3lib.demo.artifacts import artifacts_dir
+    from eagle3lib.demo.shipped import artifacts_dir
     from eagle3lib.model.target import load_target_info
 
     info = load_target_info(artifacts_dir("mla") / "target")

@@ -64,7 +64,7 @@ def test_discover_never_raises_on_bad_input(tmp_path, monkeypatch):
 
 def test_shipped_sample_configs_match_the_shipped_world():
     """The fallback samples are the shipped demo world's configs (a rebuilt world must refresh them too)."""
-    from eagle3lib.demo.artifacts import ARTIFACTS
+    from eagle3lib.demo.shipped import ARTIFACTS
     for what in ("draft", "target"):
         sample = json.loads((SAMPLES_DIR / f"demo_{what}_config.json").read_text())
         world = json.loads((ARTIFACTS / what / "config.json").read_text())

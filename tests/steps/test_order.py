@@ -7,7 +7,7 @@ import dataclasses
 import inspect
 from pathlib import Path
 
-from eagle3lib.diagnose import run as diagnose_run
+from eagle3lib.diagnose import parts as diagnose_run
 from eagle3lib.steps import order
 from eagle3lib.steps.part import Inputs, Part
 
@@ -28,7 +28,7 @@ def test_each_part_is_its_modules_run_in_notebook_order():
 
 
 def test_the_diagnosis_holds_no_copy_of_the_order():
-    """No part's name and no step module is written in diagnose/run.py: it loops over steps.order.PARTS."""
+    """No part's name and no step module is written in diagnose/parts.py: it loops over steps.order.PARTS."""
     src = Path(diagnose_run.__file__).read_text()
     strings = {n.value for n in ast.walk(ast.parse(src)) if isinstance(n, ast.Constant) and isinstance(n.value, str)}
     assert not strings & {s.name for s in order.PARTS}
@@ -56,7 +56,7 @@ def test_a_part_that_decides_no_cause_is_not_diagnosed():
     """Notebook 04's part (throughput) is in PARTS for its notebook, marked not diagnosed: the diagnosis's loop
     skips it (no timed demo sweep, no charts in a terminal run). So is notebook 00's: its checks are among those
     notebook 01's part runs with the engine (each check judges a diagnosis once)."""
-    from eagle3lib.checks.run import chosen
+    from eagle3lib.checks.judge import chosen
     from eagle3lib.steps import checkpoint_audit, throughput_runs
 
     skipped = {s.module for s in order.PARTS if not s.diagnosed}

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from eagle3lib.replay.tree import replay_tree
+from eagle3lib.replay.tree_acceptance import replay_tree
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.steps import discovery, served_prediction as sp
 from eagle3lib.throughput.records import RunRecord

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from eagle3lib.checks.inputs import read_artifacts
-from eagle3lib.checks.launch import check_launch
+from eagle3lib.checks.launch_settings import check_launch
 from tests.checks.world import TARGET, draft_raw, statuses, write_draft, write_target
 
 SG = "python -m sglang.launch_server --model-path t --speculative-draft-model-path d --speculative-algorithm {a}"
@@ -54,7 +54,7 @@ def test_without_inputs_everything_is_not_checked(tmp_path):
 def test_a_speculative_config_that_does_not_parse_is_never_evidence(tmp_path):
     """Issue 28: `--speculative-config {bad json` once confirmed wrong_method ("vLLM runs method None") and, read as
     vLLM's engine, two layout causes. Now: wrong_method not checked naming the flag, and no engine layer reading."""
-    from eagle3lib.checks.run import run_checks
+    from eagle3lib.checks.judge import run_checks
     cmd = "vllm serve x --speculative-config {bad json"
     (f,) = [x for x in _f(tmp_path, cmd) if x.cause == "wrong_method"]
     assert f.status == "not checked" and "--speculative-config" in f.summary and "--speculative-config" in f.needs

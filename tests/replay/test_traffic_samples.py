@@ -1,4 +1,4 @@
-"""replay.traffic: served answers as replay samples, captured by the target. The target's own greedy answers
+"""replay.traffic_samples: served answers as replay samples, captured by the target. The target's own greedy answers
 (generated here by transformers, as a greedy server returns them) replay with the target's reference equal to the
 served tokens at every position, and the walk counts the drafts a server would make."""
 from __future__ import annotations
@@ -14,7 +14,7 @@ from eagle3lib.errors import DataError
 from eagle3lib.hidden.capture import capture, load_target_model
 from eagle3lib.model.target import load_tokenizer
 from eagle3lib.replay.run import identify_training_layout, load_setup, replay, with_trained_layout
-from eagle3lib.replay.traffic import served_traffic, traffic_samples
+from eagle3lib.replay.traffic_samples import served_traffic, traffic_samples
 from eagle3lib.serving.traffic import read_traffic
 
 pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test

@@ -19,7 +19,7 @@ from pathlib import Path
 from ..engines import host as engine_host
 from ..errors import DataError
 from . import world as demo
-from .artifacts import DemoPaths
+from .shipped import DemoPaths
 
 ROOT_ENVS = {"vllm": "EAGLE3LIB_VLLM_DEMO_DIR", "sglang": "EAGLE3LIB_SGLANG_DEMO_DIR"}
 FOLDERS = {("vllm", "llama"): "demo_vllm", ("vllm", "mla"): "demo_vllm_mla", ("sglang", "llama"): "demo_sglang"}

@@ -141,7 +141,7 @@ def _hidden(art: Artifacts) -> Finding:
     return Finding("hidden_size_mismatch", "ruled out", "the draft's slot width matches the target" + note, ev, w)
 
 
-# the causes check_launch reports (checks.run: what a broken check reports as not checked)
+# the causes check_launch reports (checks.judge: what a broken check reports as not checked)
 LAUNCH_CAUSES = ('wrong_method', 'lossy_threshold', 'sampling_settings', 'quantized_target', 'hidden_size_mismatch')
 
 

@@ -110,7 +110,7 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
     return name, known
 
 
-# the causes check_weights reports (checks.run: what a broken check reports as not checked)
+# the causes check_weights reports (checks.judge: what a broken check reports as not checked)
 WEIGHTS_CAUSES = ('weights_dropped',)   # (a config field that sizes its tensors otherwise also confirms
                                           # draft_config_differs, naming the key: `config_sized`)
 

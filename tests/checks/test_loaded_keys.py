@@ -6,7 +6,7 @@ import pytest
 import torch
 
 from eagle3lib.model.checkpoint import expected_tensors
-from eagle3lib.checks.weights import check_weights, engine_name, expected_shapes
+from eagle3lib.checks.loaded_keys import check_weights, engine_name, expected_shapes
 from eagle3lib.model.config import DraftConfig
 from tests.checks.world import canonical_tensors, draft_raw, statuses, write_draft
 

@@ -13,7 +13,7 @@ from safetensors.torch import load_file, save_file
 from eagle3lib.demo import world as demo
 from eagle3lib.demo.sweep import demo_serving_dump
 from eagle3lib.diagnose.cli import main
-from eagle3lib.diagnose.run import Inputs, run
+from eagle3lib.diagnose.parts import Inputs, run
 from eagle3lib.serving.capturespec import CaptureSpec
 
 pytestmark = pytest.mark.slow

@@ -8,9 +8,9 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.causes import CATALOGUE, Finding
-from eagle3lib.checks import run as R
+from eagle3lib.checks import judge as R
 from eagle3lib.causes import findings_frame
-from eagle3lib.checks.run import run_checks
+from eagle3lib.checks.judge import run_checks
 from tests.checks.world import canonical_tensors, draft_raw, write_data, write_draft, write_target
 
 
