@@ -17,8 +17,8 @@ Cases:
              final state, bf16) declaring that layout.
      `--tiny` shrinks it (hidden 256, vocab 4096, draft vocab 512, 2 samples of 64 tokens) and skips the baseline.
 
-Every run is a fresh subprocess (PYTHONPATH = its tree) calling `eagle3lib.diagnose.run.run(Inputs(...))` in
-process with the case's paths (diagnose's defaults otherwise: n 32, dtype float32), under `strace -f -e
+Every run is a fresh subprocess (PYTHONPATH = its tree) calling `eagle3lib.diagnose.parts.run(Inputs(...))` in
+process (`diagnose.run` before 9bff3ec) with the case's paths (diagnose's defaults otherwise: n 32, dtype float32), under `strace -f -e
 openat` when strace works here. Counted per file under the case's root (and anything under the repository's
 data/, so a stray read of the demo world shows), during the diagnose call only (imports excluded):
   os opens     openat calls that succeeded (strace): every reader, Python, Rust (safetensors, tokenizers) or C
@@ -243,7 +243,10 @@ sys.addaudithook(hook)
 t_import = time.perf_counter()
 import json as _json
 import safetensors, safetensors.torch, transformers, transformers.modeling_utils
-from eagle3lib.diagnose.run import Inputs, run
+try:                                  # diagnose/run.py became diagnose/parts.py at 9bff3ec (issue 49's names)
+    from eagle3lib.diagnose.parts import Inputs, run
+except ModuleNotFoundError:
+    from eagle3lib.diagnose.run import Inputs, run
 from eagle3lib.hidden import targets
 from eagle3lib.opened import recording
 from eagle3lib.samples import readers
@@ -367,7 +370,7 @@ def label(path: str, root: Path) -> str:
 def group_key(rel: str) -> str:
     """Per-sample files (a dataset's hidden_states/*, SpecForge rows_*/data_*) as one row per folder."""
     parts = rel.split("/")
-    if len(parts) >= 2 and (parts[-2] == "hidden_states" or parts[-2].startswith("rows_")):
+    if not rel.endswith("/") and len(parts) >= 2 and (parts[-2] == "hidden_states" or parts[-2].startswith("rows_")):
         return "/".join(parts[:-1]) + "/*"
     return rel
 
