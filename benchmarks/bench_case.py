@@ -554,10 +554,23 @@ def main() -> None:
     if case_b:
         summary["case_b"] = {k: v for k, v in case_b.items() if k not in ("draft", "target", "train_data")}
     cols = ["case", "file", *COUNTS, "files", "max per file", "baseline os opens", "baseline py opens"]
-    finish(a.name, rows, {"current_commit": head, "dirty_paths": dirty, "baseline": base_commit, "tiny": a.tiny,
-                          "strace": strace, "repeats": a.repeats, "rss_limit_gb": a.rss_limit_gb,
-                          "dtype": a.dtype, "cases": summary},
+    finish(a.name, portable(rows), portable({"current_commit": head, "dirty_paths": dirty, "baseline": base_commit,
+                                             "tiny": a.tiny, "strace": strace, "repeats": a.repeats,
+                                             "rss_limit_gb": a.rss_limit_gb, "dtype": a.dtype, "cases": summary}),
            columns=[c for c in cols if any(c in r for r in rows)] if rows else None)
+
+
+def portable(value):
+    """`value` with this checkout's path made repo-relative and a temporary folder named as such in every string (a
+    record holds no machine path)."""
+    if isinstance(value, str):
+        value = value.replace(str(REPO) + "/", "").replace(str(REPO), ".")
+        return re.sub(re.escape(tempfile.gettempdir()) + r"/[\w.-]+", "<temporary folder>", value)
+    if isinstance(value, dict):
+        return {portable(k): portable(v) for k, v in value.items()}
+    if isinstance(value, (list, tuple)):
+        return [portable(v) for v in value]
+    return value
 
 
 if __name__ == "__main__":
