@@ -293,6 +293,8 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     raw_sd = load_state_dict(path)
     drop = (VLLM_MLA_DROPPED if cfg.mla else ()) + (() if cfg.use_aux_hidden_state else NO_FC_DROPPED)
     sd, renames = canonicalize(raw_sd, drop)
+    fmt = detect_format(raw_sd, cfg.mla is not None)
+    del raw_sd                                                   # its tensors live on in sd only (cast below)
     sd, split = unstack(sd, cfg, str(files[0]))                  # vLLM's fused tensors -> the checkpoint's names
     renames += split
     cfg = as_trained(cfg, {k: tuple(v.shape) for k, v in sd.items()})
@@ -342,6 +344,9 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     if t2d is None or t2d.numel() != cfg.vocab_size:
         sd["t2d"] = t2d_from_d2t(sd["d2t"].clamp(max=cfg.vocab_size - 1), cfg.vocab_size)
     sd["t2d"] = sd["t2d"].bool()
+    if dtype is not None:       # tensor by tensor, each read copy let go at once: never the whole draft twice; the
+        for k, v in sd.items():  # tensors kept (d2t, t2d) copied, so no view keeps the file's memory map open
+            sd[k] = v.to(dtype) if v.is_floating_point() and v.dtype != dtype else v.clone()
     with torch.device("meta"):
         model = draft_for(cfg)
     model.load_state_dict({k: v for k, v in sd.items() if k in dict(model.state_dict())}, strict=True, assign=True)
@@ -351,8 +356,8 @@ def load_draft(path: str | Path, target: str | Path | None = None, device: str =
     model = model.to(device)
     if dtype is not None:
         model = model.to(dtype)                      # float tensors only; d2t/t2d keep int64/bool
-    return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files],
-                       detect_format(raw_sd, cfg.mla is not None), renames, tuple(from_target), tuple(filled))
+    return LoadedDraft(model.eval(), cfg, report, vocab, [str(f) for f in files], fmt, renames, tuple(from_target),
+                       tuple(filled))
 
 
 def save_draft(state: Eagle3Draft | dict, config: dict | DraftConfig, out_dir: str | Path,
