@@ -27,13 +27,12 @@ from safetensors.torch import load_file
 from eagle3lib.demo import world as demo
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.facts import read_fields
+from eagle3lib.engines.versions import SERVING_ENGINES
 from eagle3lib.errors import Eagle3Error
 from eagle3lib.model.vocab import absolute_to_offsets, build_vocab_map, draft_to_target
 
 from . import fault_inputs
 from .deployments import write_deployment
-
-ENGINES = ("vllm", "sglang")
 
 
 WIRING, GAP, CEILING, HEALTHY = "wiring/loading", "generalization gap", "ceiling", "healthy"
@@ -183,7 +182,7 @@ SERVED_VERDICT = {"rms_norm_eps": (HEALTHY, NOT_SERVED), "max_position_embedding
 
 def config_fields() -> tuple[str, ...]:
     """Every config field the engines read, in the facts' order."""
-    return tuple(dict.fromkeys(f for e in ENGINES for f in read_fields(e)))
+    return tuple(dict.fromkeys(f for e in SERVING_ENGINES for f in read_fields(e)))
 
 
 def singles() -> tuple[Fault, ...]:

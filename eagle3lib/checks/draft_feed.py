@@ -16,7 +16,7 @@ from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
 from ..engines.loaded_view import vllm_fc_slots
-from ..engines.versions import in_force
+from ..engines.versions import SERVING_ENGINES, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 from .launch_flags import integer, spec_config, speculating
@@ -41,7 +41,7 @@ def use_aux(raw) -> tuple[bool | None, str | None]:
 def claimed_id_keys() -> tuple[str, ...]:
     """Every key a draft config may hold its aux layer ids under: each serving engine's (the engine facts' "id_key"
     rows, SGLang's first, in table order), then the tools' own (TOOL_ID_KEYS)."""
-    engine_keys = (k for e in facts.SERVING_ENGINES for k in facts.id_key_names(e))
+    engine_keys = (k for e in SERVING_ENGINES for k in facts.id_key_names(e))
     return tuple(dict.fromkeys((*engine_keys, *TOOL_ID_KEYS)))
 
 

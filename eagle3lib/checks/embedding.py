@@ -13,6 +13,7 @@ from ..errors import Eagle3Error
 from ..model.safefiles import load_state_dict
 from ..model.target import load_target_tensor
 from ..engines import facts as engine_facts
+from ..engines.versions import SERVING_ENGINES
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
@@ -178,7 +179,7 @@ def check_embedding(art: Artifacts, engine: str | None = None) -> list[Finding]:
     need = art.missing("draft", "weights")
     if need:
         return [not_checked("wrong_embedding", WHERE, need), not_checked("lm_head_missing", WHERE, need)]
-    eng = engine.lower() if engine and engine.lower() in engine_facts.SERVING_ENGINES else None
+    eng = engine.lower() if engine and engine.lower() in SERVING_ENGINES else None
     return [_embedding(art, eng), _lm_head(art, eng), *_vocab(art)]
 
 

@@ -10,6 +10,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
+from ..engines.versions import SERVING_ENGINES
 from ..model.dialects import FLAG_PLACES, value_at
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
@@ -91,7 +92,7 @@ def check_flags(art: Artifacts, engine: str | None = None, engine_version: str |
         return out
     if engine is None:
         readers = {f"{flag}@{p}": {e: engine_facts.reads(e, "flag", f"{flag}@{p}", None)
-                                   for e in engine_facts.SERVING_ENGINES} for flag, ps in places.items() for p in ps}
+                                   for e in SERVING_ENGINES} for flag, ps in places.items() for p in ps}
         out.append(Finding("dropped_variant_flags", "not checked", f"flags set: {places}; whether they are read "
                            "depends on the engine and its version", {"flags_set": places, "readers": readers},
                            WHERE, needs=NEEDS["engine"]))

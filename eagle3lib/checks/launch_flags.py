@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
+from ..engines.versions import SERVING_ENGINES
 from ..serving.launch import LaunchArgs
 from .context import served_prompt_lengths
 from .inputs import NEEDS, Artifacts
@@ -173,7 +174,7 @@ def _structured(la: LaunchArgs) -> Finding:
               "enable_auto_tool_choice": la.flags.get("enable_auto_tool_choice")}
     return Finding(c, "not checked", "not checked: grammars are chosen per request, which the launch does not show",
                    ev, w, needs=NEEDS_REQUESTS, source="; ".join(serving_row(e, "grammar_with_drafts").source
-                                                                 for e in ("vllm", "sglang")))
+                                                                 for e in SERVING_ENGINES))
 
 
 def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:

@@ -20,7 +20,7 @@ from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
 from ..engines.facts import default_ids_row, id_keys, id_readers
 from ..engines.layer_reading import layer_reading
-from ..engines.versions import DEFAULT_VERSION, VLLM_CHECKED
+from ..engines.versions import DEFAULT_VERSION, SERVING_ENGINES, VLLM_CHECKED
 from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index, training_default_layout
 from ..model.dialects import CONFIG_DIALECTS
@@ -30,7 +30,6 @@ from .registry import Options, contract
 WHERE = "checks.layer_ids"
 REPLAY_N = 8          # training samples replayed under the engine's default capture and the trained layout
 MEASUREMENT = "replay of the training samples under the engine's default layout vs the trained layout"
-SERVING = ("sglang", "vllm")
 
 
 def reading_source(engine: str) -> str:
@@ -104,7 +103,7 @@ def per_engine(raw, cfg, L: int, version: str | None, arch: str | None,
     """Evidence table: the boundaries each known engine captures for this config (a string when it cannot).
     `version` is the named `engine`'s; vLLM is read at it only when it is vLLM's (else at the checked release)."""
     out: dict[str, object] = {}
-    for eng in SERVING:
+    for eng in SERVING_ENGINES:
         r = engine_reading(raw, eng, L, version if eng == "sglang" or engine == "vllm" else None, arch)
         out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else (
             "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
@@ -182,7 +181,7 @@ def _shift(a, b, L: int) -> int | None:
     return d.pop() if len(d) == 1 and 0 not in d else None
 
 
-def layout_fix(trained, L: int, engines=("sglang", "vllm")) -> str:
+def layout_fix(trained, L: int, engines=SERVING_ENGINES) -> str:
     """The one fix of a layout cause, with the exact ids each serving engine needs to capture the trained layout:
     "make the engine capture [embed, layer_in.2]: sglang: eagle_config.eagle_aux_hidden_state_layer_ids = [-1, 1];
     vllm: eagle_aux_hidden_state_layer_ids = [0, 2]" (an engine that cannot capture it says why, in brief)."""
@@ -332,8 +331,8 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
         return out
 
     eng = engine.lower()
-    if eng not in SERVING:
-        return out + [not_checked(c, WHERE, f"an engine the library knows ({', '.join(SERVING)}), not {engine!r}")
+    if eng not in SERVING_ENGINES:
+        return out + [not_checked(c, WHERE, f"an engine the library knows ({', '.join(SERVING_ENGINES)}), not {engine!r}")
                       for c in ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch")]
     r = engine_reading(raw, eng, L, engine_version, arch, engine_runner)
     ev = {**base, "engine": eng, "engine_version": engine_version, "engine_runner": engine_runner,

@@ -20,6 +20,7 @@ from ..model.variants import reshape_text, reshaped, shape_implied
 from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
+from ..engines.versions import SERVING_ENGINES
 from .inputs import Artifacts
 from .registry import Options, contract
 
@@ -88,7 +89,7 @@ def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None,
     known = True
     name = key
     later = LATER_NORM.match(key)
-    if later and engine in engine_facts.SERVING_ENGINES:      # a later layer's input norm: each engine uses one name
+    if later and engine in SERVING_ENGINES:      # a later layer's input norm: each engine uses one name
         r = engine_facts.reads(engine, "keys", f"layers.N.{later.group(3)}", version)
         if r is False:
             return None, True
@@ -124,7 +125,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     # an MLA draft as eagle3lib's loader and vLLM's deepseek_eagle3 read it: fused tensors as their parts, the later
     # layers' unread hidden_norm left out (SGLang knows neither: it sees the raw keys)
     tensors = header_view(art.tensors, art.draft_cfg) if art.draft_cfg.mla else dict(art.tensors)
-    seen = {eng: list(tensors) if eng == "vllm" else keys for eng in engine_facts.SERVING_ENGINES}
+    seen = {eng: list(tensors) if eng == "vllm" else keys for eng in SERVING_ENGINES}
     try:
         canon, renames = canonicalize({k: None for k in tensors})
     except Eagle3Error as e:
@@ -145,7 +146,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
           "shape_mismatch": shape_bad[:10], **({"fc_unused_as_configured": unused_fc} if unused_fc else {})}
     if engine is None:
         per = {}
-        for eng in engine_facts.SERVING_ENGINES:
+        for eng in SERVING_ENGINES:
             names = [engine_name(k, eng, None) for k in seen[eng]]
             per[eng] = {"unmapped": [k for k, (n, _) in zip(seen[eng], names) if (n is None or n not in exp_engine)
                                      and n not in unused_fc][:10],
@@ -172,7 +173,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
                             needs="the serving engine and version", source=src)]
         return [Finding("weights_dropped", "ruled out", f"all {len(keys)} keys map to the draft's tensors", ev, WHERE)]
     eng = engine.lower()
-    if eng not in engine_facts.SERVING_ENGINES:
+    if eng not in SERVING_ENGINES:
         return [not_checked("weights_dropped", WHERE, f"an engine the library knows, not {engine!r}")]
     names = {k: engine_name(k, eng, engine_version) for k in seen[eng]}
     dropped = [k for k, (n, _) in names.items() if (n is None or n not in exp_engine) and n not in unused_fc]

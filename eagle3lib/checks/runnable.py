@@ -10,7 +10,8 @@ Usage: ``check_runnable(art, engine="vllm")``.
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
-from ..engines.facts import SERVING_ENGINES, fact
+from ..engines.facts import fact
+from ..engines.versions import SERVING_ENGINES
 from .inputs import Artifacts
 from .registry import Options, contract
 

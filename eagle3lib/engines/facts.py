@@ -22,9 +22,8 @@ import pandas as pd
 from . import facts_config, facts_ids, facts_refusals, facts_serving, facts_target, facts_weights
 from ..model.dialects import value_at
 from .fact_row import Fact
-from .versions import in_force, maybe_version, parse_version
+from .versions import SERVING_ENGINES, in_force, maybe_version, parse_version
 
-SERVING_ENGINES = ("sglang", "vllm")
 # the one table: the topic modules' rows (engines/__init__.py's map); each topic's rows keep their order (a reader
 # tries its id keys in it)
 FACTS: tuple[Fact, ...] = (*facts_config.ROWS, *facts_serving.ROWS, *facts_weights.ROWS, *facts_ids.ROWS,

@@ -12,7 +12,7 @@ from packaging.version import InvalidVersion, Version
 
 from ..errors import ServingArgsError
 
-ENGINES = ("sglang", "vllm")
+SERVING_ENGINES = ("sglang", "vllm")   # the serving engines the library knows: written here only
 # SGLang
 DEFAULT_VERSION = "0.5.6"     # the SGLang version the shipped samples and the demo engine's log imitate
 LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
@@ -31,8 +31,8 @@ def parse_version(version: str | Version, engine: str = "sglang") -> Version:
     """An engine's version string as a comparable Version; ServingArgsError naming the engine when unreadable."""
     if isinstance(version, Version):
         return version
-    if engine not in ENGINES:
-        raise ServingArgsError("engine version", "unknown engine", expected=ENGINES, found=repr(engine))
+    if engine not in SERVING_ENGINES:
+        raise ServingArgsError("engine version", "unknown engine", expected=SERVING_ENGINES, found=repr(engine))
     text = str(version).strip().lstrip("vV")
     if text.lower() in _HEAD or text == SOURCE_BUILD:
         text = LATEST_TRACED if engine == "sglang" else VLLM_HEAD

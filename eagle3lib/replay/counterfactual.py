@@ -24,6 +24,7 @@ import pandas as pd
 
 from ..causes import Finding, not_checked
 from ..engines.facts import read_fields
+from ..engines.versions import SERVING_ENGINES
 from ..errors import Eagle3Error
 from ..model.checkpoint import expected_tensors
 from ..model.variants import CHANGEABLE, rebuilt, reshape_text, reshaped
@@ -38,7 +39,6 @@ Z = 3.0                   # ... and this many standard errors of the difference 
 RECORDED_TOL = 0.10       # the shipped config "reproduces training" within this of the recorded accuracy
 COMMON_THETAS = (1e4, 5e5, 1e6)
 COMMON_EPS = (1e-5, 1e-6)
-ENGINES = ("vllm", "sglang")
 FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
 # fields whose untrained value an engine refuses outright (engines.facts 'config' rows): the refusal is this
 # finding's consequence (vLLM / SGLang: hidden_act other than silu)
@@ -265,7 +265,7 @@ for _f in FLAGS:
                       [(not getattr(cfg, name), "switch off" if getattr(cfg, name) else "switch on")])(_f)
 
 
-def engine_fields(engines=ENGINES) -> tuple[str, ...]:
+def engine_fields(engines=SERVING_ENGINES) -> tuple[str, ...]:
     """Every draft config field the engines read (the table's), in the table's order."""
     return tuple(dict.fromkeys(f for e in engines for f in read_fields(e)))
 

@@ -27,7 +27,7 @@ import torch
 from ..checks.inputs import (read_data, read_draft_config, read_launch, read_target_config, read_target_weights,
                              tensor_headers)
 from ..demo.world import REPO_ROOT, world_name
-from ..engines.versions import parse_version
+from ..engines.versions import SERVING_ENGINES, parse_version
 from ..errors import (ConfigError, DataError, Eagle3Error, LogParseError, MissingFileError, ParameterError,
                       ServingArgsError)
 from ..hidden.dumps import load_dump
@@ -347,7 +347,7 @@ def _traffic(value, base):
 
 def _version(value, base):
     errors = []
-    for engine in ("sglang", "vllm"):
+    for engine in SERVING_ENGINES:
         try:
             parse_version(str(value), engine)
             return
@@ -404,7 +404,7 @@ READERS = {
     "draft": _draft, "target": _target, "data": _data, "launch": _launch, "startup_log": _startup_log,
     "run_logs": _run_logs, "run_logs_list": _run_logs_list, "training_log": _training_log, "server": _server,
     "url": _url, "server_info": _server_info, "dump": _dump, "traffic": _traffic, "version": _version,
-    "layout": lambda v, b: parse_layout(str(v)), "engine": _one_of(("sglang", "vllm"), ServingArgsError),
+    "layout": lambda v, b: parse_layout(str(v)), "engine": _one_of(SERVING_ENGINES, ServingArgsError),
     "data_format": _one_of(FORMATS, DataError), "device": _device,
     "dtype": _one_of(("float32", "float16", "bfloat16", "float64"), ParameterError),
     "dtype_auto": _one_of(("float32", "float16", "bfloat16", "float64", "auto"), ParameterError),

@@ -37,7 +37,8 @@ from ..layout import ZERO
 from ..replay.verdict import Verdict, read_recorded_accuracy
 from ..checks.replayed_layout import ENGINE_DEFAULT, SERVING_INPUTS, number_or_none, replay_findings
 from ..engines.advice import captured_by
-from ..engines.facts import SERVING_ENGINES, default_ids_row
+from ..engines.facts import default_ids_row
+from ..engines.versions import SERVING_ENGINES
 from ..engines.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
 from ..replay import layoutsearch, verdict

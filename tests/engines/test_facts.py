@@ -9,7 +9,7 @@ from collections import Counter
 import pytest
 
 from eagle3lib.engines import facts as EF
-from eagle3lib.engines.versions import parse_version
+from eagle3lib.engines.versions import SERVING_ENGINES, parse_version
 
 TOPICS = {"flag", "config", "embed", "lm_head", "keys", "id_key", "fc_slots", "default_ids", "method", "rope",
           "context", "window", "target", "serving", "metric", "host", "refusal"}   # Fact.topic's comment
@@ -22,7 +22,7 @@ MODULE_TOPICS = {"facts_config": {"flag", "rope", "config"}, "facts_ids": {"id_k
 
 @pytest.mark.parametrize("row", EF.FACTS, ids=lambda f: f"{f.engine}:{f.topic}:{f.subject}")
 def test_every_row_is_complete_and_its_versions_are_ordered(row):
-    assert row.engine in EF.SERVING_ENGINES and row.topic in TOPICS and row.subject and row.source
+    assert row.engine in SERVING_ENGINES and row.topic in TOPICS and row.subject and row.source
     since = parse_version(row.since, row.engine) if row.since else None
     until = parse_version(row.until, row.engine) if row.until else None
     assert since is None or until is None or since < until, f"since {row.since} is not before until {row.until}"
