@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 
 from ..causes import LAYOUT_CAUSES, Finding
 from ..errors import Eagle3Error
+from ..samples.once import case_reads
 from ..steps.given import CLI, Problem, check_all, given
 from ..steps.order import PARTS
 from ..steps.part import Inputs, Part
@@ -99,7 +100,14 @@ def attribute(message: str, inp: Inputs, default: str) -> tuple[str, str]:
 
 def run(inp: Inputs, progress=None) -> Run:
     """The notebooks' checks in order; an input that cannot be read and a part that breaks are recorded as
-    problems, never raised."""
+    problems, never raised. The inputs' check and every part share what any of them read (`samples.once`): each
+    training sample is read from disk once."""
+    with case_reads():
+        return _run(inp, progress)
+
+
+def _run(inp: Inputs, progress=None) -> Run:
+    """`run` inside its case (the inputs read, then each diagnosed part in order)."""
     problems = check_all({flag(k): (getattr(inp, k), kind) for k, kind in CLI.items()})
     bad = {p.param for p in problems}
     demo, asked = not inp.draft, frozenset(k for k in GIVEN if given(getattr(inp, k)))
@@ -130,7 +138,7 @@ def run(inp: Inputs, progress=None) -> Run:
 
     done: dict[str, Part] = {}
     for step in (s for s in PARTS if s.diagnosed):
-        if not demo and not all(getattr(inp, k) for k in step.needs):     # a user's draft without what it needs
+        if not demo and not all(getattr(inp, k) for k in step.needs):   # a user's draft without what it needs
             if hasattr(step.module, "not_run"):
                 parts[step.name] = step.module.not_run(inp)
             continue

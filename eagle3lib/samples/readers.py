@@ -22,6 +22,7 @@ from torch import Tensor
 from ..errors import DataError, Eagle3Error, MissingFileError, UnsafeFileError
 from ..layout import parse_layout
 from ..model.safefiles import load_safetensors, load_torch_file, safetensors_metadata
+from . import once
 from .sample import Sample, SampleOptions, as_ids, build_sample, require_fields, split_concat, squeeze_batch
 from ..progress import track
 
@@ -218,6 +219,15 @@ class Dataset:
         return f"Dataset(format={self.format!r}, root='{self.root}', samples={len(self)}, skipped={len(self.skipped)})"
 
     def _load(self, i: int) -> Sample:
+        """Sample i, read from its file (once per case inside `samples.once.case_reads`)."""
+        reads = once.active()
+        return self._read(i) if reads is None else reads.kept_sample(self._key(i), lambda: self._read(i))
+
+    def _key(self, i: int) -> tuple:
+        """What sample i is read from, and the options that shape it."""
+        return (str(self._index.path) if self._index is not None else str(self._files[i]), i, self._opts)
+
+    def _read(self, i: int) -> Sample:
         if self._index is not None:
             lineno, raw = self._index.line(i)
             return _load_seed_line(self._index.path, lineno, raw, self._opts)
@@ -238,6 +248,12 @@ class Dataset:
                 self.skipped.append(item)
             return None
 
+    def _streamed(self, i: int, lineno: int, raw: bytes) -> Sample:
+        """Sample i of a streamed jsonl index (once per case, as `_load`)."""
+        reads = once.active()
+        read = lambda: _load_seed_line(self._index.path, lineno, raw, self._opts)   # noqa: E731
+        return read() if reads is None else reads.kept_sample(self._key(i), read)
+
     def _source(self, i: int) -> str:
         if self._files is not None:
             return str(self._files[i])
@@ -252,8 +268,7 @@ class Dataset:
             view = self._view
             for i, lineno, raw in self._index.stream():
                 if view is None or i in view:
-                    s = self._guard(lambda: _load_seed_line(self._index.path, lineno, raw, self._opts),
-                                    f"{self._index.path}:{lineno}")
+                    s = self._guard(lambda: self._streamed(i, lineno, raw), f"{self._index.path}:{lineno}")
                     if s is not None:
                         yield s
             return
@@ -362,16 +377,23 @@ def open_dataset(path: str | os.PathLike, format: str | None = None, layout=None
                                found="no such path")
     if on_error not in ("skip", "raise"):
         raise DataError("open_dataset(on_error=...)", "unknown policy", expected=["skip", "raise"], found=on_error)
-    fmt, found = _detect(path, format)
+    fmt, found = _kept(("files", str(path.resolve()), format), lambda: _detect(path, format))
     root = path.parent if path.is_file() else path
-    info = _read_info(root)
+    info = _kept(("info", str(root.resolve())), lambda: _read_info(root))
     num_layers = info.get("num_target_layers")
     opts = SampleOptions(layout=parse_layout(layout, num_layers) if layout is not None else None,
                  info_layout=parse_layout(info["layout"], num_layers) if info.get("layout") else None,
                  hidden_size=hidden_size or info.get("target_hidden_size"), num_layers=num_layers, max_len=max_len)
     if fmt == "seed":
-        return Dataset(fmt, root, opts, info, on_error, index=_SeedIndex(found))
+        return Dataset(fmt, root, opts, info, on_error, index=_kept(("index", str(found.resolve())),
+                                                                   lambda: _SeedIndex(found)))
     return Dataset(fmt, root, opts, info, on_error, files=found)
+
+
+def _kept(key, read):
+    """read(), once per case inside `samples.once.case_reads` (a dataset's file list, info and index)."""
+    reads = once.active()
+    return read() if reads is None else reads.part(key, read)
 
 
 def count_loss_masked_tokens(dataset: Dataset, vocab_size: int, progress: bool = False) -> Tensor:

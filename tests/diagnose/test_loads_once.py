@@ -59,3 +59,34 @@ def test_no_load_when_no_step_recaptures(counted):
     r = run(Inputs(draft=str(w.draft), target=str(w.target), launch=SEED_LAUNCH, sglang_version="0.5.6"))
     assert "ndt_override" in {v.cause for v in r.diagnosis.alarms}
     assert targets.loads() == Counter() and not any(str(w.target) in p for p in counted), counted
+
+
+def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
+    """The same run: every replay, check, identification and recapture shares the samples read (samples.once):
+    each sample line and hidden-state file of the training and held-out data is read from disk once, each
+    dataset_info.json parsed once and each jsonl index built once (before: one sample 68 times, benchmarks/NOTES.md)."""
+    from eagle3lib.samples import readers
+    w = demo.ensure_world(progress=False)
+    reads: Counter = Counter()
+    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex.build_sample
+
+    def counted_line(jsonl, lineno, text, opts):
+        reads[("sample", str(jsonl), lineno, opts)] += 1
+        return line(jsonl, lineno, text, opts)
+
+    def counted_info(root):
+        reads[("info", str(root))] += 1
+        return info(root)
+
+    def counted_build(self):
+        reads[("index", str(self.path))] += 1
+        return build(self)
+    monkeypatch.setattr(readers, "_load_seed_line", counted_line)
+    monkeypatch.setattr(readers, "_read_info", counted_info)
+    monkeypatch.setattr(readers._SeedIndex, "build_sample", counted_build)
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data),
+                   heldout_data=str(w.heldout_data), launch=SEED_LAUNCH, sglang_version="0.5.6", n=4,
+                   drift_samples=2))
+    assert r.problems == () and "aux_layout_mismatch" in {v.cause for v in r.diagnosis.alarms}
+    assert {k[0] for k in reads} == {"sample", "info", "index"} and len(reads) > 8
+    assert {k: n for k, n in reads.items() if n != 1} == {}

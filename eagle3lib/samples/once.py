@@ -1,0 +1,90 @@
+"""Every training sample a case reads, read and parsed once: inside ``with case_reads():`` (a diagnosis wraps all its
+parts in one) each dataset's ``dataset_info.json`` and jsonl index are read once and each sample once, by its source
+file and line and the options that shape it; the samples are kept up to a budget in bytes, the least recently used
+let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay, check and recapture of the case then shares
+them. Outside such a block nothing is kept and every read goes to the disk, as before.
+
+    with case_reads() as reads:
+        ...                          # every open_dataset / sample load of the case
+    reads.loads                      # Counter: source -> how many times it was read from disk (1 each)
+"""
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import os
+import threading
+from collections import Counter, OrderedDict
+from typing import Any, Callable
+
+from torch import Tensor
+
+BUDGET_ENV = "EAGLE3LIB_SAMPLE_BUDGET_GB"
+DEFAULT_BUDGET_GB = 4.0
+
+
+class CaseReads:
+    """What one case has read: the datasets' info and indexes (by path), the samples (by source and options) within
+    the byte budget, and how many times each source was read from disk (`loads`)."""
+
+    def __init__(self, budget_bytes: int):
+        self.budget = budget_bytes
+        self.loads: Counter = Counter()
+        self._parts: dict[Any, Any] = {}
+        self._samples: OrderedDict[Any, Any] = OrderedDict()
+        self._bytes = 0
+        self._lock = threading.RLock()      # the replay reads ahead in a thread (samples.prefetch)
+
+    def part(self, key, read: Callable[[], Any]):
+        """A dataset's part (its info, its index) read once per case."""
+        with self._lock:
+            if key not in self._parts:
+                self._parts[key] = read()
+                self.loads[key] += 1
+            return self._parts[key]
+
+    def kept_sample(self, key, load: Callable[[], Any]):
+        """The sample `key`, loaded once while it fits the budget (an error is raised each time, never kept)."""
+        with self._lock:
+            if key in self._samples:
+                self._samples.move_to_end(key)
+                return self._samples[key]
+        s = load()
+        size = sample_bytes(s)
+        with self._lock:
+            self.loads[key] += 1
+            if size <= self.budget and key not in self._samples:
+                self._samples[key] = s
+                self._bytes += size
+                while self._bytes > self.budget:
+                    _, old = self._samples.popitem(last=False)
+                    self._bytes -= sample_bytes(old)
+        return s
+
+
+def sample_bytes(sample) -> int:
+    """The bytes of a sample's tensors."""
+    return sum(v.numel() * v.element_size() for f in dataclasses.fields(sample)
+               if isinstance(v := getattr(sample, f.name), Tensor))
+
+
+_state: dict[str, CaseReads | None] = {"reads": None}
+
+
+def active() -> CaseReads | None:
+    """The case being read (None outside `case_reads`)."""
+    return _state["reads"]
+
+
+@contextlib.contextmanager
+def case_reads(budget_gb: float | None = None):
+    """Keep what the block reads (see the module docstring); a block inside another shares the outer one's."""
+    if _state["reads"] is not None:
+        yield _state["reads"]
+        return
+    gb = budget_gb if budget_gb is not None else float(os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_GB)
+    _state["reads"] = CaseReads(int(gb * 2 ** 30))
+    try:
+        yield _state["reads"]
+    finally:
+        _state["reads"] = None

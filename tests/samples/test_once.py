@@ -1,0 +1,94 @@
+"""samples.once: inside case_reads every dataset's file list, info and index and each sample are read from disk once;
+outside it every read goes to the disk; a sample past the budget is let go; an error is raised each time."""
+from __future__ import annotations
+
+from collections import Counter
+
+import pytest
+import torch
+
+from eagle3lib.errors import DataError
+from eagle3lib.samples import once, readers
+from eagle3lib.samples.readers import open_dataset
+from eagle3lib.samples.writers import write_seed_dataset
+from tests.samples.test_readers import LAYOUT, make_sample
+
+
+@pytest.fixture
+def seed(tmp_path):
+    write_seed_dataset(tmp_path / "seed", iter([make_sample(i) for i in range(4)]), layout=LAYOUT,
+                       info={"num_target_layers": 8})
+    return tmp_path / "seed"
+
+
+@pytest.fixture
+def disk(monkeypatch):
+    """{what was read from disk: times}: sample lines, dataset_info.json and index builds."""
+    reads: Counter = Counter()
+    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex.build_sample
+
+    def counted_line(jsonl, lineno, text, opts):
+        reads[("line", lineno)] += 1
+        return line(jsonl, lineno, text, opts)
+
+    def counted_info(root):
+        reads["info"] += 1
+        return info(root)
+
+    def counted_build(self):
+        reads["index"] += 1
+        return build(self)
+    monkeypatch.setattr(readers, "_load_seed_line", counted_line)
+    monkeypatch.setattr(readers, "_read_info", counted_info)
+    monkeypatch.setattr(readers._SeedIndex, "build_sample", counted_build)
+    return reads
+
+
+def read_twice(seed):
+    """Two openings and three passes over the same data, as several replays and checks of one case do."""
+    a, b = open_dataset(seed), open_dataset(seed)
+    return list(a.sample(4, seed=0)) + list(b.sample(2, seed=1)) + list(b)
+
+
+def test_inside_a_case_each_sample_is_read_once(seed, disk):
+    with once.case_reads() as reads:
+        got = read_twice(seed)
+    assert len(got) == 10 and disk["info"] == 1 and disk["index"] == 1
+    assert {k: n for k, n in disk.items() if k[0] == "line"} == {("line", i): 1 for i in range(1, 5)}
+    assert sum(reads.loads.values()) == 4 + 3            # 4 samples, the file list, the info, the index
+    again = [s for s in got if s.id == "s000"]
+    assert len(again) >= 2 and all(s is again[0] for s in again)       # one object, shared
+
+
+def test_outside_a_case_every_read_goes_to_the_disk(seed, disk):
+    read_twice(seed)
+    assert disk["info"] == 2 and sum(n for k, n in disk.items() if k[0] == "line") == 10
+    assert once.active() is None
+
+
+def test_a_sample_past_the_budget_is_read_again(seed, disk):
+    size = once.sample_bytes(make_sample(0))
+    with once.case_reads(budget_gb=1.5 * size / 2 ** 30):            # room for one sample
+        ds = open_dataset(seed)
+        ds[0], ds[1], ds[0]
+    assert disk[("line", 1)] == 2 and disk[("line", 2)] == 1
+
+
+def test_an_unreadable_sample_is_raised_each_time_and_never_kept(seed, disk):
+    (seed / "hidden_states" / "s001.safetensors").write_bytes(b"broken")
+    with once.case_reads() as reads:
+        ds = open_dataset(seed, on_error="raise")
+        for _ in range(2):
+            with pytest.raises(DataError):
+                ds[1]
+        assert torch.equal(ds[0].aux, make_sample(0).aux)
+    kept = [k[1] for k in reads.loads if isinstance(k[1], int)]           # samples: (file, index, options)
+    assert disk[("line", 2)] == 2 and kept == [0]
+
+
+def test_a_case_inside_a_case_shares_the_outer_one():
+    with once.case_reads() as outer:
+        with once.case_reads() as inner:
+            assert inner is outer
+        assert once.active() is outer
+    assert once.active() is None
