@@ -11,7 +11,7 @@ PKG = Path(__file__).resolve().parents[1] / "eagle3lib"
 
 # Layers, lowest first: a module may import its own folder and any folder of a lower layer, never a higher one.
 LAYERS = [
-    {"errors", "layout", "causes", "jsonfiles", "progress", "names", "opened"},
+    {"errors", "layout", "causes", "jsonfiles", "progress", "names", "opened", "once"},
     {"model"},
     {"samples"},
     {"hidden"},

@@ -15,7 +15,7 @@ from dataclasses import dataclass, field
 
 from ..causes import LAYOUT_CAUSES, Finding
 from ..errors import Eagle3Error
-from ..samples.once import case_reads
+from ..once import case_reads
 from ..steps.given import CLI, Problem, check_all, given
 from ..steps.order import PARTS
 from ..steps.part import Inputs, Part
@@ -100,7 +100,7 @@ def attribute(message: str, inp: Inputs, default: str) -> tuple[str, str]:
 
 def run(inp: Inputs, progress=None) -> Run:
     """The notebooks' checks in order; an input that cannot be read and a part that breaks are recorded as
-    problems, never raised. The inputs' check and every part share what any of them read (`samples.once`): each
+    problems, never raised. The inputs' check and every part share what any of them read (`once`): each
     training sample is read from disk once."""
     with case_reads():
         return _run(inp, progress)

@@ -25,6 +25,7 @@ from torch import Tensor, nn
 
 from .decoders import DECODER_PATHS, decoder_stack
 from .weights import TargetWeights, host_empty
+from ..once import kept
 from ..errors import CheckpointError, ConfigError, MissingFileError
 
 
@@ -32,10 +33,16 @@ def target_class(path):
     """(model class, config) of a local HF target, without remote code. A config whose model_type only remote code
     knows but whose `architectures` names a transformers class (Kimi-K2: `kimi_k2`, a `DeepseekV3ForCausalLM`
     stack) gets that class, as vLLM / SGLang pick the model file by architecture."""
+    p = Path(path)
+    return kept(("target class", str(p.resolve())), lambda: _target_class(p), copied=True)   # once per case
+
+
+def _target_class(p: Path):
+    """target_class, read from the folder."""
     import transformers
     from transformers import CONFIG_MAPPING
 
-    p = Path(path)
+    path = p
     try:
         raw = json.loads((p / "config.json").read_text())
     except FileNotFoundError:

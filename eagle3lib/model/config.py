@@ -19,6 +19,7 @@ from types import MappingProxyType
 from typing import Any, Mapping
 
 from .. import layout as _layout
+from ..once import kept
 from ..errors import ConfigError, LayoutError, MissingFileError
 from .formats import WRITERS
 from .config_fields import (MLA_SIZES, MlaConfig, detect_dialect, ids_open, read_flag, read_flag_at, read_layer_ids,
@@ -330,6 +331,11 @@ def read_config_json(path: str | Path, what: str = "model") -> tuple[dict, Path]
     if not file.is_file():
         raise MissingFileError(str(file), f"{what} config.json not found", expected=f"a {what} folder or its "
                                "config.json", found="no such file", cause="wrong path, or a hub id (not a local folder)")
+    return kept(("config.json", str(file.resolve())), lambda: _parsed(file), copied=True), file
+
+
+def _parsed(file: Path) -> dict:
+    """The JSON object of a config file; ConfigError naming the line of bad JSON."""
     text = file.read_text(encoding="utf-8", errors="replace")
     try:
         raw = json.loads(text)
@@ -339,7 +345,7 @@ def read_config_json(path: str | Path, what: str = "model") -> tuple[dict, Path]
                           cause="a truncated or hand-edited file") from None
     if not isinstance(raw, dict):
         raise ConfigError(str(file), "not a JSON object", expected="{...}", found=type(raw).__name__)
-    return raw, file
+    return raw
 
 
 def load_config(path: str | Path) -> DraftConfig:

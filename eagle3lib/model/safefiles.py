@@ -17,6 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
+from ..once import kept
 from ..errors import CheckpointError, MissingFileError, UnsafeFileError
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -25,8 +26,14 @@ INDEX_NAMES = ("model.safetensors.index.json", "pytorch_model.bin.index.json")
 
 
 def read_safetensors_header(path: str | Path) -> dict:
-    """The validated header {name: {dtype, shape, data_offsets}} (plus '__metadata__') of a safetensors file."""
+    """The validated header {name: {dtype, shape, data_offsets}} (plus '__metadata__') of a safetensors file (read
+    once per case, `once.kept`)."""
     path = Path(path)
+    return kept(("safetensors header", str(path.resolve())), lambda: _header(path), copied=True)
+
+
+def _header(path: Path) -> dict:
+    """read_safetensors_header, from the file."""
     if not path.exists():
         raise MissingFileError(str(path), "file not found", expected="a safetensors file", found="nothing")
     size = path.stat().st_size

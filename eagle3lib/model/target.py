@@ -14,6 +14,7 @@ from typing import Any, Mapping
 import torch
 
 from .config import read_config_json
+from ..once import kept
 from ..errors import CheckpointError, ConfigError, Eagle3Error, MissingFileError
 from .safefiles import INDEX_NAMES, load_state_dict, read_safetensors_header, shard_map, weight_files
 
@@ -123,5 +124,6 @@ def load_tokenizer(path: str | Path):
     if not any((path / n).exists() for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
-    return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True)
+    return kept(("tokenizer", str(path.resolve())),           # once per case (`once.kept`): one shared tokenizer
+                lambda: AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True))
 

@@ -3,8 +3,6 @@
 - `sample`   `Sample` (tokens, loss mask, aux slots, optional final state) and the per-sample checks behind it.
 - `readers`  `open_dataset`: SpecForge `.ckpt[.gz]`, seed jsonl + safetensors, speculators `hs_<i>`, ModelOpt `.pt`;
              a lazy `Dataset` that streams from disk.
-- `once`     `case_reads()`: inside it every dataset's info, index and each sample are read once (a diagnosis's
-             parts share them), within a byte budget.
 - `prefetch`  `ahead(iterable, depth, weight=)`: read and prepare samples in a background thread, a budget (replay: tokens) ahead of the forward.
 - `distance` how far served sequences are from the training samples: tokens and bigrams seen, template (opening,
              answer header), prompt and answer lengths.

@@ -22,7 +22,7 @@ from torch import Tensor
 from ..errors import DataError, Eagle3Error, MissingFileError, UnsafeFileError
 from ..layout import parse_layout
 from ..model.safefiles import load_safetensors, load_torch_file, safetensors_metadata
-from . import once
+from .. import once
 from .sample import Sample, SampleOptions, as_ids, build_sample, require_fields, split_concat, squeeze_batch
 from ..progress import track
 
@@ -219,7 +219,7 @@ class Dataset:
         return f"Dataset(format={self.format!r}, root='{self.root}', samples={len(self)}, skipped={len(self.skipped)})"
 
     def _load(self, i: int) -> Sample:
-        """Sample i, read from its file (once per case inside `samples.once.case_reads`)."""
+        """Sample i, read from its file (once per case inside `once.case_reads`)."""
         reads = once.active()
         return self._read(i) if reads is None else reads.kept_sample(self._key(i), lambda: self._read(i))
 
@@ -391,7 +391,7 @@ def open_dataset(path: str | os.PathLike, format: str | None = None, layout=None
 
 
 def _kept(key, read):
-    """read(), once per case inside `samples.once.case_reads` (a dataset's file list, info and index)."""
+    """read(), once per case inside `once.case_reads` (a dataset's file list, info and index)."""
     reads = once.active()
     return read() if reads is None else reads.part(key, read)
 

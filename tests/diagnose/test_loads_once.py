@@ -62,9 +62,10 @@ def test_no_load_when_no_step_recaptures(counted):
 
 
 def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
-    """The same run: every replay, check, identification and recapture shares the samples read (samples.once):
-    each sample line and hidden-state file of the training and held-out data is read from disk once, each
-    dataset_info.json parsed once and each jsonl index built once (before: one sample 68 times, benchmarks/NOTES.md)."""
+    """The same run: every replay, check, identification and recapture shares what was read (eagle3lib.once): each
+    sample line and hidden-state file of the training and held-out data is read from disk once, each
+    dataset_info.json, config.json and safetensors header parsed once, each jsonl index built once and the target's
+    tokenizer loaded once (before: one sample 68 times, the target's config.json 24, benchmarks/NOTES.md)."""
     from eagle3lib.samples import readers
     w = demo.ensure_world(progress=False)
     reads: Counter = Counter()
@@ -84,9 +85,17 @@ def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
     monkeypatch.setattr(readers, "_load_seed_line", counted_line)
     monkeypatch.setattr(readers, "_read_info", counted_info)
     monkeypatch.setattr(readers._SeedIndex, "build_sample", counted_build)
+    from eagle3lib.model import config, safefiles
+    parsed, header = config._parsed, safefiles._header
+    monkeypatch.setattr(config, "_parsed", lambda f: reads.update([("config", str(f))]) or parsed(f))
+    monkeypatch.setattr(safefiles, "_header", lambda f: reads.update([("header", str(f))]) or header(f))
+    tokenizer = transformers.AutoTokenizer.from_pretrained.__func__
+    monkeypatch.setattr(transformers.AutoTokenizer, "from_pretrained", classmethod(
+        lambda cls, path, *a, **k: reads.update([("tokenizer", str(path))]) or tokenizer(cls, path, *a, **k)))
     r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data),
                    heldout_data=str(w.heldout_data), launch=SEED_LAUNCH, sglang_version="0.5.6", n=4,
                    drift_samples=2))
     assert r.problems == () and "aux_layout_mismatch" in {v.cause for v in r.diagnosis.alarms}
-    assert {k[0] for k in reads} == {"sample", "info", "index"} and len(reads) > 8
+    assert {k[0] for k in reads} == {"sample", "info", "index", "config", "header", "tokenizer"} and len(reads) > 8
+    assert {str(w.draft / "config.json"), str(w.target / "config.json")} <= {k[1] for k in reads if k[0] == "config"}
     assert {k: n for k, n in reads.items() if n != 1} == {}

@@ -1,4 +1,4 @@
-"""samples.once: inside case_reads every dataset's file list, info and index and each sample are read from disk once;
+"""once: inside case_reads every dataset's file list, info and index and each sample are read from disk once;
 outside it every read goes to the disk; a sample past the budget is let go; an error is raised each time."""
 from __future__ import annotations
 
@@ -8,7 +8,8 @@ import pytest
 import torch
 
 from eagle3lib.errors import DataError
-from eagle3lib.samples import once, readers
+from eagle3lib import once
+from eagle3lib.samples import readers
 from eagle3lib.samples.readers import open_dataset
 from eagle3lib.samples.writers import write_seed_dataset
 from tests.samples.test_readers import LAYOUT, make_sample
@@ -55,7 +56,8 @@ def test_inside_a_case_each_sample_is_read_once(seed, disk):
         got = read_twice(seed)
     assert len(got) == 10 and disk["info"] == 1 and disk["index"] == 1
     assert {k: n for k, n in disk.items() if k[0] == "line"} == {("line", i): 1 for i in range(1, 5)}
-    assert sum(reads.loads.values()) == 4 + 3            # 4 samples, the file list, the info, the index
+    assert set(reads.loads.values()) == {1}              # each read from disk once: samples, list, info, index,
+    assert sum(isinstance(k[1], int) for k in reads.loads) == 4          # and each sample file's header
     again = [s for s in got if s.id == "s000"]
     assert len(again) >= 2 and all(s is again[0] for s in again)       # one object, shared
 
@@ -92,3 +94,19 @@ def test_a_case_inside_a_case_shares_the_outer_one():
             assert inner is outer
         assert once.active() is outer
     assert once.active() is None
+
+
+def test_a_config_is_parsed_once_per_case_and_each_caller_gets_its_own_copy(tmp_path, monkeypatch):
+    import json
+    from eagle3lib.model import config
+    (tmp_path / "config.json").write_text(json.dumps({"model_type": "llama", "hidden_size": 8}))
+    parsed = []
+    real = config._parsed
+    monkeypatch.setattr(config, "_parsed", lambda f: parsed.append(f) or real(f))
+    with once.case_reads():
+        a, _ = config.read_config_json(tmp_path)
+        a["hidden_size"] = 99                                  # a caller changing its dict changes no one else's
+        b, _ = config.read_config_json(tmp_path / "config.json")
+    assert len(parsed) == 1 and b["hidden_size"] == 8
+    config.read_config_json(tmp_path), config.read_config_json(tmp_path)
+    assert len(parsed) == 3                                   # outside a case: every time

@@ -1,16 +1,19 @@
-"""Every training sample a case reads, read and parsed once: inside ``with case_reads():`` (a diagnosis wraps all its
-parts in one) each dataset's ``dataset_info.json`` and jsonl index are read once and each sample once, by its source
-file and line and the options that shape it; the samples are kept up to a budget in bytes, the least recently used
-let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay, check and recapture of the case then shares
-them. Outside such a block nothing is kept and every read goes to the disk, as before.
+"""Every input file a case reads, read and parsed once: inside ``with case_reads():`` (a diagnosis wraps its inputs'
+check and all its parts in one) each config.json, safetensors header and tokenizer (`kept`: the readers of
+`model`) and each dataset's file list, ``dataset_info.json`` and jsonl index are read once, and each training sample
+once, by its source file and line and the options that shape it (`samples.readers`); the samples are kept up to a
+budget in bytes, the least recently used let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay,
+check and recapture of the case then shares them. Outside such a block nothing is kept and every read goes to the
+disk, as before. Tensors (weights, the target's embedding and lm_head) are not kept here: a model owns its copy.
 
     with case_reads() as reads:
-        ...                          # every open_dataset / sample load of the case
-    reads.loads                      # Counter: source -> how many times it was read from disk (1 each)
+        ...                          # every read of the case
+    reads.loads                      # Counter: what was read from disk -> how many times (1 each)
 """
 from __future__ import annotations
 
 import contextlib
+import copy
 import dataclasses
 import os
 import threading
@@ -60,6 +63,16 @@ class CaseReads:
                     _, old = self._samples.popitem(last=False)
                     self._bytes -= sample_bytes(old)
         return s
+
+
+def kept(key, read: Callable[[], Any], *, copied: bool = False):
+    """read(), once per case inside `case_reads` (outside one: every time); `copied`: each caller gets its own deep
+    copy (a parsed JSON a caller may change). An error is raised each time, never kept."""
+    reads = active()
+    if reads is None:
+        return read()
+    value = reads.part(key, read)
+    return copy.deepcopy(value) if copied else value
 
 
 def sample_bytes(sample) -> int:
