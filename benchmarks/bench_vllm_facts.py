@@ -25,7 +25,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 from eagle3lib.demo.world import ensure_world  # noqa: E402
 from eagle3lib.engines.draft_edit import edited_copy  # noqa: E402
-from eagle3lib.vllm_driver.env import run_script, unavailable_reason  # noqa: E402
+from eagle3lib.vllm_engine.env import run_script, unavailable_reason  # noqa: E402
 
 TOP = {"eagle_aux_hidden_state_layer_ids": [0, 2, 4, 6]}
 VARIANTS = {

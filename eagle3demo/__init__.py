@@ -18,7 +18,7 @@ faults the tests diagnose. It imports eagle3lib only through public names; eagle
                  target of the same shape, launches that cap τ (written once under ``<world>/faults/``).
 - `vllm_world`   those deployments served by the real vLLM and dumped, once, under ``data/demo_vllm/<name>/``
                  (``data/demo_vllm_mla/<name>/`` for the mla world).
-- `sglang_world` the seed's story served by the real SGLang (`sglang_driver`) and dumped by its hook, once, under
+- `sglang_world` the seed's story served by the real SGLang (`sglang_engine`) and dumped by its hook, once, under
                  ``data/demo_sglang/<name>/``: ``seed`` (the ndt rewrite, no embedding slot) and ``healthy``.
 - `portable`     shipped files hold no machine path: the repo root made relative, $HOME made ``~``; a served
                  deployment's record written relative to its folder.

@@ -36,7 +36,7 @@ N_TEMPLATE = 64                 # conversations in the other-template data
 SGLANG_REWRITE = ("python -m sglang.launch_server --model-path {target} --speculative-algorithm EAGLE3 "
                   "--speculative-draft-model-path {draft} --speculative-num-steps 1 --speculative-eagle-topk 1 "
                   "--speculative-num-draft-tokens 16")
-SGLANG_VERSION = DEFAULT_VERSION   # a version whose rule table rewrites it (engines.sglang_table)
+SGLANG_VERSION = DEFAULT_VERSION   # a version whose rule table rewrites it (sglang_engine.rules_table)
 
 
 def faults_dir(w) -> Path:

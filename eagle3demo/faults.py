@@ -241,13 +241,13 @@ def served_on_engine(fault: Fault, draft, engine: str, w=None, n: int = 16) -> t
     out = Path(draft).parent / "served"
     how = served_with(fault, w, engine)
     if engine == "sglang":
-        from eagle3lib.sglang_driver.dump import dump_from_hook
-        from eagle3lib.sglang_driver.serve import serve as sglang_serve
+        from eagle3lib.sglang_engine.dump import dump_from_hook
+        from eagle3lib.sglang_engine.serve import serve as sglang_serve
         s = sglang_serve(how["target"], draft, out, prompts=how["prompts"], n=n, steps=how["steps"],
                          topk=how["topk"], ndt=how["ndt"], hook=True)
         logs, answered = [s.log] + ([s.server_info] if s.server_info else []), s.n_answered > 0
     else:
-        from eagle3lib.vllm_driver.serve import serve as vllm_serve
+        from eagle3lib.vllm_engine.serve import serve as vllm_serve
         s = vllm_serve(how["target"], draft, out, prompts=how["prompts"], n=n,
                        num_speculative_tokens=how["num_speculative_tokens"], max_model_len=512)
         logs, answered = [s.log] + ([s.metrics] if s.metrics else []), s.ok

@@ -1,4 +1,4 @@
-"""The demo world's draft served by the real SGLang (`sglang_driver`), once, as a user's deployment to diagnose.
+"""The demo world's draft served by the real SGLang (`sglang_engine`), once, as a user's deployment to diagnose.
 
 A deployment folder holds what a user brings from a GPU box: ``draft/`` (the draft as deployed), ``served/`` (the
 launch as typed, the server log, /server_info, the prompts and SGLang's answers with their verify rounds: the served
@@ -14,7 +14,7 @@ shipped folders need no SGLang to read.
   SGLang's output-of-layer ids: SGLang's +1 captures the input of layer 1 where training had the embedding, so the
   draft is fed no embedding slot: [L0, L1, L3, L5] (outputs) where it was trained on [embedding, L1, L3, L5]
   (layer_id_off_by_one: the first id is one layer off in SGLang's convention).
-Usage: ``d = ensure("seed"); d.diagnose_args()``; without SGLang (`sglang_driver.env.unavailable_reason`) a
+Usage: ``d = ensure("seed"); d.diagnose_args()``; without SGLang (`sglang_engine.env.unavailable_reason`) a
 missing deployment raises EngineError saying how to make it.
 """
 from __future__ import annotations
@@ -31,7 +31,7 @@ from eagle3lib.demo.shipped_served import (NUM_PROMPTS, ROOT_ENVS, SGLANG_FIELDS
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.errors import EngineError
 from eagle3lib.jsonfiles import atomic_write
-from eagle3lib.sglang_driver import env as sglang_env
+from eagle3lib.sglang_engine import env as sglang_env
 
 from . import portable
 from .portable import relative_record
@@ -126,8 +126,8 @@ def ensure(name: str, *, force: bool = False, num_prompts: int = NUM_PROMPTS) ->
     if reason:
         raise EngineError(f"SGLang demo deployment {name!r}", "the real SGLang cannot run here", expected="an SGLang "
                           "venv on a CPU with avx512_bf16 (or a CUDA host)", found=reason, cause="make sglang")
-    from eagle3lib.sglang_driver.dump import dump_from_hook
-    from eagle3lib.sglang_driver.serve import serve
+    from eagle3lib.sglang_engine.dump import dump_from_hook
+    from eagle3lib.sglang_engine.serve import serve
     shutil.rmtree(out, ignore_errors=True)
     edited_copy(w.draft, draft, config=dep.config, fresh=True)
     run = serve(w.target, draft, out / "served", prompts=w.heldout_data, n=num_prompts, steps=dep.steps,

@@ -2,8 +2,8 @@
 the OpenAI server of the vLLM venv and dumped by its offline engine, once, under ``data/demo_vllm/<name>/``.
 
 A deployment folder holds what a user brings from a GPU box: ``draft/`` (the draft as deployed), ``served/``
-(launch.txt, server.log, metrics.txt, prompts and answers: `vllm_driver.serve`), ``dump/`` (what vLLM fed the
-draft's fc: `vllm_driver.dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
+(launch.txt, server.log, metrics.txt, prompts and answers: `vllm_engine.serve`), ``dump/`` (what vLLM fed the
+draft's fc: `vllm_engine.dump`) and ``deployment.json`` (what was planted, the cause it must show, τ). The
 notebooks read these files as a user's own (params/demo-vllm.yaml points them there); nothing here is simulated.
 Without a vLLM venv `vllm_unavailable_reason()` says how to make one and nothing is served. Whether a served
 folder is current is the library's judgement (`eagle3lib.demo.shipped_served`, which reads the shipped folders).
@@ -23,7 +23,7 @@ from eagle3lib.demo.shipped_served import (NUM_PROMPTS, ROOT_ENVS, VLLM_FIELDS, 
                                    vllm_dtype, world_stamp)
 from eagle3lib.errors import EngineError
 from eagle3lib.jsonfiles import atomic_write
-from eagle3lib.vllm_driver import env as vllm_env
+from eagle3lib.vllm_engine import env as vllm_env
 
 from . import deployments, portable
 from .portable import relative_record
@@ -114,8 +114,8 @@ def ensure(name: str, *, force: bool = False, dump: bool | None = None, num_prom
     got = None if force else current_record(out, PATHS, made_of, num_prompts=num_prompts, dtype=dtype, dump=dump)
     if got is not None:
         return Served(**{k: got[k] for k in Served.__dataclass_fields__ if k in got})
-    from eagle3lib.vllm_driver.serve import serve
-    from eagle3lib.vllm_driver.dump import dump as dump_draft
+    from eagle3lib.vllm_engine.serve import serve
+    from eagle3lib.vllm_engine.dump import dump as dump_draft
     deployments.write_deployment(name, draft, target=w.target, world=kind)
     native = kind in NATIVE_ROPE
     num_speculative_tokens = dep.num_speculative_tokens or num_speculative_tokens

@@ -88,7 +88,7 @@ _ROWS = (
     ("hidden_size_mismatch", "draft hidden size or architecture differs from the target's (the fc must bridge it)",
      "load errors or low AL", _FC + "19; sglang PR#4716; vllm#18906"),
     ("ndt_override", "SGLang rewrote --speculative-num-draft-tokens (topk 1 forces num_steps + 1)",
-     "16 draft tokens requested, 2 run", "the seed, first cause; sglang_table.py"),
+     "16 draft tokens requested, 2 run", "the seed, first cause; sglang_engine/rules_table.py"),
     ("aux_layout_mismatch", "serving feeds the draft other boundaries than training used (a missing embedding "
      "slot, shifted / permuted / post-norm slots)", "replay healthy in the trained layout, low as served",
      "the seed, second cause; layout.py, compare.py"),

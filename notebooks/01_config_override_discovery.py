@@ -44,8 +44,9 @@ import pandas as pd
 from IPython.display import display
 
 from eagle3lib.engines import layer_reading
-from eagle3lib.serving import crossengine, serverinfo, sglang_introspect
-from eagle3lib.engines import sglang_resolver
+from eagle3lib.serving import crossengine, serverinfo
+from eagle3lib.sglang_engine import introspect as sglang_introspect
+from eagle3lib.sglang_engine import resolver as sglang_resolver
 from eagle3lib.steps import discovery, served_prediction
 from eagle3lib.steps.part import Inputs
 from eagle3lib.report import findings
@@ -183,7 +184,7 @@ served_part.tables["served vs replay"]
 # For a vLLM launch the served τ is also set beside the draft as vLLM really loads it. Each aspect (the layout fed
 # to fc, d2t, the embedding, the lm_head) is answered by the strongest source there is: a serving dump (what fc
 # got, identified against the target), the server's own log (the aux layers it captured, whether it kept the
-# draft's embedding and lm_head, the error it died of), vLLM's own code run on this draft (`vllm_driver.probe`,
+# draft's embedding and lm_head, the error it died of), vLLM's own code run on this draft (`vllm_engine.probe`,
 # where `.venv-vllm` exists), else eagle3lib's tables; `source` says which. The draft is then replayed as trained,
 # as served, and with each differing aspect served alone: a served τ equal to the trained replay rules every wiring
 # cause out, one equal to the as-served replay confirms the aspects whose own replay drops.

@@ -16,10 +16,10 @@ LAYERS = [
     {"samples"},
     {"hidden"},
     {"engines"},
-    {"serving"},
+    {"engine_kit"},              # what every engine's home is built of: launch reading, log scan, records, process
+    {"vllm_engine", "sglang_engine"},   # one home per engine: its launch, logs, metrics, settings, driver
+    {"serving"},                 # across engines: the homes found from the one list, the launch parsed, the lint
     {"replay", "throughput"},
-    {"drivers"},                 # what running any real engine server takes: the process group, the prompts
-    {"vllm_driver", "sglang_driver"},   # the real vLLM / SGLang, each in its own venv (serve reads throughput's parsers)
     {"checks"},
     {"demo"},                    # the demo world restored from the shipped artifacts (its builder: eagle3demo/)
     {"steps"},
@@ -227,24 +227,30 @@ PROTOCOL_METHODS = {
 # name -> (what it means, every home: a module, or module.Class for a method).
 SHARED_NAMES = {
     "main": ("a command line's entry point", {
-        "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.vllm_driver.dump",
-        "eagle3lib.vllm_driver.inside.accept", "eagle3lib.vllm_driver.inside.dump", "eagle3lib.vllm_driver.inside.probe",
-        "eagle3lib.vllm_driver.inside.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
-        "eagle3lib.report.runner", "eagle3lib.vllm_driver.serve", "eagle3lib.sglang_driver.serve",
-        "eagle3lib.sglang_driver.dump"}),
-    # each engine's driver answers the same questions about its own engine (vllm_driver, sglang_driver)
+        "eagle3lib.cli", "eagle3lib.demo.__main__", "eagle3lib.diagnose.cli", "eagle3lib.vllm_engine.dump",
+        "eagle3lib.vllm_engine.inside.accept", "eagle3lib.vllm_engine.inside.dump", "eagle3lib.vllm_engine.inside.probe",
+        "eagle3lib.vllm_engine.inside.rope_check", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli",
+        "eagle3lib.report.runner", "eagle3lib.vllm_engine.serve", "eagle3lib.sglang_engine.serve",
+        "eagle3lib.sglang_engine.dump"}),
+    # each engine's driver answers the same questions about its own engine (vllm_engine, sglang_engine)
     "serve": ("an engine's driver: serve a draft on prompts, measure τ", {
-        "eagle3lib.vllm_driver.serve", "eagle3lib.sglang_driver.serve"}),
+        "eagle3lib.vllm_engine.serve", "eagle3lib.sglang_engine.serve"}),
+    "entrypoint": ("an engine's home: how its launch command starts (EngineHome.entrypoint)", {
+        "eagle3lib.vllm_engine.launch", "eagle3lib.sglang_engine.launch"}),
+    "launch_fields": ("an engine's home: the speculative settings its launch flags name (EngineHome.launch_fields)", {
+        "eagle3lib.vllm_engine.launch", "eagle3lib.sglang_engine.launch"}),
+    "metrics_record": ("an engine's home: its Prometheus metrics as a run record (EngineHome.metrics)", {
+        "eagle3lib.vllm_engine.run_log", "eagle3lib.sglang_engine.run_log"}),
     "dump": ("an engine's driver: dump what its draft's fc got", {
-        "eagle3lib.vllm_driver.dump", "eagle3lib.sglang_driver.dump"}),
+        "eagle3lib.vllm_engine.dump", "eagle3lib.sglang_engine.dump"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {
-        "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
+        "eagle3lib.vllm_engine.env", "eagle3lib.sglang_engine.env"}),
     "unavailable_reason": ("an engine's driver: why that engine cannot run here", {
-        "eagle3lib.vllm_driver.env", "eagle3lib.sglang_driver.env"}),
+        "eagle3lib.vllm_engine.env", "eagle3lib.sglang_engine.env"}),
     "parser": ("a command line's argparse parser", {
         "eagle3lib.cli", "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
     "resolve": ("the settings an engine runs for the requested ones", {
-        "eagle3lib.engines.sglang_resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
+        "eagle3lib.sglang_engine.resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
     "exit_code": ("the workbook's exit code: 0 read, 1 broke, 3 an input unreadable", {
         "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
@@ -259,7 +265,7 @@ SHARED_NAMES = {
         "eagle3lib.steps.throughput_runs"}),
     "raised": ("a confirmed or suspected finding (an alarm)", {"eagle3lib.causes", "eagle3lib.causes.Finding"}),
     "root_error": ("the engine's own failure in a log", {
-        "eagle3lib.engines.vllm_errors", "eagle3lib.serving.vllm_log.VllmLogReading"}),
+        "eagle3lib.engines.vllm_errors", "eagle3lib.vllm_engine.engine_log.VllmLogReading"}),
     "save_dump": ("aux rows written as an eagle3lib-dump/1 directory", {
         "eagle3lib.hidden.dumps", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "speedup": ("predicted throughput relative to no speculation", {
@@ -268,8 +274,8 @@ SHARED_NAMES = {
         "eagle3lib.replay.counterfactual.Search", "eagle3lib.replay.artifacts.ArtifactSearch"}),
     "restoring": ("the search's candidate that restores the training samples' accuracy, by the margin", {
         "eagle3lib.replay.counterfactual.Search", "eagle3lib.replay.artifacts.ArtifactSearch"}),
-    "to_dict": (PROTOCOL_METHODS["to_dict"], {"eagle3lib.throughput.records"}),
-    "from_dict": (PROTOCOL_METHODS["from_dict"], {"eagle3lib.throughput.records"}),
+    "to_dict": (PROTOCOL_METHODS["to_dict"], {"eagle3lib.engine_kit.records"}),
+    "from_dict": (PROTOCOL_METHODS["from_dict"], {"eagle3lib.engine_kit.records"}),
 }
 
 

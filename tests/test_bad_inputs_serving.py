@@ -10,10 +10,13 @@ from pathlib import Path
 
 import pytest
 
-from eagle3lib.throughput import benchparse, logparse, records
+from eagle3lib.engine_kit import records
+from eagle3lib.sglang_engine.run_log import parse_sglang_log
+from eagle3lib.throughput import benchparse
+from eagle3lib.vllm_engine.run_log import parse_vllm_log
 from eagle3lib.report import findings
 from eagle3lib.serving import launch, serverinfo
-from eagle3lib.engines import sglang_resolver as sglang_rules
+from eagle3lib.sglang_engine import resolver as sglang_rules
 from eagle3lib.errors import DataError, LogParseError, MissingFileError, ReportError, ServingArgsError
 from tests.test_bad_inputs import Case, Skipped, Warned, ids, pending, run_case
 
@@ -105,29 +108,29 @@ CASES = [
     Case("startup_log_empty", "serverinfo", _text("startup.log", "\n\n"),
          lambda c: serverinfo.read_startup_log(c["path"]), LogParseError,
          ("{path}", "log is empty", "SGLang or vLLM server log", "no text")),
-    Case("sglang_log_garbage_lines_skipped", "logparse",
+    Case("sglang_log_garbage_lines_skipped", "sglang_engine.run_log",
          _text("server.log", _sglang_log([DECODE.format(s=1), GARBAGE, DECODE.format(s=2),
-                                          DECODE.format(s=3)[:60]])), _parsed(logparse.parse_sglang_log),
+                                          DECODE.format(s=3)[:60]])), _parsed(parse_sglang_log),
          Skipped(1, 2), ("{path} line 2: binary or garbled bytes", "line 4: truncated or malformed Decode batch")),
-    Case("sglang_log_only_binary", "logparse", _text("server.log", bytes(range(256)) * 4),
-         lambda c: logparse.parse_sglang_log(c["path"]), LogParseError,
+    Case("sglang_log_only_binary", "sglang_engine.run_log", _text("server.log", bytes(range(256)) * 4),
+         lambda c: parse_sglang_log(c["path"]), LogParseError,
          ("{path}", "no SGLang decode statistics", "'Decode batch' lines", "bad")),
-    Case("vllm_log_without_metrics", "logparse", _text("vllm.log", "INFO 07-01 10:00:00 starting\n"),
-         lambda c: logparse.parse_vllm_log(c["path"]), LogParseError,
+    Case("vllm_log_without_metrics", "vllm_engine.run_log", _text("vllm.log", "INFO 07-01 10:00:00 starting\n"),
+         lambda c: parse_vllm_log(c["path"]), LogParseError,
          ("{path}", "no vLLM speculative-decoding metrics", "SpecDecoding metrics", "1 lines")),
-    Case("vllm_log_malformed_number", "logparse",
+    Case("vllm_log_malformed_number", "vllm_engine.run_log",
          _text("vllm.log", "\n".join([VLLM.format(m="2.80", pos="0.800, 0.600, 0.400"),
                                       VLLM.format(m="2.8.0", pos="0.800, 0.600, 0.400")])),
-         _parsed(logparse.parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
-    Case("vllm_log_malformed_per_position", "logparse",
+         _parsed(parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
+    Case("vllm_log_malformed_per_position", "vllm_engine.run_log",
          _text("vllm.log", "\n".join([VLLM.format(m="2.80", pos="0.800, 0.600, 0.400"),
                                       VLLM.format(m="2.80", pos="0.800, 0.6.00, 0.400")])),
-         _parsed(logparse.parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
-    Case("sglang_log_launch_line_bad_number", "logparse",
+         _parsed(parse_vllm_log), Skipped(1, 1), ("{path} line 2",)),
+    Case("sglang_log_launch_line_bad_number", "sglang_engine.run_log",
          _text("server.log", _sglang_log([SG + " --speculative-num-steps x", DECODE.format(s=1)])),
-         _parsed(logparse.parse_sglang_log), Skipped(1, 1), ("{path} line 1",)),
-    Case("log_file_missing", "logparse", lambda tmp: {"path": str(tmp / "gone.log")},
-         lambda c: logparse.parse_sglang_log(c["path"]), MissingFileError,
+         _parsed(parse_sglang_log), Skipped(1, 1), ("{path} line 1",)),
+    Case("log_file_missing", "sglang_engine.run_log", lambda tmp: {"path": str(tmp / "gone.log")},
+         lambda c: parse_sglang_log(c["path"]), MissingFileError,
          ("{path}", "log file not found", "found nothing")),
     Case("json_lines_with_broken_line", "benchparse",
          _text("runs.jsonl", json.dumps(_RECORD) + "\n" + json.dumps(_RECORD)[:25] + "\n" + json.dumps(_RECORD)),

@@ -13,7 +13,7 @@ import pytest
 
 from eagle3demo import deployments, vllm_world
 from eagle3lib.diagnose.parts import Inputs, run
-from eagle3lib.vllm_driver import env as vllm_env
+from eagle3lib.vllm_engine import env as vllm_env
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.unavailable_reason() or "no vLLM")]

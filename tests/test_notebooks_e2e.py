@@ -63,7 +63,7 @@ def test_a_healthy_deployment_gets_no_alarm_from_any_notebook(tmp_path):
     from eagle3lib.demo.sweep import demo_serving_dump
 
     from eagle3lib.demo.sweep import run_demo_sweep
-    from eagle3lib.throughput.records import write_jsonl
+    from eagle3lib.engine_kit.records import write_jsonl
 
     w = demo.ensure_world(progress=False)
     dump = demo_serving_dump(tmp_path / "dump", "correct", n=1)

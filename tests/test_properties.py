@@ -16,10 +16,14 @@ import torch
 from hypothesis import HealthCheck, assume, given, settings, strategies as st
 from safetensors.torch import save_file
 
-from eagle3lib.throughput import benchparse, logparse, records
+from eagle3lib.engine_kit import records
+from eagle3lib.sglang_engine.run_log import parse_sglang_log
+from eagle3lib.throughput import benchparse
+from eagle3lib.vllm_engine.run_log import parse_vllm_log
 from eagle3lib.model import config, safefiles, vocab
 from eagle3lib.samples import readers as datasets
 from eagle3lib.serving import launch, serverinfo
+from eagle3lib.serving.homes import homes
 from eagle3lib import layout
 from eagle3lib.errors import ALL_ERRORS, VocabError
 
@@ -48,7 +52,7 @@ def _documented(fn, *args, **kwargs):
 
 # ---------------------------------------------------------------- launch commands
 
-flag_names = st.sampled_from(sorted(set(launch.FLAGS["sglang"]) | set(launch.FLAGS["vllm"])))
+flag_names = st.sampled_from(sorted({f for h in homes().values() for f in h.flags}))
 flag_values = st.one_of(words, garbage, st.integers(-5, 10**20).map(str), json_values.map(json.dumps),
                         st.floats().map(str))
 command_tokens = st.lists(st.one_of(flag_names, flag_values, words), max_size=14)
@@ -109,7 +113,7 @@ def test_log_parsers(lines):
     """SGLang / vLLM log text of real, truncated and garbage lines (numbers malformed, NaN, inf, empty, huge):
     records, or LogParseError naming the file."""
     text = "\n".join(lines)
-    for parse in (logparse.parse_sglang_log, logparse.parse_vllm_log):
+    for parse in (parse_sglang_log, parse_vllm_log):
         out = _documented(parse, "server.log", text=text)
         if out is not None:
             assert out.records and out.n_bad >= 0

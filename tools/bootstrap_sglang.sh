@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build .venv-sglang: the real SGLang in its own venv, for the engine tests (marker `engine`) and the SGLang driver
-# (eagle3lib/sglang_driver). eagle3lib reaches it only by subprocess (eagle3lib/sglang_driver/env.py).
+# (eagle3lib/sglang_engine). eagle3lib reaches it only by subprocess (eagle3lib/sglang_engine/env.py).
 # - a CUDA host (nvidia-smi lists a GPU): the registry's SGLang, requirements/sglang-cuda.txt;
 # - a CPU host: the CPU build in ../shared/engines/sglang-cpu (its README's recipe: the fork's CPU package with its
 #   patches, its CPU kernels, the local torch 2.13.0+cpu). It needs Python 3.11 and a CPU with avx512_bf16 (the

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # Build .venv-vllm: the real vLLM in its own venv (the project venv pins its own torch / transformers and never
-# imports vLLM; eagle3lib reaches this one by subprocess, eagle3lib/vllm_driver/env.py).
+# imports vLLM; eagle3lib reaches this one by subprocess, eagle3lib/vllm_engine/env.py).
 # - flavour: cuda when nvidia-smi lists a GPU, else cpu ($VLLM_FLAVOUR=cpu|cuda overrides);
 #   installs requirements/vllm-<flavour>.txt (cuda: vLLM keeps its own pinned torch);
 # - cpu: uninstalls torchvision / torchaudio / torchcodec, CUDA builds that break `import transformers`

@@ -26,7 +26,9 @@ from typing import Any, Mapping
 from ..model.config import DraftConfig, read_config_json
 from ..samples.readers import Dataset, open_dataset
 from ..errors import Eagle3Error, MissingFileError
-from ..serving.launch import LaunchArgs, parse_launch
+from ..engine_kit.launch_reading import LaunchArgs
+from ..engines.facts import engines_with_facts
+from ..serving.launch import parse_launch
 from ..serving.traffic import Traffic, read_traffic
 from ..model.safefiles import load_state_dict, read_safetensors_header, weight_files
 from ..model.target import TargetInfo, load_target_info
@@ -57,6 +59,7 @@ class Artifacts:
     served_prompts: tuple | None = None
     traffic: Traffic | None = None                   # the served requests and answers (serving.traffic)
     problems: Mapping[str, str] = field(default_factory=dict)
+    unjudged: Mapping[str, str] = field(default_factory=dict)   # read, but nothing the checks know applies to it
     trained: TrainedLayout | None = None             # the trained layout and its evidence (hidden.identify)
 
     def missing(self, *names: str) -> str | None:
@@ -66,8 +69,9 @@ class Artifacts:
                 "traffic": self.traffic}
         for n in names:
             if have.get(n) is None:
-                why = self.problems.get(n)
-                return NEEDS.get(n, n) + (f" (given but unreadable: {why})" if why else "")
+                why, unjudged = self.problems.get(n), self.unjudged.get(n)
+                return NEEDS.get(n, n) + (f" ({unjudged})" if unjudged else
+                                          f" (given but unreadable: {why})" if why else "")
         return None
 
     @cached_property
@@ -152,6 +156,7 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
     Artifacts."""
     got: dict[str, Any] = {}
     problems: dict[str, str] = {}
+    unjudged: dict[str, str] = {}
 
     def attempt(name, fn):
         try:
@@ -193,6 +198,10 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
 
     def read_given_launch():
         got["launch"] = launch if isinstance(launch, LaunchArgs) else read_launch(launch, engine=engine)
+        known = engines_with_facts()
+        if got["launch"].engine not in known:     # read by its engine's home; what that engine does is not in the facts
+            unjudged["launch"] = (f"read as a {got.pop('launch').engine} command; the engine facts describe "
+                                  f"{', '.join(known)} only")
 
     def read_training():
         raw = dict(training_config) if isinstance(training_config, Mapping) else read_training_config(training_config)
@@ -215,7 +224,7 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
     if served_traffic is not None:          # its answers' token ids and counters (no tokenizer: text answers skip)
         attempt("traffic", lambda: got.update(traffic=served_traffic if isinstance(served_traffic, Traffic) else
                                               read_traffic(served_traffic)))
-    art = Artifacts(**got, problems=MappingProxyType(problems))
+    art = Artifacts(**got, problems=MappingProxyType(problems), unjudged=MappingProxyType(unjudged))
     if art.draft_cfg is not None or art.data is not None:
         L = art.target_info.num_layers if art.target_info is not None else None
         art = dataclasses.replace(art, trained=trained_layout(art.data, art.draft_cfg, L))

@@ -21,7 +21,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..engines import facts
 from ..engines.versions import SERVING_ENGINES
-from ..serving.launch import LaunchArgs
+from ..engine_kit.launch_reading import LaunchArgs
 from .context import served_prompt_lengths
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract

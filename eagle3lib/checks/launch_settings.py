@@ -9,7 +9,6 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..serving.crossengine import lint, vllm_effective
 from ..engines import facts as engine_facts
-from ..serving.launch import SPEC_FIELDS
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
@@ -31,7 +30,7 @@ def _method(art: Artifacts) -> Finding:
         return not_checked("wrong_method", w, need)
     la, raw = art.launch, dict(art.draft_raw)
     if la.speculation_unread:        # a setting that did not parse is never evidence of the method
-        bad = [f for f in la.unread if f in SPEC_FIELDS or f == "speculative_config"]
+        bad = [f for f in la.unread if f in la.speculative]
         flags = ", ".join("--" + f.replace("_", "-") for f in bad)
         return Finding("wrong_method", "not checked", f"not checked: {flags} could not be read", {"unread": bad}, w,
                        needs=f"the launch command with a valid value ({flags})")

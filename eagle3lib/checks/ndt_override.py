@@ -1,8 +1,8 @@
 """12 `ndt_override`: the speculative settings SGLang runs for a launch, against those it was given.
 
 Decided, in order, by the server's own report (/server_info or the startup log's ServerArgs: measured), the rule
-table at the SGLang version given or named (engines/sglang_table.py), the installed SGLang's own ServerArgs
-(serving.sglang_introspect), or, with no version, the rule table's answer in each version range. notebook 01's
+table at the SGLang version given or named (sglang_engine/rules_table.py), the installed SGLang's own ServerArgs
+(sglang_engine.introspect), or, with no version, the rule table's answer in each version range. notebook 01's
 `steps.discovery.Discovery.cause_findings` calls it with what it read.
 """
 from __future__ import annotations
@@ -10,11 +10,11 @@ from __future__ import annotations
 import pandas as pd
 
 from ..causes import Finding, not_checked
-from ..engines.sglang_resolver import Resolution, resolve_by_range
-from ..engines.sglang_rule import KNOBS
-from ..engines.sglang_table import RULES
-from ..serving.sglang_introspect import Introspection, values_equal
-from ..serving.launch import LaunchArgs
+from ..sglang_engine.resolver import Resolution, resolve_by_range
+from ..sglang_engine.rule import KNOBS
+from ..sglang_engine.rules_table import RULES
+from ..sglang_engine.introspect import Introspection, values_equal
+from ..engine_kit.launch_reading import LaunchArgs
 
 
 def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | None, version: str,
@@ -64,7 +64,7 @@ def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | No
     how = "the server's own report agrees" if measured else (
         f"the rule table at SGLang {version} ({version_source}); the startup log or /server_info would show it")
     if not measured:
-        evidence["decided_by"] = f"the SGLang rule table at {version} (engines/sglang_table.py)"
+        evidence["decided_by"] = f"the SGLang rule table at {version} (sglang_engine/rules_table.py)"
     return [Finding("ndt_override", "confirmed", f"SGLang {version} rewrote {text} ({how})", evidence,
                     where if measured else f"{where}, rule table", fix=fix, source=source, measured=measured)]
 
@@ -111,7 +111,7 @@ def ranges_answered(launch, target_arch, rules) -> list[tuple[str, str | None, s
 
 def installed_sglang_finding(res: Resolution, where: str, intro: Introspection | None) -> Finding | None:
     """ndt_override as the installed SGLang's own ServerArgs resolved the launch (`intro`, from
-    serving.sglang_introspect), for a launch whose server version is unknown; None when SGLang is not installed
+    sglang_engine.introspect), for a launch whose server version is unknown; None when SGLang is not installed
     here (no `intro`) or could not resolve it."""
     if intro is None or intro.error:
         return None
@@ -119,7 +119,7 @@ def installed_sglang_finding(res: Resolution, where: str, intro: Introspection |
                if res.requested.get(k) is not None and not values_equal(intro.effective.get(k), res.requested.get(k))}
     v = intro.version or "of unknown version"
     ev = {"sglang_version": intro.version or "unknown", "version_source": "installed sglang",
-          "decided_by": "the installed SGLang's own ServerArgs (serving.sglang_introspect)", **_knob_evidence(changed)}
+          "decided_by": "the installed SGLang's own ServerArgs (sglang_engine.introspect)", **_knob_evidence(changed)}
     w = f"{where}, the installed SGLang's resolver"
     caveat = "the server's own version was not given: it may differ from the one installed here"
     if not changed:
@@ -131,7 +131,7 @@ def installed_sglang_finding(res: Resolution, where: str, intro: Introspection |
 
 def ndt_by_range(launch: LaunchArgs, target_arch: str | None, where: str, rules=RULES) -> Finding:
     """ndt_override with no SGLang version and no server report: the rule table's answer in each version range
-    (engines.sglang_resolver.version_ranges): confirmed when every range that starts this launch rewrites the knobs,
+    (sglang_engine.resolver.version_ranges): confirmed when every range that starts this launch rewrites the knobs,
     ruled out when none does, else suspected with the version as the missing input."""
     rows = ranges_answered(launch, target_arch, rules)
     span = {id(r): f"{lo} to {hi} (excl.)" if hi else f"{lo} onwards" for lo, hi, _, _, r in rows}
@@ -139,7 +139,7 @@ def ndt_by_range(launch: LaunchArgs, target_arch: str | None, where: str, rules=
     starts = [r for r in rows if r[2] != "refuses"]
     over = [r for r in starts if r[2] == "rewrites"]
     ev = {"sglang_version": "unknown", "by_version_range": answers,
-          "decided_by": "the SGLang rule table in each version range (engines/sglang_table.py)"}
+          "decided_by": "the SGLang rule table in each version range (sglang_engine/rules_table.py)"}
     w = f"{where}, rule table by SGLang version"
     fixes, sources = set(), set()
     for _, _, _, _, r in over:

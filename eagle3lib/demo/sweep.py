@@ -20,7 +20,7 @@ import torch
 from ..serving.capturespec import CaptureSpec
 from ..errors import DataError, MissingFileError
 from ..layout import to_ids
-from ..throughput.records import RunRecord
+from ..engine_kit.records import RunRecord
 from ..engines.versions import DEFAULT_VERSION
 from ..progress import bar
 
@@ -154,7 +154,7 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
            progress) -> list[RunRecord]:
     from ..serving.sglang_emulator import SpecEngine
     from ..serving.engine_settings import SpecSettings
-    from ..engines.sglang_resolver import accept_rate
+    from ..sglang_engine.resolver import accept_rate
 
     world = load_demo(device, root)
     ids = demo_prompts(prompts, num_prompts, world)

@@ -53,7 +53,7 @@ def parser() -> argparse.ArgumentParser:
     a("--served-log", default="", help="decode logs / benchmark outputs with accept lengths, comma-separated "
                                        "(compared with the replay under the setting each run ran)")
     a("--served-traffic", default="", help="the served requests and answers (a folder with prompts.jsonl + "
-                                           "responses.jsonl, as vllm_driver.serve saves them): the replay that predicts "
+                                           "responses.jsonl, as vllm_engine.serve saves them): the replay that predicts "
                                            "the served τ runs on them")
     a("--server-url", default="", help="a live SGLang server (/server_info)")
     a("--server-info", default="", help="a saved GET /server_info JSON of the SGLang server (its effective settings "

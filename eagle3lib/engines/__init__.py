@@ -1,7 +1,9 @@
-"""Engines: what SGLang and vLLM do with a draft, by version, as data with its source (the real vLLM itself is driven
-from `eagle3lib.vllm_driver`).
+"""Engines: what SGLang and vLLM do with a draft, by version, as data with its source, the one list of engines
+(`versions.SERVING_ENGINES`) and the knowledge across them (each engine's own launch, logs, settings and driver
+live in its home, `eagle3lib.<name>_engine`).
 
-- `versions`        one version parser per engine; the versions the tables were read and checked against.
+- `versions`        the serving engines (`SERVING_ENGINES`, written here only), one version parser per engine; the
+                    versions the tables were read and checked against.
 - `facts`           the one table of engine knowledge: which engine / version reads which config field, flag or
                     key (rows with since / until, source), and the functions every caller asks it through.
 - `fact_row`        one row of it (`Fact`, `Refusal`), and the sources and served numbers several topics' rows cite.
@@ -14,9 +16,6 @@ from `eagle3lib.vllm_driver`).
 - `facts_target`    its rows about the target and the host: an MLA target's config, AMX / CPU_MLA routes.
 - `facts_refusals`  its rows about what each refusal of a draft means: the frame / message the engine dies with,
                     the cause whose fix makes it accept, the key that asks for it, the fix.
-- `sglang_rule`     what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
-- `sglang_table`    the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
-- `sglang_resolver` the offline resolver over that table; SGLang's accept-rate formulas by version.
 - `advice`          which layer ids to write per engine for a trained layout; what an engine captures for ids.
 - `capture_rules`   what SGLang / vLLM feed an MLA (DeepSeek-V3, Kimi-K2) target's draft and multi-layer drafts,
                     by version, with sources (data), and the resolvers over it.
@@ -26,7 +25,6 @@ from `eagle3lib.vllm_driver`).
                     boundaries it then captures.
 - `verification`    where a speculative engine drafts: its verification walk (`verification_walk`).
 - `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
-- `vllm_config`     how vLLM resolves the speculative method (explicit or inferred from the path), by version.
 - `host`            the host a run is on (AMX or not) and the route vLLM CPU takes there for an MLA model (dtype,
                     backend), read from the facts' "host" rows.
 - `draft_edit`      a draft folder copied with config / tensor edits (the variants a probe or a serve checks).

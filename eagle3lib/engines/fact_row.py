@@ -24,7 +24,7 @@ def checked_by(test: str) -> str:
 
 
 # the SGLang a row was checked on: the CPU build of shared/engines/sglang-cpu (the fork ZailiWang/sglang@7f8f030 of
-# 2026-08-20, after the 0.5.15 cut; it reports a source build's version, read as head), run by sglang_driver with its
+# 2026-08-20, after the 0.5.15 cut; it reports a source build's version, read as head), run by sglang_engine with its
 # in-process hook. The text names no release number: `facts._checked_versions` reads one as "verified at it".
 SGLANG_RUNNING = "running the SGLang CPU build (ZailiWang/sglang@7f8f030 of 2026-08-20, read as head; {})"
 

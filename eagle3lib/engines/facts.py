@@ -35,6 +35,11 @@ def facts(topic: str | None = None, engine: str | None = None) -> tuple[Fact, ..
     return tuple(f for f in FACTS if (topic is None or f.topic == topic) and (engine is None or f.engine == engine))
 
 
+def engines_with_facts() -> tuple[str, ...]:
+    """The serving engines the table has rows for (an engine with a home and no rows is read, never judged)."""
+    return tuple(e for e in SERVING_ENGINES if any(f.engine == e for f in FACTS))
+
+
 def fact(engine: str, topic: str, subject: str) -> Fact | None:
     """The row for (engine, topic, subject), or None when the library knows nothing about it."""
     return next((f for f in FACTS if (f.engine, f.topic, f.subject) == (engine, topic, subject)), None)

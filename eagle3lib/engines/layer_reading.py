@@ -20,8 +20,8 @@ from .capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_mo
 from ..errors import ConfigError
 from ..layout import from_ids
 from .facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers
+from ..model.config import read_config_json
 from ..model.dialects import value_at
-from .sglang_resolver import read_config
 from .versions import DEFAULT_VERSION, VLLM_CHECKED, parse_version
 
 # The keys each vLLM model runner reads the draft's aux ids from are the table's "id_key" rows (engines.facts
@@ -94,7 +94,7 @@ def layer_reading(draft_config, num_layers: int, sglang_version: str = DEFAULT_V
 
     `vllm_runner` "v1" / "v2" names the model runner (vLLM logs which; CPU builds run V1); None: V2's reading,
     the CUDA default, plus V1's when it differs."""
-    raw = read_config(draft_config) if not isinstance(draft_config, dict) else draft_config
+    raw = read_config_json(draft_config)[0] if not isinstance(draft_config, dict) else draft_config
     L = int(num_layers)
     ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     nested = _ids(ec.get("eagle_aux_hidden_state_layer_ids"), "eagle_config.eagle_aux_hidden_state_layer_ids")

@@ -1,6 +1,6 @@
 """Where a speculative engine drafts: its verification walk over a generated sequence (an engine fact, on every
 device: the proposer's logic, not a kernel). The replay counts its chain on this walk (replay.stats) and
-`vllm_driver.dump.engine_walk` recounts vLLM's own drafts with it.
+`vllm_engine.dump.engine_walk` recounts vLLM's own drafts with it.
 """
 from __future__ import annotations
 

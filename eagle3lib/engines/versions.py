@@ -1,18 +1,21 @@
-"""One version parser per engine, and the versions the engine tables were read and checked against.
+"""The serving engines the library knows (`ENGINES`, `SERVING_ENGINES`: written here only), one version parser for
+them, and the versions the engine tables were read and checked against.
 
 `parse_version(text)` reads an SGLang version (``0.5.3.post3``, ``v0.5.6``; ``head`` = the newest version the
 reference traced), `parse_version(text, "vllm")` a vLLM one (``0.32.0``, ``0.32.0+cpu``; ``head`` = newer than any
-release); a source build's fallback version ``0.0.0.dev0`` reads as ``head``. `in_force(since, until, version, engine)` says whether a table row whose behaviour holds from `since`
+release); a source build's fallback version ``0.0.0.dev0`` reads as ``head``. `in_force(since, until, version,
+engine)` says whether a table row whose behaviour holds from `since`
 (inclusive) to `until` (exclusive) applies at `version`: None when the version is unknown, so a caller never
 guesses. Usage: ``in_force("0.5.12", None, "0.5.6")`` -> False.
 """
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 from packaging.version import InvalidVersion, Version
 
 from ..errors import ServingArgsError
 
-SERVING_ENGINES = ("sglang", "vllm")   # the serving engines the library knows: written here only
 # SGLang
 DEFAULT_VERSION = "0.5.6"     # the SGLang version the shipped samples and the demo engine's log imitate
 LATEST_TRACED = "0.5.15"      # the reference read SGLang up to just after the v0.5.15 cut (2026-07-20)
@@ -27,23 +30,37 @@ _HEAD = ("head", "latest", "main")
 SOURCE_BUILD = "0.0.0.dev0"
 
 
+@dataclass(frozen=True)
+class EngineVersions:
+    """How one serving engine names itself and its versions."""
+
+    title: str        # as users write it: "SGLang"
+    head: str         # the version "head" / "main" / a source build reads as
+    example: str      # what a readable version looks like, for an error
+
+
+# The serving engines the library knows, written here only: each has its home, eagle3lib/<name>_engine/ (its launch,
+# logs, metrics, settings, driver), found by this name (serving.homes).
+ENGINES = {"sglang": EngineVersions("SGLang", LATEST_TRACED, "e.g. 0.5.6 or 0.4.6.post1"),
+           "vllm": EngineVersions("vLLM", VLLM_HEAD, "e.g. 0.32.0")}
+SERVING_ENGINES = tuple(ENGINES)
+
+
 def parse_version(version: str | Version, engine: str = "sglang") -> Version:
     """An engine's version string as a comparable Version; ServingArgsError naming the engine when unreadable."""
     if isinstance(version, Version):
         return version
     if engine not in SERVING_ENGINES:
         raise ServingArgsError("engine version", "unknown engine", expected=SERVING_ENGINES, found=repr(engine))
+    known = ENGINES[engine]
     text = str(version).strip().lstrip("vV")
     if text.lower() in _HEAD or text == SOURCE_BUILD:
-        text = LATEST_TRACED if engine == "sglang" else VLLM_HEAD
-    if engine == "vllm":
-        text = text.split("+", 1)[0]          # 0.32.0+cpu: the local build tag says nothing about behaviour
+        text = known.head
+    text = text.split("+", 1)[0]              # 0.32.0+cpu: the local build tag says nothing about behaviour
     try:
         return Version(text)
     except InvalidVersion:
-        name = "SGLang" if engine == "sglang" else "vLLM"
-        raise ServingArgsError(f"{name} version", "cannot be read as a version",
-                               expected="e.g. 0.5.6 or 0.4.6.post1" if engine == "sglang" else "e.g. 0.32.0",
+        raise ServingArgsError(f"{known.title} version", "cannot be read as a version", expected=known.example,
                                found=repr(version)[:60]) from None
 
 

@@ -185,7 +185,7 @@ def prepare(common: dict) -> str | None:
     None."""
     from ..demo import shipped_served
     from ..errors import DataError
-    from ..vllm_driver import env as vllm_env
+    from ..vllm_engine import env as vllm_env
     asked = [("sglang", n, None) for n in _names(common.pop("sglang_demo", None))]
     vllm = _names(common.pop("vllm_demo", None))
     if vllm:

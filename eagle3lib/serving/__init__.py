@@ -1,12 +1,11 @@
-"""Serving: what a server is asked to run, what it reports, and what it feeds the draft; the offline engine.
-(What each engine does with a draft, by version, is `eagle3lib.engines`.)
+"""Serving, across engines: what a server is asked to run, what it reports, and what it feeds the draft; the offline
+engine. (What each engine does with a draft, by version, is `eagle3lib.engines`; each engine's own readers and
+driver, its home `eagle3lib.<name>_engine`.)
 
-- `launch`            parse SGLang / vLLM launch commands into the settings they request.
-- `sglang_introspect` ask an installed SGLang (`ServerArgs`) for its own resolution.
+- `homes`             the engines' homes, found by name from the one list (`home(name)`, `homes()`).
+- `launch`            a launch command of any engine the library knows into the settings it requests (`parse_launch`).
 - `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
-- `vllm_log`          what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head
-                      sharing, speculative config, and each exception (its key / shape / file) with its line.
-- `traffic`           the requests a server answered and its answers as token ids (vllm_driver.serve's prompts.jsonl and
+- `traffic`           the requests a server answered and its answers as token ids (vllm_engine.serve's prompts.jsonl and
                       responses.jsonl; text re-tokenized only where the engine's count agrees).
 - `crossengine`       one deployment's settings seen by SGLang and vLLM (steps/topk/ndt <-> K), and a lint.
 - `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.

@@ -15,9 +15,9 @@ from ..engines.facts import id_keys, shared_id_key
 from ..model.dialects import value_at
 from ..engines.layer_reading import draft_slots
 from ..engines.versions import VLLM_CHECKED
-from ..engines.vllm_config import NON_MODEL_METHODS, infer_method
-from .launch import LaunchArgs
-from ..engines.sglang_rule import KNOBS
+from ..vllm_engine.method import NON_MODEL_METHODS, infer_method
+from ..engine_kit.launch_reading import LaunchArgs
+from ..sglang_engine.rule import KNOBS
 
 
 
@@ -47,7 +47,7 @@ def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str
 
 
 def vllm_effective(launch: LaunchArgs, version: str | None = None) -> dict:
-    """What vLLM makes of a launch's speculative config: the method it runs (engines.vllm_config's rules at
+    """What vLLM makes of a launch's speculative config: the method it runs (vllm_engine.method's rules at
     `version`, default the version checked), K, and the SGLang equivalent."""
     spec = dict(launch.speculative_config or {})
     if "speculative_config" in launch.unread:       # never a method inferred from JSON that did not parse

@@ -1,6 +1,6 @@
 """What an emulated SGLang server runs with and prints: launch settings -> effective settings -> log lines.
 
-`resolve_settings(SpecSettings(...))` applies the version's startup rewrites and refusals (`engines.sglang_resolver`) and returns
+`resolve_settings(SpecSettings(...))` applies the version's startup rewrites and refusals (`sglang_engine.resolver`) and returns
 the `Effective` settings with SGLang's startup warnings word for word; `decode_line` / `batch_line` write
 `Prefill batch` / `Decode batch` lines in that version's punctuation, and `accept_rate` the version's logged accept
 rate (serving-and-throughput.md A.2). Used by the offline engine (`engine.py`) and the demo sweep.
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import ServingArgsError
 from ..engines.versions import DEFAULT_VERSION, parse_version
-from ..engines.sglang_resolver import adjustment_warning, resolve
+from ..sglang_engine.resolver import adjustment_warning, resolve
 
 _V = parse_version
 # Decode-line format by SGLang version (A.2): '[cuda graph: B, ]' from #6201 (2025-05-12, first in v0.4.7); 'accept
@@ -57,7 +57,7 @@ def _bad(field_: str, value, allowed: str, problem: str, cause: str) -> ServingA
 
 
 def resolve_settings(settings: SpecSettings, target_arch: str | None = None, device: str = "cpu") -> Effective:
-    """Effective settings for `settings` (engines.sglang_resolver), or ServingArgsError for what SGLang / this engine refuse."""
+    """Effective settings for `settings` (sglang_engine.resolver), or ServingArgsError for what SGLang / this engine refuse."""
     version = str(_V(settings.version))
     if not isinstance(settings.decode_log_interval, int) or settings.decode_log_interval < 1:
         raise _bad("decode_log_interval", settings.decode_log_interval, "an integer >= 1",

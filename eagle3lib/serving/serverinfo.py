@@ -20,17 +20,20 @@ from typing import Any, Mapping
 import pandas as pd
 
 from ..errors import LogParseError, MissingFileError, ServingArgsError
-from .launch import FLAGS, LaunchArgs, SPEC_FIELDS
+from ..engine_kit.launch_reading import LaunchArgs
+from ..sglang_engine.launch import FLAGS, SPEC_FIELDS
+from ..sglang_engine.run_log import SERVER_ARGS_MARK, server_args_from_line
+from ..vllm_engine.engine_log import spec_in_line
 from ..engines.versions import LATEST_TRACED
-from ..engines.sglang_table import RULES
+from ..sglang_engine.rules_table import RULES
 from ..engines.versions import parse_version
-from ..engines.sglang_resolver import Resolution, accept_rate_formula, accept_rate_versions
+from ..sglang_engine.resolver import Resolution, accept_rate_formula, accept_rate_versions
 
 _EXTRA_FIELDS = {"tokenizer_mode", "skip_tokenizer_init", "load_format", "revision", "prefill_only_one_req",
                  "speculative_draft_model_revision", "cuda_graph_config", "enable_dp_lm_head", "nnodes", "node_rank",
                  "dist_init_addr", "max_loaded_loras", "lora_paths", "disable_chunked_prefix_cache", "nccl_port",
                  "model_impl", "is_embedding", "enable_multimodal", "schedule_conservativeness", "cpu_offload_gb"}
-KNOWN_FIELDS = {spec[0] for spec in FLAGS["sglang"].values()} | _EXTRA_FIELDS
+KNOWN_FIELDS = {spec[0] for spec in FLAGS.values()} | _EXTRA_FIELDS
 _SCHEDULER_KEYS = {"max_total_num_tokens", "max_req_input_len", "status", "internal_states", "version"}
 CHECKLIST = SPEC_FIELDS + ("speculative_accept_threshold_single", "speculative_accept_threshold_acc",
                            "max_running_requests", "disable_overlap_schedule", "page_size", "attention_backend",
@@ -89,7 +92,7 @@ class LogEvent:
     level: str | None
     kind: str                 # "adjustment", "server_args" or "vllm_spec"
     message: str
-    rule_id: str | None       # the engines.sglang_table row whose exact line this is
+    rule_id: str | None       # the sglang_engine.rules_table row whose exact line this is
     field: str | None
 
 
@@ -186,50 +189,6 @@ def read_server_info(src, timeout: float = 3.0) -> ServerInfo:
     return ServerInfo(where, version, settings, scheduler, tuple(states), unknown, tuple(warnings))
 
 
-def parse_call_kwargs(text: str) -> dict:
-    """``Name(a=1, b='x', c=Other(...))`` (a dataclass repr) -> {a: 1, b: 'x', c: "Other(...)"}; tolerant."""
-    start = text.find("(")
-    body = text[start + 1:] if start >= 0 else text
-    parts, depth, quote, cur = [], 0, None, []
-    for ch in body:
-        if quote:
-            quote = None if ch == quote and (not cur or cur[-1] != "\\") else quote
-        elif ch in "'\"":
-            quote = ch
-        elif ch in "([{":
-            depth += 1
-        elif ch in ")]}":
-            if depth == 0:
-                break
-            depth -= 1
-        elif ch == "," and depth == 0:
-            parts.append("".join(cur))
-            cur = []
-            continue
-        cur.append(ch)
-    parts.append("".join(cur))
-    out = {}
-    for part in parts:
-        key, eq, raw = part.partition("=")
-        key = key.strip()
-        if not eq or not key.isidentifier():
-            continue
-        try:
-            out[key] = ast.literal_eval(raw.strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            out[key] = raw.strip()
-    return out
-
-
-SERVER_ARGS_MARK = "server_args=ServerArgs("
-
-
-def server_args_from_line(line: str) -> dict | None:
-    """The fields of SGLang's startup ``server_args=ServerArgs(...)`` log line (None when `line` is not one)."""
-    at = line.find(SERVER_ARGS_MARK)
-    return None if at < 0 else parse_call_kwargs(line[at + len(SERVER_ARGS_MARK) - 1:])
-
-
 def _read_lines(source) -> tuple[list[str], str]:
     if isinstance(source, (list, tuple)):
         return [str(x) for x in source], "<lines>"
@@ -278,7 +237,7 @@ def read_startup_log(source) -> LogReading:
                 warnings.append(f"line {no}: the server_args line looks truncated; later fields are missing")
             events.append(LogEvent(no, ts, level, "server_args", msg, None, None))
             continue
-        spec = _vllm_spec_in(msg)
+        spec = spec_in_line(msg)
         if spec is not None:
             vllm_spec, engine = spec, "vllm"
             events.append(LogEvent(no, ts, level, "vllm_spec", msg, None, "speculative_config"))
@@ -303,22 +262,6 @@ def read_startup_log(source) -> LogReading:
         warnings.append(f"{garbled} garbled line(s) skipped (binary or undecodable bytes)")
     return LogReading(where, engine, tuple(events), server_args, vllm_spec, version, len(lines), skipped, garbled,
                       tuple(warnings))
-
-
-def _vllm_spec_in(msg: str) -> dict | None:
-    if "SpeculativeConfig(" in msg:
-        kw = parse_call_kwargs(msg[msg.index("SpeculativeConfig("):])
-        if "num_spec_tokens" in kw:
-            kw["num_speculative_tokens"] = kw.pop("num_spec_tokens")
-        return kw or None      # `SpeculativeConfig(**self.speculative_config)` in a traceback says nothing
-    if "non-default args:" in msg and "speculative_config" in msg:
-        try:
-            args = ast.literal_eval(msg[msg.index("non-default args:") + 17:].strip())
-        except (ValueError, SyntaxError, TypeError, MemoryError, RecursionError):
-            return None
-        spec = args.get("speculative_config") if isinstance(args, dict) else None
-        return dict(spec) if isinstance(spec, dict) else None
-    return None
 
 
 def read_vllm_spec_config(src) -> dict:
@@ -405,7 +348,7 @@ def accept_rate_definitions() -> pd.DataFrame:
          "unconditional, non-increasing; τ = 1 + Σ rate_i"),
     ]
     rows[1:1] = [("sglang", "accept rate", f.pretty, versions + (f" {f.source}" if f.source else ""), f.note)
-                 for versions, f in accept_rate_versions()]     # one home: engines.sglang_resolver.ACCEPT_RATE_FORMULAS
+                 for versions, f in accept_rate_versions()]     # one home: sglang_engine.resolver.ACCEPT_RATE_FORMULAS
     return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
 
 

@@ -24,7 +24,7 @@ from ..hidden.decoders import decoder_stack
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
 from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
-from ..engines.sglang_resolver import accept_rate
+from ..sglang_engine.resolver import accept_rate
 from .tree import SlotCache, draft_tree, greedy_path, keep_cache_rows, verify_inputs
 
 @dataclass(frozen=True, eq=False)

@@ -3,7 +3,7 @@
 A served τ is counted on the sequences the server generated: each prompt and the target's own answer to it, the
 tokens its verification checked the draft against. So the replay that predicts a served τ belongs on those
 sequences (replay.traffic_samples), not on held-out text the target never wrote. `read_traffic(path, tokenizer)` reads
-what `vllm_driver.serve` saves (a user's own logging in the same shape works too):
+what `vllm_engine.serve` saves (a user's own logging in the same shape works too):
 
 - ``prompts.jsonl``: ``{"id": ..., "prompt_token_ids": [...]}`` (or ``"prompt": text``) per request;
 - ``responses.jsonl``: ``{"id": ..., "text": ..., "finish_reason": ..., "completion_tokens": n}`` per answer, with
@@ -84,7 +84,7 @@ def traffic_files(path: str | os.PathLike) -> tuple[Path, Path]:
     for f, what in ((responses, "the server's answers"), (prompts, "the requests it answered")):
         if not f.is_file():
             raise MissingFileError(str(f), f"no {f.name} ({what})", expected=f"a served folder with {PROMPTS} and "
-                                   f"{RESPONSES} (vllm_driver.serve writes them), or a {RESPONSES}",
+                                   f"{RESPONSES} (vllm_engine.serve writes them), or a {RESPONSES}",
                                    found="no such file", cause="the path of another folder, or a run that "
                                    "saved no answers")
     return prompts, responses

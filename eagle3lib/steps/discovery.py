@@ -21,14 +21,14 @@ from ..checks.ndt_override import ndt_override_findings
 from ..checks.inputs import read_launch
 from ..checks.judge import run_checks
 from ..errors import Eagle3Error, ServingArgsError
-from ..serving import sglang_introspect
-from ..serving.launch import LaunchArgs
+from ..sglang_engine import introspect as sglang_introspect
+from ..engine_kit.launch_reading import LaunchArgs
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
-from ..serving.vllm_log import read_vllm_log
+from ..vllm_engine.engine_log import read_vllm_log
 from ..engines.versions import DEFAULT_VERSION, parse_version
-from ..engines.sglang_table import RULES
-from ..engines.sglang_rule import KNOBS
-from ..engines.sglang_resolver import read_config, resolve
+from ..sglang_engine.rules_table import RULES
+from ..sglang_engine.rule import KNOBS
+from ..sglang_engine.resolver import read_config, resolve
 from ..model.target import load_target_info
 from . import checkpoint_audit
 from .part import Inputs, Part
@@ -112,7 +112,7 @@ class Discovery:
     version: str
     target_arch: str | None
     num_layers: int | None
-    resolution: object | None            # engines.sglang_resolver.Resolution
+    resolution: object | None            # sglang_engine.resolver.Resolution
     server_info: object | None           # serverinfo.ServerInfo
     log: object | None                   # serverinfo.LogReading
     diff: pd.DataFrame
@@ -123,7 +123,7 @@ class Discovery:
     notes: tuple[str, ...] = field(default_factory=tuple)
     target_config: Path | None = None
     draft_config: Path | None = None
-    vllm_log: object | None = None       # serving.vllm_log.VllmLogReading of a vLLM startup log
+    vllm_log: object | None = None       # vllm_engine.engine_log.VllmLogReading of a vLLM startup log
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
                                          # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)

@@ -35,7 +35,7 @@ from ..replay.verdict import read_recorded_accuracy
 from ..samples.readers import FORMATS
 from ..serving.serverinfo import read_server_info, read_startup_log
 from ..serving.traffic import check_traffic
-from ..serving.vllm_log import read_vllm_log
+from ..vllm_engine.engine_log import read_vllm_log
 from ..throughput.benchparse import parse_file
 from ..layout import parse_layout
 from .discovery import command_text
@@ -58,7 +58,7 @@ KINDS = {
     "url": ("the server", "a live server URL (http://host:port)"),
     "server_info": ("the /server_info", "a saved GET /server_info JSON"),
     "traffic": ("the served traffic", "a served folder with prompts.jsonl and responses.jsonl (as "
-                                      "vllm_driver.serve saves them), or its responses.jsonl"),
+                                      "vllm_engine.serve saves them), or its responses.jsonl"),
     "dump": ("the serving dump", "an eagle3lib serving dump folder (manifest.json + req_<n>.safetensors)"),
     "version": ("the engine version", "an engine version such as 0.5.6"),
     "layout": ("the serving layout", "boundary names, e.g. embed,layer_in.2,layer_in.4"),

@@ -34,10 +34,10 @@ from ..hidden.dumps import dump_engine
 from ..samples.distance import served_distance
 from ..replay.items import as_samples
 from ..layout import ZERO
-from ..serving.vllm_log import read_vllm_log
+from ..vllm_engine.engine_log import read_vllm_log
 from ..checks.engine_said import ENGINE_SAID, view_findings
 from .served_view import deployment_view, sglang_view
-from ..throughput.records import RunRecord
+from ..engine_kit.records import RunRecord
 from . import discovery
 from .discovery import Discovery
 from .part import Inputs, Part

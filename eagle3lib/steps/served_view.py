@@ -2,8 +2,8 @@
 
 `deployment_view(engine, draft, target, ...)` starts from the tables at the engine's version
 (`engines.loaded_view.engine_view`), lets the real vLLM's own answer overrule them where vLLM is installed
-(`vllm_driver.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
-both (`serving.vllm_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
+(`vllm_engine.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
+both (`vllm_engine.engine_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
 died of). Each aspect says which source answered (`EngineView.frame()`).
 An SGLang deployment's view is overruled by what the running SGLang said (`sglang_view`: its log's own failure, and
 the load a dump of eagle3lib's SGLang hook records). What the running engine said becomes findings in `checks.engine_said`. `served_as_served(...)` is the measurement on top: the served τ beside the draft replayed as
@@ -15,11 +15,11 @@ import dataclasses
 import re
 
 from ..checks.inputs import read_artifacts
-from ..vllm_driver import env as vllm_env
+from ..vllm_engine import env as vllm_env
 from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..layout import from_ids
-from ..serving.vllm_log import VllmLogReading, read_vllm_log
+from ..vllm_engine.engine_log import VllmLogReading, read_vllm_log
 from ..engines.vllm_errors import log_lines, root_error, scan_errors
 
 _EMBED = {"shared": "target", "own": "own"}
@@ -44,7 +44,7 @@ def deployment_view(engine: str, draft, target, *, version: str | None = None, l
                        version=version, runner=runner, mis_shaped=tuple(mis_shaped), device=device)
     if engine == "vllm" and probe is None and use_probe and vllm_env.vllm_python() is not None:
         try:
-            from ..vllm_driver.probe import probe as ask
+            from ..vllm_engine.probe import probe as ask
             probe = ask(draft, target, num_speculative_tokens=num_speculative_tokens)
         except Eagle3Error as e:
             notes.append(f"the vLLM probe could not answer: {e}")
@@ -68,7 +68,7 @@ def _layout(ids, L: int) -> tuple:
 
 
 def _from_probe(view: EngineView, p, art) -> EngineView:
-    """Aspects as vLLM's own code answered them (`vllm_driver.probe.VllmProbe`) overrule the tables."""
+    """Aspects as vLLM's own code answered them (`vllm_engine.probe.VllmProbe`) overrule the tables."""
     L, who = art.target_info.num_layers, f"vLLM {p.vllm_version} ({p.runner or '?'} runner)"
     if p.error:
         return view.with_refusal(f"{who} refuses the deployment at {p.error.get('stage')}: {p.error.get('type')}: "
@@ -140,7 +140,7 @@ def _from_log(view: EngineView, r: VllmLogReading, art) -> EngineView:
 def sglang_view(view: EngineView, art, *, logs=(), load: dict | None = None) -> tuple[EngineView, list[str]]:
     """The draft as SGLang loaded it, overruling the tables with what the running SGLang said: its logs' own failure
     (the first log with a traceback after which it ran no batch: a refusal; one it served past is a note) and, where a dump of eagle3lib's SGLang hook carries it
-    (`sglang_driver.dump`, its manifest's engine "load"), what SGLang's own loader did: the layers its target
+    (`sglang_engine.dump`, its manifest's engine "load"), what SGLang's own loader did: the layers its target
     captured, whether it read d2t, replaced the draft's embedding / lm_head with the target's."""
     L, notes = art.target_info.num_layers, []
     for path in logs:

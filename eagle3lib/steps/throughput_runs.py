@@ -13,9 +13,10 @@ from dataclasses import dataclass
 import pandas as pd
 
 from ..demo import sweep as demo_sweep_mod
-from ..throughput import benchparse, costmodel, plots, records
-from ..throughput.logparse import ParseResult
-from ..throughput.records import RunRecord
+from ..engine_kit import records
+from ..throughput import benchparse, costmodel, plots
+from ..engine_kit.log_scan import ParseResult
+from ..engine_kit.records import RunRecord
 from .given import resolve_path
 from .part import Inputs, Part
 

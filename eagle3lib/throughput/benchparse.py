@@ -1,22 +1,21 @@
 """Parsers for structured run outputs into ``RunRecord``s: SGLang ``/server_info``, bench_serving /
 bench_one_batch_server / bench_speculative / vllm bench JSON, Prometheus text; `parse_file` picks a parser by
-content (including the text logs of eagle3lib.throughput.logparse) and `read_server` asks a live server.
+content (an engine's decode log is read by its home: `EngineHome.run_log`) and `read_server` asks a live server.
 """
 from __future__ import annotations
 
 import json
-import math
 import re
 import statistics
 import urllib.error
 import urllib.request
 from pathlib import Path
 
-from prometheus_client.parser import text_string_to_metric_families
-
 from ..errors import DataError, LogParseError, MissingFileError
-from .logparse import SGLANG_FIELD_NAMES, ParseResult, LogScan, sglang_settings, parse_sglang_log, parse_vllm_log
-from .records import FIELDS, RunRecord, from_dict
+from ..engine_kit.log_scan import LogScan, ParseResult, prometheus_values
+from ..serving.homes import homes
+from ..sglang_engine.run_log import SGLANG_FIELD_NAMES, sglang_settings
+from ..engine_kit.records import FIELDS, RunRecord, from_dict
 
 
 def _sg_info_record(obj: dict, where: str, series: str, hardware: str) -> tuple[RunRecord, list[str]]:
@@ -136,70 +135,22 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
     return scan.result(records, len(records))
 
 
-def _prom_values(lines, scan=None) -> dict:
-    """Prometheus exposition lines -> {(name without _total, position label or None): summed value}.
-
-    Each sample line goes through ``prometheus_client.parser`` on its own, so one line it cannot read (or whose
-    value is not a finite number) is skipped and counted on `scan`, when given, with its number; the rest are read."""
-    out = {}
-    for n, line in enumerate(lines, 1):
-        text = line.strip()
-        if not text or text.startswith("#"):
-            continue
-        try:
-            samples = [s for family in text_string_to_metric_families(text) for s in family.samples]
-        except ValueError as e:
-            if scan is not None:
-                scan.bad_line(n, f"not a Prometheus sample ({str(e)[:80]})")
-            continue
-        for s in samples:
-            if not math.isfinite(s.value):
-                if scan is not None:
-                    scan.bad_line(n, f"{s.name}: value {s.value!r} is not a finite number")
-                continue
-            pos = s.labels.get("position", "")
-            key = (re.sub(r"_total$", "", s.name), int(pos) if pos.isdecimal() else None)
-            out[key] = out.get(key, 0.0) + float(s.value)
-    return out
-
-
 def parse_prometheus(source: str | Path, *, text: str | None = None, before: str | None = None, series: str = "",
                      hardware: str = "", tok_s: float | None = None) -> ParseResult:
     """vLLM ``vllm:spec_decode_*`` counters (delta against `before` text when given) or SGLang spec gauges."""
     scan = LogScan(str(source), text)
-    now, then = _prom_values(scan.lines, scan), _prom_values((before or "").splitlines())
+    now, then = prometheus_values(scan.lines, scan), prometheus_values((before or "").splitlines())
     val = {key: v - then.get(key, 0.0) for key, v in now.items()}
-    drafts = val.get(("vllm:spec_decode_num_drafts", None))
     series = series or Path(str(source)).stem
     note = "delta of two scrapes" if before else "lifetime counters since server start (include warm-up)"
-    if drafts:
-        dtok = val.get(("vllm:spec_decode_num_draft_tokens", None))
-        acc = val.get(("vllm:spec_decode_num_accepted_tokens", None), 0.0)
-        per_all = [(p, v) for (n, p), v in val.items() if n == "vllm:spec_decode_num_accepted_tokens_per_pos"]
-        per = sorted((p, v) for p, v in per_all if p is not None)
-        if len(per) < len(per_all):
-            scan.warnings.append("a vllm:spec_decode_num_accepted_tokens_per_pos sample without a position label "
-                                 "was ignored")
-        k = len(per) or (round(dtok / drafts) if dtok else None)
-        rec = RunRecord(engine="vllm", tok_s=tok_s, accept_length=1 + acc / drafts, num_steps=k,
-                        topk=1 if k else None, num_draft_tokens=k + 1 if k else None,
-                        per_position=[v / drafts for _, v in per] or None,
-                        rounds=int(drafts), drafted=int(dtok) if dtok else None, accepted=int(acc), series=series,
-                        hardware=hardware, source=str(source), label="vllm /metrics", notes=note)
-    elif ("sglang:spec_accept_length", None) in now:
-        g = {n: v for (n, p), v in now.items() if p is None}
-        steps = g.get("sglang:spec_num_steps")
-        rec = RunRecord(engine="sglang", tok_s=tok_s or g.get("sglang:gen_throughput"),
-                        accept_length=g["sglang:spec_accept_length"] or None,
-                        num_steps=int(steps) if steps else None,
-                        batch_size=int(g.get("sglang:num_running_reqs", 0)) or None,
-                        series=series, hardware=hardware, source=str(source), label="sglang /metrics",
-                        notes="gauges hold the last decode-log window only")
-    else:
-        raise LogParseError(str(source), "no speculative-decoding metrics in this Prometheus text",
-                            expected="vllm:spec_decode_num_drafts[_total] etc. or sglang:spec_accept_length",
-                            found=f"{len(now)} samples", cause="speculation off, or --enable-metrics not set (SGLang)")
-    return scan.result([rec], len(scan.lines))
+    for found in homes().values():
+        rec = found.metrics(now, val, source=str(source), note=note, series=series, hardware=hardware, tok_s=tok_s,
+                            warnings=scan.warnings) if found.metrics else None
+        if rec is not None:
+            return scan.result([rec], len(scan.lines))
+    raise LogParseError(str(source), "no speculative-decoding metrics in this Prometheus text",
+                        expected="vllm:spec_decode_num_drafts[_total] etc. or sglang:spec_accept_length",
+                        found=f"{len(now)} samples", cause="speculation off, or --enable-metrics not set (SGLang)")
 
 
 def parse_file(path: str | Path, **kw) -> ParseResult:
@@ -213,9 +164,10 @@ def parse_file(path: str | Path, **kw) -> ParseResult:
         return parse_json(p, **kw)
     if re.search(r"^(vllm|sglang):\w+", head, re.M) or head.lstrip().startswith("# HELP"):
         return parse_prometheus(p, **kw)
-    if re.search(r"SpecDecoding metrics:|Speculative metrics:|Avg generation throughput", head):
-        return parse_vllm_log(p, **kw)
-    return parse_sglang_log(p, **kw)
+    known = homes()
+    found = next((h for h in known.values() if re.search(h.run_log_mark, head)), None)
+    # a log no engine's mark names is read by the first engine's reader, whose error says what it looked for
+    return (found or next(iter(known.values()))).run_log(p, **kw)
 
 
 def read_server(url: str, timeout: float = 5.0, **kw) -> ParseResult:

@@ -15,7 +15,7 @@ import numpy as np
 import pandas as pd
 
 from ..errors import DataError
-from .records import RunRecord
+from ..engine_kit.records import RunRecord
 
 
 def tau_from_alpha(alpha: float, k: int) -> float:

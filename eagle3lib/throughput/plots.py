@@ -9,7 +9,7 @@ from __future__ import annotations
 from matplotlib.figure import Figure
 
 from . import costmodel
-from .records import RunRecord
+from ..engine_kit.records import RunRecord
 
 TAU_LABEL = "accept length τ (tokens per verify round, bonus included)"
 TOK_S_LABEL = "throughput (generated tokens/s)"

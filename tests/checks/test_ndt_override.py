@@ -5,8 +5,8 @@ from __future__ import annotations
 import pandas as pd
 
 from eagle3lib.checks.ndt_override import ndt_by_range, ndt_override_findings
-from eagle3lib.engines.sglang_resolver import resolve
-from eagle3lib.engines.sglang_table import RULES
+from eagle3lib.sglang_engine.resolver import resolve
+from eagle3lib.sglang_engine.rules_table import RULES
 from eagle3lib.engines.versions import parse_version
 from eagle3lib.serving.launch import parse_launch
 
@@ -52,8 +52,8 @@ def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version()
 
 def test_with_no_version_the_installed_sglangs_answer_decides_and_without_it_the_ranges():
     """Version unknown, no server report: the installed SGLang's own resolution (an Introspection, as
-    serving.sglang_introspect returns it) decides, naming its version; one that refused falls back to the ranges."""
-    from eagle3lib.serving.sglang_introspect import Introspection
+    sglang_engine.introspect returns it) decides, naming its version; one that refused falls back to the ranges."""
+    from eagle3lib.sglang_engine.introspect import Introspection
     launch = parse_launch(SEED)
     res = resolve(launch, "0.5.6", ARCH, strict=False)
     eff = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2}

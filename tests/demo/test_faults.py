@@ -21,8 +21,8 @@ from eagle3lib.demo import world as demo
 from eagle3lib.diagnose.decision import VERDICTS
 from eagle3lib.diagnose.parts import Inputs, run
 from eagle3lib.engines.facts import read_fields
-from eagle3lib.sglang_driver import env as sglang_env
-from eagle3lib.vllm_driver import env as vllm_env
+from eagle3lib.sglang_engine import env as sglang_env
+from eagle3lib.vllm_engine import env as vllm_env
 
 SAMPLE = ("norm_before_residual", "rms_norm_eps", "d2t_permuted", "served_other_domain", "launch_k1")
 ENGINE_SAMPLE = ("rms_norm_eps", "use_aux_hidden_state", "d2t_permuted", "launch_k1")

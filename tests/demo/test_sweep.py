@@ -18,7 +18,7 @@ from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.serving.sglang_emulator import SpecEngine
 from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.errors import DataError
-from eagle3lib.throughput.records import read_jsonl, write_jsonl
+from eagle3lib.engine_kit.records import read_jsonl, write_jsonl
 from eagle3lib.demo.sweep import demo_capture, demo_prompts, load_demo, run_demo_sweep
 
 V, H, L = 64, 32, 4

@@ -18,7 +18,7 @@ import torch
 
 from eagle3lib.demo.shipped import artifacts_dir
 from eagle3lib.engines import mla_fields as M
-from eagle3lib.vllm_driver.env import unavailable_reason, vllm_python
+from eagle3lib.vllm_engine.env import unavailable_reason, vllm_python
 
 ART = artifacts_dir("mla")
 TARGET = json.loads((ART / "target" / "config.json").read_text())

@@ -1,5 +1,5 @@
 """The SGLang rows of the engine table, checked on the running engine (the real SGLang, `make sglang`): the demo draft
-and variants of it served by `sglang_driver.serve` with the in-process hook, each answer against the row that
+and variants of it served by `sglang_engine.serve` with the in-process hook, each answer against the row that
 predicts it. Slow: one server start per variant (~40 s each on 2 cores); skipped with the reason where SGLang
 cannot run (no .venv-sglang, or a CPU without avx512_bf16)."""
 from __future__ import annotations
@@ -11,19 +11,19 @@ import pytest
 import torch
 
 from eagle3lib.demo.world import ensure_world
-from eagle3lib.drivers.prompts import Prompt, prompts_from_dataset
+from eagle3lib.engine_kit.prompts import Prompt, prompts_from_dataset
 from eagle3lib.engines import facts
 from eagle3lib.engines.advice import captured_by
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.layer_reading import sglang_ids
-from eagle3lib.engines.sglang_resolver import resolve
+from eagle3lib.sglang_engine.resolver import resolve
 from eagle3lib.engines.vllm_errors import known_failure, log_lines, root_error, scan_errors
 from eagle3lib.hidden.compare import dump_boundaries
 from eagle3lib.samples.readers import open_dataset
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.sglang_driver.dump import dump_from_hook, load_events
-from eagle3lib.sglang_driver.env import engine_version, unavailable_reason
-from eagle3lib.sglang_driver.serve import serve
+from eagle3lib.sglang_engine.dump import dump_from_hook, load_events
+from eagle3lib.sglang_engine.env import engine_version, unavailable_reason
+from eagle3lib.sglang_engine.serve import serve
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason() or "SGLang runs here")]
@@ -184,7 +184,7 @@ def test_the_sglang_emulator_within_5_percent_of_the_real_engine(world, served):
     """serving.sglang_emulator (SpecEngine: the same draft in float32, chain drafting, SGLang's rules) on the same
     prompts and settings (steps 3, topk 1, 4 draft tokens, 32 new tokens) counts τ as SGLang does (generated tokens
     over verify rounds) within 5% of the real engine's."""
-    from eagle3lib.drivers.prompts import read_prompts
+    from eagle3lib.engine_kit.prompts import read_prompts
     from eagle3lib.hidden.capture import load_target_model
     from eagle3lib.model.checkpoint import load_draft
     from eagle3lib.serving.capturespec import CaptureSpec

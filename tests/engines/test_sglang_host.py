@@ -12,8 +12,8 @@ import pytest
 from eagle3lib.demo.world import ensure_world
 from eagle3lib.engines.facts import fact
 from eagle3lib.engines.host import cpu_flags, has_amx
-from eagle3lib.sglang_driver.env import flavour, host_reason, unavailable_reason
-from eagle3lib.sglang_driver.serve import serve
+from eagle3lib.sglang_engine.env import flavour, host_reason, unavailable_reason
+from eagle3lib.sglang_engine.serve import serve
 
 pytestmark = [pytest.mark.engine, pytest.mark.slow,
               pytest.mark.skipif(bool(unavailable_reason()), reason=unavailable_reason() or "SGLang runs here"),

@@ -1,8 +1,8 @@
 """eagle3lib's vLLM tables against the running engine: a table row that disagrees with vLLM's own answer fails.
 
 Every variant of the demo draft (tests/engines/vllm_variants.py) is probed once per session in the vLLM venv
-(`vllm_driver.probe`); each test reads one family of rows (`engines.facts`, `engines.layer_reading`,
-`engines.capture_rules`, `engines.vllm_config`) at the version running and compares it with what vLLM built,
+(`vllm_engine.probe`); each test reads one family of rows (`engines.facts`, `engines.layer_reading`,
+`engines.capture_rules`, `vllm_engine.method`) at the version running and compares it with what vLLM built,
 loaded or refused. Skipped, with the reason, where no vLLM venv exists (`make vllm`).
 """
 from __future__ import annotations
@@ -14,8 +14,8 @@ import pytest
 from eagle3lib.engines import facts
 from eagle3lib.engines.capture_rules import draft_rules, served_fc_slots
 from eagle3lib.engines.layer_reading import vllm_ids
-from eagle3lib.engines.vllm_config import infer_method
-from eagle3lib.vllm_driver.env import unavailable_reason
+from eagle3lib.vllm_engine.method import infer_method
+from eagle3lib.vllm_engine.env import unavailable_reason
 from eagle3lib.serving.crossengine import vllm_effective
 from eagle3lib.serving.launch import parse_launch
 
@@ -169,7 +169,7 @@ def test_max_positions_raised(P):
 @pytest.mark.parametrize("name, given", [("EAGLE3-demo", None), ("eagle-runs_eagle3", None),
                                          ("plain_checkpoint", None), ("given_draft_model_eagle3", "draft_model")])
 def test_method_inference_matches_vllm(P, name, given):
-    """engines.vllm_config (and crossengine.vllm_effective) infer the method vLLM resolves from the path:
+    """vllm_engine.method (and crossengine.vllm_effective) infer the method vLLM resolves from the path:
     'eagle-' before 'eagle3'; an explicit draft_model is overridden by the path too."""
     p = P[name]
     spec = {k: v for k, v in {"method": given, "model": p.draft, "num_speculative_tokens": 3}.items() if v}

@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from eagle3lib.engines import host
-from eagle3lib.vllm_driver import env as vllm_env
+from eagle3lib.vllm_engine import env as vllm_env
 from eagle3lib.engines.facts import fact
 from eagle3lib.engines.vllm_errors import attribution, known_failure, log_lines, root_error, scan_errors
 
@@ -82,8 +82,8 @@ def test_the_mla_world_takes_the_hosts_route(monkeypatch, tmp_path):
     """vllm_world.ensure serves the mla world in the dtype the route answers and records the route (launch dtype,
     deployment.json, served.json notes); the engine is not run here: serve and dump record what they were asked."""
     from eagle3demo import vllm_world
-    from eagle3lib.vllm_driver import serve as vllm_serve
-    from eagle3lib.vllm_driver import dump as vllm_dump
+    from eagle3lib.vllm_engine import serve as vllm_serve
+    from eagle3lib.vllm_engine import dump as vllm_dump
 
     if vllm_world.vllm_unavailable_reason():
         monkeypatch.setattr(vllm_world, "vllm_unavailable_reason", lambda: "")
@@ -124,7 +124,7 @@ def test_the_amx_route_refuses_float32_on_the_running_engine(tmp_path, monkeypat
     if platform.machine() not in ("x86_64", "AMD64"):
         pytest.skip(f"AMX is an x86 feature; this host is {platform.machine()}")
     from eagle3lib.demo import world as demo
-    from eagle3lib.vllm_driver import serve as vllm_serve
+    from eagle3lib.vllm_engine import serve as vllm_serve
     w = demo.ensure_world(progress=False, world="mla")
     draft = ROOT / "data" / "demo_vllm_mla" / "healthy" / "draft"
     monkeypatch.setattr(vllm_serve, "NATIVE_ROPE", CLAIM)      # the claim, then the mla world's native RoPE

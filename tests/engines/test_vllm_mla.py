@@ -19,8 +19,8 @@ import torch
 
 from eagle3lib.engines import host
 from eagle3lib.engines.facts import fact
-from eagle3lib.vllm_driver.dump import CALL_KINDS, compare_calls, draft_calls, dump
-from eagle3lib.vllm_driver.env import run_script, unavailable_reason
+from eagle3lib.vllm_engine.dump import CALL_KINDS, compare_calls, draft_calls, dump
+from eagle3lib.vllm_engine.env import run_script, unavailable_reason
 from eagle3lib.errors import EngineError
 from eagle3lib.model.checkpoint import load_draft
 
@@ -85,7 +85,7 @@ def _max_diff(world, d) -> float:
 def test_mla_eagle3_draft_serves_beside_a_deepseek_v3_target(world, tmp_path):
     """vLLM's OpenAI server serves the MLA draft (Eagle3DeepseekV2ForCausalLM, model_type deepseek_v2) beside the
     DeepSeek-V3 target on CPU_MLA, reads the top-level ids and reports speculative counters."""
-    from eagle3lib.vllm_driver.serve import serve
+    from eagle3lib.vllm_engine.serve import serve
     run = serve(world["target"], world["draft"], tmp_path / "served", prompts=world["prompts"], max_tokens=16,
                 max_model_len=512)
     assert run.ok, run.error
@@ -214,7 +214,7 @@ def test_served_with_vllms_native_rope_reproduces_transformers(world, tmp_path):
     """serve(native_rope=True): every vLLM process logs the swap, the run says it is a workaround, and the greedy
     speculative server's text equals transformers' greedy text on every prompt (64 tokens, or up to its EOS)."""
     import json
-    from eagle3lib.vllm_driver.serve import NATIVE_ROPE_NOTE, serve
+    from eagle3lib.vllm_engine.serve import NATIVE_ROPE_NOTE, serve
     run = serve(world["target"], world["draft"], tmp_path / "served", prompts=world["prompts"], max_tokens=64,
                 max_model_len=512, native_rope=True)
     assert run.ok, run.error

@@ -21,7 +21,7 @@ import pytest
 
 from eagle3demo import deployments, vllm_world
 from eagle3lib.engines import host
-from eagle3lib.vllm_driver import env as vllm_env
+from eagle3lib.vllm_engine import env as vllm_env
 from eagle3lib.engines.facts import fact
 from eagle3lib.engines.vllm_errors import known_failure, log_lines, root_error, scan_errors
 
@@ -120,7 +120,7 @@ def healthy_calls(served, tmp_path_factory):
     """(Served, CallsCompared): every draft forward of the healthy deployment's greedy generation (its first 8
     served prompts, 64 tokens, vLLM's native RoPE as served) recomputed by eagle3lib (~2 min)."""
     from eagle3lib.demo import world as demo
-    from eagle3lib.vllm_driver.dump import compare_calls, draft_calls
+    from eagle3lib.vllm_engine.dump import compare_calls, draft_calls
     from eagle3lib.model.checkpoint import load_draft
     d, _ = served("healthy")
     target = demo.paths(world="mla").target

@@ -1,5 +1,5 @@
 """The vLLM rows whose effect only a served draft shows, on the running engine (vLLM's offline engine, greedy, K=3,
-vLLM's own speculative counters: vllm_driver/inside/accept.py). Slow (four engine starts, ~2 minutes on 2 cores);
+vLLM's own speculative counters: vllm_engine/inside/accept.py). Slow (four engine starts, ~2 minutes on 2 cores);
 benchmarks/bench_vllm_facts.py measures the same variants on more prompts for the rows' notes."""
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import pytest
 
 from eagle3lib.engines import facts
 from eagle3lib.engines.draft_edit import edited_copy
-from eagle3lib.vllm_driver.env import run_script, unavailable_reason
+from eagle3lib.vllm_engine.env import run_script, unavailable_reason
 
 from .vllm_variants import DRAFT, NESTED, TARGET, TOP
 

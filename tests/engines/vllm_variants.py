@@ -1,7 +1,7 @@
 """Variants of the shipped demo draft (data/demo_artifacts) that the engine tests ask the real vLLM about.
 
 `probes()` writes every variant once per test session into a temporary folder and probes them all in ONE vLLM
-process (`vllm_driver.probe.probe_many`, its own empty cache), so the tests compare eagle3lib's tables with what
+process (`vllm_engine.probe.probe_many`, its own empty cache), so the tests compare eagle3lib's tables with what
 the running engine answered, never with a cached answer of another session. Each variant is (edits for
 `engines.draft_edit.edited_copy`, probe arguments); a variant's folder name is its key (method inference reads the
 path, so the names are chosen for it).
@@ -103,7 +103,7 @@ SAVED = {"saved_vllm": (DRAFT, TARGET), "saved_vllm_mla": (MLA_DRAFT, MLA_TARGET
 @functools.lru_cache(maxsize=None)
 def probes() -> dict:
     """{variant name: VllmProbe} from the running vLLM, once per session (one vLLM process)."""
-    from eagle3lib.vllm_driver import probe as vllm_probe
+    from eagle3lib.vllm_engine import probe as vllm_probe
     root = Path(tempfile.mkdtemp(prefix="e3-vllm-variants-"))
     atexit.register(shutil.rmtree, root, ignore_errors=True)
     from eagle3lib.engines.draft_edit import edited_copy

@@ -9,7 +9,7 @@ import pytest
 import torch
 
 from eagle3lib.demo import world as demo
-from eagle3lib.drivers.prompts import read_prompts
+from eagle3lib.engine_kit.prompts import read_prompts
 from eagle3lib.errors import DataError
 from eagle3lib.hidden.capture import capture, load_target_model
 from eagle3lib.model.target import load_tokenizer

@@ -10,7 +10,7 @@ from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command, vl
 from eagle3lib.steps.discovery import SAMPLES_DIR
 from eagle3lib.errors import ConfigError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.engines.sglang_resolver import resolve
+from eagle3lib.sglang_engine.resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "

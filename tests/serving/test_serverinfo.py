@@ -10,7 +10,7 @@ from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.serving.serverinfo import (accept_rate_definitions, parse_call_kwargs, read_server_info,
     read_startup_log, read_vllm_spec_config, requested_vs_effective, sglang_accept_rate_formula)
-from eagle3lib.engines.sglang_resolver import resolve
+from eagle3lib.sglang_engine.resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "

@@ -19,7 +19,7 @@ from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.serving.sglang_emulator import SpecEngine
 from eagle3lib.errors import DataError, LayoutError, ServingArgsError, VocabError
 from eagle3lib.serving.engine_settings import SpecSettings
-from eagle3lib.throughput.logparse import parse_sglang_log
+from eagle3lib.sglang_engine.run_log import parse_sglang_log
 
 V, H, L = 64, 32, 4
 LAYOUT = ("embed", "layer_in.1", "layer_in.2", "layer_in.3")   # 4 slots of a 4-layer target

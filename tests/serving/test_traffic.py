@@ -1,4 +1,4 @@
-"""serving.traffic: the requests a server answered and its answers, as token ids (vllm_driver.serve's prompts.jsonl and
+"""serving.traffic: the requests a server answered and its answers, as token ids (vllm_engine.serve's prompts.jsonl and
 responses.jsonl), on files the tests write and the demo target's real tokenizer."""
 from __future__ import annotations
 

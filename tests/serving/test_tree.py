@@ -14,7 +14,7 @@ from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.serving.sglang_emulator import SpecEngine
 from eagle3lib.errors import DataError, ServingArgsError
-from eagle3lib.throughput.logparse import parse_sglang_log
+from eagle3lib.sglang_engine.run_log import parse_sglang_log
 from eagle3lib.serving.engine_settings import SpecSettings
 from eagle3lib.serving.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
     top_children, verify_inputs)

@@ -108,7 +108,7 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
     """No version anywhere: the seed command is rewritten from 0.4.6 on, run as asked before: suspected, naming the
     version; the fixed command runs as asked in every range: ruled out."""
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
-    from eagle3lib.serving import sglang_introspect
+    from eagle3lib.sglang_engine import introspect as sglang_introspect
     monkeypatch.setattr(sglang_introspect, "sglang_available", lambda: False)     # the rule table's answer, SGLang or not
     d = discover(SEED)
     (f,) = d.cause_findings()
@@ -144,7 +144,7 @@ def test_with_sglang_installed_its_own_resolver_answers_a_launch_of_unknown_vers
     """SGLang importable: the launch of unknown version is resolved by SGLang's own ServerArgs (topk 1: 16 draft
     tokens run as num_steps + 1), named as the installed version's answer."""
     pytest.importorskip("sglang")
-    from eagle3lib.serving import sglang_introspect
+    from eagle3lib.sglang_engine import introspect as sglang_introspect
     from eagle3lib.serving.launch import parse_launch
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
     intro = sglang_introspect.introspect(parse_launch(SEED))

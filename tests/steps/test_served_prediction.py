@@ -7,7 +7,7 @@ import pytest
 from eagle3lib.replay.tree_acceptance import replay_tree
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.steps import discovery, served_prediction as sp
-from eagle3lib.throughput.records import RunRecord
+from eagle3lib.engine_kit.records import RunRecord
 from tests.replay.test_run import make_samples, make_setup
 
 TREE_LOG = """[2026-02-03 10:05:11] server_args=ServerArgs(model_path='/m', speculative_algorithm='EAGLE3', \

@@ -4,7 +4,7 @@ last hidden state with no fc, and the layout findings confirm the mismatch with 
 from __future__ import annotations
 
 from eagle3lib.engines.loaded_view import LAST_HIDDEN
-from eagle3lib.vllm_driver.probe import VllmProbe
+from eagle3lib.vllm_engine.probe import VllmProbe
 from eagle3lib.hidden.identify import TrainedLayout
 from eagle3lib.checks.engine_said import view_findings
 from eagle3lib.steps.served_view import deployment_view

@@ -5,7 +5,7 @@ import pytest
 
 from eagle3lib.throughput import costmodel as cm
 from eagle3lib.errors import DataError
-from eagle3lib.throughput.records import RunRecord
+from eagle3lib.engine_kit.records import RunRecord
 
 
 @pytest.mark.parametrize("alpha, k, tau", [(0.5, 1, 1.50), (0.6, 3, 2.18), (0.8, 3, 2.95), (0.9, 7, 5.70),

@@ -6,7 +6,7 @@ from matplotlib.figure import Figure
 
 from eagle3lib.throughput import costmodel as cm
 from eagle3lib.throughput import plots
-from eagle3lib.throughput.records import RunRecord, read_jsonl
+from eagle3lib.engine_kit.records import RunRecord, read_jsonl
 
 SAMPLES = Path(__file__).resolve().parents[2] / "data" / "samples"
 

@@ -8,7 +8,7 @@ from matplotlib.figure import Figure
 
 from eagle3lib.throughput import costmodel, plots
 from eagle3lib.errors import DataError
-from eagle3lib.throughput.records import RunRecord
+from eagle3lib.engine_kit.records import RunRecord
 from eagle3lib.throughput.treecost import DEFAULT_GRID, TreeCost, choose_setting, fit_tree_cost
 
 TRUE = TreeCost(c=0.08, w=0.04, r=0.5, overhead=0.3, baseline_tok_s=100.0)

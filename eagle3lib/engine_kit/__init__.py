@@ -1,0 +1,12 @@
+"""Engine kit: what every engine's home is built of, whatever the engine (the homes: `eagle3lib.sglang_engine`,
+`eagle3lib.vllm_engine`; found by name from `engines.versions.SERVING_ENGINES` in `serving.homes`).
+
+- `home`           `EngineHome`: what one engine's home gives the library (launch entrypoints and flags, decode-log
+                   and metrics readers).
+- `launch_reading` `LaunchArgs`, and a command's tokens, env prefix and flags read against a home's flag table.
+- `log_scan`       a decode log split into runs with its bad lines and warnings (`LogScan`, `ParseResult`); a logged
+                   call's keyword arguments; a Prometheus scrape's values.
+- `records`        `RunRecord`, one measured serving run as data; JSON-lines I/O, DataFrame view.
+- `process`        one server as a child process group on 127.0.0.1: start, health, HTTP, stop by the id it started.
+- `prompts`        the prompts sent to a real engine: a prompts .jsonl, or a dataset's user turns (`write_prompts`).
+"""

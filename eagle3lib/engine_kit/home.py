@@ -1,0 +1,29 @@
+"""What one serving engine's home gives the rest of the library: `EngineHome`.
+
+Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list) has one folder,
+``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
+start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s. The
+callers never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`).
+    HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
+"""
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Callable
+
+
+@dataclass(frozen=True)
+class EngineHome:
+    """One engine's launch, log and metrics readers (everything else it owns lives in its folder)."""
+
+    name: str                      # as in SERVING_ENGINES (its title and versions: engines.versions.ENGINES)
+    flags: dict                    # "--flag" -> (the engine's own field name, kind: str int float bool json list)
+    # tokens of a command (env prefix removed) -> (entrypoint as written, the flag tokens), None when not this engine
+    entrypoint: Callable[[list], tuple | None]
+    # (flags, entrypoint, positionals, strict, notes, unread) -> (LaunchArgs' speculative fields, positionals left)
+    launch_fields: Callable[..., tuple]
+    run_log: Callable[..., object]          # (source, *, text=None, series="", hardware="", engine_version="")
+    run_log_mark: str                       # a regex found in the first 200 kB of its decode log
+    commands: str = ""                      # its launch commands as an error shows them: "toyserve MODEL ..."
+    metrics: Callable[..., object] | None = None   # (now, delta, *, source, note, series, hardware, tok_s, warnings)
+    speculative_fields: tuple[str, ...] = ()   # launch fields that say how the draft is served (unread = unjudgeable)

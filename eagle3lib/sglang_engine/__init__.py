@@ -1,0 +1,22 @@
+"""SGLang's home: everything the library does with SGLang in one folder, reading its commands and logs, knowing its
+settings, and running the real SGLang (its own venv, reached only by subprocess). What SGLang reads of a draft, by
+version, is rows of the one table `eagle3lib.engines.facts`.
+
+- `home`        `HOME`: the launch, log and metrics readers `serving.homes` hands to the library.
+- `launch`      its launch commands (``python -m sglang.launch_server``, ``sglang serve``) and flags (ServerArgs names).
+- `run_log`     its decode log (every ``Decode batch`` variant, ``server_args=ServerArgs(...)``) and its metrics
+                gauges into `RunRecord`s.
+- `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
+- `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
+- `resolver`    the offline resolver over that table; SGLang's accept-rate formulas by version.
+- `introspect`  ask an installed SGLang (`ServerArgs`) for its own resolution.
+- `env`         where the real SGLang lives (its own venv, `make sglang`), whether this host can run it (the host rows:
+                avx512_bf16 for the CPU build), the flags and variables a CPU build needs.
+- `server`      one real SGLang server as a child process group: its launch arguments, start, /health, stop by its pid.
+- `serve`       serve a draft, send prompts to /generate, read /server_info: τ (SGLang's own per-request counts), the
+                served traffic, the effective settings; optionally with the in-process hook.
+- `dump`        what the hook saw -> an eagle3lib dump of what the draft's fc got, and the load facts (keys taken or
+                dropped, embedding / lm_head replaced, layers captured).
+- `inside/hook/sitecustomize.py`  the in-process hook, imported by every process of the server (never imports
+                eagle3lib): it patches SGLang's draft and target model files to record, never to change.
+"""

@@ -1,0 +1,21 @@
+"""vLLM's home: everything the library does with vLLM in one folder, reading its commands and logs, knowing how it
+resolves a method, and running the real vLLM (its own venv, reached only by subprocess). What vLLM reads of a draft,
+by version, is rows of the one table `eagle3lib.engines.facts`.
+
+- `home`        `HOME`: the launch, log and metrics readers `serving.homes` hands to the library.
+- `launch`      its launch commands (``vllm serve MODEL``, the OpenAI api_server module) and flags (EngineArgs names),
+                ``--speculative-config`` and the removed ``--speculative-model``.
+- `run_log`     its decode log (``SpecDecoding metrics:`` of every format) and its ``vllm:spec_decode_*`` counters into
+                `RunRecord`s.
+- `engine_log`  what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head sharing,
+                speculative config, and each exception (its key / shape / file) with its line.
+- `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version.
+- `env`         where the real vLLM lives (its own venv, `make vllm`) and how to run a script of `inside/` in it.
+- `probe`       vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
+                embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.
+- `server`      one real vLLM OpenAI server as a child process group: start, /health, HTTP, stop by its pid.
+- `serve`       serve a draft with the real vLLM OpenAI server, send prompts, measure τ (/metrics and log), stop it.
+- `dump`        the real vLLM's offline engine on prompts -> an eagle3lib dump of what its draft's fc got
+                (+ its first-step draft logits); `identify` names the dumped slots' boundaries.
+- `inside/`     the scripts that run inside the vLLM venv (they never import eagle3lib).
+"""
