@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 
 from eagle3lib.demo.shipped import artifacts_current
-from eagle3lib.demo.world import ensure_world, paths, world_table
+from eagle3lib.demo.world import add_world_arguments, ensure_world, paths, world_table
 
 from .build import build_world, export_artifacts
 
@@ -14,11 +14,7 @@ from .build import build_world, export_artifacts
 def main(argv: list[str] | None = None) -> int:
     """Build or reuse the demo world, print its stage timings, accuracies and samples; export and serve on request."""
     ap = argparse.ArgumentParser(prog="python -m eagle3demo", description=__doc__)
-    ap.add_argument("--world", default=None, choices=["llama", "mla"],
-                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, "
-                         "MLA draft")
-    ap.add_argument("--force", action="store_true", help="rebuild even when an up-to-date world exists")
-    ap.add_argument("--root", default=None, help="where to build (default data/demo or $EAGLE3LIB_DEMO_DIR)")
+    add_world_arguments(ap, "build")
     ap.add_argument("--from-scratch", action="store_true",
                     help="train target and draft instead of restoring the shipped ones in data/demo_artifacts "
                          "(also when those are not the current builder version's)")

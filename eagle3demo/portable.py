@@ -28,7 +28,7 @@ BINARY_SUFFIXES = {".safetensors", ".pt", ".pth", ".bin", ".npy", ".npz", ".png"
 # an absolute path reaching into a checkout (its data folders or its venvs), whatever that checkout's root was
 CHECKOUT_PATH = re.compile(r"(?<![\w.~])(?:/[\w.+@-]+)+/(?:data/demo[\w/.-]*|\.venv[\w-]*/[\w/.-]*)")
 # a Python installation's own files, wherever it lives (a venv, pyenv): the part from lib/pythonX.Y/ on is what
-# a traceback reader needs (engines.vllm_errors keeps what follows site-packages/)
+# a traceback reader needs (engines.engine_errors keeps what follows site-packages/)
 PYTHON_PREFIX = re.compile(r"(?<![\w.<])(?:~|/[\w.+@-]+)(?:/[\w.+@-]+)*?/(?=(?:lib/python\d+\.\d+|bin/python)\b)")
 # a scratch folder of the machine that wrote the file
 TMP_DIR = re.compile(r"(?<![\w.<])/tmp/[\w.+@-]+(?=/)")

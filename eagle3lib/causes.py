@@ -174,7 +174,7 @@ _ROWS_TRAINED = (
      "training-and-eval.md; the counterfactual replay over every engine-read field (replay.counterfactual)"),
     ("engine_cannot_run", "the engine cannot run a field, dtype or host the draft needs (an activation, an "
      "architecture name, float32 weights on a backend that takes bf16): it refuses with its own message",
-     "the server does not start, or a request dies", "the engine's own traceback; engines.vllm_errors, "
+     "the server does not start, or a request dies", "the engine's own traceback; engines.engine_errors, "
      "vllm-0.32-facts.md"),
     ("draft_tensor_differs", "a shipped draft tensor is not the one trained (lm_head rows reordered or from "
      "another run, weights tied otherwise): the draft fails its own training samples until it is restored",

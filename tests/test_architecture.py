@@ -265,7 +265,7 @@ SHARED_NAMES = {
         "eagle3lib.steps.throughput_runs"}),
     "raised": ("a confirmed or suspected finding (an alarm)", {"eagle3lib.causes", "eagle3lib.causes.Finding"}),
     "root_error": ("the engine's own failure in a log", {
-        "eagle3lib.engines.vllm_errors", "eagle3lib.vllm_engine.engine_log.VllmLogReading"}),
+        "eagle3lib.engines.engine_errors", "eagle3lib.vllm_engine.engine_log.VllmLogReading"}),
     "save_dump": ("aux rows written as an eagle3lib-dump/1 directory", {
         "eagle3lib.hidden.dumps", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
     "speedup": ("predicted throughput relative to no speculation", {

@@ -10,7 +10,7 @@ from pathlib import Path
 from ..causes import CAPTURE_CAUSES, Finding
 from ..engines.facts import fact
 from ..engines.loaded_view import EngineView
-from ..engines.vllm_errors import attribution, known_failure_text
+from ..engines.engine_errors import attribution, known_failure_text
 from ..hidden.explain import causes_of, explain
 from ..layout import NOT_CAPTURED
 from ..model.variants import reshape_text

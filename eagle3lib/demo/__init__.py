@@ -3,7 +3,8 @@ the artifacts shipped with the repository (the builder that trains them, ``eagle
 in a source checkout and is not installed with it).
 
 - `world`     where its artifacts live (`paths()`: ``data/demo/`` or ``$EAGLE3LIB_DEMO_DIR``; `select_world`), and
-              `ensure_world()`, which restores the shipped artifacts when missing; `world_table`, what a world is.
+              `ensure_world()`, which restores the shipped artifacts when missing; `world_table`, what a world is;
+              `add_world_arguments`, the choice of a world on a command line.
 - `shipped`   the shipped artifacts (``data/demo_artifacts*``) and the builder versions they must match
               (`BUILDER_VERSIONS`, `artifacts_current`); `DemoPaths`: where each artifact of a world lies.
 - `restore`   the restore: the trained target and draft copied, the corpus regenerated, the training data

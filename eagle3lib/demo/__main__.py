@@ -7,17 +7,13 @@ import argparse
 import time
 
 from .shipped import artifacts_dir
-from .world import ensure_world, paths, world_table
+from .world import add_world_arguments, ensure_world, paths, world_table
 
 
 def main(argv: list[str] | None = None) -> int:
     """Restore or reuse the demo world, say which, then print its stage timings, accuracies and samples."""
     ap = argparse.ArgumentParser(prog="python -m eagle3lib.demo", description=__doc__)
-    ap.add_argument("--world", default=None, choices=["llama", "mla"],
-                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, "
-                         "MLA draft")
-    ap.add_argument("--force", action="store_true", help="restore again even when an up-to-date world exists")
-    ap.add_argument("--root", default=None, help="where to restore (default data/demo or $EAGLE3LIB_DEMO_DIR)")
+    add_world_arguments(ap, "restore")
     args = ap.parse_args(argv)
     before = paths(args.root, args.world).world_json.stat().st_mtime_ns if not args.force and \
         paths(args.root, args.world).world_json.is_file() else None

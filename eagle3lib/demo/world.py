@@ -92,6 +92,15 @@ def ensure_world(root: str | os.PathLike | None = None, force: bool = False, pro
     return p
 
 
+def add_world_arguments(ap, verb: str) -> None:
+    """--world, --force and --root on a command line that makes a demo world (`verb`: "restore" or "build")."""
+    ap.add_argument("--world", default=None, choices=sorted(WORLDS),
+                    help="which demo world (default $EAGLE3LIB_DEMO_WORLD or llama): mla = DeepSeek-V3 target, "
+                         "MLA draft")
+    ap.add_argument("--force", action="store_true", help=f"{verb} again even when an up-to-date world exists")
+    ap.add_argument("--root", default=None, help=f"where to {verb} (default data/demo or $EAGLE3LIB_DEMO_DIR)")
+
+
 def world_table(p: DemoPaths) -> str:
     """What a world is, as text: how it was made (stage timings, restored or built), the target's losses, the
     draft's vocabulary and step accuracies, the target's sample answers."""

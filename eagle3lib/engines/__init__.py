@@ -28,5 +28,6 @@ live in its home, `eagle3lib.<name>_engine`).
 - `host`            the host a run is on (AMX or not) and the route vLLM CPU takes there for an MLA model (dtype,
                     backend), read from the facts' "host" rows.
 - `draft_edit`      a draft folder copied with config / tensor edits (the variants a probe or a serve checks).
-- `vllm_errors`     the exceptions a vLLM log's tracebacks (and native aborts) end with; the engine's own root error.
+- `engine_errors`   the exceptions an engine's log (tracebacks, native aborts) ends with; the engine's own root error;
+                    which refusal row (facts_refusals) explains it.
 """

@@ -54,7 +54,7 @@ class Fact:
 class Refusal(Fact):
     """What an engine's refusal means (topic "refusal", reads=True: the engine refuses from `since` on): it raises
     `exception` at `frame` with `message` in its text; `cause` is the catalogue cause whose fix makes it accept."""
-    frame: str                # path from the package root and line, as vllm_errors.LoggedError.frame ("": any
+    frame: str                # path from the package root and line, as engine_errors.LoggedError.frame ("": any
     #                           frame, the message alone names it, e.g. an error re-raised through pydantic)
     exception: str
     message: str

@@ -226,7 +226,7 @@ def _lm_head(eng: str, raw: dict, keys: set, target_info, version) -> Aspect:
 def _mis_shaped(eng: str, keys: tuple[str, ...], device: str | None, version) -> Aspect | None:
     """How `eng` loads q/k/v projections the checkpoint holds in another shape (None: the checkpoint holds none)."""
     qkv = [k for k in keys if k.endswith(QKV_KEYS)]
-    if not qkv or eng != "sglang":          # vLLM's loader refuses them: its log says so (engines.vllm_errors)
+    if not qkv or eng != "sglang":          # vLLM's loader refuses them: its log says so (engines.engine_errors)
         return None
     row = facts.fact("sglang", "keys", "short_qkv_shard_zero_padded@cpu")
     said = f"{', '.join(qkv)} in another shape than the config's"

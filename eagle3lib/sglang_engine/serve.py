@@ -23,7 +23,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 from ..engine_kit.prompts import Prompt, read_prompts
-from ..engines.vllm_errors import log_lines, root_error, scan_errors
+from ..engines.engine_errors import log_lines, root_error, scan_errors
 from ..errors import EngineError
 from ..jsonfiles import atomic_write, to_json_value
 from .env import engine_version

@@ -20,7 +20,7 @@ from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..layout import from_ids
 from ..vllm_engine.engine_log import VllmLogReading, read_vllm_log
-from ..engines.vllm_errors import log_lines, root_error, scan_errors
+from ..engines.engine_errors import log_lines, root_error, scan_errors
 
 _EMBED = {"shared": "target", "own": "own"}
 SGLANG_SERVED = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang log line of a batch it ran

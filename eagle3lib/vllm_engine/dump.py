@@ -42,7 +42,7 @@ from ..hidden.dumps import Dump, load_dump, save_dump
 from ..model.safefiles import load_safetensors
 from ..engines.verification import verification_walk
 from .env import driver_parser, run_script
-from ..engines.vllm_errors import log_lines, root_error, scan_errors
+from ..engines.engine_errors import log_lines, root_error, scan_errors
 from ..engine_kit.prompts import read_prompts
 
 # what the vLLM side reports about the engine it ran (vllm_engine/inside/dump.py), kept in the manifest's "engine"

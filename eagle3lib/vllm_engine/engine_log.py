@@ -21,7 +21,7 @@ import pandas as pd
 from ..errors import LogParseError, MissingFileError
 from ..jsonfiles import to_json_value
 from ..engines.facts import default_ids, default_ids_row
-from ..engines.vllm_errors import LoggedError, log_lines, root_error, scan_errors, split_prefix
+from ..engines.engine_errors import LoggedError, log_lines, root_error, scan_errors, split_prefix
 from ..engine_kit.log_scan import parse_call_kwargs
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v(?P<a>[^)]+)\)|vLLM API server version (?P<b>\S+)|"

@@ -17,7 +17,7 @@ from eagle3lib.engines.advice import captured_by
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.layer_reading import sglang_ids
 from eagle3lib.sglang_engine.resolver import resolve
-from eagle3lib.engines.vllm_errors import known_failure, log_lines, root_error, scan_errors
+from eagle3lib.engines.engine_errors import known_failure, log_lines, root_error, scan_errors
 from eagle3lib.hidden.compare import dump_boundaries
 from eagle3lib.samples.readers import open_dataset
 from eagle3lib.serving.launch import parse_launch

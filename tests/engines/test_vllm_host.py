@@ -18,7 +18,7 @@ import pytest
 from eagle3lib.engines import host
 from eagle3lib.vllm_engine import env as vllm_env
 from eagle3lib.engines.facts import fact
-from eagle3lib.engines.vllm_errors import attribution, known_failure, log_lines, root_error, scan_errors
+from eagle3lib.engines.engine_errors import attribution, known_failure, log_lines, root_error, scan_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 REFUSED_LOG = ROOT / "data" / "samples" / "vllm_amx_mla_float32_refused.log"

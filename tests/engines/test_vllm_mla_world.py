@@ -23,7 +23,7 @@ from eagle3demo import deployments, vllm_world
 from eagle3lib.engines import host
 from eagle3lib.vllm_engine import env as vllm_env
 from eagle3lib.engines.facts import fact
-from eagle3lib.engines.vllm_errors import known_failure, log_lines, root_error, scan_errors
+from eagle3lib.engines.engine_errors import known_failure, log_lines, root_error, scan_errors
 
 ROOT = Path(__file__).resolve().parents[2]
 COMMITTED = ROOT / "data" / "demo_vllm_mla"
@@ -32,7 +32,7 @@ needs_vllm = pytest.mark.skipif(vllm_env.vllm_python() is None, reason=vllm_env.
 
 def test_the_committed_log_dies_where_the_fact_says():
     """The real server log of the embedding_slot deployment: its root error is the worker's TypeError raised at
-    deepseek_v2.py:1562, which engines.vllm_errors names as the fact row's failure (aux_layout_mismatch)."""
+    deepseek_v2.py:1562, which engines.engine_errors names as the fact row's failure (aux_layout_mismatch)."""
     log = COMMITTED / "embedding_slot" / "served" / "server.log"
     err = root_error(scan_errors(log_lines(log.read_text())))
     assert err.exception == "TypeError" and "'Tensor' and 'NoneType'" in err.message

@@ -8,8 +8,8 @@ import pytest
 from eagle3lib.steps.discovery import SAMPLES_DIR
 from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.serving.serverinfo import (accept_rate_definitions, parse_call_kwargs, read_server_info,
-    read_startup_log, read_vllm_spec_config, requested_vs_effective, sglang_accept_rate_formula)
+from eagle3lib.serving.serverinfo import (accept_rate_definitions, read_server_info, read_startup_log,
+                                          read_vllm_spec_config, requested_vs_effective, sglang_accept_rate_formula)
 from eagle3lib.sglang_engine.resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -117,12 +117,6 @@ def test_vllm_log_and_config_sources(tmp_path):
     assert read_vllm_spec_config(launch)["num_speculative_tokens"] == 5
     with pytest.raises(ServingArgsError, match="no vLLM speculative config"):
         read_vllm_spec_config(["nothing here"])
-
-
-def test_parse_call_kwargs_is_tolerant():
-    """Quoted commas, nested brackets and non-literal values survive; the closing paren ends the call."""
-    kw = parse_call_kwargs("ServerArgs(a='x, y', b=[1, (2, 3)], c={'k': 1}, d=Backend.FA3, e=None) trailing=1")
-    assert kw == {"a": "x, y", "b": [1, (2, 3)], "c": {"k": 1}, "d": "Backend.FA3", "e": None}
 
 
 def test_requested_vs_effective_with_log_and_rules():

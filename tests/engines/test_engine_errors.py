@@ -1,7 +1,7 @@
-"""engines.vllm_errors: tracebacks followed per vLLM process tag, editor line numbers, what a message names."""
+"""engines.engine_errors: tracebacks followed per vLLM process tag, editor line numbers, what a message names."""
 from __future__ import annotations
 
-from eagle3lib.engines.vllm_errors import log_lines, root_error, scan_errors, split_prefix
+from eagle3lib.engines.engine_errors import log_lines, root_error, scan_errors, split_prefix
 
 
 def test_split_prefix_keeps_indentation():
@@ -63,7 +63,7 @@ def _refusal(lines) -> str:
 def test_a_refusal_is_attributed_by_what_its_failing_line_does():
     """The d2t lookup is d2t_mapping, the architecture the method names is wrong_method, the activation vLLM cannot
     run is engine_cannot_run: each row's fix makes the engine accept; none is called a regression."""
-    from eagle3lib.engines.vllm_errors import attribution
+    from eagle3lib.engines.engine_errors import attribution
 
     cases = {
         "d2t_mapping": _traceback("vllm/model_executor/models/llama_eagle3.py", 394,
@@ -90,7 +90,7 @@ def test_every_refusal_the_project_served_is_mapped_to_the_cause_that_fixes_it()
     import json
     from pathlib import Path
 
-    from eagle3lib.engines.vllm_errors import attribution, known_failure_text
+    from eagle3lib.engines.engine_errors import attribution, known_failure_text
 
     root = Path(__file__).resolve().parents[2] / "data"
     refused = [json.loads(p.read_text()) | {"at": p.parent} for p in sorted(root.glob("demo_vllm*/*/deployment.json"))
@@ -110,7 +110,7 @@ def test_each_refusal_row_cites_the_fact_that_says_why():
     """Every "refusal" row of the table names a cause of the catalogue and a fact row of its own engine."""
     from eagle3lib.causes import CATALOGUE
     from eagle3lib.engines.facts import fact
-    from eagle3lib.engines.vllm_errors import known_failures
+    from eagle3lib.engines.engine_errors import known_failures
 
     rows = known_failures("vllm")
     assert len(rows) >= 5
@@ -124,7 +124,7 @@ def test_a_new_refusal_is_one_row_of_the_table(monkeypatch):
     (the same text matched no row before)."""
     from eagle3lib.engines import facts
     from eagle3lib.engines.fact_row import Refusal
-    from eagle3lib.engines.vllm_errors import attribution
+    from eagle3lib.engines.engine_errors import attribution
 
     text = _refusal(_traceback("vllm/model_executor/models/llama_eagle3.py", 77,
                                "ValueError: draft_vocab_size 9999 exceeds the target vocab"))

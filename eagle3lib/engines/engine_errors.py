@@ -1,4 +1,4 @@
-"""The exceptions a vLLM (or SGLang) log's tracebacks end with, and the one that is the engine's own failure.
+"""The exceptions an engine's log (vLLM's, SGLang's) ends with, and the one that is the engine's own failure.
 
 vLLM re-raises a worker's error in every process above it ("WorkerProc initialization failed ... See stack trace
 for root cause", "Engine core initialization failed. See root cause above", "EngineDeadError"), so a failed start

@@ -1,0 +1,34 @@
+"""serving.homes: each engine of the one list has its home, found by its name; an unknown name is refused."""
+import pytest
+
+from eagle3lib.engine_kit.home import EngineHome
+from eagle3lib.engines.versions import SERVING_ENGINES
+from eagle3lib.errors import ServingArgsError
+from eagle3lib.serving.homes import home, homes
+
+
+def test_every_listed_engine_has_its_home_in_its_folder():
+    found = homes()
+    assert tuple(found) == SERVING_ENGINES
+    for name, h in found.items():
+        assert isinstance(h, EngineHome) and h.name == name
+        assert type(h).__module__ == "eagle3lib.engine_kit.home"
+        assert h.run_log.__module__ == f"eagle3lib.{name}_engine.run_log"
+        assert h.entrypoint.__module__ == f"eagle3lib.{name}_engine.launch"
+        assert h.flags and all(k.startswith("-") for k in h.flags)
+
+
+def test_each_home_recognises_its_own_commands_only():
+    sg, vl = home("sglang"), home("vllm")
+    assert sg.entrypoint(["python", "-m", "sglang.launch_server", "--model-path", "M"]) == \
+        ("python -m sglang.launch_server", ["--model-path", "M"])
+    assert vl.entrypoint(["vllm", "serve", "M"]) == ("vllm serve", ["M"])
+    assert vl.entrypoint(["python", "-m", "vllm.entrypoints.cli.main", "serve", "M"]) == \
+        ("python -m vllm.entrypoints.cli.main serve", ["M"])
+    assert sg.entrypoint(["vllm", "serve", "M"]) is None and vl.entrypoint(["sglang", "serve"]) is None
+
+
+def test_an_unknown_engine_is_refused_naming_the_known_ones():
+    with pytest.raises(ServingArgsError, match="unknown serving engine") as e:
+        home("tgi")
+    assert all(name in str(e.value) for name in SERVING_ENGINES)
