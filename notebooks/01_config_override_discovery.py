@@ -43,7 +43,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 import pandas as pd
 from IPython.display import display
 
-from eagle3lib.engines import layer_reading
+from eagle3lib.serving import layer_reading
 from eagle3lib.serving import crossengine, serverinfo
 from eagle3lib.sglang_engine import introspect as sglang_introspect
 from eagle3lib.sglang_engine import resolver as sglang_resolver

@@ -225,7 +225,7 @@ CASES = {c.name: c for c in (
     # ---- what the server fed (a serving dump)
     C("seed_capture", "the seed's serving dump: 3 captured slots for a 4-slot fc", "aux_layout_mismatch",
       "served layout", serving_dump="data/demo/serving_dump_seed"),
-    # ---- healthy, though odd-looking (each claim: engines/facts.py, engines/layer_reading.py)
+    # ---- healthy, though odd-looking (each claim: engines/facts.py, serving/layer_reading.py)
     C("healthy_vllm_eagle_config", "ids [0, 2, 4, 6] only in eagle_config, served by vLLM 0.32's V1 runner, which "
       "reads them (engines.facts id_key rows; the real engine's dump of eagle3demo.deployments' healthy)", None,
       engine="vllm", config=_vllm_ids, serving_dump="data/demo_vllm/healthy/dump"),

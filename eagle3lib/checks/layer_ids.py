@@ -1,7 +1,7 @@
 """Check 1, layer ids: are the aux layer ids there, where, and which boundaries each engine captures for them,
 against the training layout (the data's declared layout, else the config's ids) and the fc's slot count.
 
-Capture rules are the library's own (`engines.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
+Capture rules are the library's own (`serving.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
 for SpecForge / speculators / EAGLE); this module compares, and measures one thing: when the engine reads no ids
 (none in the config, or none where it looks) and the draft's weights, the target and the training data are given,
 the training samples are replayed under the engine's default capture and under the trained layout, and the
@@ -19,7 +19,7 @@ import re
 from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
 from ..engines.facts import default_ids_row, id_keys, id_readers
-from ..engines.layer_reading import layer_reading
+from ..serving.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION, SERVING_ENGINES, VLLM_CHECKED
 from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index, training_default_layout
@@ -34,10 +34,10 @@ MEASUREMENT = "replay of the training samples under the engine's default layout 
 
 def reading_source(engine: str) -> str:
     """The `source` of a finding that rests on how `engine` reads the ids: the table's "id_key" rows (the keys each
-    reader tries, in order) and the capture rules of engines.layer_reading."""
+    reader tries, in order) and the capture rules of serving.layer_reading."""
     if engine == "sglang":
         return (f"engines.facts id_key rows (SGLang reads {', '.join(id_keys('sglang', 'model'))}); "
-                "engines.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 (first-id rule, "
+                "serving.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 (first-id rule, "
                 "~v0.5.12)")
     runners = "; ".join(f"{r.upper()}: {', then '.join(id_keys('vllm', r, VLLM_CHECKED))}" for r in id_readers("vllm"))
     return f"engines.facts id_key rows: vLLM {VLLM_CHECKED} model runners ({runners}), input-of-layer"
@@ -83,7 +83,7 @@ def id_places(raw) -> list[str]:
 
 def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch: str | None,
                    runner: str | None = None):
-    """engines.layer_reading's EngineReading for a serving engine. vLLM with no model runner named is read by both
+    """serving.layer_reading's EngineReading for a serving engine. vLLM with no model runner named is read by both
     runners and returned only when they agree; SGLang with no version is read at the oldest and newest rule and
     returned only when both agree (else None: the runner / version decides)."""
     if engine == "vllm":
@@ -251,7 +251,7 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     except Eagle3Error as e:
         return [Finding("missing_layer_ids", "confirmed", f"the config's layer ids name no boundary of the "
                         f"{L}-layer target: {e}", {"ids": list(cfg.aux_layer_ids or [])}, WHERE,
-                        fix="write ids for this target", source="engines.layer_reading")]
+                        fix="write ids for this target", source="serving.layer_reading")]
     base = {"ids": list(cfg.aux_layer_ids) if cfg.aux_layer_ids is not None else None, "ids_at": places,
             "num_layers": L, "fc_slots": k, "fc_slots_from": k_from, "trained": list(trained) if trained else None,
             "trained_from": trained_from}

@@ -6,6 +6,7 @@
 - `launch_reading` `LaunchArgs`, and a command's tokens, env prefix and flags read against a home's flag table.
 - `log_scan`       a decode log split into runs with its bad lines and warnings (`LogScan`, `ParseResult`); a logged
                    call's keyword arguments; a Prometheus scrape's values.
+- `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.
 - `records`        `RunRecord`, one measured serving run as data; JSON-lines I/O, DataFrame view.
 - `process`        one server as a child process group on 127.0.0.1: start, health, HTTP, stop by the id it started.
 - `prompts`        the prompts sent to a real engine: a prompts .jsonl, or a dataset's user turns (`write_prompts`).

@@ -2,7 +2,8 @@
 
 Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list) has one folder,
 ``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
-start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s. The
+start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
+layer ids it reads from a draft config and what it then captures. The
 callers never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
@@ -27,3 +28,5 @@ class EngineHome:
     commands: str = ""                      # its launch commands as an error shows them: "toyserve MODEL ..."
     metrics: Callable[..., object] | None = None   # (now, delta, *, source, note, series, hardware, tok_s, warnings)
     speculative_fields: tuple[str, ...] = ()   # launch fields that say how the draft is served (unread = unjudgeable)
+    # (draft config dict, L, version, target_arch, runner) -> [EngineReading]: the aux ids it reads and what it captures
+    id_readings: Callable[..., list] | None = None

@@ -21,10 +21,7 @@ live in its home, `eagle3lib.<name>_engine`).
                     by version, with sources (data), and the resolvers over it.
 - `mla_fields`      which config fields of an MLA target (and its MLA EAGLE-3 draft) transformers, SGLang and vLLM
                     read, with the source of each read (data).
-- `layer_reading`   which ids each engine reads from a draft config (vLLM: per model runner, V1 / V2) and the
-                    boundaries it then captures.
 - `verification`    where a speculative engine drafts: its verification walk (`verification_walk`).
-- `loaded_view`     the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
 - `host`            the host a run is on (AMX or not) and the route vLLM CPU takes there for an MLA model (dtype,
                     backend), read from the facts' "host" rows.
 - `draft_edit`      a draft folder copied with config / tensor edits (the variants a probe or a serve checks).

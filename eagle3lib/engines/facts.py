@@ -5,7 +5,7 @@ The rows live by topic in `facts_config`, `facts_ids`, `facts_weights`, `facts_s
 carries its source (PR / file) so a finding that rests on it can cite it, and `checked` says how it was verified
 beyond reading that source (the running engine, its version). The config keys each engine reads the aux layer ids
 from, and their order, are "id_key" rows (`id_keys(engine, reader, version)`); what the ids then capture (the +1,
-the first-id rule, MLA targets, multi-layer drafts) lives in `engines.layer_reading` / `engines.capture_rules`,
+the first-id rule, MLA targets, multi-layer drafts) lives in `serving.layer_reading` / `engines.capture_rules`,
 which the checks call. Versions: the row holds from `since` (inclusive) to `until` (exclusive), releases where
 known (SGLang's 2026 release mapping is approximate, serving-and-throughput.md §A); `since` None with a `date` =
 only the PR date is known, so a version cannot place it.

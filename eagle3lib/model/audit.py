@@ -1,7 +1,7 @@
 """Checkpoint audit (notebook 00): everything about a draft that can be checked without serving it.
 
 Config table and warnings, tensor validation report, vocab checks, parameter counts (the layer ids as each engine
-reads them are `engines.layer_reading`, the forward on a few real tokens `replay.tokenview.preview_table`). Usage:
+reads them are `serving.layer_reading`, the forward on a few real tokens `replay.tokenview.preview_table`). Usage:
     a = audit_draft(draft_dir, target_dir); a.findings  # headline facts for the report index
 """
 from __future__ import annotations

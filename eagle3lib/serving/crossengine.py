@@ -13,7 +13,7 @@ import pandas as pd
 
 from ..engines.facts import id_keys, shared_id_key
 from ..model.dialects import value_at
-from ..engines.layer_reading import draft_slots
+from .layer_reading import draft_slots
 from ..engines.versions import VLLM_CHECKED
 from ..vllm_engine.method import NON_MODEL_METHODS, infer_method
 from ..engine_kit.launch_reading import LaunchArgs

@@ -6,6 +6,7 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 - `launch`      its launch commands (``python -m sglang.launch_server``, ``sglang serve``) and flags (ServerArgs names).
 - `run_log`     its decode log (every ``Decode batch`` variant, ``server_args=ServerArgs(...)``) and its metrics
                 gauges into `RunRecord`s.
+- `ids`         which aux ids SGLang reads from a draft config (+1, the first-id rule, its defaults) and captures.
 - `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
 - `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
 - `resolver`    the offline resolver over that table; SGLang's accept-rate formulas by version.

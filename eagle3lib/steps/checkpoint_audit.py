@@ -7,7 +7,7 @@ import pandas as pd
 
 from ..demo import world as demo
 from ..engines import mla_fields
-from ..engines.layer_reading import layer_frame, layer_reading
+from ..serving.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
 from ..causes import Finding
@@ -52,7 +52,7 @@ def run(inputs: Inputs, earlier=None) -> Part:
 
 
 def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
-    """Which target boundary each engine feeds each aux slot, next to the trained one (`engines.layer_reading` at
+    """Which target boundary each engine feeds each aux slot, next to the trained one (`serving.layer_reading` at
     its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
     return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
 

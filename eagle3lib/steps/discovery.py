@@ -14,7 +14,8 @@ from pathlib import Path
 import pandas as pd
 
 from ..demo import world as demo
-from ..engines.layer_reading import EngineReading, layer_reading
+from ..engine_kit.id_reading import EngineReading
+from ..serving.layer_reading import layer_reading
 from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command, vllm_effective
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings

@@ -39,7 +39,7 @@ from ..checks.replayed_layout import ENGINE_DEFAULT, SERVING_INPUTS, number_or_n
 from ..engines.advice import captured_by
 from ..engines.facts import default_ids_row
 from ..engines.versions import SERVING_ENGINES
-from ..engines.layer_reading import layer_reading
+from ..serving.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
 from ..replay import layoutsearch, verdict
 from ..replay.run import replay

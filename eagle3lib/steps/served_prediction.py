@@ -20,7 +20,7 @@ from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
 from ..checks.inputs import read_artifacts
 from ..checks.rope import rope_fields
-from ..engines.loaded_view import EngineView
+from ..serving.loaded_view import EngineView
 from ..hidden.identify import TrainedLayout
 from ..model.config import read_config_json
 from ..model.safefiles import load_state_dict

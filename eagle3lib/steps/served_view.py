@@ -1,7 +1,7 @@
 """The draft as the serving engine really loads it, from the best source for each aspect, and what that says.
 
 `deployment_view(engine, draft, target, ...)` starts from the tables at the engine's version
-(`engines.loaded_view.engine_view`), lets the real vLLM's own answer overrule them where vLLM is installed
+(`serving.loaded_view.engine_view`), lets the real vLLM's own answer overrule them where vLLM is installed
 (`vllm_engine.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
 both (`vllm_engine.engine_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
 died of). Each aspect says which source answered (`EngineView.frame()`).
@@ -16,7 +16,7 @@ import re
 
 from ..checks.inputs import read_artifacts
 from ..vllm_engine import env as vllm_env
-from ..engines.loaded_view import LAST_HIDDEN, EngineView, engine_view
+from ..serving.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
 from ..layout import from_ids
 from ..vllm_engine.engine_log import VllmLogReading, read_vllm_log

@@ -7,6 +7,7 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
                 ``--speculative-config`` and the removed ``--speculative-model``.
 - `run_log`     its decode log (``SpecDecoding metrics:`` of every format) and its ``vllm:spec_decode_*`` counters into
                 `RunRecord`s.
+- `ids`         which aux ids each vLLM model runner (V1 / V2) reads from a draft config, and what it captures.
 - `engine_log`  what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head sharing,
                 speculative config, and each exception (its key / shape / file) with its line.
 - `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version.

@@ -2,7 +2,7 @@
 from __future__ import annotations
 
 from eagle3lib.checks.engine_said import refusal_findings, view_findings
-from eagle3lib.engines.loaded_view import EngineView
+from eagle3lib.serving.loaded_view import EngineView
 
 
 def _refused(text: str, source: str = "log") -> EngineView:

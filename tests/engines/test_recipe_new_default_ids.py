@@ -11,7 +11,7 @@ import pytest
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.advice import captured_by
 from eagle3lib.engines.capture_rules import served_capture
-from eagle3lib.engines.layer_reading import layer_reading
+from eagle3lib.serving.layer_reading import layer_reading
 from eagle3lib.vllm_engine.engine_log import read_vllm_log
 
 NEW = "0.33.0"          # the (made-up) release with another default

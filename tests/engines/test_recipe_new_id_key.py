@@ -13,7 +13,8 @@ from eagle3lib.checks.draft_feed import config_ids
 from eagle3lib.checks.layer_ids import check_layer_ids
 from eagle3lib.engines import facts as EF
 from eagle3lib.engines.advice import key_text
-from eagle3lib.engines.layer_reading import layer_reading, vllm_ids
+from eagle3lib.serving.layer_reading import layer_reading
+from eagle3lib.vllm_engine.ids import vllm_ids
 from eagle3lib.vllm_engine.inside.probe import keys_holding
 from eagle3lib.checks.inputs import read_artifacts
 from tests.checks.world import LAYOUT, draft_raw, statuses, write_data, write_draft, write_target

@@ -15,7 +15,7 @@ from eagle3lib.engine_kit.prompts import Prompt, prompts_from_dataset
 from eagle3lib.engines import facts
 from eagle3lib.engines.advice import captured_by
 from eagle3lib.engines.draft_edit import edited_copy
-from eagle3lib.engines.layer_reading import sglang_ids
+from eagle3lib.sglang_engine.ids import sglang_ids
 from eagle3lib.sglang_engine.resolver import resolve
 from eagle3lib.engines.engine_errors import known_failure, log_lines, root_error, scan_errors
 from eagle3lib.hidden.compare import dump_boundaries
@@ -154,7 +154,7 @@ def test_a_short_kv_shard_is_zero_padded_on_the_cpu(world, served, tmp_path):
     its qkv_proj holding the checkpoint's rows and zeros past them (row keys short_qkv_shard_zero_padded@cpu); the
     draft replayed so (eagle3lib's view from that row, overruled by the hook's load) predicts the served τ within 10%,
     where the loader's random stand-in would not."""
-    from eagle3lib.engines.loaded_view import engine_view
+    from eagle3lib.serving.loaded_view import engine_view
     from eagle3lib.model.target import load_target_info
     from eagle3lib.replay.as_served import replay_as_served
     from eagle3lib.replay.run import identify_training_layout, load_setup, with_trained_layout

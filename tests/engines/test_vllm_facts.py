@@ -1,7 +1,7 @@
 """eagle3lib's vLLM tables against the running engine: a table row that disagrees with vLLM's own answer fails.
 
 Every variant of the demo draft (tests/engines/vllm_variants.py) is probed once per session in the vLLM venv
-(`vllm_engine.probe`); each test reads one family of rows (`engines.facts`, `engines.layer_reading`,
+(`vllm_engine.probe`); each test reads one family of rows (`engines.facts`, `serving.layer_reading`,
 `engines.capture_rules`, `vllm_engine.method`) at the version running and compares it with what vLLM built,
 loaded or refused. Skipped, with the reason, where no vLLM venv exists (`make vllm`).
 """
@@ -13,7 +13,7 @@ import pytest
 
 from eagle3lib.engines import facts
 from eagle3lib.engines.capture_rules import draft_rules, served_fc_slots
-from eagle3lib.engines.layer_reading import vllm_ids
+from eagle3lib.vllm_engine.ids import vllm_ids
 from eagle3lib.vllm_engine.method import infer_method
 from eagle3lib.vllm_engine.env import unavailable_reason
 from eagle3lib.serving.crossengine import vllm_effective
@@ -86,13 +86,13 @@ def test_flags_as_built(P):
 
 def test_aux_opt_out_as_served(P):
     """use_aux_hidden_state false: the V1 runner row says it is honoured; vLLM's own proposer answers no aux states,
-    no aux layer is set on the target and no fc is built; engines.loaded_view predicts exactly that (the target's
+    no aux layer is set on the target and no fc is built; serving.loaded_view predicts exactly that (the target's
     last hidden state, fc 0, served), and the shipped draft keeps its aux states."""
     off, shipped = P["aux_off"], P["shipped"]
     assert reads("flag", "use_aux_hidden_state@v1_runner") is True and off.runner == "v1"
     assert off.aux_states_v1 is False and off.ids_used == () and off.fc_slots is None and off.ok
     assert shipped.aux_states_v1 is True and shipped.ids_used
-    from eagle3lib.engines.loaded_view import LAST_HIDDEN, engine_view
+    from eagle3lib.serving.loaded_view import LAST_HIDDEN, engine_view
     from eagle3lib.model.target import load_target_info
     from eagle3lib.checks.inputs import tensor_headers
     view = engine_view("vllm", draft_raw=cfg(P, "aux_off"), tensors=tensor_headers(P["root"] / "v" / "aux_off"),

@@ -159,7 +159,7 @@ def test_a_final_state_draft_is_checked_against_each_engines_capture(root):
     from eagle3lib.checks.draft_feed import check_draft_feed
     from eagle3lib.checks.inputs import read_artifacts
     from eagle3lib.checks.layer_ids import check_layer_ids
-    from eagle3lib.engines.loaded_view import engine_view
+    from eagle3lib.serving.loaded_view import engine_view
     draft, target = world("nvidia_gpt_oss_120b_eagle3_short_context", root)
     art = read_artifacts(draft=draft, target=target)
     assert {f.status for f in check_layer_ids(art)} == {"ruled out"}

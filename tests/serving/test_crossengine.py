@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle3lib.engines.layer_reading import draft_slots, layer_frame, layer_reading
+from eagle3lib.serving.layer_reading import draft_slots, layer_frame, layer_reading
 from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command, vllm_effective, vllm_to_sglang
 from eagle3lib.steps.discovery import SAMPLES_DIR
 from eagle3lib.errors import ConfigError

@@ -3,7 +3,7 @@ runner captures no aux states for a draft that opts out (use_aux_hidden_state fa
 last hidden state with no fc, and the layout findings confirm the mismatch with the trained layout."""
 from __future__ import annotations
 
-from eagle3lib.engines.loaded_view import LAST_HIDDEN
+from eagle3lib.serving.loaded_view import LAST_HIDDEN
 from eagle3lib.vllm_engine.probe import VllmProbe
 from eagle3lib.hidden.identify import TrainedLayout
 from eagle3lib.checks.engine_said import view_findings

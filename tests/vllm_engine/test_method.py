@@ -1,11 +1,12 @@
-"""vllm_engine.method and the vLLM branch of engines.layer_reading as pure logic (no engine): the method vLLM
+"""vllm_engine.method and the vLLM branch of serving.layer_reading as pure logic (no engine): the method vLLM
 resolves for a path, the ids each model runner reads. tests/engines/test_vllm_facts.py checks both against the
 running vLLM."""
 from __future__ import annotations
 
 import pytest
 
-from eagle3lib.engines.layer_reading import layer_reading, vllm_ids
+from eagle3lib.serving.layer_reading import layer_reading
+from eagle3lib.vllm_engine.ids import vllm_ids
 from eagle3lib.vllm_engine.method import METHOD_RULES, infer_method, rules_at
 from eagle3lib.errors import ConfigError
 

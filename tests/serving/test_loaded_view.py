@@ -1,4 +1,4 @@
-"""engines.loaded_view: the draft as an engine loads it, from the tables. Here: a vLLM draft that opts out of aux
+"""serving.loaded_view: the draft as an engine loads it, from the tables. Here: a vLLM draft that opts out of aux
 states (use_aux_hidden_state false, field-causes.md #38) is predicted as vLLM 0.32's runners serve it, and the
 layout check then sees the mismatch against the trained layout instead of a captured trained layout."""
 from __future__ import annotations
@@ -6,7 +6,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3lib.engines import facts
-from eagle3lib.engines.loaded_view import LAST_HIDDEN, aux_opted_out, engine_view
+from eagle3lib.serving.loaded_view import LAST_HIDDEN, aux_opted_out, engine_view
 from eagle3lib.hidden.explain import causes_of, explain
 from eagle3lib.model.target import TargetInfo
 

@@ -13,7 +13,7 @@ Aspects (`ASPECTS`) and what each can be:
 - `mis_shaped` only for a checkpoint holding q/k/v projections in another shape than its config sizes them:
               "padded" (SGLang on the CPU device: the checkpoint's rows first, zeros past them), None where no row
               says (the replay keeps eagle3lib's loader's stand-in).
-`engine_view(engine, ...)` answers from the tables (`engines.facts`, `engines.layer_reading`) at a version; a
+`engine_view(engine, ...)` answers from the tables (`engines.facts`, `serving.layer_reading`) at a version; a
 higher layer then overrules aspects with what the running engine answered (`EngineView.overruled`: the vLLM probe,
 the server's own log), and the view says which source answered each aspect. `replay.as_served` replays the draft
 in a view, so a served accept length can be set beside the draft as the engine really runs it.
@@ -27,8 +27,9 @@ from typing import Mapping
 
 import pandas as pd
 
-from . import facts
-from .layer_reading import EngineReading, layer_reading
+from ..engine_kit.id_reading import EngineReading
+from ..engines import facts
+from .layer_reading import layer_reading
 
 ASPECTS = ("layout", "d2t", "embedding", "lm_head", "mis_shaped")
 QKV_KEYS = ("q_proj.weight", "k_proj.weight", "v_proj.weight")   # what SGLang's fused qkv_proj loads
@@ -150,7 +151,7 @@ def engine_view(engine: str, *, draft_raw: Mapping, tensors: Mapping[str, tuple]
     aspects: dict[str, Aspect] = {}
     r = _reading(eng, raw, L, version, runner, arch)
     aspects["layout"] = Aspect("layout", tuple(r.boundaries), "table",
-                               f"engines.layer_reading: {eng} reads {r.key}" + (f" ({'; '.join(r.problems)})"
+                               f"serving.layer_reading: {eng} reads {r.key}" + (f" ({'; '.join(r.problems)})"
                                                                                  if r.problems else ""))
     fc = vllm_fc_slots(raw) if eng == "vllm" else None
     refused = None
