@@ -41,11 +41,15 @@ class CaseReads:
         self._bytes = 0
         self._lock = threading.RLock()      # the replay reads ahead in a thread (samples.prefetch)
 
-    def part(self, key, read: Callable[[], Any], fresh: Callable[[Any], bool] | None = None):
+    def part(self, key, read: Callable[[], Any], fresh: Callable[[Any], bool] | None = None, alone: bool = False):
         """A dataset's part (its info, its index) read once per case; read again when `fresh` says the kept value
-        is no longer as read."""
+        is no longer as read; `alone`: reading it lets go the kept values of its kind (key[0]) under other keys."""
         with self._lock:
             if key not in self._parts or (fresh is not None and not fresh(self._parts[key])):
+                if alone:
+                    for other in [k for k in self._parts if k != key and isinstance(k, tuple) and k[0] == key[0]]:
+                        del self._parts[other]
+                self._parts.pop(key, None)          # the stale value is let go before its new read
                 self._parts[key] = read()
                 self.loads[key] += 1
             return self._parts[key]
@@ -69,14 +73,17 @@ class CaseReads:
         return s
 
 
-def kept(key, read: Callable[[], Any], *, copied: bool = False, fresh: Callable[[Any], bool] | None = None):
+def kept(key, read: Callable[[], Any], *, copied: bool = False, fresh: Callable[[Any], bool] | None = None,
+         alone: bool = False):
     """read(), once per case inside `case_reads` (outside one: every time); `copied`: each caller gets its own deep
     copy (a parsed JSON a caller may change); `fresh(value)` False: the kept value was changed by a caller since it
-    was read, so it is read again (and counted in `loads`). An error is raised each time, never kept."""
+    was read, so it is read again (and counted in `loads`); `alone`: the one value of its kind (key[0]) kept, a read
+    under another key lets the others go (a loaded model: two dtypes of one draft kept would double the memory).
+    An error is raised each time, never kept."""
     reads = active()
     if reads is None:
         return read()
-    value = reads.part(key, read, fresh)
+    value = reads.part(key, read, fresh, alone)
     return copy.deepcopy(value) if copied else value
 
 

@@ -49,7 +49,9 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
 
     Inside a diagnosis (`once.case_reads`) the setup is loaded once and shared by every part, check and search:
     kept by the resolved draft and target paths, their files' sizes and mtimes, the resolved dtype, the device and
-    the fill options, so a rewritten file or another dtype is another load. A caller that changes the shared model
+    the fill options, so a rewritten file or another dtype is another load; one setup is kept at a time (a load
+    under another key lets the kept one go: two dtypes of a large draft side by side would not fit where one
+    does). A caller that changes the shared model
     (`as_served.variant`, `as_served.loaded_as`, the artifact search) puts back what it changed; a setup found
     changed since it was loaded (`setup_fingerprint`) is loaded again. Outside a case: a new load every call."""
     dt = replay_dtype(dtype, device)
@@ -57,7 +59,7 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
            str(dt), str(device), missing, head_fill, files_signature(draft_path),
            files_signature(target_path) if target_path else ())
     setup, _ = kept(key, lambda: stamped(_loaded_setup(draft_path, target_path, device, dt, missing, head_fill)),
-                    fresh=lambda got: setup_fingerprint(got[0]) == got[1])
+                    fresh=lambda got: setup_fingerprint(got[0]) == got[1], alone=True)
     return setup
 
 

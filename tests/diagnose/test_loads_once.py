@@ -147,7 +147,8 @@ def test_the_diagnosis_dtype_reaches_the_checks_replay_and_the_verdicts_stand(mo
     """--dtype bfloat16: the checks' replay setup (`Artifacts.replay_setup`) holds the draft in bf16 (it loaded
     float32 whatever was asked), the one bf16 load every replay of the diagnosis shares; the demo's verdicts are
     float32's. The served prediction replays in its own dtype ("auto", as the engine loads the checkpoint: float32
-    on CPU) and the demo engine serves the draft as stored (float32): one more load, shared by both."""
+    on CPU) and the demo engine serves the draft as stored (float32): one float32 load, shared by both, before
+    the bf16 one (one setup is kept at a time: the parts' order keeps each dtype's replays together)."""
     from eagle3lib.checks import inputs as check_inputs
     w = demo.ensure_world(progress=False)
     setups = []

@@ -1,5 +1,5 @@
 """replay.run.load_setup inside a case (`once.case_reads`): one load per resolved paths, their files, dtype and device,
-shared; a rewritten file, another dtype or a model a caller left changed is a new load; the callers that change the
+shared, one setup kept at a time; a rewritten file, another dtype or a model a caller left changed is a new load; the callers that change the
 shared model for a while (`as_served.variant`, `as_served.loaded_as`) put back the very tensors they took; outside
 a case every call loads."""
 from __future__ import annotations
@@ -31,9 +31,11 @@ def test_one_load_per_paths_and_dtype_inside_a_case(world):
         b = load_setup(str(world.draft) + "/", str(world.target), dtype="float32")    # "auto" is float32 on CPU
         c = load_setup(world.draft, world.target, dtype="bfloat16")
         d = load_setup(world.draft, world.target, dtype=torch.bfloat16)
-    assert a is b and c is d and a is not c
-    assert a.dtype == torch.float32 and c.dtype == torch.bfloat16
-    assert setup_loads(reads) == 2
+        assert setup_loads(reads) == 2
+        e = load_setup(world.draft, world.target)          # float32 again: the bf16 load let the float32 one go
+    assert a is b and c is d and a is not c and e is not a
+    assert a.dtype == e.dtype == torch.float32 and c.dtype == torch.bfloat16
+    assert setup_loads(reads) == 3
 
 
 def test_outside_a_case_every_call_loads(world):
