@@ -4,7 +4,9 @@ check and all its parts in one) each config.json, safetensors header and tokeniz
 once, by its source file and line and the options that shape it (`samples.readers`); the samples are kept up to a
 budget in bytes, the least recently used let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay,
 check and recapture of the case then shares them. Outside such a block nothing is kept and every read goes to the
-disk, as before. Tensors (weights, the target's embedding and lm_head) are not kept here: a model owns its copy.
+disk, as before. Tensors are not kept here, with one exception: the loaded replay setup (`replay.run.load_setup`:
+the draft with the target's embedding and lm_head), kept by its resolved paths, their files' sizes and mtimes
+(`files_signature`), the dtype and the device, and read again when `fresh` says a caller changed it.
 
     with case_reads() as reads:
         ...                          # every read of the case
@@ -18,6 +20,7 @@ import dataclasses
 import os
 import threading
 from collections import Counter, OrderedDict
+from pathlib import Path
 from typing import Any, Callable
 
 from torch import Tensor
@@ -38,10 +41,15 @@ class CaseReads:
         self._bytes = 0
         self._lock = threading.RLock()      # the replay reads ahead in a thread (samples.prefetch)
 
-    def part(self, key, read: Callable[[], Any]):
-        """A dataset's part (its info, its index) read once per case."""
+    def part(self, key, read: Callable[[], Any], fresh: Callable[[Any], bool] | None = None, alone: bool = False):
+        """A dataset's part (its info, its index) read once per case; read again when `fresh` says the kept value
+        is no longer as read; `alone`: reading it lets go the kept values of its kind (key[0]) under other keys."""
         with self._lock:
-            if key not in self._parts:
+            if key not in self._parts or (fresh is not None and not fresh(self._parts[key])):
+                if alone:
+                    for other in [k for k in self._parts if k != key and isinstance(k, tuple) and k[0] == key[0]]:
+                        del self._parts[other]
+                self._parts.pop(key, None)          # the stale value is let go before its new read
                 self._parts[key] = read()
                 self.loads[key] += 1
             return self._parts[key]
@@ -65,14 +73,29 @@ class CaseReads:
         return s
 
 
-def kept(key, read: Callable[[], Any], *, copied: bool = False):
+def kept(key, read: Callable[[], Any], *, copied: bool = False, fresh: Callable[[Any], bool] | None = None,
+         alone: bool = False):
     """read(), once per case inside `case_reads` (outside one: every time); `copied`: each caller gets its own deep
-    copy (a parsed JSON a caller may change). An error is raised each time, never kept."""
+    copy (a parsed JSON a caller may change); `fresh(value)` False: the kept value was changed by a caller since it
+    was read, so it is read again (and counted in `loads`); `alone`: the one value of its kind (key[0]) kept, a read
+    under another key lets the others go (a loaded model: two dtypes of one draft kept would double the memory).
+    An error is raised each time, never kept."""
     reads = active()
     if reads is None:
         return read()
-    value = reads.part(key, read)
+    value = reads.part(key, read, fresh, alone)
     return copy.deepcopy(value) if copied else value
+
+
+def files_signature(path) -> tuple:
+    """(name, size, mtime_ns) of a file, or of each file directly in a folder: a part of a `kept` key that changes
+    when a file is rewritten (() for a path that does not exist: the read reports it)."""
+    p = Path(path)
+    try:
+        files = sorted(x for x in p.iterdir() if x.is_file()) if p.is_dir() else [p] if p.is_file() else []
+        return tuple((x.name, x.stat().st_size, x.stat().st_mtime_ns) for x in files)
+    except OSError:
+        return ()
 
 
 def sample_bytes(sample) -> int:

@@ -12,6 +12,7 @@ max_position_embeddings on `context.REPLAY_N`).
 """
 from __future__ import annotations
 
+import dataclasses
 import importlib
 import pkgutil
 from pathlib import Path
@@ -53,11 +54,12 @@ def _engine(engine, launch):
 def run_checks(draft=None, target=None, data=None, launch=None, training_config=None, engine=None,
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
                only=None, part: str | tuple[str, ...] | None = None, engine_runner: str | None = None, device: str = "cpu",
-               served_traffic=None) -> list[Finding]:
+               served_traffic=None, dtype: str = "auto") -> list[Finding]:
     """Every check (those `part` runs, or those named in `only` with the checks part of them) on the inputs given;
-    each returns Findings, never raises. A recapture runs the target on `device` (the process's one copy of it)."""
-    art = read_artifacts(draft, target, data, launch, training_config, served_prompts, engine=engine,
-                         served_traffic=served_traffic)
+    each returns Findings, never raises. A recapture runs the target on `device` (the process's one copy of it);
+    the checks' replays load the draft in `dtype` (a diagnosis's --dtype; "auto": float32 on CPU)."""
+    art = dataclasses.replace(read_artifacts(draft, target, data, launch, training_config, served_prompts,
+                                             engine=engine, served_traffic=served_traffic), replay_dtype=dtype)
     names = chosen(only, part)
     art, model = _identified(art, names, int(replay_n), device)
     opts = Options(engine=_engine(engine, art.launch), engine_version=engine_version, engine_runner=engine_runner,

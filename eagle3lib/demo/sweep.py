@@ -47,7 +47,7 @@ def load_demo(device: str = "cpu", root=None) -> Demo:
     """Load the demo world's target and draft, building the world first when missing (demo.ensure_world)."""
     from . import world as demo
     from ..hidden.capture import load_target_model
-    from ..model.checkpoint import load_draft
+    from ..replay.run import load_setup
 
     p = demo.paths(root)
     present = (p.target / "config.json").exists() and (p.draft / "config.json").exists()
@@ -58,7 +58,8 @@ def load_demo(device: str = "cpu", root=None) -> Demo:
                                    cause="eagle3lib.demo.ensure_world is missing")
         p = demo.ensure_world(root)
     target = load_target_model(p.target, device=device)
-    draft = load_draft(p.draft, target=p.target, device=device).model
+    # the draft as stored (float32: the builder trains it so), the very setup a diagnosis's replays share (once)
+    draft = load_setup(p.draft, p.target, device=device, dtype=torch.float32).model
     L = int(target.config.num_hidden_layers)
     layout = draft.cfg.aux_layout(L) or draft.cfg.default_layout(L)
     return Demo(target, draft, p, L, tuple(layout))

@@ -1,7 +1,7 @@
 """Engine-knowledge rows of topic "refusal": what each refusal of a draft means. A row names the frame, exception and
 message the engine dies with, the catalogue cause whose fix makes it accept, the config key that asks for it, the
 fact row that says why, and the fix (`engines.engine_errors.known_failure` matches a logged error against them).
-A refusal seen on a new version is one row here (with its `since`), plus its case in tests/engines/test_vllm_errors.py.
+A refusal seen on a new version is one row here (with its `since`), plus its case in tests/engines/test_engine_errors.py.
 """
 from __future__ import annotations
 

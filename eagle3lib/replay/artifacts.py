@@ -190,12 +190,15 @@ def fails_own_samples(acc0: float, recorded: float | None) -> bool:
 
 
 def _acc0(setup: ReplaySetup, data, *, n: int, recapture, d2t=None, lm_head=None, embed=None) -> tuple[float, int]:
-    """The training samples' step-0 accuracy with tensors of the draft replaced (copies: the setup is unchanged)."""
+    """The training samples' step-0 accuracy with tensors of the draft replaced (swapped, never written in place:
+    the setup's own tensors are put back unchanged)."""
     m = setup.model
-    saved = (m.d2t.clone(), m.lm_head.weight.data, m.embed_tokens.weight.data)
+    saved = (m.d2t, m.lm_head.weight.data, m.embed_tokens.weight.data)
     try:
         if d2t is not None:
-            m.d2t.copy_(d2t)
+            changed = saved[0].clone()
+            changed.copy_(d2t)                  # as the buffer would take it (its dtype, broadcast)
+            m.d2t = changed
         if lm_head is not None:
             m.lm_head.weight.data = lm_head.to(m.lm_head.weight)
         if embed is not None:
@@ -203,7 +206,7 @@ def _acc0(setup: ReplaySetup, data, *, n: int, recapture, d2t=None, lm_head=None
         s = replay(setup, data, n=n, num_steps=1, simulate=False, fill="zeros", recapture=recapture,
                    progress=False).summary()
     finally:
-        m.d2t.copy_(saved[0])
+        m.d2t = saved[0]
         m.lm_head.weight.data, m.embed_tokens.weight.data = saved[1], saved[2]
     a = s["acc_per_step"][0] if s["acc_per_step"] else None
     return (float(a) if a is not None else float("nan")), int(s["positions"])

@@ -83,12 +83,14 @@ def alternatives(setup: ReplaySetup, own_embed: torch.Tensor | None) -> Tensors:
 @contextlib.contextmanager
 def loaded_as(setup: ReplaySetup, tensors: Tensors, *, d2t: str | None = None, embedding: str | None = None,
               lm_head: str | None = None):
-    """Temporarily give `setup.model` the tensors an engine would load (None: keep the model's own)."""
+    """Temporarily give `setup.model` the tensors an engine would load (None: keep the model's own). Nothing is
+    written in place: each tensor is swapped for another and the very same ones are put back (a setup shared
+    within a case, `replay.run.load_setup`, is left as it was found)."""
     m = setup.model
-    saved = (m.d2t.clone(), m.embed_tokens.weight.data.clone(), m.lm_head.weight.data.clone())
+    saved = (m.d2t, m.embed_tokens.weight.data, m.lm_head.weight.data)
     try:
         if d2t == "zeros":
-            m.d2t.zero_()                                  # draft id i is served as target id i
+            m.d2t = torch.zeros_like(saved[0])             # draft id i is served as target id i
         if embedding in ("own", "target"):
             t = tensors.own_embed if embedding == "own" else tensors.target_embed
             if t is None:
@@ -107,7 +109,7 @@ def loaded_as(setup: ReplaySetup, tensors: Tensors, *, d2t: str | None = None, e
             m.lm_head.weight.data = torch.nn.init.kaiming_uniform_(w, a=5 ** 0.5, generator=g).to(m.lm_head.weight)
         yield m
     finally:
-        m.d2t.copy_(saved[0])
+        m.d2t = saved[0]
         m.embed_tokens.weight.data, m.lm_head.weight.data = saved[1], saved[2]
 
 

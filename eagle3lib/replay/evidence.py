@@ -21,9 +21,10 @@ from .stats import ReplaySetup
 POSITION_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
-def load_replay(draft_path, target_path, device: str = "cpu") -> ReplaySetup:
-    """The replay setup of a draft (embedding and lm_head from the target), in float32 on CPU by default."""
-    return load_setup(draft_path, target_path, device=device, dtype="auto")
+def load_replay(draft_path, target_path, device: str = "cpu", dtype="auto") -> ReplaySetup:
+    """The replay setup of a draft (embedding and lm_head from the target), on CPU in `dtype` ("auto": float32 on
+    CPU; a diagnosis passes its --dtype): `run.load_setup`, shared within a case."""
+    return load_setup(draft_path, target_path, device=device, dtype=dtype)
 
 
 def acc_steps(setup: ReplaySetup, data, n: int = 8, seed: int = 0, num_steps: int = 2, **changes) -> list[float]:

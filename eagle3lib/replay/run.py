@@ -20,6 +20,7 @@ from ..hidden.identify import trained_layout
 from ..model.checkpoint import load_draft
 from ..model.peagle import PEagleDraft, resolve_mask_token_id
 from ..model.target import load_target_info, load_target_tensor, load_tokenizer
+from ..once import files_signature, kept
 from ..progress import bar
 from ..samples.readers import Dataset, open_dataset
 from .items import as_samples, prepared, requested_layout
@@ -44,8 +45,46 @@ def load_setup(draft_path, target_path=None, device: str = "cpu", dtype="auto", 
     """Load the draft (embedding from the target) and the target's lm_head, tokenizer and layer count. A tensor
     the checkpoint lacks (or holds in the wrong shape) is, by default, replayed as an engine that loads the draft
     anyway would run it (`model.checkpoint.load_draft(missing="fill", lm_head=head_fill)`): `filled` and the notes
-    say which; ``missing="raise"`` refuses such a draft."""
+    say which; ``missing="raise"`` refuses such a draft.
+
+    Inside a diagnosis (`once.case_reads`) the setup is loaded once and shared by every part, check and search:
+    kept by the resolved draft and target paths, their files' sizes and mtimes, the resolved dtype, the device and
+    the fill options, so a rewritten file or another dtype is another load; one setup is kept at a time (a load
+    under another key lets the kept one go: two dtypes of a large draft side by side would not fit where one
+    does). A caller that changes the shared model
+    (`as_served.variant`, `as_served.loaded_as`, the artifact search) puts back what it changed; a setup found
+    changed since it was loaded (`setup_fingerprint`) is loaded again. Outside a case: a new load every call."""
     dt = replay_dtype(dtype, device)
+    key = ("replay setup", str(Path(draft_path).resolve()), str(Path(target_path).resolve()) if target_path else None,
+           str(dt), str(device), missing, head_fill, files_signature(draft_path),
+           files_signature(target_path) if target_path else ())
+    setup, _ = kept(key, lambda: stamped(_loaded_setup(draft_path, target_path, device, dt, missing, head_fill)),
+                    fresh=lambda got: setup_fingerprint(got[0]) == got[1], alone=True)
+    return setup
+
+
+def setup_fingerprint(setup: ReplaySetup) -> tuple:
+    """What changes when a caller changes the setup's model and does not put it back: a parameter or buffer
+    replaced, cast, moved or written in place (its storage or version counter), its config or rotary swapped, the
+    P-EAGLE mask token, the target lm_head written. (The rotary's own frequency buffer is left out: it follows
+    the model's moves by design.)"""
+    m = setup.model
+    tensors = [(n, t) for n, t in (*m.named_parameters(), *m.named_buffers()) if not n.startswith("rotary.")]
+    head = setup.lm_head
+    return (id(m.cfg), id(m.rotary), getattr(m, "mask_token_id", None),
+            getattr(getattr(m, "midlayer", None), "norm_before_residual", None),
+            tuple((n, t.data_ptr(), t._version, t.dtype, str(t.device), tuple(t.shape)) for n, t in tensors),
+            None if head is None else (head.data_ptr(), head._version, head.dtype))
+
+
+def stamped(setup: ReplaySetup) -> tuple[ReplaySetup, tuple]:
+    """(setup, its fingerprint when loaded)."""
+    return setup, setup_fingerprint(setup)
+
+
+def _loaded_setup(draft_path, target_path, device: str, dt: torch.dtype, missing: str,
+                  head_fill: str) -> ReplaySetup:
+    """`load_setup`'s load from disk (the dtype resolved)."""
     loaded = load_draft(draft_path, target=target_path or None, device=device, dtype=dt, missing=missing,
                         lm_head=head_fill)
     notes, lm_head, tok, L, lay = [f.sentence() for f in loaded.filled], None, None, None, None

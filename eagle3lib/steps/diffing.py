@@ -164,9 +164,9 @@ def diff_summary(s: Sides) -> dict:
 
 
 def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_steps: int = 3,
-                 device: str = "cpu", progress: bool = False) -> pd.DataFrame | str:
+                 device: str = "cpu", progress: bool = False, dtype="auto") -> pd.DataFrame | str:
     """Replay training samples as served (missing slots zero-filled) and with the fixed layout: accuracy per step
-    (a sentence instead when there is no served layout to replay)."""
+    (a sentence instead when there is no served layout to replay); the draft in `dtype` (the diagnosis's)."""
     if served_layout is None:
         return "not checked: no serving dump given, so there is no served layout to replay"
     if any(x is None for x in served_layout):
@@ -177,7 +177,7 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
     if fixed_layout is None or not len(fixed_layout) or any(x is None for x in fixed_layout):
         return ("not replayed: " + (unmatched_slots_text(fixed_layout) if fixed_layout else "no training layout identified "
                                     "(train_data)") + ": there is no trained layout to replay against")
-    setup = load_setup(inp.draft_path, inp.target_path, device=device)
+    setup = load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
     # samples that declare no layout (a config without ids) hold the identified training layout
     setup = dataclasses.replace(setup, training_layout=tuple(fixed_layout), training_layout_source="identified")
     rows = []
@@ -239,10 +239,11 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     return text
 
 
-def drift_findings(inp: DiffInputs, n: int = 4, progress=None) -> list[Finding]:
-    """Check 6 (target drift): the stored training states against the target's own recapture of `n` samples."""
+def drift_findings(inp: DiffInputs, n: int = 4, progress=None, dtype="auto") -> list[Finding]:
+    """Check 6 (target drift): the stored training states against the target's own recapture of `n` samples (the
+    draft replayed in `dtype`, the diagnosis's)."""
     return run_checks(draft=str(inp.draft_path), target=str(inp.target_path), data=str(inp.training_data),
-                      part="diffing", replay_n=n, progress=progress, device=inp.device)
+                      part="diffing", replay_n=n, progress=progress, device=inp.device, dtype=dtype)
 
 
 def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
@@ -260,8 +261,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
     s = sides(inp, request=inputs.dump_request)
     n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
     proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,
-                         device=inputs.device)
-    found = diffing_findings(inp, s, proof) + drift_findings(inp, n=inputs.drift_samples)
+                         device=inputs.device, dtype=inputs.dtype)
+    found = diffing_findings(inp, s, proof) + drift_findings(inp, n=inputs.drift_samples, dtype=inputs.dtype)
     tables = {"training slots": slot_table(s.training), "serving slots": slot_table(s.serving, s.serving_missing),
               "proof of fix": proof}
     return Part(NAME, found, tables=tables, notes=inp.notes, results={"inputs": inp, "sides": s, "proof": proof})

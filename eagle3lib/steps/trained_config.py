@@ -10,6 +10,9 @@ lm_head rows, tied weights, the embedding).
 """
 from __future__ import annotations
 
+from pathlib import Path
+
+from ..checks.inputs import tensor_headers
 from ..checks.rope import rope_fields
 from ..errors import Eagle3Error
 from ..model.checkpoint import canonicalize
@@ -51,8 +54,11 @@ def unused_tensors(draft_path: str, setup: ReplaySetup) -> dict:
     drops) or holds in another shape (a k_proj the config's num_key_value_heads sizes otherwise: the loader's
     stand-in runs instead), so a candidate that switches their module on or resizes it runs the trained weights."""
     have = {k: tuple(v.shape) for k, v in setup.model.state_dict().items()}
-    try:
-        sd, _ = canonicalize(load_state_dict(draft_path))
+    try:       # the headers' shapes first: only the tensors that differ are read (the setup holds the rest)
+        shapes = tensor_headers(Path(draft_path))                          # stored name -> (shape, dtype)
+        named, _ = canonicalize({k: k for k in shapes})                    # canonical name -> stored name
+        differ = [stored for canon, stored in named.items() if have.get(canon) != shapes[stored][0]]
+        sd, _ = canonicalize(load_state_dict(draft_path, keys=differ)) if differ else ({}, [])
     except Eagle3Error:
         return {}
     return {k: v.to(device=setup.device) for k, v in sd.items() if have.get(k) != tuple(v.shape)}
@@ -89,7 +95,7 @@ def trained_artifacts(setup: ReplaySetup, data, found: Search, *, n: int = N_SAM
 def shipped_tensors(setup: ReplaySetup) -> tuple[str, ...]:
     """The canonical names of the tensors the draft's checkpoint carries ((): unreadable)."""
     try:
-        sd, _ = canonicalize(load_state_dict(setup.draft_path))
+        sd, _ = canonicalize(tensor_headers(Path(setup.draft_path)))      # names from the headers: no tensor read
     except Eagle3Error:
         return ()
     return tuple(sd)

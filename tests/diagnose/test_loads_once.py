@@ -5,6 +5,7 @@ from __future__ import annotations
 from collections import Counter
 
 import pytest
+import torch
 import transformers
 
 from eagle3lib.demo import world as demo
@@ -99,3 +100,73 @@ def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
     assert {k[0] for k in reads} == {"sample", "info", "index", "config", "header", "tokenizer"} and len(reads) > 8
     assert {str(w.draft / "config.json"), str(w.target / "config.json")} <= {k[1] for k in reads if k[0] == "config"}
     assert {k: n for k, n in reads.items() if n != 1} == {}
+
+
+def counted_weights(monkeypatch) -> Counter:
+    """{(what, resolved path, dtype): reads}: every `load_draft` (the draft's weights, wherever it is imported) and
+    every read of the target's embedding / lm_head tensor from disk, counting from now on."""
+    import sys
+    from pathlib import Path
+    from eagle3lib.model import checkpoint, target
+    reads: Counter = Counter()
+    draft, tensor = checkpoint.load_draft, target.load_target_tensor
+
+    def load_draft(path, *a, **k):
+        reads[("draft", str(Path(path).resolve()), str(k.get("dtype")))] += 1
+        return draft(path, *a, **k)
+
+    def load_target_tensor(path, which="embed", dtype=None):
+        reads[(which, str(Path(path).resolve()), str(dtype))] += 1
+        return tensor(path, which, dtype)
+    for module in [m for m in sys.modules.values() if m is not None and m.__name__.startswith("eagle3lib")]:
+        for name, fn, new in (("load_draft", draft, load_draft), ("load_target_tensor", tensor, load_target_tensor)):
+            if getattr(module, name, None) is fn:
+                monkeypatch.setattr(module, name, new)
+    return reads
+
+
+def demo_verdicts(r) -> list[tuple[str, str]]:
+    return sorted((v.cause, v.status) for v in r.diagnosis.verdicts)
+
+
+def test_a_demo_diagnosis_loads_the_draft_and_the_targets_embedding_and_lm_head_once(monkeypatch):
+    """Issue 49's evidence once: the checks' replays, notebook 02's replay and searches, the served prediction and
+    the demo engine serving it, the proof of fix and the drift check share one loaded replay setup (`once`): the
+    draft's weights are loaded once and the target's embedding and lm_head read once (before: 5 draft loads, 5
+    embedding and 4 lm_head reads, benchmarks/NOTES.md)."""
+    w = demo.ensure_world(progress=False)
+    reads = counted_weights(monkeypatch)
+    r = run(Inputs(draft="", launch=SEED_LAUNCH, sglang_version="0.5.6", n=4, drift_samples=2))
+    assert r.problems == () and "aux_layout_mismatch" in {v.cause for v in r.diagnosis.alarms}
+    draft, tgt = str(w.draft.resolve()), str(w.target.resolve())
+    assert reads == Counter({("draft", draft, "torch.float32"): 1, ("embed", tgt, "None"): 1,
+                             ("lm_head", tgt, "None"): 1}), reads
+
+
+def test_the_diagnosis_dtype_reaches_the_checks_replay_and_the_verdicts_stand(monkeypatch):
+    """--dtype bfloat16: the checks' replay setup (`Artifacts.replay_setup`) holds the draft in bf16 (it loaded
+    float32 whatever was asked), the one bf16 load every replay of the diagnosis shares; the demo's verdicts are
+    float32's. The served prediction replays in its own dtype ("auto", as the engine loads the checkpoint: float32
+    on CPU) and the demo engine serves the draft as stored (float32): one float32 load, shared by both, before
+    the bf16 one (one setup is kept at a time: the parts' order keeps each dtype's replays together)."""
+    from eagle3lib.checks import inputs as check_inputs
+    w = demo.ensure_world(progress=False)
+    setups = []
+    cached = check_inputs.Artifacts.__dict__["replay_setup"]
+
+    def replay_setup(art):
+        setups.append(cached.func(art))
+        return setups[-1]
+    monkeypatch.setattr(check_inputs.Artifacts, "replay_setup", property(replay_setup))
+    given = dict(draft="", launch=SEED_LAUNCH, sglang_version="0.5.6", n=4, drift_samples=2)
+    fp32 = run(Inputs(**given))
+    assert setups and {p.dtype for s in setups for p in s.model.parameters()} == {torch.float32}
+    setups.clear()
+    reads = counted_weights(monkeypatch)
+    bf16 = run(Inputs(**given, dtype="bfloat16"))
+    assert setups and {p.dtype for s in setups for p in s.model.parameters()} == {torch.bfloat16}
+    assert fp32.problems == () and bf16.problems == ()
+    assert demo_verdicts(bf16) == demo_verdicts(fp32)
+    draft = str(w.draft.resolve())
+    assert {k: n for k, n in reads.items() if k[0] == "draft"} == {("draft", draft, "torch.bfloat16"): 1,
+                                                                  ("draft", draft, "torch.float32"): 1}, reads
