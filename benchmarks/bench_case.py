@@ -561,10 +561,14 @@ def main() -> None:
 
 
 def portable(value):
-    """`value` with this checkout's path made repo-relative, the interpreter's prefix ``<python>``, $HOME ``~`` and a temporary folder named as such in
-    every string (a record holds no machine path)."""
+    """`value` with this checkout's path made repo-relative, the virtual environment ``<venv>``, the interpreter's
+    prefix ``<python>``, $HOME ``~`` and a temporary folder named as such in every string (a record holds no machine
+    path)."""
     if isinstance(value, str):
-        value = value.replace(str(REPO) + "/", "").replace(str(REPO), ".").replace(sys.base_prefix, "<python>")
+        value = value.replace(str(REPO) + "/", "").replace(str(REPO), ".")
+        if sys.prefix != sys.base_prefix:          # a virtual environment, maybe outside this checkout
+            value = value.replace(sys.prefix, "<venv>")
+        value = value.replace(sys.base_prefix, "<python>")
         value = value.replace(str(Path.home()), "~")
         return re.sub(re.escape(tempfile.gettempdir()) + r"/[\w.-]+", "<temporary folder>", value)
     if isinstance(value, dict):
