@@ -3,8 +3,8 @@
 Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list) has one folder,
 ``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
-layer ids it reads from a draft config and what it then captures. The
-callers never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`).
+layer ids it reads from a draft config and what it then captures. The callers never branch on an engine's name for
+these: they ask the home (`serving.homes.home(name)`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Callable
 
 @dataclass(frozen=True)
 class EngineHome:
-    """One engine's launch, log and metrics readers (everything else it owns lives in its folder)."""
+    """One engine's launch, log, metrics and aux-id readers (everything else it owns lives in its folder)."""
 
     name: str                      # as in SERVING_ENGINES (its title and versions: engines.versions.ENGINES)
     flags: dict                    # "--flag" -> (the engine's own field name, kind: str int float bool json list)
