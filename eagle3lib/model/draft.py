@@ -96,6 +96,9 @@ class FedAsIs(nn.Module):
         self.in_features = self.out_features = width
         self.register_buffer("weight", torch.empty(0), persistent=False)
 
+    def reset_parameters(self) -> None:
+        """Nothing to set: the empty `weight` holds no value."""
+
     def forward(self, x: Tensor) -> Tensor:
         return x
 

@@ -30,8 +30,13 @@ class RMSNorm(nn.Module):
 
     def __init__(self, dim: int, eps: float):
         super().__init__()
-        self.weight = nn.Parameter(torch.ones(dim))
+        self.weight = nn.Parameter(torch.empty(dim))
         self.eps = eps
+        self.reset_parameters()
+
+    def reset_parameters(self) -> None:
+        """The init an engine's loader leaves a norm the checkpoint lacks: a weight of ones."""
+        nn.init.ones_(self.weight)
 
     def forward(self, x: Tensor) -> Tensor:
         dtype = x.dtype

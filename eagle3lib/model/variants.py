@@ -50,7 +50,7 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
     if changes.get("use_aux_hidden_state") and not model.cfg.use_aux_hidden_state:
         cfg = opted_in(model.cfg, {k: tuple(v.shape) for k, v in (extra or {}).items()})
     ref = next(iter(model.parameters()))
-    with torch.device("cpu"):
+    with torch.device("meta"):           # no memory: every tensor is the model's, the checkpoint's or an init below
         new = draft_for(cfg)
     old_sd, new_sd = model.state_dict(), new.state_dict()
     take = {}
@@ -62,13 +62,30 @@ def rebuilt(model: torch.nn.Module, extra: dict | None = None, **changes) -> Reb
     new.load_state_dict(take, strict=False, assign=True)
     new.rotary = Rotary(cfg)
     added = tuple(sorted(k for k in new_sd if k not in take))
+    at_init(new, ref.device, ref.dtype)
     new = new.to(device=ref.device)
-    for k in set(new_sd) - set(old_sd):                                    # new modules take the model's float dtype
-        mod, _, attr = k.rpartition(".")
-        t = getattr(new.get_submodule(mod), attr)
-        if t.is_floating_point():
-            t.data = t.data.to(ref.dtype)
     return Rebuilt(new.eval(), dict(changes), added, tuple(sorted(k for k in old_sd if k not in new_sd)))
+
+
+def at_init(model: torch.nn.Module, device: torch.device, dtype: torch.dtype) -> None:
+    """Each tensor of `model` still on the meta device made real on `device` at its module's init
+    (`reset_parameters`: RMSNorm's ones, Linear's), floats in `dtype`; the module's other tensors kept as they are."""
+    for mod in model.modules():
+        own = dict(mod.named_parameters(recurse=False)) | dict(mod.named_buffers(recurse=False))
+        if not any(t.is_meta for t in own.values()):
+            continue
+        if not hasattr(mod, "reset_parameters"):
+            raise TypeError(f"{type(mod).__name__} has tensors on the meta device and no reset_parameters to give "
+                            "them their init")
+        kept = {n: t for n, t in own.items() if not t.is_meta}
+        mod.to_empty(device=device, recurse=False)
+        with torch.no_grad():
+            mod.reset_parameters()
+        for n, t in kept.items():
+            setattr(mod, n, t)
+        for n, t in own.items():
+            if n not in kept and t.is_floating_point():
+                getattr(mod, n).data = getattr(mod, n).data.to(dtype)
 
 
 def opted_in(cfg: DraftConfig, shapes: dict[str, tuple[int, ...]]) -> DraftConfig:

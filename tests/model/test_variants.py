@@ -21,7 +21,7 @@ def draft(d: dict) -> Eagle3Draft:
 
 def step0(m: Eagle3Draft) -> torch.Tensor:
     g = torch.Generator().manual_seed(0)
-    aux = torch.randn(1, 6, m.cfg.num_aux * m.cfg.target_hidden_size, generator=g)
+    aux = torch.randn(1, 6, m.cfg.num_aux * m.cfg.target_hidden_size, generator=g).to(m.lm_head.weight.dtype)
     ids = torch.randint(0, m.cfg.vocab_size, (1, 6), generator=g)
     with torch.no_grad():
         return m.ttt_forward(aux, ids, num_steps=1)[0][0]
@@ -49,6 +49,25 @@ def test_a_flag_switched_on_adds_its_module_at_init_or_from_the_checkpoint(tiny_
     assert given.added == () and torch.equal(given.model.input_norm.weight, trained)
     off = rebuilt(given.model, norm_before_fc=False)
     assert off.unused == ("input_norm.weight",)
+
+
+def test_a_rebuilt_draft_allocates_only_what_the_change_adds(tiny_cfg_dict, monkeypatch):
+    """Built on the meta device: the embedding, fc and lm_head are never allocated or initialised again (a whole
+    float32 draft beside a bf16 one stopped case (b) at 16 GB); an added norm is real, in the model's dtype, on its
+    device; every tensor of the model is shared."""
+    m = draft(tiny_cfg_dict).to(torch.bfloat16)
+    inits = []
+    for cls in (torch.nn.Linear, torch.nn.Embedding):      # a real (not meta) weight initialised is one allocated
+        monkeypatch.setattr(cls, "reset_parameters", lambda self: self.weight.is_meta or inits.append(self))
+    on = rebuilt(m, norm_before_fc=True, fc_norm=True)
+    assert inits == []
+    assert on.added == ("fc_norm.0.weight", "fc_norm.1.weight", "fc_norm.2.weight", "fc_norm.3.weight",
+                        "input_norm.weight")
+    assert not any(t.is_meta for t in [*on.model.parameters(), *on.model.buffers()])
+    assert on.model.input_norm.weight.dtype == torch.bfloat16 and bool((on.model.fc_norm[2].weight == 1).all())
+    ptrs = {t.data_ptr() for t in m.state_dict().values()}
+    assert all(v.data_ptr() in ptrs for k, v in on.model.state_dict().items() if k not in on.added)
+    assert step0(on.model).dtype == torch.bfloat16
 
 
 def test_only_fields_that_keep_every_tensor_shape_change(tiny_cfg_dict):
