@@ -63,6 +63,7 @@ class Artifacts:
     trained: TrainedLayout | None = None             # the trained layout and its evidence (hidden.identify)
     replay_dtype: str = "auto"                       # the dtype the checks' replays load the draft in (diagnose's
                                                      # --dtype; "auto": float32 on CPU)
+    replay_device: str = "cpu"                       # ... and the device (diagnose's --device)
 
     def missing(self, *names: str) -> str | None:
         """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
@@ -78,12 +79,12 @@ class Artifacts:
 
     @cached_property
     def replay_setup(self):
-        """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on CPU): loaded
+        """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on `replay_device`): loaded
         on first use, once for every check that replays these artifacts, and inside a diagnosis the very setup its
         parts replay (`replay.run.load_setup`, once per case); an Eagle3Error when it cannot load is raised to
         each, never kept."""
         from ..replay.evidence import load_replay
-        return load_replay(self.draft_path, self.target_path, dtype=self.replay_dtype)
+        return load_replay(self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype)
 
 
 def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

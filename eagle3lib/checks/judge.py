@@ -57,9 +57,11 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
                served_traffic=None, dtype: str = "auto") -> list[Finding]:
     """Every check (those `part` runs, or those named in `only` with the checks part of them) on the inputs given;
     each returns Findings, never raises. A recapture runs the target on `device` (the process's one copy of it);
-    the checks' replays load the draft in `dtype` (a diagnosis's --dtype; "auto": float32 on CPU)."""
+    the checks' replays load the draft on `device` in `dtype` (a diagnosis's --device and --dtype; "auto": float32
+    on CPU)."""
     art = dataclasses.replace(read_artifacts(draft, target, data, launch, training_config, served_prompts,
-                                             engine=engine, served_traffic=served_traffic), replay_dtype=dtype)
+                                             engine=engine, served_traffic=served_traffic), replay_dtype=dtype,
+                              replay_device=device)
     names = chosen(only, part)
     art, model = _identified(art, names, int(replay_n), device)
     opts = Options(engine=_engine(engine, art.launch), engine_version=engine_version, engine_runner=engine_runner,

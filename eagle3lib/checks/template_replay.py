@@ -239,7 +239,8 @@ class RenderingReplay:
     def _setup(self):
         if self._loaded is None:
             from ..hidden.capture import load_target_model
-            self._loaded = (load_target_model(self.art.target_path), self.art.replay_setup)
+            self._loaded = (load_target_model(self.art.target_path, device=self.art.replay_device),
+                            self.art.replay_setup)
         return self._loaded[1]
 
     def _training_capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:

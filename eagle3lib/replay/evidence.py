@@ -22,8 +22,8 @@ POSITION_BUCKETS = (0, 64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384, 32768)
 
 
 def load_replay(draft_path, target_path, device: str = "cpu", dtype="auto") -> ReplaySetup:
-    """The replay setup of a draft (embedding and lm_head from the target), on CPU in `dtype` ("auto": float32 on
-    CPU; a diagnosis passes its --dtype): `run.load_setup`, shared within a case."""
+    """The replay setup of a draft (embedding and lm_head from the target), on `device` in `dtype` ("auto": float32
+    on CPU; a diagnosis passes its --device and --dtype): `run.load_setup`, shared within a case."""
     return load_setup(draft_path, target_path, device=device, dtype=dtype)
 
 

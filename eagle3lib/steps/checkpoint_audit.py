@@ -37,18 +37,18 @@ def audit_inputs(draft_path: str = "", target_path: str = "", train_data: str = 
     return AuditInputs(str(w.draft), target_path or str(w.target), train_data or str(w.seed_data), True)
 
 
-def artifact_checks(inputs: AuditInputs, progress=None, dtype="auto") -> list[Finding]:
+def artifact_checks(inputs: AuditInputs, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine.
-    Their replays load the draft in `dtype` (the diagnosis's)."""
+    Their replays load the draft in `dtype` on `device` (the diagnosis's)."""
     return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.train_data or None,
-                      part="artifacts", progress=progress, dtype=dtype)
+                      part="artifacts", progress=progress, dtype=dtype, device=device)
 
 
 def run(inputs: Inputs, earlier=None) -> Part:
     """Notebook 00's findings: its inputs resolved (`results["inputs"]`, an AuditInputs) and the artifact checks."""
     inp = audit_inputs(inputs.draft, inputs.target, inputs.train_data)
-    found = artifact_checks(inp, dtype=inputs.dtype)
+    found = artifact_checks(inp, dtype=inputs.dtype, device=inputs.device)
     return Part(NAME, found, results={"inputs": inp})
 
 

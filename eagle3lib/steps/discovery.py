@@ -225,19 +225,19 @@ class Discovery:
 
 def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
                    replay_n: int = 4, served_traffic: str = "", draft: str | None = None,
-                   target: str | None = None, dtype="auto") -> list[Finding]:
+                   target: str | None = None, dtype="auto", device: str = "cpu") -> list[Finding]:
     """Every contract check but the diffing part's, each once: notebook 00's (the draft, target and data) and those
     that need the engine, run with the launch command's engine and its version, plus the serving-settings finding
     (`ndt_override`). With the training `data`: its slots (identified against the target on `replay_n` of them)
     are the trained layout the engine's capture is compared with, not the config's claim of it; the layer ids are
     replayed against it and the context and chat template are measured as this engine serves them (the template
     --chat-template names). `draft` / `target`: the folders checked (default: those of the configs discovered).
-    `dtype`: the dtype the checks' replays load the draft in (the diagnosis's --dtype)."""
+    `dtype`, `device`: what the checks' replays load the draft in and on (the diagnosis's --dtype, --device)."""
     draft = draft or (str(d.draft_config.parent) if d.draft_config else None)
     target = target or (str(d.target_config.parent) if d.target_config else None)
     if d.launch is None:      # no command: what the draft, target and data decide alone (sizes, quantization, RoPE)
         found = run_checks(draft=draft, target=target, data=data or None, progress=progress,
-                           part=("artifacts", "engine-free"), dtype=dtype)
+                           part=("artifacts", "engine-free"), dtype=dtype, device=device)
     else:
         vl = d.vllm_log if d.launch.engine == "vllm" else None
         found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
@@ -246,7 +246,7 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
                            else (vl.version if vl is not None else None), progress=progress,
                            part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
                            engine_runner=(vl.runner or "").lower() or None if vl is not None else None,
-                           served_traffic=served_traffic or None, dtype=dtype)
+                           served_traffic=served_traffic or None, dtype=dtype, device=device)
     return d.cause_findings() + found
 
 
@@ -263,7 +263,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
     aud = audit.results["inputs"] if audit is not None else checkpoint_audit.audit_inputs(
         inputs.draft, inputs.target, inputs.train_data)
     found = serving_checks(inp, d, data=aud.train_data, served_traffic=inputs.served_traffic,
-                           draft=aud.draft_path, target=aud.target_path or None, dtype=inputs.dtype)
+                           draft=aud.draft_path, target=aud.target_path or None, dtype=inputs.dtype,
+                           device=inputs.device)
     return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})
 

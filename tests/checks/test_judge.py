@@ -186,3 +186,22 @@ def test_the_checks_that_replay_share_one_loaded_draft(monkeypatch, tmp_path):
     f = run_checks(draft=d, target=w.target, data=w.seed_data, replay_n=2, only=("rope", "context", "drift"))
     assert {x.cause for x in f if x.measured} == {"rope_mismatch", "short_context", "target_drift"}
     assert len(loads) == 1, loads
+
+
+def test_the_checks_replays_load_on_the_diagnosis_device_in_its_dtype(tmp_path, monkeypatch):
+    """diagnose's --device and --dtype reach the replay setup a check loads (before: on CPU whatever --device
+    said, so a GPU diagnosis replayed its checks on CPU beside the parts' setup on the GPU)."""
+    from eagle3lib.errors import ConfigError
+    from eagle3lib.replay import evidence
+    asked = []
+
+    def load_setup(draft, target, device="cpu", dtype="auto"):
+        asked.append((device, dtype))
+        raise ConfigError("load_setup", "not loaded here", cause="the test stops at the load")
+    monkeypatch.setattr(evidence, "load_setup", load_setup)
+    raw = draft_raw(norm_before_residual=True)         # a flag set: the flags check replays it on and off
+    f = run_checks(draft=write_draft(tmp_path, raw, canonical_tensors(raw)), target=write_target(tmp_path),
+                   data=write_data(tmp_path), engine="vllm", only=["flags"], replay_n=2, device="cuda:3",
+                   dtype="bfloat16")
+    assert f and asked, [(x.cause, x.status, x.evidence) for x in f]
+    assert set(asked) == {("cuda:3", "bfloat16")}
