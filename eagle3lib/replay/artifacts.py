@@ -5,8 +5,11 @@ A draft that fails its own training samples under its shipped config may carry a
 one: a d2t regenerated in another order or from another vocabulary, lm_head rows reordered, an embedding swapped,
 weights tied otherwise. The training samples say what each draft id stands for: replayed with d2t read as the
 identity, the draft's top-1 draft id at every scored position meets the target token training taught it there
-(`recover_map`: per draft id, the target token it predicts most often, on samples drawn apart from those scored).
-`search_artifacts` then replays the scored samples with each tensor set otherwise, one at a time:
+(`recover_map`: per draft id, the target token it predicts most often on the scored samples). A map fitted to the
+positions it is scored on restores anything (a random draft "scores" 0.9 with the map of its own 100 predictions),
+so a map-made candidate is scored held out: every other scored position with the map fitted on the rest, and the
+rest with the map fitted on those (`HeldOut`); the fix ships the map of every position. `search_artifacts` scores
+the samples with each tensor set otherwise, one at a time:
 - **d2t recovered** from the training targets (a draft id never predicted keeps its shipped target id);
 - **lm_head rows reordered** by the recovered map, the shipped d2t kept (the same draft computation: the samples
   cannot tell the two apart, so the tensor named is the one a writer's own convention clears: writers store the
@@ -41,10 +44,9 @@ from .stats import ReplaySetup
 from .verdict import THRESHOLDS
 
 WHERE = "replay.artifacts (the training samples under each shipped tensor set otherwise)"
-N_FIT = 32              # training samples the map is recovered from (drawn apart from the scored ones: FIT_SEED)
-FIT_SEED = 1
 SAME_IDS = 0.95        # a recovered map with this share of its ids in the shipped set maps onto the same ids
 AGREES = 0.95          # ... and with this share mapped as shipped, it is the shipped map
+N_FIT = 32              # training samples beyond the scored ones the map is also fitted on (never scored)
 EQUAL = 0.02           # candidates within this step-0 accuracy of the best restore alike
 CAUSE = {"d2t": "d2t_mapping", "lm_head": "draft_tensor_differs", "embed_tokens": "wrong_embedding"}
 
@@ -58,6 +60,8 @@ class RecoveredMap:
     shipped_ascending: bool                 # the shipped d2t's target ids ascend (as writers store them)
     same_ids: float                         # share of the recovered ids (by their positions) in the shipped set
     agrees: float                           # ... mapped as the shipped d2t maps them
+    held_out: "HeldOut | None" = None       # the map-made candidates scored on positions their map was not fitted on
+    weights: tuple[int, ...] = ()           # per draft id: the positions its target was met at (0: never predicted)
 
     @property
     def seen(self) -> int:
@@ -76,25 +80,91 @@ class RecoveredMap:
         return "lm_head" if self.shipped_ascending and self.same_ids >= SAME_IDS else "d2t"
 
 
-def recover_map(setup: ReplaySetup, data, *, n: int = N_FIT, seed: int = FIT_SEED, recapture=None) -> RecoveredMap:
-    """The draft's top-1 draft id against the training target at every scored step-0 position of `n` samples."""
-    samples, _, _ = as_samples(data, n, seed)
-    pairs: Counter = Counter()
-    items = prepared_items(samples, setup, setup.training_layout, fill="zeros", recapture=recapture)
+def recover_map(setup: ReplaySetup, data, *, n: int = 16, seed: int = 0, recapture=None) -> RecoveredMap:
+    """The draft's top-1 draft id against the training target at every scored step-0 position of the `n` samples the
+    search scores and of up to `N_FIT` more: the map of them all, and its candidates scored held out (`HeldOut`)."""
+    samples, _, _ = as_samples(data, n + N_FIT, seed)        # the first n are the search's (same seed, same order)
+    scored: set[str] = set()
+
+    def tagged():
+        for i, sample in enumerate(samples):
+            if i < n:
+                scored.add(sample.id)
+            yield sample
+    got = {True: ([], []), False: ([], [])}                  # scored?: (draft ids, target ids)
+    items = prepared_items(tagged(), setup, setup.training_layout, fill="zeros", recapture=recapture)
     for r in draft_run(setup.model, items, num_steps=1, d2t="identity", simulate=False):
         ok = r.scored.valid[0]
-        pairs.update(zip(r.teacher[0][ok].tolist(), r.scored.reference[0][ok].tolist()))
+        ds, ts = got[r.item.id in scored]
+        ds += r.teacher[0][ok].tolist()
+        ts += r.scored.reference[0][ok].tolist()
     vd = setup.model.d2t.numel()
+    shipped = draft_to_target(setup.model.d2t.cpu()).tolist()
+    draft_ids, targets = got[True][0] + got[False][0], got[True][1] + got[False][1]
+    best = most_frequent(draft_ids, targets, vd)
+    have, weight = set(shipped), sum(c for _, c in best.values())      # each recovered id weighs its positions
+    same = sum(c for t, c in best.values() if t in have) / weight if weight else float("nan")
+    agree = sum(c for d, (t, c) in best.items() if shipped[d] == t) / weight if weight else float("nan")
+    ids = tuple(best[i][0] if i in best else None for i in range(vd))
+    return RecoveredMap(ids, len(draft_ids), all(a < b for a, b in zip(shipped, shipped[1:])), same, agree,
+                        held_out(*got[True], *got[False], shipped), tuple(best[i][1] if i in best else 0
+                                                                           for i in range(vd)))
+
+
+def most_frequent(draft_ids: list[int], targets: list[int], vd: int) -> dict[int, tuple[int, int]]:
+    """{draft id: (the target it meets most often where it is the top-1, how often)} of ids in [0, vd)."""
+    pairs = Counter(zip(draft_ids, targets))
     best: dict[int, tuple[int, int]] = {}
     for (d, t), c in pairs.items():
         if 0 <= d < vd and c > best.get(d, (None, 0))[1]:
             best[d] = (t, c)
-    shipped = draft_to_target(setup.model.d2t.cpu()).tolist()
-    have, weight = set(shipped), sum(c for _, c in best.values())      # each recovered id weighs its positions
-    same = sum(c for t, c in best.values() if t in have) / weight if weight else float("nan")
-    agree = sum(c for d, (t, c) in best.items() if shipped[d] == t) / weight if weight else float("nan")
-    return RecoveredMap(tuple(best[i][0] if i in best else None for i in range(vd)), sum(pairs.values()),
-                        all(a < b for a, b in zip(shipped, shipped[1:])), same, agree)
+    return best
+
+
+@dataclass(frozen=True)
+class HeldOut:
+    """Step-0 hits of the map-made candidates on positions their map was not fitted on: the search's scored
+    positions in two halves (every other one), each scored with the map fitted on the other half and the samples
+    beyond the scored ones; `positions` scored in all."""
+    d2t_hits: int          # the recovered d2t
+    rows_hits: int         # the shipped d2t with lm_head rows reordered by the recovered map
+    positions: int
+
+
+def held_out(draft_ids: list[int], targets: list[int], more_ids: list[int], more_targets: list[int],
+             shipped: list[int]) -> HeldOut:
+    """Each half of the scored positions (`draft_ids`, `targets`) predicted with the map fitted on the other half and
+    on the positions of the samples beyond the scored ones (`more_*`)."""
+    d, t = torch.tensor(draft_ids, dtype=torch.long), torch.tensor(targets, dtype=torch.long)
+    ship = torch.tensor(shipped, dtype=torch.long)
+    hits = [0, 0]
+    for half in (0, 1):
+        best = most_frequent(d[1 - half::2].tolist() + more_ids, t[1 - half::2].tolist() + more_targets, len(shipped))
+        recovered = tuple(best[i][0] if i in best else None for i in range(len(shipped)))
+        weights = tuple(best[i][1] if i in best else 0 for i in range(len(shipped)))
+        as_d2t = ship.clone()                                   # draft id -> target id under the recovered d2t
+        for i, x in enumerate(recovered):
+            if x is not None:
+                as_d2t[i] = x
+        rows = ship[torch.argsort(row_order(recovered, shipped, weights))]  # under rows reordered: the old top-1 row's new place
+        hits[0] += int((as_d2t[d[half::2]] == t[half::2]).sum())
+        hits[1] += int((rows[d[half::2]] == t[half::2]).sum())
+    return HeldOut(hits[0], hits[1], len(draft_ids))
+
+
+def row_order(recovered: tuple[int | None, ...], shipped: list[int], weights=()) -> torch.Tensor:
+    """perm with new lm_head row p = old row perm[p]: row i, which predicts target recovered[i], moved where the
+    shipped d2t puts that target (rows claiming one place: the one seen at most positions, `weights`, wins); the
+    rows nothing placed fill the rest in order."""
+    pos = {int(t): i for i, t in enumerate(shipped)}
+    order: dict[int, int] = {}
+    claims = sorted(range(len(recovered)), key=lambda i: -weights[i] if weights else 0)
+    for i in claims:
+        t = recovered[i]
+        if t is not None and t in pos and pos[t] not in order:
+            order[pos[t]] = i
+    rest = iter(sorted(set(range(len(shipped))) - set(order.values())))
+    return torch.tensor([order[p] if p in order else next(rest) for p in range(len(shipped))], dtype=torch.long)
 
 
 @dataclass(frozen=True)
@@ -146,7 +216,7 @@ class ArtifactSearch:
         rows += [{"tensor": c.tensor, "how": c.how, "acc step 0": None if math.isnan(c.acc0) else round(c.acc0, 4),
                   "gain": None if math.isnan(c.acc0) else round(c.acc0 - self.shipped_acc0, 4),
                   "margin": None if math.isnan(c.acc0) else round(self.margin(c), 4),
-                  "note": c.note or ("restores" if c is r else "")} for c in self.candidates]
+                  "note": "; ".join(x for x in (c.note, "restores" if c is r else "") if x)} for c in self.candidates]
         return pd.DataFrame(rows)
 
     def findings(self) -> list[Finding]:
@@ -177,7 +247,7 @@ class ArtifactSearch:
                 f"its shipped {r.tensor}")
         return [Finding(self.cause_of(r.tensor), "confirmed", f"the draft fails its own training samples with {held} "
                         f"(step-0 accuracy {self.shipped_acc0:.2f}{rec}) and scores {r.acc0:.2f} with "
-                        f"{r.how}{why}", ev, WHERE, fix=f"{r.fix}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}",
+                        f"{r.how}" + (f" ({r.note})" if r.note else "") + why, ev, WHERE, fix=f"{r.fix}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}",
                         measured=True)]
 
 
@@ -213,37 +283,31 @@ def _acc0(setup: ReplaySetup, data, *, n: int, recapture, d2t=None, lm_head=None
 
 
 def _candidates(setup: ReplaySetup, m: RecoveredMap | None, own_embed: bool, tied: bool) -> list[tuple]:
-    """(tensor, how, fix, replacements) to replay."""
+    """(tensor, how, fix, replacements, the HeldOut field scoring it: a map-made candidate; None: replayed)."""
     model, out = setup.model, []
     ids = draft_to_target(model.d2t.cpu()).clamp(0, model.cfg.vocab_size - 1)     # an absolute d2t points past V
     if m is not None and m.seen and m.agrees < AGREES:
         d2t = m.offsets(model.d2t)
         out.append(("d2t", "d2t recovered from the training targets", "write the recovered d2t (each draft id's "
-                    "target id, from the training samples) with its t2d", {"d2t": d2t}))
-        pos = {int(t): i for i, t in enumerate(ids.tolist())}
-        order: dict[int, int] = {}
-        for i, t in enumerate(m.target_ids):      # row i predicts target t: move it where the shipped d2t puts t
-            if t is not None and t in pos and pos[t] not in order:
-                order[pos[t]] = i
-        rest = iter(sorted(set(range(ids.numel())) - set(order.values())))     # the rows nothing placed, in order
-        perm = torch.tensor([order[p] if p in order else next(rest) for p in range(ids.numel())])
-        rows = model.lm_head.weight.data.clone()[perm]
+                    "target id, from the training samples) with its t2d", {"d2t": d2t}, "d2t_hits"))
+        perm = row_order(m.target_ids, ids.tolist(), m.weights)
+        rows = model.lm_head.weight.data[perm.to(model.lm_head.weight.device)]
         out.append(("lm_head", "lm_head rows reordered by the recovered map", "reorder lm_head.weight's rows so row i "
-                    "is the shipped d2t's target id of draft id i", {"lm_head": rows}))
+                    "is the shipped d2t's target id of draft id i", {"lm_head": rows}, "rows_hits"))
     head = setup.lm_head
     if head is not None and head.shape[1] == model.lm_head.weight.shape[1]:
         out.append(("lm_head", "the target's lm_head rows of the draft vocabulary", "ship the target's lm_head rows "
                     "of the draft vocabulary (lm_head.weight = target lm_head[d2t's target ids])",
-                    {"lm_head": head[ids.to(head.device)]}))
+                    {"lm_head": head[ids.to(head.device)]}, None))
     if tied and model.embed_tokens.weight.shape[1] == model.lm_head.weight.shape[1]:
         out.append(("lm_head", "tied: the embedding's rows as lm_head", "tie lm_head to the embedding "
                     "(tie_word_embeddings) or ship the trained lm_head", {"lm_head": model.embed_tokens.weight.data[
-                        ids.to(model.embed_tokens.weight.device)].clone()}))
+                        ids.to(model.embed_tokens.weight.device)].clone()}, None))
     if own_embed and setup.target_path:
         try:
             out.append(("embed_tokens", "the target's embedding instead of the shipped embed_tokens",
                         "ship no embed_tokens (engines share the target's) or the target's own",
-                        {"embed": load_target_tensor(setup.target_path, "embed")}))
+                        {"embed": load_target_tensor(setup.target_path, "embed")}, None))
         except Eagle3Error:
             pass
     return out
@@ -259,11 +323,17 @@ def search_artifacts(setup: ReplaySetup, data, *, recorded: float | None = None,
     if shipped_acc0 is None or math.isnan(shipped_acc0):
         shipped_acc0, positions = _acc0(setup, data, n=n, recapture=recapture)
     try:
-        m = recover_map(setup, data, recapture=recapture) if setup.training_layout is not None else None
+        m = recover_map(setup, data, n=n, recapture=recapture) if setup.training_layout is not None else None
     except Eagle3Error as e:
         m, notes = None, [f"the map could not be recovered: {e}"]
     done = []
-    for tensor, how, fix, repl in _candidates(setup, m, own_embed, tied):
+    for tensor, how, fix, repl, held in _candidates(setup, m, own_embed, tied):
+        if held is not None and m.held_out is not None:   # scored where its map was not fitted, not replayed
+            h = m.held_out
+            done.append(Candidate(tensor, how, fix, getattr(h, held) / h.positions if h.positions else float("nan"),
+                                  h.positions, note="held out: each half of the positions scored with the map "
+                                  "fitted on the other half"))
+            continue
         try:
             a, p = _acc0(setup, data, n=n, recapture=recapture, **repl)
             done.append(Candidate(tensor, how, fix, a, p))
@@ -271,13 +341,3 @@ def search_artifacts(setup: ReplaySetup, data, *, recorded: float | None = None,
             done.append(Candidate(tensor, how, fix, note=f"not replayed: {e}"))
     return ArtifactSearch(shipped_acc0, positions, recorded, tuple(done), m, tuple(notes),
                           tuple(f.key for f in setup.filled))
-
-
-def with_restored(setup: ReplaySetup, s: ArtifactSearch) -> dict:
-    """The tensors of the restoring candidate ({} when none restores), to replay 'as trained' with."""
-    r = s.restoring
-    if r is None:
-        return {}
-    want = next((repl for tensor, how, _, repl in _candidates(setup, s.recovered, True, True)
-                 if (tensor, how) == (r.tensor, r.how)), {})
-    return dict(want)

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from eagle3demo import faults
-from eagle3lib.replay.artifacts import ArtifactSearch, Candidate, RecoveredMap, fails_own_samples, recover_map
+from eagle3lib.replay.artifacts import (ArtifactSearch, Candidate, RecoveredMap, fails_own_samples, held_out,
+                                        most_frequent, recover_map)
 from eagle3lib.steps.trained_config import trained_artifacts, trained_config_search
 from eagle3lib.replay.verdict import read_recorded_accuracy
 from tests.replay.test_as_served import setup_of, world  # noqa: F401  (the demo world and its replay setup)
@@ -20,6 +21,27 @@ def test_the_tensor_named_is_the_one_the_writers_convention_clears():
     assert RecoveredMap(ids, 100, shipped_ascending=True, same_ids=1.0, agrees=0.0).tensor() == "lm_head"
     m = RecoveredMap((12, None, 10), 50, True, 1.0, 0.0)
     assert m.offsets(torch.tensor([10, 10, 10])).tolist() == [12, 10, 8]    # an id never predicted keeps its map
+
+
+def test_a_map_is_scored_on_positions_it_was_not_fitted_on():
+    """A draft whose predictions say nothing of the targets (an untrained draft, samples not its own): the map of
+    its own ~100 predictions "restores" them all, held out it restores nothing. A draft trained under another d2t
+    (its ids consistently stand for other targets): held out, the recovered map restores it."""
+    g = torch.Generator().manual_seed(0)
+    shipped = list(range(0, 2000, 2))                         # 1000 draft ids onto even target ids, ascending
+    noise_d, noise_t = torch.randint(0, 1000, (110,), generator=g).tolist(), torch.randint(0, 4000, (110,),
+                                                                                          generator=g).tolist()
+    fitted = most_frequent(noise_d, noise_t, 1000)
+    assert sum(fitted[d][0] == t for d, t in zip(noise_d, noise_t)) / 110 > 0.9        # in-sample: memorised
+    h = held_out(noise_d, noise_t, [], [], shipped)
+    assert h.positions == 110 and h.d2t_hits / 110 < 0.05 and h.rows_hits / 110 < 0.05
+    zipf = 1 / torch.arange(1, 201).float()                    # the 200 most used draft ids, as text uses them
+    d = torch.multinomial(zipf, 2000, replacement=True, generator=g).tolist()
+    perm = torch.randperm(1000, generator=g).tolist()
+    t = [shipped[perm[i]] for i in d]                          # each id stands for another of the shipped targets
+    h = held_out(d, t, [], [], shipped)
+    assert h.d2t_hits / h.positions > 0.9 and h.rows_hits / h.positions > 0.9     # an id seen once: not restored
+    assert sum(shipped[i] == x for i, x in zip(d, t)) / len(d) < 0.05                 # as shipped: nothing
 
 
 def search(*accs, shipped=0.0, recorded=0.92, tensor="lm_head", missing=()):
