@@ -208,6 +208,7 @@ PROTOCOL_METHODS = {
     "result": "the finished result of what was accumulated",
     "close": "release what the object holds (files, a browser, a bar)",
     "forward": "torch.nn.Module.forward",
+    "reset_parameters": "torch.nn.Module's init protocol (Linear, Embedding): a tensor left on the meta device gets its init",
     "inputs": "a decoder layer's attention input and residual",
     "qkv": "an attention's RoPE'd q, k, v",
     "out": "an attention's output projection",

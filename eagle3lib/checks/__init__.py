@@ -32,6 +32,9 @@
 - `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)
 - `replayed_layout` what the training-sample replay decides: the served layout against the trained one,
                   missing_layer_ids, generalization_gap, a d2t reading (notebook 02)
+- `generalization` generalization_gap on the served traffic: the training samples' accuracy against the traffic's
+                  replay (with how far it is from them), or a served τ against a replay on other data; never
+                  ruled out from held-out samples alone while the served τ is low (steps.served_prediction calls it)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `registry`    `@contract(name, causes, parts=...)`: each check registered where it is written, with the parts
                   that run it (tags, no tuple of names); `Options`, what a check reads beside the artifacts

@@ -6,7 +6,7 @@ d2t, lm_head and embedding are only evidence about it), the served traffic the r
 decision sets side by side, from numbers the checks already measured (each finding's evidence; nothing is
 replayed here): the step-0 accuracy on the training samples as training recorded it, as replayed with the shipped
 artifacts and as restored where a search restores it (replay.counterfactual, replay.artifacts), on the held-out
-samples (checks.replayed_layout), on the served traffic (replay.generalization), and the served τ beside the
+samples (checks.replayed_layout), on the served traffic (checks.generalization), and the served τ beside the
 replay's prediction (replay.served). Its verdict, with the numbers that decided it:
 - **wiring/loading**: the draft fails its own training samples (more than THRESHOLDS["wiring_drop"] below the
   recorded accuracy, or under THRESHOLDS["wiring_floor"] without one), the engine refused it, a wiring cause is
@@ -35,7 +35,7 @@ from ..causes import STATUSES, Finding
 from ..checks.engine_said import WHERE as ENGINE_SAID
 from ..replay.artifacts import fails_own_samples
 from ..replay.counterfactual import WHERE as COUNTERFACTUAL
-from ..replay.generalization import WHERE as TRAFFIC
+from ..checks.generalization import WHERE as TRAFFIC
 from ..replay.served import AS_SERVED, tau_tolerance
 
 VERDICTS = ("wiring/loading", "generalization gap", "ceiling", "healthy")

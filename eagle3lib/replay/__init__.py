@@ -20,9 +20,6 @@
                  config field set otherwise; the field whose change restores the accuracy, with its fix.
 - `artifacts`    the training samples decide which shipped tensor was trained: d2t recovered from the training
                  targets, lm_head rows reordered or the target's, tied weights, the embedding; the one that restores.
-- `generalization` generalization_gap on the served traffic: the training samples against the traffic served (with
-                 how far it is from them), or the served τ against a replay on other data; never ruled out from
-                 held-out samples alone while the served τ is low.
 - `traffic_samples` the served traffic (each served prompt + the server's answer) as samples captured by the target:
                  what a served τ is predicted on.
 - `distributed`  replay and slot comparison over torchrun ranks, merged exactly on rank 0; result JSON.

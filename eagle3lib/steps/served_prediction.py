@@ -28,7 +28,7 @@ from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay, tau_tolerance
-from ..replay.generalization import not_served, traffic_finding, without_traffic
+from ..checks.generalization import not_served, traffic_finding, without_traffic
 from ..replay.traffic_samples import served_traffic_read
 from ..hidden.dumps import dump_engine
 from ..samples.distance import served_distance
@@ -82,7 +82,7 @@ class ServedPrediction:
         return self.as_served.frame()
 
     def findings(self) -> list[Finding]:
-        """What the served runs decide; every form says what the served prompts decide (`replay.generalization`):
+        """What the served runs decide; every form says what the served prompts decide (`checks.generalization`):
         the vLLM path's own finding, a served τ beside the replay on the training samples, or not checked."""
         if self.decided:
             gen = [] if any(f.cause == "generalization_gap" for f in self.decided) else [not_served(
@@ -368,7 +368,7 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
 
 def served_prompts_finding(found, replayed: AsServed, served: float, source: str, replayed_on: str, *,
                            traffic=None, train=None) -> Finding:
-    """`generalization_gap` on the served traffic (replay.generalization): the training samples' step-0 accuracy
+    """`generalization_gap` on the served traffic (checks.generalization): the training samples' step-0 accuracy
     (as shipped, or under the config that reproduces training) against the draft replayed as trained on the served
     traffic, with how far those sequences are from the training samples; without the traffic, the served τ
     against the replay on `replayed_on`."""

@@ -1,7 +1,7 @@
-"""Tests for eagle3lib.replay.generalization: generalization_gap on the served traffic."""
+"""Tests for eagle3lib.checks.generalization: generalization_gap on the served traffic."""
 from __future__ import annotations
 
-from eagle3lib.replay.generalization import ASPECT, not_served, traffic_finding, without_traffic
+from eagle3lib.checks.generalization import ASPECT, not_served, traffic_finding, without_traffic
 
 
 def test_the_served_traffic_scoring_lower_than_the_training_samples_confirms_the_gap():

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..samples.distance import distance_text
-from .verdict import THRESHOLDS
+from ..replay.verdict import THRESHOLDS
 
 WHERE = "served traffic vs training samples"
 ASPECT = ("served traffic",)
