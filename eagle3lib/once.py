@@ -37,22 +37,31 @@ class CaseReads:
         self.budget = budget_bytes
         self.loads: Counter = Counter()
         self._parts: dict[Any, Any] = {}
+        self._gates: dict[Any, threading.RLock] = {}      # one per key: a value read once while others are read
         self._samples: OrderedDict[Any, Any] = OrderedDict()
         self._bytes = 0
         self._lock = threading.RLock()      # the replay reads ahead in a thread (samples.prefetch)
 
     def part(self, key, read: Callable[[], Any], fresh: Callable[[Any], bool] | None = None, alone: bool = False):
         """A dataset's part (its info, its index) read once per case; read again when `fresh` says the kept value
-        is no longer as read; `alone`: reading it lets go the kept values of its kind (key[0]) under other keys."""
+        is no longer as read; `alone`: reading it lets go the kept values of its kind (key[0]) under other keys.
+        read() runs outside the case's lock (under the key's own): a value computed from samples (a search over the
+        training samples) reads them through the replay's read-ahead thread, which takes that lock."""
         with self._lock:
-            if key not in self._parts or (fresh is not None and not fresh(self._parts[key])):
+            gate = self._gates.setdefault(key, threading.RLock())
+        with gate:
+            with self._lock:
+                if key in self._parts and (fresh is None or fresh(self._parts[key])):
+                    return self._parts[key]
                 if alone:
                     for other in [k for k in self._parts if k != key and isinstance(k, tuple) and k[0] == key[0]]:
                         del self._parts[other]
                 self._parts.pop(key, None)          # the stale value is let go before its new read
-                self._parts[key] = read()
+            value = read()
+            with self._lock:
+                self._parts[key] = value
                 self.loads[key] += 1
-            return self._parts[key]
+            return value
 
     def kept_sample(self, key, load: Callable[[], Any]):
         """The sample `key`, loaded once while it fits the budget (an error is raised each time, never kept)."""

@@ -240,9 +240,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
             if inputs.search_recapture else None
         search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc,
                                              n=inputs.n_search, seed=inputs.seed, recapture=rc, progress=False)
-    config_search = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
-                                                         recorded_from=ri.recorded_from)
-    artifacts = trained_config.trained_artifacts(setup, ri.train_data, config_search)
+    config_search, artifacts = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
+                                                               recorded_from=ri.recorded_from)
     found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings() + (
         artifacts.findings() if artifacts is not None else [])
     headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"

@@ -315,10 +315,9 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
         if "embed_tokens.weight" in shipped else None
     rope = trained_rope(draft_path, target_path)
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
-    found = trained_config.trained_config_search(setup, ri.train_data, recorded=ri.recorded_acc,
-                                                 recorded_from=ri.recorded_from)
+    found, tensors = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
+                                                     recorded_from=ri.recorded_from)   # ... and a shipped tensor
     decided += found.findings()
-    tensors = trained_config.trained_artifacts(setup, ri.train_data, found)   # a shipped tensor not the trained one
     restored = tensors.findings() if tensors is not None else []
     decided += restored
     if found.trained_changes:

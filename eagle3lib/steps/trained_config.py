@@ -6,7 +6,8 @@ given) and common ones as candidates. `trained_config_search` gathers those valu
 its `Search.trained_changes` is the configuration that reproduces training, which the as-served replay then
 takes as "as trained" (steps.served_prediction). When no config field restores what the draft falls short of,
 `trained_artifacts` searches the shipped tensors (replay.artifacts: d2t recovered from the training targets,
-lm_head rows, tied weights, the embedding).
+lm_head rows, tied weights, the embedding). `trained_searches` runs both once per case (`once.kept`): the served
+prediction (notebook 01) and the training-sample replay (notebook 02) ask the same question of the same setup.
 """
 from __future__ import annotations
 
@@ -20,8 +21,10 @@ from ..model.config import read_config_json
 from ..model.safefiles import load_state_dict
 from ..model.variants import shape_implied
 from ..model.target import load_target_info
+from ..once import files_signature, kept
 from ..replay.artifacts import ArtifactSearch, fails_own_samples, search_artifacts
 from ..replay.counterfactual import Search, search
+from ..replay.run import setup_fingerprint
 from ..replay.stats import ReplaySetup
 
 N_SAMPLES = 16         # training samples per candidate (the search replays step 0 only: CPU seconds on the demo)
@@ -90,6 +93,21 @@ def trained_artifacts(setup: ReplaySetup, data, found: Search, *, n: int = N_SAM
     return search_artifacts(setup, data, recorded=found.recorded, shipped_acc0=found.shipped_acc0,
                             positions=found.positions, n=n, recapture=recapture,
                             own_embed="embed_tokens.weight" in names, tied=bool(raw.get("tie_word_embeddings")))
+
+
+def trained_searches(setup: ReplaySetup, data: str, *, recorded: float | None = None, recorded_from: str = "",
+                     training_config: str = "") -> tuple[Search, ArtifactSearch | None]:
+    """(`trained_config_search`, `trained_artifacts` after it) on the training samples `data` (a path), computed once
+    per case for this setup (its model as loaded, layout, dtype and device), data and recorded accuracy."""
+    key = ("trained searches", setup.draft_path, setup.target_path, setup.training_layout, str(setup.dtype),
+           str(setup.device), id(setup.model), setup_fingerprint(setup), str(Path(data).resolve()),
+           files_signature(data), recorded, recorded_from, training_config)
+
+    def run():
+        found = trained_config_search(setup, data, recorded=recorded, recorded_from=recorded_from,
+                                      training_config=training_config)
+        return found, trained_artifacts(setup, data, found)
+    return kept(key, run)
 
 
 def shipped_tensors(setup: ReplaySetup) -> tuple[str, ...]:

@@ -170,3 +170,22 @@ def test_the_diagnosis_dtype_reaches_the_checks_replay_and_the_verdicts_stand(mo
     draft = str(w.draft.resolve())
     assert {k: n for k, n in reads.items() if k[0] == "draft"} == {("draft", draft, "torch.bfloat16"): 1,
                                                                   ("draft", draft, "torch.float32"): 1}, reads
+
+
+def test_the_trained_config_and_tensor_searches_run_once_per_diagnosis(monkeypatch):
+    """The served prediction (01) and the training-sample replay (02) ask the training samples the same question of
+    the same setup: the config search and the artifact search run once (before: once per part, each replaying every
+    candidate field; the largest share of a seed-scale diagnosis)."""
+    from eagle3lib.steps import trained_config
+    w = demo.ensure_world(progress=False)
+    calls: Counter = Counter()
+    search = trained_config.trained_config_search
+
+    def counted(setup, data, **k):
+        calls[(setup.draft_path, str(data))] += 1
+        return search(setup, data, **k)
+    monkeypatch.setattr(trained_config, "trained_config_search", counted)
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data), launch=SEED_LAUNCH,
+                   sglang_version="0.5.6", served_log="data/samples/sglang_seed_decode.log", n=4, drift_samples=2))
+    assert r.problems == () and "ndt_override" in {v.cause for v in r.diagnosis.alarms}
+    assert list(calls.values()) == [1], calls        # both parts asked; one search ran
