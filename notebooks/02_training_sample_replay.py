@@ -40,6 +40,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 # %%
 from IPython.display import display
 
+from eagle3lib.checks.restoring import config_findings
 from eagle3lib.diagnose.combine import diagnose
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, tokenview, verdict
@@ -159,7 +160,7 @@ verdicts[list(verdicts)[-1]].evidence
 # %%
 config_search = res["config_search"]
 display(part.tables["config search"])
-for f in config_search.findings():
+for f in config_findings(config_search):
     print(f"[{f.status}] {f.summary}" + (f" | fix: {f.fix}" if f.fix else ""))
 
 # %% [markdown]

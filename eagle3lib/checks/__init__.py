@@ -32,6 +32,9 @@
 - `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)
 - `replayed_layout` what the training-sample replay decides: the served layout against the trained one,
                   missing_layer_ids, generalization_gap, a d2t reading (notebook 02)
+- `restoring`   what the training samples' searches decide: a config field (draft_config_differs, rope_mismatch)
+                  or a shipped tensor (d2t_mapping, draft_tensor_differs, lm_head_missing, wrong_embedding) that
+                  restores the draft's own training samples (steps.trained_config runs the searches)
 - `generalization` generalization_gap on the served traffic: the training samples' accuracy against the traffic's
                   replay (with how far it is from them), or a served τ against a replay on other data; never
                   ruled out from held-out samples alone while the served τ is low (steps.served_prediction calls it)

@@ -21,7 +21,7 @@ A candidate restores when it gains the counterfactual search's margin (`MIN_GAIN
 longer fails the training samples (`fails_own_samples`): a map fitted to a draft broken
 elsewhere betters a few positions, it does not reproduce training. The finding names the tensor, the fix and the
 accuracy it restores.
-Usage: ``s = search_artifacts(setup, data, recorded=0.92); s.findings()``.
+Usage: ``s = search_artifacts(setup, data, recorded=0.92)``; judged by `checks.restoring.tensor_findings(s)`.
 """
 from __future__ import annotations
 
@@ -32,7 +32,6 @@ from dataclasses import dataclass, field
 import pandas as pd
 import torch
 
-from ..causes import Finding
 from ..errors import Eagle3Error
 from ..model.target import load_target_tensor
 from ..model.vocab import absolute_to_offsets, draft_to_target
@@ -218,38 +217,6 @@ class ArtifactSearch:
                   "margin": None if math.isnan(c.acc0) else round(self.margin(c), 4),
                   "note": "; ".join(x for x in (c.note, "restores" if c is r else "") if x)} for c in self.candidates]
         return pd.DataFrame(rows)
-
-    def findings(self) -> list[Finding]:
-        """The tensor that restores the training samples, confirmed with its fix and both accuracies; none when
-        no tensor restores them (the shortfall stays the config search's and the layout search's to explain)."""
-        r = self.restoring
-        if r is None:
-            return []
-        m = self.recovered
-        ev = {"tensor": r.tensor, "how": r.how, "acc0_as_shipped": round(self.shipped_acc0, 4),
-              "acc0_restored": round(r.acc0, 4), "margin": round(self.margin(r), 4), "positions": self.positions,
-              "recorded": self.recorded, "candidates": {c.how: None if math.isnan(c.acc0) else round(c.acc0, 4)
-                                                        for c in self.candidates}}
-        if m is not None:
-            ev.update(map_positions=m.positions, draft_ids_seen=m.seen, shipped_ascending=m.shipped_ascending,
-                      recovered_on_shipped_ids=round(m.same_ids, 4), recovered_as_shipped=round(m.agrees, 4))
-        why = ""
-        if r.tensor in ("d2t", "lm_head") and m is not None:
-            why = (f"; on the training targets {m.agrees:.0%} of the draft's predictions map as the shipped d2t says "
-                   f"({m.seen} draft ids recovered from {m.positions} positions), "
-                   + ("the shipped target ids ascend and the recovered ones are the same ids: the lm_head rows are "
-                      "in another order" if r.tensor == "lm_head" else
-                      "the shipped map's target ids are out of the ascending order writers store them in"
-                      if not m.shipped_ascending and m.same_ids >= SAME_IDS else
-                      "the recovered map points at other target ids: the d2t comes from another vocabulary"))
-        rec = f", recorded {self.recorded:.2f}" if self.recorded is not None else ""
-        held = (f"the stand-in for its missing {r.tensor}" if self.cause_of(r.tensor) == "lm_head_missing" else
-                f"its shipped {r.tensor}")
-        return [Finding(self.cause_of(r.tensor), "confirmed", f"the draft fails its own training samples with {held} "
-                        f"(step-0 accuracy {self.shipped_acc0:.2f}{rec}) and scores {r.acc0:.2f} with "
-                        f"{r.how}" + (f" ({r.note})" if r.note else "") + why, ev, WHERE, fix=f"{r.fix}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}",
-                        measured=True)]
-
 
 def fails_own_samples(acc0: float, recorded: float | None) -> bool:
     """The draft scores clearly less on its own training samples than training recorded (the verdict's

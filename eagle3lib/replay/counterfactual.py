@@ -12,7 +12,7 @@ The decision is a margin, not a band: a candidate restores when it gains more th
 `Z` standard errors of the difference of two accuracies on these positions, and (with a recorded accuracy) comes
 nearer to it than the shipped config does. The search reports every candidate's accuracy, so a reader sees the
 margin. Fields the search does not replay say where they are decided (`DECIDED_ELSEWHERE`).
-Usage: ``s = search(setup, data, target_config=t); s.findings()``.
+Usage: ``s = search(setup, data, target_config=t)``; judged by `checks.restoring.config_findings(s)`.
 """
 from __future__ import annotations
 
@@ -22,13 +22,11 @@ from typing import Callable
 
 import pandas as pd
 
-from ..causes import Finding, not_checked
 from ..engines.facts import read_fields
 from ..engines.versions import SERVING_ENGINES
 from ..errors import Eagle3Error
 from ..model.checkpoint import expected_tensors
-from ..model.variants import CHANGEABLE, rebuilt, reshape_text, reshaped
-from .as_served import CONFIG_ROPE
+from ..model.variants import CHANGEABLE, rebuilt
 from .run import replay
 from .stats import ReplaySetup
 
@@ -63,7 +61,7 @@ class Candidate:
 
     @property
     def described(self) -> str:
-        return " + ".join(f"{k}={_show(v)} ({h})" for (k, v), h in zip(self.changes.items(), self.hows))
+        return " + ".join(f"{k}={shown_value(v)} ({h})" for (k, v), h in zip(self.changes.items(), self.hows))
 
     def config_fix(self) -> str:
         parts = []
@@ -71,7 +69,7 @@ class Candidate:
             if h == "remove" or (v is False and k in FLAGS):       # off is every reader's default for a flag
                 parts.append(f"remove `{k}` from config.json")
             else:
-                parts.append(f"set `{k}` to {_show(v)} in config.json ({h})")
+                parts.append(f"set `{k}` to {shown_value(v)} in config.json ({h})")
         return "; ".join(parts)
 
 
@@ -151,63 +149,11 @@ class Search:
         r = self.restoring
         return {"shipped_acc0": self.shipped_acc0, "positions": self.positions, "recorded": self.recorded,
                 "recorded_from": self.recorded_from, "fields": list(self.fields), "elsewhere": dict(self.elsewhere),
-                "candidates": [{"changes": {k: _show(v) for k, v in c.changes.items()}, "hows": list(c.hows),
+                "candidates": [{"changes": {k: shown_value(v) for k, v in c.changes.items()}, "hows": list(c.hows),
                                 "acc0": c.acc0, "positions": c.positions, "note": c.note} for c in self.candidates],
                 "restoring": r.described if r else None, "notes": list(self.notes)}
 
-    def findings(self) -> list[Finding]:
-        """`draft_config_differs`: confirmed with both accuracies and the fix when a candidate restores; ruled out
-        when the shipped config reproduces training, or when no field or pair restores what it falls short of
-        (the shortfall is then another cause's: the evidence keeps both numbers)."""
-        aspect = ("a field the engine reads",)
-        if math.isnan(self.shipped_acc0):
-            return [not_checked("draft_config_differs", WHERE, "training samples the draft can be replayed on",
-                                aspects=aspect)]
-        ev = {"acc0_as_shipped": round(self.shipped_acc0, 4), "positions": self.positions,
-              "recorded": self.recorded, "recorded_from": self.recorded_from, "fields_searched": list(self.fields),
-              "candidates": len(self.candidates)}
-        r = self.restoring
-        if r is not None:
-            ev.update(acc0_restored=round(r.acc0, 4), margin=round(self.margin(r), 4),
-                      changes={k: _show(v) for k, v in r.changes.items()},
-                      shipped={k: _show(v) for k, v in r.shipped.items()})
-            rec = f" (recorded {self.recorded:.2f})" if self.recorded is not None else ""
-            rope = set(r.changes) <= set(CONFIG_ROPE)         # a RoPE field: the catalogue's own cause for it
-            unneeded = self.unneeded(r)
-            if unneeded:
-                ev["tensors_the_field_adds"] = list(unneeded)
-            sized = reshape_text(self.shipped_cfg, r.changes) if IMPLIED in r.hows and self.shipped_cfg else ""
-            if sized:
-                ev["tensors_the_field_sizes"] = [[k, list(a), list(b)] for k, a, b in
-                                                 reshaped(self.shipped_cfg, r.changes)]
-            return [Finding("rope_mismatch" if rope else "draft_config_differs", "confirmed",
-                            f"the draft fails its own training samples under its shipped config (step-0 accuracy "
-                            f"{self.shipped_acc0:.2f}) and scores {r.acc0:.2f} with {r.described}{rec}: the config is "
-                            f"not what was trained" + (f" ({sized})" if sized else ""), ev, WHERE,
-                            fix=f"{r.config_fix()}: {self.shipped_acc0:.2f} -> {r.acc0:.2f}", measured=True,
-                            aspects=("draft config vs training config",) if rope else aspect,
-                            explains=(("engine_cannot_run",) if set(r.changes) & set(REFUSED_VALUES) else ()) +
-                            (("weights_dropped",) if unneeded or sized else ()))]
-        best = self.best
-        if best is not None:
-            ev.update(best=best.described, acc0_best=round(best.acc0, 4))
-        if self.reproduces_training is False:     # short of training, but no config field is why
-            return [Finding("draft_config_differs", "ruled out",
-                            f"the shipped config scores {self.shipped_acc0:.2f} on the training samples, "
-                            f"{self.recorded:.2f} recorded, and no engine-read field set otherwise restores it "
-                            f"(best {best.described if best else '-'}: {best.acc0 if best else float('nan'):.2f}): "
-                            "the shortfall lies in the checkpoint, its layout, its vocab map or the target, not in "
-                            "a config field", ev, WHERE, measured=True, aspects=aspect)]
-        said = ("reproduces the recorded accuracy" if self.reproduces_training else
-                "is not beaten by any engine-read field set otherwise")
-        return [Finding("draft_config_differs", "ruled out",
-                        f"the shipped config {said} on the training samples ({self.shipped_acc0:.2f}"
-                        + (f", recorded {self.recorded:.2f}" if self.recorded is not None else "")
-                        + f"; {len(self.candidates)} counterfactuals, best "
-                        f"{best.acc0 if best else float('nan'):.2f})", ev, WHERE, measured=True, aspects=aspect)]
-
-
-def _show(v) -> str:
+def shown_value(v) -> str:
     if isinstance(v, float):
         return f"{v:g}"
     return "absent" if v is None else str(v)

@@ -30,6 +30,7 @@ from ..layout import parse_layout
 from ..model.config import read_config_json
 from ..model.dialects import CONFIG_DIALECTS
 from ..model.target import load_target_info
+from ..checks.restoring import config_findings, tensor_findings
 from ..replay.run import identify_training_layout, load_setup, with_trained_layout
 from ..replay.stats import ReplaySetup
 from ..replay.items import stored_layout
@@ -242,8 +243,8 @@ def run(inputs: Inputs, earlier=None) -> Part:
                                              n=inputs.n_search, seed=inputs.seed, recapture=rc, progress=False)
     config_search, artifacts = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
                                                                recorded_from=ri.recorded_from)
-    found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_search.findings() + (
-        artifacts.findings() if artifacts is not None else [])
+    found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_findings(config_search) + (
+        tensor_findings(artifacts) if artifacts is not None else [])
     headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
     tables = {"training samples": verdict.replay_table(train),
               "held-out": verdict.replay_table({"training": train["training"], **held}),

@@ -18,6 +18,7 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
+from ..checks.restoring import config_findings, tensor_findings
 from ..checks.inputs import read_artifacts
 from ..checks.rope import rope_fields
 from ..serving.loaded_view import EngineView
@@ -317,8 +318,8 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
     found, tensors = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
                                                      recorded_from=ri.recorded_from)   # ... and a shipped tensor
-    decided += found.findings()
-    restored = tensors.findings() if tensors is not None else []
+    decided += config_findings(found)
+    restored = tensor_findings(tensors) if tensors is not None else []
     decided += restored
     if found.trained_changes:
         notes.append("as trained: " + found.restoring.described + f" (the training samples: {found.shipped_acc0:.2f} "

@@ -5,7 +5,8 @@ import pytest
 import torch
 
 from eagle3demo import faults
-from eagle3lib.replay.artifacts import (ArtifactSearch, Candidate, RecoveredMap, fails_own_samples, held_out,
+from eagle3lib.checks.restoring import tensor_findings
+from eagle3lib.replay.artifacts import (RecoveredMap, fails_own_samples, held_out,
                                         most_frequent, recover_map)
 from eagle3lib.steps.trained_config import trained_artifacts, trained_config_search
 from eagle3lib.replay.verdict import read_recorded_accuracy
@@ -44,25 +45,6 @@ def test_a_map_is_scored_on_positions_it_was_not_fitted_on():
     assert sum(shipped[i] == x for i, x in zip(d, t)) / len(d) < 0.05                 # as shipped: nothing
 
 
-def search(*accs, shipped=0.0, recorded=0.92, tensor="lm_head", missing=()):
-    m = RecoveredMap((None,), 800, True, 1.0, 0.0)
-    cands = tuple(Candidate(t, how, "fix it", a, 500) for t, how, a in accs)
-    return ArtifactSearch(shipped, 500, recorded, cands, m, (), missing)
-
-
-def test_a_restoring_tensor_is_confirmed_with_its_fix_and_accuracies():
-    s = search(("d2t", "d2t recovered", 0.91), ("lm_head", "rows reordered", 0.90), ("lm_head", "target's", 0.5))
-    (f,) = s.findings()     # the two map fixes restore alike: the map points at the lm_head rows
-    assert (f.cause, f.status, f.measured) == ("draft_tensor_differs", "confirmed", True)
-    assert f.evidence["tensor"] == "lm_head" and f.evidence["acc0_restored"] == 0.9
-    assert f.fix == "fix it: 0.00 -> 0.90" and "lm_head rows are in another order" in f.summary
-    assert search(("lm_head", "target's", 0.88), missing=("lm_head.weight",)).findings()[0].cause == "lm_head_missing"
-    # below the margin, or no nearer the recorded accuracy: nothing restores, nothing is said
-    assert search(("d2t", "d2t recovered", 0.03)).findings() == []
-    assert search(("d2t", "d2t recovered", 0.5), shipped=0.9, recorded=0.9).findings() == []
-    assert search(("d2t", "d2t recovered", 0.47), shipped=0.32).findings() == []     # better, training not reproduced
-
-
 def test_failing_its_own_samples_is_measured_against_the_record():
     assert fails_own_samples(0.0, 0.92) and not fails_own_samples(0.85, 0.92)
     assert fails_own_samples(0.1, None) and not fails_own_samples(0.8, None)
@@ -81,7 +63,7 @@ def test_a_shipped_tensor_not_the_trained_one_is_named_and_its_fix_restores(worl
     found = trained_config_search(setup, world.specforge_data, recorded=recorded)
     assert found.restoring is None and fails_own_samples(found.shipped_acc0, recorded)   # no config field does it
     s = trained_artifacts(setup, world.specforge_data, found)
-    (f,) = s.findings()
+    (f,) = tensor_findings(s)
     assert (f.cause, f.evidence["tensor"]) == (cause, tensor), s.frame()
     assert f.evidence["acc0_restored"] > recorded - 0.05 and f.evidence["acc0_as_shipped"] < recorded - 0.3
 

@@ -6,6 +6,7 @@ import json
 import pytest
 
 from eagle3demo import deployments
+from eagle3lib.checks.restoring import config_findings
 from eagle3lib.engines.draft_edit import edited_copy
 from eagle3lib.engines.facts import read_fields
 from eagle3lib.model.config import DraftConfig
@@ -52,7 +53,7 @@ def search_of(shipped: float, *accs, recorded=None, positions=500) -> Search:
 
 def test_a_restoring_field_is_confirmed_with_both_accuracies_and_its_fix():
     s = search_of(0.33, (None, 0.92), recorded=0.88)
-    (f,) = s.findings()
+    (f,) = config_findings(s)
     assert f.cause == "draft_config_differs" and f.status == "confirmed" and f.measured
     assert f.fix == "remove `norm_before_residual` from config.json: 0.33 -> 0.92"
     assert f.evidence["acc0_as_shipped"] == 0.33 and f.evidence["acc0_restored"] == 0.92
@@ -67,36 +68,37 @@ def test_a_flag_whose_tensor_the_checkpoint_lacks_explains_the_missing_weight(ti
     c = Candidate({"norm_before_fc": False}, ("switch off",), {"norm_before_fc": True}, 0.9, 500)
     s = Search(0.3, 500, 0.88, "log", (c,), ("norm_before_fc",), shipped_cfg=shipped)
     assert s.unneeded(c)
-    (f,) = s.findings()
+    (f,) = config_findings(s)
     assert f.cause == "draft_config_differs" and "weights_dropped" in f.explains
     assert f.evidence["tensors_the_field_adds"] == list(s.unneeded(c))
     plain = DraftConfig.from_dict(dict(tiny_cfg_dict, rope_theta=5e5))
     r = Candidate({"rope_theta": 1e4}, ("the training config's",), {"rope_theta": 5e5}, 0.9, 500)
     s = Search(0.3, 500, 0.88, "log", (r,), ("rope_theta",), shipped_cfg=plain)
-    assert s.unneeded(r) == () and "weights_dropped" not in s.findings()[0].explains
+    assert s.unneeded(r) == () and "weights_dropped" not in config_findings(s)[0].explains
 
 
 def test_a_rope_field_that_restores_is_rope_mismatch():
     s = Search(0.81, 560, 0.88, "log", (Candidate({"rope_theta": 1e4}, ("the target's",), {"rope_theta": 1e6},
                                                     0.925, 560),), ("rope_theta",))
-    (f,) = s.findings()
+    (f,) = config_findings(s)
     assert f.cause == "rope_mismatch" and f.status == "confirmed" and "rope_theta` to 10000" in f.fix
 
 
 def test_no_gain_beyond_the_margin_is_no_finding_of_a_fault():
     s = search_of(0.90, (None, 0.92), recorded=0.88)          # +0.02: inside the margin
-    (f,) = s.findings()
+    (f,) = config_findings(s)
     assert f.status == "ruled out" and s.restoring is None and s.trained_changes == {}
     few = search_of(0.50, (None, 0.58), positions=40)          # +0.08 on 40 positions: noise
     assert few.margin(few.candidates[0]) > 0.08 and few.restoring is None
     short = search_of(0.50, (None, 0.52), recorded=0.88)       # short of training, but not a config field
-    assert short.findings()[0].status == "ruled out" and "not in a config field" in short.findings()[0].summary
+    (f,) = config_findings(short)
+    assert f.status == "ruled out" and "not in a config field" in f.summary
     farther = search_of(0.95, (None, 0.30), recorded=0.90)      # a candidate moving away from the record never counts
     assert farther.restoring is None
 
 
 def test_nothing_to_replay_is_not_checked():
-    (f,) = Search(float("nan"), 0, None, "", (), ()).findings()
+    (f,) = config_findings(Search(float("nan"), 0, None, "", (), ()))
     assert f.status == "not checked" and "training samples" in f.needs
 
 
@@ -105,11 +107,11 @@ def test_the_demo_draft_with_a_flag_it_was_not_trained_with_names_it(world, tmp_
     """The issue's case: norm_before_residual switched on in the shipped config (vLLM honours it: τ 3.23 -> 1.39)."""
     healthy = deployments.write_deployment("healthy", tmp_path / "h")
     clean = trained_config_search(setup_of(world, healthy), world.specforge_data, recorded=0.88)
-    assert clean.findings()[0].status == "ruled out" and clean.restoring is None
+    assert config_findings(clean)[0].status == "ruled out" and clean.restoring is None
     bad = tmp_path / "nbr"
     edited_copy(healthy, bad, config=lambda c: c.update(norm_before_residual=True), fresh=True)
     s = trained_config_search(setup_of(world, bad), world.specforge_data, recorded=0.88)
-    (f,) = s.findings()
+    (f,) = config_findings(s)
     assert f.cause == "draft_config_differs" and f.status == "confirmed", f.summary
     assert s.trained_changes == {"norm_before_residual": False}
     assert s.shipped_acc0 < 0.5 and s.restoring.acc0 > 0.85
