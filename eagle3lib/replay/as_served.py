@@ -173,12 +173,6 @@ class AsServed:
                 for r in self.replays]
         return pd.DataFrame(rows)
 
-    def aspect_frame(self) -> pd.DataFrame:
-        rows = [{"aspect": a, "as trained": _show(self.trained.get(a)), "as served": _show(v),
-                 "differs": v != self.trained.get(a), "served from": self.sources.get(a, "")}
-                for a, v in self.served.items()]
-        return pd.DataFrame(rows)
-
     def to_dict(self) -> dict:
         return {"num_steps": self.num_steps, "trained": {k: _plain(v) for k, v in self.trained.items()},
                 "served": {k: _plain(v) for k, v in self.served.items()}, "sources": dict(self.sources),
@@ -187,10 +181,6 @@ class AsServed:
                              "tau_every_position": r.tau_every_position, "drafts": r.drafts}
                             for r in self.replays],
                 "notes": list(self.notes), "unknown": list(self.unknown)}
-
-
-def _show(v) -> str:
-    return ", ".join(map(str, v)) if isinstance(v, tuple) else str(v)
 
 
 def _plain(v):
