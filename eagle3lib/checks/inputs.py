@@ -79,10 +79,10 @@ class Artifacts:
 
     @cached_property
     def replay_setup(self):
-        """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on `replay_device`): loaded
-        on first use, once for every check that replays these artifacts, and inside a diagnosis the very setup its
-        parts replay (`replay.run.load_setup`, once per case); an Eagle3Error when it cannot load is raised to
-        each, never kept."""
+        """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on
+        `replay_device`): loaded on first use, once for every check that replays these artifacts, and inside a
+        diagnosis the very setup its parts replay (`replay.run.load_setup`, once per case); an Eagle3Error when it
+        cannot load is raised to each, never kept."""
         from ..replay.evidence import load_replay
         return load_replay(self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype)
 

@@ -145,7 +145,8 @@ def held_out(draft_ids: list[int], targets: list[int], more_ids: list[int], more
         for i, x in enumerate(recovered):
             if x is not None:
                 as_d2t[i] = x
-        rows = ship[torch.argsort(row_order(recovered, shipped, weights))]  # under rows reordered: the old top-1 row's new place
+        # under lm_head rows reordered: draft id -> the target id of the place its old row moved to
+        rows = ship[torch.argsort(row_order(recovered, shipped, weights))]
         hits[0] += int((as_d2t[d[half::2]] == t[half::2]).sum())
         hits[1] += int((rows[d[half::2]] == t[half::2]).sum())
     return HeldOut(hits[0], hits[1], len(draft_ids))
