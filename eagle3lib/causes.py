@@ -184,7 +184,7 @@ _ROWS_TRAINED = (
      "it, and nothing measured explains the loss (an aspect no replay models, prompts unlike the replayed ones, or "
      "the engine itself: engine_regression needs the same artifacts served on another version)",
      "served τ below both replays, every modelled wiring cause ruled out",
-     "replay.served; the real vLLM's generated fault matrix (benchmarks/results/fault_matrix_vllm.json)"),
+     "checks.served_loss; the real vLLM's generated fault matrix (benchmarks/results/fault_matrix_vllm.json)"),
 )
 # the separate ways each cause happens (a cause with one way has one aspect, named after it)
 ASPECTS: dict[str, tuple[str, ...]] = {

@@ -38,6 +38,9 @@
 - `generalization` generalization_gap on the served traffic: the training samples' accuracy against the traffic's
                   replay (with how far it is from them), or a served τ against a replay on other data; never
                   ruled out from held-out samples alone while the served τ is low (steps.served_prediction calls it)
+- `served_loss`   what a served τ decides beside the replay under the setting it ran (engine_regression,
+                  served_loss_unexplained, measurement_artefact) and beside the draft replayed as trained and as
+                  the engine loads it (each wiring cause; steps.served_prediction calls it)
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `registry`    `@contract(name, causes, parts=...)`: each check registered where it is written, with the parts
                   that run it (tags, no tuple of names); `Options`, what a check reads beside the artifacts

@@ -38,7 +38,7 @@ from ..checks.template import TEMPLATE_JUDGED
 from ..layout import NOT_CAPTURED, ZERO
 from ..replay.artifacts import WHERE as ARTIFACT_SEARCH
 from ..replay.counterfactual import WHERE as CONFIG_SEARCH
-from ..replay.served import AS_SERVED
+from ..checks.served_loss import AS_SERVED
 from ..steps.given import Problem
 from .decision import SeedDecision, seed_decision
 

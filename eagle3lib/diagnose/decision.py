@@ -36,7 +36,7 @@ from ..checks.engine_said import WHERE as ENGINE_SAID
 from ..replay.artifacts import fails_own_samples
 from ..replay.counterfactual import WHERE as COUNTERFACTUAL
 from ..checks.generalization import WHERE as TRAFFIC
-from ..replay.served import AS_SERVED, tau_tolerance
+from ..checks.served_loss import AS_SERVED, tau_tolerance
 
 VERDICTS = ("wiring/loading", "generalization gap", "ceiling", "healthy")
 CEILING_GAIN = 0.5      # accepted tokens a deeper K must add to the replay's τ for the launch's K to be a ceiling

@@ -13,8 +13,8 @@
 - `layoutsearch` which wiring was meant: candidate layouts, d2t readings and token shifts replayed and ranked.
 - `tokenview`    per-sample token view (ipywidgets in Lab, static HTML in reports); the audit's forward preview.
 - `tree_acceptance` simulated SGLang tree acceptance from every training-sample position, next to the chain.
-- `served`       a served τ against the replay under the same (num_steps, topk, num_draft_tokens) and layout, and
-                 against the draft as trained / as the engine loads it (what the served τ decides per cause).
+- `served`       a served τ beside the replay under the same (num_steps, topk, num_draft_tokens) and layout (what
+                 it decides: checks.served_loss).
 - `as_served`    the draft replayed as an engine loads it (layout, d2t, embedding, lm_head, RoPE), aspect by aspect.
 - `counterfactual` the training samples decide what was trained: the draft replayed under every engine-read
                  config field set otherwise; the field whose change restores the accuracy, with its fix.

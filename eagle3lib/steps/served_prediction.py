@@ -28,7 +28,8 @@ from ..model.safefiles import load_state_dict
 from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
-from ..replay.served import WHERE, ServedVsPredicted, as_served_findings, served_vs_replay, tau_tolerance
+from ..replay.served import ServedVsPredicted, served_vs_replay
+from ..checks.served_loss import WHERE, as_served_findings, served_findings, tau_tolerance
 from ..checks.generalization import not_served, traffic_finding, without_traffic
 from ..replay.traffic_samples import served_traffic_read
 from ..hidden.dumps import dump_engine
@@ -88,11 +89,12 @@ class ServedPrediction:
         if self.decided:
             gen = [] if any(f.cause == "generalization_gap" for f in self.decided) else [not_served(
                 "; ".join(self.missing + self.problems))]
-            trees = [f for c in self.comparisons for f in c.findings()]   # SGLang trees beside the tree replay
+            trees = [f for c in self.comparisons for f in served_findings(c)]   # SGLang trees beside the tree replay
             return list(self.decided) + trees + gen
         if self.comparisons:
-            return [f for c in self.comparisons for f in c.findings()] + [
-                without_traffic(c.served, c.predicted, c.tolerance, "the training samples", source=c.source)
+            return [f for c in self.comparisons for f in served_findings(c)] + [
+                without_traffic(c.served, c.predicted, tau_tolerance(c.predicted), "the training samples",
+                                source=c.source)
                 for c in self.comparisons]
         need = " and ".join(self.missing) or "a served run with an accept length"
         why = "; ".join(self.problems)

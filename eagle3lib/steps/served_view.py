@@ -7,7 +7,7 @@ both (`vllm_engine.engine_log`: the aux layers it captured, whether it kept the 
 died of). Each aspect says which source answered (`EngineView.frame()`).
 An SGLang deployment's view is overruled by what the running SGLang said (`sglang_view`: its log's own failure, and
 the load a dump of eagle3lib's SGLang hook records). What the running engine said becomes findings in `checks.engine_said`. `served_as_served(...)` is the measurement on top: the served τ beside the draft replayed as
-trained and as the engine loads it (replay.as_served, replay.served.as_served_findings).
+trained and as the engine loads it (replay.as_served, checks.served_loss.as_served_findings).
 """
 from __future__ import annotations
 

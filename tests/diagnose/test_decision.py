@@ -11,7 +11,7 @@ from eagle3lib.diagnose.combine import diagnose
 from eagle3lib.diagnose.decision import decision_html, decision_lines, decision_markdown, seed_decision, with_decision
 from eagle3lib.replay.counterfactual import WHERE as COUNTERFACTUAL
 from eagle3lib.checks.generalization import not_served, traffic_finding, without_traffic
-from eagle3lib.replay.served import AS_SERVED
+from eagle3lib.checks.served_loss import AS_SERVED
 from eagle3lib.report.findings import FINDINGS_KEY
 from eagle3lib.report.index import index_html
 

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import pytest
 
+from eagle3lib.checks.served_loss import tau_tolerance
 from eagle3lib.replay.tree_acceptance import replay_tree
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.steps import discovery, served_prediction as sp
@@ -81,7 +82,7 @@ def test_demo_world_served_runs_match_the_replay_in_the_served_layout():
     res = sp.served_vs_predicted(d, progress=False)
     (c,) = res.comparisons
     assert c.setting == (1, 1, 2) and "zeros" in c.layout
-    assert abs(c.gap) <= c.tolerance and [f.status for f in res.findings()] == ["ruled out", "ruled out"]
+    assert abs(c.gap) <= tau_tolerance(c.predicted) and [f.status for f in res.findings()] == ["ruled out", "ruled out"]
     assert [f.cause for f in res.findings()] == ["engine_regression", "generalization_gap"]   # the served prompts too
 
 
