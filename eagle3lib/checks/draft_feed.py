@@ -139,7 +139,8 @@ def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
 
 
 def pp_size(la) -> tuple[int | None, str | None]:
-    return integer(la, "pp_size" if la.engine == "sglang" else "pipeline_parallel_size")
+    name = la.field_for("pipeline_parallel")
+    return integer(la, name) if name else (None, None)
 
 
 def _pp(art: Artifacts, la) -> Finding:

@@ -152,7 +152,7 @@ def _lora(la: LaunchArgs) -> Finding:
     on, bad = switch(la, "enable_lora")
     if bad:
         return _bad(c, w, bad)
-    adapters = la.flags.get("lora_paths" if la.engine == "sglang" else "lora_modules")
+    adapters = la.flags.get(la.field_for("lora_adapters") or "")
     ev = {"enable_lora": bool(on), "adapters": adapters}
     if on or adapters:
         f = serving_row("sglang", "lora_adapts_draft")
@@ -179,11 +179,14 @@ def _structured(la: LaunchArgs) -> Finding:
 
 def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:
     c, w = "chunked_prefill_boundary", f"{WHERE}.chunked_prefill"
-    name = "chunked_prefill_size" if la.engine == "sglang" else "max_num_batched_tokens"
+    name, switched = la.field_for("chunked_prefill_tokens"), la.field_for("chunked_prefill_switch")
+    if name is None:
+        return Finding(c, "not checked", f"not checked: {la.engine}'s home names no chunked-prefill flag", {}, w,
+                       needs="the engine's chunk-size flag (its home's roles)")
     size, bad = integer(la, name)
     if bad:
         return _bad(c, w, bad)
-    on, bad = switch(la, "enable_chunked_prefill") if la.engine == "vllm" else (None, None)
+    on, bad = switch(la, switched) if switched else (None, None)
     if bad:
         return _bad(c, w, bad)
     ev = {name: size}

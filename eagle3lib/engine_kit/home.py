@@ -4,13 +4,14 @@ Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list)
 ``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
 layer ids it reads from a draft config and what it then captures. The callers never branch on an engine's name for
-these: they ask the home (`serving.homes.home(name)`).
+these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
+(`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
 
-from dataclasses import dataclass
-from typing import Callable
+from dataclasses import dataclass, field
+from typing import Callable, Mapping
 
 
 @dataclass(frozen=True)
@@ -30,3 +31,6 @@ class EngineHome:
     speculative_fields: tuple[str, ...] = ()   # launch fields that say how the draft is served (unread = unjudgeable)
     # (draft config dict, L, version, target_arch, runner) -> [EngineReading]: the aux ids it reads and what it captures
     id_readings: Callable[..., list] | None = None
+    # what a flag does, as the checks ask for it ("pipeline_parallel") -> this engine's launch field ("pp_size"); a
+    # role the engine has no flag for is absent, so a check never reads another engine's flag in its place
+    roles: Mapping[str, str] = field(default_factory=dict)

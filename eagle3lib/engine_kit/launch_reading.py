@@ -60,12 +60,17 @@ class LaunchArgs:
     unread: tuple[str, ...] = ()        # fields whose value could not be read (strict=False): never evidence
     table: Mapping = field(default_factory=dict, repr=False, compare=False)   # the engine's flag table (its home's)
     speculative: tuple[str, ...] = ()   # the fields that say how the draft is served (its home's)
+    roles: Mapping = field(default_factory=dict, repr=False, compare=False)   # role -> field (its home's `roles`)
 
     @property
     def speculation_unread(self) -> bool:
         """A speculative setting (algorithm, draft, knobs, vLLM --speculative-config) whose value could not be read:
         nothing about the draft's serving may be decided from this command."""
         return bool(set(self.unread) & set(self.speculative))
+
+    def field_for(self, role: str) -> str | None:
+        """This engine's launch field for a role ("pipeline_parallel" -> "pp_size"), None when it has none."""
+        return self.roles.get(role)
 
     def get(self, name: str, default=None):
         """A flag's value by field name (``max_running_requests``) or flag (``--max-running-requests``)."""
@@ -103,7 +108,7 @@ def read_command(command: str | Sequence[str], homes: Mapping, engine: str | Non
                       fields.get("num_steps"), fields.get("topk"), fields.get("num_draft_tokens"),
                       fields.get("num_speculative_tokens"), fields.get("speculative_config"),
                       flags, tuple(unknown), env, tuple(positionals), tuple(notes), tuple(rest),
-                      tuple(dict.fromkeys(unread)), home.flags, home.speculative_fields)
+                      tuple(dict.fromkeys(unread)), home.flags, home.speculative_fields, home.roles)
 
 
 def int_or_none(v):

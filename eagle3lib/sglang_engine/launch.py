@@ -57,6 +57,9 @@ _FLAG_SPEC = {
 
 
 FLAGS = flag_table(_FLAG_SPEC)
+# what a flag does, as the checks ask for it -> SGLang's field (engine_kit.home.EngineHome.roles)
+ROLES = {"pipeline_parallel": "pp_size", "chunked_prefill_tokens": "chunked_prefill_size",
+         "lora_adapters": "lora_paths"}
 SPEC_FIELDS = ("speculative_algorithm", "speculative_draft_model_path", "speculative_num_steps",
                "speculative_eagle_topk", "speculative_num_draft_tokens")
 

@@ -5,6 +5,7 @@ from eagle3lib.engine_kit.home import EngineHome
 from eagle3lib.engines.versions import SERVING_ENGINES
 from eagle3lib.errors import ServingArgsError
 from eagle3lib.serving.homes import home, homes
+from eagle3lib.serving.launch import parse_launch
 
 
 def test_every_listed_engine_has_its_home_in_its_folder():
@@ -46,3 +47,37 @@ def test_an_unknown_engine_is_refused_naming_the_known_ones():
     with pytest.raises(ServingArgsError, match="unknown serving engine") as e:
         home("tgi")
     assert all(name in str(e.value) for name in SERVING_ENGINES)
+
+
+def test_each_role_names_a_flag_of_its_own_engine():
+    """A role (what a flag does, as the checks ask for it) maps to a field of that engine's own flag table, and a
+    parsed launch answers it by its engine's home: the checks never write an engine's flag name."""
+    fields = {name: {spec[0] for spec in h.flags.values()} for name, h in homes().items()}
+    for name, h in homes().items():
+        assert h.roles, f"{name}'s home names no role"
+        assert not set(h.roles.values()) - fields[name], f"{name}: a role names a flag {name} does not take"
+    sg = parse_launch("python -m sglang.launch_server --model-path t --pp-size 2 --chunked-prefill-size 512")
+    vl = parse_launch("vllm serve t --pipeline-parallel-size 2 --max-num-batched-tokens 512")
+    assert [la.get(la.field_for("pipeline_parallel")) for la in (sg, vl)] == [2, 2]
+    assert [la.get(la.field_for("chunked_prefill_tokens")) for la in (sg, vl)] == [512, 512]
+    assert sg.field_for("chunked_prefill_switch") is None and vl.field_for("chunked_prefill_switch")
+
+
+def test_a_launch_whose_home_has_no_role_is_not_checked_by_another_engines_flag(tmp_path):
+    """The same vLLM command read by a home without roles (a made-up engine's): its chunk size is not read under
+    vLLM's flag name, so the chunked-prefill cause is not checked, naming what is missing."""
+    from dataclasses import replace
+
+    from eagle3lib.checks.inputs import read_artifacts
+    from eagle3lib.checks.launch_flags import check_launch_flags
+    from tests.checks.world import draft_raw, write_draft, write_target
+
+    cmd = ("vllm serve t --max-num-batched-tokens 1024 --speculative-config "
+           "'{\"method\": \"eagle3\", \"model\": \"d\", \"num_speculative_tokens\": 3}'")
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None), launch=cmd,
+                         served_prompts=[100, 900])
+    seen = {f.cause: f for f in check_launch_flags(art)}["chunked_prefill_boundary"]
+    assert seen.status == "ruled out" and seen.evidence["max_num_batched_tokens"] == 1024
+    bare = replace(art, launch=replace(art.launch, engine="toy", roles={}))
+    unread = {f.cause: f for f in check_launch_flags(bare)}["chunked_prefill_boundary"]
+    assert unread.status == "not checked" and "toy's home names no chunked-prefill flag" in unread.summary
