@@ -23,6 +23,7 @@ import torch
 from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
+from eagle3lib.steps.case import case_of
 from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
@@ -31,9 +32,9 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-part = checkpoint_audit.run(Inputs(draft=draft, target=target, train_data=train_data, device=device,
-                                   dtype=dtype, num_steps=num_steps))
-inp = part.results["inputs"]
+inp = case_of(Inputs(draft=draft, target=target, train_data=train_data, device=device, dtype=dtype,
+                     num_steps=num_steps))
+part = checkpoint_audit.run(inp)
 print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
 a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])

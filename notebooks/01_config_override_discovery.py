@@ -48,6 +48,7 @@ from eagle3lib.serving import crossengine, serverinfo
 from eagle3lib.sglang_engine import introspect as sglang_introspect
 from eagle3lib.sglang_engine import resolver as sglang_resolver
 from eagle3lib.steps import discovery, served_prediction
+from eagle3lib.steps.case import case_of
 from eagle3lib.steps.part import Inputs
 from eagle3lib.report import findings
 from eagle3lib.demo.world import select_world
@@ -57,13 +58,13 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inputs = Inputs(draft=draft, target=target, train_data=train_data, launch=launch,
-                fixed_command=fixed_command, sglang_version=sglang_version, server_log=server_log,
-                server_info=server_info_path, server_url=server_url, served_log=served_log_path,
-                served_data=heldout_data, served_traffic=served_traffic_path, serving_dump=serving_dump)
-settings = discovery.run(inputs)
-inp, launched = settings.results["inputs"], settings.results["discovery"]
-for note in inp.notes:
+case = case_of(Inputs(draft=draft, target=target, train_data=train_data, launch=launch,
+                      fixed_command=fixed_command, sglang_version=sglang_version, server_log=server_log,
+                      server_info=server_info_path, server_url=server_url, served_log=served_log_path,
+                      served_data=heldout_data, served_traffic=served_traffic_path, serving_dump=serving_dump))
+settings = discovery.run(case)
+launched = settings.results["discovery"]
+for note in case.launch_notes:
     print("NOTE:", note)
 print(launched.summary())
 launched.requested_frame()
@@ -106,7 +107,7 @@ sglang_resolver.sglang_rules_frame(launched.version)
 # (notebook 04): each step costs a draft forward.
 
 # %%
-fixed = discovery.discover(inp.fixed_command, launched.version, inp.target_path, inp.draft_path)
+fixed = discovery.discover(case.fixed_command, launched.version, case.given.target, case.given.draft)
 print(fixed.headline())
 discovery.side_by_side(launched, fixed)
 
@@ -173,7 +174,7 @@ settings.frame()
 # effective settings.
 
 # %%
-served_part = served_prediction.run(inputs, {settings.name: settings})
+served_part = served_prediction.run(case, {settings.name: settings})
 for note in served_part.notes:
     print(note)
 causes += served_part.findings

@@ -45,6 +45,7 @@ from eagle3lib.diagnose.combine import diagnose
 from eagle3lib.report import findings
 from eagle3lib.replay import evidence, tokenview, verdict
 from eagle3lib.steps import sample_replay
+from eagle3lib.steps.case import case_of
 from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
@@ -53,12 +54,12 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-part = sample_replay.run(Inputs(
+part = sample_replay.run(case_of(Inputs(
     draft=draft, target=target, train_data=train_data, train_format=train_data_format,
     heldout_data=heldout_data, new_prompt_data=new_prompt_data_path, recorded_acc=recorded_val_acc,
     training_log=training_log_path, serving_dump=serving_dump, serving_layout=serving_layout,
     serving_engine=serving_engine, serving_version=serving_version, n=n_samples, n_search=n_search,
-    num_steps=num_steps, recapture=recapture, search_recapture=recapture, device=device, dtype=dtype, seed=seed))
+    num_steps=num_steps, recapture=recapture, search_recapture=recapture, device=device, dtype=dtype, seed=seed)))
 res = part.results
 inp, setup, served, compare = res["inputs"], res["setup"], res["served"], res["layouts"]
 print("draft:", inp.draft_path, "| target:", inp.target_path, "| demo world:", inp.demo)

@@ -27,6 +27,7 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 from eagle3lib.engines import advice
 from eagle3lib.steps import diffing
+from eagle3lib.steps.case import case_of
 from eagle3lib.steps.part import Inputs
 from eagle3lib.report import findings
 from eagle3lib.demo.world import select_world
@@ -36,9 +37,9 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-part = diffing.run(Inputs(draft=draft, target=target, train_data=train_data, serving_dump=serving_dump,
-                          sample_index=sample_index, dump_request=dump_request, proof_samples=replay_samples,
-                          drift_samples=drift_samples, device=device, target_dtype=dtype))
+part = diffing.run(case_of(Inputs(draft=draft, target=target, train_data=train_data, serving_dump=serving_dump,
+                                  sample_index=sample_index, dump_request=dump_request, proof_samples=replay_samples,
+                                  drift_samples=drift_samples, device=device, target_dtype=dtype)))
 inp, s, proof = part.results["inputs"], part.results["sides"], part.results["proof"]
 for note in inp.notes:
     print("NOTE:", note)

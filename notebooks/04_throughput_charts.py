@@ -44,16 +44,17 @@ from IPython.display import display
 from eagle3lib.names import adopt_old_names
 from eagle3lib.report import findings
 from eagle3lib.steps import throughput_runs
+from eagle3lib.steps.case import case_of
 from eagle3lib.steps.part import Inputs
 from eagle3lib.demo.world import select_world
 
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path) moves to its name now
 select_world(demo_world)
 
-part = throughput_runs.run(Inputs(draft=draft, served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,
-                                  run_demo_sweep=run_demo_sweep, sweep_num_steps=tuple(sweep_num_steps),
-                                  sweep_repeats=sweep_repeats, tree_replay_samples=tree_replay_samples,
-                                  baseline_tok_s=baseline_tok_s, device=device))
+part = throughput_runs.run(case_of(Inputs(
+    draft=draft, served_log=",".join(list(log_paths) + list(json_paths)), server_url=server_url,
+    run_demo_sweep=run_demo_sweep, sweep_num_steps=tuple(sweep_num_steps), sweep_repeats=sweep_repeats,
+    tree_replay_samples=tree_replay_samples, baseline_tok_s=baseline_tok_s, device=device)))
 res = part.results
 for parsed in res["parsed"]:
     print(parsed.summary())

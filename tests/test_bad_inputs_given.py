@@ -232,10 +232,10 @@ def _setup():
     return load_setup(str(DRAFT), str(TARGET))
 
 
-def _ri(**kw):
-    from eagle3lib.steps import sample_replay
-    return sample_replay.ReplayInputs(str(DRAFT), str(TARGET), "unused", None, {}, None, "not given",
-                                      kw.pop("serving_dump", ""), False)
+def _case(**kw):
+    from eagle3lib.steps.case import case_of
+    from eagle3lib.steps.part import Inputs
+    return case_of(Inputs(**{"draft": str(DRAFT), "target": str(TARGET), "train_data": "unused", **kw}))
 
 
 def step_calls():
@@ -248,32 +248,32 @@ def step_calls():
     D, T = str(DRAFT), str(TARGET)
 
     def audit(d=D, t=T, s=""):
-        return ca.artifact_checks(ca.audit_inputs(d, t, s))
+        return ca.artifact_checks(_case(draft=d, target=t, train_data=s))
 
     def disc(launch=LAUNCH, version="0.5.6", t=T, d=D, info="", log=""):
-        inp = di.discovery_inputs(launch, "", version, log, t, d)
-        found = di.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
-                            server_info=info, server_log=inp.server_log)
-        return di.serving_checks(inp, found)
+        case = _case(launch=launch, sglang_version=version, server_log=log, target=t, draft=d)
+        found = di.discover(case.launch_command, case.sglang_version, t, d, server_info=info,
+                            server_log=case.server_log)
+        return di.serving_checks(case.launch_command, found)
 
     replayed = lambda v: replay(_setup(), v, n=1, progress=False)       # noqa: E731
     return {
         "draft": lambda v: (audit(d=v), disc(d=v)),
         "target": lambda v: (audit(t=v), disc(t=v)),
-        "train_data": lambda v: (audit(s=v), sr.load_replay_setup(sr.replay_inputs(D, T, v), recapture=False) and
-                                 replayed(v), diffing.diff_inputs(T, D, v, "")),
+        "train_data": lambda v: (audit(s=v), sr.load_replay_setup(_case(train_data=v), recapture=False) and
+                                 replayed(v), diffing.diff_inputs(_case(train_data=v))),
         "heldout_data": replayed, "new_prompt_data_path": replayed,
         "launch": lambda v: disc(launch=v), "fixed_command": lambda v: disc(launch=v),
         "sglang_version": lambda v: disc(version=v),
-        "serving_version": lambda v: sr.serving_layout(_ri(), 8, engine="sglang", engine_version=v),
+        "serving_version": lambda v: sr.serving_layout(_case(), 8, engine="sglang", engine_version=v),
         "server_info_path": lambda v: disc(info=v), "server_url": lambda v: disc(info=v),
         "server_log": lambda v: disc(log=v),
         "served_log_path": lambda v: sp.served_runs([p for p in v.split(",") if p.strip()]),
         "served_traffic_path": lambda v: served_traffic(v, T, ("embed", "layer_in.2")),
-        "serving_dump": lambda v: sr.serving_layout(_ri(serving_dump=v), 8),
-        "serving_layout": lambda v: sr.serving_layout(_ri(), 8, typed=v),
-        "serving_engine": lambda v: sr.serving_layout(_ri(), 8, engine=v),
-        "training_log_path": lambda v: sr.replay_inputs(D, T, "unused", training_log_path=v),
+        "serving_dump": lambda v: sr.serving_layout(_case(serving_dump=v), 8),
+        "serving_layout": lambda v: sr.serving_layout(_case(), 8, typed=v),
+        "serving_engine": lambda v: sr.serving_layout(_case(), 8, engine=v),
+        "training_log_path": lambda v: _case(training_log=v).recorded,
         "demo_world": world_name,
         "log_paths": lambda v: tr.read_runs(v), "json_paths": lambda v: tr.read_runs(v),
     }

@@ -63,10 +63,11 @@ def test_notebook_04_on_a_users_draft_reads_only_the_runs_given(users_copy):
     """No served runs given with a user's draft: "not given", no demo log, no sweep; on the demo world (no draft)
     the seed's sample log is read."""
     from eagle3lib.steps import throughput_runs as TR
+    from eagle3lib.steps.case import case_of
     from eagle3lib.steps.part import Inputs
 
     with opened.recording() as seen:
-        part = TR.run(Inputs(draft=users_copy["draft"]), {})
+        part = TR.run(case_of(Inputs(draft=users_copy["draft"])), {})
     assert opened.under(seen, DATA) == []
     assert part.results["headline"]["headline"] == TR.NOT_GIVEN and "not given" in TR.NOT_GIVEN
     assert part.tables["served runs"] == TR.NOT_GIVEN and part.results["sweep"] == [] and part.results["tvc"] is None

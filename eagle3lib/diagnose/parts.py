@@ -18,6 +18,7 @@ from ..errors import Eagle3Error
 from ..once import case_reads
 from ..steps.given import CLI, Problem, check_all, given
 from ..steps.order import PARTS
+from ..steps.case import case_of
 from ..steps.part import Inputs, Part
 from .combine import Diagnosis, diagnose
 
@@ -137,6 +138,7 @@ def _run(inp: Inputs, progress=None) -> Run:
         return None
 
     done: dict[str, Part] = {}
+    case = case_of(inp)         # the inputs resolved once, for every part
     for step in (s for s in PARTS if s.diagnosed):
         if not demo and not all(getattr(inp, k) for k in step.needs):   # a user's draft without what it needs
             if hasattr(step.module, "not_run"):
@@ -144,7 +146,7 @@ def _run(inp: Inputs, progress=None) -> Run:
             continue
         if step.after and step.after not in done:
             continue
-        made = guard(step.name, lambda: step.module.run(inp, done))
+        made = guard(step.name, lambda: step.module.run(case, done))
         if made is None:
             continue
         done[step.name] = made

@@ -16,6 +16,7 @@ from pathlib import Path
 
 import yaml
 
+from ..engines.versions import ENGINES
 from ..errors import MissingFileError, ReportError
 from ..names import WHAT, renamed
 from ..steps.given import Problem
@@ -194,7 +195,7 @@ def prepare(common: dict) -> str | None:
             return f"the vLLM demo needs the real vLLM: {why}"
     asked += [("vllm", n, common.get("demo_world") or None) for n in vllm]   # the mla world's for demo_world: mla
     for engine, name, world in asked:
-        label = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+        label = ENGINES[engine].title
         try:
             d = shipped_served.shipped(engine, name, world)
         except DataError as e:

@@ -7,7 +7,6 @@ and what each engine's logged accept length / accept rate means.
 """
 from __future__ import annotations
 
-import ast
 import json
 import re
 import urllib.error

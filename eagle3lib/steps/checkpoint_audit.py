@@ -1,11 +1,9 @@
-"""Notebook 00's inputs and its forward preview: the demo world fills empty paths only when no draft is given."""
+"""Notebook 00's part: the artifact checks on the case's draft, target and training data (steps.case resolves them:
+the demo world's only when no draft is given), and the tables its notebook shows beside them."""
 from __future__ import annotations
-
-from dataclasses import dataclass
 
 import pandas as pd
 
-from ..demo import world as demo
 from ..engines import mla_fields
 from ..serving.layer_reading import layer_frame, layer_reading
 from ..model import audit
@@ -13,31 +11,13 @@ from ..replay import tokenview
 from ..causes import Finding
 from ..checks.judge import run_checks
 from ..samples.readers import open_dataset
-from .part import Inputs, Part
+from .case import Case
+from .part import Part
 
 NAME = "00 checkpoint audit"
 
 
-@dataclass(frozen=True)
-class AuditInputs:
-    """Resolved paths for notebook 00; `train_data` is "" when none was given for a user's own draft."""
-
-    draft_path: str
-    target_path: str
-    train_data: str
-    demo: bool
-
-
-def audit_inputs(draft_path: str = "", target_path: str = "", train_data: str = "") -> AuditInputs:
-    """No draft path: the demo world (built if missing) fills every empty path. With a user's draft, an empty
-    path stays empty and the section that needs it says it was not given (never the demo's artifact)."""
-    if draft_path:
-        return AuditInputs(draft_path, target_path, train_data, False)
-    w = demo.ensure_world()
-    return AuditInputs(str(w.draft), target_path or str(w.target), train_data or str(w.seed_data), True)
-
-
-def artifact_checks(inputs: AuditInputs, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
+def artifact_checks(inputs: Case, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine.
     Their replays load the draft in `dtype` on `device` (the diagnosis's)."""
@@ -45,14 +25,13 @@ def artifact_checks(inputs: AuditInputs, progress=None, dtype="auto", device: st
                       part="artifacts", progress=progress, dtype=dtype, device=device)
 
 
-def run(inputs: Inputs, earlier=None) -> Part:
-    """Notebook 00's findings: its inputs resolved (`results["inputs"]`, an AuditInputs) and the artifact checks."""
-    inp = audit_inputs(inputs.draft, inputs.target, inputs.train_data)
-    found = artifact_checks(inp, dtype=inputs.dtype, device=inputs.device)
-    return Part(NAME, found, results={"inputs": inp})
+def run(case: Case, earlier=None) -> Part:
+    """Notebook 00's findings: the artifact checks on the case (`results["inputs"]`)."""
+    found = artifact_checks(case, dtype=case.given.dtype, device=case.given.device)
+    return Part(NAME, found, results={"inputs": case})
 
 
-def engine_layer_table(a: audit.Audit, inputs: AuditInputs) -> pd.DataFrame:
+def engine_layer_table(a: audit.Audit, inputs: Case) -> pd.DataFrame:
     """Which target boundary each engine feeds each aux slot, next to the trained one (`serving.layer_reading` at
     its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
     return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
@@ -67,7 +46,7 @@ def mla_target_fields(a: audit.Audit) -> pd.DataFrame | str:
     return mla_fields.fields_frame(a.target.text_config)
 
 
-def forward_preview(a: audit.Audit, inputs: AuditInputs, num_steps: int = 3) -> pd.DataFrame | str:
+def forward_preview(a: audit.Audit, inputs: Case, num_steps: int = 3) -> pd.DataFrame | str:
     """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
     if not inputs.train_data:
         return "not checked: no train_data given (training data of this draft) — the forward preview is skipped"

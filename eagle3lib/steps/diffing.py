@@ -1,8 +1,8 @@
 """Notebook 03's steps as calls: training slots and a serving dump compared with the target's own boundaries.
 
-`diff_inputs()` resolves the paths (the demo world and, when no dump is given, a dump of the demo engine serving the
-seed's wrong capture); `sides()` compares both sides with fresh reference captures and explains the difference;
-`proof_of_fix()` replays training samples under the served layout and under the identified one.
+`diff_inputs(case)` loads what the case names (the training sample and the serving dump: on the demo world, a dump
+of the demo engine serving the seed's wrong capture); `sides()` compares both sides with fresh reference captures
+and explains the difference; `proof_of_fix()` replays training samples under the served layout and under the identified one.
 """
 from __future__ import annotations
 
@@ -25,10 +25,9 @@ from ..hidden.explain import (LayoutExplanation, explain, layout_text,
 from ..samples.sample import Sample
 from ..samples.readers import open_dataset
 from ..replay.run import load_setup, replay
-from ..demo import world as demo
-from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, MissingFileError
-from .part import Inputs, Part
+from .case import Case
+from .part import Part
 
 NAME = "03 hidden-state diffing"
 PROOF_SAMPLES = 16     # training samples replayed for the proof of fix unless Inputs.proof_samples says (at most n)
@@ -53,22 +52,17 @@ class DiffInputs:
         return load_target_model(self.target_path, device=self.device, dtype=self.dtype)
 
 
-def diff_inputs(target_path: str = "", draft_path: str = "", training_data: str = "", serving_dump: str = "",
-           sample_index: int = 0, device: str = "cpu", dtype=None) -> DiffInputs:
-    """Resolve notebook 03's inputs. No draft path: the demo world fills every empty path, and its server's dump
-    (the demo engine serving with the demo world's capture, made once) is the serving side. With a user's draft,
-    nothing comes from the demo: a missing target or training data is an error naming it, a missing dump leaves
-    the serving side "not given" (`dump` None) and the notebook compares the training side only."""
+def diff_inputs(case: Case, dtype=None) -> DiffInputs:
+    """Notebook 03's inputs from the case: its target, training sample `sample_index` and serving dump. On the demo
+    world its server's dump (the demo engine serving with the demo world's capture, made once) is the serving side.
+    With a user's draft nothing comes from the demo: a missing target or training data is an error naming it, a
+    missing dump leaves the serving side "not given" (`dump` None) and the notebook compares the training side only."""
+    target_path, draft_path, training_data = case.target_path, case.draft_path, case.train_data
+    serving_dump, sample_index, device = case.serving_dump, case.given.sample_index, case.given.device
     notes = []
-    if not draft_path:
-        world = demo.ensure_world()
-        target_path = target_path or str(world.target)
-        draft_path = str(world.draft)
-        training_data = training_data or str(world.seed_data)
-        if not serving_dump:
-            serving_dump = str(ensure_serving_dump("seed", device=device))
-            notes.append(f"demo world: its server's dump (the demo engine serving training prompts with the "
-                         f"demo world's capture) is the serving side: {serving_dump}")
+    if case.demo and not case.given.serving_dump:
+        notes.append(f"demo world: its server's dump (the demo engine serving training prompts with the "
+                     f"demo world's capture) is the serving side: {serving_dump}")
     for value, name in ((target_path, "target"), (training_data, "train_data")):
         if not value:
             raise MissingFileError(name, "not given", expected="a path (notebook 03 compares the training slots "
@@ -252,12 +246,12 @@ def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None
     return dump_findings(s.training, s.serving, s.explanation, str(inp.dump_path), missing=s.serving_missing,
                          accuracy=proof_summary(proof))
 
-def run(inputs: Inputs, earlier=None) -> Part:
+def run(case: Case, earlier=None) -> Part:
     """Notebook 03: the training slots and the serving dump identified against the target's own boundaries, what
     differs, the proof of fix and the drift check. `results`: the DiffInputs, the Sides and the proof."""
+    inputs = case.given
     dtype = getattr(torch, inputs.target_dtype) if inputs.target_dtype else None
-    inp = diff_inputs(inputs.target, inputs.draft, inputs.train_data, inputs.serving_dump, inputs.sample_index, inputs.device,
-                      dtype)
+    inp = diff_inputs(case, dtype)
     s = sides(inp, request=inputs.dump_request)
     n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
     proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,

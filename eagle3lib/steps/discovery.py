@@ -6,7 +6,6 @@ read is in `Discovery.problems`.
 """
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -21,7 +20,7 @@ from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
 from ..checks.inputs import read_launch
 from ..checks.judge import run_checks
-from ..errors import Eagle3Error, ServingArgsError
+from ..errors import Eagle3Error
 from ..sglang_engine import introspect as sglang_introspect
 from ..engine_kit.launch_reading import LaunchArgs
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
@@ -31,60 +30,10 @@ from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.rule import KNOBS
 from ..sglang_engine.resolver import read_config, resolve
 from ..model.target import load_target_info
-from . import checkpoint_audit
-from .part import Inputs, Part
+from .case import SAMPLES_DIR, Case, repo_path
+from .part import Part
 
 NAME = "01 serving settings"
-
-SAMPLES_DIR = demo.REPO_ROOT / "data" / "samples"
-
-
-DEMO_LAUNCH = SAMPLES_DIR / "demo_launch.json"   # the demo world's launch command, fixed command and startup log
-
-
-@dataclass(frozen=True)
-class DiscoveryInputs:
-    """Notebook 01's inputs; on the demo world (no draft given) its seed launch, log and configs fill the gaps."""
-
-    launch_command: str
-    fixed_command: str
-    sglang_version: str
-    server_log: str
-    target_path: str
-    draft_path: str
-    demo: bool
-    notes: tuple[str, ...] = ()
-
-
-def discovery_inputs(launch_command: str = "", fixed_command: str = "", sglang_version: str = "",
-                   server_log_path: str = "", target_path: str = "", draft_path: str = "") -> DiscoveryInputs:
-    """No draft path: the demo world (its seed launch command, fixed command, version and startup log fill what
-    is empty). With a user's draft an empty input stays empty: the sections that need it say it was not given.
-    A launch or fixed command may be given as the path of a file that holds it (e.g. a saved launch.txt)."""
-    if draft_path:
-        return DiscoveryInputs(command_text(launch_command), command_text(fixed_command), sglang_version,
-                               server_log_path, target_path, draft_path, False)
-    d = json.loads(DEMO_LAUNCH.read_text())
-    notes = [f"demo world: launch command, fixed command, SGLang version and startup log from {DEMO_LAUNCH.name}"]
-    return DiscoveryInputs(launch_command or d["launch_command"], fixed_command or d["fixed_command"],
-                           sglang_version or d["sglang_version"], server_log_path or d["server_log"], target_path,
-                           "", True, tuple(notes))
-
-
-def command_text(command: str) -> str:
-    """`command`, or the text of the file it names (one command, backslash continuations kept) when it is a file
-    path; ServingArgsError when that file is not text."""
-    c = (command or "").strip()
-    if c and "\n" not in c and " " not in c and Path(repo_path(c)).is_file():
-        path = Path(repo_path(c))
-        try:
-            return path.read_bytes().decode("utf-8").strip()
-        except (OSError, UnicodeDecodeError) as e:
-            raise ServingArgsError(str(path), "the launch command file cannot be read as text", expected="a text "
-                                   "file holding one launch command", found=f"{type(e).__name__}: {e}"[:160],
-                                   cause="a binary file, or another file than the command") from None
-    return command
-
 
 def config_paths(target_path: str = "", draft_path: str = "") -> tuple[Path | None, Path | None, list[str]]:
     """Target/draft config.json paths. No draft path: the demo world's (or the shipped sample configs when it is
@@ -128,6 +77,22 @@ class Discovery:
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
                                          # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
+
+    @property
+    def engine_version(self) -> str | None:
+        """The launch engine's version: SGLang's as discovered (`version`), vLLM's as its startup log names it; None
+        without a launch or where nothing names it (an engine the facts do not know included)."""
+        if self.launch is None:
+            return None
+        if self.launch.engine == "vllm":
+            return self.vllm_log.version if self.vllm_log is not None else None
+        return self.version if self.launch.engine == "sglang" else None
+
+    @property
+    def engine_runner(self) -> str | None:
+        """The model runner the engine's startup log names (vLLM's "v1" / "v2"), lower case; None where none does."""
+        vl = self.vllm_log if self.launch is not None and self.launch.engine == "vllm" else None
+        return (vl.runner or "").lower() or None if vl is not None else None
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -223,7 +188,7 @@ class Discovery:
                 "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
 
 
-def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: str = "",
+def serving_checks(launch: str, d: Discovery, progress=None, data: str = "",
                    replay_n: int = 4, served_traffic: str = "", draft: str | None = None,
                    target: str | None = None, dtype="auto", device: str = "cpu") -> list[Finding]:
     """Every contract check but the diffing part's, each once: notebook 00's (the draft, target and data) and those
@@ -239,42 +204,27 @@ def serving_checks(inputs: DiscoveryInputs, d: Discovery, progress=None, data: s
         found = run_checks(draft=draft, target=target, data=data or None, progress=progress,
                            part=("artifacts", "engine-free"), dtype=dtype, device=device)
     else:
-        vl = d.vllm_log if d.launch.engine == "vllm" else None
-        found = run_checks(draft=draft, target=target, launch=inputs.launch_command, data=data or None,
-                           replay_n=replay_n if data else 0,
-                           engine_version=d.version if d.launch.engine == "sglang"
-                           else (vl.version if vl is not None else None), progress=progress,
+        found = run_checks(draft=draft, target=target, launch=launch, data=data or None,
+                           replay_n=replay_n if data else 0, engine_version=d.engine_version, progress=progress,
                            part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
-                           engine_runner=(vl.runner or "").lower() or None if vl is not None else None,
-                           served_traffic=served_traffic or None, dtype=dtype, device=device)
+                           engine_runner=d.engine_runner, served_traffic=served_traffic or None, dtype=dtype,
+                           device=device)
     return d.cause_findings() + found
 
 
-def run(inputs: Inputs, earlier=None) -> Part:
-    """Notebook 01's serving settings: the launch command discovered from every source given (`results`: its
-    DiscoveryInputs and Discovery) and every contract check, each once, with the engine it names (notebook 00's
-    checks too: the diagnosis runs them here, not in part 00), on the draft, target and training data notebook
-    00 resolves (`earlier`'s when it ran before). What could not be read is in `problems`."""
-    inp = discovery_inputs(inputs.launch, inputs.fixed_command, inputs.sglang_version, inputs.server_log, inputs.target,
-                           inputs.draft)
-    d = discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
-                 server_info=inputs.server_info or inputs.server_url, server_log=inp.server_log)
-    audit = (earlier or {}).get(checkpoint_audit.NAME)
-    aud = audit.results["inputs"] if audit is not None else checkpoint_audit.audit_inputs(
-        inputs.draft, inputs.target, inputs.train_data)
-    found = serving_checks(inp, d, data=aud.train_data, served_traffic=inputs.served_traffic,
-                           draft=aud.draft_path, target=aud.target_path or None, dtype=inputs.dtype,
-                           device=inputs.device)
-    return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=inp.notes + d.notes,
-                problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": inp, "discovery": d})
-
-
-def repo_path(path: str) -> str:
-    """`path` as given when it exists, is absolute or a URL; else relative to the repository root."""
-    p = Path(path)
-    if not path or "://" in path or p.is_absolute() or p.exists():
-        return path
-    return str(demo.REPO_ROOT / p)
+def run(case: Case, earlier=None) -> Part:
+    """Notebook 01's serving settings: the launch command discovered from every source given (`results`: the case
+    and its Discovery) and every contract check, each once, with the engine it names (notebook 00's checks too: the
+    diagnosis runs them here, not in part 00), on the case's draft, target and training data. The launch side is
+    read against the draft and target as given (on the demo world, the seed's launch and the demo's configs:
+    `config_paths`). What could not be read is in `problems`."""
+    g = case.given
+    d = discover(case.launch_command, case.sglang_version, g.target, g.draft,
+                 server_info=g.server_info or g.server_url, server_log=case.server_log)
+    found = serving_checks(case.launch_command, d, data=case.train_data, served_traffic=g.served_traffic,
+                           draft=case.draft_path, target=case.target_path or None, dtype=g.dtype, device=g.device)
+    return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=case.launch_notes + d.notes,
+                problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": case, "discovery": d})
 
 
 def side_by_side(a: Discovery, b: Discovery, names=("as launched", "fixed")) -> pd.DataFrame:

@@ -10,7 +10,7 @@ and of the notebooks' parameters cells (tests/test_bad_inputs_given.py keeps `NO
 This builds on `checks.inputs`, the one reader of each artifact the checks read: a draft, a target, training
 data and a launch command are read here by its functions (`read_draft_config`, `tensor_headers`,
 `read_target_config`, `read_target_weights`, `read_data`, `read_launch`), never parsed a second way. What is added
-here: the path resolved against the repository, a launch command's file read (`discovery.command_text`), the
+here: the path resolved against the repository, a launch command's file read (`case.command_text`), the
 checks on top (a folder, not a file; weights that hold a tensor; one readable sample among the first), and what
 was raised turned into a Problem naming the parameter. The other kinds (logs, dumps, traffic, versions, numbers)
 have their readers in the modules that use them.
@@ -38,7 +38,7 @@ from ..serving.traffic import check_traffic
 from ..vllm_engine.engine_log import read_vllm_log
 from ..throughput.benchparse import parse_file
 from ..layout import parse_layout
-from .discovery import command_text
+from .case import command_text
 
 # kind -> (what it is, in a headline; what was expected)
 KINDS = {

@@ -1,5 +1,5 @@
 """The investigations in the notebooks' order, written once: each is a part (`steps.part.Part`) its step module's
-`run(inputs, earlier)` makes. The diagnosis loops over `PARTS`; nothing else lists the order.
+`run(case, earlier)` makes. The diagnosis loops over `PARTS`; nothing else lists the order.
 
 Notebook 01 makes two parts (its serving settings, then the served runs against the replay, which need the
 first). Two parts are their notebook's only (`diagnosed=False`): notebook 00's checks are run by notebook 01's part
@@ -23,7 +23,7 @@ class Step:
     the diagnosis runs it (False: a notebook's own part, which decides no cause)."""
     notebook: str                  # the notebook's stem
     name: str                      # the part's name (its findings are filed under it)
-    module: ModuleType             # the step module: run(inputs, earlier) -> Part
+    module: ModuleType             # the step module: run(case, earlier) -> Part
     needs_draft: bool = False
     needs: tuple[str, ...] = ()    # steps.part.Inputs fields
     after: str = ""                # the part whose result it reads

@@ -1,7 +1,7 @@
 """What one investigation hands on: its inputs (`Inputs`, one set for every notebook and the diagnosis) and its
 result (`Part`: the findings, the tables and figures a notebook shows, and what they were made from).
 
-Each notebook's step module has `run(inputs, earlier) -> Part`; the notebook displays the part, the diagnosis
+Each notebook's step module has `run(case, earlier) -> Part` (`steps.case`: the inputs resolved once); the notebook displays the part, the diagnosis
 (`eagle3lib.diagnose.parts`) loops over `steps.order.PARTS` and keeps each part's findings. `earlier` holds the
 parts already run, by name (a part that needs another's result reads it there, e.g. the served runs need the
 discovered serving settings).

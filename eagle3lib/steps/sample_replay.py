@@ -19,8 +19,6 @@ from dataclasses import dataclass, field
 from typing import Mapping
 
 from ..causes import Finding
-from ..demo import world as demo_mod
-from ..demo.sweep import ensure_serving_dump
 from ..errors import DataError, Eagle3Error
 from ..hidden.capture import capture, load_target_model
 from ..hidden.compare import Comparison, compare
@@ -35,7 +33,7 @@ from ..replay.run import identify_training_layout, load_setup, with_trained_layo
 from ..replay.stats import ReplaySetup
 from ..replay.items import stored_layout
 from ..layout import ZERO
-from ..replay.verdict import Verdict, read_recorded_accuracy
+from ..replay.verdict import Verdict
 from ..checks.replayed_layout import ENGINE_DEFAULT, SERVING_INPUTS, number_or_none, replay_findings
 from ..engines.advice import captured_by
 from ..engines.facts import default_ids_row
@@ -45,62 +43,25 @@ from ..engines.versions import DEFAULT_VERSION
 from ..replay import layoutsearch, verdict
 from ..replay.run import replay
 from . import trained_config
+from .case import Case
 from .part import Inputs, Part
 
 NAME = "02 training-sample replay"
 
 
-@dataclass(frozen=True)
-class ReplayInputs:
-    """Resolved paths and numbers for notebook 02."""
-    draft_path: str
-    target_path: str
-    train_data: str
-    train_format: str | None
-    heldout: Mapping[str, str]           # name -> data path (held-out / new-prompt samples)
-    recorded_acc: float | None
-    recorded_from: str
-    serving_dump: str                    # "" when none was given (and not on the demo world)
-    demo: bool
-
-
-def replay_inputs(draft_path: str = "", target_path: str = "", train_data_path: str = "",
-                   train_data_format: str = "", heldout_data_path: str = "", new_prompt_data_path: str = "",
-                   recorded_val_acc: float = -1.0, training_log_path: str = "", serving_dump: str = "",
-                   device: str = "cpu") -> ReplayInputs:
-    """No draft path: the demo world (built if missing) fills every empty path, its server's dump included.
-    With a user's draft, empty inputs stay empty; only the training data is required."""
-    demo = not draft_path
-    if demo:
-        w = demo_mod.ensure_world()
-        draft_path, target_path = str(w.draft), target_path or str(w.target)
-        train_data_path = train_data_path or str(w.seed_data)
-        heldout_data_path = heldout_data_path or str(w.heldout_data)
-        new_prompt_data_path = new_prompt_data_path or str(w.shifted_data)
-        training_log_path = training_log_path or str(w.training_log)
-        serving_dump = serving_dump or str(ensure_serving_dump("seed", device=device))
-    if not train_data_path:
+def load_replay_setup(case: Case, *, device: str = "cpu", dtype="auto", recapture: bool = True,
+                      n: int = 3) -> ReplaySetup:
+    """The case's draft and target loaded for replay, with the trained layout taken from its training data: its
+    slots identified against the target's own boundaries (`recapture`: `n` samples through the target), else the
+    data's declared layout, else the config's ids (`hidden.identify.trained_layout`; the setup's notes say
+    which). A case without training data is refused, naming it: the verdict needs samples the draft was trained on."""
+    if not case.train_data:
         raise DataError("train_data", "no training data given", expected="the draft's training samples",
                         found="''", cause="the verdict needs samples the draft was trained on")
-    held = {k: p for k, p in (("held-out", heldout_data_path), ("new prompts", new_prompt_data_path)) if p}
-    given = number_or_none(recorded_val_acc) if isinstance(recorded_val_acc, (int, float)) else None   # None / NaN: not given
-    rec, src = (given, "parameter") if given is not None and given >= 0 else (None, "not given")
-    if rec is None and training_log_path:
-        rec, src = read_recorded_accuracy(training_log_path)
-    return ReplayInputs(draft_path, target_path, train_data_path, train_data_format or None, held, rec, src,
-                        serving_dump, demo)
-
-
-def load_replay_setup(inp: ReplayInputs, *, device: str = "cpu", dtype="auto", recapture: bool = True,
-                      n: int = 3) -> ReplaySetup:
-    """The draft and target loaded for replay, with the trained layout taken from the training data: its slots
-    identified against the target's own boundaries (`recapture`: `n` samples through the target), else the
-    data's declared layout, else the config's ids (`hidden.identify.trained_layout`; the setup's notes say
-    which)."""
-    setup = load_setup(inp.draft_path, inp.target_path or None, device=device, dtype=dtype)
+    setup = load_setup(case.draft_path, case.target_path or None, device=device, dtype=dtype)
     try:
-        trained = identify_training_layout(setup, inp.train_data, recapture=recapture, n=n,
-                                           data_format=inp.train_format, device=device)
+        trained = identify_training_layout(setup, case.train_data, recapture=recapture, n=n,
+                                           data_format=case.given.train_format or None, device=device)
     except Eagle3Error as e:
         return dataclasses.replace(setup, notes=setup.notes + (f"training layout not identified ({e}): the "
                                                                "config's ids stand",))
@@ -118,7 +79,7 @@ class ServingLayout:
     evidence: dict = field(default_factory=dict)
 
 
-def serving_layout(inp: ReplayInputs, num_layers: int | None, *, typed: str = "", engine: str = "",
+def serving_layout(inp: Case, num_layers: int | None, *, typed: str = "", engine: str = "",
                    engine_version: str = "", request: int = 0, device: str = "cpu", dtype=None) -> ServingLayout:
     """The serving side's layout from the best evidence given (see the module docstring for the order)."""
     if inp.serving_dump:
@@ -218,31 +179,30 @@ def shown(layout, k: int) -> list[str]:
 
 # ---------------------------------------------------------------- the part
 
-def run(inputs: Inputs, earlier=None) -> Part:
+def run(case: Case, earlier=None) -> Part:
     """Notebook 02: the draft replayed on its training samples under each layout there is evidence of, on the
     held-out samples, its verdicts, the layout search (when a replay says wiring), the trained-config search and,
     when the draft still fails its own samples, the artifact search. `results` holds the inputs, setup, serving
     layout, layouts, replays, verdicts and the searches."""
-    ri = replay_inputs(inputs.draft, inputs.target, inputs.train_data, inputs.train_format, inputs.heldout_data,
-                       inputs.new_prompt_data, inputs.recorded_acc, inputs.training_log, inputs.serving_dump, inputs.device)
-    setup = load_replay_setup(ri, device=inputs.device, dtype=inputs.dtype, recapture=inputs.recapture)
-    served = serving_layout(ri, setup.num_layers, typed=inputs.serving_layout, engine=inputs.serving_engine,
+    inputs = case.given
+    setup = load_replay_setup(case, device=inputs.device, dtype=inputs.dtype, recapture=inputs.recapture)
+    served = serving_layout(case, setup.num_layers, typed=inputs.serving_layout, engine=inputs.serving_engine,
                             engine_version=inputs.serving_version or inputs.sglang_version, device=inputs.device)
     layouts = layouts_to_replay(setup.training_layout, served)
     steps = {"n": inputs.n, "seed": inputs.seed, "num_steps": inputs.num_steps, "progress": False}
-    train = {k: replay(setup, ri.train_data, layout=lay, label=k, fill="zeros", data_format=ri.train_format, **steps)
-             for k, lay in layouts.items()}
-    held = {k: replay(setup, p, label=k, **steps) for k, p in ri.heldout.items()}
-    verdicts = {k: verdict.decide(r, held, recorded_acc=ri.recorded_acc) for k, r in train.items()}
+    train = {k: replay(setup, case.train_data, layout=lay, label=k, fill="zeros",
+                       data_format=inputs.train_format or None, **steps) for k, lay in layouts.items()}
+    held = {k: replay(setup, p, label=k, **steps) for k, p in case.heldout.items()}
+    verdicts = {k: verdict.decide(r, held, recorded_acc=case.recorded_acc) for k, r in train.items()}
     start, search = search_start(verdicts, layouts), None
     if start is not None and setup.num_layers:
-        target_acc = ri.recorded_acc if ri.recorded_acc is not None else train["training"].acc0
-        rc = layoutsearch.Recapture(ri.target_path, device=inputs.device, dtype=setup.dtype) \
+        target_acc = case.recorded_acc if case.recorded_acc is not None else train["training"].acc0
+        rc = layoutsearch.Recapture(case.target_path, device=inputs.device, dtype=setup.dtype) \
             if inputs.search_recapture else None
-        search = layoutsearch.search_layouts(setup, ri.train_data, start[1], target_acc=target_acc,
+        search = layoutsearch.search_layouts(setup, case.train_data, start[1], target_acc=target_acc,
                                              n=inputs.n_search, seed=inputs.seed, recapture=rc, progress=False)
-    config_search, artifacts = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
-                                                               recorded_from=ri.recorded_from)
+    config_search, artifacts = trained_config.trained_searches(setup, case.train_data, recorded=case.recorded_acc,
+                                                               recorded_from=case.recorded_from)
     found = replay_findings(verdicts, train, served, setup.num_layers, search) + config_findings(config_search) + (
         tensor_findings(artifacts) if artifacts is not None else [])
     headline = verdict.replay_headline(verdicts, search) + f" [serving layout from {served.source}]"
@@ -254,7 +214,7 @@ def run(inputs: Inputs, earlier=None) -> Part:
               "layout search": search.table if search is not None else "no replay says wiring: no layout search "
                                                                      "needed"}
     return Part(NAME, found, tables=tables, notes=setup.notes, results={
-        "inputs": ri, "setup": setup, "served": served, "layouts": layouts, "train": train, "held": held,
+        "inputs": case, "setup": setup, "served": served, "layouts": layouts, "train": train, "held": held,
         "verdicts": verdicts, "start": start, "search": search, "config_search": config_search,
         "artifact_search": artifacts,
         "headline": headline})

@@ -18,6 +18,7 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
+from ..engines.versions import ENGINES
 from ..checks.restoring import config_findings, tensor_findings
 from ..checks.inputs import read_artifacts
 from ..checks.rope import rope_fields
@@ -42,7 +43,8 @@ from .served_view import deployment_view, sglang_view
 from ..engine_kit.records import RunRecord
 from . import discovery
 from .discovery import Discovery
-from .part import Inputs, Part
+from .case import Case
+from .part import Part
 from . import sample_replay, trained_config
 from .trained_config import unused_tensors
 from .throughput_runs import read_runs, served_files
@@ -102,18 +104,12 @@ class ServedPrediction:
                 not_served("; ".join(self.missing + self.problems))]
 
 
-def run(inputs: Inputs, earlier) -> Part:
+def run(case: Case, earlier) -> Part:
     """Notebook 01 section 11: the served runs beside the replay, for the serving settings `earlier` holds (the
     part `discovery.run` made; `results["served"]` is the ServedPrediction, its problems are notes here)."""
-    settings = earlier[discovery.NAME]
-    d, di = settings.results["discovery"], settings.results["inputs"]
+    d, inputs = earlier[discovery.NAME].results["discovery"], case.given
     n = inputs.served_samples if inputs.served_samples is not None else min(inputs.n, SERVED_SAMPLES)
-    served = served_vs_predicted(
-        d, draft_path=inputs.draft, target_path=di.target_path, data_path=inputs.train_data,
-        served_paths=served_files(inputs), server_url=inputs.server_url,
-        serving_dump=inputs.serving_dump, serving_layout=inputs.serving_layout, n=n, device=inputs.device, progress=False,
-        startup_log=di.server_log, served_data_path=inputs.served_data or inputs.heldout_data,
-        served_traffic_path=inputs.served_traffic)
+    served = served_vs_predicted(d, case, n=n, progress=False)
     return Part(NAME, served.findings(), tables={"served vs replay": served.frame(), "as loaded": served.view_frame(),
                                                  "as served": served.as_served_frame()},
                 notes=served.notes + served.problems, results={"served": served})
@@ -158,22 +154,17 @@ def demo_served(d: Discovery, n_prompts: int = 4) -> list[RunRecord]:
     return [r for r in recs if r.num_steps]
 
 
-def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str = "", data_path: str = "",
-                        served_paths=(), server_url: str = "", serving_dump: str = "", serving_layout: str = "",
-                        n: int = 16, device: str = "cpu", progress: bool = True, startup_log: str = "",
-                        served_data_path: str = "", served_traffic_path: str = "") -> ServedPrediction:
-    """Every served run (from `served_paths` / `server_url`; on the demo world, its engine) beside the replay of the
-    draft on `data_path` under that run's setting, in the layout the server feeds: from the serving dump, the typed
-    `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order).
+def served_vs_predicted(d: Discovery, case: Case, *, n: int = 16, progress: bool = True) -> ServedPrediction:
+    """Every served run (the case's `served_log` / `server_url`; on the demo world, its engine) beside the replay of
+    the draft on its training data under that run's setting, in the layout the server feeds: from the serving dump,
+    the typed `serving_layout`, or the launch engine's capture rules, in that order (notebook 02's evidence order).
     A vLLM deployment, and an SGLang one that drafts a chain (topk 1), is replayed as the engine loads it
-    (`engine_served`): `startup_log` is the server's log,
-    `served_data_path` samples of the prompts the served τ was measured on (default: `data_path`),
-    `served_traffic_path` the served requests and answers themselves (replay.traffic_samples; before `served_data_path`)."""
+    (`engine_served`: the server's log, the samples of the served prompts, the served traffic)."""
+    g = case.given
+    draft_path, data_path, serving_layout, device = g.draft, g.train_data, g.serving_layout, g.device
     if draft_path and chain_served(d):
-        return engine_served(d.launch.engine, d, draft_path=draft_path, target_path=target_path, data_path=data_path,
-                             served_data_path=served_data_path, served_traffic_path=served_traffic_path,
-                             served_paths=served_paths, server_url=server_url, startup_log=startup_log,
-                             serving_dump=serving_dump, n=n, device=device)
+        return engine_served(d.launch.engine, d, case, n=n)
+    served_paths, server_url = served_files(g), g.server_url
     notes, problems, missing, runs = [], [], [], []
     if draft_path:
         if not data_path:
@@ -186,8 +177,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
     else:
         notes.append("demo world: the served runs are the demo engine's, under the seed launch's effective settings "
                      "with the seed's capture, on training prompts")
-    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
-    if ri.demo:
+    if case.demo:
         try:
             runs = demo_served(d)
         except Eagle3Error as e:
@@ -195,10 +185,10 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
         if not runs:
             return ServedPrediction((), tuple(problems), (), tuple(notes))
     try:
-        setup = sample_replay.load_replay_setup(ri, device=device)
+        setup = sample_replay.load_replay_setup(case, device=device)
         engine = d.launch.engine if d.launch is not None else ""
-        served = sample_replay.serving_layout(ri, setup.num_layers, typed=serving_layout, engine=engine,
-                                              engine_version=d.version if engine == "sglang" else "", device=device)
+        served = sample_replay.serving_layout(case, setup.num_layers, typed=serving_layout, engine=engine,
+                                              engine_version=d.engine_version or "", device=device)
     except Eagle3Error as e:
         return ServedPrediction((), tuple(problems + [f"draft/target/serving layout: {e}"]), (), tuple(notes))
     layout = served.layout
@@ -211,7 +201,7 @@ def served_vs_predicted(d: Discovery, *, draft_path: str = "", target_path: str 
             problems.append(f"{r.label or r.source}: its setting is not known (num_steps/topk/num_draft_tokens)")
             continue
         try:
-            out.append(served_vs_replay(setup, ri.train_data, r.accept_length, st, source=r.source or r.label,
+            out.append(served_vs_replay(setup, case.train_data, r.accept_length, st, source=r.source or r.label,
                                layout=layout, n=n, progress=progress))
         except Eagle3Error as e:
             problems.append(f"{r.label or r.source}: {e}")
@@ -235,16 +225,19 @@ def chain_served(d: Discovery) -> bool:
     return st is not None and st[1] == 1
 
 
-def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: str, data_path: str,
-                  served_data_path: str = "", served_traffic_path: str = "", served_paths=(), server_url: str = "",
-                  startup_log: str = "", serving_dump: str = "", n: int = 16, device: str = "cpu") -> ServedPrediction:
+def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedPrediction:
     """A vLLM or SGLang deployment: the draft as the engine loads it (the tables at its version, then what the running
     engine said: vLLM's probe and log, SGLang's log and the load its hook recorded: `served_view`), what the engine
     said against the trained layout, and each served τ beside the draft replayed as trained and as the engine loads
     it (`replay.as_served`), which decides the wiring causes by measurement. The replay runs on the served traffic
-    (every answer, captured by the target) when `served_traffic_path` is given, else on `n` samples of
-    `served_data_path`, else of the training data. SGLang's τ over exactly that traffic (its answers' verify rounds)
+    (every answer, captured by the target) when `served_traffic` is given, else on `n` samples of `served_data`
+    (else `heldout_data`), else of the training data. SGLang's τ over exactly that traffic (its answers' verify rounds)
     comes first among the served runs."""
+    g = case.given
+    draft_path, target_path, data_path, device = case.draft_path, case.target_path, case.train_data, g.device
+    served_paths, server_url, startup_log = served_files(g), g.server_url, case.server_log
+    serving_dump = case.serving_dump
+    served_data_path, served_traffic_path = g.served_data or g.heldout_data, g.served_traffic
     notes, problems, decided = [], [], []
     logs = [p for p in [startup_log, *served_paths] if p]
     log = None
@@ -259,9 +252,8 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
             break
     if not data_path:
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data)",))
-    ri = sample_replay.replay_inputs(draft_path, target_path, data_path, serving_dump=serving_dump, device=device)
     try:
-        setup = sample_replay.load_replay_setup(ri, device=device, dtype=served_dtype(d))
+        setup = sample_replay.load_replay_setup(case, device=device, dtype=served_dtype(d))
         view, vnotes = deployment_view(engine, draft_path, target_path, log=log,
                                        version=d.version if engine == "sglang" else None,
                                        num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
@@ -278,7 +270,7 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
     notes += [f"replayed in {served_dtype(d)}, the dtype the launch served in"] * (served_dtype(d) != "auto")
     if serving_dump:
         try:
-            sl = sample_replay.serving_layout(ri, setup.num_layers, device=device)
+            sl = sample_replay.serving_layout(case, setup.num_layers, device=device)
             if sl.layout is not None:
                 view = view.overruled("layout", tuple(None if b == ZERO else b for b in sl.layout), "dump",
                                       sl.detail)
@@ -286,13 +278,13 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
     decided += view_findings(view, trained, draft_path=draft_path, num_layers=setup.num_layers)
-    name = {"vllm": "vLLM", "sglang": "SGLang"}[engine]
+    name = ENGINES[engine].title
     if view.refused and view.refused_source in ENGINE_SAID:
         notes.append(f"{name} does not serve this draft: {view.refused}")
         return ServedPrediction((), tuple(problems), (), tuple(notes), view, None, tuple(decided))
     runs, more = served_runs(served_paths, server_url)
     problems += more
-    data = served_data_path or ri.train_data
+    data = served_data_path or case.train_data
     replayed_on = "the served prompts' samples (served_data)" if served_data_path else "the training samples"
     traffic = False
     if served_traffic_path:
@@ -318,8 +310,8 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
         if "embed_tokens.weight" in shipped else None
     rope = trained_rope(draft_path, target_path)
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
-    found, tensors = trained_config.trained_searches(setup, ri.train_data, recorded=ri.recorded_acc,
-                                                     recorded_from=ri.recorded_from)   # ... and a shipped tensor
+    found, tensors = trained_config.trained_searches(setup, case.train_data, recorded=case.recorded_acc,
+                                                     recorded_from=case.recorded_from)   # ... and a shipped tensor
     decided += config_findings(found)
     restored = tensor_findings(tensors) if tensors is not None else []
     decided += restored
@@ -362,7 +354,7 @@ def engine_served(engine: str, d: Discovery, *, draft_path: str, target_path: st
                                       num_layers=setup.num_layers, ids_read=ids_read,
                                       engine_per_position=r.per_position, replayed_on=replayed_on)
         decided.append(served_prompts_finding(found, replays[st[0]], float(r.accept_length), r.source or r.label,
-                                              replayed_on, traffic=data if traffic else None, train=ri.train_data))
+                                              replayed_on, traffic=data if traffic else None, train=case.train_data))
     first = next(iter(replays.values()), None)
     notes += list(first.notes) if first is not None else []
     return ServedPrediction(tuple(trees), tuple(problems), (), tuple(notes), view, first, tuple(decided))

@@ -1,6 +1,6 @@
 """Notebook 04: the served runs read from the files and server given, the cost model fitted to them
 (`fit_served`), the demo engine's own sweep and its chain-vs-tree replay, and the findings the notebook records
-(`headline_findings`). `run(inputs, earlier)` makes notebook 04's part: its tables and figures (no finding: the
+(`headline_findings`). `run(case, earlier)` makes notebook 04's part: its tables and figures (no finding: the
 throughput decides no cause, so the diagnosis does not run it, `steps.order.PARTS`).
 
 On the demo world (no draft given) the served runs are the seed's sample log (`DEMO_LOG`) unless others are given;
@@ -18,6 +18,7 @@ from ..throughput import benchparse, costmodel, plots
 from ..engine_kit.log_scan import ParseResult
 from ..engine_kit.records import RunRecord
 from .given import resolve_path
+from .case import Case
 from .part import Inputs, Part
 
 NAME = "04 throughput"
@@ -132,11 +133,12 @@ def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeV
     return out
 
 
-def run(inputs: Inputs, earlier=None) -> Part:
+def run(case: Case, earlier=None) -> Part:
     """Notebook 04's part: the served runs (`served_inputs`, `server_url`) and their cost-model fit, the demo sweep
     (`run_demo_sweep`, `sweep_num_steps`, `sweep_repeats`) and the chain-vs-tree replay (`tree_replay_samples`, 0:
     skipped) as tables and figures (a sentence where one was not run); `results` holds what they were made from
     (parsed, served, fit, sweep, sweep_recs, tvc) and `headline` (what the notebook records). No finding."""
+    inputs = case.given
     parsed = read_runs(served_inputs(inputs), inputs.server_url)
     served = [r for res in parsed for r in res.records]
     fit = fit_served(served, inputs.baseline_tok_s) if parsed else ServedFit(None, NOT_GIVEN, None, (NOT_GIVEN,))

@@ -7,7 +7,7 @@ import pytest
 
 from eagle3lib.serving.layer_reading import draft_slots, layer_frame, layer_reading
 from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command, vllm_effective, vllm_to_sglang
-from eagle3lib.steps.discovery import SAMPLES_DIR
+from eagle3lib.steps.case import SAMPLES_DIR
 from eagle3lib.errors import ConfigError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.sglang_engine.resolver import resolve

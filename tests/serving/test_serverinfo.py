@@ -5,7 +5,7 @@ import json
 
 import pytest
 
-from eagle3lib.steps.discovery import SAMPLES_DIR
+from eagle3lib.steps.case import SAMPLES_DIR
 from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.serving.serverinfo import (accept_rate_definitions, read_server_info, read_startup_log,

@@ -3,6 +3,8 @@ from __future__ import annotations
 
 from eagle3lib.model.audit import audit_draft
 from eagle3lib.steps import checkpoint_audit as CA
+from eagle3lib.steps.case import case_of
+from eagle3lib.steps.part import Inputs
 from tests.model.test_audit import _world
 
 
@@ -11,7 +13,7 @@ def test_engine_layer_table_reads_the_ids_as_each_engine_does(tmp_path, tiny_cfg
     vLLM (which reads no nested ids) feeds its default capture instead."""
     draft, target = _world(tmp_path, tiny_cfg_dict)
     a = audit_draft(draft, target)
-    t = CA.engine_layer_table(a, CA.AuditInputs(str(draft), str(target), "", False))
+    t = CA.engine_layer_table(a, case_of(Inputs(draft=str(draft), target=str(target))))
     trained = t[t.engine == "trained"].boundary.tolist()
     assert trained == ["embed", "layer_in.2", "layer_in.4", "layer_in.6"]
     assert t[t.engine == "sglang"].as_trained.all()

@@ -14,6 +14,8 @@ from eagle3lib.hidden.compare import compare
 from eagle3lib.hidden.capture import Slots
 from eagle3lib.causes import LAYOUT_CAUSES
 from eagle3lib.steps import diffing
+from eagle3lib.steps.case import case_of
+from eagle3lib.steps.part import Inputs
 from tests.steps.test_step_properties import REF
 
 
@@ -26,7 +28,7 @@ def world():
 @pytest.mark.slow
 def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
     """The demo engine's seed capture: embedding missing + padding; replay with the trained layout recovers."""
-    inp = diffing.diff_inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))
+    inp = diffing.diff_inputs(case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))))
     s = diffing.sides(inp)
     assert s.training.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.serving.identified == ("layer_in.2", "layer_in.4", "layer_in.6", "zeros")
@@ -41,7 +43,7 @@ def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
 @pytest.mark.slow
 def test_correct_capture_is_clean(world, tmp_path):
     """The demo engine serving the training layout: no false alarm."""
-    inp = diffing.diff_inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))
+    inp = diffing.diff_inputs(case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))))
     s = diffing.sides(inp)
     assert s.explanation.clean, s.explanation.summary
     assert s.serving.identified == s.training.identified
@@ -76,7 +78,8 @@ def test_a_config_without_ids_with_a_serving_dump_proves_the_fix(world, tmp_path
     from tests import planted
     from eagle3lib.demo.sweep import ensure_serving_dump
     y = yaml.safe_load(planted.write_case("no_layer_ids", tmp_path / "case").read_text())
-    inp = diffing.diff_inputs(y["target"], y["draft"], y["train_data"], str(ensure_serving_dump()))
+    inp = diffing.diff_inputs(case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"],
+                                             serving_dump=str(ensure_serving_dump()))))
     s = diffing.sides(inp)
     proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified, n=4)
     served, fixed = diffing.proof_summary(proof).values()
@@ -100,7 +103,8 @@ def test_a_drifted_target_with_its_own_serving_dump_leaves_the_layout_not_checke
     dump = save_dump(tmp_path / "dump", [capture_for_layout(model, ids[0], ("embed", "layer_in.2", "layer_in.4",
                                                                             "layer_in.6"))], ids, slots=None,
                      hidden_size=model.config.hidden_size, source="the drifted target")
-    inp = diffing.diff_inputs(y["target"], y["draft"], y["train_data"], str(dump))
+    inp = diffing.diff_inputs(case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"],
+                                             serving_dump=str(dump))))
     s = diffing.sides(inp)
     gone = [j for j, x in enumerate(s.training.identified) if x is None]
     assert gone and s.serving.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")

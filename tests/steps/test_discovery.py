@@ -5,7 +5,8 @@ import json
 
 import pytest
 
-from eagle3lib.steps.discovery import SAMPLES_DIR, config_paths, discover
+from eagle3lib.steps.case import SAMPLES_DIR
+from eagle3lib.steps.discovery import config_paths, discover
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
         "--speculative-draft-model-path data/demo/draft --speculative-num-steps 1 --speculative-eagle-topk 1 "
@@ -78,7 +79,7 @@ def test_a_knob_that_does_not_parse_is_a_problem_never_a_rewrite(tmp_path):
     import pytest
 
     from eagle3lib.errors import ServingArgsError
-    from eagle3lib.steps.discovery import command_text
+    from eagle3lib.steps.case import command_text
     d = discover(SEED.replace("--speculative-num-steps 1", "--speculative-num-steps three"), "0.5.6")
     assert d.resolution is None and d.problem_errors == ("ServingArgsError",)
     assert "--speculative-num-steps" in d.problems[0] and "'three'" in d.problems[0]
@@ -163,22 +164,20 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     (the engine table's refusal row): confirmed, by the engine fact, with no replay."""
     import shutil
     from eagle3lib.demo import world as demo
-    from eagle3lib.steps.discovery import discovery_inputs, serving_checks
+    from eagle3lib.steps.discovery import serving_checks
     w = demo.ensure_world(progress=False)
     d = tmp_path / "draft"
     shutil.copytree(w.draft, d)
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
     allowed = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 " + FIXED
-    inp = discovery_inputs(allowed, "", "0.5.6", "", str(w.target), str(d))
-    found = serving_checks(inp, discover(allowed, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+    found = serving_checks(allowed, discover(allowed, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
     (f,) = [x for x in found if x.cause == "short_context"]
     assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
-    (g,) = [x for x in serving_checks(inp, discover(allowed, "0.5.6", str(w.target), str(d)))
+    (g,) = [x for x in serving_checks(allowed, discover(allowed, "0.5.6", str(w.target), str(d)))
             if x.cause == "short_context"]
     assert (g.status, g.measured) == ("suspected", False)
-    refused = discovery_inputs(FIXED, "", "0.5.6", "", str(w.target), str(d))
-    (r,) = [x for x in serving_checks(refused, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
+    (r,) = [x for x in serving_checks(FIXED, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
             if x.cause == "short_context"]
     assert (r.status, r.measured, r.evidence["draft_max_position_embeddings"]) == ("confirmed", False, 64)
     assert "refuses" in r.summary and "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in r.fix
@@ -191,16 +190,15 @@ def test_without_a_launch_the_data_still_decide_the_rope_by_a_replay(tmp_path):
     no train_data); without the data it is not replayed there (the configs' word only: suspected, not measured)."""
     import shutil
     from eagle3lib.demo import world as demo
-    from eagle3lib.steps.discovery import discovery_inputs, serving_checks
+    from eagle3lib.steps.discovery import serving_checks
     w = demo.ensure_world(progress=False)
     d = tmp_path / "draft"
     shutil.copytree(w.draft, d)
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "rope_theta": 1_000_000.0}))
-    inp = discovery_inputs("", "", "", "", str(w.target), str(d))
-    found = [x for x in serving_checks(inp, discover("", "", str(w.target), str(d)), data=str(w.seed_data))
+    found = [x for x in serving_checks("", discover("", "", str(w.target), str(d)), data=str(w.seed_data))
              if x.cause == "rope_mismatch" and x.measured]
     assert [x.status for x in found] == ["confirmed"]
     assert found[0].evidence["acc_0_target_rope"] > found[0].evidence["acc_0_draft_rope"]
-    assert [(x.status, x.measured) for x in serving_checks(inp, discover("", "", str(w.target), str(d)))
+    assert [(x.status, x.measured) for x in serving_checks("", discover("", "", str(w.target), str(d)))
             if x.cause == "rope_mismatch"] == [("suspected", False)]

@@ -1,4 +1,4 @@
-"""One path per investigation: every part of `steps.order.PARTS` is its step module's `run(inputs, earlier)`, the
+"""One path per investigation: every part of `steps.order.PARTS` is its step module's `run(case, earlier)`, the
 order is written once (the diagnosis holds no copy of it), and the part a step reads has run before it."""
 from __future__ import annotations
 
@@ -22,7 +22,7 @@ def test_each_part_is_its_modules_run_in_notebook_order():
     assert stems == sorted(p.stem for p in NOTEBOOKS.glob("[0-9][0-9]_*.py"))
     assert [stems.index(s.notebook) for s in order.PARTS] == sorted(stems.index(s.notebook) for s in order.PARTS)
     for i, step in enumerate(order.PARTS):
-        assert list(inspect.signature(step.module.run).parameters)[:2] == ["inputs", "earlier"]
+        assert list(inspect.signature(step.module.run).parameters)[:2] == ["case", "earlier"]
         assert not step.after or step.after in names[:i], step        # what it reads has run before it
         assert all(k in {f.name for f in dataclasses.fields(Inputs)} for k in step.needs)
 

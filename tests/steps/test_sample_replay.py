@@ -1,5 +1,5 @@
-"""Notebook 02's steps: inputs never filled from the demo for a user's draft, the serving layout only from
-evidence (dump > typed > engine rules > none), and the findings its replays support."""
+"""Notebook 02's steps: the serving layout only from evidence (dump > typed > engine rules > none), and the findings
+its replays support (what its case is: tests/steps/test_case.py)."""
 from __future__ import annotations
 
 import dataclasses
@@ -7,10 +7,11 @@ import dataclasses
 import pandas as pd
 import pytest
 
-from eagle3lib.errors import DataError
 from eagle3lib.replay import stats as S
 from eagle3lib.replay import verdict as V
 from eagle3lib.steps import sample_replay as SR
+from eagle3lib.steps.case import case_of
+from eagle3lib.steps.part import Inputs
 from tests.replay.test_run import LAYOUT, make_setup
 
 SERVED = ("layer_in.2", "layer_in.4", "layer_in.6")
@@ -22,21 +23,9 @@ def fake(acc0: float, layout=LAYOUT, label: str = "x") -> S.ReplayResult:
                           pd.DataFrame(), pd.DataFrame(), 1 + acc0, float("nan"), float("nan"), ())
 
 
-def test_a_users_draft_gets_nothing_from_the_demo(tmp_path):
-    (tmp_path / "log.jsonl").write_text('{"val_acc_step0": 0.5}\n')
-    inp = SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x",
-                            training_log_path=str(tmp_path / "log.jsonl"), heldout_data_path="data/h")
-    assert not inp.demo and inp.recorded_acc == 0.5 and inp.heldout == {"held-out": "data/h"}
-    assert inp.serving_dump == ""                       # no dump given: not the demo's
-    inp = SR.replay_inputs("d", "t", "x", recorded_val_acc=0.7)
-    assert inp.recorded_acc == 0.7 and inp.recorded_from == "parameter" and inp.heldout == {}
-    with pytest.raises(DataError, match="train_data"):
-        SR.replay_inputs("d", "t", "")
-
-
 def test_serving_layout_comes_from_evidence_never_a_default(tmp_path):
     setup = make_setup(tmp_path)
-    inp = SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+    inp = case_of(Inputs(draft=str(tmp_path / "draft"), target=str(tmp_path / "target"), train_data="data/x"))
     none = SR.serving_layout(inp, setup.num_layers)
     assert none.layout is None and none.source == "none" and "serving_dump" in none.detail
     assert SR.layouts_to_replay(setup.training_layout, none) == {"training": LAYOUT}
@@ -118,7 +107,7 @@ def _no_ids(tmp_path):
     raw.get("eagle_config", {}).pop("eagle_aux_hidden_state_layer_ids", None)
     raw.pop("eagle_aux_hidden_state_layer_ids", None)
     cfg.write_text(json.dumps(raw))
-    return setup, SR.replay_inputs(str(tmp_path / "draft"), str(tmp_path / "target"), "data/x")
+    return setup, case_of(Inputs(draft=str(tmp_path / "draft"), target=str(tmp_path / "target"), train_data="data/x"))
 
 
 def test_a_config_without_ids_is_served_the_engine_default_and_the_replay_decides(tmp_path):

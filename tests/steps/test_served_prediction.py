@@ -8,6 +8,8 @@ from eagle3lib.checks.served_loss import tau_tolerance
 from eagle3lib.replay.tree_acceptance import replay_tree
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.steps import discovery, served_prediction as sp
+from eagle3lib.steps.case import case_of
+from eagle3lib.steps.part import Inputs
 from eagle3lib.engine_kit.records import RunRecord
 from tests.replay.test_run import make_samples, make_setup
 
@@ -42,7 +44,7 @@ def test_setting_of_prefers_the_run_record_and_falls_back_to_the_resolution():
 def test_missing_inputs_are_not_checked_and_named(user):
     root, _, _ = user
     d = discovery.discover("", "")
-    f, gen = sp.served_vs_predicted(d, draft_path=str(root / "draft")).findings()
+    f, gen = sp.served_vs_predicted(d, case_of(Inputs(draft=str(root / "draft")))).findings()
     assert f.status == "not checked" and "served_log_path" in f.needs and "(train_data)" in f.needs
     # what the served prompts decide is not checked either, naming the served τ and the served traffic
     assert (gen.cause, gen.status, gen.aspects) == ("generalization_gap", "not checked", ("served traffic",))
@@ -58,8 +60,9 @@ def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
     d = discovery.discover("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 "
                            "--speculative-draft-model-path d --speculative-num-steps 3 --speculative-eagle-topk 3 "
                            "--speculative-num-draft-tokens 6", "0.5.23", str(root / "target"), str(root / "draft"))
-    res = sp.served_vs_predicted(d, draft_path=str(root / "draft"), target_path=str(root / "target"),
-                                 data_path=str(root / "data"), served_paths=[str(log)], progress=False)
+    res = sp.served_vs_predicted(d, case_of(Inputs(draft=str(root / "draft"), target=str(root / "target"),
+                                                   train_data=str(root / "data"), served_log=str(log))),
+                                 progress=False)
     assert res.problems == () and len(res.comparisons) == 1
     (c,) = res.comparisons
     assert c.setting == (3, 3, 6) and c.predicted == pytest.approx(tree, abs=1e-6)
@@ -76,10 +79,9 @@ def test_a_tree_served_log_is_compared_under_its_tree(user, tmp_path):
 def test_demo_world_served_runs_match_the_replay_in_the_served_layout():
     """The demo's server (the seed's capture, the seed launch's chain K=1) accepts what the replay predicts in the
     layout its serving dump shows: the serving path is not the fault there, the layout is."""
-    inp = discovery.discovery_inputs()
-    d = discovery.discover(inp.launch_command, inp.sglang_version, inp.target_path, inp.draft_path,
-                           server_log=inp.server_log)
-    res = sp.served_vs_predicted(d, progress=False)
+    case = case_of(Inputs())
+    d = discovery.discover(case.launch_command, case.sglang_version, server_log=case.server_log)
+    res = sp.served_vs_predicted(d, case, progress=False)
     (c,) = res.comparisons
     assert c.setting == (1, 1, 2) and "zeros" in c.layout
     assert abs(c.gap) <= tau_tolerance(c.predicted) and [f.status for f in res.findings()] == ["ruled out", "ruled out"]

@@ -31,6 +31,8 @@ from eagle3lib.replay import stats as S
 from eagle3lib.replay.verdict import THRESHOLDS, Verdict
 from eagle3lib.steps import diffing as D
 from eagle3lib.steps import sample_replay as SR
+from eagle3lib.steps.case import case_of
+from eagle3lib.steps.part import Inputs
 
 matplotlib.use("Agg")
 SETTINGS = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.too_slow])
@@ -292,7 +294,7 @@ def test_layouts_to_replay_never_hand_on_an_unidentified_slot(training, serving,
 @SETTINGS
 @given(recorded=st.one_of(missing, st.floats(-1, 1), st.just(-1.0)))
 def test_a_missing_recorded_accuracy_is_not_given(recorded):
-    inp = SR.replay_inputs("draft", "target", "data", recorded_val_acc=recorded)
+    inp = case_of(Inputs(draft="draft", target="target", train_data="data", recorded_acc=recorded))
     if recorded is None or math.isnan(recorded) or recorded < 0:
         assert inp.recorded_acc is None and inp.recorded_from == "not given"
     else:

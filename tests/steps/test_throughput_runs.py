@@ -23,9 +23,10 @@ def test_run_makes_notebook_04s_part_without_a_finding():
     figure when the demo sweep is not run, the headline the notebook records, and no finding (it decides no cause)."""
     from matplotlib.figure import Figure
 
+    from eagle3lib.steps.case import case_of
     from eagle3lib.steps.part import Inputs
 
-    part = TR.run(Inputs(served_log="data/samples/sglang_seed_decode.log", run_demo_sweep=False), {})
+    part = TR.run(case_of(Inputs(served_log="data/samples/sglang_seed_decode.log", run_demo_sweep=False)), {})
     assert part.name == TR.NAME and part.findings == [] and part.frame().empty
     assert list(part.tables["served runs"].columns) == list(TR.COLUMNS) and len(part.tables["served runs"])
     assert part.tables["demo sweep"] == TR.NOT_RUN["sweep"] and part.tables["chain vs tree"] == TR.NOT_RUN["tree"]
