@@ -362,3 +362,21 @@ def test_the_library_never_imports_the_builder():
 def test_the_builder_init_is_a_map_of_its_modules():
     """eagle3demo/__init__.py is the builder's map, as every folder's: a docstring naming each module, no code."""
     test_folder_init_is_a_map_without_logic(DEMO_BUILDER / "__init__.py")
+
+
+# what reads a file or runs the draft: a check reaches these only through its Artifacts (checks/inputs.py, the one
+# reader: configs, headers, data, the target model, tokenizer and tensors read on first use, once) and the replay
+# evidence (replay/evidence.py); never itself
+LOADERS = {"load_state_dict", "load_target_tensor", "load_tokenizer", "load_target_model", "load_target",
+           "open_dataset", "read_config_json", "load_setup", "load_draft", "replay", "draft_run", "load_replay"}
+
+
+def test_a_check_never_loads_a_file_or_runs_a_replay_itself():
+    bad = []
+    for mod, path in MODULES.items():
+        if not mod.startswith("eagle3lib.checks.") or mod == "eagle3lib.checks.inputs":
+            continue
+        for src, name, line in _imports(mod, path):
+            if src in ("eagle3lib.replay.run", "eagle3lib.replay.loop") or name in LOADERS:
+                bad.append(f"{path.relative_to(PKG.parent)}:{line} imports {src}.{name or ''}")
+    assert not bad, "checks that load or replay themselves (ask the Artifacts or replay.evidence):\n" + "\n".join(bad)

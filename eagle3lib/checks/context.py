@@ -145,9 +145,8 @@ def _measured_finding(ev: dict, draft_mp: int, engine, answers: dict[str, dict])
 def _tokenizer(art: Artifacts):
     if not art.target_path:
         return None
-    from ..model.target import load_tokenizer
     try:
-        return load_tokenizer(art.target_path)
+        return art.tokenizer
     except (Eagle3Error, OSError, ValueError):
         return None
 

@@ -19,7 +19,7 @@ import dataclasses
 import pandas as pd
 import torch
 
-from ..hidden.capture import capture, load_target_model
+from ..hidden.capture import capture
 from ..hidden.layerwise import capture_layerwise
 from ..hidden.recapture import recapture_command
 from ..hidden.stream import streamed
@@ -67,12 +67,11 @@ def _replayed(art: Artifacts, model, samples, layout) -> dict:
     cannot run)."""
     if not art.draft_path:
         return {}
-    from ..replay.run import replay
+    from ..replay.evidence import step0_acc
     try:
         setup = dataclasses.replace(art.replay_setup, training_layout=tuple(layout))
-        kw = dict(layout=tuple(layout), num_steps=1, simulate=False, progress=False)
-        a = replay(setup, [dataclasses.replace(s, layout=tuple(layout)) for s in samples], **kw).acc0
-        b = replay(setup, recaptured(model, samples, layout), **kw).acc0
+        a = step0_acc(setup, [dataclasses.replace(s, layout=tuple(layout)) for s in samples], layout=tuple(layout))
+        b = step0_acc(setup, recaptured(model, samples, layout), layout=tuple(layout))
     except Eagle3Error as e:
         return {"replay_error": str(e)[:200]}
     return {"acc_0_stored_states": float(a), "acc_0_recaptured_states": float(b), "measurement": MEASUREMENT}
@@ -136,13 +135,12 @@ def _command(art: Artifacts, layout) -> str:
 DRIFT_CAUSES = ('target_drift',)
 
 
-def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool = False,
-                model=None) -> list[Finding]:
+def check_drift(art: Artifacts, n: int = 4, progress: bool = False) -> list[Finding]:
     """Recapture `n` training samples through the target and say which of same / cast / scaled / different.
 
     Each slot is compared with the boundary it holds: the one identified by recapture (`art.trained`), else the
     data's declared layout, else the config's claim; a slot that matched no boundary is compared with its claim,
-    which is where drift shows. `model`: the target already loaded (else loaded here)."""
+    which is where drift shows. The target is the artifacts' (`Artifacts.target_model`, loaded once)."""
     need = art.missing("target", "data")
     if need or not art.target_path:
         return [not_checked("target_drift", WHERE, need or NEEDS["target"])]
@@ -153,7 +151,7 @@ def check_drift(art: Artifacts, n: int = 4, device: str = "cpu", progress: bool 
     if not samples:
         return [not_checked("target_drift", WHERE, NEEDS["data"] + " (no readable sample)")]
     try:
-        model = model if model is not None else load_target_model(art.target_path, device=device)
+        model = art.target_model
         if samples[0].hidden_size != model.config.hidden_size:
             return [Finding("target_drift", "confirmed", f"the stored states are {samples[0].hidden_size} wide, the "
                             f"target's are {model.config.hidden_size}: data from another model",
@@ -223,4 +221,4 @@ def judge_drift(art: Artifacts, opts: Options) -> list[Finding]:
     if opts.replay_n <= 0:
         return [not_checked("target_drift", "checks.drift", "replay_n > 0 (a recapture of training samples "
                             "through the target)")]
-    return check_drift(art, n=opts.replay_n, model=opts.target_model, device=opts.device)
+    return check_drift(art, n=opts.replay_n)

@@ -10,8 +10,6 @@ import torch
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from ..model.safefiles import load_state_dict
-from ..model.target import load_target_tensor
 from ..engines import facts as engine_facts
 from ..engines.versions import SERVING_ENGINES
 from .inputs import NEEDS, Artifacts
@@ -84,8 +82,8 @@ def _embedding(art: Artifacts, engine: str | None) -> Finding:
         return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"the draft ships {key}; comparing "
                            "it needs the target's embedding", aspects=EMBED)
     try:
-        own = load_state_dict(art.draft_path, keys=[key])[key]
-        tgt = load_target_tensor(art.target_path, "embed")
+        own = art.draft_tensors(key)[key]
+        tgt = art.target_tensor("embed")
     except Eagle3Error as e:
         return not_checked("wrong_embedding", WHERE, NEEDS["target_weights"], f"cannot read an embedding: {e}",
                            aspects=EMBED)

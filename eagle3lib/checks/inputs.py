@@ -64,6 +64,7 @@ class Artifacts:
     replay_dtype: str = "auto"                       # the dtype the checks' replays load the draft in (diagnose's
                                                      # --dtype; "auto": float32 on CPU)
     replay_device: str = "cpu"                       # ... and the device (diagnose's --device)
+    read: dict = field(default_factory=dict, repr=False, compare=False)   # what the readers below read, by key
 
     def missing(self, *names: str) -> str | None:
         """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
@@ -85,6 +86,45 @@ class Artifacts:
         cannot load is raised to each, never kept."""
         from ..replay.evidence import load_replay
         return load_replay(self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype)
+
+    @cached_property
+    def tokenizer(self):
+        """The target's tokenizer, loaded on first use (an error when it cannot load is raised to each caller)."""
+        from ..model.target import load_tokenizer
+        return load_tokenizer(self.target_path)
+
+    def draft_tensors(self, *keys: str) -> dict:
+        """{key: tensor} of the draft's weights for `keys` (those it ships), each read once for these artifacts."""
+        want = [k for k in keys if ("draft", k) not in self.read]
+        if want:
+            got = load_state_dict(self.draft_path, keys=want)
+            self.read.update({("draft", k): got.get(k) for k in want})
+        return {k: self.read[("draft", k)] for k in keys if self.read[("draft", k)] is not None}
+
+    def target_tensor(self, which: str = "embed"):
+        """The target's `which` tensor ("embed", "lm_head": `model.target.load_target_tensor`), read once."""
+        if ("target", which) not in self.read:
+            from ..model.target import load_target_tensor
+            self.read[("target", which)] = load_target_tensor(self.target_path, which)
+        return self.read[("target", which)]
+
+    @cached_property
+    def launch_template(self) -> str | None:
+        """The chat template the launch names with --chat-template when it is a readable file (None: the target
+        tokenizer's is served, or a built-in template name the workbook cannot render)."""
+        name = self.launch.flags.get("chat_template") if self.launch is not None else None
+        try:
+            return Path(name).read_text() if isinstance(name, str) and Path(name).is_file() else None
+        except (OSError, UnicodeDecodeError):
+            return None
+
+    @cached_property
+    def target_model(self):
+        """The target model on `replay_device` (for a recapture): loaded on first use, the process's one copy of it
+        (`hidden.capture.load_target_model`), shared with every check and part; an Eagle3Error when it cannot load
+        is raised to each, never kept."""
+        from ..hidden.capture import load_target_model
+        return load_target_model(self.target_path, device=self.replay_device)
 
 
 def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -29,18 +29,15 @@ for _module in pkgutil.iter_modules([str(Path(__file__).parent)]):
     importlib.import_module(f"{__package__}.{_module.name}")
 
 
-def _identified(art, names, replay_n: int, device: str = "cpu"):
-    """(art with the trained layout identified by recapture, the loaded target model) when replay evidence is
-    asked for and a check that reads the layout runs; else (art, None). A target that will not load is left to
-    the drift check to report."""
+def _identified(art, names, replay_n: int):
+    """`art` with the trained layout identified by recapture when replay evidence is asked for and a check that
+    reads the layout runs; else `art`. A target that will not load is left to the drift check to report."""
     if replay_n <= 0 or not art.target_path or art.data is None or not any(CHECKS[n].trained_layout for n in names):
-        return art, None
-    from ..hidden.capture import load_target_model
+        return art
     try:
-        model = load_target_model(art.target_path, device=device)
+        return with_identified_layout(art, art.target_model)
     except Eagle3Error:
-        return art, None
-    return with_identified_layout(art, model), model
+        return art
 
 
 def _engine(engine, launch):
@@ -63,9 +60,9 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
                                              engine=engine, served_traffic=served_traffic), replay_dtype=dtype,
                               replay_device=device)
     names = chosen(only, part)
-    art, model = _identified(art, names, int(replay_n), device)
+    art = _identified(art, names, int(replay_n))
     opts = Options(engine=_engine(engine, art.launch), engine_version=engine_version, engine_runner=engine_runner,
-                   replay_n=int(replay_n), target_model=model, device=device)
+                   replay_n=int(replay_n), device=device)
     out: list[Finding] = []
     for name in track(names, desc="checks", progress=progress, unit="check"):
         c = CHECKS[name]

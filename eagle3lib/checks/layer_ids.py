@@ -124,13 +124,13 @@ def default_vs_trained(art: Artifacts, captured, trained, n: int = REPLAY_N) -> 
     (no weights, target or data), {'replay_error'} when the replay refuses."""
     if n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors:
         return {}
-    from ..replay.run import replay
+    from ..replay.evidence import step0_acc
     from ..layout import ZERO
     served = tuple(b or ZERO for b in captured)
     try:
         setup = art.replay_setup
-        acc = {k: float(replay(setup, art.data, layout=lay, n=n, num_steps=1, simulate=False, fill="zeros",
-                               progress=False).acc0) for k, lay in (("trained", trained), ("default", served))}
+        acc = {k: step0_acc(setup, art.data, layout=lay, n=n, fill="zeros")
+               for k, lay in (("trained", trained), ("default", served))}
     except Eagle3Error as e:
         return {"replay_error": str(e)[:200]}
     return {"acc_0_trained_layout": acc["trained"], "acc_0_engine_default": acc["default"],

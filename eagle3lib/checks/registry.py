@@ -14,7 +14,7 @@ tests/checks/test_judge.py.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Callable
 
 from ..errors import FindingError
 
@@ -31,13 +31,12 @@ PARTS = {
 @dataclass(frozen=True)
 class Options:
     """What a check may read beside the artifacts: the engine it is asked about (its name, version and vLLM model
-    runner), how many training samples to replay (0: config-level only), the target model already loaded for a
-    recapture (None: load it) and the device a recapture runs on."""
+    runner), how many training samples to replay (0: config-level only) and the device a recapture runs on (the
+    target model itself is the artifacts': `Artifacts.target_model`)."""
     engine: str | None = None
     engine_version: str | None = None
     engine_runner: str | None = None
     replay_n: int = 0
-    target_model: Any = None
     device: str = "cpu"
 
 

@@ -103,14 +103,13 @@ def check_template(art: Artifacts, n: int = 16) -> list[Finding]:
     need = art.missing("data") or (None if art.target_path else NEEDS["tokenizer"])
     if need:
         return [not_checked("chat_template_mismatch", WHERE, need)]
-    from ..model.target import load_tokenizer
     try:
-        tok = load_tokenizer(art.target_path)
+        tok = art.tokenizer
     except (Eagle3Error, OSError, ValueError) as e:
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"], f"cannot load it: {e}")]
     if tok is None:
         return [not_checked("chat_template_mismatch", WHERE, NEEDS["tokenizer"])]
-    named = launch_template(art)
+    named = art.launch_template
     if named is not None:
         tok.chat_template = named
     drawn = list(art.data.sample(min(n, len(art.data)), 0))
@@ -212,17 +211,6 @@ def _roles_differ(tok, marks, found) -> list[str]:
         return []
     served = dict(zip(("user", "assistant"), served_role_markers(tok, marks)))
     return [r for r in ("user", "assistant") if served[r] and not ends_alike(found[r], served[r])]
-
-
-def launch_template(art: Artifacts) -> str | None:
-    """The chat template the launch command names with --chat-template when it is a readable file (None: the
-    target tokenizer's is served, or a built-in template name the workbook cannot render)."""
-    from pathlib import Path
-    name = art.launch.flags.get("chat_template") if art.launch is not None else None
-    try:
-        return Path(name).read_text() if isinstance(name, str) and Path(name).is_file() else None
-    except (OSError, UnicodeDecodeError):
-        return None
 
 
 def _measured(rr: RenderingReplay | None, aspect: str, w: str, ev: dict, said: str, fix: str,

@@ -212,7 +212,7 @@ class RenderingReplay:
         if self.n <= 0 or art.data is None or not art.draft_path or not art.target_path or not art.tensors \
                 or not layout:
             return {}
-        from ..replay.run import replay
+        from ..replay.evidence import step0_acc
         pairs, drawn = [], list(art.data.sample(min(self.n, len(art.data)), 0))
         samples = [(s.input_ids.tolist(), s.loss_mask.tolist()) for s in drawn]
         found = self.found if self.found is not None or aspect != "role markers" else training_markers(self.tok,
@@ -228,7 +228,7 @@ class RenderingReplay:
             setup = self._setup()
             trained = [self._training_capture(ids, mask, sid) for (ids, mask), _, sid in pairs]
             served = [self._capture(*p[1], f"{p[2]}:served") for p in pairs]
-            acc = {label: float(replay(setup, items, n=len(items), num_steps=1, simulate=False, progress=False).acc0)
+            acc = {label: step0_acc(setup, items, n=len(items))
                    for label, items in (("training", trained), ("served", served))}
         except Eagle3Error as e:
             return {"replay_error": str(e)[:200]}
@@ -238,9 +238,7 @@ class RenderingReplay:
 
     def _setup(self):
         if self._loaded is None:
-            from ..hidden.capture import load_target_model
-            self._loaded = (load_target_model(self.art.target_path, device=self.art.replay_device),
-                            self.art.replay_setup)
+            self._loaded = (self.art.target_model, self.art.replay_setup)
         return self._loaded[1]
 
     def _training_capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:

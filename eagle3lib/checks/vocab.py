@@ -7,7 +7,6 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from ..model.safefiles import load_state_dict
 from ..model.vocab import check_vocab
 from .inputs import Artifacts
 from .registry import Options, contract
@@ -29,7 +28,7 @@ def check_d2t(art: Artifacts) -> list[Finding]:
     cfg = art.draft_cfg
     keys = [next((k for k in ks if k in art.tensors), None) for ks in (D2T_KEYS, T2D_KEYS)]
     try:
-        sd = load_state_dict(art.draft_path, keys=[k for k in keys if k]) if any(keys) else {}
+        sd = art.draft_tensors(*[k for k in keys if k])
     except Eagle3Error as e:
         return [not_checked("d2t_mapping", WHERE, "readable d2t / t2d tensors", str(e)[:200])]
     d2t, t2d = (sd.get(k) if k else None for k in keys)

@@ -2,7 +2,8 @@
 changed (a flag an engine drops, the target's RoPE), and step-0 accuracy by position bucket.
 
 ``as_served.variant(setup.model, rope_theta=1e6)`` runs the same weights under other config values; ``acc0(setup,
-data, n=8, norm_before_fc=False)`` is that run's step-0 accuracy; the draft runs through `loop.draft_run`.
+data, n=8, norm_before_fc=False)`` is that run's step-0 accuracy; ``step0_acc(setup, samples, layout=lay)`` the
+step-0 accuracy in a layout (stored or recaptured states, another rendering); the draft runs through `loop.draft_run`.
 """
 from __future__ import annotations
 
@@ -25,6 +26,15 @@ def load_replay(draft_path, target_path, device: str = "cpu", dtype="auto") -> R
     """The replay setup of a draft (embedding and lm_head from the target), on `device` in `dtype` ("auto": float32
     on CPU; a diagnosis passes its --device and --dtype): `run.load_setup`, shared within a case."""
     return load_setup(draft_path, target_path, device=device, dtype=dtype)
+
+
+def step0_acc(setup: ReplaySetup, data, *, layout=None, n: int | None = None, fill: str | None = None) -> float:
+    """Step-0 accuracy (teacher-forced, no drafting simulated) of the draft on `data` (a dataset, a path or
+    samples; `n` of them, all when None) in `layout` (None: the setup's training layout; `fill` "zeros": a slot
+    never captured fed as zeros): the replay a check cites beside another."""
+    kw = {"layout": layout} if layout is not None else {}
+    kw.update({"fill": fill} if fill is not None else {})
+    return float(replay(setup, data, n=n, num_steps=1, simulate=False, progress=False, **kw).acc0)
 
 
 def acc_steps(setup: ReplaySetup, data, n: int = 8, seed: int = 0, num_steps: int = 2, **changes) -> list[float]:

@@ -79,7 +79,7 @@ class Discovery:
                                          # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
 
     @property
-    def engine_version(self) -> str | None:
+    def launch_version(self) -> str | None:
         """The launch engine's version: SGLang's as discovered (`version`), vLLM's as its startup log names it; None
         without a launch or where nothing names it (an engine the facts do not know included)."""
         if self.launch is None:
@@ -89,7 +89,7 @@ class Discovery:
         return self.version if self.launch.engine == "sglang" else None
 
     @property
-    def engine_runner(self) -> str | None:
+    def launch_runner(self) -> str | None:
         """The model runner the engine's startup log names (vLLM's "v1" / "v2"), lower case; None where none does."""
         vl = self.vllm_log if self.launch is not None and self.launch.engine == "vllm" else None
         return (vl.runner or "").lower() or None if vl is not None else None
@@ -205,9 +205,9 @@ def serving_checks(launch: str, d: Discovery, progress=None, data: str = "",
                            part=("artifacts", "engine-free"), dtype=dtype, device=device)
     else:
         found = run_checks(draft=draft, target=target, launch=launch, data=data or None,
-                           replay_n=replay_n if data else 0, engine_version=d.engine_version, progress=progress,
+                           replay_n=replay_n if data else 0, engine_version=d.launch_version, progress=progress,
                            part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
-                           engine_runner=d.engine_runner, served_traffic=served_traffic or None, dtype=dtype,
+                           engine_runner=d.launch_runner, served_traffic=served_traffic or None, dtype=dtype,
                            device=device)
     return d.cause_findings() + found
 

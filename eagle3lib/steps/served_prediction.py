@@ -188,7 +188,7 @@ def served_vs_predicted(d: Discovery, case: Case, *, n: int = 16, progress: bool
         setup = sample_replay.load_replay_setup(case, device=device)
         engine = d.launch.engine if d.launch is not None else ""
         served = sample_replay.serving_layout(case, setup.num_layers, typed=serving_layout, engine=engine,
-                                              engine_version=d.engine_version or "", device=device)
+                                              engine_version=d.launch_version or "", device=device)
     except Eagle3Error as e:
         return ServedPrediction((), tuple(problems + [f"draft/target/serving layout: {e}"]), (), tuple(notes))
     layout = served.layout
