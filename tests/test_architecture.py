@@ -364,11 +364,12 @@ def test_the_builder_init_is_a_map_of_its_modules():
     test_folder_init_is_a_map_without_logic(DEMO_BUILDER / "__init__.py")
 
 
-# what reads a file or runs the draft: a check reaches these only through its Artifacts (checks/inputs.py, the one
-# reader: configs, headers, data, the target model, tokenizer and tensors read on first use, once) and the replay
-# evidence (replay/evidence.py); never itself
+# what reads a file or runs the draft or the target: a check reaches these only through its Artifacts
+# (checks/inputs.py, the one reader: configs, headers, data, the target model, tokenizer and tensors read on first
+# use, once), the replay evidence (replay/evidence.py) and the recapture measurements (hidden/drift.py); never itself
 LOADERS = {"load_state_dict", "load_target_tensor", "load_tokenizer", "load_target_model", "load_target",
-           "open_dataset", "read_config_json", "load_setup", "load_draft", "replay", "draft_run", "load_replay"}
+           "open_dataset", "read_config_json", "load_setup", "load_draft", "replay", "draft_run", "load_replay",
+           "capture", "capture_batch", "capture_layerwise", "capture_for_layout"}
 
 
 def test_a_check_never_loads_a_file_or_runs_a_replay_itself():
@@ -377,6 +378,7 @@ def test_a_check_never_loads_a_file_or_runs_a_replay_itself():
         if not mod.startswith("eagle3lib.checks.") or mod == "eagle3lib.checks.inputs":
             continue
         for src, name, line in _imports(mod, path):
-            if src in ("eagle3lib.replay.run", "eagle3lib.replay.loop") or name in LOADERS:
+            if src in ("eagle3lib.replay.run", "eagle3lib.replay.loop", "eagle3lib.hidden.capture",
+                       "eagle3lib.hidden.layerwise") or name in LOADERS:
                 bad.append(f"{path.relative_to(PKG.parent)}:{line} imports {src}.{name or ''}")
     assert not bad, "checks that load or replay themselves (ask the Artifacts or replay.evidence):\n" + "\n".join(bad)

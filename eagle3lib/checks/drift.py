@@ -10,25 +10,20 @@ it accuracy confirmed. A small uniform error is named as the numerics of the dec
 declared dtype, and never called quantization when none is declared. A shard whose slots match no boundary of the
 target (and no layout names them) is compared slot by slot with the boundary it resembles most.
 
-Causes: target_drift, quantized_target. Usage: ``check_drift(art, n=4)`` or ``drift_table(model, samples, layout)``.
+Causes: target_drift, quantized_target. Usage: ``check_drift(art, n=4)`` (the measurement: hidden.drift).
 """
 from __future__ import annotations
 
 import dataclasses
 
 import pandas as pd
-import torch
 
-from ..hidden.capture import capture
-from ..hidden.layerwise import capture_layerwise
+from ..hidden.drift import best_boundaries, drift_table, recaptured
 from ..hidden.recapture import recapture_command
-from ..hidden.stream import streamed
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
-from ..layout import input_index
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
-from ..progress import track
 
 # a target that computes other states makes the served traffic (captured by it) score lower than the training
 # samples (captured by the target trained on): that gap is the drift's consequence, not the prompts'
@@ -38,28 +33,6 @@ SAME = (0.999, 0.01)        # (min cosine, max |norm ratio - 1|): the same model
 CAST = (0.98, 0.05)         # the same model in another dtype / quantization
 COSTS = 0.05                # step-0 accuracy lost on the recaptured states that counts as the drift mattering
 MEASUREMENT = "replay of the training samples on their stored states vs the target's recapture of them"
-
-
-def best_boundaries(model, samples) -> tuple[str, ...]:
-    """Per slot, the boundary of the target's own capture it resembles most on the first sample (cosine), for a
-    shard whose slots nothing names and none of which the target recomputes."""
-    from ..hidden.capture import as_slots
-    from ..hidden.compare import compare
-    s = samples[0]
-    cmp = compare(as_slots(s), capture(model, s.input_ids, progress=False))
-    return tuple(str(b) for b in cmp.slots["best"])
-
-
-def recaptured(model, samples, layout) -> list:
-    """The samples with their aux slots (and stored final state) recaptured through `model` at `layout`."""
-    out = []
-    with torch.inference_mode():
-        for s in samples:
-            final = [s.final_boundary] if s.final_hidden is not None and s.final_boundary else []
-            cap = capture(model, s.input_ids, only=list(dict.fromkeys(list(layout) + final)))
-            out.append(dataclasses.replace(s, aux=cap.stack(layout).to(s.aux.dtype), layout=tuple(layout),
-                                           final_hidden=cap[final[0]].to(s.final_hidden.dtype) if final else None))
-    return out
 
 
 def _replayed(art: Artifacts, model, samples, layout) -> dict:
@@ -87,29 +60,6 @@ def numerics(art: Artifacts) -> str:
     if dtype and str(dtype) not in ("float32", "torch.float32"):
         return f"the numerics of the declared dtype ({dtype}, against float32 capture or training)"
     return "a small uniform error (no quantization or reduced dtype is declared: not their numerics)"
-
-
-def drift_table(model, samples, layout, num_layers: int, progress: bool = False) -> pd.DataFrame:
-    """Per slot: boundary, depth (capture index), cosine (mean over tokens), norm ratio stored/recaptured (mean),
-    over the given samples (each recaptured through `model` on its own tokens)."""
-    k = len(layout)
-    cos_sum, ratio_sum, count = torch.zeros(k), torch.zeros(k), 0
-    samples = list(samples)
-    if streamed(model) is not None:        # a streamed target: every layer read once for all the samples
-        caps = capture_layerwise(model, [s.input_ids for s in samples], only=list(layout), progress=progress)
-    else:
-        caps = (capture(model, s.input_ids, only=list(layout))
-                for s in track(samples, desc="recapture", progress=progress, unit="sample"))
-    with torch.inference_mode():
-        for s, cap in zip(samples, caps):
-            fresh = cap.stack(layout).float()                              # (T, k, H)
-            stored = s.aux.float()                                         # (T, k, H)
-            cos_sum += torch.nn.functional.cosine_similarity(stored, fresh, dim=-1).sum(0)          # (T, k) -> (k,)
-            ratio_sum += (stored.norm(dim=-1) / fresh.norm(dim=-1).clamp(min=1e-12)).sum(0)         # (T, k) -> (k,)
-            count += s.num_tokens
-    rows = [{"slot": i, "boundary": b, "depth": input_index(b, num_layers), "cosine": float(cos_sum[i] / count),
-             "norm_ratio": float(ratio_sum[i] / count)} for i, b in enumerate(layout)]
-    return pd.DataFrame(rows, columns=["slot", "boundary", "depth", "cosine", "norm_ratio"])
 
 
 def classify(table: pd.DataFrame) -> str:

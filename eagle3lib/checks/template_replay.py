@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import re
 
-import torch
 
 from ..errors import Eagle3Error
 from ..samples.sample import Sample
@@ -248,8 +247,6 @@ class RenderingReplay:
 
     def _capture(self, ids: list[int], mask: list[int], sid: str) -> Sample:
         """One rendering through the target: its aux states at the trained layout, as a replayable Sample."""
-        from ..hidden.capture import capture
+        from ..hidden.drift import captured_sample
         self._setup()
-        with torch.inference_mode():
-            aux = capture(self._loaded[0], torch.tensor(ids), only=list(self.layout)).stack(self.layout)  # (T, k, Ht)
-        return Sample(sid, torch.tensor(ids), torch.tensor(mask), aux.float(), tuple(self.layout), None, sid)
+        return captured_sample(self._loaded[0], ids, mask, self.layout, sid)

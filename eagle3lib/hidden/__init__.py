@@ -9,6 +9,9 @@
 - `layerwise` many sequences through a streamed target, each layer read once for all (`capture_layerwise`).
 - `recapture` `python -m eagle3lib.hidden.recapture`: a training set's aux states recaptured from the current target.
 - `dumps`     serving dumps in: SGLang debug tensor dumps and the eagle3lib dump format (`save_dump` / `load_dump`).
+- `drift`     the stored training states against the target's recapture of the same tokens, per slot (`drift_table`),
+              the samples recaptured, a rendering captured as a replayable sample (what checks.drift and
+              checks.template_replay measure with).
 - `compare`   slot-vs-boundary similarity and identification; which layout a dumped fc input was fed.
 - `identify`  which boundaries a training shard's slots hold: identified against the target's own boundaries,
               else the data's declared layout, else the config's claim (`trained_layout`).
