@@ -32,11 +32,11 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-inp = case_of(Inputs(draft=draft, target=target, train_data=train_data, device=device, dtype=dtype,
-                     num_steps=num_steps))
-part = checkpoint_audit.run(inp)
-print("draft:", inp.draft_path, "| target:", inp.target_path or "not given", "| demo world:", inp.demo)
-a = audit.audit_draft(inp.draft_path, inp.target_path, device=device, dtype=getattr(torch, dtype))
+case = case_of(Inputs(draft=draft, target=target, train_data=train_data, device=device, dtype=dtype,
+                      num_steps=num_steps))
+part = checkpoint_audit.run(case)
+print("draft:", case.draft_path, "| target:", case.target_path or "not given", "| demo world:", case.demo)
+a = audit.audit_draft(case.draft_path, case.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])
 
 # %% [markdown]
@@ -59,7 +59,7 @@ for w in a.warnings:
 # engine and slot, the boundary it feeds next to the trained one (`as_trained`).
 
 # %% tags=["index-figure"]
-checkpoint_audit.engine_layer_table(a, inp)
+checkpoint_audit.engine_layer_table(a, case)
 
 # %% [markdown]
 # ### An MLA target's config: what each stack reads
@@ -100,7 +100,7 @@ a.params
 # its own training data; if not, the problem is in the checkpoint, not the server.
 
 # %%
-checkpoint_audit.forward_preview(a, inp, num_steps=num_steps)
+checkpoint_audit.forward_preview(a, case, num_steps=num_steps)
 
 # %% [markdown]
 # ## 7. The contract between draft, target and training data

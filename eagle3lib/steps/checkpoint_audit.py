@@ -17,11 +17,11 @@ from .part import Part
 NAME = "00 checkpoint audit"
 
 
-def artifact_checks(inputs: Case, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
+def artifact_checks(case: Case, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
     """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
     Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine.
     Their replays load the draft in `dtype` on `device` (the diagnosis's)."""
-    return run_checks(draft=inputs.draft_path, target=inputs.target_path or None, data=inputs.train_data or None,
+    return run_checks(draft=case.draft_path, target=case.target_path or None, data=case.train_data or None,
                       part="artifacts", progress=progress, dtype=dtype, device=device)
 
 
@@ -31,10 +31,10 @@ def run(case: Case, earlier=None) -> Part:
     return Part(NAME, found, results={"inputs": case})
 
 
-def engine_layer_table(a: audit.Audit, inputs: Case) -> pd.DataFrame:
+def engine_layer_table(a: audit.Audit, case: Case) -> pd.DataFrame:
     """Which target boundary each engine feeds each aux slot, next to the trained one (`serving.layer_reading` at
     its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
-    return layer_frame(layer_reading(inputs.draft_path, a.target.num_layers, target_arch=a.target.architecture))
+    return layer_frame(layer_reading(case.draft_path, a.target.num_layers, target_arch=a.target.architecture))
 
 
 def mla_target_fields(a: audit.Audit) -> pd.DataFrame | str:
@@ -46,12 +46,12 @@ def mla_target_fields(a: audit.Audit) -> pd.DataFrame | str:
     return mla_fields.fields_frame(a.target.text_config)
 
 
-def forward_preview(a: audit.Audit, inputs: Case, num_steps: int = 3) -> pd.DataFrame | str:
+def forward_preview(a: audit.Audit, case: Case, num_steps: int = 3) -> pd.DataFrame | str:
     """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
-    if not inputs.train_data:
+    if not case.train_data:
         return "not checked: no train_data given (training data of this draft) — the forward preview is skipped"
-    if not inputs.target_path:
+    if not case.target_path:
         return "not checked: no target given (its tokenizer decodes the preview) — the preview is skipped"
-    sample = next(open_dataset(inputs.train_data).sample(1, seed=0))
+    sample = next(open_dataset(case.train_data).sample(1, seed=0))
     return tokenview.preview_table(a.loaded.model, sample.input_ids, sample.aux_concat(),
-                                   audit.target_tokenizer(inputs.target_path), num_steps=num_steps)
+                                   audit.target_tokenizer(case.target_path), num_steps=num_steps)
