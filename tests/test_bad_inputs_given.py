@@ -254,7 +254,7 @@ def step_calls():
         case = _case(launch=launch, sglang_version=version, server_log=log, target=t, draft=d)
         found = di.discover(case.launch_command, case.sglang_version, t, d, server_info=info,
                             server_log=case.server_log)
-        return di.serving_checks(case.launch_command, found)
+        return di.serving_checks(case.artifacts, found)
 
     replayed = lambda v: replay(_setup(), v, n=1, progress=False)       # noqa: E731
     return {

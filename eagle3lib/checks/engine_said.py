@@ -14,18 +14,20 @@ from ..engines.engine_errors import attribution, known_failure_text
 from ..hidden.explain import causes_of, explain
 from ..layout import NOT_CAPTURED
 from ..model.variants import reshape_text
-from .inputs import read_artifacts
+from .inputs import Artifacts
 from .loaded_keys import implied_by_checkpoint
 
 WHERE = "what the serving engine loads (its log / its own code)"
 ENGINE_SAID = ("dump", "log", "probe")        # sources that are the engine's own answer, not a table
 
 
-def view_findings(view: EngineView, trained, *, draft_path: str = "", num_layers: int | None = None) -> list[Finding]:
-    """What the running engine said (log / probe aspects only) against the trained layout and the checkpoint."""
+def view_findings(view: EngineView, trained, *, art: Artifacts | None = None,
+                  num_layers: int | None = None) -> list[Finding]:
+    """What the running engine said (log / probe aspects only) against the trained layout and the checkpoint (`art`:
+    the draft's artifacts, when read)."""
     out: list[Finding] = []
     if view.refused and view.refused_source in ENGINE_SAID:
-        out += refusal_findings(view, trained, draft_path=draft_path, num_layers=num_layers)
+        out += refusal_findings(view, trained, art=art, num_layers=num_layers)
         return out
     lay = view.aspects.get("layout")
     if lay is not None and lay.source in ENGINE_SAID and trained is not None and trained.layout is not None:
@@ -52,9 +54,11 @@ def view_findings(view: EngineView, trained, *, draft_path: str = "", num_layers
     return out
 
 
-def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_layers: int | None = None) -> list[Finding]:
+def refusal_findings(view: EngineView, trained, *, art: Artifacts | None = None,
+                     num_layers: int | None = None) -> list[Finding]:
     """The engine's own failure as a finding naming the file and the key (the config's ids, a weight name)."""
     text = view.refused or ""
+    draft_path = art.draft_path if art is not None else None
     cfg = str(Path(draft_path) / "config.json") if draft_path else "the draft's config.json"
     ev = {"error": text, "source": view.refused_source, "engine": view.engine, "version": view.version}
     known = known_failure_text(text)
@@ -77,7 +81,6 @@ def refusal_findings(view: EngineView, trained, *, draft_path: str = "", num_lay
                         fix="write the trained layout's ids in vLLM's input-of-layer convention at the top level "
                             "(`eagle_aux_hidden_state_layer_ids`); an id the target has no boundary for (-1) is "
                             "never captured", measured=True)]
-    art = read_artifacts(draft=draft_path) if draft_path else None
     implied = implied_by_checkpoint(art) if art is not None else {}
     if implied:                          # the config sizes a tensor otherwise than the checkpoint holds it
         (field, value), = implied.items()

@@ -17,7 +17,6 @@ what they raise into a Problem naming the parameter.
 from __future__ import annotations
 
 import dataclasses
-from functools import cached_property
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
@@ -78,20 +77,34 @@ class Artifacts:
                                           f" (given but unreadable: {why})" if why else "")
         return None
 
-    @cached_property
+    def once(self, key, read):
+        """read(), once for these artifacts and every view of them (`without`, a run's identified layout: they share
+        `read`); an error is raised to each caller, never kept."""
+        if key not in self.read:
+            self.read[key] = read()
+        return self.read[key]
+
+    def without(self, *names: str) -> "Artifacts":
+        """These artifacts as if `names` (fields: "launch", "traffic") were not given, their problems too: what a
+        part judges without them (notebook 00: no engine). The reads stay shared."""
+        return dataclasses.replace(self, **{n: None for n in names},
+                                   problems=MappingProxyType({k: v for k, v in self.problems.items() if k not in names}),
+                                   unjudged=MappingProxyType({k: v for k, v in self.unjudged.items() if k not in names}))
+
+    @property
     def replay_setup(self):
         """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on
         `replay_device`): loaded on first use, once for every check that replays these artifacts, and inside a
-        diagnosis the very setup its parts replay (`replay.run.load_setup`, once per case); an Eagle3Error when it
-        cannot load is raised to each, never kept."""
+        diagnosis the very setup its parts replay (`replay.run.load_setup`, once per case)."""
         from ..replay.evidence import load_replay
-        return load_replay(self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype)
+        return self.once(("replay", self.replay_dtype, self.replay_device), lambda: load_replay(
+            self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype))
 
-    @cached_property
+    @property
     def tokenizer(self):
-        """The target's tokenizer, loaded on first use (an error when it cannot load is raised to each caller)."""
+        """The target's tokenizer, loaded on first use."""
         from ..model.target import load_tokenizer
-        return load_tokenizer(self.target_path)
+        return self.once("tokenizer", lambda: load_tokenizer(self.target_path))
 
     def draft_tensors(self, *keys: str) -> dict:
         """{key: tensor} of the draft's weights for `keys` (those it ships), each read once for these artifacts."""
@@ -103,28 +116,28 @@ class Artifacts:
 
     def target_tensor(self, which: str = "embed"):
         """The target's `which` tensor ("embed", "lm_head": `model.target.load_target_tensor`), read once."""
-        if ("target", which) not in self.read:
-            from ..model.target import load_target_tensor
-            self.read[("target", which)] = load_target_tensor(self.target_path, which)
-        return self.read[("target", which)]
+        from ..model.target import load_target_tensor
+        return self.once(("target", which), lambda: load_target_tensor(self.target_path, which))
 
-    @cached_property
+    @property
     def launch_template(self) -> str | None:
         """The chat template the launch names with --chat-template when it is a readable file (None: the target
         tokenizer's is served, or a built-in template name the workbook cannot render)."""
         name = self.launch.flags.get("chat_template") if self.launch is not None else None
+        if not (isinstance(name, str) and Path(name).is_file()):
+            return None
         try:
-            return Path(name).read_text() if isinstance(name, str) and Path(name).is_file() else None
+            return self.once(("template", name), lambda: Path(name).read_text())
         except (OSError, UnicodeDecodeError):
             return None
 
-    @cached_property
+    @property
     def target_model(self):
         """The target model on `replay_device` (for a recapture): loaded on first use, the process's one copy of it
-        (`hidden.capture.load_target_model`), shared with every check and part; an Eagle3Error when it cannot load
-        is raised to each, never kept."""
+        (`hidden.capture.load_target_model`), shared with every check and part."""
         from ..hidden.capture import load_target_model
-        return load_target_model(self.target_path, device=self.replay_device)
+        return self.once(("target model", self.replay_device),
+                         lambda: load_target_model(self.target_path, device=self.replay_device))
 
 
 def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -275,8 +288,9 @@ def read_artifacts(draft=None, target=None, data=None, launch=None, training_con
     return art
 
 
-def with_identified_layout(art: Artifacts, model, n: int = 3) -> Artifacts:
-    """`art` with its trained layout identified by recapturing `n` training samples through the target `model`
-    (the claims stay in `art.trained` beside it)."""
+def with_identified_layout(art: Artifacts, n: int = 3) -> Artifacts:
+    """`art` with its trained layout identified by recapturing `n` training samples through the target
+    (`art.target_model`), once for these artifacts and their views (the claims stay in `art.trained` beside it)."""
     L = art.target_info.num_layers if art.target_info is not None else None
-    return dataclasses.replace(art, trained=trained_layout(art.data, art.draft_cfg, L, model=model, n=n))
+    return dataclasses.replace(art, trained=art.once(("identified", n), lambda: trained_layout(
+        art.data, art.draft_cfg, L, model=art.target_model, n=n)))

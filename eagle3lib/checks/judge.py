@@ -3,7 +3,8 @@
     findings = run_checks(draft="d/", target="t/", data="data/", launch="python -m sglang.launch_server ...",
                           engine="sglang", engine_version="0.5.6")
     causes.findings_frame(findings)      # one row per finding, for a notebook table
-    run_checks(draft="d/", target="t/", data="data/", part="artifacts")    # what notebook 00 runs
+    run_checks(draft="d/", target="t/", data="data/", part="artifacts")    # notebook 00's checks
+    check_artifacts(case.artifacts, part="artifacts")     # ... on a case's artifacts, read once (steps.case)
 The checks are those registered with `checks.registry.contract` in this folder's modules (all imported here).
 Checks that need replay evidence run it on `replay_n` training samples (0 = config-level only, the default);
 the cheap measurements run whenever their inputs are given (RoPE: a draft-vs-target difference is replayed under
@@ -20,7 +21,7 @@ from pathlib import Path
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..progress import track
-from .inputs import read_artifacts, with_identified_layout
+from .inputs import Artifacts, read_artifacts, with_identified_layout
 from .registry import CHECKS, Options, in_part
 
 # every module of this folder: each check registers itself where it is written (checks.registry), so a new one is
@@ -35,7 +36,7 @@ def _identified(art, names, replay_n: int):
     if replay_n <= 0 or not art.target_path or art.data is None or not any(CHECKS[n].trained_layout for n in names):
         return art
     try:
-        return with_identified_layout(art, art.target_model)
+        return with_identified_layout(art)
     except Eagle3Error:
         return art
 
@@ -52,17 +53,25 @@ def run_checks(draft=None, target=None, data=None, launch=None, training_config=
                engine_version=None, served_prompts=None, progress=None, *, replay_n: int = 0,
                only=None, part: str | tuple[str, ...] | None = None, engine_runner: str | None = None, device: str = "cpu",
                served_traffic=None, dtype: str = "auto") -> list[Finding]:
-    """Every check (those `part` runs, or those named in `only` with the checks part of them) on the inputs given;
-    each returns Findings, never raises. A recapture runs the target on `device` (the process's one copy of it);
-    the checks' replays load the draft on `device` in `dtype` (a diagnosis's --device and --dtype; "auto": float32
-    on CPU)."""
+    """`check_artifacts` on the inputs given, read here (`read_artifacts`); the checks' replays load the draft on
+    `device` in `dtype` ("auto": float32 on CPU) and a recapture runs the target there."""
     art = dataclasses.replace(read_artifacts(draft, target, data, launch, training_config, served_prompts,
                                              engine=engine, served_traffic=served_traffic), replay_dtype=dtype,
                               replay_device=device)
+    return check_artifacts(art, progress, replay_n=replay_n, only=only, part=part, engine=engine,
+                           engine_version=engine_version, engine_runner=engine_runner)
+
+
+def check_artifacts(art: Artifacts, progress=None, *, replay_n: int = 0, only=None,
+                    part: str | tuple[str, ...] | None = None, engine=None, engine_version=None,
+                    engine_runner: str | None = None) -> list[Finding]:
+    """Every check (those `part` runs, or those named in `only` with the checks part of them) on `art`; each returns
+    Findings, never raises. What a check reads through `art` (the replay setup, the target, the identified layout)
+    is read once for `art` and its views."""
     names = chosen(only, part)
     art = _identified(art, names, int(replay_n))
     opts = Options(engine=_engine(engine, art.launch), engine_version=engine_version, engine_runner=engine_runner,
-                   replay_n=int(replay_n), device=device)
+                   replay_n=int(replay_n), device=art.replay_device)
     out: list[Finding] = []
     for name in track(names, desc="checks", progress=progress, unit="check"):
         c = CHECKS[name]

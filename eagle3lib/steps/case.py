@@ -6,21 +6,25 @@ samples, training log; the seed's launch command, fixed command, SGLang version 
 data/samples/demo_launch.json; its server's dump, made on first use). With a user's draft nothing is filled: an
 empty input stays "not given" and the part that needs it says so. A launch or fixed command may be the path of a
 file holding it. What is costly or can fail is resolved on first use (the launch commands' files, the recorded
-accuracy, the demo server's dump), once per case, so a part that does not need it never fails on it.
+accuracy, the demo server's dump, the checks' `artifacts`), once per case, so a part that does not need it never
+fails on it.
 Usage: ``case = case_of(Inputs(draft="out/draft", target="models/t", train_data="data/train"))``.
 """
 from __future__ import annotations
 
+import dataclasses
 import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
+from types import MappingProxyType
 from typing import Mapping
 
+from ..checks.inputs import Artifacts, read_artifacts
 from ..checks.replayed_layout import number_or_none
 from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
-from ..errors import ServingArgsError
+from ..errors import Eagle3Error, ServingArgsError
 from ..replay.verdict import read_recorded_accuracy
 from .part import Inputs
 
@@ -88,6 +92,21 @@ class Case:
         if self.training_log:
             return read_recorded_accuracy(self.training_log)
         return None, "not given"
+
+    @cached_property
+    def artifacts(self) -> Artifacts:
+        """What the checks read, read once for the case (`checks.inputs.read_artifacts`): its draft, target, training
+        data, launch command and served traffic, what cannot be read recorded in its `problems`; its replays load the
+        draft in the given dtype on the given device. Every part's checks judge this one object (or a view of it)."""
+        problems = {}
+        try:
+            launch = self.launch_command or None
+        except Eagle3Error as e:           # a launch command file that is not text
+            launch, problems = None, {"launch": f"{type(e).__name__}: {e}"}
+        art = read_artifacts(self.draft_path, self.target_path or None, self.train_data or None, launch,
+                             served_traffic=self.given.served_traffic or None)
+        return dataclasses.replace(art, replay_dtype=self.given.dtype, replay_device=self.given.device,
+                                   problems=MappingProxyType({**art.problems, **problems}))
 
     @property
     def recorded_acc(self) -> float | None:

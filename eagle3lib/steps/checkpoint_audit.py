@@ -9,7 +9,7 @@ from ..serving.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
 from ..causes import Finding
-from ..checks.judge import run_checks
+from ..checks.judge import check_artifacts
 from ..samples.readers import open_dataset
 from .case import Case
 from .part import Part
@@ -17,17 +17,17 @@ from .part import Part
 NAME = "00 checkpoint audit"
 
 
-def artifact_checks(case: Case, progress=None, dtype="auto", device: str = "cpu") -> list[Finding]:
-    """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's.
-    Engine-specific questions say "not checked" here; notebook 01 asks them with the launch command's engine.
-    Their replays load the draft in `dtype` on `device` (the diagnosis's)."""
-    return run_checks(draft=case.draft_path, target=case.target_path or None, data=case.train_data or None,
-                      part="artifacts", progress=progress, dtype=dtype, device=device)
+def artifact_checks(case: Case, progress=None) -> list[Finding]:
+    """The contract checks that need only the draft, the target and the training data (no engine): notebook 00's,
+    on the case's artifacts without its launch and traffic. Engine-specific questions say "not checked" here;
+    notebook 01 asks them with the launch command's engine. Their replays load the draft in the case's dtype on its
+    device."""
+    return check_artifacts(case.artifacts.without("launch", "traffic"), progress, part="artifacts")
 
 
 def run(case: Case, earlier=None) -> Part:
     """Notebook 00's findings: the artifact checks on the case (`results["inputs"]`)."""
-    found = artifact_checks(case, dtype=case.given.dtype, device=case.given.device)
+    found = artifact_checks(case)
     return Part(NAME, found, results={"inputs": case})
 
 

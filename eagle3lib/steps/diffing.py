@@ -18,7 +18,8 @@ from ..hidden.capture import Capture, as_slots, capture, load_target_model
 from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
 from ..causes import Finding
-from ..checks.judge import run_checks
+from ..checks.inputs import Artifacts
+from ..checks.judge import check_artifacts
 from ..checks.served_layout import dump_findings, unmatched_slots_text
 from ..hidden.explain import (LayoutExplanation, explain, layout_text,
                               unidentified_slots)
@@ -233,11 +234,10 @@ def diff_headline(s: Sides, proof: pd.DataFrame | str | None = None) -> str:
     return text
 
 
-def drift_findings(inp: DiffInputs, n: int = 4, progress=None, dtype="auto") -> list[Finding]:
-    """Check 6 (target drift): the stored training states against the target's own recapture of `n` samples (the
-    draft replayed in `dtype`, the diagnosis's)."""
-    return run_checks(draft=str(inp.draft_path), target=str(inp.target_path), data=str(inp.training_data),
-                      part="diffing", replay_n=n, progress=progress, device=inp.device, dtype=dtype)
+def drift_findings(art: Artifacts, n: int = 4, progress=None) -> list[Finding]:
+    """Check 6 (target drift): the stored training states of `art` (a case's artifacts) against the target's own
+    recapture of `n` samples."""
+    return check_artifacts(art, progress, part="diffing", replay_n=n)
 
 
 def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
@@ -256,7 +256,7 @@ def run(case: Case, earlier=None) -> Part:
     n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
     proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,
                          device=inputs.device, dtype=inputs.dtype)
-    found = diffing_findings(inp, s, proof) + drift_findings(inp, n=inputs.drift_samples, dtype=inputs.dtype)
+    found = diffing_findings(inp, s, proof) + drift_findings(case.artifacts, n=inputs.drift_samples)
     tables = {"training slots": slot_table(s.training), "serving slots": slot_table(s.serving, s.serving_missing),
               "proof of fix": proof}
     return Part(NAME, found, tables=tables, notes=inp.notes, results={"inputs": inp, "sides": s, "proof": proof})

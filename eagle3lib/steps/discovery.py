@@ -19,7 +19,8 @@ from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_comman
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
 from ..checks.inputs import read_launch
-from ..checks.judge import run_checks
+from ..checks.inputs import Artifacts
+from ..checks.judge import check_artifacts
 from ..errors import Eagle3Error
 from ..sglang_engine import introspect as sglang_introspect
 from ..engine_kit.launch_reading import LaunchArgs
@@ -188,41 +189,34 @@ class Discovery:
                 "lint": sorted({w.code for w in self.lint}), "problems": len(self.problems)}
 
 
-def serving_checks(launch: str, d: Discovery, progress=None, data: str = "",
-                   replay_n: int = 4, served_traffic: str = "", draft: str | None = None,
-                   target: str | None = None, dtype="auto", device: str = "cpu") -> list[Finding]:
-    """Every contract check but the diffing part's, each once: notebook 00's (the draft, target and data) and those
-    that need the engine, run with the launch command's engine and its version, plus the serving-settings finding
-    (`ndt_override`). With the training `data`: its slots (identified against the target on `replay_n` of them)
-    are the trained layout the engine's capture is compared with, not the config's claim of it; the layer ids are
-    replayed against it and the context and chat template are measured as this engine serves them (the template
-    --chat-template names). `draft` / `target`: the folders checked (default: those of the configs discovered).
-    `dtype`, `device`: what the checks' replays load the draft in and on (the diagnosis's --dtype, --device)."""
-    draft = draft or (str(d.draft_config.parent) if d.draft_config else None)
-    target = target or (str(d.target_config.parent) if d.target_config else None)
-    if d.launch is None:      # no command: what the draft, target and data decide alone (sizes, quantization, RoPE)
-        found = run_checks(draft=draft, target=target, data=data or None, progress=progress,
-                           part=("artifacts", "engine-free"), dtype=dtype, device=device)
+def serving_checks(art: Artifacts, d: Discovery, progress=None, replay_n: int = 4) -> list[Finding]:
+    """Every contract check but the diffing part's, each once, on `art` (a case's artifacts: its draft, target,
+    training data, launch and served traffic): notebook 00's and those that need the engine, run with the launch
+    command's engine and its version, plus the serving-settings finding (`ndt_override`). With training data: its
+    slots (identified against the target on `replay_n` of them) are the trained layout the engine's capture is
+    compared with, not the config's claim of it; the layer ids are replayed against it and the context and chat
+    template are measured as this engine serves them (the template --chat-template names). No launch command read
+    (`d.launch` None): what the draft, target and data decide alone (sizes, quantization, RoPE)."""
+    if d.launch is None:
+        found = check_artifacts(art.without("launch", "traffic"), progress, part=("artifacts", "engine-free"))
     else:
-        found = run_checks(draft=draft, target=target, launch=launch, data=data or None,
-                           replay_n=replay_n if data else 0, engine_version=d.launch_version, progress=progress,
-                           part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
-                           engine_runner=d.launch_runner, served_traffic=served_traffic or None, dtype=dtype,
-                           device=device)
+        data = art.data is not None
+        found = check_artifacts(art, progress, replay_n=replay_n if data else 0, engine_version=d.launch_version,
+                                part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
+                                engine_runner=d.launch_runner)
     return d.cause_findings() + found
 
 
 def run(case: Case, earlier=None) -> Part:
     """Notebook 01's serving settings: the launch command discovered from every source given (`results`: the case
     and its Discovery) and every contract check, each once, with the engine it names (notebook 00's checks too: the
-    diagnosis runs them here, not in part 00), on the case's draft, target and training data. The launch side is
-    read against the draft and target as given (on the demo world, the seed's launch and the demo's configs:
-    `config_paths`). What could not be read is in `problems`."""
+    diagnosis runs them here, not in part 00), on the case's artifacts. The launch side is read against the draft
+    and target as given (on the demo world, the seed's launch and the demo's configs: `config_paths`). What could
+    not be read is in `problems`."""
     g = case.given
     d = discover(case.launch_command, case.sglang_version, g.target, g.draft,
                  server_info=g.server_info or g.server_url, server_log=case.server_log)
-    found = serving_checks(case.launch_command, d, data=case.train_data, served_traffic=g.served_traffic,
-                           draft=case.draft_path, target=case.target_path or None, dtype=g.dtype, device=g.device)
+    found = serving_checks(case.artifacts, d)
     return Part(NAME, found, tables={"requested vs effective": d.diff}, notes=case.launch_notes + d.notes,
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": case, "discovery": d})
 

@@ -20,13 +20,10 @@ from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
 from ..engines.versions import ENGINES
 from ..checks.restoring import config_findings, tensor_findings
-from ..checks.inputs import read_artifacts
+from ..checks.inputs import Artifacts
 from ..checks.rope import rope_fields
 from ..serving.loaded_view import EngineView
 from ..hidden.identify import TrainedLayout
-from ..model.config import read_config_json
-from ..model.safefiles import load_state_dict
-from ..model.target import load_target_info
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
 from ..replay.served import ServedVsPredicted, served_vs_replay
@@ -254,13 +251,13 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data)",))
     try:
         setup = sample_replay.load_replay_setup(case, device=device, dtype=served_dtype(d))
-        view, vnotes = deployment_view(engine, draft_path, target_path, log=log,
+        view, vnotes = deployment_view(engine, case.artifacts, log=log,
                                        version=d.version if engine == "sglang" else None,
                                        num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
                                        mis_shaped=tuple(f.key for f in setup.filled if f.found is not None),
                                        device=d.launch.get("device") if d.launch is not None else None)
         if engine == "sglang":
-            view, more = sglang_view(view, read_artifacts(draft=draft_path, target=target_path),
+            view, more = sglang_view(view, case.artifacts,
                                      logs=[p for p in logs if not p.endswith(".json")],
                                      load=dump_engine(serving_dump).get("load") if serving_dump else None)
             vnotes += more
@@ -277,7 +274,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         except Eagle3Error as e:
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
-    decided += view_findings(view, trained, draft_path=draft_path, num_layers=setup.num_layers)
+    decided += view_findings(view, trained, art=case.artifacts, num_layers=setup.num_layers)
     name = ENGINES[engine].title
     if view.refused and view.refused_source in ENGINE_SAID:
         notes.append(f"{name} does not serve this draft: {view.refused}")
@@ -305,10 +302,8 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         need = "a vLLM log or /metrics" if engine == "vllm" else "an SGLang decode log, /server_info or served traffic"
         return ServedPrediction((), tuple(problems), (f"{need} with accept lengths (served_log_path)",),
                                 tuple(notes), view, None, tuple(decided))
-    shipped = set(read_artifacts(draft=draft_path).tensors or {})
-    own = load_state_dict(draft_path, keys=["embed_tokens.weight"]).get("embed_tokens.weight") \
-        if "embed_tokens.weight" in shipped else None
-    rope = trained_rope(draft_path, target_path)
+    own = case.artifacts.draft_tensors("embed_tokens.weight").get("embed_tokens.weight")
+    rope = trained_rope(case.artifacts)
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
     found, tensors = trained_config.trained_searches(setup, case.train_data, recorded=case.recorded_acc,
                                                      recorded_from=case.recorded_from)   # ... and a shipped tensor
@@ -382,14 +377,13 @@ def served_prompts_finding(found, replayed: AsServed, served: float, source: str
                            distance=dist, answers=len(traffic))
 
 
-def trained_rope(draft_path, target_path) -> dict | None:
+def trained_rope(art: Artifacts) -> dict | None:
     """The target's RoPE theta where the draft config's differs (the draft may have been trained with either: the
-    as-served replay measures both), else None."""
-    if not target_path:
+    as-served replay measures both), else None (also when either config was not read)."""
+    if art.draft_raw is None or art.target_info is None:
         return None
     try:
-        d = rope_fields(read_config_json(draft_path, "draft")[0])
-        t = rope_fields(load_target_info(target_path).text_config)
+        d, t = rope_fields(dict(art.draft_raw)), rope_fields(art.target_info.text_config)
     except Eagle3Error:
         return None
     return {"rope_theta": t["theta"]} if abs(d["theta"] - t["theta"]) > 1e-6 * t["theta"] else None

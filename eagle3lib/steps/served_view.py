@@ -1,6 +1,6 @@
 """The draft as the serving engine really loads it, from the best source for each aspect, and what that says.
 
-`deployment_view(engine, draft, target, ...)` starts from the tables at the engine's version
+`deployment_view(engine, art, ...)` starts from the tables at the engine's version
 (`serving.loaded_view.engine_view`), lets the real vLLM's own answer overrule them where vLLM is installed
 (`vllm_engine.probe`: its config and loader functions run on this draft), and lets the server's own log overrule
 both (`vllm_engine.engine_log`: the aux layers it captured, whether it kept the draft's embedding and lm_head, the error it
@@ -14,7 +14,7 @@ from __future__ import annotations
 import dataclasses
 import re
 
-from ..checks.inputs import read_artifacts
+from ..checks.inputs import Artifacts
 from ..vllm_engine import env as vllm_env
 from ..serving.loaded_view import LAST_HIDDEN, EngineView, engine_view
 from ..errors import Eagle3Error
@@ -26,13 +26,12 @@ _EMBED = {"shared": "target", "own": "own"}
 SGLANG_SERVED = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang log line of a batch it ran
 
 
-def deployment_view(engine: str, draft, target, *, version: str | None = None, log=None, probe=None,
+def deployment_view(engine: str, art: Artifacts, *, version: str | None = None, log=None, probe=None,
                     use_probe: bool = True, num_speculative_tokens: int = 3, mis_shaped: tuple[str, ...] = (),
                     device: str | None = None) -> tuple[EngineView, list[str]]:
-    """(the draft as `engine` loads it, notes). `log`: a `VllmLogReading` or a log path; `probe`: a `VllmProbe`
+    """(the draft of `art` (a case's artifacts: its draft and target) as `engine` loads it, notes). `log`: a `VllmLogReading` or a log path; `probe`: a `VllmProbe`
     (else asked here when `use_probe` and a vLLM venv exists, for vLLM only); `mis_shaped`: checkpoint keys held in
     another shape than the config's (the loader's report), `device`: the launch's."""
-    art = read_artifacts(draft=draft, target=target)
     if art.draft_raw is None or art.target_info is None:
         raise _unreadable(art)
     notes: list[str] = []
@@ -45,7 +44,7 @@ def deployment_view(engine: str, draft, target, *, version: str | None = None, l
     if engine == "vllm" and probe is None and use_probe and vllm_env.vllm_python() is not None:
         try:
             from ..vllm_engine.probe import probe as ask
-            probe = ask(draft, target, num_speculative_tokens=num_speculative_tokens)
+            probe = ask(art.draft_path, art.target_path, num_speculative_tokens=num_speculative_tokens)
         except Eagle3Error as e:
             notes.append(f"the vLLM probe could not answer: {e}")
     if probe is not None:

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 from eagle3lib.checks.engine_said import refusal_findings, view_findings
+from eagle3lib.checks.inputs import read_artifacts
 from eagle3lib.serving.loaded_view import EngineView
 
 
@@ -9,12 +10,14 @@ def _refused(text: str, source: str = "log") -> EngineView:
     return EngineView("vllm", "0.32.0", "v1", {}, refused=text, refused_source=source)
 
 
-def test_a_refusal_the_table_explains_is_its_rows_cause_with_the_fact_it_rests_on():
+def test_a_refusal_the_table_explains_is_its_rows_cause_with_the_fact_it_rests_on(tmp_path):
+    from tests.checks.world import canonical_tensors, draft_raw, write_draft
+    draft = write_draft(tmp_path, draft_raw(), canonical_tensors(draft_raw()))
     text = ("IndexError: index 2700 is out of bounds for dimension 1 with size 2685 (server.log:88; raised at "
             "vllm/model_executor/models/llama_eagle3.py:394)")
-    [f] = refusal_findings(_refused(text), None, draft_path="/d/draft")
+    [f] = refusal_findings(_refused(text), None, art=read_artifacts(draft=draft))
     assert (f.cause, f.status, f.measured) == ("d2t_mapping", "confirmed", True)
-    assert f.evidence["file"] == "/d/draft/config.json" and f.evidence["key"] == "d2t"
+    assert f.evidence["file"] == f"{draft}/config.json" and f.evidence["key"] == "d2t"
     assert "llama_eagle3.py:338-345" in f.evidence["fact"] and "offsets" in f.fix
     assert "arange(draft_vocab_size) + d2t" in f.summary          # the row's note says what the refusal means
 
@@ -38,7 +41,7 @@ def test_a_refusal_of_a_config_the_weights_contradict_names_the_key_its_value_an
                         canonical_tensors(raw))
     text = ("RuntimeError: start (0) + length (128) exceeds dimension size (64). (server.log:140; raised at "
             "vllm/model_executor/layers/linear.py:1247)")
-    [f] = refusal_findings(_refused(text), None, draft_path=str(draft))
+    [f] = refusal_findings(_refused(text), None, art=read_artifacts(draft=draft))
     assert (f.cause, f.status, f.measured) == ("draft_config_differs", "confirmed", True)
     assert f.evidence["key"] == "num_key_value_heads" and f.evidence["implied"] == raw["num_key_value_heads"]
     assert "exceeds dimension size" in f.summary and "k_proj.weight" in f.summary

@@ -189,3 +189,34 @@ def test_the_trained_config_and_tensor_searches_run_once_per_diagnosis(monkeypat
                    sglang_version="0.5.6", served_log="data/samples/sglang_seed_decode.log", n=4, drift_samples=2))
     assert r.problems == () and "ndt_override" in {v.cause for v in r.diagnosis.alarms}
     assert list(calls.values()) == [1], calls        # both parts asked; one search ran
+
+
+def test_a_diagnosis_reads_the_checks_artifacts_once_and_identifies_the_trained_layout_once(monkeypatch):
+    """The checks of every part judge the case's one Artifacts (`steps.case.Case.artifacts`): the inputs are read
+    into it once, never again from their paths (`run_checks`' own reading), and the trained layout the checks compare
+    with is identified by recapture once (notebook 01's checks and notebook 03's drift check share it)."""
+    from eagle3lib.checks import inputs, judge
+    from eagle3lib.steps import case as case_module
+    w = demo.ensure_world(progress=False)
+    dump = ensure_serving_dump("seed")
+    reads, identified = Counter(), Counter()
+    real_read, real_layout = inputs.read_artifacts, inputs.trained_layout
+
+    def read(*a, where, **k):
+        reads[where] += 1
+        return real_read(*a, **k)
+
+    def layout(ds, cfg, L, model=None, n=3):
+        identified["recaptured" if model is not None else "declared"] += 1
+        return real_layout(ds, cfg, L, model=model, n=n)
+    monkeypatch.setattr(case_module, "read_artifacts", lambda *a, **k: read(*a, where="case", **k))
+    monkeypatch.setattr(judge, "read_artifacts", lambda *a, **k: read(*a, where="run_checks", **k))
+    monkeypatch.setattr(inputs, "trained_layout", layout)
+    r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data), launch=SEED_LAUNCH,
+                   sglang_version="0.5.6", serving_dump=str(dump), n=2, drift_samples=2))
+    assert r.problems == ()
+    assert "01 serving settings" in r.findings      # its checks replay the layer ids against the identified layout
+    assert ("target_drift", "ruled out", True) in {(f.cause, f.status, f.measured)
+                                                   for f in r.findings["03 hidden-state diffing"]}
+    assert reads == Counter({"case": 1}), reads
+    assert identified["recaptured"] == 1, identified

@@ -103,14 +103,14 @@ def test_a_drifted_target_with_its_own_serving_dump_leaves_the_layout_not_checke
     dump = save_dump(tmp_path / "dump", [capture_for_layout(model, ids[0], ("embed", "layer_in.2", "layer_in.4",
                                                                             "layer_in.6"))], ids, slots=None,
                      hidden_size=model.config.hidden_size, source="the drifted target")
-    inp = diffing.diff_inputs(case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"],
-                                             serving_dump=str(dump))))
+    case = case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"], serving_dump=str(dump)))
+    inp = diffing.diff_inputs(case)
     s = diffing.sides(inp)
     gone = [j for j, x in enumerate(s.training.identified) if x is None]
     assert gone and s.serving.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.explanation.kinds == {"unidentified"}
     proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified)
     assert isinstance(proof, str) and f"training slot(s) {gone}" in proof
-    found = {f.cause: f for f in diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(inp, n=2)}
+    found = {f.cause: f for f in diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(case.artifacts, n=2)}
     assert all(found[c].status == "not checked" and str(gone) in found[c].summary for c in LAYOUT_CAUSES)
     assert found["target_drift"].status == "confirmed"

@@ -164,6 +164,7 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     (the engine table's refusal row): confirmed, by the engine fact, with no replay."""
     import shutil
     from eagle3lib.demo import world as demo
+    from eagle3lib.checks.inputs import read_artifacts
     from eagle3lib.steps.discovery import serving_checks
     w = demo.ensure_world(progress=False)
     d = tmp_path / "draft"
@@ -171,14 +172,14 @@ def test_serving_checks_with_the_data_measure_the_context_as_this_engine_serves_
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "max_position_embeddings": 64}))
     allowed = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 " + FIXED
-    found = serving_checks(allowed, discover(allowed, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
-    (f,) = [x for x in found if x.cause == "short_context"]
+    def checked(launch, data=None):
+        art = read_artifacts(draft=d, target=w.target, data=data, launch=launch)
+        return serving_checks(art, discover(launch, "0.5.6", str(w.target), str(d)))
+    (f,) = [x for x in checked(allowed, w.seed_data) if x.cause == "short_context"]
     assert (f.status, f.measured) == ("ruled out", True) and set(f.evidence["served_past_context"]) == {"sglang"}
-    (g,) = [x for x in serving_checks(allowed, discover(allowed, "0.5.6", str(w.target), str(d)))
-            if x.cause == "short_context"]
+    (g,) = [x for x in checked(allowed) if x.cause == "short_context"]
     assert (g.status, g.measured) == ("suspected", False)
-    (r,) = [x for x in serving_checks(FIXED, discover(FIXED, "0.5.6", str(w.target), str(d)), data=str(w.seed_data))
-            if x.cause == "short_context"]
+    (r,) = [x for x in checked(FIXED, w.seed_data) if x.cause == "short_context"]
     assert (r.status, r.measured, r.evidence["draft_max_position_embeddings"]) == ("confirmed", False, 64)
     assert "refuses" in r.summary and "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1" in r.fix
 
@@ -190,15 +191,17 @@ def test_without_a_launch_the_data_still_decide_the_rope_by_a_replay(tmp_path):
     no train_data); without the data it is not replayed there (the configs' word only: suspected, not measured)."""
     import shutil
     from eagle3lib.demo import world as demo
+    from eagle3lib.checks.inputs import read_artifacts
     from eagle3lib.steps.discovery import serving_checks
     w = demo.ensure_world(progress=False)
     d = tmp_path / "draft"
     shutil.copytree(w.draft, d)
     raw = json.loads((d / "config.json").read_text())
     (d / "config.json").write_text(json.dumps({**raw, "rope_theta": 1_000_000.0}))
-    found = [x for x in serving_checks("", discover("", "", str(w.target), str(d)), data=str(w.seed_data))
+    unlaunched = discover("", "", str(w.target), str(d))
+    found = [x for x in serving_checks(read_artifacts(draft=d, target=w.target, data=w.seed_data), unlaunched)
              if x.cause == "rope_mismatch" and x.measured]
     assert [x.status for x in found] == ["confirmed"]
     assert found[0].evidence["acc_0_target_rope"] > found[0].evidence["acc_0_draft_rope"]
-    assert [(x.status, x.measured) for x in serving_checks("", discover("", "", str(w.target), str(d)))
+    assert [(x.status, x.measured) for x in serving_checks(read_artifacts(draft=d, target=w.target), unlaunched)
             if x.cause == "rope_mismatch"] == [("suspected", False)]
