@@ -37,15 +37,17 @@ select_world(demo_world)
 from eagle3lib.names import adopt_old_names
 adopt_old_names(globals())  # an input's old name given to papermill (draft_path, ...) moves to its name now
 
-part = diffing.run(case_of(Inputs(draft=draft, target=target, train_data=train_data, serving_dump=serving_dump,
-                                  sample_index=sample_index, dump_request=dump_request, proof_samples=replay_samples,
-                                  drift_samples=drift_samples, device=device, target_dtype=dtype)))
-inp, s, proof = part.results["inputs"], part.results["sides"], part.results["proof"]
-for note in inp.notes:
+case = case_of(Inputs(draft=draft, target=target, train_data=train_data, serving_dump=serving_dump,
+                      sample_index=sample_index, dump_request=dump_request, proof_samples=replay_samples,
+                      drift_samples=drift_samples, device=device, target_dtype=dtype))
+part = diffing.run(case)
+s, proof = part.results["sides"], part.results["proof"]
+for note in part.notes:
     print("NOTE:", note)
-print(f"training sample {inp.sample.id}: {inp.sample.num_tokens} tokens, {inp.sample.num_slots} slots "
-      f"declared {inp.sample.layout}; dump: " + (f"{len(inp.dump)} request(s) from {inp.dump.manifest.get('source')}"
-                                                 if inp.dump is not None else "none given"))
+dump = case.loaded_dump
+print(f"training sample {s.sample.id}: {s.sample.num_tokens} tokens, {s.sample.num_slots} slots "
+      f"declared {s.sample.layout}; dump: " + (f"{len(dump)} request(s) from {dump.manifest.get('source')}"
+                                               if dump is not None else "none given"))
 
 # %% [markdown]
 # ## 1. Training side: what the draft was trained on

@@ -261,7 +261,7 @@ def step_calls():
         "draft": lambda v: (audit(d=v), disc(d=v)),
         "target": lambda v: (audit(t=v), disc(t=v)),
         "train_data": lambda v: (audit(s=v), sr.load_replay_setup(_case(train_data=v), recapture=False) and
-                                 replayed(v), diffing.diff_inputs(_case(train_data=v))),
+                                 replayed(v), diffing.compared_sample(_case(train_data=v))),
         "heldout_data": replayed, "new_prompt_data_path": replayed,
         "launch": lambda v: disc(launch=v), "fixed_command": lambda v: disc(launch=v),
         "sglang_version": lambda v: disc(version=v),

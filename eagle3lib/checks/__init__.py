@@ -45,6 +45,6 @@
 - `runnable`    14 a draft config value the engine refuses outright (hidden_act other than silu), by the facts
 - `registry`    `@contract(name, causes, parts=...)`: each check registered where it is written, with the parts
                   that run it (tags, no tuple of names); `Options`, what a check reads beside the artifacts
-- `judge`       run_checks(...): every registered check (or a part's) on whatever inputs are given; check_artifacts(art):
-                the same on artifacts already read (a case's: `steps.case.Case.artifacts`)
+- `judge`       run_checks(...): every registered check (or a part's) on whatever inputs are given;
+                check_artifacts(art): the same on artifacts already read (a case's: `steps.case.Case.artifacts`)
 """

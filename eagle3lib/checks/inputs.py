@@ -87,9 +87,10 @@ class Artifacts:
     def without(self, *names: str) -> "Artifacts":
         """These artifacts as if `names` (fields: "launch", "traffic") were not given, their problems too: what a
         part judges without them (notebook 00: no engine). The reads stay shared."""
-        return dataclasses.replace(self, **{n: None for n in names},
-                                   problems=MappingProxyType({k: v for k, v in self.problems.items() if k not in names}),
-                                   unjudged=MappingProxyType({k: v for k, v in self.unjudged.items() if k not in names}))
+        def kept(notes):
+            return MappingProxyType({k: v for k, v in notes.items() if k not in names})
+        return dataclasses.replace(self, **{n: None for n in names}, problems=kept(self.problems),
+                                   unjudged=kept(self.unjudged))
 
     @property
     def replay_setup(self):

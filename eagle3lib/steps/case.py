@@ -25,6 +25,7 @@ from ..checks.replayed_layout import number_or_none
 from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
 from ..errors import Eagle3Error, ServingArgsError
+from ..hidden.dumps import Dump, load_dump
 from ..replay.verdict import read_recorded_accuracy
 from .part import Inputs
 
@@ -80,6 +81,11 @@ class Case:
         if self.given.serving_dump or not self.demo:
             return self.given.serving_dump
         return str(ensure_serving_dump("seed", device=self.given.device))
+
+    @cached_property
+    def loaded_dump(self) -> Dump | None:
+        """The serving dump (`hidden.dumps.load_dump`: its manifest and requests), loaded once; None = not given."""
+        return load_dump(self.serving_dump) if self.serving_dump else None
 
     @cached_property
     def recorded(self) -> tuple[float | None, str]:

@@ -1,8 +1,8 @@
 """Notebook 03's steps as calls: training slots and a serving dump compared with the target's own boundaries.
 
-`diff_inputs(case)` loads what the case names (the training sample and the serving dump: on the demo world, a dump
-of the demo engine serving the seed's wrong capture); `sides()` compares both sides with fresh reference captures
-and explains the difference; `proof_of_fix()` replays training samples under the served layout and under the identified one.
+`sides(case)` compares the case's training sample (`compared_sample`) and its serving dump (`Case.loaded_dump`: on
+the demo world, a dump of the demo engine serving the seed's wrong capture) with fresh reference captures and
+explains the difference; `proof_of_fix()` replays training samples under the served layout and under the identified one.
 """
 from __future__ import annotations
 
@@ -15,7 +15,6 @@ import pandas as pd
 import torch
 
 from ..hidden.capture import Capture, as_slots, capture, load_target_model
-from ..hidden.dumps import Dump, load_dump
 from ..hidden.compare import Comparison, compare
 from ..causes import Finding
 from ..checks.inputs import Artifacts
@@ -34,57 +33,40 @@ NAME = "03 hidden-state diffing"
 PROOF_SAMPLES = 16     # training samples replayed for the proof of fix unless Inputs.proof_samples says (at most n)
 
 
-@dataclass(frozen=True, eq=False)
-class DiffInputs:
-    """What notebook 03 compares: the target, one training sample and a serving dump."""
-    target_path: Path
-    draft_path: Path
-    training_data: Path
-    sample: Sample
-    dump_path: Path | None       # None: no serving dump given (the serving side is not checked)
-    dump: Dump | None
-    notes: tuple[str, ...]
-    device: str = "cpu"
-    dtype: object = None
-
-    @property
-    def model(self):
-        """The HF target, loaded on first use (`load_target_model`: once per process, shared with every check)."""
-        return load_target_model(self.target_path, device=self.device, dtype=self.dtype)
-
-
-def diff_inputs(case: Case, dtype=None) -> DiffInputs:
-    """Notebook 03's inputs from the case: its target, training sample `sample_index` and serving dump. On the demo
-    world its server's dump (the demo engine serving with the demo world's capture, made once) is the serving side.
-    With a user's draft nothing comes from the demo: a missing target or training data is an error naming it, a
-    missing dump leaves the serving side "not given" (`dump` None) and the notebook compares the training side only."""
-    target_path, draft_path, training_data = case.target_path, case.draft_path, case.train_data
-    serving_dump, sample_index, device = case.serving_dump, case.given.sample_index, case.given.device
-    notes = []
-    if case.demo and not case.given.serving_dump:
-        notes.append(f"demo world: its server's dump (the demo engine serving training prompts with the "
-                     f"demo world's capture) is the serving side: {serving_dump}")
-    for value, name in ((target_path, "target"), (training_data, "train_data")):
+def compared_sample(case: Case) -> Sample:
+    """The training sample notebook 03 compares (`sample_index` of the case's training data). With a user's draft
+    nothing comes from the demo: a missing target or training data is an error naming it."""
+    for value, name in ((case.target_path, "target"), (case.train_data, "train_data")):
         if not value:
             raise MissingFileError(name, "not given", expected="a path (notebook 03 compares the training slots "
                                    "with the target's own boundaries)", found="''", cause="set it in the "
                                    "parameters (params/gpu-box.yaml), or leave draft empty for the demo world")
-    if not serving_dump:
-        notes.append("no serving_dump given: the serving side is not checked (give an SGLang "
-                     "--debug-tensor-dump-output-folder or an eagle3lib dump)")
-    if not (Path(target_path) / "config.json").is_file():
-        raise MissingFileError(f"target model {target_path}", "no config.json there", expected="a local HF model "
-                               "folder with config.json and weights", found="no such file",
+    if not (Path(case.target_path) / "config.json").is_file():
+        raise MissingFileError(f"target model {case.target_path}", "no config.json there", expected="a local HF "
+                               "model folder with config.json and weights", found="no such file",
                                cause="a wrong target, or a target that was moved")
-    ds = open_dataset(training_data)
-    if not 0 <= sample_index < len(ds):
-        raise DataError(f"train_data {training_data}", f"no sample {sample_index}", expected=f"a sample index "
-                        f"below the {len(ds)} samples", found=sample_index, cause="an empty dataset, or sample_index "
-                        "past its end")
-    sample = ds[sample_index]
-    return DiffInputs(Path(target_path), Path(draft_path), Path(training_data), sample,
-                      Path(serving_dump) if serving_dump else None, load_dump(serving_dump) if serving_dump else None,
-                      tuple(notes), device, dtype)
+    ds, i = open_dataset(case.train_data), case.given.sample_index
+    if not 0 <= i < len(ds):
+        raise DataError(f"train_data {case.train_data}", f"no sample {i}", expected=f"a sample index below the "
+                        f"{len(ds)} samples", found=i, cause="an empty dataset, or sample_index past its end")
+    return ds[i]
+
+
+def diff_notes(case: Case) -> tuple[str, ...]:
+    """Where the serving side comes from: on the demo world its server's dump (the demo engine serving with the demo
+    world's capture, made once); without a dump, the serving side is not checked."""
+    if case.demo and not case.given.serving_dump:
+        return (f"demo world: its server's dump (the demo engine serving training prompts with the demo world's "
+                f"capture) is the serving side: {case.serving_dump}",)
+    return () if case.serving_dump else ("no serving_dump given: the serving side is not checked (give an SGLang "
+                                         "--debug-tensor-dump-output-folder or an eagle3lib dump)",)
+
+
+def reference_model(case: Case):
+    """The HF target the reference captures run through (on the case's device, in `target_dtype` when given):
+    `load_target_model`, once per process, shared with every check."""
+    dtype = getattr(torch, case.given.target_dtype) if case.given.target_dtype else None
+    return load_target_model(case.target_path, device=case.given.device, dtype=dtype)
 
 
 NO_DUMP = "not checked: no serving dump given (serving_dump)"
@@ -98,21 +80,25 @@ class Sides:
     explanation: LayoutExplanation | None
     reference: Capture
     serving_missing: str = NO_DUMP          # why the serving side is not checked (when `serving` is None)
+    sample: Sample | None = None            # the training sample compared
 
 
-def sides(inp: DiffInputs, request: int = 0, progress: bool = False) -> Sides:
-    """Compare the training sample's slots and one dumped request with reference captures on their own tokens.
-    A dump without that request leaves the serving side not checked, saying so (`serving_missing`)."""
-    ref_train = capture(inp.model, inp.sample.input_ids, progress=progress)
-    train = compare(as_slots(inp.sample), ref_train)
-    if inp.dump is None:
-        return Sides(train, None, None, ref_train)
-    if not 0 <= request < len(inp.dump):
-        return Sides(train, None, None, ref_train, f"not checked: the serving dump {inp.dump_path} holds "
-                     f"{len(inp.dump)} request(s), no request {request} (serving_dump, dump_request)")
-    served = inp.dump[request]
-    serve = compare(served, capture(inp.model, served.input_ids, progress=progress))
-    return Sides(train, serve, explain(train, serve, num_layers=ref_train.num_layers), ref_train)
+def sides(case: Case, progress: bool = False) -> Sides:
+    """Compare the training sample's slots (`compared_sample`) and the dumped request `dump_request` with reference
+    captures on their own tokens. A dump without that request leaves the serving side not checked, saying so
+    (`serving_missing`)."""
+    model, sample = reference_model(case), compared_sample(case)
+    dump, request = case.loaded_dump, case.given.dump_request
+    ref_train = capture(model, sample.input_ids, progress=progress)
+    train = compare(as_slots(sample), ref_train)
+    if dump is None:
+        return Sides(train, None, None, ref_train, sample=sample)
+    if not 0 <= request < len(dump):
+        return Sides(train, None, None, ref_train, f"not checked: the serving dump {case.serving_dump} holds "
+                     f"{len(dump)} request(s), no request {request} (serving_dump, dump_request)", sample)
+    served = dump[request]
+    serve = compare(served, capture(model, served.input_ids, progress=progress))
+    return Sides(train, serve, explain(train, serve, num_layers=ref_train.num_layers), ref_train, sample=sample)
 
 
 SLOT_COLUMNS = ["slot", "declared", "best", "status", "cos_mean", "rel_l2", "runner_up", "confidence"]
@@ -158,7 +144,7 @@ def diff_summary(s: Sides) -> dict:
             "difference_kinds": sorted(s.explanation.kinds) if s.explanation is not None else None}
 
 
-def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_steps: int = 3,
+def proof_of_fix(case: Case, served_layout, fixed_layout, n: int = 16, num_steps: int = 3,
                  device: str = "cpu", progress: bool = False, dtype="auto") -> pd.DataFrame | str:
     """Replay training samples as served (missing slots zero-filled) and with the fixed layout: accuracy per step
     (a sentence instead when there is no served layout to replay); the draft in `dtype` (the diagnosis's)."""
@@ -172,12 +158,12 @@ def proof_of_fix(inp: DiffInputs, served_layout, fixed_layout, n: int = 16, num_
     if fixed_layout is None or not len(fixed_layout) or any(x is None for x in fixed_layout):
         return ("not replayed: " + (unmatched_slots_text(fixed_layout) if fixed_layout else "no training layout identified "
                                     "(train_data)") + ": there is no trained layout to replay against")
-    setup = load_setup(inp.draft_path, inp.target_path, device=device, dtype=dtype)
+    setup = load_setup(case.draft_path, case.target_path, device=device, dtype=dtype)
     # samples that declare no layout (a config without ids) hold the identified training layout
     setup = dataclasses.replace(setup, training_layout=tuple(fixed_layout), training_layout_source="identified")
     rows = []
     for label, layout in (("as served", served_layout), ("fixed (identified training layout)", fixed_layout)):
-        r = replay(setup, inp.training_data, layout=[s if s else "zeros" for s in layout], label=label, n=n,
+        r = replay(setup, case.train_data, layout=[s if s else "zeros" for s in layout], label=label, n=n,
                    num_steps=num_steps, fill="zeros", progress=progress)
         s = r.summary()
         first = r.skipped[0][1] if r.skipped else ""
@@ -240,23 +226,23 @@ def drift_findings(art: Artifacts, n: int = 4, progress=None) -> list[Finding]:
     return check_artifacts(art, progress, part="diffing", replay_n=n)
 
 
-def diffing_findings(inp: DiffInputs, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
+def diffing_findings(case: Case, s: Sides, proof: pd.DataFrame | str | None = None) -> list[Finding]:
     """The layout causes as findings: what serving feeds, identified against the target's own boundaries
     (decided by `checks.served_layout.dump_findings`)."""
-    return dump_findings(s.training, s.serving, s.explanation, str(inp.dump_path), missing=s.serving_missing,
+    return dump_findings(s.training, s.serving, s.explanation, case.serving_dump, missing=s.serving_missing,
                          accuracy=proof_summary(proof))
 
 def run(case: Case, earlier=None) -> Part:
     """Notebook 03: the training slots and the serving dump identified against the target's own boundaries, what
-    differs, the proof of fix and the drift check. `results`: the DiffInputs, the Sides and the proof."""
-    inputs = case.given
-    dtype = getattr(torch, inputs.target_dtype) if inputs.target_dtype else None
-    inp = diff_inputs(case, dtype)
-    s = sides(inp, request=inputs.dump_request)
-    n = inputs.proof_samples if inputs.proof_samples is not None else min(inputs.n, PROOF_SAMPLES)
-    proof = proof_of_fix(inp, served(s), s.training.identified, n=n, num_steps=inputs.num_steps,
-                         device=inputs.device, dtype=inputs.dtype)
-    found = diffing_findings(inp, s, proof) + drift_findings(case.artifacts, n=inputs.drift_samples)
+    differs, the proof of fix and the drift check. `results`: the case, the Sides (the compared sample among them)
+    and the proof."""
+    g = case.given
+    s = sides(case)
+    n = g.proof_samples if g.proof_samples is not None else min(g.n, PROOF_SAMPLES)
+    proof = proof_of_fix(case, served(s), s.training.identified, n=n, num_steps=g.num_steps, device=g.device,
+                         dtype=g.dtype)
+    found = diffing_findings(case, s, proof) + drift_findings(case.artifacts, n=g.drift_samples)
     tables = {"training slots": slot_table(s.training), "serving slots": slot_table(s.serving, s.serving_missing),
               "proof of fix": proof}
-    return Part(NAME, found, tables=tables, notes=inp.notes, results={"inputs": inp, "sides": s, "proof": proof})
+    return Part(NAME, found, tables=tables, notes=diff_notes(case),
+                results={"inputs": case, "sides": s, "proof": proof})

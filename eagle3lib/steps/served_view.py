@@ -29,9 +29,10 @@ SGLANG_SERVED = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang lo
 def deployment_view(engine: str, art: Artifacts, *, version: str | None = None, log=None, probe=None,
                     use_probe: bool = True, num_speculative_tokens: int = 3, mis_shaped: tuple[str, ...] = (),
                     device: str | None = None) -> tuple[EngineView, list[str]]:
-    """(the draft of `art` (a case's artifacts: its draft and target) as `engine` loads it, notes). `log`: a `VllmLogReading` or a log path; `probe`: a `VllmProbe`
-    (else asked here when `use_probe` and a vLLM venv exists, for vLLM only); `mis_shaped`: checkpoint keys held in
-    another shape than the config's (the loader's report), `device`: the launch's."""
+    """(the draft of `art` (a case's artifacts: its draft and target) as `engine` loads it, notes). `log`: a
+    `VllmLogReading` or a log path; `probe`: a `VllmProbe` (else asked here when `use_probe` and a vLLM venv exists,
+    for vLLM only); `mis_shaped`: checkpoint keys held in another shape than the config's (the loader's report),
+    `device`: the launch's."""
     if art.draft_raw is None or art.target_info is None:
         raise _unreadable(art)
     notes: list[str] = []

@@ -2,7 +2,6 @@
 the planted cases (a config without ids, a drifted target, each with a serving dump) never crash it."""
 from __future__ import annotations
 
-from pathlib import Path
 from types import SimpleNamespace
 
 import pandas as pd
@@ -28,12 +27,12 @@ def world():
 @pytest.mark.slow
 def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
     """The demo engine's seed capture: embedding missing + padding; replay with the trained layout recovers."""
-    inp = diffing.diff_inputs(case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1)))))
-    s = diffing.sides(inp)
+    case = case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "seed", "seed", n=1))))
+    s = diffing.sides(case)
     assert s.training.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.serving.identified == ("layer_in.2", "layer_in.4", "layer_in.6", "zeros")
     assert s.explanation.kinds == {"missing_slot", "padding"}
-    proof = diffing.proof_of_fix(inp, s.serving.identified, s.training.identified, n=8)
+    proof = diffing.proof_of_fix(case, s.serving.identified, s.training.identified, n=8)
     acc = diffing.proof_summary(proof)
     served, fixed = list(acc.values())
     assert fixed > served + 0.05 and fixed > 0.85
@@ -43,8 +42,7 @@ def test_seed_capture_is_diagnosed_and_fixed(world, tmp_path):
 @pytest.mark.slow
 def test_correct_capture_is_clean(world, tmp_path):
     """The demo engine serving the training layout: no false alarm."""
-    inp = diffing.diff_inputs(case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))))
-    s = diffing.sides(inp)
+    s = diffing.sides(case_of(Inputs(serving_dump=str(demo_serving_dump(tmp_path / "ok", "correct", n=1)))))
     assert s.explanation.clean, s.explanation.summary
     assert s.serving.identified == s.training.identified
     assert "no wiring fault" in diffing.diff_headline(s)
@@ -66,7 +64,7 @@ def test_a_proof_that_replayed_nothing_is_not_measured():
     s = diffing.Sides(train, serve, diffing.explain(train, serve, num_layers=ref.num_layers), ref)
     head = diffing.diff_headline(s, proof)
     assert "not measured as served -> not measured with the trained layout" in head
-    f = {x.cause: x for x in diffing.diffing_findings(SimpleNamespace(dump_path=Path("d")), s, proof)}
+    f = {x.cause: x for x in diffing.diffing_findings(SimpleNamespace(serving_dump="d"), s, proof)}
     assert f["aux_layout_mismatch"].status == "confirmed"
     assert f["aux_layout_mismatch"].evidence["acc_0_as_served"] is None
 
@@ -78,10 +76,10 @@ def test_a_config_without_ids_with_a_serving_dump_proves_the_fix(world, tmp_path
     from tests import planted
     from eagle3lib.demo.sweep import ensure_serving_dump
     y = yaml.safe_load(planted.write_case("no_layer_ids", tmp_path / "case").read_text())
-    inp = diffing.diff_inputs(case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"],
-                                             serving_dump=str(ensure_serving_dump()))))
-    s = diffing.sides(inp)
-    proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified, n=4)
+    case = case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"],
+                          serving_dump=str(ensure_serving_dump())))
+    s = diffing.sides(case)
+    proof = diffing.proof_of_fix(case, diffing.served(s), s.training.identified, n=4)
     served, fixed = diffing.proof_summary(proof).values()
     assert None not in (served, fixed) and fixed > served + 0.05 and (proof["samples"] == 4).all()
     assert "not measured" not in diffing.diff_headline(s, proof)
@@ -104,13 +102,12 @@ def test_a_drifted_target_with_its_own_serving_dump_leaves_the_layout_not_checke
                                                                             "layer_in.6"))], ids, slots=None,
                      hidden_size=model.config.hidden_size, source="the drifted target")
     case = case_of(Inputs(target=y["target"], draft=y["draft"], train_data=y["train_data"], serving_dump=str(dump)))
-    inp = diffing.diff_inputs(case)
-    s = diffing.sides(inp)
+    s = diffing.sides(case)
     gone = [j for j, x in enumerate(s.training.identified) if x is None]
     assert gone and s.serving.identified == ("embed", "layer_in.2", "layer_in.4", "layer_in.6")
     assert s.explanation.kinds == {"unidentified"}
-    proof = diffing.proof_of_fix(inp, diffing.served(s), s.training.identified)
+    proof = diffing.proof_of_fix(case, diffing.served(s), s.training.identified)
     assert isinstance(proof, str) and f"training slot(s) {gone}" in proof
-    found = {f.cause: f for f in diffing.diffing_findings(inp, s, proof) + diffing.drift_findings(case.artifacts, n=2)}
+    found = {f.cause: f for f in diffing.diffing_findings(case, s, proof) + diffing.drift_findings(case.artifacts, n=2)}
     assert all(found[c].status == "not checked" and str(gone) in found[c].summary for c in LAYOUT_CAUSES)
     assert found["target_drift"].status == "confirmed"

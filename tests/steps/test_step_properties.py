@@ -13,7 +13,6 @@ import contextlib
 import io
 import json
 import math
-from pathlib import Path
 from types import SimpleNamespace
 
 import matplotlib
@@ -139,7 +138,7 @@ def sides_of(training, serving, dump_missing: str):
                                                 "(serving_dump, dump_request)"]))
 def test_notebook_03_steps_say_what_is_missing(training, serving, proof, dump_missing):
     s = sides_of(training, serving, dump_missing)
-    inp = SimpleNamespace(dump_path=Path("dump") if serving is not None else None)
+    case = SimpleNamespace(serving_dump="dump" if serving is not None else "")
     for cmp in (s.training, s.serving):
         table = D.slot_table(cmp, dump_missing)
         if cmp is None:
@@ -171,7 +170,7 @@ def test_notebook_03_steps_say_what_is_missing(training, serving, proof, dump_mi
         if len(acc) == 2 and None in acc.values():
             assert "not measured" in head
 
-    found = D.diffing_findings(inp, s, proof)
+    found = D.diffing_findings(case, s, proof)
     layout = sorted(f.cause for f in found if f.cause in LAYOUT_CAUSES)   # each layout cause once; a damaged
     assert layout == sorted(LAYOUT_CAUSES)                                  # slot may confirm others (scale: drift)
     assert all(f.status == "confirmed" for f in found if f.cause not in LAYOUT_CAUSES)
@@ -195,8 +194,8 @@ def test_proof_of_fix_refuses_layouts_it_cannot_replay(served, fixed):
     replayable = served is not None and len(served) and not unidentified(served) and fixed and not unidentified(fixed)
     if replayable:
         return                      # would load the draft: covered by tests/steps/test_diffing.py on the demo world
-    inp = SimpleNamespace(draft_path=Path("no/draft"), target_path=Path("no/target"), training_data=Path("no/data"))
-    out = D.proof_of_fix(inp, served, fixed)
+    case = SimpleNamespace(draft_path="no/draft", target_path="no/target", train_data="no/data")
+    out = D.proof_of_fix(case, served, fixed)
     assert isinstance(out, str) and out.startswith(("not checked", "not replayed"))
     if served is not None and unidentified(served):
         assert str(unidentified(served)) in out
