@@ -302,6 +302,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         need = "a vLLM log or /metrics" if engine == "vllm" else "an SGLang decode log, /server_info or served traffic"
         return ServedPrediction((), tuple(problems), (f"{need} with accept lengths (served_log_path)",),
                                 tuple(notes), view, None, tuple(decided))
+    shipped = set(case.artifacts.tensors or {})
     own = case.artifacts.draft_tensors("embed_tokens.weight").get("embed_tokens.weight")
     rope = trained_rope(case.artifacts)
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'

@@ -152,10 +152,10 @@ def test_the_diagnosis_dtype_reaches_the_checks_replay_and_the_verdicts_stand(mo
     from eagle3lib.checks import inputs as check_inputs
     w = demo.ensure_world(progress=False)
     setups = []
-    cached = check_inputs.Artifacts.__dict__["replay_setup"]
+    cached = check_inputs.Artifacts.__dict__["replay_setup"]       # a property reading through Artifacts.once
 
     def replay_setup(art):
-        setups.append(cached.func(art))
+        setups.append(cached.fget(art))
         return setups[-1]
     monkeypatch.setattr(check_inputs.Artifacts, "replay_setup", property(replay_setup))
     given = dict(draft="", launch=SEED_LAUNCH, sglang_version="0.5.6", n=4, drift_samples=2)
