@@ -244,6 +244,8 @@ SHARED_NAMES = {
         "eagle3lib.vllm_engine.run_log", "eagle3lib.sglang_engine.run_log"}),
     "dump": ("an engine's driver: dump what its draft's fc got", {
         "eagle3lib.vllm_engine.dump", "eagle3lib.sglang_engine.dump"}),
+    "said": ("an engine's home: what the running engine said of a draft over the tables' view (EngineHome.said)", {
+        "eagle3lib.vllm_engine.said", "eagle3lib.sglang_engine.said"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {
         "eagle3lib.vllm_engine.env", "eagle3lib.sglang_engine.env"}),
     "unavailable_reason": ("an engine's driver: why that engine cannot run here", {

@@ -9,7 +9,7 @@ from pathlib import Path
 
 from ..causes import CAPTURE_CAUSES, Finding
 from ..engines.facts import fact
-from ..serving.loaded_view import EngineView
+from ..engine_kit.view import EngineView
 from ..engines.engine_errors import attribution, known_failure_text
 from ..hidden.explain import causes_of, explain
 from ..layout import NOT_CAPTURED

@@ -2,10 +2,12 @@
 `eagle3lib.vllm_engine`; found by name from `engines.versions.SERVING_ENGINES` in `serving.homes`).
 
 - `home`           `EngineHome`: what one engine's home gives the library (launch entrypoints and flags, decode-log
-                   and metrics readers).
+                   and metrics readers, what the running engine said of a draft: `said`).
 - `launch_reading` `LaunchArgs`, and a command's tokens, env prefix and flags read against a home's flag table.
 - `log_scan`       a decode log split into runs with its bad lines and warnings (`LogScan`, `ParseResult`); a logged
                    call's keyword arguments; a Prometheus scrape's values.
+- `view`           `EngineView`: the draft as an engine loads it, aspect by aspect, each with the source that answered
+                   (dump > log > probe > table); `Served`, what a deployment left for a home's `said` to read.
 - `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.
 - `records`        `RunRecord`, one measured serving run as data; JSON-lines I/O, DataFrame view.
 - `process`        one server as a child process group on 127.0.0.1: start, health, HTTP, stop by the id it started.

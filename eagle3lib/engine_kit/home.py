@@ -3,8 +3,9 @@
 Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list) has one folder,
 ``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
-layer ids it reads from a draft config and what it then captures. The callers never branch on an engine's name for
-these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
+layer ids it reads from a draft config and what it then captures, and what the running engine said of a draft
+(`said`: its logs, its own code, the load a hook recorded) over the tables' view. The callers never branch on an
+engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
 (`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
@@ -34,3 +35,7 @@ class EngineHome:
     # what a flag does, as the checks ask for it ("pipeline_parallel") -> this engine's launch field ("pp_size"); a
     # role the engine has no flag for is absent, so a check never reads another engine's flag in its place
     roles: Mapping[str, str] = field(default_factory=dict)
+    # (view_for(version, runner) -> the tables' EngineView, engine_kit.view.Served, version) -> (the view overruled by
+    # what the running engine said: its logs, its own code asked, the load a hook recorded; notes; problems). None:
+    # the tables' view stands
+    said: Callable[..., tuple] | None = None

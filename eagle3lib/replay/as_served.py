@@ -1,6 +1,6 @@
 """The draft replayed as an engine really loads it, aspect by aspect, beside the draft as it was trained.
 
-An `serving.loaded_view.EngineView` says what the engine feeds and loads (layout, d2t, embedding, lm_head; which
+An `engine_kit.view.EngineView` says what the engine feeds and loads (layout, d2t, embedding, lm_head; which
 source answered each). `replay_as_served(setup, data, view, num_steps=K)` replays the chain of K drafts (simulated
 greedy acceptance, the served τ's definition: accepted tokens per round + the bonus token, counted where the
 engine drafts: at the positions its verification walk visits, engines.verification.verification_walk) three ways:
@@ -152,7 +152,7 @@ class AsServed:
     num_steps: int
     trained: dict                   # aspect -> value as trained
     served: dict                    # aspect -> value as the engine loads it
-    sources: dict                   # aspect -> which source answered (serving.loaded_view.SOURCES)
+    sources: dict                   # aspect -> which source answered (engine_kit.view.SOURCES)
     replays: tuple[Replayed, ...]
     notes: tuple[str, ...] = field(default_factory=tuple)
     unknown: tuple[str, ...] = ()   # causes whose trained tensors the checkpoint lacks: 'as trained' replays the

@@ -6,7 +6,8 @@ driver, its home `eagle3lib.<name>_engine`.)
 - `launch`            a launch command of any engine the library knows into the settings it requests (`parse_launch`).
 - `layer_reading`     which aux ids each engine reads from a draft config and the boundaries it captures, beside
                       the trained ones (each engine's reading: its home's `ids`); `layer_frame`, `draft_slots`.
-- `loaded_view`       the draft as an engine loads it (layout, d2t, embedding, lm_head), each aspect with its source.
+- `loaded_view`       the draft as an engine loads it by the tables (`engine_view`: layout, d2t, embedding, lm_head;
+                      the view itself is `engine_kit.view.EngineView`).
 - `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
 - `traffic`           the requests a server answered and its answers as token ids (vllm_engine.serve's prompts.jsonl and
                       responses.jsonl; text re-tokenized only where the engine's count agrees).

@@ -7,6 +7,8 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 - `run_log`     its decode log (every ``Decode batch`` variant, ``server_args=ServerArgs(...)``) and its metrics
                 gauges into `RunRecord`s.
 - `ids`         which aux ids SGLang reads from a draft config (+1, the first-id rule, its defaults) and captures.
+- `said`        what the running SGLang said of a draft over the tables' view (`HOME.said`): its logs' own failure,
+                the load its hook recorded in a dump.
 - `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
 - `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
 - `resolver`    the offline resolver over that table; SGLang's accept-rate formulas by version.

@@ -16,8 +16,8 @@ module has `run(case, earlier) -> Part`: the notebook displays the part, the dia
 - `discovery`  notebook 01: everything shown for one launch command, from every source given.
 - `served_prediction` notebook 01 §11 and the diagnosis: each served τ beside the replay under the setting it ran
   (a vLLM deployment: beside the draft replayed as trained and as the engine loads it).
-- `served_view` the draft as the serving engine loads it (tables, the vLLM probe, the server's log), and what the
-  running engine said as findings (its captured layout, the error it died of).
+- `served_view` the draft as the serving engine loads it: the tables, overruled by what the running engine said as
+  its home reads it (`EngineHome.said`: the vLLM probe and log, SGLang's log and its hook's load).
 - `sample_replay` notebook 02: the draft replayed on its training and held-out samples under each layout there is
   evidence of, its verdicts and searches.
 - `trained_config` notebook 02 and the diagnosis: is the shipped config what was trained? (the counterfactual

@@ -22,7 +22,7 @@ from ..engines.versions import ENGINES
 from ..checks.restoring import config_findings, tensor_findings
 from ..checks.inputs import Artifacts
 from ..checks.rope import rope_fields
-from ..serving.loaded_view import EngineView
+from ..engine_kit.view import EngineView
 from ..hidden.identify import TrainedLayout
 from ..replay.as_served import AsServed, replay_as_served
 from ..replay.layoutsearch import Recapture
@@ -34,9 +34,8 @@ from ..hidden.dumps import dump_engine
 from ..samples.distance import served_distance
 from ..replay.items import as_samples
 from ..layout import ZERO
-from ..vllm_engine.engine_log import read_vllm_log
 from ..checks.engine_said import ENGINE_SAID, view_findings
-from .served_view import deployment_view, sglang_view
+from .served_view import deployment_view
 from ..engine_kit.records import RunRecord
 from . import discovery
 from .discovery import Discovery
@@ -237,30 +236,17 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
     served_data_path, served_traffic_path = g.served_data or g.heldout_data, g.served_traffic
     notes, problems, decided = [], [], []
     logs = [p for p in [startup_log, *served_paths] if p]
-    log = None
-    for p in logs if engine == "vllm" else ():   # the first log that says what the engine did with the draft
-        try:
-            r = read_vllm_log(p)
-        except Eagle3Error as e:
-            problems.append(f"{p}: {e}")
-            continue
-        if r.draft_loaded or r.errors:
-            log = r
-            break
     if not data_path:
         return ServedPrediction((), tuple(problems), ("training samples to replay (train_data)",))
     try:
         setup = sample_replay.load_replay_setup(case, device=device, dtype=served_dtype(d))
-        view, vnotes = deployment_view(engine, case.artifacts, log=log,
-                                       version=d.version if engine == "sglang" else None,
-                                       num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
-                                       mis_shaped=tuple(f.key for f in setup.filled if f.found is not None),
-                                       device=d.launch.get("device") if d.launch is not None else None)
-        if engine == "sglang":
-            view, more = sglang_view(view, case.artifacts,
-                                     logs=[p for p in logs if not p.endswith(".json")],
-                                     load=dump_engine(serving_dump).get("load") if serving_dump else None)
-            vnotes += more
+        view, vnotes, more = deployment_view(
+            engine, case.artifacts, version=d.launch_version, logs=logs,
+            load=dump_engine(serving_dump).get("load") if serving_dump else None,
+            num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
+            mis_shaped=tuple(f.key for f in setup.filled if f.found is not None),
+            device=d.launch.get("device") if d.launch is not None else None)
+        problems += more
     except Eagle3Error as e:
         return ServedPrediction((), tuple(problems + [f"draft/target: {e}"]), ())
     notes += vnotes + [f"training layout: {setup.training_layout} ({setup.training_layout_source})"]

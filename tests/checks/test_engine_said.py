@@ -3,7 +3,7 @@ from __future__ import annotations
 
 from eagle3lib.checks.engine_said import refusal_findings, view_findings
 from eagle3lib.checks.inputs import read_artifacts
-from eagle3lib.serving.loaded_view import EngineView
+from eagle3lib.engine_kit.view import EngineView
 
 
 def _refused(text: str, source: str = "log") -> EngineView:

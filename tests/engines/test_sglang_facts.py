@@ -154,11 +154,9 @@ def test_a_short_kv_shard_is_zero_padded_on_the_cpu(world, served, tmp_path):
     its qkv_proj holding the checkpoint's rows and zeros past them (row keys short_qkv_shard_zero_padded@cpu); the
     draft replayed so (eagle3lib's view from that row, overruled by the hook's load) predicts the served τ within 10%,
     where the loader's random stand-in would not."""
-    from eagle3lib.serving.loaded_view import engine_view
-    from eagle3lib.model.target import load_target_info
     from eagle3lib.replay.as_served import replay_as_served
     from eagle3lib.replay.run import identify_training_layout, load_setup, with_trained_layout
-    from eagle3lib.steps.served_view import sglang_view
+    from eagle3lib.steps.served_view import deployment_view
     from eagle3lib.checks.inputs import read_artifacts
     run, load = served["kv_heads_4"]
     assert run.ok and facts.reads("sglang", "keys", "short_qkv_shard_zero_padded@cpu", engine_version()) is True
@@ -169,9 +167,8 @@ def test_a_short_kv_shard_is_zero_padded_on_the_cpu(world, served, tmp_path):
     s = load_setup(Path(run.out_dir).parent / "kv_heads_4_draft", world.target)
     s = with_trained_layout(s, identify_training_layout(s, world.specforge_data))
     art = read_artifacts(draft=str(s.draft_path), target=str(world.target))
-    v = engine_view("sglang", draft_raw=art.draft_raw, tensors=art.tensors, target_info=load_target_info(world.target),
-                    version=engine_version(), mis_shaped=tuple(f.key for f in s.filled), device="cpu")
-    v, _ = sglang_view(v, art, load=load.to_dict())
+    v, *_ = deployment_view("sglang", art, version=engine_version(), load=load.to_dict(),
+                            mis_shaped=tuple(f.key for f in s.filled), device="cpu")
     assert (v.value("mis_shaped"), v.source("mis_shaped")) == ("padded", "probe")
     assert param in v.aspects["mis_shaped"].detail
     tau = replay_as_served(s, world.heldout_data, v, num_steps=3, n=N).get("as trained").tau

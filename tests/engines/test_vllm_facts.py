@@ -92,7 +92,8 @@ def test_aux_opt_out_as_served(P):
     assert reads("flag", "use_aux_hidden_state@v1_runner") is True and off.runner == "v1"
     assert off.aux_states_v1 is False and off.ids_used == () and off.fc_slots is None and off.ok
     assert shipped.aux_states_v1 is True and shipped.ids_used
-    from eagle3lib.serving.loaded_view import LAST_HIDDEN, engine_view
+    from eagle3lib.engine_kit.view import LAST_HIDDEN
+    from eagle3lib.serving.loaded_view import engine_view
     from eagle3lib.model.target import load_target_info
     from eagle3lib.checks.inputs import tensor_headers
     view = engine_view("vllm", draft_raw=cfg(P, "aux_off"), tensors=tensor_headers(P["root"] / "v" / "aux_off"),

@@ -7,7 +7,7 @@ from safetensors.torch import load_file
 
 from eagle3demo import deployments
 from eagle3lib.demo import world as demo
-from eagle3lib.serving.loaded_view import Aspect, EngineView
+from eagle3lib.engine_kit.view import Aspect, EngineView
 from eagle3lib.replay.as_served import replay_as_served
 from eagle3lib.replay.layoutsearch import Recapture
 from eagle3lib.replay.run import identify_training_layout, load_setup, replay, with_trained_layout

@@ -6,7 +6,8 @@ from __future__ import annotations
 import pytest
 
 from eagle3lib.engines import facts
-from eagle3lib.serving.loaded_view import LAST_HIDDEN, aux_opted_out, engine_view
+from eagle3lib.engine_kit.view import LAST_HIDDEN
+from eagle3lib.serving.loaded_view import aux_opted_out, engine_view
 from eagle3lib.hidden.explain import causes_of, explain
 from eagle3lib.model.target import TargetInfo
 
