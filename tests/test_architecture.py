@@ -384,3 +384,13 @@ def test_a_check_never_loads_a_file_or_runs_a_replay_itself():
                        "eagle3lib.hidden.layerwise") or name in LOADERS:
                 bad.append(f"{path.relative_to(PKG.parent)}:{line} imports {src}.{name or ''}")
     assert not bad, "checks that load or replay themselves (ask the Artifacts or replay.evidence):\n" + "\n".join(bad)
+
+
+def test_the_checks_artifacts_are_read_in_one_place_for_a_case():
+    """A case's checks judge its one Artifacts (`steps.case.Case.artifacts`): in the library only the case reads
+    them (`read_artifacts`), beside `checks.judge.run_checks`, the entry point that reads whatever inputs it is
+    given (tests, a user's own script); no part, step or report reads the draft, target or data into Artifacts
+    again."""
+    readers = {mod for mod, path in MODULES.items() for src, name, _ in _imports(mod, path)
+               if src == "eagle3lib.checks.inputs" and name == "read_artifacts"}
+    assert readers == {"eagle3lib.steps.case", "eagle3lib.checks.judge"}, sorted(readers)
