@@ -2,9 +2,10 @@
 `eagle3lib.causes.Finding`s; a missing input gives ``not checked`` naming it.
 
 - `inputs`      read_artifacts(): configs, tensor headers, data, launch, read once (never raises); the replay setup,
-                target model, tokenizer, tensors and launch template on first use, once (a check never opens a
-                file itself); one reader per input kind (read_draft_config, read_target_config, read_data,
-                read_launch, ...), which steps.given reads the user's parameters with
+                target model, tokenizer, tensors and launch template on first use, once per call (`scoped`; the
+                identified layout kept for the case: `once`): a check never opens a file itself; one reader per
+                input kind (read_draft_config, read_target_config, read_data, read_launch, ...), which steps.given
+                reads the user's parameters with
 - `layer_ids`   1 layer ids: present, where, what each engine captures vs the training layout and fc width
 - `flags`       2 variant flags (norm_before_fc, fc_norm, norm_output, norm_before_residual) vs the engine;
                   fc_norm + norm_before_fc together; what a SpecForge norm_output means (before PR#879)

@@ -17,10 +17,11 @@ what they raise into a Problem naming the parameter.
 from __future__ import annotations
 
 import dataclasses
+from collections import ChainMap
 from dataclasses import dataclass, field
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any, Mapping
+from typing import Any, Mapping, MutableMapping
 
 from ..model.config import DraftConfig, read_config_json
 from ..samples.readers import Dataset, open_dataset
@@ -63,7 +64,7 @@ class Artifacts:
     replay_dtype: str = "auto"                       # the dtype the checks' replays load the draft in (diagnose's
                                                      # --dtype; "auto": float32 on CPU)
     replay_device: str = "cpu"                       # ... and the device (diagnose's --device)
-    read: dict = field(default_factory=dict, repr=False, compare=False)   # what the readers below read, by key
+    read: MutableMapping = field(default_factory=dict, repr=False, compare=False)   # what was read below, by key
 
     def missing(self, *names: str) -> str | None:
         """The `needs` sentence for the first of `names` that is absent (None when all are there)."""
@@ -78,11 +79,17 @@ class Artifacts:
         return None
 
     def once(self, key, read):
-        """read(), once for these artifacts and every view of them (`without`, a run's identified layout: they share
-        `read`); an error is raised to each caller, never kept."""
+        """read(), once for these artifacts and every view of them that shares `read` (`without`, a run's identified
+        layout); an error is raised to each caller, never kept."""
         if key not in self.read:
             self.read[key] = read()
         return self.read[key]
+
+    def scoped(self) -> "Artifacts":
+        """A view whose loads (the replay setup, tensors, tokenizer, template) are let go with it, seeing what these
+        artifacts already hold: one call's checks, one part's replays. The case's artifacts keep only their headers,
+        configs and the evidence kept for every part (the identified layout), never a model or a tensor."""
+        return dataclasses.replace(self, read=ChainMap({}, self.read))
 
     def without(self, *names: str) -> "Artifacts":
         """These artifacts as if `names` (fields: "launch", "traffic") were not given, their problems too: what a
@@ -96,7 +103,8 @@ class Artifacts:
     def replay_setup(self):
         """The draft loaded for a replay (embedding and lm_head from the target, in `replay_dtype` on
         `replay_device`): loaded on first use, once for every check that replays these artifacts, and inside a
-        diagnosis the very setup its parts replay (`replay.run.load_setup`, once per case)."""
+        diagnosis the very setup its parts replay (`replay.run.load_setup`, kept for the case while unchanged).
+        Held by these artifacts' `read`: a `scoped` view lets it go with the view."""
         from ..replay.evidence import load_replay
         return self.once(("replay", self.replay_dtype, self.replay_device), lambda: load_replay(
             self.draft_path, self.target_path, device=self.replay_device, dtype=self.replay_dtype))
@@ -134,11 +142,10 @@ class Artifacts:
 
     @property
     def target_model(self):
-        """The target model on `replay_device` (for a recapture): loaded on first use, the process's one copy of it
-        (`hidden.capture.load_target_model`), shared with every check and part."""
+        """The target model on `replay_device` (for a recapture): the process's one copy of it
+        (`hidden.capture.load_target_model`, its own cache), shared with every check and part; never held here."""
         from ..hidden.capture import load_target_model
-        return self.once(("target model", self.replay_device),
-                         lambda: load_target_model(self.target_path, device=self.replay_device))
+        return load_target_model(self.target_path, device=self.replay_device)
 
 
 def tensor_headers(path: Path) -> dict[str, tuple[tuple[int, ...], str]]:

@@ -66,10 +66,11 @@ def check_artifacts(art: Artifacts, progress=None, *, replay_n: int = 0, only=No
                     part: str | tuple[str, ...] | None = None, engine=None, engine_version=None,
                     engine_runner: str | None = None) -> list[Finding]:
     """Every check (those `part` runs, or those named in `only` with the checks part of them) on `art`; each returns
-    Findings, never raises. What a check reads through `art` (the replay setup, the target, the identified layout)
-    is read once for `art` and its views."""
+    Findings, never raises. The trained layout identified by recapture is kept in `art` for every later call (a
+    case's parts share it); what the checks load through it (the replay setup, tensors, the tokenizer) is loaded
+    once for this call and let go after it (`Artifacts.scoped`)."""
     names = chosen(only, part)
-    art = _identified(art, names, int(replay_n))
+    art = _identified(art, names, int(replay_n)).scoped()    # the identified layout kept; the checks' loads let go
     opts = Options(engine=_engine(engine, art.launch), engine_version=engine_version, engine_runner=engine_runner,
                    replay_n=int(replay_n), device=art.replay_device)
     out: list[Finding] = []

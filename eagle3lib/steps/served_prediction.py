@@ -232,7 +232,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
     g = case.given
     draft_path, target_path, data_path, device = case.draft_path, case.target_path, case.train_data, g.device
     served_paths, server_url, startup_log = served_files(g), g.server_url, case.server_log
-    serving_dump = case.serving_dump
+    serving_dump, art = case.serving_dump, case.artifacts.scoped()     # what this part loads is let go with it
     served_data_path, served_traffic_path = g.served_data or g.heldout_data, g.served_traffic
     notes, problems, decided = [], [], []
     logs = [p for p in [startup_log, *served_paths] if p]
@@ -241,7 +241,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
     try:
         setup = sample_replay.load_replay_setup(case, device=device, dtype=served_dtype(d))
         view, vnotes, more = deployment_view(
-            engine, case.artifacts, version=d.launch_version, logs=logs,
+            engine, art, version=d.launch_version, logs=logs,
             load=dump_engine(serving_dump).get("load") if serving_dump else None,
             num_speculative_tokens=(d.vllm or {}).get("num_speculative_tokens") or 3,
             mis_shaped=tuple(f.key for f in setup.filled if f.found is not None),
@@ -260,7 +260,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         except Eagle3Error as e:
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
-    decided += view_findings(view, trained, art=case.artifacts, num_layers=setup.num_layers)
+    decided += view_findings(view, trained, art=art, num_layers=setup.num_layers)
     name = ENGINES[engine].title
     if view.refused and view.refused_source in ENGINE_SAID:
         notes.append(f"{name} does not serve this draft: {view.refused}")
@@ -288,9 +288,9 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         need = "a vLLM log or /metrics" if engine == "vllm" else "an SGLang decode log, /server_info or served traffic"
         return ServedPrediction((), tuple(problems), (f"{need} with accept lengths (served_log_path)",),
                                 tuple(notes), view, None, tuple(decided))
-    shipped = set(case.artifacts.tensors or {})
-    own = case.artifacts.draft_tensors("embed_tokens.weight").get("embed_tokens.weight")
-    rope = trained_rope(case.artifacts)
+    shipped = set(art.tensors or {})
+    own = art.draft_tensors("embed_tokens.weight").get("embed_tokens.weight")
+    rope = trained_rope(art)
     # the training samples decide what was trained: the config fields that reproduce training are 'as trained'
     found, tensors = trained_config.trained_searches(setup, case.train_data, recorded=case.recorded_acc,
                                                      recorded_from=case.recorded_from)   # ... and a shipped tensor

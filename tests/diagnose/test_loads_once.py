@@ -212,9 +212,16 @@ def test_a_diagnosis_reads_the_checks_artifacts_once_and_identifies_the_trained_
     monkeypatch.setattr(case_module, "read_artifacts", lambda *a, **k: read(*a, where="case", **k))
     monkeypatch.setattr(judge, "read_artifacts", lambda *a, **k: read(*a, where="run_checks", **k))
     monkeypatch.setattr(inputs, "trained_layout", layout)
+    from eagle3lib.diagnose import parts
+    cases = []
+    monkeypatch.setattr(parts, "case_of", lambda i: cases.append(case_module.case_of(i)) or cases[-1])
     r = run(Inputs(draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data), launch=SEED_LAUNCH,
                    sglang_version="0.5.6", serving_dump=str(dump), n=2, drift_samples=2))
     assert r.problems == ()
+    # what the case's artifacts keep for the whole diagnosis: the identified layout, never a model, setup or tensor
+    # (the checks' and the served prediction's loads are scoped to their call: Artifacts.scoped)
+    (case,) = cases
+    assert [k for k in case.artifacts.read] == [("identified", 3)], list(case.artifacts.read)
     assert "01 serving settings" in r.findings      # its checks replay the layer ids against the identified layout
     assert ("target_drift", "ruled out", True) in {(f.cause, f.status, f.measured)
                                                    for f in r.findings["03 hidden-state diffing"]}
