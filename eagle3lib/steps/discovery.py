@@ -200,7 +200,7 @@ def serving_checks(art: Artifacts, d: Discovery, progress=None, replay_n: int = 
     if d.launch is None:
         found = check_artifacts(art.without("launch", "traffic"), progress, part=("artifacts", "engine-free"))
     else:
-        data = art.data is not None
+        data = art.data is not None or "data" in art.problems     # given (an unreadable one is "not checked")
         found = check_artifacts(art, progress, replay_n=replay_n if data else 0, engine_version=d.launch_version,
                                 part=("artifacts", "serving", "serving data") if data else ("artifacts", "serving"),
                                 engine_runner=d.launch_runner)
