@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import os
+import random
 import shlex
 import signal
 import socket
@@ -24,8 +25,34 @@ from pathlib import Path
 HOST = "127.0.0.1"          # every engine the tests and drivers start listens here only
 
 
+EPHEMERAL = Path("/proc/sys/net/ipv4/ip_local_port_range")   # Linux: the ports the OS numbers outbound sockets from
+PORTS_BELOW = 12000                                            # how far below that range a server's port is drawn
+
+
+def ephemeral_range() -> tuple[int, int]:
+    """(low, high) of the ports this host numbers outbound connections from (Linux's default when unread)."""
+    try:
+        low, high = (int(x) for x in EPHEMERAL.read_text().split())
+        return low, high
+    except (OSError, ValueError):
+        return 32768, 60999
+
+
 def free_port() -> int:
-    """A TCP port on 127.0.0.1 that nothing listens on right now (the OS picks it)."""
+    """A TCP port on 127.0.0.1 that nothing listens on right now, drawn below the host's ephemeral range: an engine
+    binds its port only after loading its models (minutes on a shared 2-core host), and a port the OS had picked
+    from that range could meanwhile number an outbound connection (an SGLang server then dies with "address already
+    in use"). The OS picks one when none below the range is free."""
+    low, _ = ephemeral_range()
+    draw = random.SystemRandom()
+    for _ in range(64):
+        port = draw.randrange(max(1024, low - PORTS_BELOW), max(1025, low))
+        with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+            try:
+                s.bind((HOST, port))
+            except OSError:
+                continue
+            return port
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind((HOST, 0))
         return int(s.getsockname()[1])
