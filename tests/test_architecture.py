@@ -246,6 +246,9 @@ SHARED_NAMES = {
         "eagle3lib.vllm_engine.dump", "eagle3lib.sglang_engine.dump"}),
     "said": ("an engine's home: what the running engine said of a draft over the tables' view (EngineHome.said)", {
         "eagle3lib.vllm_engine.said", "eagle3lib.sglang_engine.said"}),
+    "speculating": ("does a launch speculate at all: an engine's home reads it (EngineHome.speculating), the checks ask "
+                    "the launch's home", {"eagle3lib.checks.launch_flags", "eagle3lib.sglang_engine.launch_rules",
+                                          "eagle3lib.vllm_engine.launch_rules"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {
         "eagle3lib.vllm_engine.env", "eagle3lib.sglang_engine.env"}),
     "unavailable_reason": ("an engine's driver: why that engine cannot run here", {
@@ -259,7 +262,7 @@ SHARED_NAMES = {
         "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
     "not_given": ("the core inputs left empty on a user's own draft", {
         "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
-    "flag": ("the command-line spelling of a field name", {"eagle3lib.checks.launch_flags", "eagle3lib.diagnose.parts"}),
+    "flag": ("the command-line spelling of a field name", {"eagle3lib.engine_kit.flag_values", "eagle3lib.diagnose.parts"}),
     "from_ids": ("layer ids in a convention -> boundary names", {
         "eagle3lib.layout", "eagle3lib.serving.capturespec.CaptureSpec"}),
     "run": ("an investigation on its inputs: one notebook's part (steps), or every part in order (the diagnosis)", {

@@ -19,7 +19,8 @@ from ..serving.loaded_view import vllm_fc_slots
 from ..engines.versions import SERVING_ENGINES, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
-from .launch_flags import integer, spec_config, speculating
+from ..engine_kit.flag_values import integer, spec_config
+from .launch_flags import speculating
 
 WHERE = "checks.draft_feed"
 # keys a training tool writes the ids under that no serving engine's EAGLE-3 path reads (the engine facts have no

@@ -6,14 +6,16 @@ a platform whose verify step is greedy.
 
 Causes: rejection_method, adaptive_depth, quantized_draft_graphs, kv_cache_dtype, simulated_acceptance,
 fp8_kv_target, draft_attention_backend, greedy_verify_platform. Usage: ``check_draft_serving(art)``.
-Rests on the "serving" rows of `engines.facts` (facts_serving), which it cites: vLLM rejection_strict /
-rejection_synthetic / rejection_method_default (methods), rejection_fly_lossy (FLy, lossy); SGLang
-simulated_acceptance_env, adaptive_num_steps; vLLM quantized_draft_under_cuda_graphs (NVFP4 drafter under graphs),
-draft_inherits_quantization (SGLang: the draft inherits --quantization; vLLM: an external draft stays unquantized);
-vLLM draft_kv_dtype_is_targets, SGLang draft_shares_server_args and mla_draft_shares_target_pool (the draft's KV);
-vLLM fp8_kv_target_drifts, draft_follows_attention_backend, kv_cache_scheme_read_from_draft; SGLang
-sampled_verify_off_cuda. Measurements and threads of other projects stay cited inline: tokenspeed PR#1012 (fp8
-draft KV: AL 2.7 -> 1.8), ROCm/ATOM#555, TRT-LLM#17656, TensorRT-LLM's forced-acceptance variable.
+The rejection method, the depth and the verify platform are the engine's own flags and environment: the launch's
+home decides them (`EngineHome.launch_rules`; SGLang's simulated acceptance, vLLM's rejection_sample_method and FLy);
+a platform every served request asked greedy decoding of is ruled out here, by measurement.
+Rests on the "serving" rows of `engines.facts` (facts_serving), which it cites: vLLM
+quantized_draft_under_cuda_graphs (NVFP4 drafter under graphs), draft_inherits_quantization (SGLang: the draft
+inherits --quantization; vLLM: an external draft stays unquantized); vLLM draft_kv_dtype_is_targets, SGLang
+draft_shares_server_args and mla_draft_shares_target_pool (the draft's KV); vLLM fp8_kv_target_drifts,
+draft_follows_attention_backend, kv_cache_scheme_read_from_draft. Measurements and threads of other projects stay
+cited inline: tokenspeed PR#1012 (fp8 draft KV: AL 2.7 -> 1.8), ROCm/ATOM#555, TRT-LLM#17656, TensorRT-LLM's
+forced-acceptance variable.
 """
 from __future__ import annotations
 
@@ -21,13 +23,11 @@ from ..causes import Finding, not_checked
 from ..engines import facts
 from .inputs import Artifacts
 from .registry import Options, contract
-from .launch_flags import serving_row, spec_config, speculating, switch
+from ..engine_kit.flag_values import spec_config, switch
+from .launch_flags import engine_rule, serving_row, speculating
 
 WHERE = "checks.draft_serving"
-SYNTHETIC_KEYS = ("synthetic_acceptance_rates", "synthetic_acceptance_length", "synthetic_acceptance_rate")
 PLAIN_KV = ("auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "float")   # not a quantized cache
-NEEDS_SAMPLED = ("served accept lengths at temperature 0 and at the served temperature (greedy vs sampled), and the "
-                 "vLLM model runner (VLLM_USE_V2_MODEL_RUNNER, or the startup log)")
 
 
 def draft_quantization(raw) -> str | None:
@@ -46,81 +46,6 @@ def is_mla_draft(raw) -> bool:
     """A multi-latent-attention draft (SGLang Eagle3DeepseekV2ForCausalLM: kv_lora_rank in its config)."""
     arch = " ".join(raw.get("architectures") or [])
     return "kv_lora_rank" in raw or "Deepseek" in arch
-
-
-def _rejection(la) -> Finding:
-    c, w = "rejection_method", f"{WHERE}.rejection"
-    if la.engine == "sglang":
-        sim = la.env.get("SGLANG_SIMULATE_ACC_LEN")
-        ev = {"engine": "sglang", "SGLANG_SIMULATE_ACC_LEN": sim}
-        if sim not in (None, ""):
-            try:
-                val = float(sim)
-            except ValueError:
-                return Finding(c, "not checked", f"not checked: SGLANG_SIMULATE_ACC_LEN={sim!r} is not a number", ev,
-                               w, needs="the launch's SGLANG_SIMULATE_ACC_LEN as a number (or unset)")
-            if val > 0:
-                f = serving_row("sglang", "simulated_acceptance_env")
-                return Finding(c, "confirmed", f"SGLANG_SIMULATE_ACC_LEN={sim}: {f.note}", ev, w,
-                               fix="unset SGLANG_SIMULATE_ACC_LEN before measuring the draft",
-                               source=f"{f.source}; ROCm/ATOM#555")
-        return Finding(c, "ruled out", "SGLang launch without simulated acceptance: accepted tokens are verified "
-                       "against the target (the vLLM runners' strict / probabilistic choice does not apply)", ev, w)
-    spec, bad = spec_config(la)
-    if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
-    method = spec.get("rejection_sample_method")
-    ev = {"rejection_sample_method": method, "VLLM_USE_V2_MODEL_RUNNER": la.env.get("VLLM_USE_V2_MODEL_RUNNER"),
-          **{k: spec[k] for k in SYNTHETIC_KEYS + ("draft_sample_method",) if k in spec}}
-    strict = serving_row("vllm", "rejection_strict")
-    if method == "synthetic":
-        f = serving_row("vllm", "rejection_synthetic")
-        return Finding(c, "confirmed", f.note, ev, w, fix="use rejection_sample_method standard when measuring the "
-                       "draft", source=f.source)
-    if method == "strict":
-        return Finding(c, "suspected", f"{strict.note} ({strict.source})", ev, w,
-                       fix="rejection_sample_method standard (probabilistic)", needs=NEEDS_SAMPLED,
-                       source=strict.source)
-    if method in ("standard", "probabilistic"):
-        return Finding(c, "ruled out", f"rejection_sample_method {method}: probabilistic rejection sampling, set "
-                       "explicitly", ev, w, source=strict.source)
-    if method == "fly":
-        return Finding(c, "ruled out", "rejection_sample_method fly, set explicitly (its lossy acceptance is reported "
-                       "as adaptive_depth)", ev, w)
-    if method is not None:
-        return Finding(c, "not checked", f"not checked: rejection_sample_method {method!r} is none of standard / "
-                       "strict / synthetic / fly", ev, w, needs="a rejection_sample_method this workbook knows")
-    return Finding(c, "not checked", "not checked: the launch leaves the rejection-sampling method to the vLLM "
-                   "version and model runner", ev, w, needs=NEEDS_SAMPLED,
-                   source=serving_row("vllm", "rejection_method_default").source)
-
-
-def _depth(la) -> Finding:
-    c, w = "adaptive_depth", f"{WHERE}.depth"
-    if la.engine == "sglang":
-        on, bad = switch(la, "speculative_adaptive")
-        ev = {"speculative_adaptive": on, "speculative_adaptive_config": la.flags.get("speculative_adaptive_config"),
-              "speculative_num_steps": la.num_steps}
-        if bad:
-            return Finding(c, "not checked", f"not checked: {bad}", ev, w,
-                           needs="the launch command with a valid value (--speculative-adaptive)")
-        if on:
-            f = serving_row("sglang", "adaptive_num_steps")
-            return Finding(c, "suspected", f.note, ev, w, fix="compare accept lengths with --speculative-adaptive off "
-                           "(a fixed --speculative-num-steps)", source=f.source)
-        steps = la.num_steps if la.num_steps is not None else "as the engine sets it"
-        return Finding(c, "ruled out", f"fixed depth (speculative_num_steps {steps}), no adaptive steps", ev, w)
-    spec, bad = spec_config(la)
-    if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
-    ev = {"rejection_sample_method": spec.get("rejection_sample_method"),
-          "num_speculative_tokens": spec.get("num_speculative_tokens")}
-    if spec.get("rejection_sample_method") == "fly":
-        f = serving_row("vllm", "rejection_fly_lossy")
-        return Finding(c, "confirmed", f.note, ev, w, fix="measure with rejection_sample_method standard",
-                       source=f.source)
-    k = spec.get("num_speculative_tokens", "as the engine sets it")
-    return Finding(c, "ruled out", f"fixed depth (num_speculative_tokens {k}), no lossy verification method", ev, w)
 
 
 def _quantized(art: Artifacts, la) -> Finding:
@@ -198,7 +123,6 @@ def _kv_dtype(art: Artifacts, la) -> Finding:
 
 
 SIMULATE_ENV = ("SGLANG_SIMULATE_ACC_LEN", "TLLM_SPEC_DECODE_FORCE_NUM_ACCEPTED_TOKENS")
-OFF_CUDA = ("cpu", "npu", "xpu", "hpu", "rocm", "hip", "musa")      # platforms whose verify was greedy (sglang)
 
 
 def _simulated(la) -> Finding:
@@ -279,30 +203,12 @@ def _attention(art: Artifacts, la) -> Finding:
 
 def _greedy_platform(la, traffic=None) -> Finding:
     c, w = "greedy_verify_platform", f"{WHERE}.platform"
-    device = la.flags.get("device")
     if traffic is not None and traffic.greedy:       # measured: a greedy verify serves what greedy requests ask
         return Finding(c, "ruled out", f"every served request asked for greedy decoding (temperature 0 on all "
                        f"{len(traffic.exchanges)} answers of {traffic.responses}): a verify step that ignores the "
-                       "temperature gives them what they asked", {"engine": la.engine, "device": device,
+                       "temperature gives them what they asked", {"engine": la.engine, "device": la.flags.get("device"),
                                                                   "greedy_answers": len(traffic.exchanges)}, w)
-    f = facts.fact("sglang", "serving", "sampled_verify_off_cuda")
-    outputs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a "
-               "greedy verify)")
-    needs = outputs + " and the SGLang version"
-    ev = {"engine": la.engine, "device": device}
-    if la.engine == "sglang":
-        if device is None:
-            return Finding(c, "not checked", "not checked: no --device (SGLang's default is cuda, which ROCm builds "
-                           "also report); the verify step was greedy on ROCm / CPU / NPU / XPU", ev, w, needs=needs,
-                           source=f.source)
-        if str(device).lower() in OFF_CUDA:
-            return Finding(c, "suspected", f"--device {device}: SGLang's verify step was silently greedy off CUDA "
-                           "(temperature ignored, looping output); the fixing release is not placed", ev, w,
-                           fix="compare served outputs at temperature 0 and > 0", needs=needs, source=f.source)
-        return Finding(c, "ruled out", f"--device {device}: the greedy verify was reported off CUDA only", ev, w)
-    return Finding(c, "not checked", "not checked: vLLM takes its platform from the build, not the launch; the "
-                   "greedy verify was reported on SGLang", ev, w, needs="the platform (the vLLM build) and " + outputs,
-                   source=f.source)
+    return engine_rule(la, c, w)
 
 
 # the causes check_draft_serving reports (checks.judge: what a broken check reports as not checked)
@@ -321,7 +227,9 @@ def check_draft_serving(art: Artifacts) -> list[Finding]:
     if speculating(la) is False:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                         {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
-    return [_rejection(la), _depth(la), _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
+    return [engine_rule(la, "rejection_method", f"{WHERE}.rejection"),
+            engine_rule(la, "adaptive_depth", f"{WHERE}.depth"),
+            _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
             _attention(art, la), _greedy_platform(la, art.traffic)]
 
 

@@ -8,6 +8,8 @@
                    call's keyword arguments; a Prometheus scrape's values.
 - `view`           `EngineView`: the draft as an engine loads it, aspect by aspect, each with the source that answered
                    (dump > log > probe > table); `Served`, what a deployment left for a home's `said` to read.
+- `flag_values`    a launch flag's value as a check reads it (switch, integer, vLLM's --speculative-config), each with
+                   the problem naming the flag; the finding of a garbled value.
 - `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.
 - `records`        `RunRecord`, one measured serving run as data; JSON-lines I/O, DataFrame view.
 - `process`        one server as a child process group on 127.0.0.1: start, health, HTTP, stop by the id it started.

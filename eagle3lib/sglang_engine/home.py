@@ -1,13 +1,15 @@
-"""SGLang's home: how the library reads its launch commands, decode logs, metrics and a draft's aux ids (`HOME`, found by
-`serving.homes` from the name in `engines.versions.SERVING_ENGINES`)."""
+"""SGLang's home: how the library reads its launch commands, decode logs, metrics and a draft's aux ids, and how
+its launch decides the serving causes (`HOME`, found by `serving.homes` from the name in
+`engines.versions.SERVING_ENGINES`)."""
 from __future__ import annotations
 
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import sglang_readings
 from .said import said
+from . import launch_rules
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   "python -m sglang.launch_server ..., sglang serve ...", metrics_record, SPEC_FIELDS, sglang_readings,
-                  ROLES, said)
+                  ROLES, said, launch_rules.RULES, launch_rules.speculating)

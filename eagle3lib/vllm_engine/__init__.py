@@ -10,6 +10,9 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
 - `ids`         which aux ids each vLLM model runner (V1 / V2) reads from a draft config, and what it captures.
 - `engine_log`  what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head sharing,
                 speculative config, and each exception (its key / shape / file) with its line.
+- `launch_rules` how its launch decides the serving causes its own flags decide (`HOME.launch_rules`,
+                `HOME.speculating`): prefix caching, data parallelism, KV connectors, async scheduling,
+                --speculative-config's rejection_sample_method (FLy included).
 - `said`        what the running vLLM said of a draft over the tables' view (`HOME.said`): the first log that says what
                 it did with the draft (version, runner, aux ids, sharing, its error), its own code asked (`probe`).
 - `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version.

@@ -1,13 +1,15 @@
-"""vLLM's home: how the library reads its launch commands, decode logs, metrics and a draft's aux ids (`HOME`, found by
-`serving.homes` from the name in `engines.versions.SERVING_ENGINES`)."""
+"""vLLM's home: how the library reads its launch commands, decode logs, metrics and a draft's aux ids, and how
+its launch decides the serving causes (`HOME`, found by `serving.homes` from the name in
+`engines.versions.SERVING_ENGINES`)."""
 from __future__ import annotations
 
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import vllm_readings
 from .said import said
+from . import launch_rules
 from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   "vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...", metrics_record, SPEC_FIELDS,
-                  vllm_readings, ROLES, said)
+                  vllm_readings, ROLES, said, launch_rules.RULES, launch_rules.speculating)

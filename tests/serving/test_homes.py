@@ -1,11 +1,21 @@
-"""serving.homes: each engine of the one list has its home, found by its name; an unknown name is refused."""
+"""serving.homes: each engine of the one list has its home, found by its name; an unknown name is refused. Each
+home's launch rules (`EngineHome.launch_rules`, `speculating`) decide their own causes from the engine's own flags;
+the checks ask the launch's home, and a home without a rule leaves the cause not checked, naming it."""
+from dataclasses import replace
+
 import pytest
+
+from eagle3lib.causes import CATALOGUE, Finding
+from eagle3lib.checks.draft_serving import DRAFT_SERVING_CAUSES, check_draft_serving
+from eagle3lib.checks.inputs import read_artifacts
+from eagle3lib.checks.launch_flags import ENGINE_RULES, LAUNCH_FLAGS_CAUSES, check_launch_flags, speculating
 
 from eagle3lib.engine_kit.home import EngineHome
 from eagle3lib.engines.versions import SERVING_ENGINES
 from eagle3lib.errors import ServingArgsError
 from eagle3lib.serving.homes import home, homes
 from eagle3lib.serving.launch import parse_launch
+from tests.checks.world import draft_raw, write_draft, write_target
 
 
 def test_every_listed_engine_has_its_home_in_its_folder():
@@ -70,7 +80,6 @@ def test_a_launch_whose_home_has_no_role_is_not_checked_by_another_engines_flag(
 
     from eagle3lib.checks.inputs import read_artifacts
     from eagle3lib.checks.launch_flags import check_launch_flags
-    from tests.checks.world import draft_raw, write_draft, write_target
 
     cmd = ("vllm serve t --max-num-batched-tokens 1024 --speculative-config "
            "'{\"method\": \"eagle3\", \"model\": \"d\", \"num_speculative_tokens\": 3}'")
@@ -81,3 +90,61 @@ def test_a_launch_whose_home_has_no_role_is_not_checked_by_another_engines_flag(
     bare = replace(art, launch=replace(art.launch, engine="toy", roles={}))
     unread = {f.cause: f for f in check_launch_flags(bare)}["chunked_prefill_boundary"]
     assert unread.status == "not checked" and "toy's home names no chunked-prefill flag" in unread.summary
+
+
+SG = ("python -m sglang.launch_server --model-path t --speculative-draft-model-path d "
+      "--speculative-algorithm EAGLE3 --speculative-num-steps 3 --speculative-eagle-topk 1 "
+      "--speculative-num-draft-tokens 4")
+VL = "vllm serve t --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\", \"num_speculative_tokens\": 3}'"
+LAUNCH = {"sglang": SG, "vllm": VL}
+
+
+@pytest.mark.parametrize("engine", sorted(homes()))
+def test_every_rule_decides_its_own_cause_where_it_is_asked(engine):
+    """Each rule of each home returns a Finding of the cause it is filed under, a catalogue cause one of the launch
+    checks reports, with the `where` it was given."""
+    rules = homes()[engine].launch_rules
+    assert rules, f"{engine}'s home has no launch rules"
+    la = parse_launch(LAUNCH[engine])
+    for cause, rule in rules.items():
+        assert cause in CATALOGUE and cause in LAUNCH_FLAGS_CAUSES + DRAFT_SERVING_CAUSES
+        got = rule(la, f"here.{cause}")
+        assert isinstance(got, Finding) and got.cause == cause and got.where == f"here.{cause}"
+
+
+def test_both_homes_decide_the_same_causes():
+    """What one engine's launch decides, the other's does too (else a cause would be silently unjudged on one)."""
+    assert len({frozenset(h.launch_rules) for h in homes().values()}) == 1
+    assert set(ENGINE_RULES) <= set(homes()["sglang"].launch_rules)
+
+
+def test_a_rule_reads_only_its_own_engines_flag(tmp_path):
+    """SGLang's --disable-radix-cache rules the stale prefix cache out on SGLang; the same switch means nothing to
+    vLLM's rule, which reads --no-enable-prefix-caching."""
+    sg = parse_launch(SG + " --disable-radix-cache")
+    vl = parse_launch(VL + " --disable-radix-cache")
+    assert homes()["sglang"].launch_rules["prefix_cache_stale_kv"](sg, "w").status == "ruled out"
+    assert homes()["vllm"].launch_rules["prefix_cache_stale_kv"](vl, "w").status == "not checked"
+    assert homes()["vllm"].launch_rules["prefix_cache_stale_kv"](
+        parse_launch(VL + " --no-enable-prefix-caching"), "w").status == "ruled out"
+
+
+def test_speculating_is_the_homes_reading():
+    """SGLang speculates only with --speculative-algorithm; vLLM with a --speculative-config naming a method or a
+    model, and cannot tell when that config is not JSON."""
+    assert speculating(parse_launch(SG)) is True
+    assert speculating(parse_launch("python -m sglang.launch_server --model-path t --speculative-draft-model-path d")) \
+        is False
+    assert speculating(parse_launch(VL)) is True and speculating(parse_launch("vllm serve t")) is False
+    assert speculating(parse_launch("vllm serve t --speculative-config '[1, 2]'", strict=False)) is None
+
+
+def test_a_home_without_rules_leaves_its_causes_not_checked_naming_it(tmp_path):
+    """The same vLLM command read as a made-up engine's (no home, no rules): every cause a home decides is not
+    checked, naming that engine's missing rule, never judged by vLLM's or SGLang's flags."""
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None), launch=VL)
+    toy = replace(art, launch=replace(art.launch, engine="toy", roles={}))
+    found = {f.cause: f for f in check_launch_flags(toy) + check_draft_serving(toy)}
+    for cause in homes()["vllm"].launch_rules:
+        assert found[cause].status == "not checked", cause
+        assert "toy's home has no launch rule" in found[cause].summary and "launch_rules" in found[cause].needs
