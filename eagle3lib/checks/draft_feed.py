@@ -5,9 +5,9 @@ batch size.
 
 Causes: aux_opt_out, pipeline_parallel_aux, layer_id_count, stale_draft_kv, k_meaning, k_schedule.
 Usage: ``check_draft_feed(art, engine="vllm", engine_version="0.32.0", engine_runner="v1")``.
-Rests on `engines.facts` rows (topics flag / serving / metric: use_aux_hidden_state per vLLM runner, aux states
-over PP, draft_rewrites_accepted_kv, k_per_batch_size, mean_acceptance_length_counts_bonus) and
-`serving.loaded_view.vllm_fc_slots` (the fc vLLM builds).
+What K means is the engine's own reading of its flags: the launch's home decides it (`EngineHome.launch_rules`).
+Rests on `engines.facts` rows (topics flag / serving: use_aux_hidden_state per vLLM runner, aux states over PP,
+draft_rewrites_accepted_kv, k_per_batch_size) and `serving.loaded_view.vllm_fc_slots` (the fc vLLM builds).
 """
 from __future__ import annotations
 
@@ -20,7 +20,7 @@ from ..engines.versions import SERVING_ENGINES, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 from ..engine_kit.flag_values import integer, spec_config
-from .launch_flags import speculating
+from .launch_flags import engine_rule, speculating
 
 WHERE = "checks.draft_feed"
 # keys a training tool writes the ids under that no serving engine's EAGLE-3 path reads (the engine facts have no
@@ -246,46 +246,6 @@ def _stale(engine, version) -> Finding:
                    source=f"vllm#14649; {f.source}")
 
 
-def _k_meaning(la, version) -> Finding:
-    c, w = "k_meaning", f"{WHERE}.k_meaning"
-    src = "ModelOpt PR#2313; tokenspeed PR#54; serving-and-throughput.md section 0"
-    if la.engine == "sglang":
-        steps, topk, ndt = la.num_steps, la.topk, la.num_draft_tokens
-        ev = {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": ndt}
-        if topk == 1 and steps is not None and ndt is not None and ndt == steps:
-            return Finding(c, "suspected", f"--speculative-num-draft-tokens {ndt} equals --speculative-num-steps: "
-                           "the launch reads NDT as K, but SGLang counts the root in NDT (K drafts = NDT - 1, "
-                           "vLLM's K); at topk 1 SGLang rewrites NDT to steps + 1 (see ndt_override)", ev, w,
-                           fix=f"compare with vLLM K = {steps} as --speculative-num-steps {steps}, "
-                               f"--speculative-num-draft-tokens {steps + 1}", source=src)
-        return Finding(c, "ruled out", "SGLang's K is --speculative-num-steps"
-                       + (f" ({steps})" if steps is not None else "") + "; its accept len counts the bonus token "
-                       "(τ, like vLLM's mean acceptance length): compare it with vLLM at K = num_steps", ev, w,
-                       source=src)
-    spec, bad = spec_config(la)
-    if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
-    k = spec.get("num_speculative_tokens")
-    ev = {"num_speculative_tokens": k, "engine_version": version}
-    f = facts.fact("vllm", "metric", "mean_acceptance_length_counts_bonus")
-    if not version:
-        return Finding(c, "not checked", f"not checked: K = num_speculative_tokens ({k}); vLLM's mean acceptance "
-                       f"length left out the bonus token in {f.since} (2025-04-24 to 2025-05-09), so the version "
-                       "decides what the served number means", ev, w, needs="the vLLM version", source=f.source)
-    counts = facts.reads("vllm", "metric", f.subject, version)   # False inside the window without the bonus
-    if counts is None:
-        return Finding(c, "not checked", f"not checked: vLLM version {version!r} cannot be placed against the "
-                       f"{f.since} window", ev, w, needs="the vLLM version as a release number", source=f.source)
-    if counts:
-        return Finding(c, "ruled out", f"vLLM {version}: K = num_speculative_tokens ({k}) drafts per step; the mean "
-                       "acceptance length counts the bonus token (τ, at most K + 1), as SGLang's accept len does",
-                       ev, w, source=f.source)
-    return Finding(c, "confirmed", f"vLLM {version}: its mean acceptance length left out the bonus token, so the "
-                   "served number is τ - 1 against every other engine's τ", ev, w,
-                   fix="add 1 to the served mean acceptance length, or recompute τ from the counters",
-                   source=f.source)
-
-
 def _k_schedule(la) -> Finding:
     c, w = "k_schedule", f"{WHERE}.k_schedule"
     spec, bad = spec_config(la) if la.engine == "vllm" else ({}, None)
@@ -326,7 +286,7 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
                                   {"engine": la.engine}, WHERE) for c in ("pipeline_parallel_aux",)] + out[1:] + \
             [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                      {"engine": la.engine}, WHERE) for c in ("k_meaning", "k_schedule")]
-    return out[:1] + [_pp(art, la)] + out[1:] + [_k_meaning(la, engine_version), _k_schedule(la)]
+    return out[:1] + [_pp(art, la)] + out[1:] + [engine_rule(la, "k_meaning", f"{WHERE}.k_meaning", engine_version), _k_schedule(la)]
 
 
 @contract("draft_feed", DRAFT_FEED_CAUSES, part_of="launch")

@@ -37,14 +37,14 @@ def speculating(la: LaunchArgs) -> bool | None:
     return ask(la) if ask is not None else bool(la.algorithm)
 
 
-def engine_rule(la: LaunchArgs, cause: str, where: str) -> Finding:
-    """The finding the launch's home decides for `cause` (its `launch_rules`); not checked, naming the home, where it
-    has no rule for it."""
+def engine_rule(la: LaunchArgs, cause: str, where: str, version: str | None = None) -> Finding:
+    """The finding the launch's home decides for `cause` (its `launch_rules`, at the engine's `version` where the rule
+    reads one); not checked, naming the home, where it has no rule for it."""
     rule = getattr(homes().get(la.engine), "launch_rules", {}).get(cause)
     if rule is None:
         return Finding(cause, "not checked", f"not checked: {la.engine}'s home has no launch rule for {cause}",
                        {"engine": la.engine}, where, needs=f"a rule for {cause} in {la.engine}'s home (launch_rules)")
-    return rule(la, where)
+    return rule(la, where, version)
 
 
 def serving_row(engine: str, subject: str):

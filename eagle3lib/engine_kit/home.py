@@ -40,8 +40,8 @@ class EngineHome:
     # what the running engine said: its logs, its own code asked, the load a hook recorded; notes; problems). None:
     # the tables' view stands
     said: Callable[..., tuple] | None = None
-    # cause -> rule(LaunchArgs, where) -> Finding: how this engine's launch decides a serving cause
-    # (checks.launch_flags, checks.draft_serving ask for it); a cause without a rule is not checked, naming this home
+    # cause -> rule(LaunchArgs, where, version=None) -> Finding: how this engine's launch decides a serving
+    # cause (checks.launch_flags, checks.draft_serving, checks.draft_feed ask for it); a cause without a rule is not checked, naming this home
     launch_rules: Mapping[str, Callable] = field(default_factory=dict)
     # (LaunchArgs) -> does the launch speculate at all (None: its speculative setting cannot be read); absent: it
     # speculates when it names an algorithm

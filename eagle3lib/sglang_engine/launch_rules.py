@@ -1,7 +1,7 @@
-"""How SGLang's launch decides the serving causes a launch command can decide (`RULES`: cause -> rule(la, where) ->
-Finding), read from its flags and environment; the checks (`checks.launch_flags`, `checks.draft_serving`) ask the
-launch's home for the rule and never branch on the engine's name. Each rule cites the "serving" row of
-`engines.facts` it rests on.
+"""How SGLang's launch decides the serving causes a launch command can decide (`RULES`: cause -> rule(la, where,
+version=None) -> Finding), read from its flags and environment; the checks (`checks.launch_flags`,
+`checks.draft_serving`, `checks.draft_feed`) ask the launch's home for the rule and never branch on the engine's
+name. Each rule cites the "serving" row of `engines.facts` it rests on.
     RULES["dp_attention"](la, "checks.launch_flags.dp_attention") -> Finding("dp_attention", "ruled out", ...)
 """
 from __future__ import annotations
@@ -15,6 +15,7 @@ NEEDS_OVER_TIME = ("served accept lengths over time (served_log_path) against th
                    "a restart resets points at stale prefix-cache KV")
 NEEDS_ASYNC = "served accept length with async scheduling off against on (same traffic)"
 NEEDS_PD = "served accept length by prompt length against a colocated (non-disaggregated) deployment"
+K_SOURCES = "ModelOpt PR#2313; tokenspeed PR#54; serving-and-throughput.md section 0"
 OFF_CUDA = ("cpu", "npu", "xpu", "hpu", "rocm", "hip", "musa")      # platforms whose verify was greedy
 
 
@@ -23,7 +24,7 @@ def speculating(la: LaunchArgs) -> bool:
     return bool(la.algorithm)
 
 
-def _prefix_cache(la: LaunchArgs, w: str) -> Finding:
+def _prefix_cache(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, race = "prefix_cache_stale_kv", fact("vllm", "serving", "prefix_cache_stale_kv")
     off, bad = switch(la, "disable_radix_cache")
     if bad:
@@ -36,7 +37,7 @@ def _prefix_cache(la: LaunchArgs, w: str) -> Finding:
                    "time show it", {"radix_cache": "on (default)"}, w, needs=NEEDS_OVER_TIME, source=race.source)
 
 
-def _dp_attention(la: LaunchArgs, w: str) -> Finding:
+def _dp_attention(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "dp_attention"
     dpa, bad = switch(la, "enable_dp_attention")
     if bad:
@@ -54,7 +55,7 @@ def _dp_attention(la: LaunchArgs, w: str) -> Finding:
                    "group", ev, w)
 
 
-def _hicache(la: LaunchArgs, w: str) -> Finding:
+def _hicache(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "hicache_draft_kv"
     on, bad = switch(la, "enable_hierarchical_cache")
     if bad:
@@ -73,7 +74,7 @@ def _hicache(la: LaunchArgs, w: str) -> Finding:
                    "(served_log_path) and the SGLang version", source=f.source)
 
 
-def _pd(la: LaunchArgs, w: str) -> Finding:
+def _pd(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, src = "pd_disaggregation", fact("sglang", "serving", "pd_transfers_draft_state").source
     mode = la.flags.get("disaggregation_mode")
     ev = {"disaggregation_mode": mode}
@@ -86,7 +87,7 @@ def _pd(la: LaunchArgs, w: str) -> Finding:
                    "prompts, by prompt length", needs=NEEDS_PD, source=src)
 
 
-def _async_scheduling(la: LaunchArgs, w: str) -> Finding:
+def _async_scheduling(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, cost = "async_scheduling", fact("vllm", "serving", "async_scheduling_costs_acceptance")
     off, bad = switch(la, "disable_overlap_schedule")
     if bad:
@@ -99,7 +100,7 @@ def _async_scheduling(la: LaunchArgs, w: str) -> Finding:
                    source=f"{cost.source}; vllm-ascend PR#8230")
 
 
-def _rejection(la: LaunchArgs, w: str) -> Finding:
+def _rejection(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, sim = "rejection_method", la.env.get("SGLANG_SIMULATE_ACC_LEN")
     ev = {"engine": "sglang", "SGLANG_SIMULATE_ACC_LEN": sim}
     if sim not in (None, ""):
@@ -117,7 +118,7 @@ def _rejection(la: LaunchArgs, w: str) -> Finding:
                    "against the target (the vLLM runners' strict / probabilistic choice does not apply)", ev, w)
 
 
-def _depth(la: LaunchArgs, w: str) -> Finding:
+def _depth(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "adaptive_depth"
     on, bad = switch(la, "speculative_adaptive")
     ev = {"speculative_adaptive": on, "speculative_adaptive_config": la.flags.get("speculative_adaptive_config"),
@@ -133,7 +134,7 @@ def _depth(la: LaunchArgs, w: str) -> Finding:
     return Finding(c, "ruled out", f"fixed depth (speculative_num_steps {steps}), no adaptive steps", ev, w)
 
 
-def _greedy_platform(la: LaunchArgs, w: str) -> Finding:
+def _greedy_platform(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, device = "greedy_verify_platform", la.flags.get("device")
     f = fact("sglang", "serving", "sampled_verify_off_cuda")
     needs = ("served outputs at temperature > 0 against temperature 0 (identical or looping outputs mean a greedy "
@@ -150,6 +151,22 @@ def _greedy_platform(la: LaunchArgs, w: str) -> Finding:
     return Finding(c, "ruled out", f"--device {device}: the greedy verify was reported off CUDA only", ev, w)
 
 
+def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
+    c = "k_meaning"
+    steps, topk, ndt = la.num_steps, la.topk, la.num_draft_tokens
+    ev = {"speculative_num_steps": steps, "speculative_eagle_topk": topk, "speculative_num_draft_tokens": ndt}
+    if topk == 1 and steps is not None and ndt is not None and ndt == steps:
+        return Finding(c, "suspected", f"--speculative-num-draft-tokens {ndt} equals --speculative-num-steps: "
+                       "the launch reads NDT as K, but SGLang counts the root in NDT (K drafts = NDT - 1, "
+                       "vLLM's K); at topk 1 SGLang rewrites NDT to steps + 1 (see ndt_override)", ev, w,
+                       fix=f"compare with vLLM K = {steps} as --speculative-num-steps {steps}, "
+                           f"--speculative-num-draft-tokens {steps + 1}", source=K_SOURCES)
+    return Finding(c, "ruled out", "SGLang's K is --speculative-num-steps"
+                   + (f" ({steps})" if steps is not None else "") + "; its accept len counts the bonus token "
+                   "(τ, like vLLM's mean acceptance length): compare it with vLLM at K = num_steps", ev, w,
+                   source=K_SOURCES)
+
+
 RULES = {"prefix_cache_stale_kv": _prefix_cache, "dp_attention": _dp_attention, "hicache_draft_kv": _hicache,
          "pd_disaggregation": _pd, "async_scheduling": _async_scheduling, "rejection_method": _rejection,
-         "adaptive_depth": _depth, "greedy_verify_platform": _greedy_platform}
+         "adaptive_depth": _depth, "greedy_verify_platform": _greedy_platform, "k_meaning": _k_meaning}

@@ -1,7 +1,7 @@
-"""How vLLM's launch decides the serving causes a launch command can decide (`RULES`: cause -> rule(la, where) ->
-Finding), read from its top-level flags and `--speculative-config`; the checks (`checks.launch_flags`,
-`checks.draft_serving`) ask the launch's home for the rule and never branch on the engine's name. Each rule cites the
-"serving" row of `engines.facts` it rests on. An engine default alone never raises a cause (prefix caching and async
+"""How vLLM's launch decides the serving causes a launch command can decide (`RULES`: cause -> rule(la, where,
+version=None) -> Finding), read from its top-level flags and `--speculative-config`; the checks
+(`checks.launch_flags`, `checks.draft_serving`, `checks.draft_feed`) ask the launch's home for the rule and never
+branch on the engine's name. Each rule cites the "serving" row of `engines.facts` (or the metric row) it rests on. An engine default alone never raises a cause (prefix caching and async
 scheduling are on by default: what decides them is the served accept length).
     RULES["async_scheduling"](la, "checks.launch_flags.async_scheduling") -> Finding("async_scheduling", ...)
 """
@@ -10,7 +10,7 @@ from __future__ import annotations
 from ..causes import Finding
 from ..engine_kit.flag_values import garbled, integer, spec_config, switch
 from ..engine_kit.launch_reading import LaunchArgs
-from ..engines.facts import fact
+from ..engines.facts import fact, reads
 
 NEEDS_OVER_TIME = ("served accept lengths over time (served_log_path) against the replay: a decay over hours that "
                    "a restart resets points at stale prefix-cache KV")
@@ -27,7 +27,12 @@ def speculating(la: LaunchArgs) -> bool | None:
     return None if bad else bool(spec.get("method") or spec.get("model"))
 
 
-def _prefix_cache(la: LaunchArgs, w: str) -> Finding:
+def _unreadable(c: str, w: str, bad: str) -> Finding:
+    """A cause --speculative-config decides, not checked: the config is not a JSON object (`bad` says what it is)."""
+    return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+
+
+def _prefix_cache(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, race = "prefix_cache_stale_kv", fact("vllm", "serving", "prefix_cache_stale_kv")
     on, bad = switch(la, "enable_prefix_caching")
     if bad:
@@ -49,7 +54,7 @@ def _prefix_cache(la: LaunchArgs, w: str) -> Finding:
                    + race.note, ev, w, needs=NEEDS_OVER_TIME, source=race.source)
 
 
-def _dp_attention(la: LaunchArgs, w: str) -> Finding:
+def _dp_attention(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "dp_attention"
     dp, bad = integer(la, "data_parallel_size")
     if bad:
@@ -64,7 +69,7 @@ def _dp_attention(la: LaunchArgs, w: str) -> Finding:
                    ev, w)
 
 
-def _hicache(la: LaunchArgs, w: str) -> Finding:
+def _hicache(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, kt = "hicache_draft_kv", la.flags.get("kv_transfer_config")
     conn = str(kt.get("kv_connector", "")) if isinstance(kt, dict) else ""
     ev = {"engine": la.engine, "kv_transfer_config": kt}
@@ -77,7 +82,7 @@ def _hicache(la: LaunchArgs, w: str) -> Finding:
                    "is loaded back from host memory", ev, w)
 
 
-def _pd(la: LaunchArgs, w: str) -> Finding:
+def _pd(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, src = "pd_disaggregation", fact("sglang", "serving", "pd_transfers_draft_state").source
     kt = la.flags.get("kv_transfer_config")
     ev = {"kv_transfer_config": kt}
@@ -90,7 +95,7 @@ def _pd(la: LaunchArgs, w: str) -> Finding:
                    "on SGLang, TRT-LLM and ATOM, no vLLM thread", ev, w, needs=NEEDS_PD, source=src)
 
 
-def _async_scheduling(la: LaunchArgs, w: str) -> Finding:
+def _async_scheduling(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, cost = "async_scheduling", fact("vllm", "serving", "async_scheduling_costs_acceptance")
     src = f"{cost.source}; vllm-ascend PR#8230"
     on, bad = switch(la, "async_scheduling")
@@ -109,11 +114,11 @@ def _async_scheduling(la: LaunchArgs, w: str) -> Finding:
                    needs=NEEDS_ASYNC, source=f"{src}; {f.source}")
 
 
-def _rejection(la: LaunchArgs, w: str) -> Finding:
+def _rejection(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "rejection_method"
     spec, bad = spec_config(la)
     if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+        return _unreadable(c, w, bad)
     method = spec.get("rejection_sample_method")
     ev = {"rejection_sample_method": method, "VLLM_USE_V2_MODEL_RUNNER": la.env.get("VLLM_USE_V2_MODEL_RUNNER"),
           **{k: spec[k] for k in SYNTHETIC_KEYS + ("draft_sample_method",) if k in spec}}
@@ -140,11 +145,11 @@ def _rejection(la: LaunchArgs, w: str) -> Finding:
                    source=fact("vllm", "serving", "rejection_method_default").source)
 
 
-def _depth(la: LaunchArgs, w: str) -> Finding:
+def _depth(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c = "adaptive_depth"
     spec, bad = spec_config(la)
     if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
+        return _unreadable(c, w, bad)
     ev = {"rejection_sample_method": spec.get("rejection_sample_method"),
           "num_speculative_tokens": spec.get("num_speculative_tokens")}
     if spec.get("rejection_sample_method") == "fly":
@@ -155,7 +160,7 @@ def _depth(la: LaunchArgs, w: str) -> Finding:
     return Finding(c, "ruled out", f"fixed depth (num_speculative_tokens {k}), no lossy verification method", ev, w)
 
 
-def _greedy_platform(la: LaunchArgs, w: str) -> Finding:
+def _greedy_platform(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
     c, f = "greedy_verify_platform", fact("sglang", "serving", "sampled_verify_off_cuda")
     return Finding(c, "not checked", "not checked: vLLM takes its platform from the build, not the launch; the "
                    "greedy verify was reported on SGLang", {"engine": la.engine, "device": la.flags.get("device")}, w,
@@ -163,6 +168,32 @@ def _greedy_platform(la: LaunchArgs, w: str) -> Finding:
                          "(identical or looping outputs mean a greedy verify)", source=f.source)
 
 
+def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
+    c = "k_meaning"
+    spec, bad = spec_config(la)
+    if bad:
+        return _unreadable(c, w, bad)
+    k = spec.get("num_speculative_tokens")
+    ev = {"num_speculative_tokens": k, "engine_version": version}
+    f = fact("vllm", "metric", "mean_acceptance_length_counts_bonus")
+    if not version:
+        return Finding(c, "not checked", f"not checked: K = num_speculative_tokens ({k}); vLLM's mean acceptance "
+                       f"length left out the bonus token in {f.since} (2025-04-24 to 2025-05-09), so the version "
+                       "decides what the served number means", ev, w, needs="the vLLM version", source=f.source)
+    counts = reads("vllm", "metric", f.subject, version)   # False inside the window without the bonus
+    if counts is None:
+        return Finding(c, "not checked", f"not checked: vLLM version {version!r} cannot be placed against the "
+                       f"{f.since} window", ev, w, needs="the vLLM version as a release number", source=f.source)
+    if counts:
+        return Finding(c, "ruled out", f"vLLM {version}: K = num_speculative_tokens ({k}) drafts per step; the mean "
+                       "acceptance length counts the bonus token (τ, at most K + 1), as SGLang's accept len does",
+                       ev, w, source=f.source)
+    return Finding(c, "confirmed", f"vLLM {version}: its mean acceptance length left out the bonus token, so the "
+                   "served number is τ - 1 against every other engine's τ", ev, w,
+                   fix="add 1 to the served mean acceptance length, or recompute τ from the counters",
+                   source=f.source)
+
+
 RULES = {"prefix_cache_stale_kv": _prefix_cache, "dp_attention": _dp_attention, "hicache_draft_kv": _hicache,
          "pd_disaggregation": _pd, "async_scheduling": _async_scheduling, "rejection_method": _rejection,
-         "adaptive_depth": _depth, "greedy_verify_platform": _greedy_platform}
+         "adaptive_depth": _depth, "greedy_verify_platform": _greedy_platform, "k_meaning": _k_meaning}

@@ -6,6 +6,7 @@ from dataclasses import replace
 import pytest
 
 from eagle3lib.causes import CATALOGUE, Finding
+from eagle3lib.checks.draft_feed import DRAFT_FEED_CAUSES, check_draft_feed
 from eagle3lib.checks.draft_serving import DRAFT_SERVING_CAUSES, check_draft_serving
 from eagle3lib.checks.inputs import read_artifacts
 from eagle3lib.checks.launch_flags import ENGINE_RULES, LAUNCH_FLAGS_CAUSES, check_launch_flags, speculating
@@ -107,7 +108,7 @@ def test_every_rule_decides_its_own_cause_where_it_is_asked(engine):
     assert rules, f"{engine}'s home has no launch rules"
     la = parse_launch(LAUNCH[engine])
     for cause, rule in rules.items():
-        assert cause in CATALOGUE and cause in LAUNCH_FLAGS_CAUSES + DRAFT_SERVING_CAUSES
+        assert cause in CATALOGUE and cause in LAUNCH_FLAGS_CAUSES + DRAFT_SERVING_CAUSES + DRAFT_FEED_CAUSES
         got = rule(la, f"here.{cause}")
         assert isinstance(got, Finding) and got.cause == cause and got.where == f"here.{cause}"
 
@@ -144,7 +145,7 @@ def test_a_home_without_rules_leaves_its_causes_not_checked_naming_it(tmp_path):
     checked, naming that engine's missing rule, never judged by vLLM's or SGLang's flags."""
     art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None), launch=VL)
     toy = replace(art, launch=replace(art.launch, engine="toy", roles={}))
-    found = {f.cause: f for f in check_launch_flags(toy) + check_draft_serving(toy)}
+    found = {f.cause: f for f in check_launch_flags(toy) + check_draft_serving(toy) + check_draft_feed(toy)}
     for cause in homes()["vllm"].launch_rules:
         assert found[cause].status == "not checked", cause
         assert "toy's home has no launch rule" in found[cause].summary and "launch_rules" in found[cause].needs
