@@ -1,13 +1,14 @@
 """Check 7, launch vs draft: the speculative algorithm against the draft's architecture (SGLang EAGLE vs EAGLE3;
-vLLM `method` and its path auto-detection, `crossengine.vllm_effective`), lossy accept thresholds (`crossengine.lint`),
-sampling settings that make a benchmark greedy, a quantized target, and draft/target hidden-size bridging.
+vLLM `method` and its path auto-detection, `vllm_engine.method.vllm_effective`), lossy accept thresholds
+(`crossengine.lint`), sampling settings that make a benchmark greedy, a quantized target, and draft/target hidden-size bridging.
 
 Causes: wrong_method, lossy_threshold, sampling_settings, quantized_target, hidden_size_mismatch.
 """
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
-from ..serving.crossengine import lint, vllm_effective
+from ..serving.crossengine import lint
+from ..vllm_engine.method import vllm_effective
 from ..engines import facts as engine_facts
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract

@@ -5,7 +5,7 @@ Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list)
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
 layer ids it reads from a draft config and what it then captures, and what the running engine said of a draft
 (`said`: its logs, its own code, the load a hook recorded) over the tables' view, and how its launch decides the
-serving causes a launch can decide (`launch_rules`, `speculating`). The callers never branch on an
+serving causes a launch can decide (`launch_rules`, `speculating`), and the setting it drafts (`setting`). The callers never branch on an
 engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
 (`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
@@ -46,3 +46,6 @@ class EngineHome:
     # (LaunchArgs) -> does the launch speculate at all (None: its speculative setting cannot be read); absent: it
     # speculates when it names an algorithm
     speculating: Callable[..., bool | None] | None = None
+    # (LaunchArgs, version, target_arch) -> (num_steps, topk, num_draft_tokens) the launch drafts as this engine
+    # resolves its settings, each None where unknown (steps.discovery asks it once per launch); absent: not known
+    setting: Callable[..., tuple] | None = None

@@ -15,7 +15,7 @@ from ..engines.facts import id_keys, shared_id_key
 from ..model.dialects import value_at
 from .layer_reading import draft_slots
 from ..engines.versions import VLLM_CHECKED
-from ..vllm_engine.method import NON_MODEL_METHODS, infer_method
+from ..vllm_engine.method import vllm_effective
 from ..engine_kit.launch_reading import LaunchArgs
 from ..sglang_engine.rule import KNOBS
 
@@ -34,32 +34,10 @@ def sglang_to_vllm(steps: int | None, topk: int | None, ndt: int | None) -> dict
                     "of the same depth with fewer verify tokens"}
 
 
-def vllm_to_sglang(num_speculative_tokens: int) -> dict:
-    """The SGLang knobs for a vLLM chain of K drafts: (steps K, topk 1, ndt K+1)."""
-    k = int(num_speculative_tokens)
-    return {"speculative_num_steps": k, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k + 1}
-
-
 def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str:
     """A `vllm serve` line with an explicit method (a path without 'eagle3' would otherwise load as draft_model)."""
     spec = json.dumps({"method": method, "model": str(draft), "num_speculative_tokens": k})
     return f"vllm serve {target} --speculative-config '{spec}'"
-
-
-def vllm_effective(launch: LaunchArgs, version: str | None = None) -> dict:
-    """What vLLM makes of a launch's speculative config: the method it runs (vllm_engine.method's rules at
-    `version`, default the version checked), K, and the SGLang equivalent."""
-    spec = dict(launch.speculative_config or {})
-    if "speculative_config" in launch.unread:       # never a method inferred from JSON that did not parse
-        return {"method": None, "model": None, "num_speculative_tokens": None, "sglang": None, "unread": True,
-                "notes": ["--speculative-config could not be read: the method, draft and K are not known"]}
-    model = str(spec.get("model") or "")
-    method, notes = infer_method(spec.get("method"), model or None, version)
-    k = spec.get("num_speculative_tokens")
-    if k is None and method not in NON_MODEL_METHODS:
-        notes.append("num_speculative_tokens not provided: vLLM refuses to start for a draft model or EAGLE head")
-    return {"method": method, "model": model or None, "num_speculative_tokens": k,
-            "sglang": vllm_to_sglang(k) if isinstance(k, int) else None, "notes": notes}
 
 
 @dataclass(frozen=True)

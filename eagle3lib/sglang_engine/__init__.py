@@ -14,7 +14,8 @@ version, is rows of the one table `eagle3lib.engines.facts`.
                 the load its hook recorded in a dump.
 - `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
 - `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
-- `resolver`    the offline resolver over that table; SGLang's accept-rate formulas by version.
+- `resolver`    the offline resolver over that table (and the setting a launch drafts: `HOME.setting`); SGLang's
+                accept-rate formulas by version.
 - `introspect`  ask an installed SGLang (`ServerArgs`) for its own resolution.
 - `env`         where the real SGLang lives (its own venv, `make sglang`), whether this host can run it (the host rows:
                 avx512_bf16 for the CPU build), the flags and variables a CPU build needs.

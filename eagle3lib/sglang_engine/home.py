@@ -8,8 +8,10 @@ from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import sglang_readings
 from .said import said
 from . import launch_rules
+from .resolver import setting
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   "python -m sglang.launch_server ..., sglang serve ...", metrics_record, SPEC_FIELDS, sglang_readings,
-                  ROLES, said, launch_rules.RULES, launch_rules.speculating)
+                  ROLES, said, launch_rules.RULES, launch_rules.speculating,
+                  setting)

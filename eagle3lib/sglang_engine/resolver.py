@@ -138,6 +138,13 @@ def resolve(requested, version: str = DEFAULT_VERSION, target_arch: str | None =
     return Resolution(str(v), target_arch, settings, ctx.s, tuple(hits), tuple(rejected), tuple(warnings))
 
 
+def setting(launch, version: str | None = None, target_arch: str | None = None) -> tuple:
+    """(num_steps, topk, num_draft_tokens) SGLang `version` drafts for a launch (`EngineHome.setting`): its effective
+    knobs as the rule table resolves them (a rejection recorded, never raised), each None where left unset."""
+    res = resolve(launch, version or DEFAULT_VERSION, target_arch, strict=False)
+    return tuple(res.effective.get(k) for k in KNOBS)
+
+
 def version_ranges(rules: tuple[Rule, ...] = RULES, fields=KNOBS) -> list[tuple[str, str | None]]:
     """The SGLang version ranges [lo, hi) inside which no rule touching `fields` starts or ends (hi None = the
     newest): the ranges a question about those knobs has one answer in, from the first version the table knows."""

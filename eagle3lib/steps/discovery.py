@@ -6,6 +6,7 @@ read is in `Discovery.problems`.
 """
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import dataclass, field
 from functools import cached_property
 from pathlib import Path
@@ -15,7 +16,8 @@ import pandas as pd
 from ..demo import world as demo
 from ..engine_kit.id_reading import EngineReading
 from ..serving.layer_reading import layer_reading
-from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command, vllm_effective
+from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command
+from ..serving.homes import homes
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
 from ..checks.inputs import read_launch
@@ -26,6 +28,7 @@ from ..sglang_engine import introspect as sglang_introspect
 from ..engine_kit.launch_reading import LaunchArgs
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
 from ..vllm_engine.engine_log import read_vllm_log
+from ..vllm_engine.method import vllm_effective
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.rule import KNOBS
@@ -78,6 +81,9 @@ class Discovery:
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
                                          # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
+    # (num_steps, topk, num_draft_tokens) the launch drafts, as its engine's home resolves it (`EngineHome.setting`),
+    # each None where unknown; None without a launch whose speculative settings could be read
+    setting: tuple | None = None
 
     @property
     def launch_version(self) -> str | None:
@@ -308,5 +314,12 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     vlog = None
     if launch is not None and launch.engine == "vllm" and server_log:
         vlog = _try(problems, read_vllm_log, server_log, num_target_layers=L)
-    return Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                     tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors), version_source)
+    d = Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
+                  tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors), version_source)
+    ask = getattr(homes().get(launch.engine), "setting", None) if launch is not None else None
+    if ask is None or launch.speculation_unread:
+        return d
+    try:        # the rule table again (pure: no file read); a refusal is recorded above, with the resolution
+        return dataclasses.replace(d, setting=ask(launch, d.launch_version, arch))
+    except Eagle3Error:
+        return d

@@ -112,19 +112,14 @@ def run(case: Case, earlier) -> Part:
 
 
 def setting_of(record: RunRecord, d: Discovery | None) -> tuple[int, int, int] | None:
-    """(num_steps, topk, num_draft_tokens) a served run ran: its own record's, else the launch's (SGLang: its
-    resolution; vLLM: a chain of num_speculative_tokens)."""
+    """(num_steps, topk, num_draft_tokens) a served run ran: its own record's, else the launch's as its engine
+    resolves it (`Discovery.setting`: SGLang's rule table, vLLM's chain of num_speculative_tokens); None where a part
+    is unknown."""
     if record.num_steps:
         topk = record.topk or 1
         return record.num_steps, topk, record.num_draft_tokens or (record.num_steps + 1 if topk == 1 else None)
-    k = (d.vllm or {}).get("num_speculative_tokens") if d is not None and d.launch is not None and \
-        d.launch.engine == "vllm" else None
-    if isinstance(k, int) and k > 0:
-        return k, 1, k + 1
-    eff = d.resolution.effective if d is not None and d.resolution is not None else {}
-    steps, topk, ndt = (eff.get(k) for k in ("speculative_num_steps", "speculative_eagle_topk",
-                                               "speculative_num_draft_tokens"))
-    return (steps, topk, ndt) if all(isinstance(x, int) for x in (steps, topk, ndt)) else None
+    st = d.setting if d is not None else None
+    return st if st is not None and all(isinstance(x, int) for x in st) else None
 
 
 def served_runs(paths=(), server_url: str = "") -> tuple[list[RunRecord], list[str]]:
@@ -212,13 +207,9 @@ def served_dtype(d: Discovery) -> str:
 
 
 def chain_served(d: Discovery) -> bool:
-    """The launch serves a chain of drafts the as-served replay models: vLLM (K drafts), or SGLang with topk 1 as its
-    effective settings resolve (a tree, topk > 1, is set beside the tree replay instead: `served_vs_replay`)."""
-    engine = d.launch.engine if d.launch is not None else ""
-    if engine == "vllm":
-        return True
-    st = setting_of(RunRecord(engine="sglang"), d) if engine == "sglang" else None
-    return st is not None and st[1] == 1
+    """The launch drafts a chain the as-served replay models (topk 1 as its engine resolves it: vLLM's K drafts, SGLang
+    at topk 1); a tree, topk > 1, is set beside the tree replay instead (`served_vs_replay`)."""
+    return d.setting is not None and d.setting[1] == 1
 
 
 def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedPrediction:
@@ -306,7 +297,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
     trees = []
     for r in runs:
         st = setting_of(r, d)
-        if engine == "sglang" and st is not None and None not in st and st[1] > 1:   # a tree: its own replay
+        if st is not None and None not in st and st[1] > 1:   # a tree (SGLang topk > 1): its own replay
             try:
                 lay = tuple(None if b is None else b for b in view.value("layout") or ()) or None
                 trees.append(served_vs_replay(setup, data, r.accept_length, st, source=r.source or r.label,

@@ -15,7 +15,8 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
                 --speculative-config's rejection_sample_method (FLy included).
 - `said`        what the running vLLM said of a draft over the tables' view (`HOME.said`): the first log that says what
                 it did with the draft (version, runner, aux ids, sharing, its error), its own code asked (`probe`).
-- `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version.
+- `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version, and what
+                it makes of a launch: method, K, the SGLang equivalent (`vllm_effective`), the setting (`HOME.setting`).
 - `env`         where the real vLLM lives (its own venv, `make vllm`) and how to run a script of `inside/` in it.
 - `probe`       vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
                 embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.

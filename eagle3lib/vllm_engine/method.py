@@ -7,11 +7,14 @@ by the first matching test below, in this order: a path substring ("eagle-" befo
 draft config's model_type (medusa, mlp_speculator, an MTP type, :1356-1363). `infer_method(method, model,
 version)` applies the rows in force at a version; `num_speculative_tokens` is required for every model-based
 method (:1503-1507). Usage: ``infer_method(None, "/ckpt/eagle-runs/eagle3-8b", "0.32.0")`` -> ("eagle", [...]).
+What vLLM makes of a launch: `vllm_effective(launch)` (method, draft, K, the SGLang equivalent), `setting(launch)`
+(its (num_steps, topk, num_draft_tokens), the home's `setting`).
 """
 from __future__ import annotations
 
 from dataclasses import dataclass
 
+from ..engine_kit.launch_reading import LaunchArgs
 from ..engines.versions import VLLM_CHECKED, in_force
 
 SPEC = "vllm/config/speculative.py"
@@ -94,3 +97,32 @@ def infer_method(method: str | None, model: str | None, version: str | None = No
         return method, notes
     notes.append(f"method {method!r}: no rule matched, vLLM raises NotImplementedError ({SPEC}:1388-1391)")
     return "unsupported", notes
+
+
+def vllm_to_sglang(num_speculative_tokens: int) -> dict:
+    """The SGLang knobs for a vLLM chain of K drafts: (steps K, topk 1, ndt K+1)."""
+    k = int(num_speculative_tokens)
+    return {"speculative_num_steps": k, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": k + 1}
+
+
+def vllm_effective(launch: LaunchArgs, version: str | None = None) -> dict:
+    """What vLLM makes of a launch's speculative config: the method it runs (vllm_engine.method's rules at
+    `version`, default the version checked), K, and the SGLang equivalent."""
+    spec = dict(launch.speculative_config or {})
+    if "speculative_config" in launch.unread:       # never a method inferred from JSON that did not parse
+        return {"method": None, "model": None, "num_speculative_tokens": None, "sglang": None, "unread": True,
+                "notes": ["--speculative-config could not be read: the method, draft and K are not known"]}
+    model = str(spec.get("model") or "")
+    method, notes = infer_method(spec.get("method"), model or None, version)
+    k = spec.get("num_speculative_tokens")
+    if k is None and method not in NON_MODEL_METHODS:
+        notes.append("num_speculative_tokens not provided: vLLM refuses to start for a draft model or EAGLE head")
+    return {"method": method, "model": model or None, "num_speculative_tokens": k,
+            "sglang": vllm_to_sglang(k) if isinstance(k, int) else None, "notes": notes}
+
+
+def setting(launch: LaunchArgs, version: str | None = None, target_arch: str | None = None) -> tuple:
+    """(num_steps, topk, num_draft_tokens) vLLM drafts for a launch (`EngineHome.setting`): a chain of K =
+    num_speculative_tokens, (K, 1, K + 1); K None where the config does not give it (vLLM refuses to start then)."""
+    k = vllm_effective(launch, version)["num_speculative_tokens"]
+    return (k, 1, k + 1) if isinstance(k, int) and not isinstance(k, bool) else (None, 1, None)

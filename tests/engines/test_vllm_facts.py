@@ -16,7 +16,7 @@ from eagle3lib.engines.capture_rules import draft_rules, served_fc_slots
 from eagle3lib.vllm_engine.ids import vllm_ids
 from eagle3lib.vllm_engine.method import infer_method
 from eagle3lib.vllm_engine.env import unavailable_reason
-from eagle3lib.serving.crossengine import vllm_effective
+from eagle3lib.vllm_engine.method import vllm_effective
 from eagle3lib.serving.launch import parse_launch
 
 from .vllm_variants import L, V, probes
@@ -170,7 +170,7 @@ def test_max_positions_raised(P):
 @pytest.mark.parametrize("name, given", [("EAGLE3-demo", None), ("eagle-runs_eagle3", None),
                                          ("plain_checkpoint", None), ("given_draft_model_eagle3", "draft_model")])
 def test_method_inference_matches_vllm(P, name, given):
-    """vllm_engine.method (and crossengine.vllm_effective) infer the method vLLM resolves from the path:
+    """vllm_engine.method (and its vllm_effective) infer the method vLLM resolves from the path:
     'eagle-' before 'eagle3'; an explicit draft_model is overridden by the path too."""
     p = P[name]
     spec = {k: v for k, v in {"method": given, "model": p.draft, "num_speculative_tokens": 3}.items() if v}

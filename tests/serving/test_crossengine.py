@@ -6,7 +6,8 @@ import json
 import pytest
 
 from eagle3lib.serving.layer_reading import draft_slots, layer_frame, layer_reading
-from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command, vllm_effective, vllm_to_sglang
+from eagle3lib.serving.crossengine import lint, sglang_to_vllm, vllm_command
+from eagle3lib.vllm_engine.method import vllm_effective, vllm_to_sglang
 from eagle3lib.steps.case import SAMPLES_DIR
 from eagle3lib.errors import ConfigError
 from eagle3lib.serving.launch import parse_launch

@@ -149,3 +149,15 @@ def test_a_home_without_rules_leaves_its_causes_not_checked_naming_it(tmp_path):
     for cause in homes()["vllm"].launch_rules:
         assert found[cause].status == "not checked", cause
         assert "toy's home has no launch rule" in found[cause].summary and "launch_rules" in found[cause].needs
+
+
+def test_every_home_resolves_the_setting_its_launch_drafts():
+    """`EngineHome.setting`: SGLang's rule table rewrites num_draft_tokens 16 at topk 1 to steps + 1 (the seed's
+    rewrite); vLLM drafts a chain of K = num_speculative_tokens, and leaves K unknown where the config omits it."""
+    seed = SG.replace("--speculative-num-steps 3", "--speculative-num-steps 1").replace(
+        "--speculative-num-draft-tokens 4", "--speculative-num-draft-tokens 16")
+    assert homes()["sglang"].setting(parse_launch(seed), "0.5.23", None) == (1, 1, 2)
+    assert homes()["sglang"].setting(parse_launch(SG), "0.5.23", None) == (3, 1, 4)
+    assert homes()["vllm"].setting(parse_launch(VL), None, None) == (3, 1, 4)
+    no_k = "vllm serve t --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\"}'"
+    assert homes()["vllm"].setting(parse_launch(no_k), None, None) == (None, 1, None)

@@ -41,6 +41,21 @@ def test_setting_of_prefers_the_run_record_and_falls_back_to_the_resolution():
     assert sp.setting_of(RunRecord(engine="sglang"), None) is None
 
 
+def test_the_launch_setting_is_its_engines_and_a_chain_is_replayed_as_the_engine_loads_it():
+    """Discovery.setting asks the launch's home: a vLLM launch drafts a chain of K (K, 1, K + 1), replayed as the
+    engine loads it; an SGLang tree (topk > 1) is not a chain; an unreadable --speculative-config decides nothing."""
+    vl = discovery.discover("vllm serve m --speculative-config '{\"method\": \"eagle3\", \"model\": \"d\", "
+                            "\"num_speculative_tokens\": 5}'")
+    assert vl.setting == (5, 1, 6) and sp.setting_of(RunRecord(engine="vllm"), vl) == (5, 1, 6)
+    assert sp.chain_served(vl)
+    tree = discovery.discover("python -m sglang.launch_server --model-path m --speculative-algorithm EAGLE3 "
+                              "--speculative-draft-model-path d --speculative-num-steps 3 --speculative-eagle-topk 4 "
+                              "--speculative-num-draft-tokens 8", "0.5.23")
+    assert tree.setting == (3, 4, 8) and not sp.chain_served(tree)
+    bad = discovery.discover("vllm serve m --speculative-config '{not json'")
+    assert bad.setting is None and not sp.chain_served(bad) and sp.setting_of(RunRecord(engine="vllm"), bad) is None
+
+
 def test_missing_inputs_are_not_checked_and_named(user):
     root, _, _ = user
     d = discovery.discover("", "")
