@@ -286,7 +286,8 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
                                   {"engine": la.engine}, WHERE) for c in ("pipeline_parallel_aux",)] + out[1:] + \
             [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                      {"engine": la.engine}, WHERE) for c in ("k_meaning", "k_schedule")]
-    return out[:1] + [_pp(art, la)] + out[1:] + [engine_rule(la, "k_meaning", f"{WHERE}.k_meaning", engine_version), _k_schedule(la)]
+    k_meaning = engine_rule(la, "k_meaning", f"{WHERE}.k_meaning", engine_version)
+    return out[:1] + [_pp(art, la)] + out[1:] + [k_meaning, _k_schedule(la)]
 
 
 @contract("draft_feed", DRAFT_FEED_CAUSES, part_of="launch")

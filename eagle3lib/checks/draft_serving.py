@@ -206,8 +206,9 @@ def _greedy_platform(la, traffic=None) -> Finding:
     if traffic is not None and traffic.greedy:       # measured: a greedy verify serves what greedy requests ask
         return Finding(c, "ruled out", f"every served request asked for greedy decoding (temperature 0 on all "
                        f"{len(traffic.exchanges)} answers of {traffic.responses}): a verify step that ignores the "
-                       "temperature gives them what they asked", {"engine": la.engine, "device": la.flags.get("device"),
-                                                                  "greedy_answers": len(traffic.exchanges)}, w)
+                       "temperature gives them what they asked", {
+                           "engine": la.engine, "device": la.flags.get("device"),
+                           "greedy_answers": len(traffic.exchanges)}, w)
     return engine_rule(la, c, w)
 
 

@@ -1,6 +1,7 @@
 """Check 7, launch vs draft: the speculative algorithm against the draft's architecture (SGLang EAGLE vs EAGLE3;
 vLLM `method` and its path auto-detection, `vllm_engine.method.vllm_effective`), lossy accept thresholds
-(`crossengine.lint`), sampling settings that make a benchmark greedy, a quantized target, and draft/target hidden-size bridging.
+(`crossengine.lint`), sampling settings that make a benchmark greedy, a quantized target, and draft/target
+hidden-size bridging.
 
 Causes: wrong_method, lossy_threshold, sampling_settings, quantized_target, hidden_size_mismatch.
 """

@@ -4,10 +4,10 @@ Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list)
 ``eagle3lib/<name>_engine/``, whose ``home`` module holds ``HOME = EngineHome(...)``: how its launch commands
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
 layer ids it reads from a draft config and what it then captures, and what the running engine said of a draft
-(`said`: its logs, its own code, the load a hook recorded) over the tables' view, and how its launch decides the
-serving causes a launch can decide (`launch_rules`, `speculating`), and the setting it drafts (`setting`). The callers never branch on an
-engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
-(`LaunchArgs.field_for("pipeline_parallel")`).
+(`said`: its logs, its own code, the load a hook recorded) over the tables' view, how its launch decides the
+serving causes a launch can decide (`launch_rules`, `speculating`), and the setting it drafts (`setting`). The
+callers never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed
+launch for a flag by its role (`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -41,7 +41,8 @@ class EngineHome:
     # the tables' view stands
     said: Callable[..., tuple] | None = None
     # cause -> rule(LaunchArgs, where, version=None) -> Finding: how this engine's launch decides a serving
-    # cause (checks.launch_flags, checks.draft_serving, checks.draft_feed ask for it); a cause without a rule is not checked, naming this home
+    # cause (checks.launch_flags, checks.draft_serving, checks.draft_feed ask for it); a cause without a rule is
+    # not checked, naming this home
     launch_rules: Mapping[str, Callable] = field(default_factory=dict)
     # (LaunchArgs) -> does the launch speculate at all (None: its speculative setting cannot be read); absent: it
     # speculates when it names an algorithm

@@ -1,8 +1,9 @@
 """How vLLM's launch decides the serving causes a launch command can decide (`RULES`: cause -> rule(la, where,
 version=None) -> Finding), read from its top-level flags and `--speculative-config`; the checks
 (`checks.launch_flags`, `checks.draft_serving`, `checks.draft_feed`) ask the launch's home for the rule and never
-branch on the engine's name. Each rule cites the "serving" row of `engines.facts` (or the metric row) it rests on. An engine default alone never raises a cause (prefix caching and async
-scheduling are on by default: what decides them is the served accept length).
+branch on the engine's name. Each rule cites the "serving" row of `engines.facts` (or the metric row) it rests on.
+An engine default alone never raises a cause (prefix caching and async scheduling are on by default: what decides
+them is the served accept length).
     RULES["async_scheduling"](la, "checks.launch_flags.async_scheduling") -> Finding("async_scheduling", ...)
 """
 from __future__ import annotations
