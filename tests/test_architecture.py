@@ -249,6 +249,9 @@ SHARED_NAMES = {
     "speculating": ("does a launch speculate at all: an engine's home reads it (EngineHome.speculating), the checks ask "
                     "the launch's home", {"eagle3lib.checks.launch_flags", "eagle3lib.sglang_engine.launch_rules",
                                           "eagle3lib.vllm_engine.launch_rules"}),
+    "evidence": ("an engine's home: what its launch flags say of how the draft runs (EngineHome.evidence, "
+                 "engine_kit.launch_evidence), judged by the checks", {"eagle3lib.sglang_engine.launch_rules",
+                                                                      "eagle3lib.vllm_engine.launch_rules"}),
     "setting": ("an engine's home: the (num_steps, topk, num_draft_tokens) a launch drafts as it resolves it "
                 "(EngineHome.setting)", {"eagle3lib.sglang_engine.resolver", "eagle3lib.vllm_engine.method"}),
     "side_env": ("an engine's driver: the environment its venv's processes run in", {

@@ -16,17 +16,17 @@ from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
 from ..serving.loaded_view import vllm_fc_slots
-from ..engines.versions import SERVING_ENGINES, in_force
+from ..engines.versions import ENGINES, SERVING_ENGINES, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
-from ..engine_kit.flag_values import integer, spec_config
-from .launch_flags import engine_rule, speculating
+from ..engine_kit.flag_values import integer
+from ..engine_kit.launch_evidence import LaunchEvidence
+from .launch_flags import engine_rule, launch_evidence, no_evidence, speculating
 
 WHERE = "checks.draft_feed"
 # keys a training tool writes the ids under that no serving engine's EAGLE-3 path reads (the engine facts have no
 # "id_key" row for them): a config's claim, looked for after every key an engine reads (`claimed_id_keys`)
 TOOL_ID_KEYS = ("target_layer_ids", "eagle_config.target_layer_ids")
-SCHEDULE_KEYS = ("num_speculative_tokens_per_batch_size", "draft_len_schedule")
 
 
 def use_aux(raw) -> tuple[bool | None, str | None]:
@@ -226,44 +226,45 @@ def _count(art: Artifacts, engine, version=None) -> Finding:
 def _stale(engine, version) -> Finding:
     c, w = "stale_draft_kv", f"{WHERE}.stale_draft_kv"
     ev = {"engine": engine, "engine_version": version}
-    if engine != "vllm":
+    f = facts.fact(engine, "serving", "draft_rewrites_accepted_kv") if engine else None
+    if f is None:
         return Finding(c, "not checked", "not checked: the approximate draft KV was reported on vLLM (vllm#14649)"
                        + ("" if engine else "; the engine is not known"), ev, w,
                        needs="the serving engine and version" if not engine else "served accept length against the "
                        "replay (a loss of 8-15% with no other cause)", source="vllm#14649")
-    f = facts.fact("vllm", "serving", "draft_rewrites_accepted_kv")
+    title = ENGINES[engine].title if engine in ENGINES else engine
     if not version:
-        return not_checked(c, w, "the engine version", f"not checked: vLLM {f.since}'s proposer rewrites the "
+        return not_checked(c, w, "the engine version", f"not checked: {title} {f.since}'s proposer rewrites the "
                            "accepted tokens' draft KV from the target's states; vllm#14649's V0 build did not")
-    held = in_force(f.since, f.until, version, "vllm")
+    held = in_force(f.since, f.until, version, engine)
     if held:
-        return Finding(c, "ruled out", f"vLLM {version}: the proposer's first pass runs over every verified token "
+        return Finding(c, "ruled out", f"{title} {version}: the proposer's first pass runs over every verified token "
                        "with the target's hidden states and writes the draft's KV at their slots", ev, w,
                        source=f.source)
-    return Finding(c, "not checked", f"not checked: vLLM {version} is not placed (the rewrite was read at "
+    return Finding(c, "not checked", f"not checked: {title} {version} is not placed (the rewrite was read at "
                    f"{f.since}; vllm#14649 was filed on a V0 build of 2025-03 and is open)", ev, w,
-                   needs=f"a vLLM version at or after {f.since}, or served accept length against the replay",
+                   needs=f"a {title} version at or after {f.since}, or served accept length against the replay",
                    source=f"vllm#14649; {f.source}")
 
 
-def _k_schedule(la) -> Finding:
+def _k_schedule(la, lev: LaunchEvidence | None) -> Finding:
     c, w = "k_schedule", f"{WHERE}.k_schedule"
-    spec, bad = spec_config(la) if la.engine == "vllm" else ({}, None)
-    if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
-    got = {k: (spec or {}).get(k, la.flags.get(k)) for k in SCHEDULE_KEYS}
-    got = {k: v for k, v in got.items() if v not in (None, False, [], {})}
+    if lev is None:
+        return no_evidence(la, c, w)
+    if lev.problems.get("draft"):
+        return Finding(c, "not checked", f"not checked: {lev.problems['draft']}", {}, w,
+                       needs="the launch command with a valid value")
+    got = dict(lev.k_schedule)
     ev = {"schedule": got, "engine": la.engine}
     if got:
         k = next(iter(got))
-        f = facts.fact("vllm", "serving", "k_per_batch_size")
+        f = facts.fact(la.engine, "serving", "k_per_batch_size")
         return Finding(c, "confirmed", f"{k} {got[k]}: K changes with the batch size, so the served accept length "
                        "mixes depths and is not comparable with a fixed-K replay or another run", ev, w,
-                       fix=f"measure with a fixed num_speculative_tokens (drop {k})",
-                       source=f"vllm-metal PR#463; vllm-ascend PR#15174; {f.source}")
-    return Finding(c, "ruled out", "K is fixed: no num_speculative_tokens_per_batch_size or draft_len_schedule"
-                   + (" (SGLang's --speculative-adaptive is reported as adaptive_depth)" if la.engine == "sglang"
-                      else ""), ev, w)
+                       fix=f"measure with a fixed K (drop {k})",
+                       source="vllm-metal PR#463; vllm-ascend PR#15174" + (f"; {f.source}" if f else ""))
+    return Finding(c, "ruled out", "K is fixed: the launch picks no K per batch size (a depth the engine adapts at "
+                   "run time is reported as adaptive_depth)", ev, w)
 
 
 # the causes check_draft_feed reports (checks.judge: what a broken check reports as not checked)
@@ -287,7 +288,7 @@ def check_draft_feed(art: Artifacts, engine: str | None = None, engine_version: 
             [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                      {"engine": la.engine}, WHERE) for c in ("k_meaning", "k_schedule")]
     k_meaning = engine_rule(la, "k_meaning", f"{WHERE}.k_meaning", engine_version)
-    return out[:1] + [_pp(art, la)] + out[1:] + [k_meaning, _k_schedule(la)]
+    return out[:1] + [_pp(art, la)] + out[1:] + [k_meaning, _k_schedule(la, launch_evidence(la))]
 
 
 @contract("draft_feed", DRAFT_FEED_CAUSES, part_of="launch")

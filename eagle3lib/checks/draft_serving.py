@@ -21,10 +21,11 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
+from ..engines.versions import ENGINES
 from .inputs import Artifacts
 from .registry import Options, contract
-from ..engine_kit.flag_values import spec_config, switch
-from .launch_flags import engine_rule, serving_row, speculating
+from ..engine_kit.launch_evidence import LaunchEvidence
+from .launch_flags import engine_rule, launch_evidence, no_evidence, serving_row, speculating
 
 WHERE = "checks.draft_serving"
 PLAIN_KV = ("auto", "bfloat16", "bf16", "float16", "fp16", "half", "float32", "float")   # not a quantized cache
@@ -48,59 +49,51 @@ def is_mla_draft(raw) -> bool:
     return "kv_lora_rank" in raw or "Deepseek" in arch
 
 
-def _quantized(art: Artifacts, la) -> Finding:
+def _quantized(art: Artifacts, la, lev: LaunchEvidence | None) -> Finding:
     c, w = "quantized_draft_graphs", f"{WHERE}.quantization"
+    if lev is None:
+        return no_evidence(la, c, w)
     own = draft_quantization(dict(art.draft_raw)) if art.draft_raw is not None else None
-    inherits = serving_row("sglang", "draft_inherits_quantization")   # SGLang: the draft inherits --quantization
-    kept = serving_row("vllm", "draft_inherits_quantization")         # vLLM: an external draft stays unquantized
+    inherits = serving_row(la.engine, "draft_inherits_quantization")   # does the draft inherit the target's
     graphs_row = serving_row("vllm", "quantized_draft_under_cuda_graphs")
-    if la.engine == "sglang":
-        off, bad = switch(la, "disable_cuda_graph")
-        given, inherited = la.flags.get("speculative_draft_model_quantization"), la.flags.get("quantization")
-        # the draft inherits --quantization unless it is given one or its checkpoint declares one (the row above)
-        if own or given is None:
-            effective = own or inherited
-        else:
-            effective = None if str(given).lower() in ("unquant", "none") else given
-        graphs = "off (--disable-cuda-graph)" if off else "on (default)"
+    given, inherited = lev.quantization, lev.inherited_quantization
+    # the checkpoint's own declaration first, then what the launch gives the draft (unquant / none: unquantized),
+    # then what it inherits from the target's quantization where the engine makes it inherit
+    if own or given is None:
+        effective = own or inherited
     else:
-        off, bad = switch(la, "enforce_eager")
-        cc = la.flags.get("compilation_config")
-        if not off and isinstance(cc, dict) and str(cc.get("cudagraph_mode", "")).upper() == "NONE":
-            off = True
-        spec, bad2 = spec_config(la)
-        bad = bad or bad2
-        given, inherited = (spec or {}).get("quantization"), None   # an external draft stays unquantized (kept)
-        effective = own or given
-        graphs = "off (--enforce-eager / cudagraph_mode NONE)" if off else "on (default)"
+        effective = None if str(given).lower() in ("unquant", "none") else given
     ev = {"engine": la.engine, "draft_config_quantization": own, "draft_quantization_given": given,
-          "target_quantization_flag": inherited, "draft_quantization": effective, "cuda_graphs": graphs}
+          "target_quantization_flag": inherited, "draft_quantization": effective, "cuda_graphs": lev.graphs}
+    bad = lev.problems.get("graphs") or lev.problems.get("draft")
     if bad:
         return Finding(c, "not checked", f"not checked: {bad}", ev, w, needs="the launch command with a valid value")
-    if off:
-        return Finding(c, "ruled out", f"the drafter runs without CUDA graphs ({graphs})", ev, w)
+    if lev.graphs_off:
+        return Finding(c, "ruled out", f"the drafter runs without CUDA graphs ({lev.graphs})", ev, w)
+    sources = "; ".join(f.source for f in (graphs_row, inherits) if f is not None)
     if effective:
-        how = "its config declares" if own else ("--speculative-draft-model-quantization" if given else
-                                                 f"inherited from --quantization ({inherits.source})")
+        how = ("its config declares" if own else lev.quantization_flag if given else
+               f"inherited from {lev.inherited_flag} ({inherits.source if inherits else la.engine})")
         return Finding(c, "suspected", f"a {effective} drafter ({how}) under CUDA graphs: {graphs_row.note} "
                        f"[{graphs_row.source}]", ev, w, fix="compare the served accept length with "
                        "--enforce-eager (vLLM) / --disable-cuda-graph (SGLang), or serve the draft in bf16",
-                       needs="served accept length with and without CUDA graphs",
-                       source=f"{graphs_row.source}; {inherits.source}; {kept.source}")
+                       needs="served accept length with and without CUDA graphs", source=sources)
     if art.draft_raw is None:
         return not_checked(c, w, art.missing("draft"), "not checked: CUDA graphs are on; whether the drafter is "
                            "quantized needs its config")
     return Finding(c, "ruled out", "the drafter runs unquantized (its config declares no quantization and none is "
-                   "given" + (" or inherited" if la.engine == "sglang" else "") + ")", ev, w)
+                   "given" + (" or inherited" if inherits is not None and inherits.reads else "") + ")", ev, w)
 
 
-def _kv_dtype(art: Artifacts, la) -> Finding:
+def _kv_dtype(art: Artifacts, la, lev: LaunchEvidence | None) -> Finding:
     c, w = "kv_cache_dtype", f"{WHERE}.kv_cache"
+    if lev is None:
+        return no_evidence(la, c, w)
     target = la.flags.get("kv_cache_dtype") or "auto"
-    spec, bad = spec_config(la) if la.engine == "vllm" else ({}, None)
-    if bad:
-        return Finding(c, "not checked", f"not checked: {bad}", {}, w, needs="--speculative-config as a JSON object")
-    own = (spec or {}).get("kv_cache_dtype")
+    if lev.problems.get("draft"):
+        return Finding(c, "not checked", f"not checked: {lev.problems['draft']}", {}, w,
+                       needs="the launch command with a valid value")
+    own = lev.kv_cache_dtype
     draft = str(own or target)
     mla = is_mla_draft(dict(art.draft_raw)) if art.draft_raw is not None else None
     ev = {"kv_cache_dtype": target, "draft_kv_cache_dtype": draft, "mla_draft": mla}
@@ -174,30 +167,34 @@ def _attention(art: Artifacts, la) -> Finding:
     backend = la.flags.get("attention_backend") or (ac.get("backend") if isinstance(ac, dict) else None)
     scheme = kv_scheme(dict(art.draft_raw)) if art.draft_raw is not None else None
     ev = {"engine": la.engine, "attention_backend": backend, "draft_kv_cache_scheme": scheme}
-    follows = facts.fact("vllm", "serving", "draft_follows_attention_backend")
-    reads_scheme = facts.fact("vllm", "serving", "kv_cache_scheme_read_from_draft")
-    if la.engine == "vllm" and scheme:
+    follows = serving_row(la.engine, "draft_follows_attention_backend")
+    reads_scheme = serving_row(la.engine, "kv_cache_scheme_read_from_draft")
+    title = ENGINES[la.engine].title if la.engine in ENGINES else la.engine
+    if scheme and reads_scheme is not None and reads_scheme.reads:
         return Finding(c, "suspected", f"the draft config declares a compressed-tensors kv_cache_scheme ({scheme}): "
-                       "vLLM reads the draft's own quantization config, which gives the draft an fp8 KV cache "
+                       f"{title} reads the draft's own quantization config, which gives the draft an fp8 KV cache "
                        "whatever --kv-cache-dtype says", ev, w, fix="drop kv_cache_scheme from the draft's "
                        "quantization_config (or serve it in bf16) and compare", needs="served accept length without "
                        "the draft's kv_cache_scheme", source=reads_scheme.source)
-    if la.engine == "vllm" and backend:
-        return Finding(c, "suspected", f"attention backend {backend} chosen for the target: the EAGLE-3 draft's "
-                       "attention picks its own backend and may not follow it (vllm#44879; vLLM 0.32 CPU: the draft "
-                       "still picks AMX_MLA with attention_config.backend CPU_MLA)", ev, w,
-                       needs="the startup log's attention-backend line for the draft's layers",
-                       source=follows.source)
+    if backend and follows is not None and follows.reads is False:
+        return Finding(c, "suspected", f"attention backend {backend} chosen for the target: {follows.note}, so the "
+                       f"EAGLE-3 draft may not follow it [{follows.source}]", ev, w,
+                       needs="the startup log's attention-backend line for the draft's layers", source=follows.source)
     if art.draft_raw is None:
-        return not_checked(c, w, art.missing("draft"), "not checked: no backend is forced; whether the draft config "
-                           "declares a kv_cache_scheme needs it")
-    if la.engine == "sglang" and scheme:
+        return not_checked(c, w, art.missing("draft"), "not checked: whether the draft config declares a "
+                           "kv_cache_scheme needs it")
+    if scheme:
+        seen = [f for f in facts.facts("serving") if f.subject == "kv_cache_scheme_read_from_draft" and f.reads]
         return Finding(c, "not checked", "not checked: the draft config declares a kv_cache_scheme; the fp8 draft KV "
-                       "was reported on vLLM (vllm#44879), no SGLang thread", ev, w,
-                       needs="the SGLang server log's KV-cache dtype for the draft worker", source="vllm#44879")
-    how = ("no attention backend is forced" if la.engine == "vllm" or not backend else
-           f"--attention-backend {backend} reaches the draft worker too (SGLang gives every worker the same "
-           f"ServerArgs, {serving_row('sglang', 'draft_shares_server_args').source})")
+                       "was reported on " + ", ".join(ENGINES[f.engine].title for f in seen) + f", no {title} "
+                       "thread", ev, w, needs=f"the {title} server log's KV-cache dtype for the draft worker",
+                       source="; ".join(f.source for f in seen))
+    if backend and follows is None:
+        return Finding(c, "not checked", f"not checked: whether {title}'s draft follows the attention backend "
+                       f"{backend} is not in the engine facts", ev, w,
+                       needs="the startup log's attention-backend line for the draft's layers")
+    how = (f"the attention backend {backend} reaches the draft worker too ({follows.note}; {follows.source})"
+           if backend else "no attention backend is forced")
     return Finding(c, "ruled out", how + " and the draft config declares no kv_cache_scheme", ev, w)
 
 
@@ -228,9 +225,10 @@ def check_draft_serving(art: Artifacts) -> list[Finding]:
     if speculating(la) is False:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                         {"engine": la.engine}, WHERE) for c in DRAFT_SERVING_CAUSES]
+    lev = launch_evidence(la)
     return [engine_rule(la, "rejection_method", f"{WHERE}.rejection"),
             engine_rule(la, "adaptive_depth", f"{WHERE}.depth"),
-            _quantized(art, la), _kv_dtype(art, la), _simulated(la), _fp8_target(art, la),
+            _quantized(art, la, lev), _kv_dtype(art, la, lev), _simulated(la), _fp8_target(art, la),
             _attention(art, la), _greedy_platform(la, art.traffic)]
 
 

@@ -17,8 +17,9 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
-from ..engines.versions import SERVING_ENGINES
+from ..engines.versions import ENGINES, SERVING_ENGINES
 from ..engine_kit.flag_values import flag, garbled, integer, switch
+from ..engine_kit.launch_evidence import LaunchEvidence
 from ..engine_kit.launch_reading import LaunchArgs
 from ..serving.homes import homes
 from .context import served_prompt_lengths
@@ -47,6 +48,18 @@ def engine_rule(la: LaunchArgs, cause: str, where: str, version: str | None = No
     return rule(la, where, version)
 
 
+def launch_evidence(la: LaunchArgs) -> LaunchEvidence | None:
+    """What the launch's home reads of how the draft runs (`EngineHome.evidence`); None where the home has no reader."""
+    read = getattr(homes().get(la.engine), "evidence", None)
+    return read(la) if read is not None else None
+
+
+def no_evidence(la: LaunchArgs, cause: str, where: str) -> Finding:
+    """Not checked: the launch's home reads none of its flags as evidence of how the draft runs."""
+    return Finding(cause, "not checked", f"not checked: {la.engine}'s home reads no evidence of how the draft runs",
+                   {"engine": la.engine}, where, needs=f"an evidence reader in {la.engine}'s home (evidence)")
+
+
 def serving_row(engine: str, subject: str):
     """The engine's "serving" row a launch check (this one, checks.draft_serving) rests on (engines.facts_serving)."""
     return facts.fact(engine, "serving", subject)
@@ -67,35 +80,33 @@ def _lora(la: LaunchArgs) -> Finding:
     return Finding(c, "ruled out", "the launch sets no LoRA adapter", ev, w)
 
 
-def _structured(la: LaunchArgs) -> Finding:
+def _structured(la: LaunchArgs, lev: LaunchEvidence | None) -> Finding:
     c, w = "structured_output", f"{WHERE}.structured_output"
-    if la.engine == "sglang":
-        gb = la.flags.get("grammar_backend")
-        ev = {"grammar_backend": gb, "disaggregation_mode": la.flags.get("disaggregation_mode")}
-        if isinstance(gb, str) and gb.lower() == "none":
-            return Finding(c, "ruled out", "--grammar-backend none: no request can use a grammar", ev, w)
-    else:
-        ev = {"structured_outputs_config": la.flags.get("structured_outputs_config"),
-              "enable_auto_tool_choice": la.flags.get("enable_auto_tool_choice")}
+    if lev is None:
+        return no_evidence(la, c, w)
+    ev = dict(lev.structured)
+    if lev.grammar_off:
+        return Finding(c, "ruled out", "the grammar backend is none: no request can use a grammar", ev, w)
     return Finding(c, "not checked", "not checked: grammars are chosen per request, which the launch does not show",
                    ev, w, needs=NEEDS_REQUESTS, source="; ".join(serving_row(e, "grammar_with_drafts").source
                                                                  for e in SERVING_ENGINES))
 
 
-def _chunked(art: Artifacts, la: LaunchArgs) -> Finding:
+def _chunked(art: Artifacts, la: LaunchArgs, lev: LaunchEvidence | None) -> Finding:
     c, w = "chunked_prefill_boundary", f"{WHERE}.chunked_prefill"
-    name, switched = la.field_for("chunked_prefill_tokens"), la.field_for("chunked_prefill_switch")
+    name = la.field_for("chunked_prefill_tokens")
     if name is None:
         return Finding(c, "not checked", f"not checked: {la.engine}'s home names no chunked-prefill flag", {}, w,
                        needs="the engine's chunk-size flag (its home's roles)")
     size, bad = integer(la, name)
     if bad:
         return garbled(c, w, bad)
-    on, bad = switch(la, switched) if switched else (None, None)
-    if bad:
-        return garbled(c, w, bad)
+    if lev is None:
+        return no_evidence(la, c, w)
+    if lev.problems.get("chunking"):
+        return garbled(c, w, lev.problems["chunking"])
     ev = {name: size}
-    if on is False or (size is not None and size <= 0 and la.engine == "sglang"):
+    if lev.chunking_off:
         return Finding(c, "ruled out", "chunked prefill is off: no prompt is split at a chunk boundary", ev, w)
     lengths = served_prompt_lengths(art)
     ev["served_max_len"] = max(lengths) if lengths else None
@@ -138,16 +149,18 @@ def _mrope(art: Artifacts, la: LaunchArgs) -> Finding:
     if m is None:
         return Finding(c, "ruled out", "the target declares no multimodal RoPE (no mrope_section): draft-extend "
                        "positions are plain token positions", ev, w)
-    row = serving_row("sglang", "mrope_draft_extend_per_request")
-    src = row.source
-    if la.engine == "sglang":
-        return Finding(c, "suspected", f"an mRoPE target ({art.target_info.architecture}) with --speculative-algorithm "
-                       f"{la.algorithm}: {row.note}", ev, w,
+    subject = "mrope_draft_extend_per_request"
+    row = serving_row(la.engine, subject)
+    if row is not None and row.reads:
+        return Finding(c, "suspected", f"an mRoPE target ({art.target_info.architecture}) with the speculative "
+                       f"algorithm {la.algorithm}: {row.note}", ev, w,
                        fix="use a version with the fix, and test batched multimodal traffic before serving",
-                       needs="the server log under batched multimodal traffic", source=src)
-    return Finding(c, "not checked", "not checked: an mRoPE target; the draft-extend crash was reported on SGLang "
-                   "(sglang#34152), no vLLM thread", ev, w, needs="the server log under batched multimodal traffic",
-                   source=src)
+                       needs="the server log under batched multimodal traffic", source=row.source)
+    seen = [f for f in facts.facts("serving") if f.subject == subject and f.reads]
+    return Finding(c, "not checked", "not checked: an mRoPE target; the draft-extend crash was reported on "
+                   + ", ".join(f"{ENGINES[f.engine].title} ({f.source.split(' ')[0]})" for f in seen)
+                   + f", no {ENGINES[la.engine].title if la.engine in ENGINES else la.engine} thread", ev, w,
+                   needs="the server log under batched multimodal traffic", source="; ".join(f.source for f in seen))
 
 
 def _trtllm(art: Artifacts) -> Finding:
@@ -208,7 +221,8 @@ def check_launch_flags(art: Artifacts) -> list[Finding]:
         return [Finding(c, "ruled out", "the launch runs no speculative decoding (see wrong_method)",
                         {"engine": la.engine}, WHERE) for c in causes + TOPOLOGY] + [_trtllm(art)]
     rule = {c: engine_rule(la, c, f"{WHERE}.{where}") for c, where in ENGINE_RULES.items()}
-    return [rule["prefix_cache_stale_kv"], rule["dp_attention"], _lora(la), _structured(la), _chunked(art, la),
+    lev = launch_evidence(la)
+    return [rule["prefix_cache_stale_kv"], rule["dp_attention"], _lora(la), _structured(la, lev), _chunked(art, la, lev),
             _mrope(art, la), _trtllm(art), rule["hicache_draft_kv"], rule["pd_disaggregation"],
             rule["async_scheduling"], _sp(la)]
 

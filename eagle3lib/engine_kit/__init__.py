@@ -8,6 +8,9 @@
                    call's keyword arguments; a Prometheus scrape's values.
 - `view`           `EngineView`: the draft as an engine loads it, aspect by aspect, each with the source that answered
                    (dump > log > probe > table); `Served`, what a deployment left for a home's `said` to read.
+- `launch_evidence` `LaunchEvidence`: what a launch's own flags say of how the draft runs (CUDA graphs, quantization,
+                   KV dtype, K schedule, chunking, grammars), read by its home (`EngineHome.evidence`), judged by the
+                   checks.
 - `flag_values`    a launch flag's value as a check reads it (switch, integer, vLLM's --speculative-config), each with
                    the problem naming the flag; the finding of a garbled value.
 - `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.

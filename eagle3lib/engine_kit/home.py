@@ -5,9 +5,10 @@ Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list)
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
 layer ids it reads from a draft config and what it then captures, and what the running engine said of a draft
 (`said`: its logs, its own code, the load a hook recorded) over the tables' view, how its launch decides the
-serving causes a launch can decide (`launch_rules`, `speculating`), and the setting it drafts (`setting`). The
-callers never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed
-launch for a flag by its role (`LaunchArgs.field_for("pipeline_parallel")`).
+serving causes a launch can decide (`launch_rules`, `speculating`), the setting it drafts (`setting`), and what its
+flags say of how the draft runs (`evidence`, judged by the checks). The callers never branch on an engine's name for
+these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
+(`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -50,3 +51,7 @@ class EngineHome:
     # (LaunchArgs, version, target_arch) -> (num_steps, topk, num_draft_tokens) the launch drafts as this engine
     # resolves its settings, each None where unknown (steps.discovery asks it once per launch); absent: not known
     setting: Callable[..., tuple] | None = None
+    # (LaunchArgs) -> engine_kit.launch_evidence.LaunchEvidence: what its flags say of how the draft runs (graphs,
+    # quantization, KV dtype, K schedule, chunking, grammars), which the checks judge; absent: those causes are not
+    # checked, naming this home
+    evidence: Callable[..., object] | None = None

@@ -76,6 +76,8 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "serving", "draft_shares_server_args", True, None, "", "sglang PR#34337",
       "every worker gets the same ServerArgs: the draft worker shares the target's --kv-cache-dtype and "
       "--attention-backend"),
+    F("sglang", "serving", "draft_follows_attention_backend", True, None, "", "sglang PR#34337",
+      "every worker gets the same ServerArgs, so the draft worker runs the target's --attention-backend"),
     F("sglang", "serving", "lora_adapts_draft", False, None, "", "sglang PR#34337",
       "LoRA adapters apply to the target only and the shared draft runs unadapted, so acceptance drops on adapted "
       "requests"),

@@ -10,7 +10,8 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 - `launch_rules` how its launch decides the serving causes its own flags decide (`HOME.launch_rules`,
                 `HOME.speculating`): --disable-radix-cache, --enable-dp-attention, HiCache,
                 --disaggregation-mode, the overlap scheduler, SGLANG_SIMULATE_ACC_LEN, --speculative-adaptive,
-                --device, what K means.
+                --device, what K means; and what its flags say of how the draft runs (`HOME.evidence`: graphs,
+                inherited quantization, chunking, grammars).
 - `said`        what the running SGLang said of a draft over the tables' view (`HOME.said`): its logs' own failure,
                 the load its hook recorded in a dump.
 - `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).

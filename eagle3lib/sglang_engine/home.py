@@ -14,4 +14,4 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   "python -m sglang.launch_server ..., sglang serve ...", metrics_record, SPEC_FIELDS, sglang_readings,
                   ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting)
+                  setting, launch_rules.evidence)

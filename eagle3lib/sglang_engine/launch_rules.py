@@ -7,7 +7,8 @@ name. Each rule cites the "serving" row of `engines.facts` it rests on.
 from __future__ import annotations
 
 from ..causes import Finding
-from ..engine_kit.flag_values import garbled, switch
+from ..engine_kit.flag_values import garbled, integer, switch
+from ..engine_kit.launch_evidence import LaunchEvidence
 from ..engine_kit.launch_reading import LaunchArgs
 from ..engines.facts import fact
 
@@ -165,6 +166,24 @@ def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
                    + (f" ({steps})" if steps is not None else "") + "; its accept len counts the bonus token "
                    "(τ, like vLLM's mean acceptance length): compare it with vLLM at K = num_steps", ev, w,
                    source=K_SOURCES)
+
+
+def evidence(la: LaunchArgs) -> LaunchEvidence:
+    """What SGLang's flags say of how the draft runs: every worker gets the same ServerArgs, so the draft inherits
+    --quantization unless --speculative-draft-model-quantization says otherwise (facts: draft_inherits_quantization);
+    a --chunked-prefill-size of 0 or less turns chunking off."""
+    off, bad_graphs = switch(la, "disable_cuda_graph")
+    size, bad_size = integer(la, "chunked_prefill_size")
+    grammar = la.flags.get("grammar_backend")
+    return LaunchEvidence(
+        "sglang", graphs_off=bool(off), graphs="off (--disable-cuda-graph)" if off else "on (default)",
+        quantization=la.flags.get("speculative_draft_model_quantization"),
+        quantization_flag="--speculative-draft-model-quantization", inherited_quantization=la.flags.get("quantization"),
+        inherited_flag="--quantization",
+        chunking_off=None if size is None else size <= 0,
+        grammar_off=isinstance(grammar, str) and grammar.lower() == "none",
+        structured={"grammar_backend": grammar, "disaggregation_mode": la.flags.get("disaggregation_mode")},
+        problems={k: v for k, v in (("graphs", bad_graphs), ("chunking", bad_size)) if v})
 
 
 RULES = {"prefix_cache_stale_kv": _prefix_cache, "dp_attention": _dp_attention, "hicache_draft_kv": _hicache,

@@ -12,7 +12,9 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
                 speculative config, and each exception (its key / shape / file) with its line.
 - `launch_rules` how its launch decides the serving causes its own flags decide (`HOME.launch_rules`,
                 `HOME.speculating`): prefix caching, data parallelism, KV connectors, async scheduling,
-                --speculative-config's rejection_sample_method (FLy included), what K means.
+                --speculative-config's rejection_sample_method (FLy included), what K means; and what its flags say
+                of how the draft runs (`HOME.evidence`: graphs, the draft's quantization and KV dtype, K per batch
+                size, chunking).
 - `said`        what the running vLLM said of a draft over the tables' view (`HOME.said`): the first log that says what
                 it did with the draft (version, runner, aux ids, sharing, its error), its own code asked (`probe`).
 - `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version, and what

@@ -14,4 +14,4 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   "vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...", metrics_record, SPEC_FIELDS,
                   vllm_readings, ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting)
+                  setting, launch_rules.evidence)

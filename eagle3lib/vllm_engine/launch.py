@@ -37,7 +37,7 @@ _FLAG_SPEC = {
 FLAGS = flag_table(_FLAG_SPEC, short=("tp", "dp", "pp", "q", "O"))    # vLLM's -tp etc.
 # what a flag does, as the checks ask for it -> vLLM's field (engine_kit.home.EngineHome.roles)
 ROLES = {"pipeline_parallel": "pipeline_parallel_size", "chunked_prefill_tokens": "max_num_batched_tokens",
-         "chunked_prefill_switch": "enable_chunked_prefill", "lora_adapters": "lora_modules"}
+         "lora_adapters": "lora_modules"}
 SPEC_FIELDS = ("speculative_config",)
 
 

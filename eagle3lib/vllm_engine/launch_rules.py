@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from ..causes import Finding
 from ..engine_kit.flag_values import garbled, integer, spec_config, switch
+from ..engine_kit.launch_evidence import LaunchEvidence
 from ..engine_kit.launch_reading import LaunchArgs
 from ..engines.facts import fact, reads
 
@@ -19,6 +20,7 @@ NEEDS_ASYNC = "served accept length with async scheduling off against on (same t
 NEEDS_PD = "served accept length by prompt length against a colocated (non-disaggregated) deployment"
 NEEDS_SAMPLED = ("served accept lengths at temperature 0 and at the served temperature (greedy vs sampled), and the "
                  "vLLM model runner (VLLM_USE_V2_MODEL_RUNNER, or the startup log)")
+SCHEDULE_KEYS = ("num_speculative_tokens_per_batch_size", "draft_len_schedule")   # K picked per batch size
 SYNTHETIC_KEYS = ("synthetic_acceptance_rates", "synthetic_acceptance_length", "synthetic_acceptance_rate")
 
 
@@ -193,6 +195,30 @@ def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
                    "served number is τ - 1 against every other engine's τ", ev, w,
                    fix="add 1 to the served mean acceptance length, or recompute τ from the counters",
                    source=f.source)
+
+
+def evidence(la: LaunchArgs) -> LaunchEvidence:
+    """What vLLM's flags say of how the draft runs: graphs off with --enforce-eager or cudagraph_mode NONE; an
+    external draft stays unquantized unless speculative_config.quantization (facts: draft_inherits_quantization) and
+    keeps the target's KV dtype unless speculative_config.kv_cache_dtype; K per batch size from the speculative
+    config (or a top-level flag of that name)."""
+    off, bad_graphs = switch(la, "enforce_eager")
+    cc = la.flags.get("compilation_config")
+    if not off and isinstance(cc, dict) and str(cc.get("cudagraph_mode", "")).upper() == "NONE":
+        off = True
+    spec, bad_spec = spec_config(la)
+    spec = spec or {}
+    chunking, bad_chunking = switch(la, "enable_chunked_prefill")
+    schedule = {k: spec.get(k, la.flags.get(k)) for k in SCHEDULE_KEYS}
+    return LaunchEvidence(
+        "vllm", graphs_off=bool(off), graphs="off (--enforce-eager / cudagraph_mode NONE)" if off else "on (default)",
+        quantization=spec.get("quantization"), quantization_flag="speculative_config.quantization",
+        kv_cache_dtype=spec.get("kv_cache_dtype"),
+        k_schedule={k: v for k, v in schedule.items() if v not in (None, False, [], {})},
+        chunking_off=None if chunking is None else not chunking,
+        structured={"structured_outputs_config": la.flags.get("structured_outputs_config"),
+                    "enable_auto_tool_choice": la.flags.get("enable_auto_tool_choice")},
+        problems={k: v for k, v in (("graphs", bad_graphs), ("draft", bad_spec), ("chunking", bad_chunking)) if v})
 
 
 RULES = {"prefix_cache_stale_kv": _prefix_cache, "dp_attention": _dp_attention, "hicache_draft_kv": _hicache,

@@ -71,7 +71,6 @@ def test_each_role_names_a_flag_of_its_own_engine():
     vl = parse_launch("vllm serve t --pipeline-parallel-size 2 --max-num-batched-tokens 512")
     assert [la.get(la.field_for("pipeline_parallel")) for la in (sg, vl)] == [2, 2]
     assert [la.get(la.field_for("chunked_prefill_tokens")) for la in (sg, vl)] == [512, 512]
-    assert sg.field_for("chunked_prefill_switch") is None and vl.field_for("chunked_prefill_switch")
 
 
 def test_a_launch_whose_home_has_no_role_is_not_checked_by_another_engines_flag(tmp_path):
@@ -149,6 +148,62 @@ def test_a_home_without_rules_leaves_its_causes_not_checked_naming_it(tmp_path):
     for cause in homes()["vllm"].launch_rules:
         assert found[cause].status == "not checked", cause
         assert "toy's home has no launch rule" in found[cause].summary and "launch_rules" in found[cause].needs
+    for cause in EVIDENCE_CAUSES:
+        assert found[cause].status == "not checked", cause
+        assert "toy's home reads no evidence" in found[cause].summary and "(evidence)" in found[cause].needs
+
+
+# the causes the checks judge from a home's LaunchEvidence (graphs, quantization, KV dtype, K schedule, grammars)
+EVIDENCE_CAUSES = ("quantized_draft_graphs", "kv_cache_dtype", "k_schedule", "structured_output")
+
+
+@pytest.mark.parametrize("engine, extra, want", [
+    ("sglang", " --disable-cuda-graph --quantization fp8 --chunked-prefill-size -1 --grammar-backend none",
+     dict(graphs_off=True, inherited_quantization="fp8", inherited_flag="--quantization", chunking_off=True,
+          grammar_off=True, quantization=None)),
+    ("sglang", " --speculative-draft-model-quantization unquant --chunked-prefill-size 2048",
+     dict(graphs_off=False, quantization="unquant", chunking_off=False, grammar_off=False)),
+    ("vllm", " --enforce-eager --no-enable-chunked-prefill",
+     dict(graphs_off=True, chunking_off=True, quantization=None, inherited_quantization=None, k_schedule={})),
+    ("vllm", " --compilation-config '{\"cudagraph_mode\": \"NONE\"}'", dict(graphs_off=True, chunking_off=None)),
+])
+def test_every_home_reads_its_own_flags_into_evidence(engine, extra, want):
+    """`EngineHome.evidence`: each home reads how its launch runs the draft from its own flags."""
+    got = homes()[engine].evidence(parse_launch(LAUNCH[engine] + extra))
+    assert got.engine == engine and not got.problems
+    assert {k: getattr(got, k) for k in want} == want
+
+
+def test_vllms_speculative_config_is_its_evidence_and_an_unreadable_one_is_named():
+    """vLLM gives the draft its quantization, KV dtype and K schedule in --speculative-config; a config that is not
+    JSON leaves the three causes not checked, naming the flag."""
+    spec = ('{"method": "eagle3", "model": "d", "num_speculative_tokens": 3, "quantization": "fp8", '
+            '"kv_cache_dtype": "fp8_e4m3", "num_speculative_tokens_per_batch_size": {"1": 3, "64": 1}}')
+    got = homes()["vllm"].evidence(parse_launch(f"vllm serve t --speculative-config '{spec}'"))
+    assert (got.quantization, got.quantization_flag, got.kv_cache_dtype) == (
+        "fp8", "speculative_config.quantization", "fp8_e4m3")
+    assert got.k_schedule == {"num_speculative_tokens_per_batch_size": {"1": 3, "64": 1}}
+    bad = parse_launch("vllm serve t --speculative-config 'method=eagle3'", strict=False)
+    assert "--speculative-config is not a JSON object" in homes()["vllm"].evidence(bad).problems["draft"]
+
+
+def test_the_checks_judge_the_homes_evidence_not_the_flags(tmp_path, monkeypatch):
+    """The same SGLang launch, its home's evidence replaced: the checks follow the evidence (graphs off, chunking off,
+    a K schedule, grammars off), never a flag of their own reading."""
+    from eagle3lib.engine_kit.launch_evidence import LaunchEvidence
+
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None),
+                         launch=SG + " --quantization fp8 --chunked-prefill-size 512")
+    before = {f.cause: f for f in check_launch_flags(art) + check_draft_serving(art) + check_draft_feed(art)}
+    assert before["quantized_draft_graphs"].status == "suspected" and before["k_schedule"].status == "ruled out"
+    told = LaunchEvidence("sglang", graphs_off=True, graphs="off (told)", chunking_off=True, grammar_off=True,
+                          k_schedule={"a_schedule": [1, 2]})
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], evidence=lambda la: told))
+    after = {f.cause: f for f in check_launch_flags(art) + check_draft_serving(art) + check_draft_feed(art)}
+    assert after["quantized_draft_graphs"].status == "ruled out" and "off (told)" in after["quantized_draft_graphs"].summary
+    assert after["chunked_prefill_boundary"].status == "ruled out"
+    assert after["structured_output"].status == "ruled out"
+    assert after["k_schedule"].status == "confirmed" and "a_schedule" in after["k_schedule"].summary
 
 
 def test_every_home_resolves_the_setting_its_launch_drafts():
