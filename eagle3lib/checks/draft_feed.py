@@ -7,7 +7,7 @@ Causes: aux_opt_out, pipeline_parallel_aux, layer_id_count, stale_draft_kv, k_me
 Usage: ``check_draft_feed(art, engine="vllm", engine_version="0.32.0", engine_runner="v1")``.
 What K means is the engine's own reading of its flags: the launch's home decides it (`EngineHome.launch_rules`).
 Rests on `engines.facts` rows (topics flag / serving: use_aux_hidden_state per vLLM runner, aux states over PP,
-draft_rewrites_accepted_kv, k_per_batch_size) and `serving.loaded_view.vllm_fc_slots` (the fc vLLM builds).
+draft_rewrites_accepted_kv, k_per_batch_size) and `vllm_engine.loads.vllm_fc_slots` (the fc vLLM builds).
 """
 from __future__ import annotations
 
@@ -15,7 +15,7 @@ from ..causes import Finding, not_checked
 from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
-from ..serving.loaded_view import vllm_fc_slots
+from ..vllm_engine.loads import vllm_fc_slots
 from ..engines.versions import ENGINES, SERVING_ENGINES, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract

@@ -222,7 +222,8 @@ def check_launch_flags(art: Artifacts) -> list[Finding]:
                         {"engine": la.engine}, WHERE) for c in causes + TOPOLOGY] + [_trtllm(art)]
     rule = {c: engine_rule(la, c, f"{WHERE}.{where}") for c, where in ENGINE_RULES.items()}
     lev = launch_evidence(la)
-    return [rule["prefix_cache_stale_kv"], rule["dp_attention"], _lora(la), _structured(la, lev), _chunked(art, la, lev),
+    return [rule["prefix_cache_stale_kv"], rule["dp_attention"], _lora(la), _structured(la, lev),
+            _chunked(art, la, lev),
             _mrope(art, la), _trtllm(art), rule["hicache_draft_kv"], rule["pd_disaggregation"],
             rule["async_scheduling"], _sp(la)]
 

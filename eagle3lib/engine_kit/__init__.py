@@ -11,6 +11,8 @@
 - `launch_evidence` `LaunchEvidence`: what a launch's own flags say of how the draft runs (CUDA graphs, quantization,
                    KV dtype, K schedule, chunking, grammars), read by its home (`EngineHome.evidence`), judged by the
                    checks.
+- `table_view`     the aspects of a draft every engine's tables answer alike (layout, d2t, embedding), which each
+                   home's `table_view` builds its `EngineView` from.
 - `flag_values`    a launch flag's value as a check reads it (switch, integer, vLLM's --speculative-config), each with
                    the problem naming the flag; the finding of a garbled value.
 - `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.

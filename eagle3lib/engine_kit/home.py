@@ -5,10 +5,10 @@ Each engine the library knows (`engines.versions.SERVING_ENGINES`, the one list)
 start and which flags they take, how its decode log and its Prometheus metrics read into `RunRecord`s, which aux
 layer ids it reads from a draft config and what it then captures, and what the running engine said of a draft
 (`said`: its logs, its own code, the load a hook recorded) over the tables' view, how its launch decides the
-serving causes a launch can decide (`launch_rules`, `speculating`), the setting it drafts (`setting`), and what its
-flags say of how the draft runs (`evidence`, judged by the checks). The callers never branch on an engine's name for
-these: they ask the home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
-(`LaunchArgs.field_for("pipeline_parallel")`).
+serving causes a launch can decide (`launch_rules`, `speculating`), the setting it drafts (`setting`), what its flags
+say of how the draft runs (`evidence`, judged by the checks), and the draft as it loads it by the tables
+(`table_view`). The callers never branch on an engine's name for these: they ask the home
+(`serving.homes.home(name)`), or the parsed launch for a flag by its role (`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -55,3 +55,7 @@ class EngineHome:
     # quantization, KV dtype, K schedule, chunking, grammars), which the checks judge; absent: those causes are not
     # checked, naming this home
     evidence: Callable[..., object] | None = None
+    # (*, draft_raw, tensors, target_info, version, runner, mis_shaped, device) -> engine_kit.view.EngineView: the
+    # draft as this engine loads it by the tables (serving.loaded_view.engine_view asks it; `said` then overrules
+    # aspects with what the running engine said); absent: every aspect unknown, naming this home
+    table_view: Callable[..., object] | None = None

@@ -13,9 +13,9 @@ Aspects (`ASPECTS`) and what each can be:
 - `mis_shaped` only for a checkpoint holding q/k/v projections in another shape than its config sizes them:
               "padded" (SGLang on the CPU device: the checkpoint's rows first, zeros past them), None where no row
               says (the replay keeps eagle3lib's loader's stand-in).
-A view starts from the tables (`serving.loaded_view.engine_view`); each engine's home overrules its aspects with what
-the running engine said (`EngineHome.said`: its log, its own code asked, the load a hook recorded), and the view
-says which source answered each aspect.
+A view starts from the tables (each home's `table_view`, asked by `serving.loaded_view.engine_view`); each engine's
+home overrules its aspects with what the running engine said (`EngineHome.said`: its log, its own code asked, the
+load a hook recorded), and the view says which source answered each aspect.
 """
 from __future__ import annotations
 

@@ -27,7 +27,7 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "id_key", "eagle_aux_hidden_state_layer_ids@model", False, None, "", "sglang eagle_worker.py / "
       "llama.py (only eagle_config is read)", "a top-level key is ignored"),
     # ---- how many aux slots the draft's fc is built for (subject key@model file): the first of these keys the
-    # config sets, counted (a list by its length), else 3 slots (serving.loaded_view.vllm_fc_slots)
+    # config sets, counted (a list by its length), else 3 slots (vllm_engine.loads.vllm_fc_slots)
     F("vllm", "fc_slots", "num_aux_hidden_states@llama_eagle3", True, None, "", f"{LLAMA_EAGLE3} (LlamaModel.__init__: "
       "fc in_features = num_aux_hidden_states * target_hidden_size)", "top-level ids never size fc",
       checked=checked_by("fc_sizing_matches_vllm")),

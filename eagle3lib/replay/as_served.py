@@ -23,7 +23,7 @@ import torch
 
 from ..errors import ConfigError, Eagle3Error
 from ..engines import facts
-from ..serving.loaded_view import QKV_KEYS
+from ..engine_kit.table_view import QKV_KEYS
 from ..model.checkpoint import FILLS
 from ..model.draft import Eagle3Draft
 from ..model.layers import Rotary

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import sglang_readings
+from .loads import table_view
 from .said import said
 from . import launch_rules
 from .resolver import setting
@@ -14,4 +15,4 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   "python -m sglang.launch_server ..., sglang serve ...", metrics_record, SPEC_FIELDS, sglang_readings,
                   ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting, launch_rules.evidence)
+                  setting, launch_rules.evidence, table_view)

@@ -15,6 +15,8 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
                 --speculative-config's rejection_sample_method (FLy included), what K means; and what its flags say
                 of how the draft runs (`HOME.evidence`: graphs, the draft's quantization and KV dtype, K per batch
                 size, chunking).
+- `loads`       what vLLM loads of a draft by the tables (`HOME.table_view`): the ids its runner reads, the fc it
+                builds (`vllm_fc_slots`, `aux_opted_out`), d2t, embedding, the borrowed (sliced) head.
 - `said`        what the running vLLM said of a draft over the tables' view (`HOME.said`): the first log that says what
                 it did with the draft (version, runner, aux ids, sharing, its error), its own code asked (`probe`).
 - `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version, and what

@@ -6,6 +6,7 @@ from __future__ import annotations
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import vllm_readings
+from .loads import table_view
 from .said import said
 from . import launch_rules
 from .method import setting
@@ -14,4 +15,4 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   "vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...", metrics_record, SPEC_FIELDS,
                   vllm_readings, ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting, launch_rules.evidence)
+                  setting, launch_rules.evidence, table_view)

@@ -200,7 +200,8 @@ def test_the_checks_judge_the_homes_evidence_not_the_flags(tmp_path, monkeypatch
                           k_schedule={"a_schedule": [1, 2]})
     monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], evidence=lambda la: told))
     after = {f.cause: f for f in check_launch_flags(art) + check_draft_serving(art) + check_draft_feed(art)}
-    assert after["quantized_draft_graphs"].status == "ruled out" and "off (told)" in after["quantized_draft_graphs"].summary
+    graphs = after["quantized_draft_graphs"]
+    assert graphs.status == "ruled out" and "off (told)" in graphs.summary
     assert after["chunked_prefill_boundary"].status == "ruled out"
     assert after["structured_output"].status == "ruled out"
     assert after["k_schedule"].status == "confirmed" and "a_schedule" in after["k_schedule"].summary
