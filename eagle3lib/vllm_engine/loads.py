@@ -66,7 +66,9 @@ def table_view(*, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info,
     """The draft as vLLM at `version` loads it, by the tables (q/k/v of another shape: vLLM's loader refuses them,
     its log says so: `engines.engine_errors`, so no `mis_shaped` aspect)."""
     raw, keys = dict(draft_raw), set(tensors)
-    r = next(x for x in vllm_readings(raw, target_info.num_layers, None, target_info.architecture) if x.engine == "vllm")
+    # the named model runner's reading at this version (runner unknown: V2's, the CUDA default)
+    r = next(x for x in vllm_readings(raw, target_info.num_layers, str(version) if version else None,
+                                      target_info.architecture, runner) if x.engine == "vllm")
     aspects = {"layout": layout_aspect(r)}
     fc, refused = vllm_fc_slots(raw), None
     captured = [b for b in r.boundaries if b is not None]

@@ -45,3 +45,13 @@ def test_a_draft_that_keeps_aux_states_is_unchanged():
     for flag in (True, None):
         v = view(raw(flag), runner="v1")
         assert v.value("layout") == TRAINED and v.fc_slots == 3 and v.refused is None
+
+
+def test_the_layout_is_the_named_runners_reading():
+    """Ids only under eagle_config.eagle_aux_hidden_state_layer_ids: the V1 runner reads them, the V2 runner does not
+    (it falls back to its default layers); the view follows the runner the deployment names (unnamed: V2's)."""
+    r = {k: v for k, v in raw(None).items() if k != "eagle_aux_hidden_state_layer_ids"}
+    v1, v2, unnamed = view(r, runner="v1"), view(r, runner="v2"), view(r)
+    assert v1.value("layout") == ("layer_in.1", "layer_in.3", "layer_in.5") and "V1" in v1.aspects["layout"].detail
+    assert v2.value("layout") != v1.value("layout") and "V2" in v2.aspects["layout"].detail
+    assert unnamed.value("layout") == v2.value("layout")
