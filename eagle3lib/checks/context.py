@@ -12,13 +12,13 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
+from ..engines.versions import ENGINES
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
 WHERE = "checks.context"
 REPLAY_N = 8          # training samples replayed by default for the accuracy past the declared context
 FALL = 0.5            # served accuracy past the context under FALL x the accuracy within it: confirmed
-SERVINGS = (("sglang", None), ("vllm", "v1"), ("vllm", "v2"))   # the ways the known engines serve past it
 MEASUREMENT = ("replay of the training samples: step-0 accuracy within and past the draft's "
                "max_position_embeddings, served past it as the engine does")
 
@@ -73,22 +73,34 @@ def accuracy_falls_past(rows, draft_mp) -> dict | None:
     return {"before": a["before"], "past": a["past"]}
 
 
+STOPS = "stops_drafting_past_max_position_embeddings"     # the context rows: [@runner] where a runner decides
+
+
+def servings() -> tuple[tuple[str, str | None], ...]:
+    """The ways the known engines serve past the draft's context, (engine, model runner or None), in the order of
+    their rows of the engine facts (topic "context", subject STOPS[@runner])."""
+    return tuple((f.engine, f.subject.partition("@")[2] or None) for f in engine_facts.facts("context")
+                 if f.subject.partition("@")[0] == STOPS)
+
+
 def served_past(engine: str, runner: str | None = None, version: str | None = None) -> str | None:
-    """How `engine` (vLLM: its model `runner`, "v1" / "v2") serves positions past the draft's
-    max_position_embeddings, from the engine facts: "drafts on" or "stops drafting"; None when unknown.
+    """How `engine` (with its model `runner` where its rows name runners: vLLM "v1" / "v2") serves positions past the
+    draft's max_position_embeddings, from the engine facts: "drafts on" or "stops drafting"; None when unknown (no
+    row, a runner not named where the rows name runners, or a version the row does not place).
 
     No third mode ("cut": the context truncated to the draft's positions) is scored: no engine fact records an
     engine that truncates (engines/facts.py, topic "context": SGLang drafts on, vLLM raises the draft's rotary
     positions to the target's and its V1 runner stops drafting past the draft's max_model_len). One is added here
     only with a fact that has a source."""
-    if engine == "sglang":
-        on = engine_facts.reads("sglang", "context", "drafts_past_max_position_embeddings", version)
-        return None if on is None else "drafts on" if on else "stops drafting"
-    if engine == "vllm" and runner in ("v1", "v2"):
-        stops = engine_facts.reads("vllm", "context", f"stops_drafting_past_max_position_embeddings@{runner}",
-                                   version)
-        return None if stops is None else "stops drafting" if stops else "drafts on"
-    return None
+    named = [r for e, r in servings() if e == engine]      # the runners its rows name (None: a row for all)
+    if runner is not None and runner in named:
+        subject = f"{STOPS}@{runner}"
+    elif None in named:
+        subject = STOPS
+    else:
+        return None
+    stops = engine_facts.reads(engine, "context", subject, version)
+    return None if stops is None else "stops drafting" if stops else "drafts on"
 
 
 def _past_context(art: Artifacts, draft_mp: int, n: int) -> dict:
@@ -109,9 +121,9 @@ def _past_context(art: Artifacts, draft_mp: int, n: int) -> dict:
 def _served_answers(measured: dict, engine: str | None, version, runner) -> dict[str, dict]:
     """{'sglang' / 'vllm v1' / ...: {'serves', 'acc_0_past_served', 'falls'}} for the engine named (each vLLM
     runner when its runner is not known), else for every way the known engines serve past the context."""
-    ways = [w for w in SERVINGS if engine is None or w[0] == engine]
-    if engine == "vllm" and runner:
-        ways = [("vllm", runner.lower())]
+    ways = [w for w in servings() if engine is None or w[0] == engine]
+    if runner and any(r for _, r in ways):           # the engine's rows name runners: the one named
+        ways = [(engine, runner.lower())]
     out = {}
     for eng, run in ways:
         mode = served_past(eng, run, version)
@@ -160,22 +172,22 @@ def served_prompt_lengths(art: Artifacts) -> list[int] | None:
 ALLOW_LONGER = "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN"    # SGLang's switch past its draft-context refusal
 
 
-def _sglang_refuses(art: Artifacts, engine, version, draft_mp, target_mp) -> Finding | None:
-    """short_context confirmed when the launch is SGLang's, a version that refuses a draft context below the
-    target's (the engine table's context row) and the launch does not set the variable that allows it: the server
-    does not start. None otherwise."""
+def _refused_at_start(art: Artifacts, engine, version, draft_mp, target_mp) -> Finding | None:
+    """short_context confirmed when the serving engine, at its version, refuses a draft context below the target's
+    (its context row refuses_draft_context_below_target: SGLang's) and the launch does not set the variable that
+    allows it (SGLang's ALLOW_LONGER): the server does not start. None otherwise."""
     eng = (engine or (art.launch.engine if art.launch is not None else "") or "").lower()
-    if eng != "sglang" or draft_mp is None or target_mp is None or draft_mp >= target_mp:
+    row = engine_facts.fact(eng, "context", "refuses_draft_context_below_target") if eng else None
+    if row is None or draft_mp is None or target_mp is None or draft_mp >= target_mp:
         return None
     if art.launch is not None and str(art.launch.env.get(ALLOW_LONGER, "")).lower() in ("1", "true"):
-        return None
-    row = engine_facts.fact("sglang", "context", "refuses_draft_context_below_target")
-    if row is None or engine_facts.reads("sglang", "context", row.subject, version) is not True:
+        return None      # the switch the row's note names lets the server start
+    if engine_facts.reads(eng, "context", row.subject, version) is not True:
         return None
     return Finding("short_context", "confirmed", f"the draft declares {draft_mp} positions, the target {target_mp}: "
-                   f"SGLang {version} refuses such a draft at start-up ({row.note.split(';')[0]})",
+                   f"{ENGINES[eng].title if eng in ENGINES else eng} {version} refuses such a draft at start-up ({row.note.split(';')[0]})",
                    {"draft_max_position_embeddings": draft_mp, "target_max_position_embeddings": target_mp,
-                    "engine": "sglang", "version": version}, WHERE,
+                    "engine": eng, "version": version}, WHERE,
                    fix=f"set the draft's max_position_embeddings to {target_mp} when its RoPE was trained for it, or "
                        f"launch SGLang with {ALLOW_LONGER}=1 (it then drafts past the draft's positions)",
                    source=row.source)
@@ -201,7 +213,7 @@ def check_context(art: Artifacts, n: int = 32, replay_n: int = REPLAY_N, engine:
           "served_max_len": max(served) if served else None}
     if art.served_prompts and served is None:
         ev["served_note"] = "served prompts given as text but no target tokenizer to count them"
-    refused = _sglang_refuses(art, engine, engine_version, draft_mp, target_mp)
+    refused = _refused_at_start(art, engine, engine_version, draft_mp, target_mp)
     if refused is not None:
         return [refused]
     if draft_mp is not None and data and max(data) > draft_mp:    # trained past it: measure what is served there

@@ -155,8 +155,8 @@ ROWS: tuple[Fact, ...] = (
     F("sglang", "window", "draft_sliding_window_read", True, None, "2026", "sglang PR#24664 (EAGLE-3 SWA drafters)",
       "before it the draft ran with the target's window; the release is not placed"),
     # ---- context (field-causes.md #11)
-    F("sglang", "context", "drafts_past_max_position_embeddings", True, None, "", "sglang#6783",
-      "drafts at positions the draft never trained on: acceptance falls with length; since PR#9388 only with "
+    F("sglang", "context", "stops_drafting_past_max_position_embeddings", False, None, "", "sglang#6783",
+      "drafts on at positions the draft never trained on: acceptance falls with length; since PR#9388 only with "
       "SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 (else the draft is refused at start-up: the next row). Served: "
       "the demo draft with max_position_embeddings 64 on prompts of 88-134 tokens, τ as with 512",
       checked=checked_by_sglang("a_draft_context_below_the_target_s_is_refused_unless_allowed")),

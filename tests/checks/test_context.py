@@ -152,3 +152,17 @@ def test_demo_draft_declaring_64_positions_is_decided_per_engine_by_the_replay(s
     (any_engine,) = check_context(art)
     assert any_engine.status == "suspected" and any_engine.needs == NEEDS["engine"]
     assert set(any_engine.evidence["served_past_context"]) == {"sglang", "vllm v1", "vllm v2"}
+
+
+def test_the_ways_engines_serve_past_the_context_are_the_fact_rows(monkeypatch):
+    """`servings()` reads the context rows: an engine's row without a runner serves every launch of it; a new row
+    (here a made-up vLLM runner "v3" that stops drafting) is a new way, answered with no edit of the check."""
+    import dataclasses
+
+    from eagle3lib.checks.context import STOPS, served_past, servings
+    from eagle3lib.engines import facts
+    assert servings() == (("sglang", None), ("vllm", "v1"), ("vllm", "v2"))
+    v1 = facts.fact("vllm", "context", f"{STOPS}@v1")
+    monkeypatch.setattr(facts, "FACTS", facts.FACTS + (dataclasses.replace(v1, subject=f"{STOPS}@v3", since=None),))
+    assert servings()[-1] == ("vllm", "v3") and served_past("vllm", "v3") == "stops drafting"
+    assert served_past("sglang", "v3") == "drafts on"      # SGLang's row names no runner: it serves every launch

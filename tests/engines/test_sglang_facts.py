@@ -132,12 +132,13 @@ def test_the_seed_launch_is_rewritten_to_two_draft_tokens(served):
 def test_a_draft_context_below_the_target_s_is_refused_unless_allowed(served):
     """A draft config of 64 positions beside a target of 512: SGLang refuses it at start-up (row context
     refuses_draft_context_below_target; the refusal row names short_context); with
-    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 it serves and drafts past 64 (row drafts_past_max_position_embeddings),
+    SGLANG_ALLOW_OVERWRITE_LONGER_CONTEXT_LEN=1 it serves and drafts past 64 (row
+    stops_drafting_past_max_position_embeddings, false),
     τ within 10% of the same draft declaring 512, on prompts of 88-134 tokens (measured: 2.39 and 2.39, the same
     answers; vLLM V1 stops drafting there)."""
     v = engine_version()
     assert facts.reads("sglang", "context", "refuses_draft_context_below_target", v) is True
-    assert facts.reads("sglang", "context", "drafts_past_max_position_embeddings", v) is True
+    assert facts.reads("sglang", "context", "stops_drafting_past_max_position_embeddings", v) is False
     refused = served["mpe64"][0]
     assert not refused.ok and refused.n_answered == 0
     err = root_error(scan_errors(log_lines(open(refused.log).read())))
