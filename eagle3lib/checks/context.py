@@ -12,7 +12,7 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
-from ..engines.versions import ENGINES
+from ..engines.versions import engine_title
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
@@ -185,7 +185,7 @@ def _refused_at_start(art: Artifacts, engine, version, draft_mp, target_mp) -> F
     if engine_facts.reads(eng, "context", row.subject, version) is not True:
         return None
     return Finding("short_context", "confirmed", f"the draft declares {draft_mp} positions, the target {target_mp}: "
-                   f"{ENGINES[eng].title if eng in ENGINES else eng} {version} refuses such a draft at start-up ({row.note.split(';')[0]})",
+                   f"{engine_title(eng)} {version} refuses such a draft at start-up ({row.note.split(';')[0]})",
                    {"draft_max_position_embeddings": draft_mp, "target_max_position_embeddings": target_mp,
                     "engine": eng, "version": version}, WHERE,
                    fix=f"set the draft's max_position_embeddings to {target_mp} when its RoPE was trained for it, or "

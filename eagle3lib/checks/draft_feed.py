@@ -16,7 +16,7 @@ from ..engines import facts
 from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
 from ..vllm_engine.loads import vllm_fc_slots
-from ..engines.versions import ENGINES, SERVING_ENGINES, in_force
+from ..engines.versions import SERVING_ENGINES, engine_title, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 from ..engine_kit.flag_values import integer
@@ -232,7 +232,7 @@ def _stale(engine, version) -> Finding:
                        + ("" if engine else "; the engine is not known"), ev, w,
                        needs="the serving engine and version" if not engine else "served accept length against the "
                        "replay (a loss of 8-15% with no other cause)", source="vllm#14649")
-    title = ENGINES[engine].title if engine in ENGINES else engine
+    title = engine_title(engine)
     if not version:
         return not_checked(c, w, "the engine version", f"not checked: {title} {f.since}'s proposer rewrites the "
                            "accepted tokens' draft KV from the target's states; vllm#14649's V0 build did not")

@@ -21,7 +21,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
-from ..engines.versions import ENGINES
+from ..engines.versions import engine_title
 from .inputs import Artifacts
 from .registry import Options, contract
 from ..engine_kit.launch_evidence import LaunchEvidence
@@ -169,7 +169,7 @@ def _attention(art: Artifacts, la) -> Finding:
     ev = {"engine": la.engine, "attention_backend": backend, "draft_kv_cache_scheme": scheme}
     follows = serving_row(la.engine, "draft_follows_attention_backend")
     reads_scheme = serving_row(la.engine, "kv_cache_scheme_read_from_draft")
-    title = ENGINES[la.engine].title if la.engine in ENGINES else la.engine
+    title = engine_title(la.engine)
     if scheme and reads_scheme is not None and reads_scheme.reads:
         return Finding(c, "suspected", f"the draft config declares a compressed-tensors kv_cache_scheme ({scheme}): "
                        f"{title} reads the draft's own quantization config, which gives the draft an fp8 KV cache "
@@ -186,7 +186,7 @@ def _attention(art: Artifacts, la) -> Finding:
     if scheme:
         seen = [f for f in facts.facts("serving") if f.subject == "kv_cache_scheme_read_from_draft" and f.reads]
         return Finding(c, "not checked", "not checked: the draft config declares a kv_cache_scheme; the fp8 draft KV "
-                       "was reported on " + ", ".join(ENGINES[f.engine].title for f in seen) + f", no {title} "
+                       "was reported on " + ", ".join(engine_title(f.engine) for f in seen) + f", no {title} "
                        "thread", ev, w, needs=f"the {title} server log's KV-cache dtype for the draft worker",
                        source="; ".join(f.source for f in seen))
     if backend and follows is None:

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
-from ..engines.versions import ENGINES, SERVING_ENGINES
+from ..engines.versions import SERVING_ENGINES, engine_title
 from ..engine_kit.flag_values import flag, garbled, integer, switch
 from ..engine_kit.launch_evidence import LaunchEvidence
 from ..engine_kit.launch_reading import LaunchArgs
@@ -158,8 +158,8 @@ def _mrope(art: Artifacts, la: LaunchArgs) -> Finding:
                        needs="the server log under batched multimodal traffic", source=row.source)
     seen = [f for f in facts.facts("serving") if f.subject == subject and f.reads]
     return Finding(c, "not checked", "not checked: an mRoPE target; the draft-extend crash was reported on "
-                   + ", ".join(f"{ENGINES[f.engine].title} ({f.source.split(' ')[0]})" for f in seen)
-                   + f", no {ENGINES[la.engine].title if la.engine in ENGINES else la.engine} thread", ev, w,
+                   + ", ".join(f"{engine_title(f.engine)} ({f.source.split(' ')[0]})" for f in seen)
+                   + f", no {engine_title(la.engine)} thread", ev, w,
                    needs="the server log under batched multimodal traffic", source="; ".join(f.source for f in seen))
 
 

@@ -46,6 +46,11 @@ ENGINES = {"sglang": EngineVersions("SGLang", LATEST_TRACED, "e.g. 0.5.6 or 0.4.
 SERVING_ENGINES = tuple(ENGINES)
 
 
+def engine_title(engine: str) -> str:
+    """An engine's name as users write it ("vllm" -> "vLLM"); a name the list lacks as it is."""
+    return ENGINES[engine].title if engine in ENGINES else engine
+
+
 def parse_version(version: str | Version, engine: str = "sglang") -> Version:
     """An engine's version string as a comparable Version; ServingArgsError naming the engine when unreadable."""
     if isinstance(version, Version):
