@@ -10,13 +10,14 @@ from __future__ import annotations
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
-from ..engines.versions import SERVING_ENGINES
+from ..engines.versions import SERVING_ENGINES, engine_title
 from ..model.dialects import FLAG_PLACES, value_at
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
 WHERE = "checks.flags"
 FLAGS = ("norm_before_fc", "fc_norm", "norm_output", "norm_before_residual")
+ABSENT_TRUE = "norm_before_residual@speculators:absent"   # the fact row: an engine runs the missing key as True
 # tensors that only exist for a flag (canonical or speculators names)
 FLAG_TENSORS = {"norm_before_fc": ("input_norm.weight",), "fc_norm": ("fc_norm.0.weight", "aux_norm_low.weight")}
 
@@ -86,7 +87,9 @@ def check_flags(art: Artifacts, engine: str | None = None, engine_version: str |
                            source="checkpoint.py canonical names; vllm PR#38111 (gpt-oss norm_before_fc)"))
     spec_default = ("speculators_config" in raw or "transformer_layer_config" in raw) and \
         "norm_before_residual" not in raw
-    if not places and not (spec_default and engine == "vllm"):
+    absent = engine_facts.fact(engine.lower(), "flag", ABSENT_TRUE) if spec_default and engine else None
+    absent = absent if absent is not None and absent.reads else None     # the engine runs the missing key True
+    if not places and absent is None:
         out.append(Finding("dropped_variant_flags", "ruled out", "no variant flag is set: nothing to drop",
                            {"flags_set": {}}, WHERE))
         return out
@@ -108,10 +111,10 @@ def check_flags(art: Artifacts, engine: str | None = None, engine_version: str |
             if f is not None:
                 sources.append(f.source)
             (dropped if r is False else unknown if r is None else []).append(subject)
-    if spec_default and eng == "vllm":
-        rows["norm_before_residual@speculators"] = "missing key: vLLM sets it True"
+    if absent is not None:
+        rows["norm_before_residual@speculators"] = f"missing key: {engine_title(eng)} sets it True"
         dropped.append("norm_before_residual (absent -> True)")
-        sources.append(engine_facts.fact("vllm", "flag", "norm_before_residual@speculators").source)
+        sources.append(absent.source)
     ev = {"engine": eng, "engine_version": engine_version, "flags_set": places, "reading": rows,
           **_replay_evidence(art, list(places), replay_n)}
     if dropped:

@@ -59,3 +59,4 @@ class EngineHome:
     # draft as this engine loads it by the tables (serving.loaded_view.engine_view asks it; `said` then overrules
     # aspects with what the running engine said); absent: every aspect unknown, naming this home
     table_view: Callable[..., object] | None = None
+    served_tau: str = ""            # where its served accept length is read, as a "not checked" names it

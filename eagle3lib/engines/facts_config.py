@@ -40,6 +40,8 @@ ROWS: tuple[Fact, ...] = (
       checked=checked_by("flags_as_built")),
     F("vllm", "flag", "norm_before_residual@speculators", True, None, "", f"{_ALGOS}:33-35 (update_eagle3)",
       "a missing key defaults to True on this path"),
+    F("vllm", "flag", "norm_before_residual@speculators:absent", True, None, "", f"{_ALGOS}:33-35 (update_eagle3)",
+      "a speculators config without the key runs with norm_before_residual True (checks.flags)"),
     F("vllm", "flag", "use_aux_hidden_state@eagle_config", True, None, "", f"{LLAMA_EAGLE3}:179-183, 209, 462-463",
       "false: no fc is built, fc.* keys are dropped and the target's last hidden state is fed as it is",
       checked=checked_by("flags_as_built")),

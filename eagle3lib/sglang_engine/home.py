@@ -13,6 +13,8 @@ from .resolver import setting
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
-                  "python -m sglang.launch_server ..., sglang serve ...", metrics_record, SPEC_FIELDS, sglang_readings,
-                  ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting, launch_rules.evidence, table_view)
+                  commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
+                  speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, roles=ROLES, said=said,
+                  launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
+                  evidence=launch_rules.evidence, table_view=table_view,
+                  served_tau="an SGLang decode log, /server_info or served traffic")

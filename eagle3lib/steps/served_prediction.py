@@ -18,7 +18,8 @@ import pandas as pd
 from ..causes import Finding, not_checked
 from ..demo import sweep as demo_sweep
 from ..errors import Eagle3Error
-from ..engines.versions import ENGINES
+from ..engines.versions import engine_title
+from ..serving.homes import homes
 from ..checks.restoring import config_findings, tensor_findings
 from ..checks.inputs import Artifacts
 from ..checks.rope import rope_fields
@@ -252,7 +253,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
             problems.append(f"serving dump {serving_dump}: {e}")
     trained = TrainedLayout(setup.training_layout, setup.training_layout_source, "")
     decided += view_findings(view, trained, art=art, num_layers=setup.num_layers)
-    name = ENGINES[engine].title
+    name = engine_title(engine)
     if view.refused and view.refused_source in ENGINE_SAID:
         notes.append(f"{name} does not serve this draft: {view.refused}")
         return ServedPrediction((), tuple(problems), (), tuple(notes), view, None, tuple(decided))
@@ -276,7 +277,7 @@ def engine_served(engine: str, d: Discovery, case: Case, n: int = 16) -> ServedP
         except Eagle3Error as e:
             problems.append(f"served traffic {served_traffic_path}: {e}; replayed on {data} instead")
     if not runs:
-        need = "a vLLM log or /metrics" if engine == "vllm" else "an SGLang decode log, /server_info or served traffic"
+        need = getattr(homes().get(engine), "served_tau", "") or f"a {engine_title(engine)} decode log"
         return ServedPrediction((), tuple(problems), (f"{need} with accept lengths (served_log_path)",),
                                 tuple(notes), view, None, tuple(decided))
     shipped = set(art.tensors or {})

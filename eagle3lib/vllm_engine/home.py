@@ -13,6 +13,8 @@ from .method import setting
 from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
-                  "vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...", metrics_record, SPEC_FIELDS,
-                  vllm_readings, ROLES, said, launch_rules.RULES, launch_rules.speculating,
-                  setting, launch_rules.evidence, table_view)
+                  commands="vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...",
+                  metrics=metrics_record, speculative_fields=SPEC_FIELDS, id_readings=vllm_readings, roles=ROLES,
+                  said=said,
+                  launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
+                  evidence=launch_rules.evidence, table_view=table_view, served_tau="a vLLM log or /metrics")
