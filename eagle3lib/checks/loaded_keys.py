@@ -21,6 +21,7 @@ from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
 from ..engines.versions import SERVING_ENGINES
+from ..serving.homes import homes
 from .inputs import Artifacts
 from .registry import Options, contract
 
@@ -85,30 +86,21 @@ def expected_shapes(cfg) -> dict[str, tuple[int, ...]]:
 
 def engine_name(key: str, engine: str, version: str | None) -> tuple[str | None, bool | None]:
     """(canonical name `engine` loads `key` as, or None when it does not map it; whether that is known for this
-    version: None = depends on a version not given)."""
+    version: None = depends on a version not given, or an engine whose home does not say how it loads keys). The
+    engine's own loader is its home's (`EngineHome.loaded_key`); a later layer's input norm is the facts' rows."""
     known = True
-    name = key
     later = LATER_NORM.match(key)
     if later and engine in SERVING_ENGINES:      # a later layer's input norm: each engine uses one name
         r = engine_facts.reads(engine, "keys", f"layers.N.{later.group(3)}", version)
         if r is False:
             return None, True
         known = r is not None
-    if engine == "sglang":
-        name = re.sub(r"^model\.", "", name)
-        if name.startswith("layers.0."):
-            r = engine_facts.reads("sglang", "keys", "layers.0.*", version)
-            if r is False:
-                return None, True
-            known = r is not None
-            name = "midlayer." + name[len("layers.0."):]
-    elif engine == "vllm":
-        if name.startswith("model.") and not name.startswith("model.lm_head"):
-            return None, True            # vLLM adds model. itself: model.model.* is refused
-        name = name.replace("midlayer.", "layers.0.", 1).replace("layers.0.", "midlayer.", 1)
-        name = name.replace("draft_id_to_target_id", "d2t")
+    load = getattr(homes().get(engine), "loaded_key", None)
+    name, loaded_known = load(key, version) if load is not None else (key, None)
+    if name is None:
+        return None, True
     name = re.sub(r"^layers\.([1-9]\d*)\.hidden_norm\.", r"layers.\1.input_layernorm.", name)   # SGLang's name
-    return name, known
+    return name, (known and loaded_known) if loaded_known is not None else None
 
 
 # the causes check_weights reports (checks.judge: what a broken check reports as not checked)
@@ -125,7 +117,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
     # an MLA draft as eagle3lib's loader and vLLM's deepseek_eagle3 read it: fused tensors as their parts, the later
     # layers' unread hidden_norm left out (SGLang knows neither: it sees the raw keys)
     tensors = header_view(art.tensors, art.draft_cfg) if art.draft_cfg.mla else dict(art.tensors)
-    seen = {eng: list(tensors) if eng == "vllm" else keys for eng in SERVING_ENGINES}
+    seen = {eng: list(tensors) if homes()[eng].mla_as_parts else keys for eng in SERVING_ENGINES}
     try:
         canon, renames = canonicalize({k: None for k in tensors})
     except Eagle3Error as e:

@@ -60,3 +60,7 @@ class EngineHome:
     # aspects with what the running engine said); absent: every aspect unknown, naming this home
     table_view: Callable[..., object] | None = None
     served_tau: str = ""            # where its served accept length is read, as a "not checked" names it
+    # (checkpoint key, version) -> (the name its loader loads the key as, None where it drops or refuses it; whether
+    # that is known at the version): checks.loaded_keys asks it; absent: how it loads keys is not known
+    loaded_key: Callable[..., tuple] | None = None
+    mla_as_parts: bool = False      # its loader reads an MLA draft's fused tensors as their parts (model.mla_vllm)

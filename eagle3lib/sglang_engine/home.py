@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import sglang_readings
-from .loads import table_view
+from .loads import loaded_key, table_view
 from .said import said
 from . import launch_rules
 from .resolver import setting
@@ -16,5 +16,5 @@ HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, 
                   commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, roles=ROLES, said=said,
                   launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
-                  evidence=launch_rules.evidence, table_view=table_view,
+                  evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key,
                   served_tau="an SGLang decode log, /server_info or served traffic")

@@ -6,6 +6,7 @@ engine overrules these aspects with what it said (`said`: its log, the load eagl
 """
 from __future__ import annotations
 
+import re
 from typing import Mapping
 
 from ..engine_kit.table_view import QKV_KEYS, d2t_aspect, embedding_aspect, layout_aspect
@@ -38,6 +39,18 @@ def _mis_shaped(keys: tuple[str, ...], device: str | None, version) -> Aspect | 
     where = f"on {device}" if device else "on the device the launch leaves to its default"
     return Aspect("mis_shaped", None, "unknown", f"{said}: SGLang {where}: {row.note.split('; ')[-1]} "
                   f"({row.source})")
+
+
+def loaded_key(key: str, version) -> tuple[str | None, bool]:
+    """(the name SGLang's loader loads a checkpoint key as, None where it drops it; whether that is known at
+    `version`): the model. prefix stripped, layers.0.* as midlayer.* where the keys rows say it maps them."""
+    name = re.sub(r"^model\.", "", key)
+    if not name.startswith("layers.0."):
+        return name, True
+    r = facts.reads("sglang", "keys", "layers.0.*", version)
+    if r is False:
+        return None, True
+    return "midlayer." + name[len("layers.0."):], r is not None
 
 
 def table_view(*, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info, version=None,

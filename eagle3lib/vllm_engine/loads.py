@@ -61,6 +61,15 @@ def _lm_head(raw: dict, keys: set, target_info, version) -> Aspect:
                       else ""))
 
 
+def loaded_key(key: str, version=None) -> tuple[str | None, bool]:
+    """(the name vLLM's loader loads a checkpoint key as, None where it refuses it; known): vLLM adds model. itself,
+    so model.model.* is refused; layers.0.* and midlayer.* are one layer; draft_id_to_target_id loads as d2t."""
+    if key.startswith("model.") and not key.startswith("model.lm_head"):
+        return None, True
+    name = key.replace("midlayer.", "layers.0.", 1).replace("layers.0.", "midlayer.", 1)
+    return name.replace("draft_id_to_target_id", "d2t"), True
+
+
 def table_view(*, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info, version=None,
                runner: str | None = None, mis_shaped: tuple[str, ...] = (), device: str | None = None) -> EngineView:
     """The draft as vLLM at `version` loads it, by the tables (q/k/v of another shape: vLLM's loader refuses them,

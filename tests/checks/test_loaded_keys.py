@@ -46,6 +46,19 @@ def test_engine_name_rules():
     assert engine_name("layers.0.mlp.up_proj.weight", "vllm", None) == ("midlayer.mlp.up_proj.weight", True)
 
 
+def test_each_engine_loads_keys_as_its_home_says(monkeypatch):
+    """The loader's key names are the engine's home's (`EngineHome.loaded_key`); a home that does not say leaves
+    the name unknown (None), never another engine's mapping."""
+    from dataclasses import replace
+
+    from eagle3lib.serving.homes import homes
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], loaded_key=lambda key, version: (
+        "renamed." + key, True)))
+    assert engine_name("fc.weight", "sglang", None) == ("renamed.fc.weight", True)
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], loaded_key=None))
+    assert engine_name("model.fc.weight", "sglang", None) == ("model.fc.weight", None)
+
+
 MLA_FIELDS = {"architectures": ["Eagle3DeepseekV2ForCausalLM"], "q_lora_rank": 16, "kv_lora_rank": 12,
               "qk_rope_head_dim": 8, "qk_nope_head_dim": 8, "v_head_dim": 6}
 
