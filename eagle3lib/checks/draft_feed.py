@@ -7,15 +7,14 @@ Causes: aux_opt_out, pipeline_parallel_aux, layer_id_count, stale_draft_kv, k_me
 Usage: ``check_draft_feed(art, engine="vllm", engine_version="0.32.0", engine_runner="v1")``.
 What K means is the engine's own reading of its flags: the launch's home decides it (`EngineHome.launch_rules`).
 Rests on `engines.facts` rows (topics flag / serving: use_aux_hidden_state per vLLM runner, aux states over PP,
-draft_rewrites_accepted_kv, k_per_batch_size) and `vllm_engine.loads.vllm_fc_slots` (the fc vLLM builds).
+draft_rewrites_accepted_kv, k_per_batch_size) and each home's `built_fc_slots` (the fc vLLM builds: `vllm_engine.loads`).
 """
 from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..engines import facts
-from ..engines.capture_rules import draft_rules, served_fc_slots
 from ..model.dialects import value_at
-from ..vllm_engine.loads import vllm_fc_slots
+from ..serving.homes import homes
 from ..engines.versions import SERVING_ENGINES, engine_title, in_force
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
@@ -183,18 +182,6 @@ def _pp(art: Artifacts, la) -> Finding:
                    source=f.source)
 
 
-def vllm_fc(raw: dict, version=None) -> tuple[int | None, str]:
-    """(aux slots vLLM's model file for the draft builds fc for, the rule's source): `engines.capture_rules`'s row
-    for the draft architecture (checked on the running engine), else llama_eagle3's rule (`vllm_fc_slots`)."""
-    arch = (raw.get("architectures") or [""])[0]
-    rules = draft_rules("vllm", arch, version)
-    built = served_fc_slots(rules[0], raw, version) if len(rules) == 1 else None
-    if built is not None:
-        return built, f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
-    return vllm_fc_slots(raw), ("vLLM llama_eagle3.py: num_aux_hidden_states, else the eagle_config id count, "
-                                "else 3")
-
-
 def _count(art: Artifacts, engine, version=None) -> Finding:
     c, w = "layer_id_count", f"{WHERE}.layer_id_count"
     if art.draft_raw is None:
@@ -210,17 +197,23 @@ def _count(art: Artifacts, engine, version=None) -> Finding:
     n = len(ids)
     if k and k != n:
         return Finding(c, "confirmed", f"{key} lists {n} ids but the checkpoint's fc takes {k} slots ({k_from}): "
-                       "the ids and the trained fc disagree", ev, w, fix=f"list the {k} trained layers", source="verl-SpeCo PR#6")
-    if engine == "vllm" or engine is None:
-        built, rule = vllm_fc(raw, version)
-        ev["vllm_fc_slots"] = built
+                       "the ids and the trained fc disagree", ev, w, fix=f"list the {k} trained layers",
+                       source="verl-SpeCo PR#6")
+    # the engines that size fc from the config themselves (their home's built_fc_slots): the named one, else each
+    sizers = {e: h.built_fc_slots for e, h in homes().items() if h.built_fc_slots is not None and engine in (None, e)}
+    same = []
+    for eng, sized in sizers.items():
+        built, rule = sized(raw, version)
+        ev[f"{eng}_fc_slots"] = built
         if built is not None and built != n:
-            return Finding(c, "confirmed" if engine == "vllm" else "suspected", f"{key} lists {n} ids but vLLM "
-                           f"builds fc for {built} slots ({rule}): the checkpoint is refused or fed the wrong count",
-                           ev, w, fix=f"set num_aux_hidden_states {n} and the ids under eagle_config",
-                           source=f"verl-SpeCo PR#6; {rule}")
+            return Finding(c, "confirmed" if engine else "suspected", f"{key} lists {n} ids but "
+                           f"{engine_title(eng)} builds fc for {built} slots ({rule}): the checkpoint is refused or "
+                           "fed the wrong count", ev, w, fix=f"set num_aux_hidden_states {n} and the ids under "
+                           "eagle_config", source=f"verl-SpeCo PR#6; {rule}")
+        same += [engine_title(eng)] if built is not None else []
     return Finding(c, "ruled out", f"{key} lists {n} ids" + (f", the fc takes {k}" if k else "")
-                   + (", and vLLM sizes fc for the same count" if engine in ("vllm", None) else ""), ev, w)
+                   + (f", and {' and '.join(same)} size{'s' if len(same) == 1 else ''} fc for the same count"
+                      if same else ""), ev, w)
 
 
 def _stale(engine, version) -> Finding:

@@ -63,4 +63,7 @@ class EngineHome:
     # (checkpoint key, version) -> (the name its loader loads the key as, None where it drops or refuses it; whether
     # that is known at the version): checks.loaded_keys asks it; absent: how it loads keys is not known
     loaded_key: Callable[..., tuple] | None = None
+    # (draft config dict, version) -> (aux slots its model file builds fc for, the rule's source), None where the
+    # config does not size it: check 13 (layer_id_count) asks it; absent: the engine does not size fc from the config
+    built_fc_slots: Callable[..., tuple] | None = None
     mla_as_parts: bool = False      # its loader reads an MLA draft's fused tensors as their parts (model.mla_vllm)

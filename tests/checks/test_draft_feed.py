@@ -107,6 +107,22 @@ def test_layer_id_count(tmp_path):
     assert f.status == "not checked" and "layer ids" in f.needs
 
 
+def test_the_fc_an_engine_builds_is_its_homes_answer(tmp_path, monkeypatch):
+    """Only a home that sizes fc from the config (`EngineHome.built_fc_slots`: vLLM's) judges the id count against
+    it: five top-level ids with fc sized 3 are confirmed on vLLM, suspected with no engine named (vLLM would), and
+    ruled out on SGLang, whose home sizes nothing, until its home says it builds 2 slots."""
+    from dataclasses import replace
+
+    from eagle3lib.serving.homes import homes
+    top = draft_raw(eagle_config=None, eagle_aux_hidden_state_layer_ids=[0, 1, 3, 5, 6])
+    assert _f(tmp_path, None, top, k=5)["layer_id_count"].status == "suspected"
+    sg = _f(tmp_path, vl(), top, k=5, engine="sglang")["layer_id_count"]
+    assert sg.status == "ruled out" and "size" not in sg.summary
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], built_fc_slots=lambda raw, v: (2, "a toy rule")))
+    sg = _f(tmp_path, vl(), top, k=5, engine="sglang")["layer_id_count"]
+    assert sg.status == "confirmed" and "SGLang builds fc for 2 slots (a toy rule)" in sg.summary
+
+
 def test_stale_draft_kv_by_version(tmp_path):
     """vLLM 0.32.0: ruled out (the proposer's first pass rewrites the accepted tokens' KV, llm_base_proposer.py);
     an earlier release: not placed; no version: not checked naming it; SGLang: not checked (vLLM thread)."""

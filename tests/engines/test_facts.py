@@ -98,10 +98,10 @@ def test_a_new_fc_slots_row_is_what_the_package_answers(monkeypatch):
     """Recipe: a model file that sizes fc from a new key is rows of the table; capture_rules and check 13 follow."""
     from eagle3lib.engines import capture_rules, facts
     from eagle3lib.engines.fact_row import Fact
-    from eagle3lib.checks.draft_feed import vllm_fc
+    from eagle3lib.vllm_engine.loads import built_fc_slots
     row = Fact("vllm", "fc_slots", "eagle_config.num_fc_slots@llama_eagle3", True, None, "", "a future vLLM")
     monkeypatch.setattr(facts, "FACTS", (row,) + facts.FACTS)
     raw = {"architectures": ["LlamaForCausalLMEagle3"], "eagle_config": {"num_fc_slots": 6}}
     rule = capture_rules.draft_rules("vllm", "LlamaForCausalLMEagle3")[-1]
     assert capture_rules.served_fc_slots(rule, raw) == 6
-    assert vllm_fc(raw)[0] == 6
+    assert built_fc_slots(raw)[0] == 6
