@@ -7,7 +7,8 @@ Causes: aux_opt_out, pipeline_parallel_aux, layer_id_count, stale_draft_kv, k_me
 Usage: ``check_draft_feed(art, engine="vllm", engine_version="0.32.0", engine_runner="v1")``.
 What K means is the engine's own reading of its flags: the launch's home decides it (`EngineHome.launch_rules`).
 Rests on `engines.facts` rows (topics flag / serving: use_aux_hidden_state per vLLM runner, aux states over PP,
-draft_rewrites_accepted_kv, k_per_batch_size) and each home's `built_fc_slots` (the fc vLLM builds: `vllm_engine.loads`).
+draft_rewrites_accepted_kv, k_per_batch_size) and each home's `built_fc_slots` (the fc vLLM builds:
+`vllm_engine.loads`).
 """
 from __future__ import annotations
 
