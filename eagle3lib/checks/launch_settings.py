@@ -1,6 +1,6 @@
-"""Check 7, launch vs draft: the speculative algorithm against the draft's architecture (SGLang EAGLE vs EAGLE3;
-vLLM `method` and its path auto-detection, `vllm_engine.method.vllm_effective`), lossy accept thresholds
-(`crossengine.lint`), sampling settings that make a benchmark greedy, a quantized target, and draft/target
+"""Check 7, launch vs draft: the speculative algorithm against the draft's architecture, as the launch's home picks
+it (`EngineHome.method_rule`: SGLang EAGLE vs EAGLE3; vLLM `method` and its path auto-detection), lossy accept
+thresholds (`crossengine.lint`), sampling settings that make a benchmark greedy, a quantized target, and draft/target
 hidden-size bridging.
 
 Causes: wrong_method, lossy_threshold, sampling_settings, quantized_target, hidden_size_mismatch.
@@ -9,8 +9,7 @@ from __future__ import annotations
 
 from ..causes import Finding, not_checked
 from ..serving.crossengine import lint
-from ..vllm_engine.method import vllm_effective
-from ..engines import facts as engine_facts
+from ..serving.homes import homes
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
@@ -38,31 +37,11 @@ def _method(art: Artifacts) -> Finding:
                        needs=f"the launch command with a valid value ({flags})")
     e3 = is_eagle3(raw, art.draft_cfg)
     ev = {"engine": la.engine, "draft_architecture": art.draft_cfg.architecture, "eagle3_draft": e3}
-    if la.engine == "sglang":
-        algo = (la.algorithm or "").upper()
-        ev["speculative_algorithm"] = la.algorithm
-        src = engine_facts.fact("sglang", "method", "EAGLE with an EAGLE-3 draft").source
-        if not algo:
-            return Finding("wrong_method", "confirmed", "the launch command sets no --speculative-algorithm: the "
-                           "server runs without speculation", ev, w, fix="--speculative-algorithm EAGLE3")
-        if e3 and algo != "EAGLE3":
-            return Finding("wrong_method", "confirmed", f"--speculative-algorithm {la.algorithm} with an EAGLE-3 "
-                           "draft: the fc over aux states is skipped (accept length exactly 1.0, no warning)", ev, w,
-                           fix="--speculative-algorithm EAGLE3", source=src)
-        return Finding("wrong_method", "ruled out", f"--speculative-algorithm {la.algorithm} fits the draft", ev, w)
-    eff = vllm_effective(la)
-    ev.update(method=eff["method"], method_given=(la.speculative_config or {}).get("method"), notes=eff["notes"])
-    src = engine_facts.fact("vllm", "method", "method inferred from the path").source
-    want = "eagle3" if e3 else "eagle"
-    if eff["method"] != want:
-        return Finding("wrong_method", "confirmed", f"vLLM runs method {eff['method']!r} for an "
-                       f"{'EAGLE-3' if e3 else 'EAGLE'} draft" + (" (inferred from the path)" if eff["notes"] else ""),
-                       ev, w, fix=f"--speculative-config '{{\"method\": \"{want}\", ...}}'", source=src)
-    if ev["method_given"] is None:
-        return Finding("wrong_method", "suspected", f"no method given: vLLM infers {want!r} from the path, and "
-                       "detection has overridden users before", ev, w, fix=f"give \"method\": \"{want}\" explicitly",
-                       source=src)
-    return Finding("wrong_method", "ruled out", f"method {want!r} given explicitly", ev, w, source=src)
+    rule = getattr(homes().get(la.engine), "method_rule", None)
+    if rule is None:
+        return Finding("wrong_method", "not checked", f"not checked: {la.engine}'s home has no method rule", ev, w,
+                       needs=f"a method rule in {la.engine}'s home (method_rule)")
+    return rule(la, e3, ev, w)
 
 
 def _lossy(art: Artifacts) -> Finding:

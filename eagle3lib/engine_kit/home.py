@@ -45,6 +45,9 @@ class EngineHome:
     # cause (checks.launch_flags, checks.draft_serving, checks.draft_feed ask for it); a cause without a rule is
     # not checked, naming this home
     launch_rules: Mapping[str, Callable] = field(default_factory=dict)
+    # (LaunchArgs, eagle3: is the draft an EAGLE-3 one, the check's evidence, where) -> the wrong_method Finding: how
+    # this engine's launch picks the speculative method (checks.launch_settings asks it); absent: not checked
+    method_rule: Callable[..., object] | None = None
     # (LaunchArgs) -> does the launch speculate at all (None: its speculative setting cannot be read); absent: it
     # speculates when it names an algorithm
     speculating: Callable[..., bool | None] | None = None

@@ -15,6 +15,7 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, roles=ROLES, said=said,
-                  launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
+                  launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
+                  speculating=launch_rules.speculating, setting=setting,
                   evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key,
                   served_tau="an SGLang decode log, /server_info or served traffic")

@@ -168,6 +168,22 @@ def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
                    source=K_SOURCES)
 
 
+def method_rule(la: LaunchArgs, eagle3: bool, ev: dict, w: str) -> Finding:
+    """wrong_method as SGLang picks the method: --speculative-algorithm, which must be EAGLE3 for an EAGLE-3 draft
+    (EAGLE skips its fc over aux states); `eagle3` whether the draft is one, `ev` the check's evidence so far."""
+    algo = (la.algorithm or "").upper()
+    ev = {**ev, "speculative_algorithm": la.algorithm}
+    src = fact("sglang", "method", "EAGLE with an EAGLE-3 draft").source
+    if not algo:
+        return Finding("wrong_method", "confirmed", "the launch command sets no --speculative-algorithm: the "
+                       "server runs without speculation", ev, w, fix="--speculative-algorithm EAGLE3")
+    if eagle3 and algo != "EAGLE3":
+        return Finding("wrong_method", "confirmed", f"--speculative-algorithm {la.algorithm} with an EAGLE-3 "
+                       "draft: the fc over aux states is skipped (accept length exactly 1.0, no warning)", ev, w,
+                       fix="--speculative-algorithm EAGLE3", source=src)
+    return Finding("wrong_method", "ruled out", f"--speculative-algorithm {la.algorithm} fits the draft", ev, w)
+
+
 def evidence(la: LaunchArgs) -> LaunchEvidence:
     """What SGLang's flags say of how the draft runs: every worker gets the same ServerArgs, so the draft inherits
     --quantization unless --speculative-draft-model-quantization says otherwise (facts: draft_inherits_quantization);

@@ -15,6 +15,7 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   commands="vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...",
                   metrics=metrics_record, speculative_fields=SPEC_FIELDS, id_readings=vllm_readings, roles=ROLES,
-                  said=said, launch_rules=launch_rules.RULES, speculating=launch_rules.speculating, setting=setting,
+                  said=said, launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
+                  speculating=launch_rules.speculating, setting=setting,
                   evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key, mla_as_parts=True,
                   built_fc_slots=built_fc_slots, served_tau="a vLLM log or /metrics")

@@ -13,6 +13,7 @@ from ..engine_kit.flag_values import garbled, integer, spec_config, switch
 from ..engine_kit.launch_evidence import LaunchEvidence
 from ..engine_kit.launch_reading import LaunchArgs
 from ..engines.facts import fact, reads
+from .method import vllm_effective
 
 NEEDS_OVER_TIME = ("served accept lengths over time (served_log_path) against the replay: a decay over hours that "
                    "a restart resets points at stale prefix-cache KV")
@@ -195,6 +196,26 @@ def _k_meaning(la: LaunchArgs, w: str, version: str | None = None) -> Finding:
                    "served number is τ - 1 against every other engine's τ", ev, w,
                    fix="add 1 to the served mean acceptance length, or recompute τ from the counters",
                    source=f.source)
+
+
+def method_rule(la: LaunchArgs, eagle3: bool, ev: dict, w: str) -> Finding:
+    """wrong_method as vLLM picks the method: --speculative-config's method, else what it infers from the draft's
+    path (`method.vllm_effective`); `eagle3` whether the draft is an EAGLE-3 one, `ev` the check's evidence so far."""
+    eff = vllm_effective(la)
+    ev = {**ev, "method": eff["method"], "method_given": (la.speculative_config or {}).get("method"),
+          "notes": eff["notes"]}
+    src = fact("vllm", "method", "method inferred from the path").source
+    want = "eagle3" if eagle3 else "eagle"
+    if eff["method"] != want:
+        return Finding("wrong_method", "confirmed", f"vLLM runs method {eff['method']!r} for an "
+                       f"{'EAGLE-3' if eagle3 else 'EAGLE'} draft" + (" (inferred from the path)" if eff["notes"]
+                                                                       else ""),
+                       ev, w, fix=f"--speculative-config '{{\"method\": \"{want}\", ...}}'", source=src)
+    if ev["method_given"] is None:
+        return Finding("wrong_method", "suspected", f"no method given: vLLM infers {want!r} from the path, and "
+                       "detection has overridden users before", ev, w, fix=f"give \"method\": \"{want}\" explicitly",
+                       source=src)
+    return Finding("wrong_method", "ruled out", f"method {want!r} given explicitly", ev, w, source=src)
 
 
 def evidence(la: LaunchArgs) -> LaunchEvidence:

@@ -151,6 +151,28 @@ def test_a_home_without_rules_leaves_its_causes_not_checked_naming_it(tmp_path):
     for cause in EVIDENCE_CAUSES:
         assert found[cause].status == "not checked", cause
         assert "toy's home reads no evidence" in found[cause].summary and "(evidence)" in found[cause].needs
+    from eagle3lib.checks.launch_settings import check_launch
+    method = {f.cause: f for f in check_launch(toy)}["wrong_method"]
+    assert method.status == "not checked" and "toy's home has no method rule" in method.summary
+
+
+def test_each_home_picks_the_method_its_own_way(tmp_path):
+    """`EngineHome.method_rule`: SGLang's --speculative-algorithm EAGLE with an EAGLE-3 draft skips the fc
+    (confirmed); vLLM with no method infers draft_model from a path without an EAGLE marker (confirmed), eagle3 from
+    one with it (suspected: detection has overridden users), and a method given explicitly is ruled out."""
+    from eagle3lib.checks.launch_settings import check_launch
+
+    def method(cmd):
+        art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None),
+                             launch=cmd)
+        return {f.cause: f for f in check_launch(art)}["wrong_method"]
+    assert method(SG.replace("EAGLE3", "EAGLE")).status == "confirmed"
+    assert method(SG).status == "ruled out"
+    assert method(VL).status == "ruled out"
+    plain = method(VL.replace('"method": "eagle3", ', ""))          # no EAGLE marker in the path: draft_model
+    assert plain.status == "confirmed" and plain.evidence["method"] == "draft_model"
+    inferred = method(VL.replace('"method": "eagle3", "model": "d"', '"model": "d-eagle3"'))
+    assert inferred.status == "suspected" and inferred.evidence["method_given"] is None
 
 
 # the causes the checks judge from a home's LaunchEvidence (graphs, quantization, KV dtype, K schedule, grammars)
