@@ -249,8 +249,9 @@ SHARED_NAMES = {
     "speculating": ("does a launch speculate at all: an engine's home reads it (EngineHome.speculating), the checks ask "
                     "the launch's home", {"eagle3lib.checks.launch_flags", "eagle3lib.sglang_engine.launch_rules",
                                           "eagle3lib.vllm_engine.launch_rules"}),
-    "method_rule": ("an engine's home: how its launch picks the speculative method for a draft (EngineHome.method_rule)",
-                    {"eagle3lib.sglang_engine.launch_rules", "eagle3lib.vllm_engine.launch_rules"}),
+    "method_rule": ("an engine's home: how its launch picks the speculative method for a draft "
+                    "(EngineHome.method_rule)", {"eagle3lib.sglang_engine.launch_rules",
+                                                 "eagle3lib.vllm_engine.launch_rules"}),
     "loaded_key": ("an engine's home: the name its loader loads a checkpoint key as (EngineHome.loaded_key)", {
         "eagle3lib.sglang_engine.loads", "eagle3lib.vllm_engine.loads"}),
     "table_view": ("an engine's home: the draft as it loads it by the tables (EngineHome.table_view)", {
