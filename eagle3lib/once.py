@@ -4,9 +4,12 @@ check and all its parts in one) each config.json, safetensors header and tokeniz
 once, by its source file and line and the options that shape it (`samples.readers`); the samples are kept up to a
 budget in bytes, the least recently used let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay,
 check and recapture of the case then shares them. Outside such a block nothing is kept and every read goes to the
-disk, as before. Tensors are not kept here, with one exception: the loaded replay setup (`replay.run.load_setup`:
-the draft with the target's embedding and lm_head), kept by its resolved paths, their files' sizes and mtimes
-(`files_signature`), the dtype and the device, and read again when `fresh` says a caller changed it.
+disk, as before. A text file (a server log, a decode log, /metrics text, a run's JSON, a launch file) is read once
+too (`file_text`, up to `TEXT_KEPT_BYTES` a file), and what its reader parsed of it kept under the file's signature
+(`kept_by_file`: a rewritten file is read again). Tensors are kept in two places only: a serving dump
+(`hidden.dumps.load_dump`), and the loaded replay setup (`replay.run.load_setup`: the draft with the target's
+embedding and lm_head), kept by its resolved paths, their files' sizes and mtimes (`files_signature`), the dtype and
+the device, and read again when `fresh` says a caller changed it.
 
     with case_reads() as reads:
         ...                          # every read of the case
@@ -27,6 +30,7 @@ from torch import Tensor
 
 BUDGET_ENV = "EAGLE3LIB_SAMPLE_BUDGET_GB"
 DEFAULT_BUDGET_GB = 4.0
+TEXT_KEPT_BYTES = 256 * 2 ** 20     # a larger text file (a days-long server log) is read again by each reader
 
 
 class CaseReads:
@@ -105,6 +109,27 @@ def files_signature(path) -> tuple:
         return tuple((x.name, x.stat().st_size, x.stat().st_mtime_ns) for x in files)
     except OSError:
         return ()
+
+
+def file_text(path) -> str:
+    """A text file's content (UTF-8, undecodable bytes replaced), read from disk once per case inside `case_reads`
+    however many readers parse it (the inputs' check, each engine's log reader, the served runs); a file rewritten
+    since is read again. OSError as reading raises it."""
+    p = Path(path)
+    if active() is None or p.stat().st_size > TEXT_KEPT_BYTES:
+        return _text(p)
+    return kept(("text", str(p.resolve()), files_signature(p)), lambda: _text(p))
+
+
+def _text(p: Path) -> str:
+    return p.read_bytes().decode("utf-8", errors="replace")
+
+
+def kept_by_file(kind: str, path, read: Callable[[], Any], *options, copied: bool = False):
+    """`kept` under (kind, the file's resolved path, its `files_signature`, options): what a reader parsed of a file
+    (or a folder: a dump), once per case; a rewritten file is parsed again."""
+    p = Path(path)
+    return kept((kind, str(p.resolve()), files_signature(p), *options), read, copied=copied)
 
 
 def sample_bytes(sample) -> int:

@@ -8,7 +8,8 @@ The interpreter's own files (under ``sys.prefix``, Python sources and extension 
 - ``$EAGLE3LIB_OPENED=<file>``: a process that imports eagle3lib (a notebook's kernel under the report runner,
   ``python -m eagle3lib.diagnose``) appends each path it opens, once, to `<file>` (`record_from_environment`, run
   by ``eagle3lib/__init__.py``).
-- ``with recording() as seen:`` in one process: `seen` is the set of paths opened inside the block.
+- ``with recording() as seen:`` in one process: `seen` is the set of paths opened inside the block;
+  ``with counting() as opens:`` `opens` counts how many times each path was opened (the evidence of "read once").
 - `read_log(file)`: the paths a log holds; `under(paths, folder)`: those inside a folder.
 
 An audit hook cannot be removed: one is installed per process, and does nothing while nothing records.
@@ -18,12 +19,13 @@ from __future__ import annotations
 import contextlib
 import os
 import sys
+from collections import Counter
 from pathlib import Path
 
 ENV_VAR = "EAGLE3LIB_OPENED"
 EVENTS = {"open": 0, "os.listdir": 0, "os.scandir": 0, "glob.glob": 0}   # audit event -> index of its path argument
 _SKIP_SUFFIXES = (".py", ".pyc", ".so", ".pth", ".pyi")
-_state = {"hooked": False, "sets": [], "log": None, "logged": set()}
+_state = {"hooked": False, "sets": [], "counts": [], "log": None, "logged": set()}
 
 
 def _interpreter_roots() -> tuple[str, ...]:
@@ -46,13 +48,15 @@ def _path_of(arg) -> str | None:
 
 
 def _hook(event: str, args) -> None:
-    if event not in EVENTS or not (_state["sets"] or _state["log"]) or not args:
+    if event not in EVENTS or not (_state["sets"] or _state["counts"] or _state["log"]) or not args:
         return
     path = _path_of(args[EVENTS[event]])
     if path is None:
         return
     for seen in _state["sets"]:
         seen.add(path)
+    for opens in _state["counts"] if event == "open" else ():
+        opens[path] += 1
     log = _state["log"]
     if log and path not in _state["logged"] and path != log:
         _state["logged"].add(path)
@@ -98,6 +102,19 @@ def recording():
         yield seen
     finally:
         _state["sets"].remove(seen)
+
+
+@contextlib.contextmanager
+def counting():
+    """``with counting() as opens``: `opens` (a Counter) holds how many times this process opened each path inside
+    the block (listing a folder is not counted)."""
+    _install()
+    opens: Counter = Counter()
+    _state["counts"].append(opens)
+    try:
+        yield opens
+    finally:
+        _state["counts"].remove(opens)
 
 
 def read_log(path) -> set[str]:

@@ -110,3 +110,44 @@ def test_a_config_is_parsed_once_per_case_and_each_caller_gets_its_own_copy(tmp_
     assert len(parsed) == 1 and b["hidden_size"] == 8
     config.read_config_json(tmp_path), config.read_config_json(tmp_path)
     assert len(parsed) == 3                                   # outside a case: every time
+
+
+def test_a_text_file_is_read_once_per_case_and_again_once_rewritten(tmp_path):
+    from eagle3lib import opened
+    log = tmp_path / "server.log"
+    log.write_bytes(b"a\r\nb\xff\n")
+    with opened.counting() as opens, once.case_reads():
+        first = once.file_text(log)
+        assert once.file_text(log) == first == "a\r\nb\ufffd\n"       # bytes as they are, undecodable ones replaced
+        log.write_text("rewritten, longer\n")
+        assert once.file_text(log) == "rewritten, longer\n"          # its size changed: read again
+    assert opens[str(log)] == 2 + 1                                 # two reads in the case, one write
+    with opened.counting() as opens:
+        once.file_text(log), once.file_text(log)
+    assert opens[str(log)] == 2                                     # outside a case: every time
+
+
+def test_a_large_text_file_is_not_kept(tmp_path, monkeypatch):
+    from eagle3lib import opened
+    log = tmp_path / "big.log"
+    log.write_text("x" * 64)
+    monkeypatch.setattr(once, "TEXT_KEPT_BYTES", 32)
+    with opened.counting() as opens, once.case_reads():
+        once.file_text(log), once.file_text(log)
+    assert opens[str(log)] == 2
+
+
+def test_what_a_reader_parsed_of_a_file_is_kept_per_options(tmp_path):
+    f = tmp_path / "x.json"
+    f.write_text("{}")
+    calls = Counter()
+
+    def parse(option):
+        calls[option] += 1
+        return {"option": option}
+    with once.case_reads():
+        a = once.kept_by_file("kind", f, lambda: parse(1), 1, copied=True)
+        a["option"] = 99                                            # copied: a caller's change is its own
+        b = once.kept_by_file("kind", f, lambda: parse(1), 1, copied=True)
+        once.kept_by_file("kind", f, lambda: parse(2), 2)
+    assert b == {"option": 1} and calls == Counter({1: 1, 2: 1})

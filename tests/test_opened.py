@@ -31,6 +31,17 @@ def test_recording_sees_open_listdir_and_torch_load(tmp_path):
     assert later == set()
 
 
+def test_counting_counts_each_open_and_not_a_listing(tmp_path):
+    (tmp_path / "a.txt").write_text("x")
+    (tmp_path / "sub").mkdir()
+    with opened.counting() as opens:
+        (tmp_path / "a.txt").read_text()
+        (tmp_path / "a.txt").read_bytes()
+        os.listdir(tmp_path / "sub")
+    (tmp_path / "a.txt").read_text()         # after the block: not counted
+    assert {p: n for p, n in opens.items() if p.startswith(str(tmp_path))} == {str(tmp_path / "a.txt"): 2}
+
+
 def test_under_keeps_only_the_paths_inside_a_folder(tmp_path):
     paths = {str(tmp_path / "data" / "x"), str(tmp_path / "data"), str(tmp_path / "data2" / "y"), "/elsewhere"}
     assert opened.under(paths, tmp_path / "data") == [str(tmp_path / "data"), str(tmp_path / "data" / "x")]

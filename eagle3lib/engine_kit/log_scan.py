@@ -17,6 +17,7 @@ from pathlib import Path
 from prometheus_client.parser import text_string_to_metric_families
 
 from ..errors import DataError, LogParseError, MissingFileError
+from ..once import file_text
 
 from .records import RunRecord
 
@@ -69,7 +70,7 @@ class LogScan:
             p = Path(source)
             if not p.is_file():
                 raise MissingFileError(str(p), "log file not found", expected="a server log", found="nothing")
-            text = p.read_bytes().decode("utf-8", errors="replace")
+            text = file_text(p)
         self.source, self.lines = str(source), text.splitlines()
         self.segs, self.bad, self.n_bad, self.warnings = [_Seg()], [], 0, []
 

@@ -31,6 +31,7 @@ from torch import Tensor
 from .capture import Capture, Slots, as_slots
 from ..errors import DataError, Eagle3Error, MissingFileError
 from ..jsonfiles import to_json_value
+from ..once import file_text, kept_by_file
 from ..model.safefiles import load_safetensors, load_torch_file
 from ..progress import track
 
@@ -189,16 +190,23 @@ def save_dump(path, auxes, input_ids, *, slots, hidden_size: int, source: str, n
 
 
 def load_dump(path) -> Dump:
-    """Read an eagle3lib-dump/1 directory (see module docstring); unreadable request files become notes."""
+    """Read an eagle3lib-dump/1 directory (see module docstring); unreadable request files become notes. Read once
+    per case (`once`): the inputs' check, the served layout, the replay and the diffing share one."""
     root = Path(path)
+    if root.is_dir():
+        return kept_by_file("dump", root, lambda: _load_dump(root))
+    return _load_dump(root)
+
+
+def _load_dump(root: Path) -> Dump:
     mf = root / "manifest.json"
     if not mf.exists():
         raise MissingFileError(f"dump {root}", "manifest.json is missing" if root.exists() else "no such directory",
                                expected="manifest.json + req_<n>.safetensors",
                                found=sorted(p.name for p in root.iterdir())[:8] if root.is_dir() else "nothing")
     try:
-        man = json.loads(mf.read_text())
-    except (json.JSONDecodeError, UnicodeDecodeError) as e:
+        man = json.loads(file_text(mf))
+    except json.JSONDecodeError as e:
         raise DataError(f"dump manifest {mf}", "not valid JSON", expected="a JSON object (eagle3lib dump manifest)",
                         found=str(e), cause="an interrupted write, or not an eagle3lib dump") from None
     if not isinstance(man, dict) or man.get("format") != DUMP_FORMAT or not isinstance(man.get("files"), list):
@@ -226,8 +234,8 @@ def dump_engine(path) -> dict:
     SGLang debug tensor dump, or a folder that is not an eagle3lib dump: the dump's reader says why elsewhere)."""
     mf = Path(path) / "manifest.json"
     try:
-        man = json.loads(mf.read_text())
-    except (OSError, json.JSONDecodeError, UnicodeDecodeError):
+        man = json.loads(file_text(mf))
+    except (OSError, json.JSONDecodeError):
         return {}
     engine = man.get("engine") if isinstance(man, dict) and man.get("format") == DUMP_FORMAT else None
     return engine if isinstance(engine, dict) else {}

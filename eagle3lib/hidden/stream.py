@@ -16,7 +16,6 @@ from __future__ import annotations
 
 import contextlib
 import ctypes
-import json
 import sys
 from pathlib import Path
 
@@ -25,8 +24,9 @@ from torch import Tensor, nn
 
 from .decoders import DECODER_PATHS, decoder_stack
 from .weights import TargetWeights, host_empty
+from ..model.config import read_config_json
 from ..once import kept
-from ..errors import CheckpointError, ConfigError, MissingFileError
+from ..errors import CheckpointError, ConfigError
 
 
 def target_class(path):
@@ -42,15 +42,7 @@ def _target_class(p: Path):
     import transformers
     from transformers import CONFIG_MAPPING
 
-    path = p
-    try:
-        raw = json.loads((p / "config.json").read_text())
-    except FileNotFoundError:
-        raise MissingFileError(f"target model {path}", "config.json is missing", expected="config.json",
-                               found="no such file") from None
-    except (OSError, ValueError) as e:
-        raise ConfigError(f"target model {path}/config.json", "unreadable", expected="a JSON object",
-                          found=str(e)[:160]) from None
+    raw, _ = read_config_json(p, "target")       # the case's one parse of it (`once.kept`)
     if isinstance(raw, dict) and raw.get("model_type") not in CONFIG_MAPPING:
         cls = next((getattr(transformers, a) for a in raw.get("architectures") or []
                     if isinstance(a, str) and hasattr(getattr(transformers, a, None), "config_class")), None)
@@ -58,9 +50,13 @@ def _target_class(p: Path):
             fields = {k: v for k, v in raw.items() if k not in ("model_type", "auto_map")}
             return cls, cls.config_class.from_dict(fields)
     try:
-        config = transformers.AutoConfig.from_pretrained(str(p), trust_remote_code=False)
+        if isinstance(raw, dict) and raw.get("model_type") in CONFIG_MAPPING:   # as AutoConfig builds it, unread again
+            config = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
+            config.name_or_path = str(p)
+        else:
+            config = transformers.AutoConfig.from_pretrained(str(p), trust_remote_code=False)
     except ValueError as e:
-        raise ConfigError(f"target model {path}/config.json", "transformers cannot build this architecture",
+        raise ConfigError(f"target model {p}/config.json", "transformers cannot build this architecture",
                           expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],
                           cause="a custom modeling file (trust_remote_code is refused) or a too-old transformers")
     return transformers.AutoModelForCausalLM._model_mapping[type(config)], config

@@ -24,6 +24,7 @@ from ..sglang_engine.launch import FLAGS, SPEC_FIELDS
 from ..sglang_engine.run_log import SERVER_ARGS_MARK, server_args_from_line
 from ..vllm_engine.engine_log import spec_in_line
 from ..engines.versions import LATEST_TRACED
+from ..once import file_text, kept, kept_by_file
 from ..sglang_engine.rules_table import RULES
 from ..engines.versions import parse_version
 from ..sglang_engine.resolver import Resolution, accept_rate_formula, accept_rate_versions
@@ -129,7 +130,7 @@ def _load_json_source(src, timeout: float):
         raise MissingFileError(text, "server info file not found", expected="a saved /server_info JSON, a dict "
                                "or a URL", found="nothing")
     try:
-        return json.loads(path.read_text(encoding="utf-8", errors="replace")), text
+        return json.loads(file_text(path)), text
     except json.JSONDecodeError as e:
         raise ServingArgsError(text, "not valid JSON", expected="the body of GET /server_info",
                                found=str(e)[:120], cause="a truncated save, or HTML from a proxy") from None
@@ -154,7 +155,16 @@ def _fetch(url: str, timeout: float):
 
 
 def read_server_info(src, timeout: float = 3.0) -> ServerInfo:
-    """Read /server_info (or /get_server_info) from a dict, a saved JSON file or a URL; never drops a key."""
+    """Read /server_info (or /get_server_info) from a dict, a saved JSON file or a URL; never drops a key. A file or
+    a URL is read once per case (`once`): the inputs' check and the discovery share one answer."""
+    if isinstance(src, (str, Path)) and str(src).startswith(("http://", "https://")):
+        return kept(("server info", str(src)), lambda: _server_info(src, timeout), copied=True)
+    if isinstance(src, (str, Path)) and Path(src).is_file():
+        return kept_by_file("server info", src, lambda: _server_info(src, timeout), copied=True)
+    return _server_info(src, timeout)
+
+
+def _server_info(src, timeout: float) -> ServerInfo:
     data, where = _load_json_source(src, timeout)
     if not isinstance(data, dict):
         raise ServingArgsError(where, "server info is not a JSON object", expected="{ServerArgs fields..., "
@@ -197,11 +207,18 @@ def _read_lines(source) -> tuple[list[str], str]:
     if not path.is_file():
         raise MissingFileError(str(path), "log file not found", expected="a server log file or its text",
                                found="nothing")
-    return path.read_text(encoding="utf-8", errors="replace").splitlines(), str(path)
+    return file_text(path).splitlines(), str(path)
 
 
 def read_startup_log(source) -> LogReading:
-    """Read an SGLang or vLLM log (path, text or lines): adjustment warnings, ServerArgs, speculative config."""
+    """Read an SGLang or vLLM log (path, text or lines): adjustment warnings, ServerArgs, speculative config. A file
+    is read and parsed once per case (`once`)."""
+    if isinstance(source, (str, Path)) and "\n" not in str(source) and Path(source).is_file():
+        return kept_by_file("startup log", source, lambda: _startup_log(source), copied=True)
+    return _startup_log(source)
+
+
+def _startup_log(source) -> LogReading:
     lines, where = _read_lines(source)
     events, server_args, vllm_spec, version, engine = [], None, None, None, None
     skipped = garbled = 0

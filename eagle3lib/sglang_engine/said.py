@@ -10,6 +10,7 @@ from typing import Callable
 from ..engine_kit.view import EngineView, Served
 from ..engines.engine_errors import log_lines, root_error, scan_errors
 from ..layout import from_ids
+from ..once import file_text
 
 SERVED_LINE = re.compile(r"\b(?:Prefill|Decode) batch\b")       # an SGLang log line of a batch it ran
 
@@ -24,7 +25,7 @@ def said(view_for: Callable[..., EngineView], s: Served, version: str | None = N
     view, L, notes = view_for(version, None), s.num_layers, []
     for path in (p for p in s.logs if not p.endswith(".json")):
         try:
-            lines = log_lines(open(path, encoding="utf-8", errors="replace").read())
+            lines = log_lines(file_text(path))        # read once per case (`once`); "\r" stays inside a line
         except OSError as e:
             notes.append(f"{path}: {e}")
             continue

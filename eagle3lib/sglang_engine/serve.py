@@ -26,6 +26,7 @@ from ..engine_kit.prompts import Prompt, read_prompts
 from ..engines.engine_errors import log_lines, root_error, scan_errors
 from ..errors import EngineError
 from ..jsonfiles import atomic_write, to_json_value
+from ..once import file_text
 from .env import engine_version
 from .server import SglangServer, launch_args
 
@@ -114,7 +115,7 @@ def _info_tau(info: dict) -> float | None:
 def engine_error(log: Path) -> str | None:
     """The engine's own final exception in the log, as one line (None when the log names none)."""
     try:
-        lines = log_lines(log.read_text(errors="replace"))
+        lines = log_lines(file_text(log))
     except OSError:
         return None
     err = root_error(scan_errors(lines))

@@ -26,6 +26,7 @@ from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
 from ..errors import Eagle3Error, ServingArgsError
 from ..hidden.dumps import Dump, load_dump
+from ..once import kept_by_file
 from ..replay.verdict import read_recorded_accuracy
 from .part import Inputs
 
@@ -147,7 +148,7 @@ def command_text(command: str) -> str:
     if c and "\n" not in c and " " not in c and Path(repo_path(c)).is_file():
         path = Path(repo_path(c))
         try:
-            return path.read_bytes().decode("utf-8").strip()
+            return kept_by_file("launch file", path, lambda: path.read_bytes().decode("utf-8").strip())  # once a case
         except (OSError, UnicodeDecodeError) as e:
             raise ServingArgsError(str(path), "the launch command file cannot be read as text", expected="a text "
                                    "file holding one launch command", found=f"{type(e).__name__}: {e}"[:160],

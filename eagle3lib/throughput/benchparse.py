@@ -12,6 +12,7 @@ import urllib.request
 from pathlib import Path
 
 from ..errors import DataError, LogParseError, MissingFileError
+from ..once import file_text, kept_by_file
 from ..engine_kit.log_scan import LogScan, ParseResult, prometheus_values
 from ..serving.homes import homes
 from ..sglang_engine.run_log import SGLANG_FIELD_NAMES, sglang_settings
@@ -154,11 +155,16 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
 
 
 def parse_file(path: str | Path, **kw) -> ParseResult:
-    """Any supported file, recognised by content: JSON, Prometheus text, vLLM log or SGLang log."""
+    """Any supported file, recognised by content: JSON, Prometheus text, vLLM log or SGLang log; read and parsed once
+    per case (`once`) for the same options."""
     p = Path(path)
     if not p.is_file():
         raise MissingFileError(str(p), "file not found", expected="a log, JSON or metrics file", found="nothing")
-    head = p.read_bytes()[:200_000].decode("utf-8", errors="replace")
+    return kept_by_file("run file", p, lambda: _parse_file(p, **kw), repr(sorted(kw.items())), copied=True)
+
+
+def _parse_file(p: Path, **kw) -> ParseResult:
+    head = file_text(p)[:200_000]
     body = head.lstrip()
     if body.startswith("{") or re.match(r"\[\s*[\[{\"\]]", body):   # JSON, JSONL or a JSON array; a log's "[2026-.."
         return parse_json(p, **kw)

@@ -44,6 +44,7 @@ from ..engines.verification import verification_walk
 from .env import driver_parser, run_script
 from ..engines.engine_errors import log_lines, root_error, scan_errors
 from ..engine_kit.prompts import read_prompts
+from ..once import file_text
 
 # what the vLLM side reports about the engine it ran (vllm_engine/inside/dump.py), kept in the manifest's "engine"
 ENGINE_KEYS = ("version", "runner", "runner_class", "drafter", "draft_class", "draft_architectures", "aux_layer_ids",
@@ -94,7 +95,7 @@ def dump(target, draft, out, *, prompts, n: int | None = 4, num_speculative_toke
 
 def _engine_failure(log: Path, err: EngineError) -> EngineError:
     """The engine's own final exception from its log, as an EngineError naming the log line."""
-    lines = log_lines(log.read_text(encoding="utf-8", errors="replace")) if log.is_file() else []
+    lines = log_lines(file_text(log)) if log.is_file() else []
     root = root_error(scan_errors(lines))
     found = f"{root.exception}: {root.message[:400]} (engine.log line {root.line_no})" if root else err.found
     return EngineError(f"vLLM offline engine ({log})", "vLLM refused or crashed on this draft",

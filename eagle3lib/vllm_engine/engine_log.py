@@ -23,6 +23,7 @@ from ..jsonfiles import to_json_value
 from ..engines.facts import default_ids, default_ids_row
 from ..engines.engine_errors import LoggedError, log_lines, root_error, scan_errors, split_prefix
 from ..engine_kit.log_scan import parse_call_kwargs
+from ..once import file_text, kept_by_file
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v(?P<a>[^)]+)\)|vLLM API server version (?P<b>\S+)|"
                       r"█.*\bversion (?P<c>\d[\w.+-]*)")
@@ -114,7 +115,7 @@ def _lines(source) -> tuple[list[str], str]:
         raise MissingFileError(str(path), "log file not found", expected="a vLLM server or offline log, or its text",
                                found="nothing")
     try:
-        return log_lines(path.read_bytes().decode("utf-8", errors="replace")), str(path)
+        return log_lines(file_text(path)), str(path)
     except OSError as e:
         raise LogParseError(str(path), "log cannot be read", expected="a readable text file", found=str(e)) from None
 
@@ -146,7 +147,15 @@ def spec_in_line(msg: str) -> dict | None:
 
 
 def read_vllm_log(source, *, num_target_layers: int | None = None) -> VllmLogReading:
-    """Read a vLLM log (path, text or lines). `num_target_layers` fills in the default aux ids when none are logged."""
+    """Read a vLLM log (path, text or lines). `num_target_layers` fills in the default aux ids when none are logged.
+    A file is read and parsed once per case (`once`)."""
+    if isinstance(source, (str, Path)) and "\n" not in str(source) and Path(source).is_file():
+        return kept_by_file("vllm log", source, lambda: _vllm_log(source, num_target_layers), num_target_layers,
+                            copied=True)
+    return _vllm_log(source, num_target_layers)
+
+
+def _vllm_log(source, num_target_layers: int | None) -> VllmLogReading:
     lines, where = _lines(source)
     if not any(ln.strip() for ln in lines):
         raise LogParseError(where, "log is empty", expected="a vLLM server or offline log", found="no text")

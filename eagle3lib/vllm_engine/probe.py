@@ -22,6 +22,7 @@ import pandas as pd
 
 from ..errors import EngineError, MissingFileError
 from ..jsonfiles import atomic_write
+from ..model.config import read_config_json
 from ..model.safefiles import read_safetensors_header
 from ..engines.facts import id_key_names
 from .env import SIDE_DIR, run_script, unavailable_reason, vllm_python
@@ -201,7 +202,7 @@ def _config(folder: Path, what: str) -> dict:
     if not path.is_file():
         raise MissingFileError(f"vLLM probe {what}", "no config.json", expected=f"{path}", found="nothing",
                                cause=f"the {what} path is not a Hugging Face model folder")
-    return json.loads(path.read_text())
+    return read_config_json(path, what)[0]          # the case's one parse of it (`once.kept`)
 
 
 def _job(draft, target, method, k, max_model_len, dtype) -> tuple[dict, str, int | None]:

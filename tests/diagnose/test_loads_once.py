@@ -3,6 +3,7 @@ step needs a recapture. Counted twice: eagle3lib's own load count and every `fro
 from __future__ import annotations
 
 from collections import Counter
+from pathlib import Path
 
 import pytest
 import torch
@@ -106,7 +107,6 @@ def counted_weights(monkeypatch) -> Counter:
     """{(what, resolved path, dtype): reads}: every `load_draft` (the draft's weights, wherever it is imported) and
     every read of the target's embedding / lm_head tensor from disk, counting from now on."""
     import sys
-    from pathlib import Path
     from eagle3lib.model import checkpoint, target
     reads: Counter = Counter()
     draft, tensor = checkpoint.load_draft, target.load_target_tensor
@@ -227,3 +227,40 @@ def test_a_diagnosis_reads_the_checks_artifacts_once_and_identifies_the_trained_
                                                    for f in r.findings["03 hidden-state diffing"]}
     assert reads == Counter({"case": 1}), reads
     assert identified["recaptured"] == 1, identified
+
+
+def test_every_input_file_of_a_vllm_deployment_is_opened_once(monkeypatch):
+    """Issue 49's "each input file opened and parsed once per diagnose", counted by the process's own audit hook
+    (`opened.counting`), whichever reader opens it: the launch file, vLLM's server log (read by the inputs' check,
+    the discovery's SGLang-or-vLLM reader, vLLM's own log reader and what vLLM said), its /metrics text (the check
+    and the served runs), the serving dump's manifest and requests (the check, the served layout, the replay, the
+    diffing) and the draft's and target's config.json are each opened once (before: the log 4 times, the metrics 4,
+    the manifest 5, the target's config 5). Beside them only what transformers opens in its one tokenizer load
+    (measured here on its own) and the training samples, each read once when first asked for (the test above).
+    vLLM's probe is not asked (a separate process, the real vLLM: tests/vllm_engine)."""
+    from eagle3lib import opened
+    from eagle3lib.vllm_engine import env as vllm_env
+    w = demo.ensure_world(progress=False)
+    dep = Path(__file__).resolve().parents[2] / "data" / "demo_vllm" / "off_by_one"   # shipped, as served by vLLM
+    served = dep / "served"
+    monkeypatch.setattr(vllm_env, "vllm_python", lambda: None)
+    with opened.counting() as own:
+        transformers.AutoTokenizer.from_pretrained(str(w.target))
+    tokenizer = Counter({p: n for p, n in own.items() if p.startswith(str(w.target.resolve()))})
+    targets.clear_cache()
+    with opened.counting() as opens:
+        r = run(Inputs(draft=str(dep / "draft"), target=str(w.target), train_data=str(w.seed_data),
+                       launch=str(served / "launch.txt"), server_log=str(served / "server.log"),
+                       served_log=str(served / "metrics.txt"), serving_dump=str(dep / "dump"),
+                       serving_engine="vllm", n=4))
+    assert r.problems == () and r.diagnosis.alarms
+    inputs = [served / "launch.txt", served / "server.log", served / "metrics.txt", dep / "dump" / "manifest.json",
+              *sorted((dep / "dump").glob("req_*.safetensors")), dep / "draft" / "config.json",
+              w.target / "config.json"]
+    counts = {p.name if p.parent == w.target else str(p.relative_to(dep)): opens[str(p.resolve())]
+              - tokenizer[str(p.resolve())] for p in inputs}
+    assert counts == {k: 1 for k in counts}, counts
+    data = str(w.seed_data.resolve())
+    again = {p: n - tokenizer[p] for p, n in opens.items() if n - tokenizer[p] > 1 and not p.startswith(data)
+             and (p.startswith(str(dep.resolve())) or p.startswith(str(w.target.resolve())))}
+    assert again == {}, again
