@@ -37,6 +37,16 @@ def test_a_traceback_it_served_no_batch_after_is_a_refusal_and_a_json_is_not_rea
     assert view.refused is None and any("not a refusal" in n for n in notes)
 
 
+def test_the_refusals_line_is_the_editors_past_a_progress_bar(tmp_path):
+    """A progress bar redraws with "\r" inside one line: the refusal names the line an editor shows (text mode's
+    newline translation split there and named line 6)."""
+    log = tmp_path / "server.log"
+    log.write_bytes(b"Loading safetensors: 0%\rLoading safetensors: 50%\rLoading safetensors: 100%\n"
+                    + TRACEBACK.encode())
+    view, *_ = said(_tables, _served(str(log)), "0.5.6")
+    assert f"{log}:4;" in view.refused, view.refused          # the KeyError's line
+
+
 def test_the_hooks_load_overrules_the_tables():
     view, _, _ = said(_tables, _served(load={"d2t_read": False, "keys": []}), "0.5.6")
     assert (view.value("d2t"), view.source("d2t")) == ("zeros", "probe")
