@@ -256,6 +256,8 @@ SHARED_NAMES = {
         "eagle3lib.sglang_engine.loads", "eagle3lib.vllm_engine.loads"}),
     "table_view": ("an engine's home: the draft as it loads it by the tables (EngineHome.table_view)", {
         "eagle3lib.sglang_engine.loads", "eagle3lib.vllm_engine.loads"}),
+    "id_source": ("an engine's home: what a finding resting on its id reading cites (EngineHome.id_source)", {
+        "eagle3lib.sglang_engine.ids", "eagle3lib.vllm_engine.ids"}),
     "evidence": ("an engine's home: what its launch flags say of how the draft runs (EngineHome.evidence, "
                  "engine_kit.launch_evidence), judged by the checks", {"eagle3lib.sglang_engine.launch_rules",
                                                                       "eagle3lib.vllm_engine.launch_rules"}),

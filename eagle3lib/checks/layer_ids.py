@@ -1,16 +1,16 @@
 """Check 1, layer ids: are the aux layer ids there, where, and which boundaries each engine captures for them,
 against the training layout (the data's declared layout, else the config's ids) and the fc's slot count.
 
-Capture rules are the library's own (`serving.layer_reading` for SGLang by version and vLLM, `advice.captured_by`
-for SpecForge / speculators / EAGLE); this module compares, and measures one thing: when the engine reads no ids
-(none in the config, or none where it looks) and the draft's weights, the target and the training data are given,
-the training samples are replayed under the engine's default capture and under the trained layout, and the
-accuracy lost decides `missing_layer_ids`. Where the writer leaves the ids' convention open (`model.dialects`
-`ids_open` rows: `DraftConfig.aux_readings` names two layouts) the training data decides which reading they are;
-without data the finding is suspected with both readings (`open_ids`), never a layout taken from one of them. A
-draft fed the target's final state (use_aux_hidden_state false) reads no ids: every cause here is ruled out and
-what each engine feeds it is checks.draft_feed's. Causes: missing_layer_ids, layer_id_off_by_one,
-aux_layout_mismatch, final_norm_slot.
+Capture rules are the library's own (each serving engine's home: `EngineHome.id_reading`, SGLang's by version,
+vLLM's by model runner; `advice.captured_by` for SpecForge / speculators / EAGLE); this module compares, and
+measures one thing: when the engine reads no ids (none in the config, or none where it looks) and the draft's
+weights, the target and the training data are given, the training samples are replayed under the engine's default
+capture and under the trained layout, and the accuracy lost decides `missing_layer_ids`. Where the writer leaves the
+ids' convention open (`model.dialects` `ids_open` rows: `DraftConfig.aux_readings` names two layouts) the training
+data decides which reading they are; without data the finding is suspected with both readings (`open_ids`), never a
+layout taken from one of them. A draft fed the target's final state (use_aux_hidden_state false) reads no ids: every
+cause here is ruled out and what each engine feeds it is checks.draft_feed's. Causes: missing_layer_ids,
+layer_id_off_by_one, aux_layout_mismatch, final_norm_slot.
 """
 from __future__ import annotations
 
@@ -18,9 +18,9 @@ import re
 
 from ..engines.advice import advise, captured_by
 from ..causes import Finding, not_checked
-from ..engines.facts import default_ids_row, id_keys, id_readers
-from ..serving.layer_reading import layer_reading
-from ..engines.versions import DEFAULT_VERSION, SERVING_ENGINES, VLLM_CHECKED
+from ..engines.facts import default_ids_row
+from ..serving.homes import homes
+from ..engines.versions import SERVING_ENGINES, VLLM_CHECKED
 from ..errors import Eagle3Error
 from ..layout import NOT_CAPTURED, input_index, training_default_layout
 from ..model.dialects import CONFIG_DIALECTS
@@ -33,14 +33,10 @@ MEASUREMENT = "replay of the training samples under the engine's default layout 
 
 
 def reading_source(engine: str) -> str:
-    """The `source` of a finding that rests on how `engine` reads the ids: the table's "id_key" rows (the keys each
-    reader tries, in order) and the capture rules of serving.layer_reading."""
-    if engine == "sglang":
-        return (f"engines.facts id_key rows (SGLang reads {', '.join(id_keys('sglang', 'model'))}); "
-                "serving.layer_reading: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 (first-id rule, "
-                "~v0.5.12)")
-    runners = "; ".join(f"{r.upper()}: {', then '.join(id_keys('vllm', r, VLLM_CHECKED))}" for r in id_readers("vllm"))
-    return f"engines.facts id_key rows: vLLM {VLLM_CHECKED} model runners ({runners}), input-of-layer"
+    """The `source` of a finding that rests on how `engine` reads the ids (its home's `id_source`: the table's
+    "id_key" rows, the keys each reader tries in order, and its capture rules)."""
+    found = homes().get(engine)
+    return found.id_source() if found is not None and found.id_source is not None else "serving.layer_reading"
 
 
 CLAIM = "draft config"        # `trained_from` of a layout read from the config's ids: a claim, not a measurement
@@ -83,31 +79,23 @@ def id_places(raw) -> list[str]:
 
 def engine_reading(raw, engine: str, num_layers: int, version: str | None, arch: str | None,
                    runner: str | None = None):
-    """serving.layer_reading's EngineReading for a serving engine. vLLM with no model runner named is read by both
-    runners and returned only when they agree; SGLang with no version is read at the oldest and newest rule and
-    returned only when both agree (else None: the runner / version decides)."""
-    if engine == "vllm":
-        rs = [r for r in layer_reading(dict(raw), num_layers, target_arch=arch, vllm_version=version,
-                                       vllm_runner=runner)
-              if r.engine in ("vllm", "vllm-v1")]
-        if runner:
-            return next(r for r in rs if r.engine == "vllm")
-        return rs[0] if all(r.boundaries == rs[0].boundaries for r in rs) else None
-    versions = [version] if version else [DEFAULT_VERSION, "head"]
-    got = [next(r for r in layer_reading(dict(raw), num_layers, v, arch) if r.engine == "sglang") for v in versions]
-    return got[0] if all(g.boundaries == got[0].boundaries for g in got) else None
+    """The EngineReading of what `engine` captures for this config (its home's `id_reading`): None where what the
+    launch does not name decides (vLLM's model runner, SGLang's version: the home's `id_undecided`) or the engine's
+    capture is not known."""
+    found = homes().get(engine)
+    return found.id_reading(dict(raw), num_layers, version, arch, runner) if found and found.id_reading else None
 
 
 def per_engine(raw, cfg, L: int, version: str | None, arch: str | None,
                engine: str | None = None) -> dict[str, object]:
     """Evidence table: the boundaries each known engine captures for this config (a string when it cannot).
-    `version` is the named `engine`'s; vLLM is read at it only when it is vLLM's (else at the checked release)."""
+    `version` is the named `engine`'s: another engine is read at none (at every version it may run)."""
     out: dict[str, object] = {}
-    for eng in SERVING_ENGINES:
-        r = engine_reading(raw, eng, L, version if eng == "sglang" or engine == "vllm" else None, arch)
-        out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else (
-            "depends on the vLLM model runner (V1 / V2 read other keys)" if eng == "vllm" else
-            "depends on the SGLang version (PR#25454 first-id rule)")
+    for eng, found in homes().items():
+        if found.id_reading is None:
+            continue
+        r = engine_reading(raw, eng, L, version if engine == eng else None, arch)
+        out[eng] = [b or NOT_CAPTURED for b in r.boundaries] if r is not None else found.id_undecided.table
     ec = raw.get("eagle_config") if isinstance(raw.get("eagle_config"), dict) else {}
     for eng, ids in (("specforge", ec.get("eagle_aux_hidden_state_layer_ids")),
                      ("speculators", raw.get("eagle_aux_hidden_state_layer_ids"))):
@@ -337,15 +325,14 @@ def check_layer_ids(art: Artifacts, engine: str | None = None, engine_version: s
     r = engine_reading(raw, eng, L, engine_version, arch, engine_runner)
     ev = {**base, "engine": eng, "engine_version": engine_version, "engine_runner": engine_runner,
           "engines": table}
-    if r is None and eng == "vllm":
-        return out + [Finding(c, "suspected", "vLLM's V1 and V2 model runners read these ids from other keys: the "
-                              "runner decides (the server's startup log names it; CPU builds run V1)", ev, WHERE,
-                              needs="the vLLM model runner (the server's startup log)", source=reading_source("vllm"))
-                      for c in ("missing_layer_ids", "aux_layout_mismatch")]
+    found = homes()[eng]
+    if r is None and found.id_reading is None:
+        return out + [not_checked(c, WHERE, f"how {eng} reads a draft's ids (its home's id_reading)")
+                      for c in ("missing_layer_ids", "layer_id_off_by_one", "aux_layout_mismatch")]
     if r is None:
-        return out + [Finding(c, "suspected", "SGLang reads these ids differently before and after PR#25454 "
-                              "(~v0.5.12): the version decides", ev, WHERE, needs="the SGLang version",
-                              source=reading_source("sglang")) for c in ("layer_id_off_by_one", "aux_layout_mismatch")]
+        und = found.id_undecided
+        return out + [Finding(c, "suspected", und.summary, ev, WHERE, needs=und.needs, source=reading_source(eng))
+                      for c in und.causes]
     captured = list(r.boundaries)
     ev["captured"] = [b or NOT_CAPTURED for b in captured]
     reads_ids = not r.key.startswith("default")

@@ -34,6 +34,12 @@ class EngineHome:
     speculative_fields: tuple[str, ...] = ()   # launch fields that say how the draft is served (unread = unjudgeable)
     # (draft config dict, L, version, target_arch, runner) -> [EngineReading]: the aux ids it reads and what it captures
     id_readings: Callable[..., list] | None = None
+    # the same arguments -> the one EngineReading a launch gets, None where what it does not name decides (then
+    # `id_undecided`, an engine_kit.id_reading.Undecided, says what); `id_source()`: what a finding resting on it
+    # cites. checks.layer_ids asks them; absent: the engine's capture is not checked, naming this home
+    id_reading: Callable[..., object] | None = None
+    id_undecided: object | None = None
+    id_source: Callable[[], str] | None = None
     # what a flag does, as the checks ask for it ("pipeline_parallel") -> this engine's launch field ("pp_size"); a
     # role the engine has no flag for is absent, so a check never reads another engine's flag in its place
     roles: Mapping[str, str] = field(default_factory=dict)

@@ -1,5 +1,6 @@
 """What an engine's reading of a draft's aux layer ids is, whatever the engine: `EngineReading`, and the ids named as
-target boundaries (`named_capture`). Which keys each engine reads and what it then captures is its home's `ids`
+target boundaries (`named_capture`), the one reading readings agree on (`agreed_reading`) and what decides when they
+do not (`Undecided`). Which keys each engine reads and what it then captures is its home's `ids`
 module; `serving.layer_reading` puts the readings of every engine beside the trained one.
     named_capture("sglang", key, ids, capture, L, problems, slot_problem)
 """
@@ -24,6 +25,23 @@ class EngineReading:
     slot_problems: tuple[str | None, ...] = ()   # per slot: why it crashes or is missing
     problems: tuple[str, ...] = ()       # about the whole reading (which key is ignored, heuristics)
     runner: str = ""                     # vLLM only: the model runner whose reading this is ("v1" / "v2")
+
+
+@dataclass(frozen=True)
+class Undecided:
+    """What decides an engine's capture of a draft's ids when the launch does not name it (its version, its model
+    runner): as the evidence table says it, and as a suspected finding of `causes` says it and names what it needs."""
+
+    table: str              # "depends on the vLLM model runner (V1 / V2 read other keys)"
+    summary: str
+    causes: tuple[str, ...]
+    needs: str
+
+
+def agreed_reading(readings) -> EngineReading | None:
+    """The first reading when every reading captures the same boundaries, else None (what differs decides)."""
+    readings = list(readings)
+    return readings[0] if readings and all(r.boundaries == readings[0].boundaries for r in readings) else None
 
 
 def layer_ids(value, where: str) -> tuple[int, ...] | None:

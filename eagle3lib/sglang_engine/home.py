@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
-from .ids import sglang_readings
+from .ids import UNDECIDED, id_source, sglang_reading, sglang_readings
 from .loads import loaded_key, table_view
 from .said import said
 from . import launch_rules
@@ -14,7 +14,8 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
-                  speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, roles=ROLES, said=said,
+                  speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, id_reading=sglang_reading,
+                  id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
                   launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
                   speculating=launch_rules.speculating, setting=setting,
                   evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key,

@@ -2,10 +2,12 @@
 the keys it tries are the engine facts' "id_key" rows, the +1 on every id (output-of-layer ids), PR #25454's first-id
 rule, its default ids when the config names none, and what its layer loop and model files do at index 0 and L.
     sglang_readings(raw, L, version="0.5.6", target_arch="LlamaForCausalLM")
+`sglang_reading`: the one capture a launch gets (None where the unknown version decides: `UNDECIDED`); `id_source`:
+what a finding resting on it cites.
 """
 from __future__ import annotations
 
-from ..engine_kit.id_reading import EngineReading, layer_ids, named_capture
+from ..engine_kit.id_reading import EngineReading, Undecided, agreed_reading, layer_ids, named_capture
 from ..engines.capture_rules import FIRST_ID_RULE_ARCHS, FIRST_ID_RULE_VERSION, target_model_file
 from ..engines.facts import default_ids, default_ids_row, id_key_names, id_keys
 from ..engines.versions import DEFAULT_VERSION, parse_version
@@ -51,3 +53,22 @@ def sglang_readings(raw: dict, L: int, version: str | None = None, target_arch: 
                           "there and crashes (SGLang); only some model files guard it")
         return True, None
     return [named_capture("sglang", key, ids, cap, L, probs, slot_problem)]
+
+
+UNDECIDED = Undecided("depends on the SGLang version (PR#25454 first-id rule)",
+                      "SGLang reads these ids differently before and after PR#25454 (~v0.5.12): the version decides",
+                      ("layer_id_off_by_one", "aux_layout_mismatch"), "the SGLang version")
+
+
+def sglang_reading(raw: dict, L: int, version: str | None = None, target_arch: str | None = None,
+                   runner: str | None = None) -> EngineReading | None:
+    """What SGLang captures at `version`; with no version, read at the oldest and the newest rule and given only
+    when both agree (None: the version decides, `UNDECIDED`)."""
+    versions = [version] if version else [DEFAULT_VERSION, "head"]
+    return agreed_reading(sglang_readings(raw, L, v, target_arch)[0] for v in versions)
+
+
+def id_source() -> str:
+    """The `source` of a finding that rests on how SGLang reads the ids."""
+    return (f"engines.facts id_key rows (SGLang reads {', '.join(id_keys('sglang', 'model'))}); "
+            "sglang_engine.ids: sglang llama.py set_eagle3_layers_to_capture (+1), PR#25454 (first-id rule, ~v0.5.12)")

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from ..engine_kit.home import EngineHome
 from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
-from .ids import vllm_readings
+from .ids import UNDECIDED, id_source, vllm_reading, vllm_readings
 from .loads import built_fc_slots, loaded_key, table_view
 from .said import said
 from . import launch_rules
@@ -14,8 +14,9 @@ from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
 
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   commands="vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...",
-                  metrics=metrics_record, speculative_fields=SPEC_FIELDS, id_readings=vllm_readings, roles=ROLES,
-                  said=said, launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
+                  metrics=metrics_record, speculative_fields=SPEC_FIELDS, id_readings=vllm_readings,
+                  id_reading=vllm_reading, id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
+                  launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
                   speculating=launch_rules.speculating, setting=setting,
                   evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key, mla_as_parts=True,
                   built_fc_slots=built_fc_slots, served_tau="a vLLM log or /metrics")

@@ -3,10 +3,12 @@ then captures: the keys each runner tries are the engine facts' "id_key" rows (t
 runner validates the ids, they are capture-before indices), its default ids when it finds none, and what the
 target's model file does with the embedding at index 0 (capture_rules).
     vllm_readings(raw, L, version="0.32.0", runner="v1")
+`vllm_reading`: the one capture a launch gets (None where the unknown model runner decides: `UNDECIDED`);
+`id_source`: what a finding resting on it cites.
 """
 from __future__ import annotations
 
-from ..engine_kit.id_reading import EngineReading, layer_ids, named_capture
+from ..engine_kit.id_reading import EngineReading, Undecided, agreed_reading, layer_ids, named_capture
 from ..engines.capture_rules import target_model_file, target_rules
 from ..engines.facts import default_ids, default_ids_row, id_key_names, id_keys, id_readers
 from ..engines.versions import VLLM_CHECKED
@@ -79,3 +81,22 @@ def vllm_readings(raw: dict, L: int, version: str | None = None, target_arch: st
     return [EngineReading(**{**vars(v2), "problems": (note, *v2.problems)}),
             EngineReading(**{**vars(v1), "problems": ("the V1 model runner's reading (CPU builds, "
                                                       "VLLM_USE_V2_MODEL_RUNNER=0)", *v1.problems)})]
+
+
+UNDECIDED = Undecided("depends on the vLLM model runner (V1 / V2 read other keys)",
+                      "vLLM's V1 and V2 model runners read these ids from other keys: the runner decides (the "
+                      "server's startup log names it; CPU builds run V1)", ("missing_layer_ids", "aux_layout_mismatch"),
+                      "the vLLM model runner (the server's startup log)")
+
+
+def vllm_reading(raw: dict, L: int, version: str | None = None, target_arch: str | None = None,
+                 runner: str | None = None) -> EngineReading | None:
+    """What vLLM captures with the named `runner`; with none, read by both runners and given only when they agree
+    (None: the runner decides, `UNDECIDED`)."""
+    return agreed_reading(vllm_readings(raw, L, version, target_arch, runner))
+
+
+def id_source() -> str:
+    """The `source` of a finding that rests on how vLLM reads the ids."""
+    runners = "; ".join(f"{r.upper()}: {', then '.join(id_keys('vllm', r, VLLM_CHECKED))}" for r in RUNNERS)
+    return f"engines.facts id_key rows: vLLM {VLLM_CHECKED} model runners ({runners}), input-of-layer"

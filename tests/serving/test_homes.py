@@ -54,6 +54,37 @@ def test_each_home_reads_the_aux_ids_its_own_way():
     assert last.boundaries == (None,) and "never captured by SGLang" in last.slot_problems[0]
 
 
+def test_each_home_gives_the_one_capture_a_launch_gets_or_says_what_decides():
+    """SGLang with no version reads a DeepSeek draft's ids whose first is not 1 differently before and after
+    PR#25454: no capture until the version is named; vLLM's runners read nested ids from other keys: none until the
+    runner is named."""
+    raw = {"eagle_config": {"eagle_aux_hidden_state_layer_ids": [2, 15, 29]}}
+    sg, vl, ds = home("sglang"), home("vllm"), "DeepseekV3ForCausalLM"
+    assert sg.id_reading(raw, 32, None, ds, None) is None
+    assert sg.id_reading(raw, 32, "0.5.6", ds, None).capture == (3, 16, 30)
+    assert sg.id_reading(raw, 32, "head", ds, None).capture == (2, 15, 29)
+    assert vl.id_reading(raw, 32, None, ds, None) is None
+    assert vl.id_reading(raw, 32, None, ds, "v1").capture == (2, 15, 29)
+    assert "SGLang version" in sg.id_undecided.needs and "model runner" in vl.id_undecided.needs
+    assert "id_key rows" in sg.id_source() and "id_key rows" in vl.id_source()
+
+
+def test_the_layer_ids_check_follows_the_homes_reading(tmp_path, monkeypatch):
+    """check 1 asks the launch's home: what it reads decides, what it leaves undecided is suspected with the home's
+    words, and a home that does not say how it reads ids leaves the causes not checked, naming it."""
+    from eagle3lib.checks.layer_ids import check_layer_ids
+    from eagle3lib.engine_kit.id_reading import Undecided
+    art = read_artifacts(draft=write_draft(tmp_path, draft_raw()), target=write_target(tmp_path, None))
+    told = Undecided("told: the moon decides", "the moon decides", ("aux_layout_mismatch",), "the moon's phase")
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], id_reading=lambda *a: None, id_undecided=told))
+    mismatch = {f.cause: f for f in check_layer_ids(art, engine="sglang", engine_version="0.5.6")}["aux_layout_mismatch"]
+    assert mismatch.status == "suspected" and mismatch.needs == "the moon's phase"
+    assert mismatch.evidence["engines"]["sglang"] == "told: the moon decides"
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], id_reading=None))
+    found = {f.cause: f for f in check_layer_ids(art, engine="sglang", engine_version="0.5.6")}
+    assert found["aux_layout_mismatch"].status == "not checked" and "id_reading" in found["aux_layout_mismatch"].needs
+
+
 def test_an_unknown_engine_is_refused_naming_the_known_ones():
     with pytest.raises(ServingArgsError, match="unknown serving engine") as e:
         home("tgi")
