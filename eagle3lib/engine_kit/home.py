@@ -7,8 +7,10 @@ layer ids it reads from a draft config and what it then captures, and what the r
 (`said`: its logs, its own code, the load a hook recorded) over the tables' view, how its launch decides the
 serving causes a launch can decide (`launch_rules`, `speculating`), the setting it drafts (`setting`), what its flags
 say of how the draft runs (`evidence`, judged by the checks), and the draft as it loads it by the tables
-(`table_view`). The callers never branch on an engine's name for these: they ask the home
-(`serving.homes.home(name)`), or the parsed launch for a flag by its role (`LaunchArgs.field_for("pipeline_parallel")`).
+(`table_view`), how it resolves its settings offline (`resolve`), what an installed one resolves (`introspect`) and
+what its startup log says (`startup_log`). The callers never branch on an engine's name for these: they ask the
+home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
+(`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -60,6 +62,19 @@ class EngineHome:
     # (LaunchArgs, version, target_arch) -> (num_steps, topk, num_draft_tokens) the launch drafts as this engine
     # resolves its settings, each None where unknown (steps.discovery asks it once per launch); absent: not known
     setting: Callable[..., tuple] | None = None
+    # (LaunchArgs, version, target_arch, strict=False) -> the rewrites its startup makes of the requested settings,
+    # offline (an object with `effective`, `hits`, `rejected`, `changed()`, `frame()`: sglang_engine.resolver
+    # .Resolution), a refusal recorded; steps.discovery asks it at the version it discovers (the given one,
+    # /server_info, the launch, the log, else the default): that version is then the launch's. Absent: the settings
+    # run as requested
+    resolve: Callable[..., object] | None = None
+    # (LaunchArgs, path_map) -> the installed engine's own resolution of the launch (None where it is not installed
+    # here): notebook 01's side by side and check ndt_override's answer for an unknown version
+    introspect: Callable[..., object] | None = None
+    # (path or text, *, num_target_layers=None) -> what its server's startup log says: an object with `version` and
+    # `runner` (None where the log names none), read once per case; the launch's version and model runner where the
+    # home does not `resolve` (steps.discovery)
+    startup_log: Callable[..., object] | None = None
     # (LaunchArgs) -> engine_kit.launch_evidence.LaunchEvidence: what its flags say of how the draft runs (graphs,
     # quantization, KV dtype, K schedule, chunking, grammars), which the checks judge; absent: those causes are not
     # checked, naming this home

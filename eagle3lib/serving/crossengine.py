@@ -34,6 +34,17 @@ def sglang_to_vllm(steps: int | None, topk: int | None, ndt: int | None) -> dict
                     "of the same depth with fewer verify tokens"}
 
 
+def as_vllm(launch: LaunchArgs | None, resolution=None) -> dict:
+    """The launch as vLLM would run it: an SGLang launch's resolved knobs mapped (`sglang_to_vllm`, with the `vllm
+    serve` command), a vLLM launch's own setting (`vllm_engine.method.vllm_effective`); {} for anything else."""
+    if resolution is not None:
+        out = sglang_to_vllm(*(resolution.effective.get(k) for k in KNOBS))
+        out["command"] = vllm_command(launch.model_path or "TARGET", launch.draft_path or "DRAFT",
+                                      out["num_speculative_tokens"] or 1)
+        return out
+    return vllm_effective(launch) if launch is not None and launch.engine == "vllm" else {}
+
+
 def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str:
     """A `vllm serve` line with an explicit method (a path without 'eagle3' would otherwise load as draft_model)."""
     spec = json.dumps({"method": method, "model": str(draft), "num_speculative_tokens": k})

@@ -9,7 +9,8 @@ from .ids import UNDECIDED, id_source, sglang_reading, sglang_readings
 from .loads import loaded_key, table_view
 from .said import said
 from . import launch_rules
-from .resolver import setting
+from .introspect import installed_resolution
+from .resolver import resolve, setting
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
@@ -17,6 +18,6 @@ HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, 
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, id_reading=sglang_reading,
                   id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
                   launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
-                  speculating=launch_rules.speculating, setting=setting,
-                  evidence=launch_rules.evidence, table_view=table_view, loaded_key=loaded_key,
-                  served_tau="an SGLang decode log, /server_info or served traffic")
+                  speculating=launch_rules.speculating, setting=setting, resolve=resolve,
+                  introspect=installed_resolution, evidence=launch_rules.evidence, table_view=table_view,
+                  loaded_key=loaded_key, served_tau="an SGLang decode log, /server_info or served traffic")

@@ -97,6 +97,11 @@ def _argv(launch: LaunchArgs, path_map: Mapping[str, str] | None) -> list[str]:
     return out
 
 
+def installed_resolution(launch: LaunchArgs, path_map: Mapping[str, str] | None = None) -> Introspection | None:
+    """`introspect` where SGLang is installed here, else None (`EngineHome.introspect`)."""
+    return introspect(launch, path_map=path_map) if sglang_available() else None
+
+
 def introspect(launch: LaunchArgs, path_map: Mapping[str, str] | None = None,
                env: Mapping[str, str] | None = None, cpu_fallback: bool = True) -> Introspection:
     """Build SGLang's ServerArgs from the launch's argv and report what that version resolved.

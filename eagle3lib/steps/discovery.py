@@ -16,7 +16,7 @@ import pandas as pd
 from ..demo import world as demo
 from ..engine_kit.id_reading import EngineReading
 from ..serving.layer_reading import layer_reading
-from ..serving.crossengine import LintWarning, lint, sglang_to_vllm, vllm_command
+from ..serving.crossengine import LintWarning, as_vllm, lint
 from ..serving.homes import homes
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
@@ -24,15 +24,12 @@ from ..checks.inputs import read_launch
 from ..checks.inputs import Artifacts
 from ..checks.judge import check_artifacts
 from ..errors import Eagle3Error
-from ..sglang_engine import introspect as sglang_introspect
 from ..engine_kit.launch_reading import LaunchArgs
 from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
-from ..vllm_engine.engine_log import read_vllm_log
-from ..vllm_engine.method import vllm_effective
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.rule import KNOBS
-from ..sglang_engine.resolver import read_config, resolve
+from ..sglang_engine.resolver import read_config
 from ..model.target import load_target_info
 from .case import SAMPLES_DIR, Case, repo_path
 from .part import Part
@@ -77,7 +74,7 @@ class Discovery:
     notes: tuple[str, ...] = field(default_factory=tuple)
     target_config: Path | None = None
     draft_config: Path | None = None
-    vllm_log: object | None = None       # vllm_engine.engine_log.VllmLogReading of a vLLM startup log
+    engine_log: object | None = None     # the launch's home's reading of its startup log (EngineHome.startup_log)
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
                                          # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
@@ -87,19 +84,24 @@ class Discovery:
 
     @property
     def launch_version(self) -> str | None:
-        """The launch engine's version: SGLang's as discovered (`version`), vLLM's as its startup log names it; None
-        without a launch or where nothing names it (an engine the facts do not know included)."""
-        if self.launch is None:
+        """The launch engine's version: where its home resolves the settings offline (`EngineHome.resolve`: SGLang),
+        the version discovered for that (`version`); else as its startup log names it; None without a launch or
+        where nothing names it."""
+        found = self._home
+        if found is None:
             return None
-        if self.launch.engine == "vllm":
-            return self.vllm_log.version if self.vllm_log is not None else None
-        return self.version if self.launch.engine == "sglang" else None
+        if found.resolve is not None:
+            return self.version
+        return getattr(self.engine_log, "version", None) or None
 
     @property
     def launch_runner(self) -> str | None:
         """The model runner the engine's startup log names (vLLM's "v1" / "v2"), lower case; None where none does."""
-        vl = self.vllm_log if self.launch is not None and self.launch.engine == "vllm" else None
-        return (vl.runner or "").lower() or None if vl is not None else None
+        return (getattr(self.engine_log, "runner", None) or "").lower() or None
+
+    @property
+    def _home(self):
+        return homes().get(self.launch.engine) if self.launch is not None else None
 
     def summary(self) -> str:
         """A few lines: engine, version, target, and every problem or caveat met on the way."""
@@ -118,15 +120,15 @@ class Discovery:
         return self.resolution.frame() if self.resolution is not None else pd.DataFrame()
 
     @cached_property
-    def introspection(self) -> sglang_introspect.Introspection | None:
-        """The installed SGLang's own resolution of the launch (its paths mapped to the local configs), asked once
-        for the cause finding and notebook 01's side by side; None without SGLang here or an SGLang launch."""
-        if self.launch is None or self.launch.engine != "sglang" or not sglang_introspect.sglang_available():
-            return None
-        return sglang_introspect.introspect(self.launch, path_map=self.path_map())
+    def introspection(self):
+        """The installed engine's own resolution of the launch (`EngineHome.introspect`: SGLang's ServerArgs, its
+        paths mapped to the local configs), asked once for the cause finding and notebook 01's side by side; None
+        where the launch's engine is not installed here or its home cannot be asked."""
+        ask = getattr(self._home, "introspect", None)
+        return ask(self.launch, self.path_map()) if ask is not None else None
 
     def path_map(self) -> dict:
-        """Launch paths -> local config folders, for asking an installed SGLang (sglang_introspect)."""
+        """Launch paths -> local config folders, for asking an installed engine (`introspection`)."""
         out = {}
         for given, cfg in ((getattr(self.launch, "model_path", None), self.target_config),
                            (getattr(self.launch, "draft_path", None), self.draft_config)):
@@ -156,7 +158,7 @@ class Discovery:
         if self.launch is None:
             return "launch command unreadable: " + next((p for p in self.problems if "launch" in p or "flag" in p),
                                                         "see problems")
-        if self.launch.engine == "vllm":
+        if self._home is not None and self._home.resolve is None and self.vllm:     # runs as launched: vLLM
             k, notes = self.vllm.get("num_speculative_tokens"), self.vllm.get("notes") or ["method given explicitly"]
             return f"vLLM {self.vllm.get('method')} with K={k} (SGLang steps {k}, topk 1, ndt K+1); {notes[0]}"
         if self.resolution is None:
@@ -290,17 +292,13 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
                                                                 else "the library default"))
     if _try(problems, parse_version, version) is None:
         version, version_source = DEFAULT_VERSION, "default"
+    found = homes().get(launch.engine) if launch is not None else None
     res = None
-    if launch is not None and launch.engine == "sglang" and not launch.speculation_unread:
-        res = _try(problems, resolve, launch, version, arch, strict=False)   # never from knobs that did not parse
+    if found is not None and found.resolve is not None and not launch.speculation_unread:
+        res = _try(problems, found.resolve, launch, version, arch, strict=False)   # never from knobs that did not parse
     observed = info if info is not None else log if (log is not None and log.server_args) else None
     diff = requested_vs_effective(launch, observed, res) if res is not None else pd.DataFrame()
-    if res is not None:
-        vllm = sglang_to_vllm(*(res.effective.get(k) for k in KNOBS))
-        vllm["command"] = vllm_command(launch.model_path or "TARGET", launch.draft_path or "DRAFT",
-                                       vllm["num_speculative_tokens"] or 1)
-    else:
-        vllm = vllm_effective(launch) if launch is not None and launch.engine == "vllm" else {}
+    vllm = as_vllm(launch, res)
     readings = ()
     if draft is not None and L:
         readings = _try(problems, layer_reading, draft, L, version, arch) or ()
@@ -311,12 +309,12 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     elif not launch_command:
         notes.append("no launch command given: the serving settings are not checked")
     warns = lint(launch, res, draft, readings)
-    vlog = None
-    if launch is not None and launch.engine == "vllm" and server_log:
-        vlog = _try(problems, read_vllm_log, server_log, num_target_layers=L)
+    said = None         # what the launch's engine's own startup log says (its version, its model runner)
+    if found is not None and found.startup_log is not None and server_log:
+        said = _try(problems, found.startup_log, server_log, num_target_layers=L)
     d = Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                  tuple(notes), tcfg, dcfg, vlog, tuple(problems.errors), version_source)
-    ask = getattr(homes().get(launch.engine), "setting", None) if launch is not None else None
+                  tuple(notes), tcfg, dcfg, said, tuple(problems.errors), version_source)
+    ask = getattr(found, "setting", None)
     if ask is None or launch.speculation_unread:
         return d
     try:        # the rule table again (pure: no file read); a refusal is recorded above, with the resolution

@@ -205,3 +205,32 @@ def test_without_a_launch_the_data_still_decide_the_rope_by_a_replay(tmp_path):
     assert found[0].evidence["acc_0_target_rope"] > found[0].evidence["acc_0_draft_rope"]
     assert [(x.status, x.measured) for x in serving_checks(read_artifacts(draft=d, target=w.target), unlaunched)
             if x.cause == "rope_mismatch"] == [("suspected", False)]
+
+
+def test_the_launchs_version_runner_resolution_and_installed_answer_are_its_homes(tmp_path, monkeypatch):
+    """discover asks the launch's home: its offline resolver (`resolve`, at the discovered version), its installed
+    engine (`introspect`), its startup log (`startup_log`: the version and model runner where the home does not
+    resolve); a home without them gives none, never another engine's."""
+    from dataclasses import replace
+    from types import SimpleNamespace
+    from eagle3lib.serving.homes import homes
+    monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
+    log = tmp_path / "server.log"
+    log.write_text("any line\n")
+    vllm = ("vllm serve data/demo/target --speculative-config "
+            '\'{"method": "eagle3", "model": "data/demo/draft", "num_speculative_tokens": 3}\'')
+    told = SimpleNamespace(version="9.9.9", runner="V7")
+    monkeypatch.setitem(homes(), "vllm", replace(homes()["vllm"], startup_log=lambda src, **kw: told))
+    d = discover(vllm, server_log=str(log))
+    assert (d.launch_version, d.launch_runner, d.resolution, d.introspection) == ("9.9.9", "v7", None, None)
+    assert d.headline().startswith("vLLM eagle3 with K=3")
+    asked = []
+    monkeypatch.setitem(homes(), "sglang", replace(
+        homes()["sglang"], resolve=lambda la, v, arch, strict: asked.append(v),     # resolves to nothing
+        introspect=lambda la, path_map: "installed answer", startup_log=lambda src, **kw: told))
+    d = discover(SEED, "0.5.6", server_log=str(log))
+    assert asked == ["0.5.6"] and d.launch_version == "0.5.6" and d.introspection == "installed answer"
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], resolve=None, introspect=None,
+                                                   startup_log=None))
+    d = discover(SEED, "0.5.6", server_log=str(log))
+    assert (d.resolution, d.introspection, d.launch_version, d.launch_runner) == (None, None, None, None)
