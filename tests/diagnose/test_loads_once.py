@@ -229,6 +229,19 @@ def test_a_diagnosis_reads_the_checks_artifacts_once_and_identifies_the_trained_
     assert identified["recaptured"] == 1, identified
 
 
+def opens_beside_the_tokenizer(inp: Inputs, target: Path) -> tuple[Counter, object]:
+    """(path -> times this process opened it during one diagnosis of `inp`, less what transformers opens in its one
+    tokenizer load of `target`, measured on its own; the run)."""
+    from eagle3lib import opened
+    with opened.counting() as own:
+        transformers.AutoTokenizer.from_pretrained(str(target))
+    tokenizer = Counter({p: n for p, n in own.items() if p.startswith(str(target.resolve()))})
+    targets.clear_cache()
+    with opened.counting() as opens:
+        r = run(inp)
+    return Counter({p: n - tokenizer[p] for p, n in opens.items()}), r
+
+
 def test_every_input_file_of_a_vllm_deployment_is_opened_once(monkeypatch):
     """Issue 49's "each input file opened and parsed once per diagnose", counted by the process's own audit hook
     (`opened.counting`), whichever reader opens it: the launch file, vLLM's server log (read by the inputs' check,
@@ -236,31 +249,40 @@ def test_every_input_file_of_a_vllm_deployment_is_opened_once(monkeypatch):
     and the served runs), the serving dump's manifest and requests (the check, the served layout, the replay, the
     diffing) and the draft's and target's config.json are each opened once (before: the log 4 times, the metrics 4,
     the manifest 5, the target's config 5). Beside them only what transformers opens in its one tokenizer load
-    (measured here on its own) and the training samples, each read once when first asked for (the test above).
+    (measured on its own) and the training samples, each read once when first asked for (the test above).
     vLLM's probe is not asked (a separate process, the real vLLM: tests/vllm_engine)."""
-    from eagle3lib import opened
     from eagle3lib.vllm_engine import env as vllm_env
     w = demo.ensure_world(progress=False)
     dep = Path(__file__).resolve().parents[2] / "data" / "demo_vllm" / "off_by_one"   # shipped, as served by vLLM
     served = dep / "served"
     monkeypatch.setattr(vllm_env, "vllm_python", lambda: None)
-    with opened.counting() as own:
-        transformers.AutoTokenizer.from_pretrained(str(w.target))
-    tokenizer = Counter({p: n for p, n in own.items() if p.startswith(str(w.target.resolve()))})
-    targets.clear_cache()
-    with opened.counting() as opens:
-        r = run(Inputs(draft=str(dep / "draft"), target=str(w.target), train_data=str(w.seed_data),
-                       launch=str(served / "launch.txt"), server_log=str(served / "server.log"),
-                       served_log=str(served / "metrics.txt"), serving_dump=str(dep / "dump"),
-                       serving_engine="vllm", n=4))
+    opens, r = opens_beside_the_tokenizer(Inputs(
+        draft=str(dep / "draft"), target=str(w.target), train_data=str(w.seed_data), launch=str(served / "launch.txt"),
+        server_log=str(served / "server.log"), served_log=str(served / "metrics.txt"), serving_dump=str(dep / "dump"),
+        serving_engine="vllm", n=4), w.target)
     assert r.problems == () and r.diagnosis.alarms
     inputs = [served / "launch.txt", served / "server.log", served / "metrics.txt", dep / "dump" / "manifest.json",
               *sorted((dep / "dump").glob("req_*.safetensors")), dep / "draft" / "config.json",
               w.target / "config.json"]
-    counts = {p.name if p.parent == w.target else str(p.relative_to(dep)): opens[str(p.resolve())]
-              - tokenizer[str(p.resolve())] for p in inputs}
+    counts = {p.name if p.parent == w.target else str(p.relative_to(dep)): opens[str(p.resolve())] for p in inputs}
     assert counts == {k: 1 for k in counts}, counts
     data = str(w.seed_data.resolve())
-    again = {p: n - tokenizer[p] for p, n in opens.items() if n - tokenizer[p] > 1 and not p.startswith(data)
+    again = {p: n for p, n in opens.items() if n > 1 and not p.startswith(data)
              and (p.startswith(str(dep.resolve())) or p.startswith(str(w.target.resolve())))}
     assert again == {}, again
+
+
+def test_every_input_file_of_an_sglang_launch_is_opened_once():
+    """The same on SGLang's side: its startup log (the inputs' check and the discovery), its decode log (the check
+    and the served runs), a saved /server_info (the check and the discovery), the draft's and target's configs."""
+    w = demo.ensure_world(progress=False)
+    samples = Path(__file__).resolve().parents[2] / "data" / "samples"
+    logs = {"server_log": samples / "sglang_seed_startup.log", "served_log": samples / "sglang_seed_decode.log",
+            "server_info": samples / "sglang_server_info_seed.json"}
+    opens, r = opens_beside_the_tokenizer(Inputs(
+        draft=str(w.draft), target=str(w.target), train_data=str(w.seed_data), launch=SEED_LAUNCH, n=4,
+        **{k: str(v) for k, v in logs.items()}), w.target)
+    assert r.problems == () and "ndt_override" in {v.cause for v in r.diagnosis.alarms}
+    counts = {p.name: opens[str(p.resolve())] for p in (*logs.values(), w.draft / "config.json",
+                                                        w.target / "config.json")}
+    assert counts == {k: 1 for k in counts}, counts
