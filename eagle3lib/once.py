@@ -1,19 +1,21 @@
 """Every input file a case reads, read and parsed once: inside ``with case_reads():`` (a diagnosis wraps its inputs'
-check and all its parts in one) each config.json, safetensors header and tokenizer (`kept`: the readers of
-`model`) and each dataset's file list, ``dataset_info.json`` and jsonl index are read once, and each training sample
-once, by its source file and line and the options that shape it (`samples.readers`); the samples are kept up to a
-budget in bytes, the least recently used let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay,
-check and recapture of the case then shares them. Outside such a block nothing is kept and every read goes to the
-disk, as before. A text file (a server log, a decode log, /metrics text, a run's JSON, a launch file) is read once
-too (`file_text`, up to `TEXT_KEPT_BYTES` a file), and what its reader parsed of it kept under the file's signature
-(`kept_by_file`: a rewritten file is read again). Tensors are kept in two places only: a serving dump
-(`hidden.dumps.load_dump`), and the loaded replay setup (`replay.run.load_setup`: the draft with the target's
-embedding and lm_head), kept by its resolved paths, their files' sizes and mtimes (`files_signature`), the dtype and
-the device, and read again when `fresh` says a caller changed it.
+check and all its parts in one; a notebook's part enters its case's own record, `steps.case.Case.reading`) each
+config.json, safetensors header and tokenizer (`kept`: the readers of `model`) and each dataset's file list,
+``dataset_info.json`` and jsonl index are read once, and each training sample once, by its source file and line and
+the options that shape it (`samples.readers`); the samples are kept up to a budget in bytes, the least recently used
+let go first (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default 4). Every replay, check and recapture of the case then shares
+them. Outside such a block nothing is kept and every read goes to the disk, as before. A text file (a server log, a
+decode log, /metrics text, a run's JSON, a launch file) is read once too (`file_text`, up to `TEXT_KEPT_BYTES` a
+file), and what its reader parsed of it kept under the file's signature (`kept_by_file`: a rewritten file is read
+again). Tensors are kept in two places only: a serving dump (`hidden.dumps.load_dump`), and the loaded replay setup
+(`replay.run.load_setup`: the draft with the target's embedding and lm_head), kept by its resolved paths, their
+files' sizes and mtimes (`files_signature`), the dtype and the device, and read again when `fresh` says a caller
+changed it.
 
     with case_reads() as reads:
         ...                          # every read of the case
     reads.loads                      # Counter: what was read from disk -> how many times (1 each)
+    with case_reads(reads=kept_reads): ...   # a case's own record, entered again by each of its parts
 """
 from __future__ import annotations
 
@@ -146,14 +148,21 @@ def active() -> CaseReads | None:
     return _state["reads"]
 
 
+def new_reads(budget_gb: float | None = None) -> CaseReads:
+    """An empty record of one case's reads, within `budget_gb` of samples (``$EAGLE3LIB_SAMPLE_BUDGET_GB``, default
+    4): what a `steps.case.Case` keeps for every part a notebook or the diagnosis runs on it."""
+    gb = budget_gb if budget_gb is not None else float(os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_GB)
+    return CaseReads(int(gb * 2 ** 30))
+
+
 @contextlib.contextmanager
-def case_reads(budget_gb: float | None = None):
-    """Keep what the block reads (see the module docstring); a block inside another shares the outer one's."""
+def case_reads(budget_gb: float | None = None, reads: CaseReads | None = None):
+    """Keep what the block reads (see the module docstring) in `reads` (a new one when None: kept for this block
+    only); a block inside another shares the outer one's."""
     if _state["reads"] is not None:
         yield _state["reads"]
         return
-    gb = budget_gb if budget_gb is not None else float(os.environ.get(BUDGET_ENV) or DEFAULT_BUDGET_GB)
-    _state["reads"] = CaseReads(int(gb * 2 ** 30))
+    _state["reads"] = reads if reads is not None else new_reads(budget_gb)
     try:
         yield _state["reads"]
     finally:

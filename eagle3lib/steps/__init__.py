@@ -5,7 +5,8 @@ module has `run(case, earlier) -> Part`: the notebook displays the part, the dia
 - `part`       `Inputs` (what every investigation is given, one set) and `Part` (its findings, tables, figures,
   notes, problems and the results they were made from).
 - `case`       `Case`, `case_of(inputs)`: the inputs resolved once (the demo world fills what is empty only when
-  no draft is given), the one object every part, notebook and the diagnosis take.
+  no draft is given), the one object every part, notebook and the diagnosis take; each step's `run` is
+  `reads_once`: it runs inside the case's reads (`Case.reading`), so a notebook reads each input once too.
 - `order`      the notebooks and their parts in order, written once (`NOTEBOOKS`, `PARTS`): what the diagnosis
   loops over (a part marked `diagnosed=False` only its notebook runs: 00, whose checks part 01 runs in the
   diagnosis with the engine, and 04, which decides no cause).

@@ -13,12 +13,13 @@ Usage: ``case = case_of(Inputs(draft="out/draft", target="models/t", train_data=
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 from dataclasses import dataclass
 from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
-from typing import Mapping
+from typing import Callable, Mapping
 
 from ..checks.inputs import Artifacts, read_artifacts
 from ..checks.replayed_layout import number_or_none
@@ -26,7 +27,7 @@ from ..demo import world as demo
 from ..demo.sweep import ensure_serving_dump
 from ..errors import Eagle3Error, ServingArgsError
 from ..hidden.dumps import Dump, load_dump
-from ..once import kept_by_file
+from ..once import CaseReads, case_reads, kept_by_file, new_reads
 from ..replay.verdict import read_recorded_accuracy
 from .part import Inputs
 
@@ -46,6 +47,16 @@ class Case:
     train_data: str                     # "" = not given
     heldout: Mapping[str, str]          # name -> samples the draft was not trained on ("held-out", "new prompts")
     training_log: str
+
+    @cached_property
+    def read_so_far(self) -> CaseReads:
+        """What this case has read (`once`): every part run on it, in a notebook or the diagnosis, shares it."""
+        return new_reads()
+
+    def reading(self):
+        """``with case.reading():`` each input file read once for the case (`once.case_reads` on `read_so_far`; inside
+        a diagnosis's own, that one)."""
+        return case_reads(reads=self.read_so_far)
 
     @cached_property
     def launch_command(self) -> str:
@@ -162,3 +173,13 @@ def repo_path(path: str) -> str:
     if not path or "://" in path or p.is_absolute() or p.exists():
         return path
     return str(demo.REPO_ROOT / p)
+
+
+def reads_once(run: Callable) -> Callable:
+    """A step's ``run(case, earlier)`` inside its case's reads (`Case.reading`): a notebook's part reads each input
+    file, config and training sample once, as the diagnosis does."""
+    @functools.wraps(run)
+    def in_case(case: Case, *args, **kwargs):
+        with case.reading():
+            return run(case, *args, **kwargs)
+    return in_case

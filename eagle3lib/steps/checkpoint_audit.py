@@ -11,7 +11,7 @@ from ..replay import tokenview
 from ..causes import Finding
 from ..checks.judge import check_artifacts
 from ..samples.readers import open_dataset
-from .case import Case
+from .case import Case, reads_once
 from .part import Part
 
 NAME = "00 checkpoint audit"
@@ -25,6 +25,7 @@ def artifact_checks(case: Case, progress=None) -> list[Finding]:
     return check_artifacts(case.artifacts.without("launch", "traffic"), progress, part="artifacts")
 
 
+@reads_once
 def run(case: Case, earlier=None) -> Part:
     """Notebook 00's findings: the artifact checks on the case (`results["inputs"]`)."""
     found = artifact_checks(case)

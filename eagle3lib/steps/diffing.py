@@ -26,7 +26,7 @@ from ..samples.sample import Sample
 from ..samples.readers import open_dataset
 from ..replay.run import load_setup, replay
 from ..errors import DataError, MissingFileError
-from .case import Case
+from .case import Case, reads_once
 from .part import Part
 
 NAME = "03 hidden-state diffing"
@@ -232,6 +232,7 @@ def diffing_findings(case: Case, s: Sides, proof: pd.DataFrame | str | None = No
     return dump_findings(s.training, s.serving, s.explanation, case.serving_dump, missing=s.serving_missing,
                          accuracy=proof_summary(proof))
 
+@reads_once
 def run(case: Case, earlier=None) -> Part:
     """Notebook 03: the training slots and the serving dump identified against the target's own boundaries, what
     differs, the proof of fix and the drift check. `results`: the case, the Sides (the compared sample among them)

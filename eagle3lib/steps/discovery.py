@@ -31,7 +31,7 @@ from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.rule import KNOBS
 from ..sglang_engine.resolver import read_config
 from ..model.target import load_target_info
-from .case import SAMPLES_DIR, Case, repo_path
+from .case import SAMPLES_DIR, Case, reads_once, repo_path
 from .part import Part
 
 NAME = "01 serving settings"
@@ -215,6 +215,7 @@ def serving_checks(art: Artifacts, d: Discovery, progress=None, replay_n: int = 
     return d.cause_findings() + found
 
 
+@reads_once
 def run(case: Case, earlier=None) -> Part:
     """Notebook 01's serving settings: the launch command discovered from every source given (`results`: the case
     and its Discovery) and every contract check, each once, with the engine it names (notebook 00's checks too: the

@@ -43,7 +43,7 @@ from ..engines.versions import DEFAULT_VERSION
 from ..replay import layoutsearch, verdict
 from ..replay.run import replay
 from . import trained_config
-from .case import Case
+from .case import Case, reads_once
 from .part import Inputs, Part
 
 NAME = "02 training-sample replay"
@@ -179,6 +179,7 @@ def shown(layout, k: int) -> list[str]:
 
 # ---------------------------------------------------------------- the part
 
+@reads_once
 def run(case: Case, earlier=None) -> Part:
     """Notebook 02: the draft replayed on its training samples under each layout there is evidence of, on the
     held-out samples, its verdicts, the layout search (when a replay says wiring), the trained-config search and,

@@ -40,7 +40,7 @@ from .served_view import deployment_view
 from ..engine_kit.records import RunRecord
 from . import discovery
 from .discovery import Discovery
-from .case import Case
+from .case import Case, reads_once
 from .part import Part
 from . import sample_replay, trained_config
 from .trained_config import unused_tensors
@@ -101,6 +101,7 @@ class ServedPrediction:
                 not_served("; ".join(self.missing + self.problems))]
 
 
+@reads_once
 def run(case: Case, earlier) -> Part:
     """Notebook 01 section 11: the served runs beside the replay, for the serving settings `earlier` holds (the
     part `discovery.run` made; `results["served"]` is the ServedPrediction, its problems are notes here)."""

@@ -18,7 +18,7 @@ from ..throughput import benchparse, costmodel, plots
 from ..engine_kit.log_scan import ParseResult
 from ..engine_kit.records import RunRecord
 from .given import resolve_path
-from .case import Case
+from .case import Case, reads_once
 from .part import Inputs, Part
 
 NAME = "04 throughput"
@@ -133,6 +133,7 @@ def headline_findings(fit: ServedFit, sweep_recs: dict, correct: str, tvc: TreeV
     return out
 
 
+@reads_once
 def run(case: Case, earlier=None) -> Part:
     """Notebook 04's part: the served runs (`served_inputs`, `server_url`) and their cost-model fit, the demo sweep
     (`run_demo_sweep`, `sweep_num_steps`, `sweep_repeats`) and the chain-vs-tree replay (`tree_replay_samples`, 0:

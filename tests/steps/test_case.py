@@ -79,3 +79,23 @@ def test_the_diagnosis_resolves_one_case_for_every_part(monkeypatch):
     P.run(Inputs(draft="", n=1))
     assert len(made) == 1 and len(seen) == sum(s.diagnosed for s in PARTS)
     assert {id(c) for c in seen} == {id(made[0])}
+
+
+@pytest.mark.slow
+def test_a_notebooks_part_reads_each_input_once():
+    """A notebook runs a step on its own case, outside any diagnosis: the step runs inside the case's reads
+    (`Case.reading`, `reads_once`), so notebook 02's part reads each training sample's hidden states and the draft's
+    config once (before: each hidden-state file 22-26 times, the seed's jsonl 232 opens for its 32 samples)."""
+    from collections import Counter
+    from eagle3lib import opened
+    w = demo.ensure_world(progress=False)
+    case = C.case_of(Inputs())
+    with opened.counting() as opens:
+        part = SR.run(case)
+    assert part.findings and case.read_so_far.loads
+    states = Counter({p: n for p, n in opens.items() if "/hidden_states/" in p})
+    assert states and max(states.values()) == 1, states.most_common(3)
+    assert opens[str((w.draft / "config.json").resolve())] == 1
+    with opened.counting() as again:          # the case's second run reads nothing it has read
+        SR.run(case)
+    assert not any("/hidden_states/" in p for p in again), [p for p in again if "/hidden_states/" in p][:3]
