@@ -36,7 +36,8 @@ case = case_of(Inputs(draft=draft, target=target, train_data=train_data, device=
                       num_steps=num_steps))
 part = checkpoint_audit.run(case)
 print("draft:", case.draft_path, "| target:", case.target_path or "not given", "| demo world:", case.demo)
-a = audit.audit_draft(case.draft_path, case.target_path, device=device, dtype=getattr(torch, dtype))
+with case.reading():                    # the case's record: what the part read is not read again
+    a = audit.audit_draft(case.draft_path, case.target_path, device=device, dtype=getattr(torch, dtype))
 print(a.findings["headline"])
 
 # %% [markdown]
@@ -100,7 +101,9 @@ a.params
 # its own training data; if not, the problem is in the checkpoint, not the server.
 
 # %%
-checkpoint_audit.forward_preview(a, case, num_steps=num_steps)
+with case.reading():
+    preview = checkpoint_audit.forward_preview(a, case, num_steps=num_steps)
+preview
 
 # %% [markdown]
 # ## 7. The contract between draft, target and training data

@@ -171,7 +171,8 @@ for f in config_findings(config_search):
 # loses accuracy deep into a sequence; the dashed line marks the draft's declared context.
 
 # %%
-by_position = evidence.accuracy_by_position(setup, inp.train_data, n=n_samples, seed=seed)
+with inp.reading():                     # the case's record: the samples the part read are not read again
+    by_position = evidence.accuracy_by_position(setup, inp.train_data, n=n_samples, seed=seed)
 display(by_position)
 evidence.position_plot(by_position, setup.cfg.max_position_embeddings)
 
@@ -195,8 +196,9 @@ search.table.head(12) if search is not None else None
 # the static view lets you pick sample, step and position; the exported HTML keeps the static view.
 
 # %%
-details = {label: tokenview.collect(setup, inp.train_data, layout=lay, n=3, seed=seed, num_steps=num_steps,
-                                    fill="zeros") for label, lay in compare.items()}
+with inp.reading():
+    details = {label: tokenview.collect(setup, inp.train_data, layout=lay, n=3, seed=seed, num_steps=num_steps,
+                                        fill="zeros") for label, lay in compare.items()}
 for label, d in details.items():
     print(f"--- {label}")
     tokenview.show(d, setup.tokenizer, n_static=2)
