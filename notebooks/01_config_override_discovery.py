@@ -107,7 +107,7 @@ sglang_resolver.sglang_rules_frame(launched.version)
 # (notebook 04): each step costs a draft forward.
 
 # %%
-fixed = discovery.discover(case.fixed_command, launched.version, case.given.target, case.given.draft)
+fixed = discovery.fixed(case, launched)
 print(fixed.headline())
 discovery.side_by_side(launched, fixed)
 

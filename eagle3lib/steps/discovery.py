@@ -230,6 +230,14 @@ def run(case: Case, earlier=None) -> Part:
                 problems=tuple(zip(d.problems, d.problem_errors)), results={"inputs": case, "discovery": d})
 
 
+@reads_once
+def fixed(case: Case, launched: Discovery) -> Discovery:
+    """The case's corrected command (`Case.fixed_command`) discovered at the version the launch was read at, against
+    the same draft and target, inside the case's reads (the configs the launch's discovery read are not read
+    again)."""
+    return discover(case.fixed_command, launched.version, case.given.target, case.given.draft)
+
+
 def side_by_side(a: Discovery, b: Discovery, names=("as launched", "fixed")) -> pd.DataFrame:
     """Two commands' speculative knobs, requested and effective, in one table."""
     rows = []

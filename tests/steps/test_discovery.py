@@ -234,3 +234,24 @@ def test_the_launchs_version_runner_resolution_and_installed_answer_are_its_home
                                                    startup_log=None))
     d = discover(SEED, "0.5.6", server_log=str(log))
     assert (d.resolution, d.introspection, d.launch_version, d.launch_runner) == (None, None, None, None)
+
+
+def test_the_fixed_command_is_read_inside_the_cases_reads():
+    """Notebook 01 discovers the corrected command after its part (`discovery.fixed`): inside the case's reads, so the
+    draft's and target's configs the part read are not opened again (they were, twice, from the notebook's cell)."""
+    from eagle3lib import opened
+    from eagle3lib.demo import world as demo
+    from eagle3lib.steps import case as C
+    from eagle3lib.steps import discovery
+    from eagle3lib.steps.part import Inputs
+    w = demo.ensure_world(progress=False)
+    case = C.case_of(Inputs())
+    launched = discovery.run(case).results["discovery"]
+    with opened.counting() as opens:
+        fixed = discovery.fixed(case, launched)
+    assert fixed.headline() == "speculative settings run as requested on SGLang 0.5.6"
+    assert fixed.launch.flags["speculative_num_steps"] == 15 and fixed.version == launched.version
+    assert not opens, dict(opens)
+    with opened.counting() as outside:          # the same discovery outside the case's reads opens the configs
+        discover(case.fixed_command, launched.version, case.given.target, case.given.draft)
+    assert outside[str((w.draft / "config.json").resolve())] == 1
