@@ -134,6 +134,14 @@ def kept_by_file(kind: str, path, read: Callable[[], Any], *options, copied: boo
     return kept((kind, str(p.resolve()), files_signature(p), *options), read, copied=copied)
 
 
+def parsed_once(kind: str, source, parse: Callable[[], Any], *options):
+    """`parse()` of a source that is a path (str or Path) or the text itself (a str with lines, or lines): a path
+    to a file is parsed once per case (`kept_by_file`, a copy handed out), a text as often as it is given."""
+    if isinstance(source, (str, Path)) and "\n" not in str(source) and Path(source).is_file():
+        return kept_by_file(kind, source, parse, *options, copied=True)
+    return parse()
+
+
 def sample_bytes(sample) -> int:
     """The bytes of a sample's tensors."""
     return sum(v.numel() * v.element_size() for f in dataclasses.fields(sample)

@@ -15,7 +15,10 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
+from pathlib import Path
 
+from ..errors import LogParseError, MissingFileError
+from ..once import file_text
 from .fact_row import Refusal
 from .facts import facts
 
@@ -131,6 +134,23 @@ def log_lines(text: str) -> list[str]:
     if lines and lines[-1] == "":
         lines.pop()
     return [ln[:-1] if ln.endswith("\r") else ln for ln in lines]
+
+
+def source_lines(source, expected: str) -> tuple[list[str], str]:
+    """(lines, where) of a log given as lines, as its text (a str with a newline) or as a file's path (read once per
+    case, `once.file_text`), split as an editor numbers them (`log_lines`). A path to no file raises MissingFileError,
+    an unreadable file LogParseError, each naming the path and `expected`."""
+    if isinstance(source, (list, tuple)):
+        return [str(x) for x in source], "<lines>"
+    if isinstance(source, str) and "\n" in source:
+        return log_lines(source), "<text>"
+    path = Path(source)
+    if not path.is_file():
+        raise MissingFileError(str(path), "log file not found", expected=expected, found="nothing")
+    try:
+        return log_lines(file_text(path)), str(path)
+    except OSError as e:
+        raise LogParseError(str(path), "log cannot be read", expected="a readable text file", found=str(e)) from None
 
 
 def split_prefix(line: str) -> tuple[str | None, str]:

@@ -24,7 +24,8 @@ from ..sglang_engine.launch import FLAGS, SPEC_FIELDS
 from ..sglang_engine.run_log import SERVER_ARGS_MARK, server_args_from_line
 from ..vllm_engine.engine_log import spec_in_line
 from ..engines.versions import LATEST_TRACED
-from ..once import file_text, kept, kept_by_file
+from ..once import file_text, kept, kept_by_file, parsed_once
+from ..engines.engine_errors import source_lines
 from ..sglang_engine.rules_table import RULES
 from ..engines.versions import parse_version
 from ..sglang_engine.resolver import Resolution, accept_rate_formula, accept_rate_versions
@@ -198,28 +199,14 @@ def _server_info(src, timeout: float) -> ServerInfo:
     return ServerInfo(where, version, settings, scheduler, tuple(states), unknown, tuple(warnings))
 
 
-def _read_lines(source) -> tuple[list[str], str]:
-    if isinstance(source, (list, tuple)):
-        return [str(x) for x in source], "<lines>"
-    if isinstance(source, str) and "\n" in source:
-        return source.splitlines(), "<text>"
-    path = Path(source)
-    if not path.is_file():
-        raise MissingFileError(str(path), "log file not found", expected="a server log file or its text",
-                               found="nothing")
-    return file_text(path).splitlines(), str(path)
-
-
 def read_startup_log(source) -> LogReading:
     """Read an SGLang or vLLM log (path, text or lines): adjustment warnings, ServerArgs, speculative config. A file
     is read and parsed once per case (`once`)."""
-    if isinstance(source, (str, Path)) and "\n" not in str(source) and Path(source).is_file():
-        return kept_by_file("startup log", source, lambda: _startup_log(source), copied=True)
-    return _startup_log(source)
+    return parsed_once("startup log", source, lambda: _startup_log(source))
 
 
 def _startup_log(source) -> LogReading:
-    lines, where = _read_lines(source)
+    lines, where = source_lines(source, "a server log file or its text")
     events, server_args, vllm_spec, version, engine = [], None, None, None, None
     skipped = garbled = 0
     warnings = []

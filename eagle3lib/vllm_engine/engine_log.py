@@ -14,16 +14,15 @@ from __future__ import annotations
 import ast
 import re
 from dataclasses import asdict, dataclass
-from pathlib import Path
 
 import pandas as pd
 
-from ..errors import LogParseError, MissingFileError
+from ..errors import LogParseError
 from ..jsonfiles import to_json_value
 from ..engines.facts import default_ids, default_ids_row
-from ..engines.engine_errors import LoggedError, log_lines, root_error, scan_errors, split_prefix
+from ..engines.engine_errors import LoggedError, root_error, scan_errors, source_lines, split_prefix
 from ..engine_kit.log_scan import parse_call_kwargs
-from ..once import file_text, kept_by_file
+from ..once import parsed_once
 
 _VERSION = re.compile(r"Initializing a V1 LLM engine \(v(?P<a>[^)]+)\)|vLLM API server version (?P<b>\S+)|"
                       r"█.*\bversion (?P<c>\d[\w.+-]*)")
@@ -105,21 +104,6 @@ class VllmLogReading:
         return to_json_value(d)
 
 
-def _lines(source) -> tuple[list[str], str]:
-    if isinstance(source, (list, tuple)):
-        return [str(x) for x in source], "<lines>"
-    if isinstance(source, str) and "\n" in source:
-        return log_lines(source), "<text>"
-    path = Path(source)
-    if not path.is_file():
-        raise MissingFileError(str(path), "log file not found", expected="a vLLM server or offline log, or its text",
-                               found="nothing")
-    try:
-        return log_lines(file_text(path)), str(path)
-    except OSError as e:
-        raise LogParseError(str(path), "log cannot be read", expected="a readable text file", found=str(e)) from None
-
-
 def _ids(text: str) -> tuple[int, ...] | None:
     try:
         v = ast.literal_eval(text)
@@ -149,14 +133,11 @@ def spec_in_line(msg: str) -> dict | None:
 def read_vllm_log(source, *, num_target_layers: int | None = None) -> VllmLogReading:
     """Read a vLLM log (path, text or lines). `num_target_layers` fills in the default aux ids when none are logged.
     A file is read and parsed once per case (`once`)."""
-    if isinstance(source, (str, Path)) and "\n" not in str(source) and Path(source).is_file():
-        return kept_by_file("vllm log", source, lambda: _vllm_log(source, num_target_layers), num_target_layers,
-                            copied=True)
-    return _vllm_log(source, num_target_layers)
+    return parsed_once("vllm log", source, lambda: _vllm_log(source, num_target_layers), num_target_layers)
 
 
 def _vllm_log(source, num_target_layers: int | None) -> VllmLogReading:
-    lines, where = _lines(source)
+    lines, where = source_lines(source, "a vLLM server or offline log, or its text")
     if not any(ln.strip() for ln in lines):
         raise LogParseError(where, "log is empty", expected="a vLLM server or offline log", found="no text")
     ev: dict = {}

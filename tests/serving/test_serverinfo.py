@@ -163,3 +163,16 @@ def test_vllm_traceback_code_line_is_not_a_speculative_config():
     from the non-default args line instead of replacing it with {}."""
     log = read_startup_log(SAMPLES_DIR / "vllm_refused_not_supported.log")
     assert log.vllm_spec["method"] == "eagle3" and log.vllm_spec["num_speculative_tokens"] == 3
+
+
+def test_a_progress_bar_does_not_shift_the_startup_logs_line_numbers(tmp_path):
+    """A progress bar redrawn with "\\r" stays inside its line (as an editor shows it): the adjustment line after it
+    is named by its line in the file, read from the file or from its text alike (str.splitlines split there)."""
+    lines = (SAMPLES_DIR / "sglang_seed_startup.log").read_bytes().decode(errors="replace").split("\n")
+    bar = "Loading safetensors checkpoint shards:   0% Completed | 0/1\r" * 3 + "100% Completed | 1/1"
+    log = tmp_path / "server.log"
+    log.write_bytes(("\n".join([bar] + lines)).encode())
+    want = [no for no, ln in enumerate([bar] + lines, start=1) if "speculative_num_draft_tokens is adjusted" in ln]
+    for source in (log, log.read_bytes().decode(errors="replace")):
+        got = [e.line_no for e in read_startup_log(source).events if e.rule_id == "topk1_ndt"]
+        assert got == want and len(want) == 1, (got, want)
