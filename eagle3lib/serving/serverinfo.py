@@ -24,7 +24,7 @@ from ..sglang_engine.launch import FLAGS, SPEC_FIELDS
 from ..sglang_engine.run_log import SERVER_ARGS_MARK, server_args_from_line
 from ..vllm_engine.engine_log import spec_in_line
 from ..engines.versions import LATEST_TRACED
-from ..once import file_text, kept, kept_by_file, parsed_once
+from ..once import file_text, kept, parsed_once
 from ..engines.engine_errors import source_lines
 from ..sglang_engine.rules_table import RULES
 from ..engines.versions import parse_version
@@ -160,9 +160,7 @@ def read_server_info(src, timeout: float = 3.0) -> ServerInfo:
     a URL is read once per case (`once`): the inputs' check and the discovery share one answer."""
     if isinstance(src, (str, Path)) and str(src).startswith(("http://", "https://")):
         return kept(("server info", str(src)), lambda: _server_info(src, timeout), copied=True)
-    if isinstance(src, (str, Path)) and Path(src).is_file():
-        return kept_by_file("server info", src, lambda: _server_info(src, timeout), copied=True)
-    return _server_info(src, timeout)
+    return parsed_once("server info", src, lambda: _server_info(src, timeout))
 
 
 def _server_info(src, timeout: float) -> ServerInfo:
