@@ -25,6 +25,7 @@ from torch import Tensor, nn
 from .decoders import DECODER_PATHS, decoder_stack
 from .weights import TargetWeights, host_empty
 from ..model.config import read_config_json
+from ..model.target import transformers_config
 from ..once import kept
 from ..errors import CheckpointError, ConfigError
 
@@ -50,10 +51,8 @@ def _target_class(p: Path):
             fields = {k: v for k, v in raw.items() if k not in ("model_type", "auto_map")}
             return cls, cls.config_class.from_dict(fields)
     try:
-        if isinstance(raw, dict) and raw.get("model_type") in CONFIG_MAPPING:   # as AutoConfig builds it, unread again
-            config = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
-            config.name_or_path = str(p)
-        else:
+        config = transformers_config(p)                # as AutoConfig builds it, from the case's one parse
+        if config is None:
             config = transformers.AutoConfig.from_pretrained(str(p), trust_remote_code=False)
     except ValueError as e:
         raise ConfigError(f"target model {p}/config.json", "transformers cannot build this architecture",

@@ -118,12 +118,31 @@ def load_target_tensor(path: str | Path, which: str = "embed", dtype: torch.dtyp
     return t.to(dtype) if dtype is not None else t
 
 
+def transformers_config(path: str | Path):
+    """The target's transformers config as AutoConfig builds it, from the case's one parse of its config.json
+    (`read_config_json`); None when transformers does not know its model_type (AutoConfig then decides)."""
+    from transformers import CONFIG_MAPPING
+    raw, _ = read_config_json(path, "target")
+    if not isinstance(raw, dict) or raw.get("model_type") not in CONFIG_MAPPING:
+        return None
+    config = CONFIG_MAPPING[raw["model_type"]].from_dict(raw)
+    config.name_or_path = str(path)
+    return config
+
+
 def load_tokenizer(path: str | Path):
-    """The target's tokenizer through transformers, or None when the directory has none."""
+    """The target's tokenizer through transformers, or None when the directory has none. It is handed the config
+    the case has read (`transformers_config`), so transformers does not open config.json again."""
     path = Path(path)
     if not any((path / n).exists() for n in ("tokenizer.json", "tokenizer.model", "tokenizer_config.json")):
         return None
     from transformers import AutoTokenizer
-    return kept(("tokenizer", str(path.resolve())),           # once per case (`once.kept`): one shared tokenizer
-                lambda: AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True))
+
+    def load():
+        try:
+            config = {"config": c} if (c := transformers_config(path)) is not None else {}
+        except (Eagle3Error, ValueError):    # no or unbuildable config.json: transformers reads what it can
+            config = {}
+        return AutoTokenizer.from_pretrained(str(path), trust_remote_code=False, local_files_only=True, **config)
+    return kept(("tokenizer", str(path.resolve())), load)     # once per case (`once.kept`): one shared tokenizer
 
