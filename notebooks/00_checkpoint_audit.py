@@ -18,9 +18,6 @@ demo_world: str = ""         # which embedded demo world empty paths mean: "llam
 
 
 # %%
-import torch
-
-from eagle3lib.model import audit
 from eagle3lib.report import findings
 from eagle3lib.steps import checkpoint_audit
 from eagle3lib.steps.case import case_of
@@ -36,8 +33,7 @@ case = case_of(Inputs(draft=draft, target=target, train_data=train_data, device=
                       num_steps=num_steps))
 part = checkpoint_audit.run(case)
 print("draft:", case.draft_path, "| target:", case.target_path or "not given", "| demo world:", case.demo)
-with case.reading():                    # the case's record: what the part read is not read again
-    a = audit.audit_draft(case.draft_path, case.target_path, device=device, dtype=getattr(torch, dtype))
+a = checkpoint_audit.audit_of(case)     # inside the case's reads: what the part read is not read again
 print(a.findings["headline"])
 
 # %% [markdown]
@@ -60,7 +56,7 @@ for w in a.warnings:
 # engine and slot, the boundary it feeds next to the trained one (`as_trained`).
 
 # %% tags=["index-figure"]
-checkpoint_audit.engine_layer_table(a, case)
+checkpoint_audit.engine_layer_table(case, a)
 
 # %% [markdown]
 # ### An MLA target's config: what each stack reads
@@ -101,8 +97,7 @@ a.params
 # its own training data; if not, the problem is in the checkpoint, not the server.
 
 # %%
-with case.reading():
-    preview = checkpoint_audit.forward_preview(a, case, num_steps=num_steps)
+preview = checkpoint_audit.forward_preview(case, a, num_steps=num_steps)
 preview
 
 # %% [markdown]

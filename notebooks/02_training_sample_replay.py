@@ -171,8 +171,7 @@ for f in config_findings(config_search):
 # loses accuracy deep into a sequence; the dashed line marks the draft's declared context.
 
 # %%
-with inp.reading():                     # the case's record: the samples the part read are not read again
-    by_position = evidence.accuracy_by_position(setup, inp.train_data, n=n_samples, seed=seed)
+by_position = sample_replay.accuracy_by_position(inp, setup, n=n_samples, seed=seed)   # the part's samples, unread
 display(by_position)
 evidence.position_plot(by_position, setup.cfg.max_position_embeddings)
 
@@ -196,9 +195,7 @@ search.table.head(12) if search is not None else None
 # the static view lets you pick sample, step and position; the exported HTML keeps the static view.
 
 # %%
-with inp.reading():
-    details = {label: tokenview.collect(setup, inp.train_data, layout=lay, n=3, seed=seed, num_steps=num_steps,
-                                        fill="zeros") for label, lay in compare.items()}
+details = sample_replay.token_details(inp, setup, compare, n=3, seed=seed, num_steps=num_steps)
 for label, d in details.items():
     print(f"--- {label}")
     tokenview.show(d, setup.tokenizer, n_static=2)

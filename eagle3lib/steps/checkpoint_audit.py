@@ -8,6 +8,7 @@ from ..engines import mla_fields
 from ..serving.layer_reading import layer_frame, layer_reading
 from ..model import audit
 from ..replay import tokenview
+from ..replay.run import replay_dtype
 from ..causes import Finding
 from ..checks.judge import check_artifacts
 from ..samples.readers import open_dataset
@@ -32,7 +33,16 @@ def run(case: Case, earlier=None) -> Part:
     return Part(NAME, found, results={"inputs": case})
 
 
-def engine_layer_table(a: audit.Audit, case: Case) -> pd.DataFrame:
+@reads_once
+def audit_of(case: Case) -> audit.Audit:
+    """The case's draft audited against its target (`model.audit.audit_draft`, on the case's device and dtype),
+    inside the case's reads: the configs and tensors its part read are not read again."""
+    return audit.audit_draft(case.draft_path, case.target_path, device=case.given.device,
+                             dtype=replay_dtype(case.given.dtype, case.given.device))
+
+
+@reads_once
+def engine_layer_table(case: Case, a: audit.Audit) -> pd.DataFrame:
     """Which target boundary each engine feeds each aux slot, next to the trained one (`serving.layer_reading` at
     its default engine versions, for this target's layer count and architecture): one row per (engine, slot)."""
     return layer_frame(layer_reading(case.draft_path, a.target.num_layers, target_arch=a.target.architecture))
@@ -47,7 +57,8 @@ def mla_target_fields(a: audit.Audit) -> pd.DataFrame | str:
     return mla_fields.fields_frame(a.target.text_config)
 
 
-def forward_preview(a: audit.Audit, case: Case, num_steps: int = 3) -> pd.DataFrame | str:
+@reads_once
+def forward_preview(case: Case, a: audit.Audit, num_steps: int = 3) -> pd.DataFrame | str:
     """The draft on one training sample (replay.tokenview.preview_table), or a sentence naming the missing input."""
     if not case.train_data:
         return "not checked: no train_data given (training data of this draft) — the forward preview is skipped"

@@ -18,6 +18,8 @@ import dataclasses
 from dataclasses import dataclass, field
 from typing import Mapping
 
+import pandas as pd
+
 from ..causes import Finding
 from ..errors import DataError, Eagle3Error
 from ..hidden.capture import capture, load_target_model
@@ -40,7 +42,7 @@ from ..engines.facts import default_ids_row
 from ..engines.versions import SERVING_ENGINES
 from ..serving.layer_reading import layer_reading
 from ..engines.versions import DEFAULT_VERSION
-from ..replay import layoutsearch, verdict
+from ..replay import evidence, layoutsearch, tokenview, verdict
 from ..replay.run import replay
 from . import trained_config
 from .case import Case, reads_once
@@ -219,6 +221,22 @@ def run(case: Case, earlier=None) -> Part:
         "verdicts": verdicts, "start": start, "search": search, "config_search": config_search,
         "artifact_search": artifacts,
         "headline": headline})
+
+
+@reads_once
+def accuracy_by_position(case: Case, setup: ReplaySetup, n: int = 8, seed: int = 0) -> pd.DataFrame:
+    """Step-0 accuracy per position bucket on the case's training samples under the training layout
+    (`replay.evidence.accuracy_by_position`), inside the case's reads: the samples its part read are not read again."""
+    return evidence.accuracy_by_position(setup, case.train_data, n=n, seed=seed)
+
+
+@reads_once
+def token_details(case: Case, setup: ReplaySetup, layouts: Mapping[str, tuple | None], n: int = 3, seed: int = 0,
+                  num_steps: int = 3) -> dict[str, list]:
+    """Each layout's per-token replay of `n` training samples (`replay.tokenview.collect`, a slot a sample lacks fed
+    zeros), keyed by the layout's label, inside the case's reads."""
+    return {label: tokenview.collect(setup, case.train_data, layout=lay, n=n, seed=seed, num_steps=num_steps,
+                                     fill="zeros") for label, lay in layouts.items()}
 
 
 def not_run(inputs: Inputs) -> list[Finding]:

@@ -142,3 +142,22 @@ def test_a_trained_layout_nothing_names_replays_the_stored_slots(tmp_path):
     s = Sample("s0", torch.randint(0, 120, (16,)), torch.ones(16, dtype=torch.long), torch.randn(16, 4, 32))
     r = R.replay(setup, [s], layout=None, num_steps=1, progress=False)
     assert r.layout == I.stored_layout(4) and not r.skipped and r.summary()["positions"] > 0
+
+
+@pytest.mark.slow
+def test_the_notebooks_replays_beside_the_part_read_no_sample_again():
+    """Notebook 02's accuracy by position and token view run after its part inside the case's reads: the hidden-state
+    files the part read are not opened again (each was, up to 7 times in the notebook)."""
+    from eagle3lib import opened
+    from eagle3lib.demo import world as demo
+    demo.ensure_world(progress=False)
+    case = case_of(Inputs())
+    res = SR.run(case).results
+    setup, layouts = res["setup"], res["layouts"]
+    with opened.counting() as opens:
+        by_position = SR.accuracy_by_position(case, setup, n=4, seed=0)
+        details = SR.token_details(case, setup, layouts, n=2, seed=0, num_steps=2)
+    states = [p for p in opens if "/hidden_states/" in p]
+    assert not states, states[:3]
+    assert by_position.positions.sum() > 0 and set(details) == set(layouts)
+    assert all(len(d) == 2 for d in details.values())
