@@ -9,6 +9,8 @@ invalid for input of size 2560", "Tried to load weights of size ... to a paramet
 Each error also keeps the frame it was raised in (`frame`: "vllm/model_executor/models/deepseek_v2.py:1562"), and
 `known_failure(error)` names a failure the engine facts explain (the table's "refusal" rows, `engines/facts_refusals.py`:
 vLLM's DeepSeek target dying on the embedding as an aux slot, the d2t lookup, ...).
+A log's lines are numbered as an editor numbers them (`log_lines`; `source_lines` takes a log as lines, its text or
+a file's path, read once per case).
     errors = scan_errors(log_lines(open("server.log").read())); root_error(errors)
 """
 from __future__ import annotations
