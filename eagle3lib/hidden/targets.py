@@ -93,12 +93,16 @@ def stored_dtype(folder: Path):
 
 
 def load_full(folder: Path, cls, config, device: torch.device, dtype: torch.dtype):
-    """`cls.from_pretrained(folder)` without remote code, on `device` in `dtype`, in eval mode."""
+    """`cls.from_pretrained(folder)` without remote code, on `device` in `dtype`, in eval mode. It is handed the
+    config the case read and a generation config made from it (the target only captures, it never generates), so
+    transformers opens neither config.json nor generation_config.json again."""
     import transformers
 
     transformers.utils.logging.disable_progress_bar()   # a per-load "Loading weights" bar is noise in reports
+    unread = {"generation_config": transformers.GenerationConfig.from_model_config(config)}
     try:
-        model = cls.from_pretrained(str(folder), config=config, trust_remote_code=False, **dtype_kwarg(dtype))
+        model = cls.from_pretrained(str(folder), config=config, trust_remote_code=False, **dtype_kwarg(dtype),
+                                    **unread)
     except ValueError as e:
         raise ConfigError(f"target model {folder}/config.json", "transformers cannot build this architecture",
                           expected="an architecture shipped with transformers (no remote code)", found=str(e)[:200],

@@ -17,7 +17,7 @@ from pathlib import Path
 import torch
 from safetensors import safe_open
 
-from ..once import kept
+from ..once import kept, kept_by_file
 from ..errors import CheckpointError, MissingFileError, UnsafeFileError
 
 _DTYPE_BYTES = {"F64": 8, "F32": 4, "F16": 2, "BF16": 2, "I64": 8, "I32": 4, "I16": 2, "I8": 1, "U8": 1,
@@ -166,8 +166,12 @@ def weight_files(directory: str | Path) -> list[Path]:
 
 
 def shard_map(index_path: str | Path) -> dict[str, Path]:
-    """{tensor name: shard path} from a *.index.json; every shard must exist."""
-    index_path = Path(index_path)
+    """{tensor name: shard path} from a *.index.json; every shard must exist. Read and checked once per case
+    (`once.kept_by_file`: the inputs' check, each target tensor read and the capture share one parse)."""
+    return dict(kept_by_file("shard index", index_path, lambda: _shard_map(Path(index_path))))
+
+
+def _shard_map(index_path: Path) -> dict[str, Path]:
     try:
         index = json.loads(index_path.read_text())
         wm = index["weight_map"]

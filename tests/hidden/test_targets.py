@@ -71,3 +71,19 @@ def test_stream_mode_from_the_argument_the_environment_fp8_and_size(folder, tmp_
     monkeypatch.setenv(targets.ENV_VAR, "lazy")
     with pytest.raises(ConfigError, match="unknown target load mode"):
         load_target_model(folder)
+
+
+def test_a_full_load_opens_neither_config_again(folder):
+    """Inside a case the target's config.json is read once (the case's parse, handed to transformers), and no
+    generation_config.json is read at all (the target captures, it never generates): transformers' own load opened
+    config.json a second time where the target ships no generation_config.json, and generation_config.json where it
+    does."""
+    import json as _json
+    from eagle3lib import opened
+    from eagle3lib.once import case_reads
+    (folder / "generation_config.json").write_text(_json.dumps({"eos_token_id": 2}))
+    with opened.counting() as opens, case_reads():
+        model = load_target_model(folder)
+    assert opens[str((folder / "config.json").resolve())] == 1
+    assert str((folder / "generation_config.json").resolve()) not in opens
+    assert model.generation_config.eos_token_id == model.config.eos_token_id     # made from the model's config

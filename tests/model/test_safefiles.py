@@ -92,6 +92,11 @@ def test_weight_file_discovery_and_sharded_subset(tmp_path):
     assert [p.name for p in weight_files(tmp_path)] == ["s1.safetensors", "s2.safetensors"]
     (tmp_path / "s2.safetensors").write_bytes(b"garbage that would fail if read")
     assert set(load_state_dict(tmp_path, keys=["a"])) == {"a"}
+    from eagle3lib import opened
+    from eagle3lib.once import case_reads
+    with opened.counting() as opens, case_reads():       # one parse of the index per case, however many readers
+        weight_files(tmp_path), load_state_dict(tmp_path, keys=["a"]), weight_files(tmp_path)
+    assert opens[str((tmp_path / "model.safetensors.index.json").resolve())] == 1
     empty = tmp_path / "empty"
     empty.mkdir()
     with pytest.raises(MissingFileError, match="no weights"):
