@@ -11,7 +11,6 @@ rounded once to the compute dtype. Usage: ``w = TargetWeights(t); w.read("model.
 """
 from __future__ import annotations
 
-import json
 import mmap
 from dataclasses import dataclass
 from pathlib import Path
@@ -20,6 +19,7 @@ import torch
 from torch import Tensor
 
 from ..errors import CheckpointError, ConfigError, MissingFileError
+from ..model.config import read_config_json
 from ..model.safefiles import INDEX_NAMES, read_safetensors_header, shard_map
 
 DTYPES = {"F64": torch.float64, "F32": torch.float32, "F16": torch.float16, "BF16": torch.bfloat16,
@@ -118,11 +118,7 @@ class TargetWeights:
             raise MissingFileError(f"target model {path}", "config.json is missing", expected="config.json",
                                    found="no such file" if not self.path.exists()
                                    else sorted(p.name for p in self.path.iterdir())[:10])
-        try:
-            self.config = json.loads((self.path / "config.json").read_text())
-        except (OSError, ValueError) as e:
-            raise ConfigError(f"{self.path}/config.json", "unreadable", expected="a JSON object",
-                              found=str(e)[:120]) from None
+        self.config, _ = read_config_json(self.path, "target")       # the case's one parse of it (`once.kept`)
         self.block = block_size(self.config if isinstance(self.config, dict) else {})
         self.files = _safetensors_files(self.path)
         self.entries: dict[str, Entry] = {}

@@ -104,3 +104,20 @@ def test_a_truncated_shard_is_a_checkpoint_error(tiny, tmp_path):
     f.write_bytes(f.read_bytes()[:-100])
     with pytest.raises(CheckpointError, match="runs past the end of the file"):
         TargetWeights(tmp_path / "cut")
+
+
+def test_the_config_is_the_cases_one_parse(tiny, tmp_path):
+    """Inside a case the streamed target's config.json is the case's one parse (`model.config.read_config_json`):
+    opened once beside the checks' read of it; a config that is not JSON names the file and its line."""
+    from eagle3lib import opened
+    from eagle3lib.model.config import read_config_json
+    from eagle3lib.once import case_reads
+    with opened.counting() as opens, case_reads():
+        read_config_json(tiny, "target")
+        w = TargetWeights(tiny)
+    assert opens[str((tiny / "config.json").resolve())] == 1 and w.config["model_type"] == "deepseek_v3"
+    bad = tmp_path / "bad"
+    bad.mkdir()
+    (bad / "config.json").write_text('{"model_type": "llama",\n  oops}')
+    with pytest.raises(ConfigError, match=r"config.json.*line 2"):
+        TargetWeights(bad)
