@@ -171,7 +171,7 @@ for f in config_findings(config_search):
 # loses accuracy deep into a sequence; the dashed line marks the draft's declared context.
 
 # %%
-by_position = sample_replay.accuracy_by_position(inp, setup, n=n_samples, seed=seed)   # the part's samples, unread
+by_position = sample_replay.position_accuracy(inp, setup, n=n_samples, seed=seed)   # the part's samples, unread
 display(by_position)
 evidence.position_plot(by_position, setup.cfg.max_position_embeddings)
 

@@ -8,7 +8,7 @@ module has `run(case, earlier) -> Part`: the notebook displays the part, the dia
   no draft is given), the one object every part, notebook and the diagnosis take; each step's `run` is
   `reads_once`: it runs inside the case's reads (`Case.reading`), so a notebook reads each input once too; so does
   each step a notebook calls beside its part (notebook 00's audit, layer table and preview, 01's corrected command,
-  02's accuracy by position and token view): a notebook holds no `with` block of its own.
+  02's position accuracy and token view): a notebook holds no `with` block of its own.
 - `order`      the notebooks and their parts in order, written once (`NOTEBOOKS`, `PARTS`): what the diagnosis
   loops over (a part marked `diagnosed=False` only its notebook runs: 00, whose checks part 01 runs in the
   diagnosis with the engine, and 04, which decides no cause).

@@ -224,7 +224,7 @@ def run(case: Case, earlier=None) -> Part:
 
 
 @reads_once
-def accuracy_by_position(case: Case, setup: ReplaySetup, n: int = 8, seed: int = 0) -> pd.DataFrame:
+def position_accuracy(case: Case, setup: ReplaySetup, n: int = 8, seed: int = 0) -> pd.DataFrame:
     """Step-0 accuracy per position bucket on the case's training samples under the training layout
     (`replay.evidence.accuracy_by_position`), inside the case's reads: the samples its part read are not read again."""
     return evidence.accuracy_by_position(setup, case.train_data, n=n, seed=seed)

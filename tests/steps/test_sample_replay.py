@@ -155,7 +155,7 @@ def test_the_notebooks_replays_beside_the_part_read_no_sample_again():
     res = SR.run(case).results
     setup, layouts = res["setup"], res["layouts"]
     with opened.counting() as opens:
-        by_position = SR.accuracy_by_position(case, setup, n=4, seed=0)
+        by_position = SR.position_accuracy(case, setup, n=4, seed=0)
         details = SR.token_details(case, setup, layouts, n=2, seed=0, num_steps=2)
     states = [p for p in opens if "/hidden_states/" in p]
     assert not states, states[:3]
