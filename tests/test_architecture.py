@@ -249,6 +249,8 @@ SHARED_NAMES = {
     "speculating": ("does a launch speculate at all: an engine's home reads it (EngineHome.speculating), the checks ask "
                     "the launch's home", {"eagle3lib.checks.launch_flags", "eagle3lib.sglang_engine.launch_rules",
                                           "eagle3lib.vllm_engine.launch_rules"}),
+    "launch_warnings": ("an engine's home: what a launch sets that cannot help (EngineHome.launch_warnings)", {
+        "eagle3lib.sglang_engine.launch_lint", "eagle3lib.vllm_engine.method"}),
     "method_rule": ("an engine's home: how its launch picks the speculative method for a draft "
                     "(EngineHome.method_rule)", {"eagle3lib.sglang_engine.launch_rules",
                                                  "eagle3lib.vllm_engine.launch_rules"}),

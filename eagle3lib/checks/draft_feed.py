@@ -17,6 +17,7 @@ from ..engines import facts
 from ..model.dialects import value_at
 from ..serving.homes import homes
 from ..engines.versions import SERVING_ENGINES, engine_title, in_force
+from ..engine_kit.feed import OptOut, RankSpread
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 from ..engine_kit.flag_values import integer
@@ -94,49 +95,38 @@ def _aux_opt_out(art: Artifacts, engine, runner, version=None) -> Finding:
         return not_checked(c, w, "the draft's weights (fc.weight's width) or its training data (slots per "
                            "sample)", f"not checked: {where} is false; whether the draft was trained on aux states "
                            "needs its fc or its data")
-    v1 = facts.fact("vllm", "flag", "use_aux_hidden_state@v1_runner")
-    v2 = facts.fact("vllm", "flag", "use_aux_hidden_state@v2_runner")
-    if engine == "sglang":
-        sg = facts.fact("sglang", "flag", "use_aux_hidden_state@eagle_config")
-        honours = facts.reads("sglang", "flag", sg.subject, version)
-        ev["sglang_honours"] = honours
-        bad = with_aux if honours else (not with_aux if honours is False else None)
-        what = ("the last hidden state" if honours else "its aux states" if honours is False else
-                "the last hidden state from sglang PR#14920 on, aux states before it")
-        status = "confirmed" if bad else "ruled out" if bad is False else "suspected"
-        return Finding(c, status, f"{where} is false, the draft was trained on " + (
-            "aux states" if with_aux else "the last hidden state alone") + f"; SGLang feeds it {what}", ev, w,
-            needs="" if bad is not None else "the SGLang version (sglang PR#14920 placed by release)",
-            source=sg.source)
-    if engine is None and not with_aux:      # a final-state draft, nothing served: what each engine would feed it
-        ev["fed"] = {"vllm v1": "the target's last hidden state, no fc" if v1.reads else "its aux states",
-                     "vllm v2": "the target's last hidden state, no fc" if v2.reads else
-                                "the concatenated aux states (k*H), no fc",
-                     "sglang": "the last hidden state from sglang PR#14920 on, aux states before it"}
-        return Finding(c, "not checked", f"not checked: {where} is false and the draft was trained on the last "
-                       "hidden state alone; vLLM's V1 runner feeds it exactly that, its V2 runner the concatenated aux "
-                       "states (static reading), SGLang the last state from PR#14920 on: the serving engine decides",
-                       ev, w, needs=NEEDS["engine"], source=f"{v1.source}; {v2.source}")
-    runners = {"v1": v1, "v2": v2} if runner not in ("v1", "v2") else {runner: v1 if runner == "v1" else v2}
-    fed = {r: ("the target's last hidden state, no fc" if f.reads else "the concatenated aux states (k*H), no fc")
-           for r, f in runners.items()}
-    ev["fed"] = fed
-    src = "; ".join(f.source for f in runners.values()) + "; vllm PR#40656, #40551"
-    if with_aux:
-        why = (f"fc takes {k} aux slots ({k_from})" if k and k > 1 else
-               f"its training data carries {len(trained)} slots per position")
-        return Finding(c, "confirmed", f"{where} is false but the draft was trained on aux states ({why}): vLLM "
-                       + "; ".join(f"the {r.upper()} runner feeds it {t}" for r, t in fed.items())
-                       + " (served 1.05 on the demo draft with the V1 runner, no log line)", ev, w,
-                       fix=f"drop {where} (or set it true) so vLLM builds the fc the draft was trained with",
-                       source=src, explains=("aux_layout_mismatch",))   # the served layout is the flag's consequence
-    if "v2" in runners:
-        return Finding(c, "suspected", f"{where} is false and the draft was trained on the last hidden state alone "
-                       "(fc takes one slot or none): the V1 runner honours it; the V2 runner (CUDA default) still "
-                       "feeds the concatenated aux states (static reading)", ev, w,
-                       needs="the vLLM model runner (VLLM_USE_V2_MODEL_RUNNER, or the startup log)", source=src)
-    return Finding(c, "ruled out", f"{where} is false and the draft was trained on the last hidden state alone: "
-                   "the V1 runner feeds it exactly that", ev, w, source=v1.source)
+    why = (f"fc takes {k} aux slots ({k_from})" if k and k > 1 else
+           f"its training data carries {len(trained)} slots per position" if with_aux else "")
+    opt = OptOut(where, with_aux, why, ev, w)
+    if engine is not None:
+        rule = getattr(homes().get(engine), "feed_rules", {}).get(c)
+        return rule(opt, version, runner) if rule is not None else no_feed_rule(c, engine, w)
+    return every_engine(opt)
+
+
+def no_feed_rule(cause: str, engine: str, where: str) -> Finding:
+    """Not checked: the engine's home has no feed rule for `cause` (EngineHome.feed_rules)."""
+    return Finding(cause, "not checked", f"not checked: {engine}'s home has no feed rule for {cause}",
+                   {"engine": engine}, where, needs=f"a rule for {cause} in {engine}'s home (feed_rules)")
+
+
+def every_engine(opt: OptOut) -> Finding:
+    """No serving engine given: what each home's rule says it feeds the draft. Every home confirming, or every one
+    ruling out, decides; one that confirms makes it suspected until the engine is known; else the serving engine
+    decides (not checked: a last-state draft that some runner or version may feed aux states alarms nobody)."""
+    said = {e: h.feed_rules["aux_opt_out"](opt) for e, h in homes().items() if "aux_opt_out" in h.feed_rules}
+    fed = {label: t for f in said.values() for label, t in f.evidence.get("fed", {}).items()}
+    ev = {**opt.evidence, "fed": fed, "by_engine": {e: f.status for e, f in said.items()}}
+    statuses = {f.status for f in said.values()}
+    decided = len(statuses) == 1 and statuses <= {"confirmed", "ruled out"}
+    status = next(iter(statuses)) if decided else "suspected" if "confirmed" in statuses else "not checked"
+    trained = f"aux states ({opt.why})" if opt.with_aux else "the last hidden state alone"
+    text = f"{opt.key} is false and the draft was trained on {trained}; " + "; ".join(
+        f"{label} feeds it {t}" for label, t in fed.items()) + (": whichever serves it" if decided else
+                                                               ": the serving engine decides")
+    return Finding("aux_opt_out", status, ("not checked: " if status == "not checked" else "") + text,
+                   ev, opt.where, needs="" if decided else NEEDS["engine"],
+                   source="; ".join(dict.fromkeys(f.source for f in said.values() if f.source)))
 
 
 def pp_size(la) -> tuple[int | None, str | None]:
@@ -168,19 +158,8 @@ def _pp(art: Artifacts, la) -> Finding:
     if ranks == [pp - 1]:
         return Finding(c, "ruled out", f"every aux layer ({ids}) sits on the last of {pp} ranks, where the draft "
                        "runs", ev, w)
-    if la.engine == "sglang":
-        f = facts.fact("sglang", "serving", "aux_states_over_pp")
-        return Finding(c, "suspected", f"pipeline parallel size {pp}: aux layers {ids} sit on ranks {ranks} of "
-                       f"0..{pp - 1} (about {per} layers each), and SGLang did not capture aux states on earlier "
-                       "ranks before the PRs; the fixing release is not placed", ev, w, fix="serve with --pp-size 1 "
-                       "and compare, or use a version with the PRs", needs="the SGLang version and served accept "
-                       "length at --pp-size 1", source=f.source)
-    f = facts.fact("vllm", "serving", "aux_states_over_pp@v2")
-    return Finding(c, "not checked", f"not checked: pipeline parallel size {pp} with aux layers on ranks {ranks}; "
-                   "vLLM 0.32's V2 runner relays them from earlier ranks for model files that declare it (Llama, "
-                   "Qwen2) and refuses the others, the V1 runner's relay is not read", ev, w,
-                   needs="the vLLM model runner and served accept length at pipeline_parallel_size 1",
-                   source=f.source)
+    rule = getattr(homes().get(la.engine), "feed_rules", {}).get(c)
+    return rule(RankSpread(pp, ids, ranks, per, ev, w)) if rule is not None else no_feed_rule(c, la.engine, w)
 
 
 def _count(art: Artifacts, engine, version=None) -> Finding:

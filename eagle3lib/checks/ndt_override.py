@@ -15,6 +15,8 @@ from ..sglang_engine.rule import KNOBS
 from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.introspect import Introspection, values_equal
 from ..engine_kit.launch_reading import LaunchArgs
+from ..engines.versions import engine_title
+from ..serving.homes import homes
 
 
 def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | None, version: str,
@@ -34,13 +36,15 @@ def ndt_override_findings(launch: LaunchArgs | None, resolution: Resolution | No
         flags = ", ".join("--" + k.replace("_", "-") for k in unread)
         return [Finding("ndt_override", "not checked", f"not checked: {flags} could not be read",
                         {"unread": unread}, where, needs=f"the launch command with a valid value ({flags})")]
-    if launch.engine != "sglang" or resolution is None:
-        vllm = launch.engine == "vllm"
-        k = (launch.speculative_config or {}).get("num_speculative_tokens") if vllm else None
-        return [Finding("ndt_override", "ruled out" if vllm else "not checked",
-                        "vLLM runs K as given" if vllm else "no SGLang resolution",
-                        {"engine": launch.engine, **({"num_speculative_tokens": k} if isinstance(k, int) else {})}, where,
-                        needs="" if vllm else "a readable SGLang launch command")]
+    home, title = homes().get(launch.engine), engine_title(launch.engine)
+    if home is not None and home.resolve is None:       # its startup rewrites nothing: the settings run as given
+        k = launch.num_speculative_tokens
+        return [Finding("ndt_override", "ruled out", f"{title} runs K as given",
+                        {"engine": launch.engine, **({"num_speculative_tokens": k} if isinstance(k, int) else {})},
+                        where)]
+    if resolution is None:
+        return [Finding("ndt_override", "not checked", f"no {title} resolution", {"engine": launch.engine}, where,
+                        needs=f"a readable {title} launch command")]
     res = resolution
     if version_source == "default" and not observed:
         return [installed_sglang_finding(res, where, introspection) or ndt_by_range(launch, target_arch, where)]

@@ -13,6 +13,9 @@
                    checks.
 - `table_view`     the aspects of a draft every engine's tables answer alike (layout, d2t, embedding), which each
                    home's `table_view` builds its `EngineView` from.
+- `feed`           `OptOut`, `RankSpread`: what a draft's config and weights say of the states it expects, as a home's
+                   `feed_rules` judge them (checks.draft_feed reads the draft once).
+- `lint`           `LintWarning`: a setting or config that cannot help (a home's `launch_warnings`, crossengine.lint).
 - `flag_values`    a launch flag's value as a check reads it (switch, integer, vLLM's --speculative-config), each with
                    the problem naming the flag; the finding of a garbled value.
 - `id_reading`     `EngineReading` (an engine's reading of a draft's aux ids), the ids named as target boundaries.

@@ -53,6 +53,10 @@ class EngineHome:
     # cause (checks.launch_flags, checks.draft_serving, checks.draft_feed ask for it); a cause without a rule is
     # not checked, naming this home
     launch_rules: Mapping[str, Callable] = field(default_factory=dict)
+    # cause -> rule(engine_kit.feed.OptOut | RankSpread, version=None[, runner=None]) -> Finding: what this engine
+    # feeds a draft whose config and weights the check read (checks.draft_feed: aux_opt_out, pipeline_parallel_aux);
+    # a cause without a rule is not checked, naming this home
+    feed_rules: Mapping[str, Callable] = field(default_factory=dict)
     # (LaunchArgs, eagle3: is the draft an EAGLE-3 one, the check's evidence, where) -> the wrong_method Finding: how
     # this engine's launch picks the speculative method (checks.launch_settings asks it); absent: not checked
     method_rule: Callable[..., object] | None = None
@@ -75,6 +79,9 @@ class EngineHome:
     # `runner` (None where the log names none), read once per case; the launch's version and model runner where the
     # home does not `resolve` (steps.discovery)
     startup_log: Callable[..., object] | None = None
+    # (LaunchArgs, resolution from `resolve` or None) -> [engine_kit.lint.LintWarning]: what the launch sets that
+    # cannot help (serving.crossengine.lint, notebook 01); absent: no launch warnings
+    launch_warnings: Callable[..., list] | None = None
     # (LaunchArgs) -> engine_kit.launch_evidence.LaunchEvidence: what its flags say of how the draft runs (graphs,
     # quantization, KV dtype, K schedule, chunking, grammars), which the checks judge; absent: those causes are not
     # checked, naming this home

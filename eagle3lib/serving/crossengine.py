@@ -7,7 +7,6 @@ never raises on bad input: what failed is in `Discovery.problems`.
 from __future__ import annotations
 
 import json
-from dataclasses import dataclass
 
 import pandas as pd
 
@@ -18,6 +17,8 @@ from ..engines.versions import VLLM_CHECKED
 from ..vllm_engine.method import vllm_effective
 from ..engine_kit.launch_reading import LaunchArgs
 from ..sglang_engine.rule import KNOBS
+from ..engine_kit.lint import LintWarning
+from .homes import homes
 
 
 
@@ -51,56 +52,16 @@ def vllm_command(target: str, draft: str, k: int, method: str = "eagle3") -> str
     return f"vllm serve {target} --speculative-config '{spec}'"
 
 
-@dataclass(frozen=True)
-class LintWarning:
-    """A setting or config that cannot help, or that the engines read differently."""
-
-    code: str
-    severity: str        # "error" (fails or feeds wrong layers), "warning", "info"
-    message: str
-
-
 def lint(launch: LaunchArgs | None = None, resolution=None, draft_config: dict | None = None,
-         readings=(), env: dict | None = None) -> tuple[LintWarning, ...]:
-    """Warnings on knobs, thresholds, env and layer ids (see LintWarning.code for the kind)."""
-    out, W = [], LintWarning
-    req = dict(launch.flags) if launch is not None and launch.engine == "sglang" else {}
-    steps, topk, ndt = (req.get(k) for k in KNOBS)
-    given = [k for k in KNOBS if req.get(k) is not None]
-    if 0 < len(given) < 3 and not req.get("speculative_adaptive"):
-        out.append(W("partial_knobs", "error", f"only {', '.join(given)} set: SGLang asserts or picks defaults; set "
-                                                "all three knobs or none"))
-    if all(isinstance(x, int) for x in (steps, topk, ndt)):
-        if steps * topk + 1 < ndt:
-            out.append(W("ndt_unfillable", "warning", f"num_draft_tokens {ndt} > steps·topk+1 = {steps * topk + 1}: "
-                                                       "more verify slots than the kept beams fill (SGLang's "
-                                                       "bench_speculative skips such configs)"))
-        if topk > 1 and ndt - 1 > topk + (steps - 1) * topk ** 2:
-            out.append(W("ndt_exceeds_tree", "error", f"num_draft_tokens - 1 = {ndt - 1} > topk + (steps-1)·topk² = "
-                                                      f"{topk + (steps - 1) * topk ** 2}: SGLang starts, then fails in "
-                                                      "organize_draft_results (torch.topk)"))
-        if topk == 1 and ndt != steps + 1:
-            out.append(W("topk1_ndt", "warning", f"topk 1 with num_draft_tokens {ndt}: SGLang ≥ 0.4.6 runs "
-                                                  f"{steps + 1} (= steps + 1); raise --speculative-num-steps instead"))
-    for k in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
-        if isinstance(req.get(k), (int, float)) and req[k] < 1:
-            out.append(W("lossy_threshold", "warning", f"{k}={req[k]} < 1: lossy acceptance (non-greedy requests)"))
-    env = {**(launch.env if launch is not None else {}), **(env or {})}
-    if env.get("SGLANG_SIMULATE_ACC_LEN", "-1") not in ("-1", "-1.0", ""):
-        out.append(W("simulated_acceptance", "error", "SGLANG_SIMULATE_ACC_LEN is set: accept length is faked"))
+         readings=()) -> tuple[LintWarning, ...]:
+    """Warnings on the launch (its home's `launch_warnings`: knobs, thresholds, env, the settings it resolves), its
+    flags the workbook does not know, and the draft config's layer ids (see LintWarning.code for the kind)."""
+    found = homes().get(launch.engine) if launch is not None else None
+    read = getattr(found, "launch_warnings", None)
+    out = list(read(launch, resolution)) if read is not None else []
+    W = LintWarning
     if launch is not None and launch.unknown:
         out.append(W("unknown_flags", "info", f"flags this workbook does not know (kept): {', '.join(launch.unknown)}"))
-    if launch is not None and launch.engine == "vllm":
-        for note in vllm_effective(launch)["notes"]:
-            out.append(W("vllm_method", "warning", note))
-    if resolution is not None:
-        eff = resolution.effective
-        mrr, cg = eff.get("max_running_requests"), eff.get("cuda_graph_max_bs")
-        if req.get("max_running_requests") is None and mrr == 48:
-            out.append(W("max_running_48", "info", "max_running_requests is 48 (speculative default): at most 48 "
-                                                   "concurrent requests per DP rank"))
-        if isinstance(cg, int) and isinstance(mrr, int) and cg > mrr:
-            out.append(W("graph_bs_clipped", "info", f"cuda_graph_max_bs {cg} > max_running_requests {mrr}"))
     ec = (draft_config or {}).get("eagle_config") or {}
     # the key SGLang reads (nested, output-of-layer) and the one both vLLM runners read (input-of-layer): the table's
     ids = value_at(draft_config or {}, id_keys("sglang", "model")[0]) or []

@@ -12,6 +12,10 @@ version, is rows of the one table `eagle3lib.engines.facts`.
                 --disaggregation-mode, the overlap scheduler, SGLANG_SIMULATE_ACC_LEN, --speculative-adaptive,
                 --device, what K means; and what its flags say of how the draft runs (`HOME.evidence`: graphs,
                 inherited quantization, chunking, grammars).
+- `feed_rules`  what SGLang feeds a draft whose config opts out of aux states, and its aux states over pipeline-parallel
+                ranks (`HOME.feed_rules`, asked by checks.draft_feed).
+- `launch_lint` what a launch sets that cannot help: knobs in part or past the tree, lossy or faked acceptance, the
+                defaults its startup picks (`HOME.launch_warnings`).
 - `loads`       what SGLang loads of a draft by the tables (`HOME.table_view`): the ids it reads, d2t, embedding,
                 the head (the target's only with draft_vocab_size unset), q/k/v zero-padded on the CPU.
 - `said`        what the running SGLang said of a draft over the tables' view (`HOME.said`): its logs' own failure,

@@ -8,8 +8,9 @@ from .launch import FLAGS, ROLES, SPEC_FIELDS, entrypoint, launch_fields
 from .ids import UNDECIDED, id_source, sglang_reading, sglang_readings
 from .loads import loaded_key, table_view
 from .said import said
-from . import launch_rules
+from . import feed_rules, launch_rules
 from .introspect import installed_resolution
+from .launch_lint import launch_warnings
 from .resolver import resolve, setting
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
@@ -17,7 +18,8 @@ HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, 
                   commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, id_reading=sglang_reading,
                   id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
-                  launch_rules=launch_rules.RULES, method_rule=launch_rules.method_rule,
+                  launch_rules=launch_rules.RULES, feed_rules=feed_rules.RULES, method_rule=launch_rules.method_rule,
                   speculating=launch_rules.speculating, setting=setting, resolve=resolve,
-                  introspect=installed_resolution, evidence=launch_rules.evidence, table_view=table_view,
-                  loaded_key=loaded_key, served_tau="an SGLang decode log, /server_info or served traffic")
+                  introspect=installed_resolution, evidence=launch_rules.evidence, launch_warnings=launch_warnings,
+                  table_view=table_view, loaded_key=loaded_key,
+                  served_tau="an SGLang decode log, /server_info or served traffic")

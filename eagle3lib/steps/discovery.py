@@ -16,7 +16,8 @@ import pandas as pd
 from ..demo import world as demo
 from ..engine_kit.id_reading import EngineReading
 from ..serving.layer_reading import layer_reading
-from ..serving.crossengine import LintWarning, as_vllm, lint
+from ..serving.crossengine import as_vllm, lint
+from ..engine_kit.lint import LintWarning
 from ..serving.homes import homes
 from ..causes import Finding
 from ..checks.ndt_override import ndt_override_findings
@@ -285,7 +286,8 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     log = _try(problems, read_startup_log, server_log) if server_log else None
     inferred_from, inferred = "", ""     # the version the launch command or the server log names, when neither
     if not sglang_version and not (info is not None and info.version):      # the params nor /server_info give one
-        logged = log.version if log is not None and log.engine != "vllm" else None
+        other = log is not None and log.engine and getattr(homes().get(log.engine), "resolve", None) is None
+        logged = log.version if log is not None and not other else None    # not an engine that resolves nothing
         inferred_from, inferred = next(((src, v) for src, v in (("launch command", version_in_text(launch_command)),
                                                                 ("server log", logged)) if v), ("", ""))
     version = sglang_version or (info.version if info is not None and info.version else "") or inferred or \

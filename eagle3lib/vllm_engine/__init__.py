@@ -15,12 +15,15 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
                 --speculative-config's rejection_sample_method (FLy included), what K means; and what its flags say
                 of how the draft runs (`HOME.evidence`: graphs, the draft's quantization and KV dtype, K per batch
                 size, chunking).
+- `feed_rules`  what each model runner feeds a draft whose config opts out of aux states, and how it relays aux
+                states over pipeline-parallel ranks (`HOME.feed_rules`, asked by checks.draft_feed).
 - `loads`       what vLLM loads of a draft by the tables (`HOME.table_view`): the ids its runner reads, the fc it
                 builds (`vllm_fc_slots`, `aux_opted_out`), d2t, embedding, the borrowed (sliced) head.
 - `said`        what the running vLLM said of a draft over the tables' view (`HOME.said`): the first log that says what
                 it did with the draft (version, runner, aux ids, sharing, its error), its own code asked (`probe`).
 - `method`      how vLLM resolves the speculative method (explicit or inferred from the path), by version, and what
-                it makes of a launch: method, K, the SGLang equivalent (`vllm_effective`), the setting (`HOME.setting`).
+                it makes of a launch: method, K, the SGLang equivalent (`vllm_effective`), the setting
+                (`HOME.setting`), its notes as launch warnings (`HOME.launch_warnings`).
 - `env`         where the real vLLM lives (its own venv, `make vllm`) and how to run a script of `inside/` in it.
 - `probe`       vLLM's own answers about one draft beside its target (`probe`: ids per runner, fc, keys, d2t,
                 embedding / lm_head, lengths), cached on disk; what the engine tests check the tables against.

@@ -12,6 +12,7 @@ What vLLM makes of a launch: `vllm_effective(launch)` (method, draft, K, the SGL
 """
 from __future__ import annotations
 
+from ..engine_kit.lint import LintWarning
 from dataclasses import dataclass
 
 from ..engine_kit.launch_reading import LaunchArgs
@@ -126,3 +127,8 @@ def setting(launch: LaunchArgs, version: str | None = None, target_arch: str | N
     num_speculative_tokens, (K, 1, K + 1); K None where the config does not give it (vLLM refuses to start then)."""
     k = vllm_effective(launch, version)["num_speculative_tokens"]
     return (k, 1, k + 1) if isinstance(k, int) and not isinstance(k, bool) else (None, 1, None)
+
+
+def launch_warnings(launch: LaunchArgs, resolution=None) -> list[LintWarning]:
+    """The home's launch warnings: what vLLM makes of the launch's method and K (`vllm_effective`'s notes)."""
+    return [LintWarning("vllm_method", "warning", note) for note in vllm_effective(launch)["notes"]]

@@ -60,9 +60,9 @@ def test_aux_opt_out_confirmed_when_the_draft_was_trained_with_aux_states(tmp_pa
     raw = draft_raw(eagle_config=OFF)
     f = _f(tmp_path, vl(), raw, engine="vllm", engine_runner="v1")["aux_opt_out"]
     assert f.status == "confirmed" and f.evidence["fc_slots"] == 3 and f.explains == ("aux_layout_mismatch",)
-    assert "last hidden state" in f.evidence["fed"]["v1"] and "gpu_model_runner.py:643" in f.source
+    assert "last hidden state" in f.evidence["fed"]["vllm v1"] and "gpu_model_runner.py:643" in f.source
     f = _f(tmp_path, vl(), raw, engine="vllm")["aux_opt_out"]
-    assert f.status == "confirmed" and set(f.evidence["fed"]) == {"v1", "v2"}
+    assert f.status == "confirmed" and set(f.evidence["fed"]) == {"vllm v1", "vllm v2"}
     no_flag = draft_raw(eagle_config={"eagle_aux_hidden_state_layer_ids": [1, 3, 5]})
     assert _f(tmp_path, vl(), no_flag, engine="vllm")["aux_opt_out"].status == "ruled out"
 
@@ -79,6 +79,33 @@ def test_aux_opt_out_from_training_data_and_on_a_last_state_draft(tmp_path):
     f = _f(tmp_path, SG, raw, engine="sglang")["aux_opt_out"]          # sglang PR#14920 not placed by release
     assert f.status == "suspected" and "14920" in f.source and "version" in f.needs
     assert _f(tmp_path, SG, raw, engine="sglang", engine_version="head")["aux_opt_out"].status == "confirmed"
+
+
+def test_aux_opt_out_without_the_engine_asks_every_home(tmp_path):
+    """No engine given: each home's feed rule says what it feeds. Trained on aux states: vLLM confirms, SGLang (no
+    version) suspects, so suspected until the engine is known; a last-state draft: each suspects (vLLM's V2 runner,
+    SGLang before PR#14920 feed it aux states), none confirms: not checked, the engine decides (a public last-state
+    draft alone alarms nobody); each engine's reading kept."""
+    raw = draft_raw(eagle_config=OFF)
+    f = _f(tmp_path, None, raw)["aux_opt_out"]
+    assert f.status == "suspected" and f.evidence["by_engine"] == {"sglang": "suspected", "vllm": "confirmed"}
+    assert f.needs and "14920" in f.source and set(f.evidence["fed"]) == {"sglang", "vllm v1", "vllm v2"}
+    f = _f(tmp_path, None, raw, k=1)["aux_opt_out"]
+    assert f.status == "not checked" and f.evidence["by_engine"] == {"sglang": "suspected", "vllm": "suspected"}
+    assert "serving engine" in f.needs and f.summary.endswith("the serving engine decides")
+
+
+def test_a_home_without_feed_rules_is_not_checked_naming_it(tmp_path, monkeypatch):
+    """An engine whose home has no feed rule: aux_opt_out and pipeline_parallel_aux say "not checked", naming the
+    home's feed_rules, never another engine's verdict."""
+    import dataclasses
+    from eagle3lib.checks import draft_feed
+    from eagle3lib.serving.homes import homes
+    bare = {e: dataclasses.replace(h, feed_rules={}) for e, h in homes().items()}
+    monkeypatch.setattr(draft_feed, "homes", lambda: bare)
+    f = _f(tmp_path, SG + " --pp-size 2", draft_raw(eagle_config=OFF), engine="sglang", engine_version="head")
+    for c in ("aux_opt_out", "pipeline_parallel_aux"):
+        assert f[c].status == "not checked" and "sglang's home (feed_rules)" in f[c].needs, c
 
 
 def test_pipeline_parallel_aux_layers_on_earlier_ranks(tmp_path):
