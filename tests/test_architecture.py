@@ -272,7 +272,7 @@ SHARED_NAMES = {
     "parser": ("a command line's argparse parser", {
         "eagle3lib.cli", "eagle3lib.diagnose.cli", "eagle3lib.hidden.recapture", "eagle3lib.replay.cli"}),
     "resolve": ("the settings an engine runs for the requested ones", {
-        "eagle3lib.sglang_engine.resolver", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
+        "eagle3lib.sglang_engine.resolver", "eagle3lib.sglang_engine.emulator.SpecEngine"}),
     "acc0": ("step-0 accuracy (SpecForge's acc_0)", {"eagle3lib.replay.evidence", "eagle3lib.replay.stats.ReplayResult"}),
     "exit_code": ("the workbook's exit code: 0 read, 1 broke, 3 an input unreadable", {
         "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
@@ -280,7 +280,7 @@ SHARED_NAMES = {
         "eagle3lib.report.problems", "eagle3lib.diagnose.parts.Run"}),
     "flag": ("the command-line spelling of a field name", {"eagle3lib.engine_kit.flag_values", "eagle3lib.diagnose.parts"}),
     "from_ids": ("layer ids in a convention -> boundary names", {
-        "eagle3lib.layout", "eagle3lib.serving.capturespec.CaptureSpec"}),
+        "eagle3lib.layout", "eagle3lib.engine_kit.capturespec.CaptureSpec"}),
     "run": ("an investigation on its inputs: one notebook's part (steps), or every part in order (the diagnosis)", {
         "eagle3lib.diagnose.parts", "eagle3lib.steps.checkpoint_audit", "eagle3lib.steps.diffing",
         "eagle3lib.steps.discovery", "eagle3lib.steps.sample_replay", "eagle3lib.steps.served_prediction",
@@ -289,7 +289,7 @@ SHARED_NAMES = {
     "root_error": ("the engine's own failure in a log", {
         "eagle3lib.engines.engine_errors", "eagle3lib.vllm_engine.engine_log.VllmLogReading"}),
     "save_dump": ("aux rows written as an eagle3lib-dump/1 directory", {
-        "eagle3lib.hidden.dumps", "eagle3lib.serving.sglang_emulator.SpecEngine"}),
+        "eagle3lib.hidden.dumps", "eagle3lib.sglang_engine.emulator.SpecEngine"}),
     "speedup": ("predicted throughput relative to no speculation", {
         "eagle3lib.throughput.costmodel", "eagle3lib.throughput.treecost.TreeCost"}),
     "margin": ("the accuracy a search's candidate must gain over the shipped draft to count", {

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import torch
 
-from ..serving.capturespec import CaptureSpec
+from ..engine_kit.capturespec import CaptureSpec
 from ..errors import DataError, MissingFileError
 from ..layout import to_ids
 from ..engine_kit.records import RunRecord
@@ -153,8 +153,8 @@ def run_demo_sweep(num_steps, captures=("correct", "seed"), repeats: int = 3, de
 
 def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_prompts, version, root, clock,
            progress) -> list[RunRecord]:
-    from ..serving.sglang_emulator import SpecEngine
-    from ..serving.engine_settings import SpecSettings
+    from ..sglang_engine.emulator import SpecEngine
+    from ..sglang_engine.emulator_settings import SpecSettings
     from ..sglang_engine.resolver import accept_rate
 
     world = load_demo(device, root)
@@ -211,8 +211,8 @@ def _sweep(num_steps, captures, repeats, device, prompts, max_new_tokens, num_pr
 def demo_serving_dump(out_dir: str | Path, capture_name: str = "seed", prompts: str = "train", n: int = 2,
                       max_new_tokens: int = 32, device: str = "cpu") -> Path:
     """Serve demo prompts with the demo engine under `capture_name` and dump what it fed the draft."""
-    from ..serving.sglang_emulator import SpecEngine
-    from ..serving.engine_settings import SpecSettings
+    from ..sglang_engine.emulator import SpecEngine
+    from ..sglang_engine.emulator_settings import SpecSettings
 
     world = load_demo(device)
     eng = SpecEngine(world.target, world.draft, demo_capture(capture_name, world))

@@ -13,6 +13,8 @@
                    checks.
 - `table_view`     the aspects of a draft every engine's tables answer alike (layout, d2t, embedding), which each
                    home's `table_view` builds its `EngineView` from.
+- `capturespec`    `CaptureSpec`: the boundaries an engine hands the draft (by its capture rules), and a hook tap that
+                   gathers them from an HF target.
 - `feed`           `OptOut`, `RankSpread`: what a draft's config and weights say of the states it expects, as a home's
                    `feed_rules` judge them (checks.draft_feed reads the draft once).
 - `lint`           `LintWarning`: a setting or config that cannot help (a home's `launch_warnings`, crossengine.lint).

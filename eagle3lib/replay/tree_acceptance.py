@@ -2,7 +2,7 @@
 
 At each position t the draft runs as a server would after verifying token t+1: step 0 from the target's features
 (teacher-forced, as replay's chain), then `steps - 1` beam steps of `topk` slots (each slot its own keys, the true
-parent's hidden state: `serving.tree`'s SGLang rules), and the num_draft_tokens - 1 best candidates are kept. The
+parent's hidden state: `sglang_engine.tree`'s SGLang rules), and the num_draft_tokens - 1 best candidates are kept. The
 accept length at t is 1 + the depth of the deepest kept node whose path spells the reference tokens t+2, t+3, ...
 (greedy verification against the reference continuation, as replay's chain simulation). Positions are those where
 every step up to the deepest setting is scored (mask and reference present), the same for every setting, so a
@@ -24,7 +24,7 @@ from ..errors import DataError, ServingArgsError, UnsupportedDraftError
 from .loop import d2t_reading
 from .items import as_samples, prepared, requested_layout
 from .stats import ReplayItem, ReplayOptions, ReplaySetup, json_number, score
-from ..serving.tree import TreeBuilder, num_candidates, select_tree, top_children
+from ..sglang_engine.tree import TreeBuilder, num_candidates, select_tree, top_children
 from ..progress import bar
 
 

@@ -1,6 +1,6 @@
-"""Serving, across engines: what a server is asked to run, what it reports, and what it feeds the draft; the offline
-engine. (What each engine does with a draft, by version, is `eagle3lib.engines`; each engine's own readers and
-driver, its home `eagle3lib.<name>_engine`.)
+"""Serving, across engines: what a server is asked to run, what it reports, and what it feeds the draft. (What each
+engine does with a draft, by version, is `eagle3lib.engines`; each engine's own readers, driver and, for SGLang, its
+emulator and draft trees: its home `eagle3lib.<name>_engine`.)
 
 - `homes`             the engines' homes, found by name from the one list (`home(name)`, `homes()`).
 - `launch`            a launch command of any engine the library knows into the settings it requests (`parse_launch`).
@@ -12,10 +12,4 @@ driver, its home `eagle3lib.<name>_engine`.)
 - `traffic`           the requests a server answered and its answers as token ids (vllm_engine.serve's prompts.jsonl and
                       responses.jsonl; text re-tokenized only where the engine's count agrees).
 - `crossengine`       one deployment's settings seen by SGLang and vLLM (steps/topk/ndt <-> K), and a lint.
-- `capturespec`       `CaptureSpec`: the boundaries an engine hands the draft, and a hook tap that gathers them.
-- `engine_settings`   the SGLang emulator's server settings: launch settings -> effective settings -> its log lines.
-- `tree`              SGLang-style draft trees (topk > 1): beams by cumulative score, `num_draft_tokens` nodes kept,
-                      the tree mask, greedy longest-path acceptance (SGLang v0.5.x rules).
-- `sglang_emulator`   `SpecEngine`: an SGLang emulator, offline greedy EAGLE-3 speculative decoding on an HF target
-                      in plain PyTorch, with SGLang-format logs (the real SGLang: ../shared/engines/sglang-cpu).
 """

@@ -32,6 +32,12 @@ version, is rows of the one table `eagle3lib.engines.facts`.
                 served traffic, the effective settings; optionally with the in-process hook.
 - `dump`        what the hook saw -> an eagle3lib dump of what the draft's fc got, and the load facts (keys taken or
                 dropped, embedding / lm_head replaced, layers captured).
+- `tree`        SGLang-style draft trees (topk > 1): beams by cumulative score, `num_draft_tokens` nodes kept, the
+                tree mask, greedy longest-path acceptance (SGLang v0.5.x rules; the tree replay's and the emulator's).
+- `emulator_settings` the emulator's server settings: launch settings -> effective settings (this version's startup
+                rewrites, `resolver`) -> its log lines in this version's format.
+- `emulator`    `SpecEngine`: SGLang emulated offline, greedy EAGLE-3 chain or tree drafting on an HF target in plain
+                PyTorch, with SGLang-format logs (notebook 04's offline throughput runs, the demo sweep).
 - `inside/hook/sitecustomize.py`  the in-process hook, imported by every process of the server (never imports
                 eagle3lib): it patches SGLang's draft and target model files to record, never to change.
 """

@@ -80,7 +80,7 @@ def tree_vs_chain(n_replay: int = 8, repeats: int = 3, device: str = "cpu", sett
     demo engine (per-round draft and verify cost, CPU clock on CPU), then the best setting by the tree cost model."""
     from ..replay.run import load_setup
     from ..replay.tree_acceptance import replay_tree
-    from ..serving.sglang_emulator import SpecEngine
+    from ..sglang_engine.emulator import SpecEngine
     from ..throughput import treecost
 
     grid = settings or treecost.DEFAULT_GRID

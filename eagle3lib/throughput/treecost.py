@@ -191,7 +191,7 @@ def time_settings(engine, prompts, settings, max_new_tokens: int = 48, repeats: 
 
 
 def _time(engine, prompts, settings, max_new_tokens, repeats, progress) -> pd.DataFrame:
-    from ..serving.engine_settings import SpecSettings
+    from ..sglang_engine.emulator_settings import SpecSettings
 
     plan = [SpecSettings.baseline()] + [SpecSettings(*s) for s in settings]
     runs = [[] for _ in plan]

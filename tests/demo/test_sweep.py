@@ -15,8 +15,8 @@ from eagle3lib.model.config import DraftConfig
 from eagle3lib.samples.readers import Sample
 from eagle3lib.samples.writers import write_seed_dataset
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.sglang_emulator import SpecEngine
-from eagle3lib.serving.engine_settings import SpecSettings
+from eagle3lib.sglang_engine.emulator import SpecEngine
+from eagle3lib.sglang_engine.emulator_settings import SpecSettings
 from eagle3lib.errors import DataError
 from eagle3lib.engine_kit.records import read_jsonl, write_jsonl
 from eagle3lib.demo.sweep import demo_capture, demo_prompts, load_demo, run_demo_sweep

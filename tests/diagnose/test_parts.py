@@ -14,7 +14,7 @@ from eagle3lib.demo import world as demo
 from eagle3lib.demo.sweep import demo_serving_dump
 from eagle3lib.diagnose.cli import main
 from eagle3lib.diagnose.parts import Inputs, run
-from eagle3lib.serving.capturespec import CaptureSpec
+from eagle3lib.engine_kit.capturespec import CaptureSpec
 
 pytestmark = pytest.mark.slow
 

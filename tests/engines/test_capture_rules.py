@@ -9,7 +9,7 @@ from packaging.version import Version
 from eagle3lib.errors import LayoutError
 from eagle3lib.engines.capture_rules import (DRAFT_RULES, TARGET_RULES, draft_rules, draft_serving, capture_rules_frame,
     served_capture, target_rules)
-from eagle3lib.serving.capturespec import CaptureSpec
+from eagle3lib.engine_kit.capturespec import CaptureSpec
 
 L = 61                     # DeepSeek-V3 / Kimi-K2 decoder layers (first_k_dense_replace 3 in V3, 1 in Kimi-K2)
 DSV3 = "DeepseekV3ForCausalLM"

@@ -179,15 +179,15 @@ def test_a_short_kv_shard_is_zero_padded_on_the_cpu(world, served, tmp_path):
 
 
 def test_the_sglang_emulator_within_5_percent_of_the_real_engine(world, served):
-    """serving.sglang_emulator (SpecEngine: the same draft in float32, chain drafting, SGLang's rules) on the same
+    """sglang_engine.emulator (SpecEngine: the same draft in float32, chain drafting, SGLang's rules) on the same
     prompts and settings (steps 3, topk 1, 4 draft tokens, 32 new tokens) counts τ as SGLang does (generated tokens
     over verify rounds) within 5% of the real engine's."""
     from eagle3lib.engine_kit.prompts import read_prompts
     from eagle3lib.hidden.capture import load_target_model
     from eagle3lib.model.checkpoint import load_draft
-    from eagle3lib.serving.capturespec import CaptureSpec
-    from eagle3lib.serving.engine_settings import SpecSettings
-    from eagle3lib.serving.sglang_emulator import SpecEngine
+    from eagle3lib.engine_kit.capturespec import CaptureSpec
+    from eagle3lib.sglang_engine.emulator_settings import SpecSettings
+    from eagle3lib.sglang_engine.emulator import SpecEngine
     run, _ = served["base"]
     loaded = load_draft(world.draft, target=world.target)
     eng = SpecEngine(load_target_model(world.target), loaded.model,

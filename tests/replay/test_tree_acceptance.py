@@ -9,7 +9,7 @@ from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.replay import run as R
 from eagle3lib.errors import ServingArgsError
-from eagle3lib.serving.tree import SlotCache, draft_tree, num_candidates, select_tree
+from eagle3lib.sglang_engine.tree import SlotCache, draft_tree, num_candidates, select_tree
 from eagle3lib.replay.tree_acceptance import replay_tree, tree_candidates
 from tests.replay.test_run import make_samples, make_setup
 

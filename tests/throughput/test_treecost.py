@@ -85,11 +85,11 @@ def test_step_cost_fit_recovers_timings_and_engine_timings_add_up():
     import torch
     from transformers import LlamaConfig, LlamaForCausalLM
 
-    from eagle3lib.serving.capturespec import CaptureSpec
-    from eagle3lib.serving.sglang_emulator import SpecEngine
-    from eagle3lib.serving.engine_settings import SpecSettings
+    from eagle3lib.engine_kit.capturespec import CaptureSpec
+    from eagle3lib.sglang_engine.emulator import SpecEngine
+    from eagle3lib.sglang_engine.emulator_settings import SpecSettings
     from eagle3lib.throughput.treecost import fit_step_costs, time_settings
-    from tests.serving.test_tree import LAYOUT, draft_cfg, random_draft
+    from tests.sglang_engine.test_tree import LAYOUT, draft_cfg, random_draft
 
     step, a, b = 0.002, 1.1, 0.05
     rows = [{"num_steps": 0, "topk": 0, "num_draft_tokens": 1, "round_s": step, "draft_s": 0.0, "verify_s": 0.0,

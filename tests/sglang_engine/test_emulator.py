@@ -13,12 +13,12 @@ from transformers import LlamaConfig, LlamaForCausalLM
 
 from eagle3lib.hidden.capture import capture_for_layout
 from eagle3lib.hidden.dumps import load_dump
-from eagle3lib.serving.capturespec import CaptureSpec
+from eagle3lib.engine_kit.capturespec import CaptureSpec
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.sglang_emulator import SpecEngine
+from eagle3lib.sglang_engine.emulator import SpecEngine
 from eagle3lib.errors import DataError, LayoutError, ServingArgsError, VocabError
-from eagle3lib.serving.engine_settings import SpecSettings
+from eagle3lib.sglang_engine.emulator_settings import SpecSettings
 from eagle3lib.sglang_engine.run_log import parse_sglang_log
 
 V, H, L = 64, 32, 4

@@ -11,11 +11,11 @@ import torch
 
 from eagle3lib.hidden.capture import capture_for_layout, load_target_model
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.capturespec import CaptureSpec
-from eagle3lib.serving.sglang_emulator import SpecEngine
-from eagle3lib.serving.engine_settings import SpecSettings
-from tests.serving.test_sglang_emulator import OracleDraft, _draft_cfg, _expected_rounds, random_draft
-from tests.serving.test_tree import SecondChoiceOracle
+from eagle3lib.engine_kit.capturespec import CaptureSpec
+from eagle3lib.sglang_engine.emulator import SpecEngine
+from eagle3lib.sglang_engine.emulator_settings import SpecSettings
+from tests.sglang_engine.test_emulator import OracleDraft, _draft_cfg, _expected_rounds, random_draft
+from tests.sglang_engine.test_tree import SecondChoiceOracle
 from tests.tiny_targets import ARCHS, H, V, exact, save_tiny_target
 
 pytestmark = pytest.mark.slow     # tens of seconds: the full suite (make test-all), not make test

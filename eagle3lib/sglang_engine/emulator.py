@@ -4,7 +4,7 @@
 tokens per round (topk 1; topk > 1: an SGLang tree of num_draft_tokens nodes, `tree`), verifies
 num_draft_tokens positions in ONE target forward (trees under a tree attention mask), keeps both KV caches (HF
 cache cropped on rejection, a tree's accepted path moved into place; the draft's cache is addressed by position)
-and returns exactly the target's greedy tokens. Settings go through `engine_settings` (SGLang's startup rewrites and
+and returns exactly the target's greedy tokens. Settings go through `emulator_settings` (SGLang's startup rewrites and
 warnings for the version); each request prints SGLang `Prefill batch` / `Decode batch` lines in that version's
 format (serving-and-throughput.md A.2).
 """
@@ -19,12 +19,12 @@ import torch
 from torch import Tensor
 
 from ..hidden.dumps import save_dump
-from .capturespec import CaptureSpec, HiddenTap
+from ..engine_kit.capturespec import CaptureSpec, HiddenTap
 from ..hidden.decoders import decoder_stack
 from ..model.draft import Eagle3Draft
 from ..errors import DataError, LayoutError, ServingArgsError, VocabError
-from .engine_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
-from ..sglang_engine.resolver import accept_rate
+from .emulator_settings import Effective, SpecSettings, batch_line, decode_line, resolve_settings
+from .resolver import accept_rate
 from .tree import SlotCache, draft_tree, greedy_path, keep_cache_rows, verify_inputs
 
 @dataclass(frozen=True, eq=False)

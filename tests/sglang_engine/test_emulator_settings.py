@@ -4,7 +4,7 @@ from __future__ import annotations
 import pytest
 
 from eagle3lib.errors import ServingArgsError
-from eagle3lib.serving.engine_settings import SpecSettings, batch_line, decode_line, resolve_settings
+from eagle3lib.sglang_engine.emulator_settings import SpecSettings, batch_line, decode_line, resolve_settings
 from eagle3lib.sglang_engine.resolver import accept_rate
 
 TOPK1_MSG = "speculative_num_draft_tokens is adjusted to speculative_num_steps + 1 when speculative_eagle_topk == 1"

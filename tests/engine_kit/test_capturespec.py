@@ -8,7 +8,7 @@ import torch
 
 from eagle3lib.errors import LayoutError
 from eagle3lib.layout import boundary_names
-from eagle3lib.serving.capturespec import PAD_POLICIES, CaptureSpec, HiddenTap, decoder_parts
+from eagle3lib.engine_kit.capturespec import PAD_POLICIES, CaptureSpec, HiddenTap, decoder_parts
 from tests.hidden.test_capture import H, L, tiny_llama
 
 

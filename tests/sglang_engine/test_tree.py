@@ -1,7 +1,7 @@
 """SGLang-style draft trees: node selection (against SGLang's own test case), mask, greedy path, and tree drafting in
 the offline engine (greedy equivalence, topk 1 == chain, the target cache after accepted side branches, logs).
 
-Tiny random float64 Llama targets and drafts are built here, as in test_sglang_emulator.py.
+Tiny random float64 Llama targets and drafts are built here, as in test_emulator.py.
 """
 from __future__ import annotations
 
@@ -9,17 +9,17 @@ import pytest
 import torch
 
 from eagle3lib.hidden.capture import capture_for_layout
-from eagle3lib.serving.capturespec import CaptureSpec
+from eagle3lib.engine_kit.capturespec import CaptureSpec
 from eagle3lib.model.config import DraftConfig
 from eagle3lib.model.draft import Eagle3Draft
-from eagle3lib.serving.sglang_emulator import SpecEngine
+from eagle3lib.sglang_engine.emulator import SpecEngine
 from eagle3lib.errors import DataError, ServingArgsError
 from eagle3lib.sglang_engine.run_log import parse_sglang_log
-from eagle3lib.serving.engine_settings import SpecSettings
-from eagle3lib.serving.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
+from eagle3lib.sglang_engine.emulator_settings import SpecSettings
+from eagle3lib.sglang_engine.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
     top_children, verify_inputs)
 
-from tests.serving.test_sglang_emulator import H, L, V, prompt, random_draft, reference, target  # noqa: F401 (shared)
+from tests.sglang_engine.test_emulator import H, L, V, prompt, random_draft, reference, target  # noqa: F401 (shared)
 LAYOUT = ("embed", "layer_in.1", "layer_in.2", "layer_in.3")
 
 

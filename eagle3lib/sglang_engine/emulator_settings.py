@@ -3,7 +3,7 @@
 `resolve_settings(SpecSettings(...))` applies the version's startup rewrites and refusals (`sglang_engine.resolver`) and returns
 the `Effective` settings with SGLang's startup warnings word for word; `decode_line` / `batch_line` write
 `Prefill batch` / `Decode batch` lines in that version's punctuation, and `accept_rate` the version's logged accept
-rate (serving-and-throughput.md A.2). Used by the offline engine (`engine.py`) and the demo sweep.
+rate (serving-and-throughput.md A.2). Used by the emulator (`emulator`) and the demo sweep.
 """
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from ..errors import ServingArgsError
 from ..engines.versions import DEFAULT_VERSION, parse_version
-from ..sglang_engine.resolver import adjustment_warning, resolve
+from .resolver import adjustment_warning, resolve
 
 _V = parse_version
 # Decode-line format by SGLang version (A.2): '[cuda graph: B, ]' from #6201 (2025-05-12, first in v0.4.7); 'accept
@@ -76,7 +76,7 @@ def resolve_settings(settings: SpecSettings, target_arch: str | None = None, dev
     eff = res.effective
     steps, topk, ndt = (eff["speculative_num_steps"], eff["speculative_eagle_topk"],
                         eff["speculative_num_draft_tokens"])
-    most = topk + (steps - 1) * topk * topk                  # candidates a round drafts (serving.tree.num_candidates)
+    most = topk + (steps - 1) * topk * topk                  # candidates a round drafts (sglang_engine.tree.num_candidates)
     if ndt - 1 > most or ndt < 2:
         raise _bad("speculative_num_draft_tokens", ndt, f"2..{most + 1} for num_steps {steps}, topk {topk}",
                    "more verify positions than drafted tokens" if ndt > 2 else "no draft token to verify",
