@@ -64,15 +64,6 @@ def accuracy_within_and_past(rows, draft_mp) -> dict:
             "past": mean(past), "positions_past": sum(r["positions"] for r in past)}
 
 
-def accuracy_falls_past(rows, draft_mp) -> dict | None:
-    """{'before', 'past'} accuracies when positions past the draft's context are scored at under half the accuracy
-    of those within it (None otherwise, or without the replay table)."""
-    a = accuracy_within_and_past(rows, draft_mp)
-    if a["before"] is None or a["past"] is None or a["past"] >= FALL * a["before"]:
-        return None
-    return {"before": a["before"], "past": a["past"]}
-
-
 STOPS = "stops_drafting_past_max_position_embeddings"     # the context rows: [@runner] where a runner decides
 
 

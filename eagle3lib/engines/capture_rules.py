@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-import pandas as pd
 from packaging.version import InvalidVersion, Version
 
 from .advice import captured_by
@@ -297,9 +296,3 @@ def draft_serving(engine: str, draft_config: dict, version: str | None = None) -
             problems.append(f"{k} aux slots: this rule does not say how fc is sized")
         out.append(DraftServing(r.source, ok, tuple(problems), r.feedback))
     return tuple(out)
-
-
-def capture_rules_frame() -> pd.DataFrame:
-    """Both tables as one frame (kind = "target" / "draft"), what a notebook shows next to a finding."""
-    rows = [{"kind": "target", **vars(r)} for r in TARGET_RULES] + [{"kind": "draft", **vars(r)} for r in DRAFT_RULES]
-    return pd.DataFrame(rows)

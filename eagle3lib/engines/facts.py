@@ -17,8 +17,6 @@ from __future__ import annotations
 
 import re
 
-import pandas as pd
-
 from . import facts_config, facts_ids, facts_refusals, facts_serving, facts_target, facts_weights
 from ..model.dialects import value_at
 from .fact_row import Fact
@@ -155,9 +153,3 @@ def id_key_names(engine: str | None = None) -> tuple[str, ...]:
     """Every config key an engine (or any engine) is known to take aux layer ids from, read or ignored, in table
     order (what a check looks for in a config)."""
     return tuple(dict.fromkeys(f.subject.rpartition("@")[0] for f in facts("id_key", engine)))
-
-
-def facts_frame(topic: str | None = None) -> pd.DataFrame:
-    """The fact rows as a table (what the notebooks show next to a finding)."""
-    cols = ["engine", "topic", "subject", "reads", "since", "until", "date", "source", "checked", "note"]
-    return pd.DataFrame([vars(f) for f in facts(topic)], columns=cols)

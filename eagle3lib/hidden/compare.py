@@ -64,17 +64,6 @@ def similarity(a: Tensor, b: Tensor) -> dict[str, float]:
     return out
 
 
-def assert_close(a: Tensor, b: Tensor, tol: Tolerance | None = None, what: str = "tensors") -> dict[str, float]:
-    """Raise AssertionError quoting the numbers when `a` is not `b` within `tol` (default: by dtype)."""
-    tol = tol or tolerance_for(a.dtype, b.dtype)
-    m = similarity(a, b)
-    if m["cos_mean"] < tol.cos_mean or m["cos_min"] < tol.cos_min or m["rel_l2"] > tol.rel_l2:
-        raise AssertionError(f"{what} differ beyond {tol.dtype} tolerance: cos mean {m['cos_mean']:.6f} "
-                             f"(>= {tol.cos_mean}), cos min {m['cos_min']:.6f} (>= {tol.cos_min}), rel L2 "
-                             f"{m['rel_l2']:.2e} (<= {tol.rel_l2}), norm ratio {m['norm_ratio']:.4f}")
-    return m
-
-
 def _align_tokens(s_ids, r_ids, n_s: int, n_r: int) -> tuple[int, int, int, list[str]]:
     """(slot start, ref start, n) of the common token prefix, trying id offsets 0, +1, -1; plus notes."""
     if s_ids is None or r_ids is None:

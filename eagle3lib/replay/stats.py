@@ -118,15 +118,6 @@ def json_number(x) -> float | None:
     return None if x is None or math.isnan(float(x)) else round(float(x), 4)
 
 
-def conditional_from_joint(joint) -> list[float]:
-    """Conditional rates p_k = J_k / J_{k-1} from joint rates J_k = P(steps 0..k all right)."""
-    out, prev = [], 1.0
-    for j in joint:
-        out.append(float(j) / prev if prev > 0 else float("nan"))
-        prev = float(j)
-    return out
-
-
 # ---------------------------------------------------------------- what the draft is run with
 
 @dataclass(frozen=True, eq=False)

@@ -17,14 +17,12 @@ from pathlib import Path
 from typing import Iterator
 
 import torch
-from torch import Tensor
 
 from ..errors import DataError, Eagle3Error, MissingFileError, UnsafeFileError
 from ..layout import parse_layout
 from ..model.safefiles import load_safetensors, load_torch_file, safetensors_metadata
 from .. import once
 from .sample import Sample, SampleOptions, as_ids, build_sample, require_fields, split_concat, squeeze_batch
-from ..progress import track
 
 FORMATS = ("specforge", "seed", "speculators", "modelopt")
 SEED_FORMAT = "eagle3lib-seed-v1"
@@ -394,17 +392,4 @@ def _kept(key, read):
     """read(), once per case inside `once.case_reads` (a dataset's file list, info and index)."""
     reads = once.active()
     return read() if reads is None else reads.part(key, read)
-
-
-def count_loss_masked_tokens(dataset: Dataset, vocab_size: int, progress: bool = False) -> Tensor:
-    """Token counts [V] over loss-masked positions, streamed (input for a d2t/t2d build, as SpecForge counts)."""
-    counts = torch.zeros(vocab_size, dtype=torch.long)
-    for s in track(dataset, total=len(dataset), desc="counting tokens", progress=progress, unit="sample"):
-        ids = s.input_ids[s.loss_mask.bool()]
-        if ids.numel() and (int(ids.max()) >= vocab_size or int(ids.min()) < 0):
-            raise DataError(f"sample '{s.id}' ({s.source})", "token id outside the vocabulary",
-                            expected=f"0..{vocab_size - 1}", found=int(ids.max()),
-                            cause="data tokenized for another target, or a wrong vocab_size")
-        counts += torch.bincount(ids, minlength=vocab_size)
-    return counts
 

@@ -265,28 +265,6 @@ def _startup_log(source) -> LogReading:
                       tuple(warnings))
 
 
-def read_vllm_spec_config(src) -> dict:
-    """vLLM's speculative config from a dict, a JSON file (engine args or the config itself) or a log."""
-    if isinstance(src, LaunchArgs):
-        data = src.speculative_config
-    elif isinstance(src, Mapping):
-        data = src.get("speculative_config", src)
-    elif str(src).endswith(".json") and Path(str(src)).is_file():
-        data, _ = _load_json_source(src, 3.0)
-        data = data.get("speculative_config", data) if isinstance(data, dict) else data
-    else:
-        data = read_startup_log(src).vllm_spec
-    if isinstance(data, str):
-        try:
-            data = json.loads(data)
-        except json.JSONDecodeError:
-            data = None
-    if not isinstance(data, dict) or not data:
-        raise ServingArgsError(str(src)[:120], "no vLLM speculative config found", expected="speculative_config "
-                               "{method, model, num_speculative_tokens}", found=type(data).__name__)
-    return dict(data)
-
-
 def _observed(observed) -> tuple[dict, str]:
     if observed is None:
         return {}, ""

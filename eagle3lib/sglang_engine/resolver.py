@@ -161,16 +161,6 @@ def resolve_by_range(requested, target_arch: str | None = None, env: Mapping[str
             for lo, hi in version_ranges(rules)]
 
 
-def normalize_speculative(num_steps: int | None, topk: int | None, num_draft_tokens: int | None,
-                          version: str = DEFAULT_VERSION, target_arch: str | None = None) -> tuple[dict, list[RuleHit]]:
-    """SGLang's (steps, topk, ndt) normalization alone -> ({num_steps, topk, num_draft_tokens}, hits on them)."""
-    res = resolve({"speculative_algorithm": "EAGLE3", "speculative_num_steps": num_steps,
-                   "speculative_eagle_topk": topk, "speculative_num_draft_tokens": num_draft_tokens},
-                  version=version, target_arch=target_arch)
-    eff = dict(zip(("num_steps", "topk", "num_draft_tokens"), (res.effective[k] for k in KNOBS)))
-    return eff, [h for h in res.hits if h.field in KNOBS]
-
-
 @dataclass(frozen=True)
 class AcceptRateFormula:
     """One `accept rate` formula SGLang has logged (serving-and-throughput.md A.2)."""

@@ -53,13 +53,15 @@ def test_served_lengths_and_plot():
     assert fig.axes and "64" in fig.axes[0].get_title()
 
 
-def test_accuracy_falling_past_the_draft_context():
-    """Replay rows: accuracy past the declared context under half of that within it -> the fall is reported."""
-    from eagle3lib.checks.context import accuracy_falls_past
-    rows = [{"bucket": "0-64", "positions": 100, "acc": 0.8}, {"bucket": "64-128", "positions": 50, "acc": 0.2}]
-    assert accuracy_falls_past(rows, 64) == {"before": 0.8, "past": 0.2}
-    assert accuracy_falls_past(rows, 128) is None
-    assert accuracy_falls_past([{**rows[0]}, {**rows[1], "acc": 0.7}], 64) is None
+def test_accuracy_within_and_past_the_draft_context():
+    """Replay rows split at the draft's context: the position-weighted accuracy of the buckets that start within it
+    and past it, and the positions past it; no context (or no rows past it): None on that side."""
+    from eagle3lib.checks.context import accuracy_within_and_past
+    rows = [{"bucket": "0-64", "positions": 100, "acc": 0.8}, {"bucket": "64-128", "positions": 50, "acc": 0.2},
+            {"bucket": "128+", "positions": 50, "acc": 0.4}]
+    assert accuracy_within_and_past(rows, 64) == {"before": 0.8, "past": pytest.approx(0.3), "positions_past": 100}
+    assert accuracy_within_and_past(rows, 256) == {"before": pytest.approx(0.55), "past": None, "positions_past": 0}
+    assert accuracy_within_and_past(rows, None) == {"before": None, "past": None, "positions_past": 0}
 
 
 def _window(tmp_path, draft_changes=None, target_changes=None):

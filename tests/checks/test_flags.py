@@ -63,7 +63,6 @@ def test_engine_facts_read_by_version():
     assert engine_facts.reads("vllm", "flag", "norm_before_fc@eagle_config", "0.11.0") is None
     assert engine_facts.reads("vllm", "flag", "norm_before_residual@top") is True
     assert engine_facts.reads("vllm", "flag", "no_such_flag@top") is None
-    assert set(engine_facts.facts_frame().columns) >= {"engine", "subject", "source"}
     assert all(f.source for f in engine_facts.FACTS)
 
 

@@ -8,7 +8,7 @@ import transformers
 
 from eagle3lib.hidden.capture import Slots, as_slots, capture
 from eagle3lib.hidden.dumps import load_dump, save_dump
-from eagle3lib.hidden.compare import (TOLERANCES, Comparison, assert_close, compare, identify_fc_input,
+from eagle3lib.hidden.compare import (TOLERANCES, Comparison, compare, identify_fc_input,
     plot_similarity, similarity, tolerance_for)
 from eagle3lib.hidden.explain import explain
 from eagle3lib.errors import DataError, LayoutError
@@ -235,7 +235,7 @@ def test_heatmap_and_plot(ref):
 
 
 def test_similarity_numbers_and_tolerances():
-    """Numbers, not booleans: exact values for a known pair; loosest tolerance wins; assert_close quotes numbers."""
+    """Numbers, not booleans: exact values for a known pair; the loosest tolerance wins."""
     a = torch.tensor([[1.0, 0.0], [0.0, 2.0]])
     m = similarity(a * 2, a)
     assert m["cos_mean"] == pytest.approx(1) and m["norm_ratio"] == pytest.approx(2) and m["rel_l2"] == pytest.approx(1)
@@ -243,9 +243,6 @@ def test_similarity_numbers_and_tolerances():
     assert tolerance_for(torch.float32, torch.bfloat16) == TOLERANCES["bfloat16"]
     assert tolerance_for(torch.float64) == TOLERANCES["float32"]
     assert tolerance_for("float16", torch.float32) == TOLERANCES["float16"]
-    with pytest.raises(AssertionError, match="rel L2 1.00e"):
-        assert_close(a * 2, a, what="slot 0")
-    assert assert_close(a.bfloat16(), a)["rel_l2"] == 0
 
 
 def test_training_side_damage_is_reported_as_warning(ref):

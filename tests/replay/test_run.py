@@ -108,13 +108,6 @@ def test_expected_accept_length_hand_cases():
         S.expected_accept_length([0.5], num_steps=3)
 
 
-def test_conditional_from_joint_inverts_the_product():
-    """Joint [0.8, 0.4, 0.1] -> conditional [0.8, 0.5, 0.25], and E from either agrees."""
-    cond = S.conditional_from_joint([0.8, 0.4, 0.1])
-    assert cond == pytest.approx([0.8, 0.5, 0.25])
-    assert S.expected_accept_length(cond) == pytest.approx(1 + 0.8 + 0.4 + 0.1)
-
-
 # ---------------------------------------------------------------- scoring
 
 def test_score_alignment_masks_oov_and_chain():
@@ -135,10 +128,7 @@ def test_score_alignment_masks_oov_and_chain():
     assert nxt.valid[0].tolist() == [True, True, False, True, False, False]
 
 
-
-
 # ---------------------------------------------------------------- layouts and d2t
-
 
 
 def test_d2t_readings(tmp_path):

@@ -34,14 +34,6 @@ def test_expected_accept_length():
         S.expected_accept_length([0.5, 0.5], num_steps=4)
 
 
-def test_conditional_from_joint():
-    assert S.conditional_from_joint([0.5, 0.25, 0.25]) == [0.5, 0.5, 1.0]
-    out = S.conditional_from_joint([0.5, 0.0, 0.0])
-    assert out[:2] == [0.5, 0.0] and math.isnan(out[2])
-    assert S.conditional_from_joint([]) == []
-    assert S.conditional_from_joint(torch.tensor([1.0, 0.5])) == [1.0, 0.5]
-
-
 def test_json_number():
     assert S.json_number(1 / 3) == 0.3333 and S.json_number(2) == 2.0
     assert S.json_number(None) is None and S.json_number(float("nan")) is None

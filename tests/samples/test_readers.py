@@ -10,7 +10,7 @@ import torch
 from safetensors.torch import save_file
 
 from eagle3lib.model import safefiles
-from eagle3lib.samples.readers import Sample, count_loss_masked_tokens, open_dataset
+from eagle3lib.samples.readers import Sample, open_dataset
 from eagle3lib.samples.writers import (specforge_sample_path, write_seed_dataset, write_specforge_sample,
     write_speculators_sample)
 from eagle3lib.errors import DataError, MissingFileError, UnsafeFileError
@@ -347,13 +347,3 @@ def test_max_len_truncates(tmp_path):
     s = open_dataset(tmp_path / "s", max_len=4)[0]
     assert s.num_tokens == 4 and s.aux.shape == (4, K, H) and s.final_hidden.shape == (4, H)
 
-
-def test_count_loss_masked_tokens(tmp_path):
-    """Counts only loss-masked tokens, summed over samples; an id beyond the vocab is an error."""
-    a = Sample("a", torch.tensor([5, 1, 1, 3]), torch.tensor([0, 1, 1, 1]), torch.zeros(4, 1, H))
-    b = Sample("b", torch.tensor([1, 3, 7]), torch.tensor([1, 0, 1]), torch.zeros(3, 1, H))
-    write_seed_dataset(tmp_path / "s", [a, b])
-    counts = count_loss_masked_tokens(open_dataset(tmp_path / "s"), vocab_size=8)
-    assert counts.tolist() == [0, 3, 0, 1, 0, 0, 0, 1]
-    with pytest.raises(DataError, match="outside the vocabulary"):
-        count_loss_masked_tokens(open_dataset(tmp_path / "s"), vocab_size=6)

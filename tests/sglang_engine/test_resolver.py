@@ -10,7 +10,7 @@ from eagle3lib.errors import ConfigError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.engines.versions import DEFAULT_VERSION, LATEST_TRACED, parse_version
 from eagle3lib.sglang_engine.rule import KNOBS
-from eagle3lib.sglang_engine.resolver import (adjustment_warning, normalize_speculative, resolve, sglang_rules_frame,
+from eagle3lib.sglang_engine.resolver import (adjustment_warning, resolve, sglang_rules_frame,
     target_arch_from_config)
 from eagle3lib.sglang_engine.rules_table import RULES
 
@@ -266,16 +266,19 @@ def test_spec_v2_env_keeps_overlap_in_0_5_4():
     assert resolve(parse_launch(SEED), "0.5.6").effective["disable_overlap_schedule"] is True
 
 
-def test_normalize_speculative_for_the_engine():
-    """normalize_speculative returns the three knobs and only the hits on them."""
-    eff, hits = normalize_speculative(1, 1, 16)
-    assert eff == {"num_steps": 1, "topk": 1, "num_draft_tokens": 2}
-    assert [h.rule_id for h in hits] == ["topk1_ndt"]
-    eff, hits = normalize_speculative(3, 4, 8)
-    assert eff == {"num_steps": 3, "topk": 4, "num_draft_tokens": 8} and hits == []
-    assert adjustment_warning(normalize_speculative(None, None, None, target_arch="LlamaForCausalLM")[1][0]) == ""
+def test_the_three_knobs_and_the_hits_on_them():
+    """The (steps, topk, ndt) a chain and a tree resolve to, and the rule hits on those knobs alone."""
+    def knobs(steps, topk, ndt, **kw):
+        res = resolve({"speculative_algorithm": "EAGLE3", "speculative_num_steps": steps,
+                       "speculative_eagle_topk": topk, "speculative_num_draft_tokens": ndt}, **kw)
+        return [res.effective[k] for k in KNOBS], [h for h in res.hits if h.field in KNOBS]
+    eff, hits = knobs(1, 1, 16)
+    assert eff == [1, 1, 2] and [h.rule_id for h in hits] == ["topk1_ndt"]
+    eff, hits = knobs(3, 4, 8)
+    assert eff == [3, 4, 8] and hits == []
+    assert adjustment_warning(knobs(None, None, None, target_arch="LlamaForCausalLM")[1][0]) == ""
     with pytest.raises(ServingArgsError):
-        normalize_speculative(None, 1, None)
+        knobs(None, 1, None)
 
 
 def test_versions_and_engine_checks():
