@@ -11,7 +11,7 @@ import torch
 from ..causes import Finding, not_checked
 from ..errors import Eagle3Error
 from ..engines import facts as engine_facts
-from ..engines.versions import SERVING_ENGINES
+from ..engines.versions import SERVING_ENGINES, engine_title
 from .inputs import NEEDS, Artifacts
 from .registry import Options, contract
 
@@ -63,18 +63,33 @@ def _engine_use(cfg) -> dict[str, str]:
             f"the target's ({sg.source})", "vllm": f"the draft's own when it differs ({vl.source})"}
 
 
+def _bridged_without_embedding(cfg, engine: str | None, use: dict) -> Finding:
+    """A draft whose width differs from the target's ships no embed_tokens: each engine's fact row says whether it
+    still gets the target's embedding; the engine given (else every engine) sharing none: confirmed, it runs its own,
+    never loaded; an engine whose row is unknown: suspected."""
+    asked = (engine,) if engine else SERVING_ENGINES
+    rows = {e: engine_facts.fact(e, "embed", "shared_when_widths_differ") for e in asked}
+    unshared = [e for e, r in rows.items() if r is not None and r.reads is False]
+    status = "confirmed" if len(unshared) == len(asked) else "suspected"
+    who = " and ".join(engine_title(e) for e in unshared) or "the engine"
+    unknown = ", ".join(e for e in asked if e not in unshared)
+    return Finding("wrong_embedding", status, "the draft ships no embed_tokens but bridges widths (H "
+                   f"{cfg.hidden_size} vs Ht {cfg.target_hidden_size}): {who} then share{'s' * (len(unshared) < 2)} "
+                   "no embedding, the draft runs its own, never loaded", {"ships_embed": False, "engines": use,
+                                                                          "unshared_by": unshared}, WHERE,
+                   fix="ship the embedding the draft was trained with", aspects=EMBED,
+                   needs=f"whether {unknown} shares the target's embedding with a draft of another width" if unknown
+                   else "",
+                   source="; ".join(r.source for r in rows.values() if r is not None))
+
+
 def _embedding(art: Artifacts, engine: str | None) -> Finding:
     cfg, tensors = art.draft_cfg, art.tensors
     key = _present(tensors, EMBED_KEYS)
     use = _engine_use(cfg)
     if key is None:
         if cfg.target_hidden_size != cfg.hidden_size:
-            st = "confirmed" if engine == "sglang" else "suspected"
-            return Finding("wrong_embedding", st, "the draft ships no embed_tokens but bridges widths "
-                           f"(H {cfg.hidden_size} vs Ht {cfg.target_hidden_size}): SGLang then shares no embedding",
-                           {"ships_embed": False, "engines": use}, WHERE, fix="ship the embedding the draft was "
-                           "trained with", source=engine_facts.fact("sglang", "embed", "own_embed_used").source,
-                           aspects=EMBED)
+            return _bridged_without_embedding(cfg, engine, use)
         return Finding("wrong_embedding", "ruled out", "the draft ships no embed_tokens: engines share the target's",
                        {"ships_embed": False}, WHERE,
                        aspects=EMBED)

@@ -80,3 +80,19 @@ def test_a_missing_head_for_a_reduced_vocab_is_confirmed_though_the_vocab_sizes_
     assert hit.evidence["key"] == "lm_head.weight" and hit.evidence["found"] is None
     assert hit.evidence["file"].endswith("model.safetensors") and hit.evidence["expected"] == [40, 32]
     assert "SGLang keeps a random head" in hit.summary and "vLLM the target's first 40 rows" in hit.summary
+
+
+def test_a_draft_of_another_width_without_embedding_runs_one_never_loaded(tmp_path, monkeypatch):
+    """H 16 against the target's 32 and no embed_tokens: each engine's fact row says it shares no embedding with a
+    draft of another width (vLLM's proposer, SGLang's set_embed), so the draft runs its own, never loaded: confirmed
+    on either engine and with none given; a serving engine without a row: suspected, naming what is not known."""
+    raw = draft_raw(hidden_size=16, num_attention_heads=2, num_key_value_heads=1, intermediate_size=32)
+    for engine in ("vllm", "sglang", None):
+        f = next(x for x in _f(tmp_path, raw, engine=engine) if x.cause == "wrong_embedding")
+        assert f.status == "confirmed" and f.evidence["ships_embed"] is False, engine
+        assert f.evidence["unshared_by"] == ([engine] if engine else ["sglang", "vllm"])
+    assert "set_embed" in f.source and "1471-1496" in f.source and "SGLang and vLLM" in f.summary
+    from eagle3lib.checks import embedding
+    monkeypatch.setattr(embedding, "SERVING_ENGINES", (*embedding.SERVING_ENGINES, "toy"))
+    f = next(x for x in _f(tmp_path, raw, engine="toy") if x.cause == "wrong_embedding")
+    assert f.status == "suspected" and f.evidence["unshared_by"] == [] and "toy" in f.needs
