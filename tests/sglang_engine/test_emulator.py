@@ -83,11 +83,15 @@ class OracleDraft(Eagle3Draft):
     def step(self, hidden, token_ids, positions, cache, fuse=False):
         logits, h = super().step(hidden, token_ids, positions, cache, fuse=fuse)
         self.caches.append(cache)
+        return self.ranked(logits, positions), h
+
+    def ranked(self, logits, positions):
+        """The logits this oracle puts out for the rows at `positions` (batch 1)."""
         want = [self.truth[q + 2] if q + 2 not in self.wrong else (self.truth[q + 2] + 1) % V
                 for q in positions[0].tolist()]
         out = torch.full_like(logits, -1e4)
         out[0, torch.arange(len(want)), torch.tensor(want)] = 0.0
-        return out, h
+        return out
 
 
 def _expected_rounds(n_prompt: int, n_new: int, m: int, wrong: set) -> tuple[list[int], list[int]]:

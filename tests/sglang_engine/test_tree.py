@@ -19,7 +19,7 @@ from eagle3lib.sglang_engine.emulator_settings import SpecSettings
 from eagle3lib.sglang_engine.tree import (TreeBuilder, best_first, greedy_path, num_candidates, select_tree,
     top_children, verify_inputs)
 
-from tests.sglang_engine.test_emulator import H, L, V, prompt, random_draft, reference, target  # noqa: F401 (shared)
+from tests.sglang_engine.test_emulator import H, L, V, OracleDraft, prompt, random_draft, reference, target  # noqa: F401 (shared)
 LAYOUT = ("embed", "layer_in.1", "layer_in.2", "layer_in.3")
 
 
@@ -32,17 +32,11 @@ def draft_cfg(draft_vocab: int = 16) -> DraftConfig:
         "eagle_config": {"eagle_aux_hidden_state_layer_ids": [-1, 0, 1, 2]}})
 
 
-class SecondChoiceOracle(Eagle3Draft):
+class SecondChoiceOracle(OracleDraft):
     """Real draft layer (caches written as usual); the row at position q ranks the true token q+2 first, except at
     `wrong` positions where a wrong token is first and the true one second (a tree with topk >= 2 still has it)."""
 
-    def __init__(self, cfg, truth=(), wrong=()):
-        super().__init__(cfg)
-        self.truth, self.wrong, self.caches = list(truth), set(wrong), []
-
-    def step(self, hidden, token_ids, positions, cache, fuse=False):
-        logits, h = super().step(hidden, token_ids, positions, cache, fuse=fuse)
-        self.caches.append(cache)
+    def ranked(self, logits, positions):
         out = torch.full_like(logits, -1e4)
         for b, row in enumerate(positions.tolist()):
             for s, q in enumerate(row):
@@ -51,7 +45,7 @@ class SecondChoiceOracle(Eagle3Draft):
                     out[b, s, (t + 1) % V], out[b, s, t] = 0.0, -1.0
                 else:
                     out[b, s, t] = 0.0
-        return out, h
+        return out
 
 
 # ---- node selection -------------------------------------------------------------------------------------------
