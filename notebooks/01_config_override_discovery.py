@@ -44,7 +44,7 @@ import pandas as pd
 from IPython.display import display
 
 from eagle3lib.serving import layer_reading
-from eagle3lib.serving import crossengine, serverinfo
+from eagle3lib.serving import crossengine, server_logs
 from eagle3lib.sglang_engine import introspect as sglang_introspect
 from eagle3lib.sglang_engine import resolver as sglang_resolver
 from eagle3lib.steps import discovery, served_prediction
@@ -120,8 +120,8 @@ discovery.side_by_side(launched, fixed)
 
 # %%
 display(pd.DataFrame([launched.vllm, fixed.vllm], index=["as launched", "fixed"]))
-print("SGLang", launched.version, "logs accept rate =", serverinfo.sglang_accept_rate_formula(launched.version))
-serverinfo.accept_rate_definitions()
+print("SGLang", launched.version, "logs accept rate =", sglang_resolver.logged_accept_rate(launched.version))
+server_logs.accept_rate_definitions()
 
 # %% [markdown]
 # ## 7. Which target layers each engine feeds this draft

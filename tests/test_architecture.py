@@ -208,6 +208,8 @@ PROTOCOL_METHODS = {
     "result": "the finished result of what was accumulated",
     "close": "release what the object holds (files, a browser, a bar)",
     "forward": "torch.nn.Module.forward",
+    "own_lines": "a startup log's reading (EngineHome.startup_log): how many lines only its engine writes",
+    "proof": "a startup log's reading (EngineHome.startup_log): the lines that show what the server runs",
     "reset_parameters": "torch.nn.Module's init protocol (Linear, Embedding): a tensor left on the meta device gets its init",
     "inputs": "a decoder layer's attention input and residual",
     "qkv": "an attention's RoPE'd q, k, v",

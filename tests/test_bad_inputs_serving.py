@@ -15,7 +15,8 @@ from eagle3lib.sglang_engine.run_log import parse_sglang_log
 from eagle3lib.throughput import benchparse
 from eagle3lib.vllm_engine.run_log import parse_vllm_log
 from eagle3lib.report import findings
-from eagle3lib.serving import launch, serverinfo
+from eagle3lib.serving import launch
+from eagle3lib.sglang_engine import startup
 from eagle3lib.sglang_engine import resolver as sglang_rules
 from eagle3lib.errors import DataError, LogParseError, MissingFileError, ReportError, ServingArgsError
 from tests.test_bad_inputs import Case, Skipped, Warned, ids, pending, run_case
@@ -51,13 +52,13 @@ def _parsed(fn):
 
 
 def _startup_warnings(c):
-    r = serverinfo.read_startup_log(c["path"])
+    r = startup.read_sglang_startup_log(c["path"])
     assert r.garbled == 2 and r.server_args is not None
     return r.warnings
 
 
 def _server_info_warnings(c):
-    return serverinfo.read_server_info(c["path"]).warnings
+    return startup.read_server_info(c["path"]).warnings
 
 
 _INFO_FUTURE = {"version": "0.9.1", "speculative_algorithm": "EAGLE3", "speculative_num_steps": 3,
@@ -91,23 +92,23 @@ CASES = [
     Case("sglang_version_unreadable", "sglang_rules", lambda tmp: {},
          lambda c: sglang_rules.resolve({"speculative_algorithm": "EAGLE3"}, version="v0.5-latest"),
          ServingArgsError, ("SGLang version", "0.5.6", "'v0.5-latest'")),
-    Case("server_info_unknown_version", "serverinfo", _text("server_info.json", json.dumps(_INFO_FUTURE)),
+    Case("server_info_unknown_version", "sglang startup", _text("server_info.json", json.dumps(_INFO_FUTURE)),
          _server_info_warnings, Warned(), ("SGLang 0.9.1 is newer than the rule table", "speculative_hyper_tree")),
-    Case("server_info_unreadable_version", "serverinfo",
+    Case("server_info_unreadable_version", "sglang startup",
          _text("server_info.json", json.dumps({**_INFO_FUTURE, "version": "nightly-abc"})),
          _server_info_warnings, Warned(), ("'nightly-abc'", "not a version")),
-    Case("server_info_not_json", "serverinfo", _text("server_info.json", "<html><body>502 Bad Gateway</body>"),
-         lambda c: serverinfo.read_server_info(c["path"]), ServingArgsError,
+    Case("server_info_not_json", "sglang startup", _text("server_info.json", "<html><body>502 Bad Gateway</body>"),
+         lambda c: startup.read_server_info(c["path"]), ServingArgsError,
          ("{path}", "not valid JSON", "/server_info", "Expecting value")),
-    Case("server_info_json_array", "serverinfo", _text("server_info.json", "[1, 2]"),
-         lambda c: serverinfo.read_server_info(c["path"]), ServingArgsError,
+    Case("server_info_json_array", "sglang startup", _text("server_info.json", "[1, 2]"),
+         lambda c: startup.read_server_info(c["path"]), ServingArgsError,
          ("{path}", "not a JSON object", "found list")),
-    Case("startup_log_with_binary_garbage", "serverinfo",
+    Case("startup_log_with_binary_garbage", "sglang startup",
          _text("startup.log", _sglang_log([GARBAGE, _SERVER_ARGS, "\udcff\udcfe rotated"])),
          _startup_warnings, Warned(), ("2 garbled line(s) skipped",)),
-    Case("startup_log_empty", "serverinfo", _text("startup.log", "\n\n"),
-         lambda c: serverinfo.read_startup_log(c["path"]), LogParseError,
-         ("{path}", "log is empty", "SGLang or vLLM server log", "no text")),
+    Case("startup_log_empty", "sglang startup", _text("startup.log", "\n\n"),
+         lambda c: startup.read_sglang_startup_log(c["path"]), LogParseError,
+         ("{path}", "log is empty", "SGLang server log", "no text")),
     Case("sglang_log_garbage_lines_skipped", "sglang_engine.run_log",
          _text("server.log", _sglang_log([DECODE.format(s=1), GARBAGE, DECODE.format(s=2),
                                           DECODE.format(s=3)[:60]])), _parsed(parse_sglang_log),

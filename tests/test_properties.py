@@ -22,7 +22,8 @@ from eagle3lib.throughput import benchparse
 from eagle3lib.vllm_engine.run_log import parse_vllm_log
 from eagle3lib.model import config, safefiles, vocab
 from eagle3lib.samples import readers as datasets
-from eagle3lib.serving import launch, serverinfo
+from eagle3lib.serving import launch
+from eagle3lib.sglang_engine import startup
 from eagle3lib.serving.homes import homes
 from eagle3lib import layout
 from eagle3lib.errors import ALL_ERRORS, VocabError
@@ -122,8 +123,8 @@ def test_log_parsers(lines):
 @SETTINGS
 @given(lines=log_lines)
 def test_startup_log_reader(lines):
-    """read_startup_log on any lines: a LogReading or a documented error; garbled lines are counted."""
-    out = _documented(serverinfo.read_startup_log, lines)
+    """SGLang's startup-log reader on any lines: a reading or a documented error; garbled lines are counted."""
+    out = _documented(startup.read_sglang_startup_log, lines)
     if out is not None:
         assert out.garbled <= out.skipped <= out.lines
 
@@ -133,7 +134,7 @@ def test_startup_log_reader(lines):
 def test_server_info_reader(obj):
     """/server_info answers of any JSON shape: read (unknown keys kept) or refused with a documented error."""
     data = obj if isinstance(obj, dict) else {"version": obj, "speculative_algorithm": "EAGLE3"}
-    out = _documented(serverinfo.read_server_info, data)
+    out = _documented(startup.read_server_info, data)
     if out is not None:
         assert set(out.unrecognised) <= set(out.settings)
 

@@ -7,10 +7,10 @@ layer ids it reads from a draft config and what it then captures, and what the r
 (`said`: its logs, its own code, the load a hook recorded) over the tables' view, how its launch decides the
 serving causes a launch can decide (`launch_rules`, `speculating`), the setting it drafts (`setting`), what its flags
 say of how the draft runs (`evidence`, judged by the checks), and the draft as it loads it by the tables
-(`table_view`), how it resolves its settings offline (`resolve`), what an installed one resolves (`introspect`) and
-what its startup log says (`startup_log`). The callers never branch on an engine's name for these: they ask the
-home (`serving.homes.home(name)`), or the parsed launch for a flag by its role
-(`LaunchArgs.field_for("pipeline_parallel")`).
+(`table_view`), how it resolves its settings offline (`resolve`), what an installed one resolves (`introspect`),
+what its startup log says (`startup_log`) and what its logged accept metrics mean (`accept_metrics`). The callers
+never branch on an engine's name for these: they ask the home (`serving.homes.home(name)`), or the parsed launch for
+a flag by its role (`LaunchArgs.field_for("pipeline_parallel")`).
     HOME = EngineHome("toy", FLAGS, entrypoint, launch_fields, parse_toy_log, r"toy decode", "toyserve MODEL ...")
 """
 from __future__ import annotations
@@ -75,9 +75,11 @@ class EngineHome:
     # (LaunchArgs, path_map) -> the installed engine's own resolution of the launch (None where it is not installed
     # here): notebook 01's side by side and check ndt_override's answer for an unknown version
     introspect: Callable[..., object] | None = None
-    # (path or text, *, num_target_layers=None) -> what its server's startup log says: an object with `version` and
-    # `runner` (None where the log names none), read once per case; the launch's version and model runner where the
-    # home does not `resolve` (steps.discovery)
+    # (path or text, *, num_target_layers=None) -> what its server's startup log says, read once per case: an object
+    # with `engine` (this home's name), `version` and `runner` (None where the log names none), `warnings`,
+    # `own_lines` (how many lines only this engine writes: serving.server_logs picks the reader of an unnamed log by
+    # it), `summary()` and `proof(changed fields)` (the lines that show what it runs: notebook 01); the launch's
+    # version and model runner where the home does not `resolve` (steps.discovery)
     startup_log: Callable[..., object] | None = None
     # (LaunchArgs, resolution from `resolve` or None) -> [engine_kit.lint.LintWarning]: what the launch sets that
     # cannot help (serving.crossengine.lint, notebook 01); absent: no launch warnings
@@ -97,4 +99,7 @@ class EngineHome:
     # (draft config dict, version) -> (aux slots its model file builds fc for, the rule's source), None where the
     # config does not size it: check 13 (layer_id_count) asks it; absent: the engine does not size fc from the config
     built_fc_slots: Callable[..., tuple] | None = None
+    # (metric, formula, versions, note) rows: what its logged accept length / accept rate mean, by version
+    # (serving.server_logs.accept_rate_definitions)
+    accept_metrics: tuple = ()
     mla_as_parts: bool = False      # its loader reads an MLA draft's fused tensors as their parts (model.mla_vllm)

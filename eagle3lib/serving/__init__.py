@@ -8,7 +8,8 @@ emulator and draft trees: its home `eagle3lib.<name>_engine`.)
                       the trained ones (each engine's reading: its home's `ids`); `layer_frame`, `draft_slots`.
 - `loaded_view`       the draft as an engine loads it by the tables (`engine_view`: layout, d2t, embedding, lm_head;
                       the view itself is `engine_kit.view.EngineView`).
-- `serverinfo`        what a server says it runs: `/server_info`, startup-log lines, vLLM's speculative config.
+- `server_logs`       a server's startup log read by its engine's home (`read_startup_log`: the launch's engine, or
+                      the home whose own lines it has) and what each engine's logged accept metrics mean.
 - `traffic`           the requests a server answered and its answers as token ids (vllm_engine.serve's prompts.jsonl and
                       responses.jsonl; text re-tokenized only where the engine's count agrees).
 - `crossengine`       one deployment's settings seen by SGLang and vLLM (steps/topk/ndt <-> K), and a lint.

@@ -23,7 +23,9 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 - `rule`        what one SGLang startup rule is (`Rule`, the `RuleContext` it reads).
 - `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
 - `resolver`    the offline resolver over that table (and the setting a launch drafts: `HOME.setting`); SGLang's
-                accept-rate formulas by version.
+                accept-rate formulas by version (`HOME.accept_metrics`).
+- `startup`     what a server says it runs: its /server_info, its startup log (adjustment warnings, the normalized
+                ServerArgs: `HOME.startup_log`), requested vs effective with the rule behind each change.
 - `introspect`  ask an installed SGLang (`ServerArgs`) for its own resolution.
 - `env`         where the real SGLang lives (its own venv, `make sglang`), whether this host can run it (the host rows:
                 avx512_bf16 for the CPU build), the flags and variables a CPU build needs.

@@ -11,7 +11,8 @@ from .said import said
 from . import feed_rules, launch_rules
 from .introspect import installed_resolution
 from .launch_lint import launch_warnings
-from .resolver import resolve, setting
+from .resolver import accept_metrics, resolve, setting
+from .startup import read_sglang_startup_log
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
@@ -21,5 +22,6 @@ HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, 
                   launch_rules=launch_rules.RULES, feed_rules=feed_rules.RULES, method_rule=launch_rules.method_rule,
                   speculating=launch_rules.speculating, setting=setting, resolve=resolve,
                   introspect=installed_resolution, evidence=launch_rules.evidence, launch_warnings=launch_warnings,
-                  table_view=table_view, loaded_key=loaded_key,
+                  table_view=table_view, loaded_key=loaded_key, startup_log=read_sglang_startup_log,
+                  accept_metrics=accept_metrics(),
                   served_tau="an SGLang decode log, /server_info or served traffic")

@@ -210,6 +210,22 @@ def accept_rate_versions() -> list[tuple[str, AcceptRateFormula]]:
     return out
 
 
+def logged_accept_rate(version: str) -> str:
+    """The formula behind the `accept rate:` SGLang `version` logs, in words."""
+    f = accept_rate_formula(version)
+    return f.pretty if f else "not logged (only accept len)"
+
+
+def accept_metrics() -> tuple[tuple[str, str, str, str], ...]:
+    """What SGLang's logged accept metrics mean, by version (metric, formula, versions, note;
+    serving-and-throughput.md A.2): `accept len` and each `accept rate` formula."""
+    rows = [("accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
+             "avg_spec_accept_length is a lifetime average incl. warmup")]
+    rows += [("accept rate", f.pretty, versions + (f" {f.source}" if f.source else ""), f.note)
+             for versions, f in accept_rate_versions()]
+    return tuple(rows)
+
+
 def adjustment_warning(hit: RuleHit) -> str:
     """The line SGLang logs for this hit, word for word ('' when SGLang logs nothing for it)."""
     return hit.log_line or ""

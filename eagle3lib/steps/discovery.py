@@ -26,7 +26,8 @@ from ..checks.inputs import Artifacts
 from ..checks.judge import check_artifacts
 from ..errors import Eagle3Error
 from ..engine_kit.launch_reading import LaunchArgs
-from ..serving.serverinfo import read_server_info, read_startup_log, requested_vs_effective, version_in_text
+from ..serving.server_logs import read_startup_log
+from ..sglang_engine.startup import read_server_info, requested_vs_effective, version_in_text
 from ..engines.versions import DEFAULT_VERSION, parse_version
 from ..sglang_engine.rules_table import RULES
 from ..sglang_engine.rule import KNOBS
@@ -65,8 +66,8 @@ class Discovery:
     target_arch: str | None
     num_layers: int | None
     resolution: object | None            # sglang_engine.resolver.Resolution
-    server_info: object | None           # serverinfo.ServerInfo
-    log: object | None                   # serverinfo.LogReading
+    server_info: object | None           # sglang_engine.startup.ServerInfo
+    log: object | None                   # the startup log as its engine's home read it (serving.server_logs)
     diff: pd.DataFrame
     vllm: dict
     readings: tuple[EngineReading, ...]
@@ -75,10 +76,9 @@ class Discovery:
     notes: tuple[str, ...] = field(default_factory=tuple)
     target_config: Path | None = None
     draft_config: Path | None = None
-    engine_log: object | None = None     # the launch's home's reading of its startup log (EngineHome.startup_log)
     problem_errors: tuple[str, ...] = ()  # the error class of each problem
     version_source: str = "given"        # where `version` came from: "given", "/server_info", "launch command",
-                                         # "server log" (named there, `serverinfo.version_in_text`) or "default" (unknown)
+                                         # "server log" (named there) or "default" (unknown)
     # (num_steps, topk, num_draft_tokens) the launch drafts, as its engine's home resolves it (`EngineHome.setting`),
     # each None where unknown; None without a launch whose speculative settings could be read
     setting: tuple | None = None
@@ -93,12 +93,12 @@ class Discovery:
             return None
         if found.resolve is not None:
             return self.version
-        return getattr(self.engine_log, "version", None) or None
+        return getattr(self.log, "version", None) or None
 
     @property
     def launch_runner(self) -> str | None:
         """The model runner the engine's startup log names (vLLM's "v1" / "v2"), lower case; None where none does."""
-        return (getattr(self.engine_log, "runner", None) or "").lower() or None
+        return (getattr(self.log, "runner", None) or "").lower() or None
 
     @property
     def _home(self):
@@ -138,19 +138,16 @@ class Discovery:
         return out
 
     def log_summary(self) -> str:
-        """How much of the startup log was read, skipped and garbled (or that none was given)."""
-        if self.log is None:
-            return "no startup log given"
-        return (f"{self.log.source}: {self.log.lines} lines, {len(self.log.events)} about settings, "
-                f"{self.log.skipped} skipped ({self.log.garbled} garbled)")
+        """How much of the startup log its engine's home read (or that none was given)."""
+        return self.log.summary() if self.log is not None else "no startup log given"
 
     def log_proof(self) -> pd.DataFrame:
-        """The log lines that show the changed settings (adjustment warnings and the ServerArgs line)."""
+        """The log lines that show what the server runs: for SGLang, its changed settings' adjustment warnings and
+        the ServerArgs line (each home's `proof`); empty without a log."""
         if self.log is None:
-            return pd.DataFrame(columns=["line", "timestamp", "level", "kind", "rule", "field", "message"])
+            return pd.DataFrame(columns=["line", "message"])
         changed = set(self.diff.loc[self.diff["changed"].astype(bool), "field"]) if len(self.diff) else set()
-        frame = self.log.frame()
-        return frame[(frame["kind"] == "server_args") | frame["field"].isin(changed)].reset_index(drop=True)
+        return self.log.proof(changed)
 
     def headline(self) -> str:
         """One line: the first speculative knob SGLang changed, the rule and its first version."""
@@ -181,7 +178,7 @@ class Discovery:
 
     def cause_findings(self) -> list[Finding]:
         """The serving-settings cause (`ndt_override`) as a finding (checks.ndt_override.ndt_override_findings)."""
-        observed = self.server_info is not None or (self.log is not None and bool(self.log.server_args))
+        observed = self.server_info is not None or bool(getattr(self.log, "server_args", None))
         return ndt_override_findings(self.launch, self.resolution, self.version, self.version_source, observed,
                                      self.diff, self.target_arch, self.introspection)
 
@@ -283,11 +280,15 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     arch = target.architecture if target is not None and target.architecture != "?" else None
     L = target.num_layers if target is not None else None
     info = _try(problems, read_server_info, server_info, timeout) if server_info else None
-    log = _try(problems, read_startup_log, server_log) if server_log else None
+    engine = launch.engine if launch is not None else None      # none: the home whose lines the log has
+    met = len(problems)
+    log = _try(problems, read_startup_log, server_log, engine, num_target_layers=L) if server_log else None
+    if server_log and log is None and len(problems) == met:
+        notes.append(f"the server log is not read: the {engine or 'launch'} home reads no startup log")
     inferred_from, inferred = "", ""     # the version the launch command or the server log names, when neither
     if not sglang_version and not (info is not None and info.version):      # the params nor /server_info give one
-        other = log is not None and log.engine and getattr(homes().get(log.engine), "resolve", None) is None
-        logged = log.version if log is not None and not other else None    # not an engine that resolves nothing
+        resolves = log is not None and getattr(homes().get(log.engine), "resolve", None) is not None
+        logged = log.version if resolves else None      # the version of an engine that resolves its settings
         inferred_from, inferred = next(((src, v) for src, v in (("launch command", version_in_text(launch_command)),
                                                                 ("server log", logged)) if v), ("", ""))
     version = sglang_version or (info.version if info is not None and info.version else "") or inferred or \
@@ -307,7 +308,7 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     res = None
     if found is not None and found.resolve is not None and not launch.speculation_unread:
         res = _try(problems, found.resolve, launch, version, arch, strict=False)   # never from knobs that did not parse
-    observed = info if info is not None else log if (log is not None and log.server_args) else None
+    observed = info if info is not None else log if getattr(log, "server_args", None) else None
     diff = requested_vs_effective(launch, observed, res) if res is not None else pd.DataFrame()
     vllm = as_vllm(launch, res)
     readings = ()
@@ -320,11 +321,8 @@ def discover(launch_command, sglang_version: str = "", target_path: str = "", dr
     elif not launch_command:
         notes.append("no launch command given: the serving settings are not checked")
     warns = lint(launch, res, draft, readings)
-    said = None         # what the launch's engine's own startup log says (its version, its model runner)
-    if found is not None and found.startup_log is not None and server_log:
-        said = _try(problems, found.startup_log, server_log, num_target_layers=L)
     d = Discovery(launch, version, arch, L, res, info, log, diff, vllm, readings, warns, tuple(problems),
-                  tuple(notes), tcfg, dcfg, said, tuple(problems.errors), version_source)
+                  tuple(notes), tcfg, dcfg, tuple(problems.errors), version_source)
     ask = getattr(found, "setting", None)
     if ask is None or launch.speculation_unread:
         return d

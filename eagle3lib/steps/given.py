@@ -33,9 +33,9 @@ from ..errors import (ConfigError, DataError, Eagle3Error, LogParseError, Missin
 from ..hidden.dumps import load_dump
 from ..replay.verdict import read_recorded_accuracy
 from ..samples.readers import FORMATS
-from ..serving.serverinfo import read_server_info, read_startup_log
+from ..serving.server_logs import read_startup_log
 from ..serving.traffic import check_traffic
-from ..vllm_engine.engine_log import read_vllm_log
+from ..sglang_engine.startup import read_server_info
 from ..throughput.benchparse import parse_file
 from ..layout import parse_layout
 from .case import command_text
@@ -255,12 +255,9 @@ def _launch(value, base):
 
 
 def _server_lines(p: Path) -> bool:
-    """Whether a log has a line an SGLang or vLLM server writes (settings, start-up, decode statistics)."""
-    s = read_startup_log(p)
-    if s.events or s.engine or s.version:
-        return True
-    v = read_vllm_log(p)
-    if v.version or v.target_architecture or v.draft_loaded or v.runner or v.speculative_config:
+    """Whether a log has a line a server of an engine the library knows writes (its startup lines, as its home reads
+    them, or decode statistics)."""
+    if read_startup_log(p).own_lines:
         return True
     try:
         return bool(parse_file(p).records)

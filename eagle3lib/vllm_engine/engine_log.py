@@ -6,7 +6,7 @@ embedding and lm_head, the max model len, the speculative config, and every exce
 key, shape, file or "not supported" it names, its line). The message texts are vLLM 0.32's own:
 `v1/spec_decode/llm_base_proposer.py` `_maybe_share_embeddings` / `_maybe_share_lm_head`, `v1/worker/gpu_model_runner.py`
 `_setup_eagle3_aux_hidden_state_outputs`, `config/vllm.py` `use_v2_model_runner`. Never raises on garbage; only an
-empty source is a `LogParseError` (as `serving.serverinfo.read_startup_log`).
+empty source is a `LogParseError` (as `sglang_engine.startup.read_sglang_startup_log`).
     r = read_vllm_log("out/server.log"); r.aux_layer_ids, r.embedding, r.root_error
 """
 from __future__ import annotations
@@ -70,6 +70,24 @@ class VllmLogReading:
     evidence: dict                     # field -> (line number, text) it was read from
     lines: int
     warnings: tuple[str, ...]
+    engine = "vllm"                    # the home that read it
+
+    @property
+    def own_lines(self) -> int:
+        """How many lines only vLLM writes: those a fact was read from, and the drafter's loading."""
+        return len({line for line, _ in self.evidence.values()}) + self.draft_loaded
+
+    def summary(self) -> str:
+        """What the log names: the version, the model runner, the facts read and the engine's own failure."""
+        root = self.root_error
+        return (f"{self.source}: {self.lines} lines, vLLM {self.version or '(version not logged)'}, runner "
+                f"{self.runner or '(not logged)'}, {len(self.evidence)} facts read"
+                + (f", failed: {root.exception} (line {root.line_no})" if root else ""))
+
+    def proof(self, changed=()) -> pd.DataFrame:
+        """The lines that show what vLLM ran (`frame`: every fact read, each with its line; `changed` is SGLang's
+        rewrites, which vLLM does not make)."""
+        return self.frame()
 
     @property
     def root_error(self) -> LoggedError | None:

@@ -11,7 +11,7 @@ from .said import said
 from . import feed_rules, launch_rules
 from .method import launch_warnings, setting
 from .engine_log import read_vllm_log
-from .run_log import RUN_LOG_MARK, metrics_record, parse_vllm_log
+from .run_log import ACCEPT_METRICS, RUN_LOG_MARK, metrics_record, parse_vllm_log
 
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   commands="vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...",
@@ -20,5 +20,5 @@ HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_
                   launch_rules=launch_rules.RULES, feed_rules=feed_rules.RULES, method_rule=launch_rules.method_rule,
                   speculating=launch_rules.speculating, setting=setting, startup_log=read_vllm_log,
                   evidence=launch_rules.evidence, launch_warnings=launch_warnings, table_view=table_view,
-                  loaded_key=loaded_key, mla_as_parts=True,
+                  loaded_key=loaded_key, mla_as_parts=True, accept_metrics=ACCEPT_METRICS,
                   built_fc_slots=built_fc_slots, served_tau="a vLLM log or /metrics")

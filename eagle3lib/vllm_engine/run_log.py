@@ -12,6 +12,14 @@ from ..engine_kit.log_scan import LogScan, ParseResult, RUN_MARKER, logged_numbe
 from ..engine_kit.records import RunRecord
 
 RUN_LOG_MARK = r"SpecDecoding metrics:|Speculative metrics:|Avg generation throughput"   # parse_file's test
+# what its logged accept metrics mean, by version (metric, formula, versions, note; serving-and-throughput.md B.2)
+ACCEPT_METRICS = (
+    ("Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
+     "2025-04-24 – 05-09 it left out the bonus token"),
+    ("Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
+    ("Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
+     "unconditional, non-increasing; τ = 1 + Σ rate_i"),
+)
 
 _VL_NUMS = {"mean_len": r"Mean acceptance length: ([\d.]+)", "accepted": r"Accepted: (\d+) tokens",
             "drafted": r"Drafted: (\d+) tokens", "k": r"Number of speculative tokens: (\d+)",

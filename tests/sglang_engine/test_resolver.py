@@ -10,8 +10,8 @@ from eagle3lib.errors import ConfigError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.engines.versions import DEFAULT_VERSION, LATEST_TRACED, parse_version
 from eagle3lib.sglang_engine.rule import KNOBS
-from eagle3lib.sglang_engine.resolver import (adjustment_warning, resolve, sglang_rules_frame,
-    target_arch_from_config)
+from eagle3lib.sglang_engine.resolver import (accept_metrics, adjustment_warning, logged_accept_rate, resolve,
+                                              sglang_rules_frame, target_arch_from_config)
 from eagle3lib.sglang_engine.rules_table import RULES
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -330,3 +330,14 @@ def test_version_ranges_cut_at_every_knob_rule_edge_and_resolve_by_range_answers
                         "--speculative-num-draft-tokens 16")
     rewrites = {lo: "speculative_num_draft_tokens" in r.changed() for lo, _, r in resolve_by_range(seed)}
     assert not rewrites["0.4.5"] and rewrites["0.4.6"] and rewrites[ranges[-1][0]]
+
+
+def test_the_accept_rate_sglang_logs_by_version():
+    """The logged accept-rate formula changes at 0.5.3.post2, 0.5.5.post3 and 0.5.11; the home's rows say each."""
+    assert logged_accept_rate("0.5.3") == "not logged (only accept len)"
+    assert logged_accept_rate("0.5.3.post2") == "τ / (steps + 1)"
+    assert logged_accept_rate("0.5.6") == "τ / NDT"
+    assert logged_accept_rate("0.5.11") == "(τ − 1) / (NDT − 1)"
+    rows = accept_metrics()
+    assert [r[0] for r in rows] == ["accept len / avg_spec_accept_length"] + ["accept rate"] * 4
+    assert {r[1] for r in rows[1:]} == {"τ / steps", "τ / (steps + 1)", "τ / NDT", "(τ − 1) / (NDT − 1)"}

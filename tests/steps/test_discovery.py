@@ -124,7 +124,7 @@ def test_ndt_with_no_version_is_answered_per_version_range(tmp_path, monkeypatch
 def test_a_version_the_launch_command_or_the_server_log_names_decides_by_the_rule_table(tmp_path, monkeypatch):
     """No sglang_version given: a launch run from a versioned environment, or a log naming a pinned install, gives
     the version; the rule table at it decides (0.5.6: rewritten; 0.4.5: run as asked). Nothing named: unknown."""
-    from eagle3lib.serving.serverinfo import version_in_text
+    from eagle3lib.sglang_engine.startup import version_in_text
     monkeypatch.setenv("EAGLE3LIB_DEMO_DIR", str(tmp_path / "no_world"))
     assert [version_in_text(t) for t in ("pip install sglang==0.5.6", "image lmsysorg/sglang:v0.5.3rc0",
                                           "/opt/sglang-0.4.6.post1/bin/python", "sglang_router 1.2.3", SEED)] == [
@@ -219,7 +219,7 @@ def test_the_launchs_version_runner_resolution_and_installed_answer_are_its_home
     log.write_text("any line\n")
     vllm = ("vllm serve data/demo/target --speculative-config "
             '\'{"method": "eagle3", "model": "data/demo/draft", "num_speculative_tokens": 3}\'')
-    told = SimpleNamespace(version="9.9.9", runner="V7")
+    told = SimpleNamespace(engine="vllm", version="9.9.9", runner="V7")
     monkeypatch.setitem(homes(), "vllm", replace(homes()["vllm"], startup_log=lambda src, **kw: told))
     d = discover(vllm, server_log=str(log))
     assert (d.launch_version, d.launch_runner, d.resolution, d.introspection) == ("9.9.9", "v7", None, None)
@@ -227,13 +227,15 @@ def test_the_launchs_version_runner_resolution_and_installed_answer_are_its_home
     asked = []
     monkeypatch.setitem(homes(), "sglang", replace(
         homes()["sglang"], resolve=lambda la, v, arch, strict: asked.append(v),     # resolves to nothing
-        introspect=lambda la, path_map: "installed answer", startup_log=lambda src, **kw: told))
+        introspect=lambda la, path_map: "installed answer",
+        startup_log=lambda src, **kw: SimpleNamespace(engine="sglang", version="9.9.9", runner="V7")))
     d = discover(SEED, "0.5.6", server_log=str(log))
     assert asked == ["0.5.6"] and d.launch_version == "0.5.6" and d.introspection == "installed answer"
     monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], resolve=None, introspect=None,
                                                    startup_log=None))
     d = discover(SEED, "0.5.6", server_log=str(log))
-    assert (d.resolution, d.introspection, d.launch_version, d.launch_runner) == (None, None, None, None)
+    assert (d.resolution, d.introspection, d.launch_version, d.launch_runner, d.log) == (None,) * 5
+    assert "the server log is not read: the sglang home reads no startup log" in d.notes
 
 
 def test_the_fixed_command_is_read_inside_the_cases_reads():

@@ -103,3 +103,24 @@ def test_garbage_never_raises_and_empty_does():
         read_vllm_log(["", "  "])
     with pytest.raises(MissingFileError):
         read_vllm_log("/nonexistent/server.log")
+
+
+def test_a_config_line_gives_the_speculative_config_and_the_version():
+    """vLLM's `Initializing a V1 LLM engine (v...) with config: ... SpeculativeConfig(...)` line (num_spec_tokens
+    read as num_speculative_tokens); a traceback's `return SpeculativeConfig(**self.speculative_config)` code line
+    (real 0.32 log) keeps the config the non-default args line gave."""
+    line = ("(APIServer pid=1) INFO 07-01 10:00:00 [core.py:12] Initializing a V1 LLM engine (v0.10.1) with config: "
+            "model='m', speculative_config=SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3), "
+            "tokenizer='m'")
+    r = read_vllm_log([line])
+    assert r.speculative_config == {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
+    assert r.version == "0.10.1" and r.own_lines == 1       # version, method and K, all from that one line
+    refused = _read("vllm_refused_not_supported.log").speculative_config
+    assert refused["method"] == "eagle3" and refused["num_speculative_tokens"] == 3
+
+
+def test_summary_and_proof_say_what_the_log_names():
+    """The home's `startup_log` protocol: a summary naming version, runner and failure; the proof is every fact."""
+    r = _read("vllm_refused_unknown_key.log")
+    assert r.engine == "vllm" and f"line {r.root_error.line_no}" in r.summary()
+    assert r.proof({"speculative_num_draft_tokens"}).equals(r.frame())

@@ -1,5 +1,5 @@
-"""What a live or past server says it runs: SGLang ``/server_info``, startup-log lines, vLLM's speculative config,
-and what each engine's logged accept length / accept rate means.
+"""What an SGLang server says it runs: its ``/server_info`` and its startup log (adjustment warnings, the normalized
+``server_args=ServerArgs(...)``), and the requested-vs-effective table with the rule behind each change.
 
 ``/server_info`` is ``asdict(server_args)`` after SGLang's normalization, so diffing it (or the log's
 ``server_args=ServerArgs(...)`` line) against the launch command shows every silent rewrite:
@@ -20,15 +20,13 @@ import pandas as pd
 
 from ..errors import LogParseError, MissingFileError, ServingArgsError
 from ..engine_kit.launch_reading import LaunchArgs
-from ..sglang_engine.launch import FLAGS, SPEC_FIELDS
-from ..sglang_engine.run_log import SERVER_ARGS_MARK, server_args_from_line
-from ..vllm_engine.engine_log import spec_in_line
-from ..engines.versions import LATEST_TRACED
-from ..once import file_text, kept, parsed_once
 from ..engines.engine_errors import source_lines
-from ..sglang_engine.rules_table import RULES
-from ..engines.versions import parse_version
-from ..sglang_engine.resolver import Resolution, accept_rate_formula, accept_rate_versions
+from ..engines.versions import LATEST_TRACED, parse_version
+from ..once import file_text, kept, parsed_once
+from .launch import FLAGS, SPEC_FIELDS
+from .resolver import Resolution
+from .rules_table import RULES
+from .run_log import SERVER_ARGS_MARK, server_args_from_line
 
 _EXTRA_FIELDS = {"tokenizer_mode", "skip_tokenizer_init", "load_format", "revision", "prefill_only_one_req",
                  "speculative_draft_model_revision", "cuda_graph_config", "enable_dp_lm_head", "nnodes", "node_rank",
@@ -42,14 +40,11 @@ CHECKLIST = SPEC_FIELDS + ("speculative_accept_threshold_single", "speculative_a
 _MESSAGES = {r.message: r for r in RULES if r.message}
 _TS = re.compile(r"^\[(?P<ts>\d{4}-\d\d-\d\d[ T][\d:.,]+)(?P<rank>[^\]]*)\]\s*")
 _LEVEL = re.compile(r"^(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+(?:[\w./-]+\.py:\d+:?\s*)?")
-_VLLM = re.compile(r"^(?:\([^)]*\)\s*)?(?P<level>DEBUG|INFO|WARNING|ERROR|CRITICAL)\s+"
-                   r"(?P<ts>\d\d-\d\d \d\d:\d\d:\d\d)(?:\.\d+)?\s+\[[^\]]*\]\s*")
 _ADJUST = re.compile(r"\b(?:is|are) (?:adjusted|reset|changed|disabled|forced|overridden|turned off)\b|"
                      r"\b[Oo]verriding\b|not specified\. Use \w+ backend by default")
 _FIELD_ADJ = re.compile(r"^(?P<field>[a-z]+(?:_[a-z0-9]+)+) is (?:adjusted|changed|reset) to ")
 _ATTN_DEFAULT = re.compile(r"Attention backend not specified\. Use (?P<value>\w+) backend by default")
 _GARBLED = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\ufffd]")
-_VERSION = re.compile(r"vLLM API server version (?P<v>\S+)|Initializing a V1 LLM engine \(v(?P<v1>[^)]+)\)")
 # an SGLang version named in a launch command or a server log: a pinned install (sglang==0.5.6), an image tag
 # (lmsysorg/sglang:v0.5.6), a versioned environment's interpreter (/opt/sglang-0.5.6/bin/python), "SGLang v0.5.6"
 _SGLANG_VERSION = re.compile(r"\bsglang(?:==|[-_:]v?|\s+v(?:ersion)?\s*[:=]?\s*v?)(\d+\.\d+\.\d+(?:\.post\d+|rc\d+)?)",
@@ -91,26 +86,26 @@ class LogEvent:
     line_no: int
     timestamp: str | None
     level: str | None
-    kind: str                 # "adjustment", "server_args" or "vllm_spec"
+    kind: str                 # "adjustment" or "server_args"
     message: str
     rule_id: str | None       # the sglang_engine.rules_table row whose exact line this is
     field: str | None
 
 
 @dataclass(frozen=True)
-class LogReading:
-    """What a startup log proves: adjustment warnings, the normalized ServerArgs, vLLM's speculative config."""
+class SglangStartupLog:
+    """What an SGLang startup log proves: adjustment warnings, the normalized ServerArgs (the home's `startup_log`)."""
 
     source: str
-    engine: str | None
     events: tuple[LogEvent, ...]
-    server_args: dict | None          # SGLang `server_args=ServerArgs(...)`: settings after normalization
-    vllm_spec: dict | None            # vLLM SpeculativeConfig(...) / non-default args
-    version: str | None               # vLLM's own, or the SGLang install a line names (version_in_text)
+    server_args: dict | None          # `server_args=ServerArgs(...)`: settings after normalization
+    version: str | None               # the SGLang install a line names (version_in_text)
     lines: int
     skipped: int                      # non-empty lines that say nothing about settings
     garbled: int                      # lines with binary or undecodable bytes (skipped too)
     warnings: tuple[str, ...]
+    engine = "sglang"                 # the home that read it
+    runner = None                     # SGLang has one model runner: its log names none
 
     def frame(self) -> pd.DataFrame:
         """The events as a table (line, timestamp, level, kind, rule, field, message)."""
@@ -118,6 +113,21 @@ class LogReading:
         rows = [[e.line_no, e.timestamp, e.level, e.kind, e.rule_id, e.field,
                  e.message if len(e.message) < 160 else e.message[:157] + "..."] for e in self.events]
         return pd.DataFrame(rows, columns=cols, dtype=object)
+
+    @property
+    def own_lines(self) -> int:
+        """How many lines only an SGLang server writes: settings events, and a line naming its install."""
+        return len(self.events) + (self.version is not None)
+
+    def summary(self) -> str:
+        """How much of the log was read, skipped and garbled."""
+        return (f"{self.source}: {self.lines} lines, {len(self.events)} about settings, {self.skipped} skipped "
+                f"({self.garbled} garbled)")
+
+    def proof(self, changed) -> pd.DataFrame:
+        """The lines that show the `changed` settings: their adjustment warnings and the ServerArgs line."""
+        frame = self.frame()
+        return frame[(frame["kind"] == "server_args") | frame["field"].isin(set(changed))].reset_index(drop=True)
 
 
 def _load_json_source(src, timeout: float):
@@ -197,15 +207,16 @@ def _server_info(src, timeout: float) -> ServerInfo:
     return ServerInfo(where, version, settings, scheduler, tuple(states), unknown, tuple(warnings))
 
 
-def read_startup_log(source) -> LogReading:
-    """Read an SGLang or vLLM log (path, text or lines): adjustment warnings, ServerArgs, speculative config. A file
-    is read and parsed once per case (`once`)."""
-    return parsed_once("startup log", source, lambda: _startup_log(source))
+def read_sglang_startup_log(source, *, num_target_layers: int | None = None) -> SglangStartupLog:
+    """Read an SGLang server log (path, text or lines): adjustment warnings, the normalized ServerArgs, the version
+    a line names (`num_target_layers`: the homes' `startup_log` signature; SGLang's log needs none). A file is read
+    and parsed once per case (`once`)."""
+    return parsed_once("sglang startup log", source, lambda: _startup_log(source))
 
 
-def _startup_log(source) -> LogReading:
+def _startup_log(source) -> SglangStartupLog:
     lines, where = source_lines(source, "a server log file or its text")
-    events, server_args, vllm_spec, version, engine = [], None, None, None, None
+    events, server_args, version = [], None, None
     skipped = garbled = 0
     warnings = []
     for no, raw in enumerate(lines, start=1):
@@ -217,52 +228,39 @@ def _startup_log(source) -> LogReading:
             continue
         ts = level = None
         msg = raw.strip()
-        m = _VLLM.match(msg)
+        m = _TS.match(msg)
         if m:
-            level, ts, msg = m["level"], m["ts"], msg[m.end():]
-        else:
-            m = _TS.match(msg)
-            if m:
-                ts, msg = m["ts"], msg[m.end():]
-            m = _LEVEL.match(msg)
-            if m:
-                level, msg = m["level"], msg[m.end():]
-        vm = _VERSION.search(msg)
-        if vm:
-            version, engine = vm["v"] or vm["v1"], "vllm"
-        elif version is None:
-            version = version_in_text(msg)           # an SGLang log naming its install (sglang==0.5.6, an image)
+            ts, msg = m["ts"], msg[m.end():]
+        m = _LEVEL.match(msg)
+        if m:
+            level, msg = m["level"], msg[m.end():]
+        if version is None:
+            version = version_in_text(msg)           # a line naming its install (sglang==0.5.6, an image tag)
         if SERVER_ARGS_MARK in msg:
-            server_args, engine = server_args_from_line(msg), "sglang"
+            server_args = server_args_from_line(msg)
             if not msg.rstrip().endswith(")"):
                 warnings.append(f"line {no}: the server_args line looks truncated; later fields are missing")
             events.append(LogEvent(no, ts, level, "server_args", msg, None, None))
-            continue
-        spec = spec_in_line(msg)
-        if spec is not None:
-            vllm_spec, engine = spec, "vllm"
-            events.append(LogEvent(no, ts, level, "vllm_spec", msg, None, "speculative_config"))
             continue
         rule = next((r for text, r in _MESSAGES.items() if msg.startswith(text)), None)
         if rule is not None or _ADJUST.search(msg):
             fm, am = _FIELD_ADJ.match(msg), _ATTN_DEFAULT.search(msg)
             field = (rule.fields[0] if rule else fm["field"] if fm else "attention_backend" if am else None)
             events.append(LogEvent(no, ts, level, "adjustment", msg, rule.id if rule else None, field))
-            engine = engine or "sglang"
             continue
         skipped += 1
     if not any(ln.strip() for ln in lines):
-        raise LogParseError(where, "log is empty", expected="an SGLang or vLLM server log", found="no text")
+        raise LogParseError(where, "log is empty", expected="an SGLang server log", found="no text")
     if not events:
-        warnings.append("no settings-related line found (no adjustment warning, no server_args=ServerArgs(...), no "
-                        "SpeculativeConfig): is this a startup log?")
+        warnings.append("no settings-related line found (no adjustment warning, no server_args=ServerArgs(...)): is "
+                        "this an SGLang startup log?")
     launches = sum(e.kind == "server_args" for e in events)
     if launches > 1:
         warnings.append(f"{launches} launches in this log: the last server_args line is the one read")
     if garbled:
         warnings.append(f"{garbled} garbled line(s) skipped (binary or undecodable bytes)")
-    return LogReading(where, engine, tuple(events), server_args, vllm_spec, version, len(lines), skipped, garbled,
-                      tuple(warnings))
+    return SglangStartupLog(where, tuple(events), server_args, version, len(lines), skipped, garbled,
+                            tuple(warnings))
 
 
 def _observed(observed) -> tuple[dict, str]:
@@ -270,14 +268,14 @@ def _observed(observed) -> tuple[dict, str]:
         return {}, ""
     if isinstance(observed, ServerInfo):
         return observed.settings, "/server_info"
-    if isinstance(observed, LogReading):
+    if isinstance(observed, SglangStartupLog):
         return observed.server_args or {}, "log: server_args"
     if isinstance(observed, Resolution):
         return observed.effective, "rule table"
     if isinstance(observed, Mapping):
         return dict(observed), "given"
     raise ServingArgsError("requested_vs_effective(observed=...)", "unknown kind of server answer",
-                           expected="ServerInfo, LogReading, Resolution or dict", found=type(observed).__name__)
+                           expected="ServerInfo, SglangStartupLog, Resolution or dict", found=type(observed).__name__)
 
 
 def requested_vs_effective(requested, observed=None, resolution: Resolution | None = None) -> pd.DataFrame:
@@ -313,25 +311,3 @@ def _same(a: Any, b: Any) -> bool:
     if isinstance(a, (int, float)) and isinstance(b, (int, float)) and not isinstance(a, bool):
         return abs(float(a) - float(b)) < 1e-9
     return a == b
-
-
-def accept_rate_definitions() -> pd.DataFrame:
-    """What each engine's 'accept length' / 'accept rate' means, by version (serving-and-throughput.md A.2, B.2)."""
-    rows = [
-        ("sglang", "accept len / avg_spec_accept_length", "τ = accepted tokens incl. bonus / verify steps", "all",
-         "avg_spec_accept_length is a lifetime average incl. warmup"),
-        ("vllm", "Mean acceptance length", "1 + accepted / num_drafts", "≥ 2025-05-09 #17908",
-         "2025-04-24 – 05-09 it left out the bonus token"),
-        ("vllm", "Avg Draft acceptance rate", "accepted / drafted = (τ − 1) / K", "all", "not Leviathan's α"),
-        ("vllm", "Per-position acceptance rate[i]", "accepted at position i / num_drafts", "≥ 2025-04-24 #16665",
-         "unconditional, non-increasing; τ = 1 + Σ rate_i"),
-    ]
-    rows[1:1] = [("sglang", "accept rate", f.pretty, versions + (f" {f.source}" if f.source else ""), f.note)
-                 for versions, f in accept_rate_versions()]     # one home: sglang_engine.resolver.ACCEPT_RATE_FORMULAS
-    return pd.DataFrame(rows, columns=["engine", "metric", "formula", "versions", "note"])
-
-
-def sglang_accept_rate_formula(version: str) -> str:
-    """The formula behind the `accept rate:` SGLang `version` logs."""
-    f = accept_rate_formula(version)
-    return f.pretty if f else "not logged (only accept len)"

@@ -1,4 +1,4 @@
-"""Tests for eagle3lib.serving.serverinfo: /server_info, startup logs, vLLM speculative config, requested-vs-effective."""
+"""Tests for eagle3lib.sglang_engine.startup: /server_info, SGLang's startup log, requested-vs-effective."""
 from __future__ import annotations
 
 import pytest
@@ -6,8 +6,8 @@ import pytest
 from eagle3lib.steps.case import SAMPLES_DIR
 from eagle3lib.errors import LogParseError, MissingFileError, ServingArgsError
 from eagle3lib.serving.launch import parse_launch
-from eagle3lib.serving.serverinfo import (accept_rate_definitions, read_server_info, read_startup_log,
-                                          requested_vs_effective, sglang_accept_rate_formula)
+from eagle3lib.sglang_engine.startup import read_server_info, requested_vs_effective
+from eagle3lib.sglang_engine.startup import read_sglang_startup_log as read_startup_log
 from eagle3lib.sglang_engine.resolver import resolve
 
 SEED = ("python -m sglang.launch_server --model-path data/demo/target --speculative-algorithm EAGLE3 "
@@ -61,7 +61,9 @@ def test_sample_startup_log_proves_the_rewrite():
     rules = [e.rule_id for e in log.events if e.kind == "adjustment"]
     assert rules == ["max_running_requests_48", "overlap_off_without_spec_v2", "topk1_ndt"]
     assert log.server_args["speculative_num_draft_tokens"] == 2 and log.server_args["speculative_num_steps"] == 1
-    assert log.engine == "sglang" and log.garbled == 1
+    assert log.engine == "sglang" and log.garbled == 1 and log.runner is None
+    assert log.own_lines == len(log.events) == 4 and "4 about settings" in log.summary()
+    assert list(log.proof({"speculative_num_draft_tokens"})["rule"].fillna("ServerArgs")) == ["topk1_ndt", "ServerArgs"]
     nonempty = sum(1 for ln in (SAMPLES_DIR / "sglang_seed_startup.log").read_bytes().splitlines() if ln.strip())
     assert log.skipped == nonempty - len(log.events)
 
@@ -98,16 +100,6 @@ def test_log_edge_cases(tmp_path):
         read_startup_log(tmp_path / "missing.log")
 
 
-def test_vllm_log_and_config_sources(tmp_path):
-    """vLLM's SpeculativeConfig(...) log line gives the config, the version and the engine."""
-    line = ("(APIServer pid=1) INFO 07-01 10:00:00 [core.py:12] Initializing a V1 LLM engine (v0.10.1) with config: "
-            "model='m', speculative_config=SpeculativeConfig(method='eagle3', model='/d', num_spec_tokens=3), "
-            "tokenizer='m'")
-    log = read_startup_log([line])
-    assert log.vllm_spec == {"method": "eagle3", "model": "/d", "num_speculative_tokens": 3}
-    assert (log.version, log.engine, log.events[0].level) == ("0.10.1", "vllm", "INFO")
-
-
 def test_requested_vs_effective_with_log_and_rules():
     """Seed + its log: ndt 16 -> 2 changed by topk1_ndt (PR #5318), and the rule table agrees with the server."""
     launch = parse_launch(SEED)
@@ -133,25 +125,6 @@ def test_requested_vs_effective_flags_disagreement_and_unexplained():
     assert predicted.loc["speculative_num_draft_tokens", "evidence"] == "rule table"
     with pytest.raises(ServingArgsError):
         requested_vs_effective(launch, 42, res)
-
-
-def test_accept_rate_definitions_by_version():
-    """The SGLang accept-rate formula changes at 0.5.3.post2, 0.5.5.post3 and ~0.5.11."""
-    assert sglang_accept_rate_formula("0.5.3") == "not logged (only accept len)"
-    assert sglang_accept_rate_formula("0.5.3.post2") == "τ / (steps + 1)"
-    assert sglang_accept_rate_formula("0.5.6") == "τ / NDT"
-    assert sglang_accept_rate_formula("0.5.11") == "(τ − 1) / (NDT − 1)"
-    table = accept_rate_definitions()
-    assert (table["engine"] == "sglang").sum() == 5 and (table["engine"] == "vllm").sum() == 3
-    mean_len = table.set_index("metric").loc["Mean acceptance length"]
-    assert mean_len["formula"].startswith("1 +") and "bonus" in mean_len["note"]
-
-
-def test_vllm_traceback_code_line_is_not_a_speculative_config():
-    """`return SpeculativeConfig(**self.speculative_config)` in a traceback (real vLLM 0.32 log) keeps the config read
-    from the non-default args line instead of replacing it with {}."""
-    log = read_startup_log(SAMPLES_DIR / "vllm_refused_not_supported.log")
-    assert log.vllm_spec["method"] == "eagle3" and log.vllm_spec["num_speculative_tokens"] == 3
 
 
 def test_a_progress_bar_does_not_shift_the_startup_logs_line_numbers(tmp_path):
