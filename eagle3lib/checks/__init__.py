@@ -27,8 +27,8 @@
                   cache, the draft's attention backend / kv_cache_scheme, a platform with a greedy verify
 - `draft_feed`  13 what the engine feeds the draft and what K means: aux opt-out, aux layers on earlier PP
                   ranks, the layer-id count vs the fc built, stale draft KV by version, K's meaning, a K schedule
-- `ndt_override` 12 the speculative settings SGLang runs vs those requested (server report, rule table at a
-                  version, the installed SGLang, or per version range): notebook 01's Discovery calls it
+- `ndt_override` 12 the speculative settings the engine runs vs those requested, as its home's rewrite rule judges
+                  them (SGLang's `sglang_engine.rewrites`); notebook 01's Discovery calls it
 - `engine_said`   what the running engine said (its log, a probe, a dump) against the trained layout, and the
                   error it died of, naming the file and the key (steps.served_prediction calls it)
 - `served_layout` the layout causes from a serving dump identified against the target's boundaries (notebook 03)

@@ -72,6 +72,11 @@ class EngineHome:
     # /server_info, the launch, the log, else the default): that version is then the launch's. Absent: the settings
     # run as requested
     resolve: Callable[..., object] | None = None
+    # (LaunchArgs, resolution from `resolve`, version, version_source, observed: a server report was read, its
+    # requested-vs-effective frame, target_arch, introspection from `introspect`, where) -> the ndt_override Finding:
+    # whether its startup rewrote the speculative settings (checks.ndt_override asks it). Absent: a home without
+    # `resolve` runs the settings as given (ruled out); else not checked
+    rewrite_rule: Callable[..., object] | None = None
     # (LaunchArgs, path_map) -> the installed engine's own resolution of the launch (None where it is not installed
     # here): notebook 01's side by side and check ndt_override's answer for an unknown version
     introspect: Callable[..., object] | None = None

@@ -24,6 +24,9 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 - `rules_table` the rule table (data): how SGLang rewrites or refuses speculative settings, by version.
 - `resolver`    the offline resolver over that table (and the setting a launch drafts: `HOME.setting`); SGLang's
                 accept-rate formulas by version (`HOME.accept_metrics`).
+- `rewrites`    how its startup rewrites of a launch's speculative settings decide cause 12 ndt_override
+                (`HOME.rewrite_rule`): the server's report, the rule table at a version, the installed SGLang, or
+                the table by version range.
 - `startup`     what a server says it runs: its /server_info, its startup log (adjustment warnings, the normalized
                 ServerArgs: `HOME.startup_log`), requested vs effective with the rule behind each change.
 - `introspect`  ask an installed SGLang (`ServerArgs`) for its own resolution.

@@ -12,6 +12,7 @@ from . import feed_rules, launch_rules
 from .introspect import installed_resolution
 from .launch_lint import launch_warnings
 from .resolver import accept_metrics, resolve, setting
+from .rewrites import rewrite_finding
 from .startup import read_sglang_startup_log
 from .run_log import RUN_LOG_MARK, metrics_record, parse_sglang_log
 
@@ -20,7 +21,7 @@ HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, 
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, id_reading=sglang_reading,
                   id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
                   launch_rules=launch_rules.RULES, feed_rules=feed_rules.RULES, method_rule=launch_rules.method_rule,
-                  speculating=launch_rules.speculating, setting=setting, resolve=resolve,
+                  speculating=launch_rules.speculating, setting=setting, resolve=resolve, rewrite_rule=rewrite_finding,
                   introspect=installed_resolution, evidence=launch_rules.evidence, launch_warnings=launch_warnings,
                   table_view=table_view, loaded_key=loaded_key, startup_log=read_sglang_startup_log,
                   accept_metrics=accept_metrics(),

@@ -1,13 +1,13 @@
-"""checks.ndt_override: the speculative settings SGLang runs, decided by the server's report, the rule table at a
-version, or the table's answer in each version range."""
+"""checks.ndt_override: the launch's engine's home decides whether its startup rewrote the speculative settings
+(`EngineHome.rewrite_rule`); a home that resolves nothing runs them as given."""
 from __future__ import annotations
+
+from dataclasses import replace
 
 import pandas as pd
 
-from eagle3lib.checks.ndt_override import ndt_by_range, ndt_override_findings
-from eagle3lib.sglang_engine.resolver import resolve
-from eagle3lib.sglang_engine.rules_table import RULES
-from eagle3lib.engines.versions import parse_version
+from eagle3lib.checks.ndt_override import ndt_override_findings
+from eagle3lib.serving.homes import homes
 from eagle3lib.serving.launch import parse_launch
 
 SEED = ("python -m sglang.launch_server --model-path /m/target --speculative-algorithm EAGLE3 "
@@ -16,54 +16,29 @@ SEED = ("python -m sglang.launch_server --model-path /m/target --speculative-alg
 ARCH = "LlamaForCausalLM"
 
 
-def _find(diff=None, version="0.5.6", source="given", observed=False, command=SEED):
-    launch = parse_launch(command)
-    res = resolve(launch, version, ARCH, strict=False) if launch.engine == "sglang" else None
-    return ndt_override_findings(launch, res, version, source, observed, pd.DataFrame() if diff is None else diff,
-                                 ARCH)
-
-
-def test_the_rule_table_at_a_given_version_confirms_and_the_server_report_decides():
-    """0.5.6 rewrites 16 draft tokens to 2 under topk 1: confirmed by the table (not measured); the server reporting
-    2 makes it measured; the server reporting the requested 16 overrules the table (ruled out, measured)."""
-    (f,) = _find()
-    assert (f.status, f.measured) == ("confirmed", False) and "16 -> 2" in f.summary
-    assert "--speculative-num-steps 15" in f.fix
-    (g,) = _find(pd.DataFrame({"field": ["speculative_num_draft_tokens"], "agrees": [True]}), observed=True)
-    assert (g.status, g.measured, g.evidence["server_report"]) == ("confirmed", True, "agrees")
-    (h,) = _find(pd.DataFrame({"field": ["speculative_num_draft_tokens"], "agrees": [False]}), observed=True)
-    assert (h.status, h.measured) == ("ruled out", True) and "server reports the requested" in h.summary
+def _find(command, resolution=None):
+    return ndt_override_findings(parse_launch(command), resolution, "0.5.6", "given", False, pd.DataFrame(), ARCH)
 
 
 def test_no_launch_is_not_checked_and_a_vllm_launch_runs_k_as_given():
     (f,) = ndt_override_findings(None, None, "0.5.6", "given", False, pd.DataFrame(), ARCH)
     assert f.status == "not checked" and "(launch)" in f.needs
-    (g,) = _find(command="vllm serve /m/target --speculative-config "
+    (g,) = _find("vllm serve /m/target --speculative-config "
                          "'{\"method\": \"eagle3\", \"model\": \"/m/draft\", \"num_speculative_tokens\": 3}'")
     assert g.status == "ruled out" and g.evidence == {"engine": "vllm", "num_speculative_tokens": 3}   # K: its cap
 
 
-def test_ndt_rewritten_in_every_version_range_is_confirmed_without_the_version():
-    """A rule table whose every range has the topk=1 rule (the table from 0.4.6 on): confirmed, version unknown."""
-    later = tuple(r for r in RULES if r.min_version and parse_version(r.min_version) >= parse_version("0.4.6"))
-    f = ndt_by_range(parse_launch(SEED), ARCH, "serving settings", rules=later)
-    assert f.status == "confirmed" and "the version does not matter" in f.summary and not f.needs
-
-
-def test_with_no_version_the_installed_sglangs_answer_decides_and_without_it_the_ranges():
-    """Version unknown, no server report: the installed SGLang's own resolution (an Introspection, as
-    sglang_engine.introspect returns it) decides, naming its version; one that refused falls back to the ranges."""
-    from eagle3lib.sglang_engine.introspect import Introspection
-    launch = parse_launch(SEED)
-    res = resolve(launch, "0.5.6", ARCH, strict=False)
-    eff = {"speculative_num_steps": 1, "speculative_eagle_topk": 1, "speculative_num_draft_tokens": 2}
-    intro = Introspection("0.5.9", "post_init diff", dict(eff, speculative_num_draft_tokens=16), eff, (), ())
-    (f,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, intro)
-    assert f.status == "confirmed" and f.where.endswith("the installed SGLang's resolver")
-    assert (f.evidence["sglang_version"], f.evidence["num_draft_tokens_effective"]) == ("0.5.9", 2)
-    same = Introspection("0.5.9", "post_init diff", {}, dict(eff, speculative_num_draft_tokens=16), (), ())
-    (g,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, same)
-    assert g.status == "ruled out" and "may differ from the one installed here" in g.summary
-    refused = Introspection(None, "post_init diff", {}, {}, (), (), error="ValueError: no accelerator")
-    (h,) = ndt_override_findings(launch, res, "0.5.6", "default", False, pd.DataFrame(), ARCH, refused)
-    assert "by_version_range" in h.evidence and h.status == "suspected"
+def test_the_launchs_home_decides_and_a_home_that_resolves_without_a_rule_is_not_checked(monkeypatch):
+    """The SGLang launch is judged by SGLang's rewrite rule, given what discovery read; a home that resolves its
+    settings but has no rule says "not checked", naming the rule, never another engine's verdict; a speculative flag
+    that did not parse is never evidence."""
+    asked = []
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], rewrite_rule=lambda *a: asked.append(a) or "x"))
+    assert _find(SEED, "a resolution") == ["x"]
+    assert asked[0][:4] == (parse_launch(SEED), "a resolution", "0.5.6", "given") and asked[0][-1].startswith("serving")
+    monkeypatch.setitem(homes(), "sglang", replace(homes()["sglang"], rewrite_rule=None))
+    (f,) = _find(SEED)
+    assert f.status == "not checked" and "EngineHome.rewrite_rule" in f.needs
+    (g,) = ndt_override_findings(parse_launch(SEED.replace("topk 1", "topk one"), strict=False), None, "0.5.6",
+                                 "given", False, pd.DataFrame(), ARCH)
+    assert g.status == "not checked" and "--speculative-eagle-topk" in g.summary and not asked[1:]
