@@ -26,7 +26,7 @@ def seed(tmp_path):
 def disk(monkeypatch):
     """{what was read from disk: times}: sample lines, dataset_info.json and index builds."""
     reads: Counter = Counter()
-    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex.build_sample
+    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex._index_lines
 
     def counted_line(jsonl, lineno, text, opts):
         reads[("line", lineno)] += 1
@@ -37,11 +37,11 @@ def disk(monkeypatch):
         return info(root)
 
     def counted_build(self):
-        reads["index"] += 1
+        reads["index"] += self._offsets is None         # asked at every line; built at the first
         return build(self)
     monkeypatch.setattr(readers, "_load_seed_line", counted_line)
     monkeypatch.setattr(readers, "_read_info", counted_info)
-    monkeypatch.setattr(readers._SeedIndex, "build_sample", counted_build)
+    monkeypatch.setattr(readers._SeedIndex, "_index_lines", counted_build)
     return reads
 
 

@@ -12,6 +12,7 @@ import json
 import os
 import random
 import re
+import threading
 from array import array
 from pathlib import Path
 from typing import Iterator
@@ -134,30 +135,44 @@ def _load_seed_line(jsonl: Path, lineno: int, text: bytes, opts: SampleOptions) 
 
 
 class _SeedIndex:
-    """A jsonl index read line by line; byte offsets of non-blank lines are collected only when needed."""
+    """A jsonl index read line by line; byte offsets of non-blank lines are collected only when needed, and the lines
+    asked for by their index are read through one handle, opened at the first and kept while the index is."""
 
     def __init__(self, path: Path):
         self.path, self._offsets, self._lines = path, None, None
+        self._handle, self._lock = None, threading.Lock()      # the read-ahead thread reads lines too
 
-    def build_sample(self):
-        offsets, lines, pos = array("q"), array("q"), 0
-        with open(self.path, "rb") as f:
-            for lineno, raw in enumerate(f, 1):
+    def __del__(self):
+        if self._handle is not None:
+            self._handle.close()
+
+    def _file(self):
+        if self._handle is None:
+            self._handle = open(self.path, "rb")
+        return self._handle
+
+    def _index_lines(self):
+        """The byte offset and line number of every non-blank line (one pass, through the kept handle)."""
+        with self._lock:
+            if self._offsets is not None:
+                return
+            offsets, lines, pos, f = array("q"), array("q"), 0, self._file()
+            f.seek(0)
+            for lineno, raw in enumerate(iter(f.readline, b""), 1):
                 if raw.strip():
                     offsets.append(pos)
                     lines.append(lineno)
                 pos += len(raw)
-        self._offsets, self._lines = offsets, lines
+            self._offsets, self._lines = offsets, lines
 
     def __len__(self) -> int:
-        if self._offsets is None:
-            self.build_sample()
+        self._index_lines()
         return len(self._offsets)
 
     def line(self, i: int) -> tuple[int, bytes]:
-        if self._offsets is None:
-            self.build_sample()
-        with open(self.path, "rb") as f:
+        self._index_lines()
+        with self._lock:
+            f = self._file()
             f.seek(self._offsets[i])
             return self._lines[i], f.readline()
 
@@ -226,8 +241,8 @@ class Dataset:
         return (str(self._index.path) if self._index is not None else str(self._files[i]), i, self._opts)
 
     def _read(self, i: int) -> Sample:
-        if self._index is not None:
-            lineno, raw = self._index.line(i)
+        if self._index is not None:     # the line once per case, whatever options shape the sample it gives
+            lineno, raw = _kept(("index line", str(self._index.path), i), lambda: self._index.line(i))
             return _load_seed_line(self._index.path, lineno, raw, self._opts)
         if self.format == "speculators":
             return _load_speculators(self._files[i], self._opts)
@@ -389,7 +404,7 @@ def open_dataset(path: str | os.PathLike, format: str | None = None, layout=None
 
 
 def _kept(key, read):
-    """read(), once per case inside `once.case_reads` (a dataset's file list, info and index)."""
+    """read(), once per case inside `once.case_reads` (a dataset's file list, info, index and its lines read)."""
     reads = once.active()
     return read() if reads is None else reads.part(key, read)
 

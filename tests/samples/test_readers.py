@@ -347,3 +347,16 @@ def test_max_len_truncates(tmp_path):
     s = open_dataset(tmp_path / "s", max_len=4)[0]
     assert s.num_tokens == 4 and s.aux.shape == (4, K, H) and s.final_hidden.shape == (4, H)
 
+
+
+def test_a_jsonl_line_is_read_once_per_case_whatever_the_options(tmp_path):
+    """Two replays asking the same seed sample with other options (here max_len) inside one case: the index line and
+    its hidden-state file are opened by the first only; each sample is shaped by its own options."""
+    from eagle3lib import once, opened
+    index = write_seed_dataset(tmp_path / "seed", [make_sample(i, T=8) for i in range(3)], layout=LAYOUT)
+    with once.case_reads():
+        full = open_dataset(index.parent, layout=LAYOUT)[1]
+        with opened.counting() as opens:
+            cut = open_dataset(index.parent, layout=LAYOUT, max_len=5)[1]
+    assert not opens, dict(opens)
+    assert (full.num_tokens, cut.num_tokens) == (8, 5) and torch.equal(cut.input_ids, full.input_ids[:5])
