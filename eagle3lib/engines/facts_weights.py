@@ -15,7 +15,8 @@ ROWS: tuple[Fact, ...] = (
       checked=checked_by_sglang("the_draft_runs_on_the_target_embedding_and_drops_unknown_keys")),
     F("sglang", "embed", "shared_when_widths_differ", False, None, "", "sglang srt/models/llama.py set_embed (the CPU "
       "build of shared/engines/sglang-cpu: 874-880); eagle_worker_v2.py init_lm_head", "the target's embedding is not "
-      "set when target_hidden_size != hidden_size: a draft without embed_tokens runs its own, never loaded"),
+      "set when target_hidden_size != hidden_size: a draft without embed_tokens runs its own, never loaded",
+      checked=checked_by_sglang("a_draft_of_another_width_runs_its_own_never_loaded_embedding")),
     F("sglang", "lm_head", "borrow_when_draft_vocab_unset", True, None, "", "sglang eagle_worker.py "
       "load_lm_head_from_target", "lm_head from the target only when config draft_vocab_size is None",
       checked=checked_by_sglang("a_draft_without_lm_head_borrows_nothing")),

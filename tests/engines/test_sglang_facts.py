@@ -19,6 +19,9 @@ from eagle3lib.sglang_engine.ids import sglang_ids
 from eagle3lib.sglang_engine.resolver import resolve
 from eagle3lib.engines.engine_errors import known_failure, log_lines, root_error, scan_errors
 from eagle3lib.hidden.compare import dump_boundaries
+from eagle3lib.model.checkpoint import save_draft
+from eagle3lib.model.config import DraftConfig
+from eagle3lib.model.draft import Eagle3Draft
 from eagle3lib.samples.readers import open_dataset
 from eagle3lib.serving.launch import parse_launch
 from eagle3lib.sglang_engine.dump import dump_from_hook, load_events
@@ -46,6 +49,19 @@ def long_prompts(world, n: int = 6) -> list[Prompt]:
     return out
 
 
+def wide_draft(world, out: Path) -> Path:
+    """The demo draft's shape at width 192 over the 128-wide target (6 heads of 32), random weights, the demo's d2t and
+    t2d, saved without embed_tokens as SpecForge saves a draft: the embedding it runs is whatever SGLang gives it."""
+    from safetensors.torch import load_file
+    raw = dict(json.loads((Path(world.draft) / "config.json").read_text()), hidden_size=192, num_attention_heads=6)
+    torch.manual_seed(0)
+    model = Eagle3Draft(DraftConfig.from_dict(raw))
+    shipped = load_file(str(Path(world.draft) / "model.safetensors"))
+    model.d2t.copy_(shipped["d2t"])
+    model.t2d.copy_(shipped["t2d"])
+    return save_draft(model, raw, out)
+
+
 @pytest.fixture(scope="module")
 def served(world, tmp_path_factory):
     """name -> (SglangRun, SglangLoad): the demo draft and its variants, each served on the same held-out prompts."""
@@ -69,6 +85,8 @@ def served(world, tmp_path_factory):
         # num_key_value_heads 4 in the config over k/v trained for 2 (the demo target's)
         "kv_heads_4": dict(draft=edited_copy(world.draft, root / "kv_heads_4_draft",
                                              config={"num_key_value_heads": 4})),
+        # a draft wider than the target (192 over 128) without embed_tokens
+        "wide_no_embed": dict(draft=wide_draft(world, root / "wide_no_embed_draft")),
     }
     out = {}
     for name, v in variants.items():
@@ -103,6 +121,15 @@ def test_the_draft_runs_on_the_target_embedding_and_drops_unknown_keys(served):
     assert own[1].dropped == ("extra_proj.weight",) and base[1].dropped == ()
     assert "extra_proj" not in open(own[0].log).read()          # silently
     assert abs(own[0].accept_length - base[0].accept_length) < 0.05 * base[0].accept_length
+
+
+def test_a_draft_of_another_width_runs_its_own_never_loaded_embedding(served):
+    """A draft 192 wide over the 128-wide target, shipped without embed_tokens: SGLang's set_embed returns without
+    giving it the target's embedding (row embed shared_when_widths_differ: False), so the draft runs the embedding
+    it built and never loaded; the demo draft, of the target's width, is given the target's."""
+    (run, load), base = served["wide_no_embed"], served["base"][1]
+    assert facts.reads("sglang", "embed", "shared_when_widths_differ", engine_version()) is False
+    assert run.n_answered and load.embedding_replaced is False and base.embedding_replaced is True
 
 
 def test_a_draft_without_lm_head_borrows_nothing(served):
