@@ -251,6 +251,8 @@ SHARED_NAMES = {
     "speculating": ("does a launch speculate at all: an engine's home reads it (EngineHome.speculating), the checks ask "
                     "the launch's home", {"eagle3lib.checks.launch_flags", "eagle3lib.sglang_engine.launch_rules",
                                           "eagle3lib.vllm_engine.launch_rules"}),
+    "bench_record": ("an engine's home: one of its own benchmark or server JSON outputs as a RunRecord "
+                     "(EngineHome.bench_record)", {"eagle3lib.sglang_engine.run_log", "eagle3lib.vllm_engine.run_log"}),
     "launch_warnings": ("an engine's home: what a launch sets that cannot help (EngineHome.launch_warnings)", {
         "eagle3lib.sglang_engine.launch_lint", "eagle3lib.vllm_engine.method"}),
     "method_rule": ("an engine's home: how its launch picks the speculative method for a draft "

@@ -33,6 +33,9 @@ class EngineHome:
     run_log_mark: str                       # a regex found in the first 200 kB of its decode log
     commands: str = ""                      # its launch commands as an error shows them: "toyserve MODEL ..."
     metrics: Callable[..., object] | None = None   # (now, delta, *, source, note, series, hardware, tok_s, warnings)
+    # (a JSON object, where, series, hardware, the launch's settings) -> (RunRecord, warnings) for its own benchmark or
+    # server outputs, None for any other object (throughput.benchparse asks every home, in the list's order)
+    bench_record: Callable[..., tuple | None] | None = None
     speculative_fields: tuple[str, ...] = ()   # launch fields that say how the draft is served (unread = unjudgeable)
     # (draft config dict, L, version, target_arch, runner) -> [EngineReading]: the aux ids it reads and what it captures
     id_readings: Callable[..., list] | None = None

@@ -4,8 +4,9 @@ version, is rows of the one table `eagle3lib.engines.facts`.
 
 - `home`        `HOME`: the launch, log and metrics readers `serving.homes` hands to the library.
 - `launch`      its launch commands (``python -m sglang.launch_server``, ``sglang serve``) and flags (ServerArgs names).
-- `run_log`     its decode log (every ``Decode batch`` variant, ``server_args=ServerArgs(...)``) and its metrics
-                gauges into `RunRecord`s.
+- `run_log`     its decode log (every ``Decode batch`` variant, ``server_args=ServerArgs(...)``) its metrics
+                gauges and its own JSON (/server_info, bench_speculative, bench_one_batch_server: `HOME.bench_record`)
+                into `RunRecord`s.
 - `ids`         which aux ids SGLang reads from a draft config (+1, the first-id rule, its defaults) and captures.
 - `launch_rules` how its launch decides the serving causes its own flags decide (`HOME.launch_rules`,
                 `HOME.speculating`): --disable-radix-cache, --enable-dp-attention, HiCache,

@@ -1,5 +1,6 @@
 """SGLang's decode log read into `RunRecord`s (``Decode batch`` lines, every historical variant; the
-``server_args=ServerArgs(...)`` line; the launch line), and SGLang's Prometheus gauges.
+``server_args=ServerArgs(...)`` line; the launch line), its Prometheus gauges, and its own JSON outputs
+(``/server_info``, bench_speculative, bench_one_batch_server).
     parse_sglang_log("server.log").records[0].accept_length
 """
 from __future__ import annotations
@@ -180,3 +181,56 @@ def metrics_record(now: dict, delta: dict, *, source: str, note: str, series: st
                      batch_size=int(g.get("sglang:num_running_reqs", 0)) or None,
                      series=series, hardware=hardware, source=str(source), label="sglang /metrics",
                      notes="gauges hold the last decode-log window only")
+
+
+def bench_record(obj: dict, where: str, series: str, hardware: str, settings: dict) -> tuple[RunRecord, list] | None:
+    """One of SGLang's own JSON outputs -> (record, warnings): its ``/server_info``, a bench_speculative or a
+    bench_one_batch_server result (`HOME.bench_record`); None when `obj` is none of them (`settings`: the launch's,
+    for the results that do not carry them)."""
+    if {"internal_states", "speculative_algorithm", "avg_spec_accept_length"} & set(obj):
+        return _server_info_record(obj, where, series, hardware)
+    st = dict(settings)
+    if {"steps", "topk", "acc_length", "speed"} <= set(obj):  # sglang scripts/playground/bench_speculative.py
+        steps, topk, ndt = obj["steps"], obj["topk"], obj["num_draft_tokens"]
+        note = "speed is tokens/s per request (1 / p20 step time x acc_length)"
+        if steps and topk == 1 and ndt != steps + 1:
+            note += f"; requested num_draft_tokens={ndt}, SGLang runs num_steps+1={steps + 1} when topk == 1"
+            ndt = steps + 1
+        st = {"num_steps": 0} if not steps else {"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}
+        return RunRecord(engine="sglang", tok_s=obj["speed"], tok_s_scope="per_request", batch_size=obj["batch_size"],
+                         accept_length=obj["acc_length"] if steps else None, source=where, series=series,
+                         hardware=hardware, label=f"bench_speculative bs={obj['batch_size']} steps={steps}",
+                         notes=note, **st), []
+    if "last_gen_throughput" in obj or "run_name" in obj:  # sglang bench_one_batch_server --result-filename
+        acc = obj.get("acc_length")
+        acc = None if acc is None or acc < 1 else acc  # -1: the backend does not expose it
+        return RunRecord(engine="sglang", tok_s=obj.get("last_gen_throughput") or obj.get("output_throughput"),
+                         batch_size=obj.get("batch_size"), accept_length=acc, source=where, series=series,
+                         hardware=hardware, label=f"bench_one_batch_server bs={obj.get('batch_size')}",
+                         notes="acc_length comes from /server_info (lifetime average); tok/s = last_gen_throughput",
+                         **st), []
+    return None
+
+
+def _server_info_record(obj: dict, where: str, series: str, hardware: str) -> tuple[RunRecord, list[str]]:
+    """SGLang ``/server_info`` dict -> record (lifetime accept length, last window's throughput)."""
+    st = sglang_settings({dst: obj[src] for src, dst in SGLANG_FIELD_NAMES.items() if src in obj})
+    states = [s for s in obj.get("internal_states") or [] if isinstance(s, dict)]
+    taus = [s["avg_spec_accept_length"] for s in states if s.get("avg_spec_accept_length")]
+    if not taus and obj.get("avg_spec_accept_length"):
+        taus = [obj["avg_spec_accept_length"]]  # older servers put it at the top level
+    thr = [s["last_gen_throughput"] for s in states if s.get("last_gen_throughput")]
+    warn = []
+    if st.get("num_steps") and not taus:
+        warn.append(f"{where}: speculation on but no avg_spec_accept_length (fewer than 40 decode iterations "
+                    "since start or reset?)")
+    for key in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
+        if isinstance(obj.get(key), (int, float)) and obj[key] < 1:
+            warn.append(f"{where}: {key}={obj[key]} < 1 makes verification lossy and inflates acceptance")
+    rec = RunRecord(
+        engine="sglang", engine_version=str(obj.get("version", "")), accept_length=statistics.mean(taus) if taus
+        else None, tok_s=sum(thr) if thr else None, hardware=hardware, series=series, source=where,
+        label=f"server_info {' '.join(f'{k}={v}' for k, v in st.items())}", **st,
+        notes="avg_spec_accept_length is a lifetime average (includes warm-up, only completed 40-iteration "
+              "windows); tok/s is last_gen_throughput of the last window")
+    return rec, warn

@@ -1,12 +1,12 @@
-"""Parsers for structured run outputs into ``RunRecord``s: SGLang ``/server_info``, bench_serving /
-bench_one_batch_server / bench_speculative / vllm bench JSON, Prometheus text; `parse_file` picks a parser by
-content (an engine's decode log is read by its home: `EngineHome.run_log`) and `read_server` asks a live server.
+"""Parsers for structured run outputs into ``RunRecord``s: JSON (RunRecords; an engine's own outputs, read by its
+home: `EngineHome.bench_record`, SGLang's /server_info and bench scripts, vLLM's bench serve; bench_serving, whose
+backend is any engine), Prometheus text (`EngineHome.metrics`); `parse_file` picks a parser by content (an engine's
+decode log is read by its home: `EngineHome.run_log`) and `read_server` asks a live server.
 """
 from __future__ import annotations
 
 import json
 import re
-import statistics
 import urllib.error
 import urllib.request
 from pathlib import Path
@@ -15,76 +15,25 @@ from ..errors import DataError, LogParseError, MissingFileError
 from ..once import file_text, kept_by_file
 from ..engine_kit.log_scan import LogScan, ParseResult, prometheus_values
 from ..serving.homes import homes
-from ..sglang_engine.run_log import SGLANG_FIELD_NAMES, sglang_settings
 from ..engine_kit.records import FIELDS, RunRecord, from_dict
 
 
-def _sg_info_record(obj: dict, where: str, series: str, hardware: str) -> tuple[RunRecord, list[str]]:
-    """SGLang ``/server_info`` dict -> record (lifetime accept length, last window's throughput)."""
-    st = sglang_settings({dst: obj[src] for src, dst in SGLANG_FIELD_NAMES.items() if src in obj})
-    states = [s for s in obj.get("internal_states") or [] if isinstance(s, dict)]
-    taus = [s["avg_spec_accept_length"] for s in states if s.get("avg_spec_accept_length")]
-    if not taus and obj.get("avg_spec_accept_length"):
-        taus = [obj["avg_spec_accept_length"]]  # older servers put it at the top level
-    thr = [s["last_gen_throughput"] for s in states if s.get("last_gen_throughput")]
-    warn = []
-    if st.get("num_steps") and not taus:
-        warn.append(f"{where}: speculation on but no avg_spec_accept_length (fewer than 40 decode iterations "
-                    "since start or reset?)")
-    for key in ("speculative_accept_threshold_single", "speculative_accept_threshold_acc"):
-        if isinstance(obj.get(key), (int, float)) and obj[key] < 1:
-            warn.append(f"{where}: {key}={obj[key]} < 1 makes verification lossy and inflates acceptance")
-    rec = RunRecord(
-        engine="sglang", engine_version=str(obj.get("version", "")), accept_length=statistics.mean(taus) if taus
-        else None, tok_s=sum(thr) if thr else None, hardware=hardware, series=series, source=where,
-        label=f"server_info {' '.join(f'{k}={v}' for k, v in st.items())}", **st,
-        notes="avg_spec_accept_length is a lifetime average (includes warm-up, only completed 40-iteration "
-              "windows); tok/s is last_gen_throughput of the last window")
-    return rec, warn
-
-
 def _bench_record(obj: dict, where: str, series: str, hardware: str, settings: dict) -> tuple[RunRecord, list]:
-    """One bench_speculative / bench_one_batch_server / bench_serving / vllm bench serve result -> record."""
-    warn, st = [], dict(settings)
-    if {"steps", "topk", "acc_length", "speed"} <= set(obj):  # sglang scripts/playground/bench_speculative.py
-        steps, topk, ndt = obj["steps"], obj["topk"], obj["num_draft_tokens"]
-        note = "speed is tokens/s per request (1 / p20 step time x acc_length)"
-        if steps and topk == 1 and ndt != steps + 1:
-            note += f"; requested num_draft_tokens={ndt}, SGLang runs num_steps+1={steps + 1} when topk == 1"
-            ndt = steps + 1
-        st = {"num_steps": 0} if not steps else {"num_steps": steps, "topk": topk, "num_draft_tokens": ndt}
-        return RunRecord(engine="sglang", tok_s=obj["speed"], tok_s_scope="per_request", batch_size=obj["batch_size"],
-                         accept_length=obj["acc_length"] if steps else None, source=where, series=series,
-                         hardware=hardware, label=f"bench_speculative bs={obj['batch_size']} steps={steps}",
-                         notes=note, **st), warn
-    if any(k.startswith("spec_decode_") for k in obj):  # vllm bench serve --save-result
-        pos = obj.get("spec_decode_per_position_acceptance_rates")
-        if pos and max(pos) > 1:
-            pos = [p / 100 for p in pos]
-            warn.append(f"{where}: per-position acceptance given in percent; converted to fractions")
-        drafts, dtoks, acc = (obj.get(f"spec_decode_{k}") for k in ("num_drafts", "draft_tokens", "accepted_tokens"))
-        k = len(pos) if pos else (round(dtoks / drafts) if drafts and dtoks else None)
-        st = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1} if k else st
-        tau = 1 + acc / drafts if drafts and acc is not None else obj.get("spec_decode_acceptance_length")
-        return RunRecord(engine="vllm", tok_s=obj.get("output_throughput"), batch_size=obj.get("max_concurrency"),
-                         accept_length=tau, per_position=pos, drafted=dtoks, accepted=acc, rounds=drafts,
-                         source=where, series=series, hardware=hardware, label="vllm bench serve",
-                         notes="counters are /metrics deltas over the run (warm-up excluded)", **st), warn
-    if "last_gen_throughput" in obj or "run_name" in obj:  # sglang bench_one_batch_server --result-filename
-        acc = obj.get("acc_length")
-        acc = None if acc is None or acc < 1 else acc  # -1: the backend does not expose it
-        return RunRecord(engine="sglang", tok_s=obj.get("last_gen_throughput") or obj.get("output_throughput"),
-                         batch_size=obj.get("batch_size"), accept_length=acc, source=where, series=series,
-                         hardware=hardware, label=f"bench_one_batch_server bs={obj.get('batch_size')}",
-                         notes="acc_length comes from /server_info (lifetime average); tok/s = last_gen_throughput",
-                         **st), warn
+    """One benchmark or server JSON object -> record: an engine's own output, read by its home
+    (`EngineHome.bench_record`, asked in the list's order), else SGLang's bench_serving result, which names the backend
+    it measured (any engine)."""
+    for found in homes().values():
+        got = found.bench_record(obj, where, series, hardware, settings) if found.bench_record else None
+        if got is not None:
+            return got
+    st = dict(settings)
     if "output_throughput" in obj:  # sglang bench_serving --output-file
         conc = obj.get("max_concurrency")
         return RunRecord(engine=str(obj.get("backend") or "sglang"), tok_s=obj["output_throughput"],
                          batch_size=conc, accept_length=obj.get("accept_length"), source=where, series=series,
                          hardware=hardware, label=f"bench_serving concurrency={conc}",
                          notes="accept_length is /server_info's lifetime average (includes warm-up and earlier "
-                               "runs)", **st), warn
+                               "runs)", **st), []
     raise LogParseError(where, "unrecognised JSON object", expected="a RunRecord, /server_info, or bench JSON",
                         found=sorted(obj)[:12])
 
@@ -119,8 +68,6 @@ def parse_json(source: str | Path, *, text: str | None = None, series: str = "",
                 raise LogParseError(where, "not a JSON object", expected="{...}", found=type(obj).__name__)
             if "engine" in obj and set(obj) <= set(FIELDS):
                 rec, warn = from_dict(obj, where), []
-            elif {"internal_states", "speculative_algorithm", "avg_spec_accept_length"} & set(obj):
-                rec, warn = _sg_info_record(obj, where, series, hardware)
             else:
                 rec, warn = _bench_record(obj, where, series, hardware, settings or {})
         except (LogParseError, DataError, KeyError, TypeError) as e:

@@ -5,8 +5,9 @@ by version, is rows of the one table `eagle3lib.engines.facts`.
 - `home`        `HOME`: the launch, log and metrics readers `serving.homes` hands to the library.
 - `launch`      its launch commands (``vllm serve MODEL``, the OpenAI api_server module) and flags (EngineArgs names),
                 ``--speculative-config`` and the removed ``--speculative-model``.
-- `run_log`     its decode log (``SpecDecoding metrics:`` of every format) and its ``vllm:spec_decode_*`` counters into
-                `RunRecord`s; what its logged accept metrics mean (`HOME.accept_metrics`).
+- `run_log`     its decode log (``SpecDecoding metrics:`` of every format), its ``vllm:spec_decode_*`` counters and its
+                ``vllm bench serve`` result (`HOME.bench_record`) into `RunRecord`s; what its logged accept metrics
+                mean (`HOME.accept_metrics`).
 - `ids`         which aux ids each vLLM model runner (V1 / V2) reads from a draft config, and what it captures.
 - `engine_log`  what a vLLM log says the engine did with the draft: runner, aux ids, embedding / lm_head sharing,
                 speculative config, and each exception (its key / shape / file) with its line (`HOME.startup_log`).

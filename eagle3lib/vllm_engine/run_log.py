@@ -1,5 +1,5 @@
 """vLLM's decode log read into `RunRecord`s (``SpecDecoding metrics:`` lines of every format, the V0
-``Speculative metrics:`` counters, throughput lines), and vLLM's Prometheus counters.
+``Speculative metrics:`` counters, throughput lines), its Prometheus counters and its ``vllm bench serve`` result.
     parse_vllm_log("server.log", num_speculative_tokens=3).records[0].accept_length
 """
 from __future__ import annotations
@@ -144,3 +144,22 @@ def metrics_record(now: dict, delta: dict, *, source: str, note: str, series: st
                      per_position=[v / drafts for _, v in per] or None,
                      rounds=int(drafts), drafted=int(dtok) if dtok else None, accepted=int(acc), series=series,
                      hardware=hardware, source=str(source), label="vllm /metrics", notes=note)
+
+
+def bench_record(obj: dict, where: str, series: str, hardware: str, settings: dict) -> tuple[RunRecord, list] | None:
+    """A ``vllm bench serve --save-result`` result -> (record, warnings) (`HOME.bench_record`); None when `obj` is not
+    one (no ``spec_decode_*`` counters)."""
+    if not any(k.startswith("spec_decode_") for k in obj):
+        return None
+    warn, pos = [], obj.get("spec_decode_per_position_acceptance_rates")
+    if pos and max(pos) > 1:
+        pos = [p / 100 for p in pos]
+        warn.append(f"{where}: per-position acceptance given in percent; converted to fractions")
+    drafts, dtoks, acc = (obj.get(f"spec_decode_{k}") for k in ("num_drafts", "draft_tokens", "accepted_tokens"))
+    k = len(pos) if pos else (round(dtoks / drafts) if drafts and dtoks else None)
+    st = {"num_steps": k, "topk": 1, "num_draft_tokens": k + 1} if k else dict(settings)
+    tau = 1 + acc / drafts if drafts and acc is not None else obj.get("spec_decode_acceptance_length")
+    return RunRecord(engine="vllm", tok_s=obj.get("output_throughput"), batch_size=obj.get("max_concurrency"),
+                     accept_length=tau, per_position=pos, drafted=dtoks, accepted=acc, rounds=drafts,
+                     source=where, series=series, hardware=hardware, label="vllm bench serve",
+                     notes="counters are /metrics deltas over the run (warm-up excluded)", **st), warn

@@ -153,3 +153,25 @@ def test_parse_file_reads_a_raw_sglang_log_that_starts_with_a_timestamp(tmp_path
     assert res.records and any(r.accept_length for r in res.records)
     arr = bp.parse_file(_write(tmp_path, "arr.json", [{"speculative_algorithm": None, "internal_states": []}]))
     assert len(arr.records) == 1
+
+
+def test_each_engines_outputs_are_read_by_its_home_and_a_new_homes_are_asked(monkeypatch):
+    """An engine's own JSON output is claimed by its home alone (`EngineHome.bench_record`: SGLang's /server_info and
+    bench scripts, vLLM's bench serve); a home added to the list is asked for objects no other home claims, before
+    bench_serving's (any backend) is tried."""
+    from dataclasses import replace
+    from eagle3lib.engine_kit.records import RunRecord
+    from eagle3lib.serving.homes import homes
+    vllm_bench = {"backend": "vllm", "output_throughput": 120.0, "spec_decode_num_drafts": 10,
+                  "spec_decode_accepted_tokens": 9}
+    sglang_spec = {"batch_size": 1, "steps": 3, "topk": 1, "num_draft_tokens": 4, "acc_length": 2.9, "speed": 145.0}
+    args = ("x:1", "s", "cpu", {})
+    assert homes()["sglang"].bench_record(vllm_bench, *args) is None
+    assert homes()["vllm"].bench_record(sglang_spec, *args) is None
+    assert homes()["vllm"].bench_record(vllm_bench, *args)[0].accept_length == pytest.approx(1.9)
+    toy = replace(homes()["vllm"], name="toy", bench_record=lambda obj, where, *a: (
+        RunRecord(engine="toy", tok_s=obj["toy_tok_s"], source=where), []) if "toy_tok_s" in obj else None)
+    monkeypatch.setitem(homes(), "toy", toy)
+    res = bp.parse_json("bench.jsonl", text="\n".join(json.dumps(o) for o in (
+        {"toy_tok_s": 42.0, "output_throughput": 1.0}, {"backend": "sglang", "output_throughput": 300.0})))
+    assert [(r.engine, r.tok_s) for r in res.records] == [("toy", 42.0), ("sglang", 300.0)]
