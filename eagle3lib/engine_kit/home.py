@@ -33,6 +33,8 @@ class EngineHome:
     run_log_mark: str                       # a regex found in the first 200 kB of its decode log
     commands: str = ""                      # its launch commands as an error shows them: "toyserve MODEL ..."
     metrics: Callable[..., object] | None = None   # (now, delta, *, source, note, series, hardware, tok_s, warnings)
+    metrics_mark: str = ""                  # a regex its Prometheus metric names start with (parse_file's test)
+    metrics_named: str = ""                 # the metrics `metrics` reads, as an error names them
     # (a JSON object, where, series, hardware, the launch's settings) -> (RunRecord, warnings) for its own benchmark or
     # server outputs, None for any other object (throughput.benchparse asks every home, in the list's order)
     bench_record: Callable[..., tuple | None] | None = None

@@ -14,10 +14,11 @@ from .launch_lint import launch_warnings
 from .resolver import accept_metrics, resolve, setting
 from .rewrites import rewrite_finding
 from .startup import read_sglang_startup_log
-from .run_log import RUN_LOG_MARK, bench_record, metrics_record, parse_sglang_log
+from .run_log import METRICS_MARK, METRICS_NAMED, RUN_LOG_MARK, bench_record, metrics_record, parse_sglang_log
 
 HOME = EngineHome("sglang", FLAGS, entrypoint, launch_fields, parse_sglang_log, RUN_LOG_MARK,
                   commands="python -m sglang.launch_server ..., sglang serve ...", metrics=metrics_record,
+                  metrics_mark=METRICS_MARK, metrics_named=METRICS_NAMED,
                   bench_record=bench_record,
                   speculative_fields=SPEC_FIELDS, id_readings=sglang_readings, id_reading=sglang_reading,
                   id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,

@@ -168,6 +168,10 @@ def _sg_record(scan, seg, idx, series, hardware, version, settings) -> RunRecord
                      hardware=hardware, series=series, label=seg.label or f"run {idx}: {desc}", notes="; ".join(notes))
 
 
+# HOME.metrics_mark and .metrics_named
+METRICS_MARK, METRICS_NAMED = r"sglang:\w+", "sglang:spec_accept_length"
+
+
 def metrics_record(now: dict, delta: dict, *, source: str, note: str, series: str, hardware: str,
                    tok_s: float | None, warnings: list) -> RunRecord | None:
     """SGLang's ``sglang:spec_*`` gauges (the last decode-log window) as a record; None when absent."""

@@ -97,7 +97,7 @@ def parse_prometheus(source: str | Path, *, text: str | None = None, before: str
         if rec is not None:
             return scan.result([rec], len(scan.lines))
     raise LogParseError(str(source), "no speculative-decoding metrics in this Prometheus text",
-                        expected="vllm:spec_decode_num_drafts[_total] etc. or sglang:spec_accept_length",
+                        expected=" or ".join(h.metrics_named for h in homes().values() if h.metrics_named),
                         found=f"{len(now)} samples", cause="speculation off, or --enable-metrics not set (SGLang)")
 
 
@@ -115,9 +115,10 @@ def _parse_file(p: Path, **kw) -> ParseResult:
     body = head.lstrip()
     if body.startswith("{") or re.match(r"\[\s*[\[{\"\]]", body):   # JSON, JSONL or a JSON array; a log's "[2026-.."
         return parse_json(p, **kw)
-    if re.search(r"^(vllm|sglang):\w+", head, re.M) or head.lstrip().startswith("# HELP"):
-        return parse_prometheus(p, **kw)
     known = homes()
+    marks = "|".join(f"(?:{h.metrics_mark})" for h in known.values() if h.metrics_mark)
+    if (marks and re.search(f"^(?:{marks})", head, re.M)) or head.lstrip().startswith("# HELP"):
+        return parse_prometheus(p, **kw)
     found = next((h for h in known.values() if re.search(h.run_log_mark, head)), None)
     # a log no engine's mark names is read by the first engine's reader, whose error says what it looked for
     return (found or next(iter(known.values()))).run_log(p, **kw)

@@ -11,11 +11,13 @@ from .said import said
 from . import feed_rules, launch_rules
 from .method import launch_warnings, setting
 from .engine_log import read_vllm_log
-from .run_log import ACCEPT_METRICS, RUN_LOG_MARK, bench_record, metrics_record, parse_vllm_log
+from .run_log import (ACCEPT_METRICS, METRICS_MARK, METRICS_NAMED, RUN_LOG_MARK, bench_record, metrics_record,
+                      parse_vllm_log)
 
 HOME = EngineHome("vllm", FLAGS, entrypoint, launch_fields, parse_vllm_log, RUN_LOG_MARK,
                   commands="vllm serve MODEL ..., python -m vllm.entrypoints.openai.api_server ...",
-                  metrics=metrics_record, bench_record=bench_record, speculative_fields=SPEC_FIELDS,
+                  metrics=metrics_record, metrics_mark=METRICS_MARK, metrics_named=METRICS_NAMED,
+                  bench_record=bench_record, speculative_fields=SPEC_FIELDS,
                   id_readings=vllm_readings,
                   id_reading=vllm_reading, id_undecided=UNDECIDED, id_source=id_source, roles=ROLES, said=said,
                   launch_rules=launch_rules.RULES, feed_rules=feed_rules.RULES, method_rule=launch_rules.method_rule,

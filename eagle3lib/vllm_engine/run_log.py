@@ -123,6 +123,10 @@ def _vllm_record(scan, seg, idx, k_given, series, hardware, version) -> RunRecor
                      series=series, label=seg.label or f"run {idx}: K={k}", notes="; ".join(notes))
 
 
+# HOME.metrics_mark and .metrics_named
+METRICS_MARK, METRICS_NAMED = r"vllm:\w+", "vllm:spec_decode_num_drafts[_total] etc."
+
+
 def metrics_record(now: dict, delta: dict, *, source: str, note: str, series: str, hardware: str,
                    tok_s: float | None, warnings: list) -> RunRecord | None:
     """vLLM's ``vllm:spec_decode_*`` counters (`delta`: against an earlier scrape when one was given) as a record;
