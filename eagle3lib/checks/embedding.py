@@ -55,12 +55,17 @@ def _present(tensors, keys) -> str | None:
 
 
 def _engine_use(cfg) -> dict[str, str]:
-    """Which embedding each serving engine feeds the draft when it ships its own."""
+    """Which embedding each serving engine feeds the draft when it ships its own, by its `embed` rows: its own
+    (own_embed_used), or the target's unless the widths differ and it shares none then (shared_when_widths_differ)."""
     bridged = cfg.target_hidden_size != cfg.hidden_size
-    sg = engine_facts.fact("sglang", "embed", "own_embed_used")
-    vl = engine_facts.fact("vllm", "embed", "own_embed_used")
-    return {"sglang": "the draft's own (target_hidden_size != hidden_size: not shared)" if bridged else
-            f"the target's ({sg.source})", "vllm": f"the draft's own when it differs ({vl.source})"}
+    out = {}
+    for e in SERVING_ENGINES:
+        own, wide = (engine_facts.fact(e, "embed", s) for s in ("own_embed_used", "shared_when_widths_differ"))
+        out[e] = ("not known (no embed own_embed_used row)" if own is None else
+                  f"the draft's own when it differs ({own.source})" if own.reads else
+                  "the draft's own (target_hidden_size != hidden_size: not shared)"
+                  if bridged and wide is not None and wide.reads is False else f"the target's ({own.source})")
+    return out
 
 
 def _bridged_without_embedding(cfg, engine: str | None, use: dict) -> Finding:
@@ -109,14 +114,20 @@ def _embedding(art: Artifacts, engine: str | None) -> Finding:
                        aspects=EMBED)
     what = {"scaled": f"the target's scaled by {rel.get('norm_ratio', 0):.4g}", "permuted": "the target's rows "
             "permuted", "different": "not the target's"}[rel["relation"]]
+    if engine is not None and use.get(engine, "not known").startswith("not known"):
+        return not_checked("wrong_embedding", WHERE, f"{engine_title(engine)}'s embed own_embed_used row (engine "
+                           "facts)", f"the draft's embed_tokens is {what}; whether {engine_title(engine)} uses it is "
+                           "not known", aspects=EMBED)
     used = engine is not None and "own" in use.get(engine, "")
     status = "suspected" if engine is None else ("confirmed" if used else "ruled out")
     summary = f"the draft's embed_tokens is {what}; " + (
         f"{engine} uses it" if used else f"{engine} replaces it with the target's" if engine else
-        "vLLM would use it, SGLang would replace it")
+        ", ".join(f"{engine_title(e)} would {'use' if 'own' in u else 'replace'} it" for e, u in use.items()
+                  if not u.startswith("not known")))
+    rows = [engine_facts.fact(e, "embed", "own_embed_used") for e in SERVING_ENGINES]
     return Finding("wrong_embedding", status, summary, ev, WHERE, fix="drop embed_tokens from the draft (or "
                    "replace it with the target's)" if status != "ruled out" else "",
-                   source="vllm PR#28549; TorchSpec#38; sglang eagle_worker.py set_embed", aspects=EMBED)
+                   source="; ".join([r.source for r in rows if r is not None] + ["TorchSpec#38"]), aspects=EMBED)
 
 
 def _lm_head(art: Artifacts, engine: str | None) -> Finding:
@@ -131,29 +142,54 @@ def _lm_head(art: Artifacts, engine: str | None) -> Finding:
     from .loaded_keys import weights_file
     file = weights_file(art)
     ev.update(file=file, key="lm_head.weight", expected=[cfg.draft_vocab_size, cfg.hidden_size], found=None)
+    verdict, rows = _borrowed_by(raw)
     if cfg.draft_vocab_size < cfg.vocab_size:
-        sliced = engine_facts.fact("vllm", "lm_head", "borrowed_head_sliced_to_draft_vocab")
+        sliced = {e: engine_facts.fact(e, "lm_head", "borrowed_head_sliced_to_draft_vocab") for e in verdict}
+        heads = [f"{engine_title(e)} " + ("keeps a random head" if b is False else "(not known)" if b is None else
+                                          f"the target's first {cfg.draft_vocab_size} rows" if sliced[e] else
+                                          "the target's head") for e, b in verdict.items()]
         return Finding("lm_head_missing", "confirmed", f"{file}: key 'lm_head.weight' expected "
                        f"[{cfg.draft_vocab_size}, {cfg.hidden_size}], found nothing: a reduced vocab "
-                       f"({cfg.draft_vocab_size} of {cfg.vocab_size}) has no head to borrow: SGLang keeps a random "
-                       f"head, vLLM the target's first {cfg.draft_vocab_size} rows (they score target ids "
-                       f"0..{cfg.draft_vocab_size - 1}, not the draft vocab)", ev, w,
-                       fix="ship the trained lm_head.weight", aspects=HEAD,
-                       source="sglang PR#27908 (missing keys not warned)" + (f"; {sliced.source}" if sliced else ""))
-    sglang_borrows = "draft_vocab_size" not in raw
-    verdict = {"sglang": sglang_borrows, "vllm": True}
+                       f"({cfg.draft_vocab_size} of {cfg.vocab_size}) has no head to borrow: {', '.join(heads)} "
+                       f"(they score target ids 0..{cfg.draft_vocab_size - 1}, not the draft vocab)", ev,
+                       w, fix="ship the trained lm_head.weight", aspects=HEAD,
+                       source="; ".join([r.source for r in rows] + [r.source for r in sliced.values() if r]))
     ev["borrowed_by"] = verdict
-    src = "; ".join(engine_facts.fact(e, "lm_head", s).source for e, s in
-                    (("sglang", "borrow_when_draft_vocab_unset"), ("vllm", "borrow_when_absent")))
+    src = "; ".join(r.source for r in rows)
+    if engine is not None and verdict.get(engine) is None:
+        return not_checked("lm_head_missing", w, f"{engine_title(engine)}'s lm_head borrow row (engine facts)",
+                           f"no lm_head: whether {engine_title(engine)} borrows the target's is not known",
+                           aspects=HEAD)
     if engine is None:
         st = "ruled out" if all(verdict.values()) else "suspected"
     else:
-        st = "ruled out" if verdict.get(engine, False) else "confirmed"
+        st = "ruled out" if verdict[engine] else "confirmed"
+    keep = [engine_title(e) for e, b in verdict.items() if b is False]
     return Finding("lm_head_missing", st, "no lm_head and a full vocab: " + (
         "every engine borrows the target's" if all(verdict.values()) else
-        "SGLang borrows the target's only when draft_vocab_size is unset, else leaves a random head"), ev, w,
-        fix="" if st == "ruled out" else "remove draft_vocab_size from the config, or ship lm_head.weight", source=src,
-        aspects=HEAD)
+        f"{' and '.join(keep)} borrow{'s' * (len(keep) < 2)} the target's only when draft_vocab_size is unset, else "
+        f"leave{'s' * (len(keep) < 2)} a random head" if keep else "whether every engine borrows the target's is not "
+        "known"), ev, w, fix="" if st == "ruled out" else "remove draft_vocab_size from the config, or ship "
+        "lm_head.weight", source=src, aspects=HEAD)
+
+
+def _borrowed_by(raw: dict) -> tuple[dict, list]:
+    """Does each serving engine give a draft without lm_head the target's head? By its `lm_head` row: always
+    (borrow_when_absent), or only when the config leaves draft_vocab_size unset (borrow_when_draft_vocab_unset);
+    None where it has neither row. Returns ({engine: bool | None}, the rows)."""
+    verdict, rows = {}, []
+    for e in SERVING_ENGINES:
+        always, unset = (engine_facts.fact(e, "lm_head", s) for s in ("borrow_when_absent",
+                                                                         "borrow_when_draft_vocab_unset"))
+        if always is not None and always.reads:
+            verdict[e] = True
+            rows.append(always)
+        elif unset is not None and unset.reads:
+            verdict[e] = "draft_vocab_size" not in raw
+            rows.append(unset)
+        else:
+            verdict[e] = None
+    return verdict, rows
 
 
 def _vocab(art: Artifacts) -> list[Finding]:

@@ -96,3 +96,23 @@ def test_a_draft_of_another_width_without_embedding_runs_one_never_loaded(tmp_pa
     monkeypatch.setattr(embedding, "SERVING_ENGINES", (*embedding.SERVING_ENGINES, "toy"))
     f = next(x for x in _f(tmp_path, raw, engine="toy") if x.cause == "wrong_embedding")
     assert f.status == "suspected" and f.evidence["unshared_by"] == [] and "toy" in f.needs
+
+
+def test_each_engines_choice_is_read_from_its_rows_and_an_engine_without_rows_is_not_checked(tmp_path, monkeypatch):
+    """What each engine does with an own embedding or a missing head comes from its fact rows (`embed`, `lm_head`),
+    never from its name: a serving engine with no row is "not checked" on its own launch, naming the row, and leaves
+    no verdict borrowed from another engine; with no engine given the rows of the engines that have them speak."""
+    from eagle3lib.checks import embedding
+    monkeypatch.setattr(embedding, "SERVING_ENGINES", (*embedding.SERVING_ENGINES, "toy"))
+    extra = {"embed_tokens.weight": torch.randn(120, 32)}
+    f = next(x for x in _f(tmp_path, extra=extra, engine="toy") if x.cause == "wrong_embedding")
+    assert f.status == "not checked" and "own_embed_used" in f.needs and "toy" in f.needs
+    f = next(x for x in _f(tmp_path, extra=extra) if x.cause == "wrong_embedding")
+    assert f.status == "suspected" and f.summary.endswith("SGLang would replace it, vLLM would use it")
+    assert f.evidence["engines"]["toy"].startswith("not known")
+    full = draft_raw(draft_vocab_size=120)
+    f = next(x for x in _f(tmp_path, full, drop=("lm_head.weight",), engine="toy") if x.cause == "lm_head_missing")
+    assert f.status == "not checked" and "lm_head borrow row" in f.needs
+    f = next(x for x in _f(tmp_path, full, drop=("lm_head.weight",)) if x.cause == "lm_head_missing")
+    assert f.status == "suspected" and f.evidence["borrowed_by"] == {"sglang": False, "vllm": True, "toy": None}
+    assert "SGLang borrows the target's only when draft_vocab_size is unset" in f.summary
