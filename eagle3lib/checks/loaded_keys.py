@@ -20,7 +20,7 @@ from ..model.variants import reshape_text, reshaped, shape_implied
 from ..errors import Eagle3Error
 from ..engines.capture_rules import draft_rules
 from ..engines import facts as engine_facts
-from ..engines.versions import SERVING_ENGINES
+from ..engines.versions import SERVING_ENGINES, engine_title
 from ..serving.homes import homes
 from .inputs import Artifacts
 from .registry import Options, contract
@@ -151,7 +151,7 @@ def check_weights(art: Artifacts, engine: str | None = None, engine_version: str
         return [_absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev)]
     if engine is None:
         risky = {e: v for e, v in ev["engines"].items() if v["unmapped"] or v["version_dependent"]}
-        src = "; ".join(f.source for f in engine_facts.facts("keys", "sglang")[:2])
+        src = "; ".join(rows[0].source for rows in (engine_facts.facts("keys", e) for e in SERVING_ENGINES) if rows)
         if unknown:                  # tensors no draft of this config has, whoever serves it
             return [Finding("weights_dropped", "suspected", f"keys unknown to eagle3lib: {', '.join(unknown[:3])}"
                             + "".join(f"; {e}: {', '.join((v['unmapped'] + v['version_dependent'])[:3])}"
@@ -256,14 +256,14 @@ def _absent(art, missing, shape_bad, unknown, exp, tensors, renames, ev) -> Find
     text = "; ".join(f"key '{r['key']}': expected {r['expected']}, found " + (
         f"nothing (unexpected '{r['renamed_as']}' has that shape: renamed?)" if r.get("renamed_as") else
         "nothing" if r["found"] is None else str(r["found"])) for r in rows[:4])
-    silent = engine_facts.fact("sglang", "keys", "unknown_dropped_silently")
-    refused = engine_facts.fact("vllm", "keys", "unknown_dropped_silently")
-    what = ("SGLang keeps them at random init; vLLM refuses the draft (the load fails)" if shape_bad or unknown else
-            "every engine leaves them at random init")
+    rows_by = {e: engine_facts.fact(e, "keys", "unknown_dropped_silently") for e in SERVING_ENGINES}
+    said = [f"{engine_title(e)} " + ("keeps them at random init" if r.reads else "refuses the draft (the load fails)")
+            for e, r in rows_by.items() if r is not None]        # by its row: a stray key dropped, or refused
+    what = "; ".join(said) if (shape_bad or unknown) and said else "every engine leaves them at random init"
     ev.update(file=file, tensors=rows[:10], key=rows[0]["key"], expected=rows[0]["expected"], found=rows[0]["found"])
     return Finding("weights_dropped", "confirmed", f"{file}: {text}{' ...' if len(rows) > 4 else ''}: {what}", ev,
                    WHERE, fix="export the tensors under the names and shapes config.json describes (check the "
-                   "exporter's key filter)", source="; ".join(f.source for f in (silent, refused) if f))
+                   "exporter's key filter)", source="; ".join(f.source for f in rows_by.values() if f))
 
 
 def _raw(canonical: str, renames) -> str:
