@@ -71,7 +71,7 @@ def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
     from eagle3lib.samples import readers
     w = demo.ensure_world(progress=False)
     reads: Counter = Counter()
-    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex.build_sample
+    line, info, build = readers._load_seed_line, readers._read_info, readers._SeedIndex._index_lines
 
     def counted_line(jsonl, lineno, text, opts):
         reads[("sample", str(jsonl), lineno, opts)] += 1
@@ -82,11 +82,11 @@ def test_a_diagnose_run_reads_each_training_sample_once(monkeypatch):
         return info(root)
 
     def counted_build(self):
-        reads[("index", str(self.path))] += 1
+        reads[("index", str(self.path))] += self._offsets is None     # asked at every line; built at the first
         return build(self)
     monkeypatch.setattr(readers, "_load_seed_line", counted_line)
     monkeypatch.setattr(readers, "_read_info", counted_info)
-    monkeypatch.setattr(readers._SeedIndex, "build_sample", counted_build)
+    monkeypatch.setattr(readers._SeedIndex, "_index_lines", counted_build)
     from eagle3lib.model import config, safefiles
     parsed, header = config._parsed, safefiles._header
     monkeypatch.setattr(config, "_parsed", lambda f: reads.update([("config", str(f))]) or parsed(f))
